@@ -1,0 +1,34 @@
+# Each user-facing target sets itself up: on a fresh machine `make demo` or `make test` is the only command needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.encoderlab-installed
+TORCH_VERSION ?= 2.13.0
+export ENCODERLAB_HOME ?= $(HOME)/.cache/encoderlab
+
+.PHONY: setup demo test test-all bench lint clean
+
+setup: $(STAMP)
+
+# torch goes in first and pinned: a bare `torch` requirement on a machine without it pulls GBs of CUDA wheels.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/encoderlab demo
+
+test: setup
+	$(BIN)/python -m pytest -q -n 2 tests
+
+test-all: setup
+	$(BIN)/python -m pytest -q -n 2 -m "slow or not slow" tests
+
+lint: setup
+	$(BIN)/ruff check src tests
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""Data pipeline: text sources -> tokenizer -> packed memory-mapped shards -> deterministic batches."""

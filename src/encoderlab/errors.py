@@ -1,0 +1,18 @@
+"""User-facing errors.
+
+Anything the user can fix (a missing file, a wrong column, a bad value) raises `EncoderlabError` with a message that
+says what is wrong, where, and what is allowed. The CLI prints such errors in one line without a traceback; any other
+exception is a bug and keeps its traceback.
+"""
+
+
+class EncoderlabError(Exception):
+    """An error caused by input or environment that the user can fix."""
+
+
+class ChecksumError(EncoderlabError):
+    """A downloaded file does not have the pinned sha256."""
+
+
+class DataError(EncoderlabError):
+    """A data source is missing, empty, malformed or unreachable."""
