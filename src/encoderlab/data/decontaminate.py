@@ -1,0 +1,112 @@
+"""Keep evaluation text out of the pretraining corpus.
+
+Two checks, both on a normalised form (lower case, words = runs of letters and digits) so that tokenisation and
+spacing differences (CoNLL's "lamb ." vs "lamb.") do not hide a match:
+- a corpus line (or whole document) equal to an evaluation example is removed;
+- an evaluation example of at least `NGRAM` words all of whose word n-grams occur in the corpus may be contained in
+  it: the corpus documents that contain it are removed. If some n-gram of an example is absent from the corpus, the
+  example cannot be a substring of it, so the check is a proof of absence, not a heuristic.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+NGRAM = 8
+_WORD = re.compile(r"\w+")
+# Random odd 64-bit multipliers: a rolling combination of word hashes with negligible collision probability.
+_MULTIPLIERS = np.random.default_rng(20260701).integers(1, 2**63, size=NGRAM, dtype=np.uint64) | np.uint64(1)
+_SEPARATOR = np.uint64(0x9E3779B97F4A7C15)
+
+
+def normalize(text: str) -> str:
+    return " ".join(words(text))
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+def _word_hashes(tokens: Sequence[str]) -> np.ndarray:
+    # Python's str hash is salted per process, which is fine: both sides are hashed in this process.
+    return np.fromiter((hash(w) for w in tokens), dtype=np.int64, count=len(tokens)).view(np.uint64)
+
+
+def _ngram_hashes(h: np.ndarray) -> np.ndarray:
+    if len(h) < NGRAM:
+        return np.empty(0, dtype=np.uint64)
+    n = len(h) - NGRAM + 1
+    out = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):  # wrap-around is the hash
+        for k in range(NGRAM):
+            out += h[k : k + n] * _MULTIPLIERS[k]
+    return out
+
+
+def corpus_ngram_index(documents: Iterable[str]) -> np.ndarray:
+    """Sorted n-gram hashes of all documents (n-grams never span two documents)."""
+    parts = []
+    for doc in documents:
+        parts.append(_word_hashes(words(doc)))
+        parts.append(np.array([_SEPARATOR], dtype=np.uint64))  # n-grams across it match nothing real
+    if not parts:
+        return np.empty(0, dtype=np.uint64)
+    return np.sort(_ngram_hashes(np.concatenate(parts)))  # sorting beats np.unique's hashing by ~10x here
+
+
+def possibly_contained(examples: Sequence[str], index: np.ndarray) -> list[int]:
+    """Indices of examples (>= NGRAM words) every n-gram of which occurs in the indexed corpus."""
+    grams, owner = [], []
+    for i, text in enumerate(examples):
+        g = _ngram_hashes(_word_hashes(words(text)))
+        grams.append(g)
+        owner.append(np.full(len(g), i, dtype=np.int64))
+    if not grams:
+        return []
+    all_grams, all_owner = np.concatenate(grams), np.concatenate(owner)
+    if len(index) == 0:
+        return []
+    present = index[np.searchsorted(index, all_grams).clip(max=len(index) - 1)] == all_grams
+    total = np.bincount(all_owner, minlength=len(examples))
+    hits = np.bincount(all_owner, weights=present, minlength=len(examples))
+    return [i for i in range(len(examples)) if total[i] > 0 and hits[i] == total[i]]
+
+
+def decontaminate(docs: list[dict], eval_examples: Sequence[str]) -> tuple[list[dict], dict]:
+    """Remove evaluation text from `docs` (dicts with a "text" key). Returns the kept docs and counts."""
+    banned = {normalize(t) for t in eval_examples}
+    banned.discard("")
+    kept, lines_removed, docs_removed = [], 0, 0
+    for doc in docs:
+        if normalize(doc["text"]) in banned:
+            docs_removed += 1
+            continue
+        lines = doc["text"].split("\n")
+        clean = [ln for ln in lines if normalize(ln) not in banned]
+        lines_removed += len(lines) - len(clean)
+        text = "\n".join(clean).strip()
+        if text:
+            kept.append({**doc, "text": text})
+        else:
+            docs_removed += 1
+    index = corpus_ngram_index(d["text"] for d in kept)
+    suspects = [normalize(eval_examples[i]) for i in possibly_contained(eval_examples, index)]
+    contained_docs = 0
+    if suspects:
+        final = []
+        for doc in kept:
+            norm = normalize(doc["text"])
+            if any(s in norm for s in suspects):
+                contained_docs += 1
+            else:
+                final.append(doc)
+        kept = final
+    stats = {
+        "documents_equal_to_an_example": docs_removed,
+        "lines_equal_to_an_example": lines_removed,
+        "documents_containing_an_example": contained_docs,
+        "ngram": NGRAM,
+    }
+    return kept, stats

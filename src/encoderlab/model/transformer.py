@@ -1,0 +1,324 @@
+"""The backbone: one pre-norm RMSNorm / RoPE / SwiGLU / grouped-query-attention transformer for MLM and CLM.
+
+Causality is an argument of `forward`, never a class (DESIGN.md convention 1). Parameter names are those of
+Hugging Face `LlamaModel` / `LlamaForCausalLM` and `EuroBertModel` / `EuroBertForMaskedLM`, so state dicts
+move between encoderlab and transformers unchanged:
+
+    model.embed_tokens.weight
+    model.layers.{i}.input_layernorm.weight
+    model.layers.{i}.self_attn.{q,k,v,o}_proj.weight
+    model.layers.{i}.post_attention_layernorm.weight
+    model.layers.{i}.mlp.{gate,up,down}_proj.weight
+    model.norm.weight
+    lm_head.weight
+
+EuroBERT's MLM head (`EuroBertForMaskedLM`, checked in transformers 5.23) is a single bias-free `lm_head`
+Linear on the final RMSNorm output, exactly Llama's causal head: no dense/activation/norm "prediction head" as
+in BERT or ModernBERT. So one `TransformerLM` serves both objectives and the mapping is the identity. Neither
+HF class stores rotary buffers in its state dict (non-persistent `inv_freq`), and neither do we: the angles
+are recomputed per call. EuroBERT gives its embedding a `padding_idx`; that only affects HF's initialisation
+and gradient of that row, not the forward, so it is not reproduced here.
+
+Attention goes through `torch.nn.functional.scaled_dot_product_attention`. The boolean mask (documents,
+causality, padding) is built once per forward and shared by all layers; with no documents and no padding it is
+not built at all and SDPA runs its fused causal or unmasked kernels.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from encoderlab.model.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        # Statistics in fp32 even under bf16, then back to the input dtype before the gain (as HF Llama does).
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+# ---- rotary position embedding -----------------------------------------------------------------------------
+
+
+def rope_cos_sin(position_ids: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
+    """fp32 cos and sin of the rotary angles, (B or 1, T, head_dim); HF layout: the frequencies twice."""
+    exponent = torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim
+    inv_freq = 1.0 / (theta**exponent)  # (head_dim/2,)
+    angles = position_ids[..., None].float() * inv_freq  # (B, T, head_dim/2), fp32 for long contexts
+    emb = torch.cat((angles, angles), dim=-1)  # (B, T, head_dim)
+    return emb.cos(), emb.sin()
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate `x` (B, T, H, D) by angles cos/sin (B, T, D): the rotate-half convention of HF Llama."""
+    # In x's dtype, so that q and k stay bf16 under autocast (fp32 angles would promote them).
+    cos, sin = cos.to(x.dtype).unsqueeze(2), sin.to(x.dtype).unsqueeze(2)  # (B, T, 1, D) over heads
+    return x * cos + _rotate_half(x) * sin
+
+
+# ---- masks and positions -----------------------------------------------------------------------------------
+
+
+def positions_from_doc_ids(doc_ids: Tensor) -> Tensor:
+    """Position of each token inside its document, (B, T): 0 at every document start.
+
+    A document starts where the id differs from the previous token's id (and at t = 0). Each token's position
+    is its index minus the index of the last start at or before it (a running max), with no Python loop.
+    """
+    B, T = doc_ids.shape
+    idx = torch.arange(T, device=doc_ids.device).expand(B, T)  # (B, T)
+    starts = torch.ones_like(doc_ids, dtype=torch.bool)
+    starts[:, 1:] = doc_ids[:, 1:] != doc_ids[:, :-1]
+    last_start = torch.where(starts, idx, torch.zeros_like(idx)).cummax(dim=1).values  # (B, T)
+    return idx - last_start
+
+
+def build_attention_mask(
+    causal: bool,
+    doc_ids: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+) -> Tensor | None:
+    """Boolean SDPA mask (B, 1, T, T), True = may attend; None when SDPA's causal flag or no mask suffices.
+
+    - `doc_ids` (B, T): a query sees only keys of its own document (block-diagonal; block-causal if `causal`).
+    - `attention_mask` (B, T), 1 = token, 0 = padding (HF style): padding keys are hidden from every query.
+    A query row left with no visible key (a padding query before any real token under causal attention, or a
+    row of padding only) is allowed to see itself: its output is meaningless but finite, never NaN.
+    """
+    if doc_ids is None and attention_mask is None:
+        return None
+    ref = doc_ids if doc_ids is not None else attention_mask
+    assert ref is not None
+    B, T = ref.shape
+    device = ref.device
+    if doc_ids is not None:
+        allowed = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, T, T) query x key
+    else:
+        allowed = torch.ones(B, T, T, dtype=torch.bool, device=device)
+    if causal:
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    if attention_mask is not None:
+        if attention_mask.shape != (B, T):
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(B, T)}")
+        allowed = allowed & attention_mask.bool()[:, None, :]  # hide padding keys
+    eye = torch.eye(T, dtype=torch.bool, device=device)
+    allowed = allowed | (eye & ~allowed.any(dim=-1, keepdim=True))  # empty rows see themselves
+    return allowed[:, None]  # (B, 1, T, T), broadcast over heads
+
+
+# ---- blocks ------------------------------------------------------------------------------------------------
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        h = cfg.hidden_size
+        self.q_proj = nn.Linear(h, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
+        k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
+        v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or Hkv, T, D)
+        if self.n_kv != self.n_heads:
+            # Each KV head serves n_heads / n_kv consecutive query heads (HF's repeat_kv order).
+            k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)  # (B, H, T, D)
+            v = v.repeat_interleave(self.n_heads // self.n_kv, dim=1)  # (B, H, T, D)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)  # (B, H, T, D)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, C)
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, is_causal)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+# ---- models ------------------------------------------------------------------------------------------------
+
+
+def _init_module(module: nn.Module, std: float, generator: torch.Generator | None) -> None:
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, mean=0.0, std=std, generator=generator)
+        elif isinstance(m, RMSNorm):
+            nn.init.ones_(m.weight)
+
+
+def _generator(module: nn.Module, seed: int | None) -> torch.Generator | None:
+    device = next(module.parameters()).device
+    if seed is None or device.type == "meta":
+        return None
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+class Transformer(nn.Module):
+    """Embedding, blocks, final RMSNorm: `LlamaModel` / `EuroBertModel` with a per-call `causal` flag."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.init_weights()
+
+    def init_weights(self, seed: int | None = None) -> None:
+        """normal(0, initializer_range) for embeddings and linears, ones for norms; also after to_empty()."""
+        with torch.no_grad():
+            _init_module(self, self.config.initializer_range, _generator(self, seed))
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        *,
+        causal: bool,
+        doc_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+    ) -> Tensor:
+        """Final-normed hidden states (B, T, C).
+
+        input_ids (B, T). causal: CLM (True) or bidirectional MLM / fine-tuning (False) attention.
+        doc_ids (B, T): document id of each token of a packed window; attention never crosses documents and,
+        unless `position_ids` is given, positions restart at 0 at each document start.
+        attention_mask (B, T): 1 for tokens, 0 for padding. Positions default to 0..T-1 as in transformers
+        (pass `position_ids` for left padding if the positions should start at the first real token).
+        """
+        T = input_ids.shape[1]
+        for name, given in (("doc_ids", doc_ids), ("attention_mask", attention_mask)):
+            if given is not None and given.shape != input_ids.shape:
+                raise ValueError(f"{name} has shape {tuple(given.shape)}, input_ids {tuple(input_ids.shape)}")
+        if position_ids is None:
+            if doc_ids is not None:
+                position_ids = positions_from_doc_ids(doc_ids)  # (B, T)
+            else:
+                position_ids = torch.arange(T, device=input_ids.device)[None]  # (1, T)
+        mask = build_attention_mask(causal, doc_ids, attention_mask)  # (B, 1, T, T) or None
+        is_causal = causal and mask is None
+
+        x = self.embed_tokens(input_ids)  # (B, T, C)
+        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, is_causal)
+        return self.norm(x)
+
+
+class TransformerLM(nn.Module):
+    """`Transformer` + `lm_head`: `LlamaForCausalLM` (causal=True), `EuroBertForMaskedLM` (causal=False)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = Transformer(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        else:
+            with torch.no_grad():
+                _init_module(self.lm_head, cfg.initializer_range, None)  # the body initialised itself
+
+    def init_weights(self, seed: int | None = None) -> None:
+        """Re-initialise every weight (see `Transformer.init_weights`); with `seed`, reproducibly."""
+        with torch.no_grad():
+            _init_module(self, self.config.initializer_range, _generator(self, seed))
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        *,
+        causal: bool,
+        doc_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        output_positions: Tensor | None = None,
+    ) -> Tensor:
+        """Logits (B, T, V), or (N, V) at `output_positions` only.
+
+        output_positions: a bool mask (B, T) or a 1-D index into the flattened B*T positions. The vocabulary
+        projection, the largest matmul of small models, then runs only where a loss is taken (MLM's masked
+        tokens). The index form avoids the host sync that boolean indexing costs on GPU.
+        """
+        hidden = self.model(
+            input_ids,
+            causal=causal,
+            doc_ids=doc_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+        )  # (B, T, C)
+        if output_positions is not None:
+            hidden = gather_positions(hidden, output_positions)  # (N, C)
+        return self.lm_head(hidden)
+
+
+def gather_positions(hidden: Tensor, positions: Tensor) -> Tensor:
+    """Rows of `hidden` (B, T, C) at a bool mask (B, T) or a flat index (N,) into B*T: (N, C)."""
+    B, T, C = hidden.shape
+    if positions.dtype == torch.bool:
+        if positions.shape != (B, T):
+            raise ValueError(f"output_positions mask has shape {tuple(positions.shape)}, expected {(B, T)}")
+        return hidden[positions]
+    if positions.dim() != 1:
+        raise ValueError(f"output_positions index must be 1-D into the flattened B*T={B * T} positions")
+    return hidden.reshape(B * T, C).index_select(0, positions)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Distinct parameters (a tied LM head is counted once); works on the meta device."""
+    return sum(p.numel() for p in {id(p): p for p in module.parameters()}.values())
+
+
+__all__ = [
+    "MLP",
+    "Attention",
+    "Block",
+    "RMSNorm",
+    "Transformer",
+    "TransformerLM",
+    "apply_rope",
+    "build_attention_mask",
+    "count_parameters",
+    "gather_positions",
+    "positions_from_doc_ids",
+    "rope_cos_sin",
+]
