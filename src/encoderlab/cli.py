@@ -1,5 +1,206 @@
+"""The command line: thin typer commands that parse, build and run. Errors the user can fix print one line."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
 import typer
-app = typer.Typer()
-@app.command()
-def demo():
-    pass
+from rich.console import Console
+from rich.table import Table
+
+from encoderlab.errors import EncoderlabError
+
+app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+def _log(message: str) -> None:
+    err.print(f"[dim]·[/dim] {message}")
+
+
+def _emit(summary: dict, as_json: bool, render) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        render(summary)
+
+
+@data_app.command("prepare")
+def data_prepare(
+    source: str = typer.Argument(..., help="'offline' (the bundled suite), a local file/folder/glob "
+                                            "(.txt .jsonl .parquet .csv), or a Hugging Face dataset id."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder [default: $ENCODERLAB_HOME/data/NAME]."),
+    vocab_size: int = typer.Option(8192, help="Vocabulary of the byte-level BPE to train."),
+    seq_len: int = typer.Option(512, help="Tokens per packed window."),
+    val_fraction: float = typer.Option(0.005, help="Fraction of documents held out for validation loss."),
+    tokenizer: Optional[str] = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder instead of "
+                                                       "training one (a mask token is added if missing)."),
+    text_column: str = typer.Option("text", help="Column holding the text (jsonl, csv, parquet, HF datasets)."),
+    txt_unit: str = typer.Option("paragraph", help="What a document is in .txt files: file, paragraph or line."),
+    on_invalid_utf8: str = typer.Option("error", help="Invalid UTF-8 bytes: error, replace or skip."),
+    hf_config: Optional[str] = typer.Option(None, help="Hugging Face dataset configuration name."),
+    hf_split: str = typer.Option("train", help="Hugging Face dataset split."),
+    max_documents: Optional[int] = typer.Option(None, help="Stop after this many documents."),
+    force: bool = typer.Option(False, help="Rebuild every step even when the cached result is up to date."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
+) -> None:
+    """Build a pretraining corpus, its tokenizer and packed shards (and, for 'offline', the evaluation tasks)."""
+    from encoderlab.data.prepare import PrepareOptions, prepare
+
+    opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction, tokenizer=tokenizer,
+                          text_column=text_column, txt_unit=txt_unit, on_invalid_utf8=on_invalid_utf8,
+                          hf_config=hf_config, hf_split=hf_split, max_documents=max_documents, force=force)
+    summary = prepare(source, out_dir, opts, log=_log)
+    _emit(summary, as_json, _render_prepare)
+
+
+def _render_prepare(s: dict) -> None:
+    c = s["corpus"]
+    out.print(f"[bold]corpus[/bold]   {c['documents']:,} documents, {c['words']:,} words -> {s['corpus_file']}")
+    if "removed" in c:
+        r = c["removed"]
+        out.print(f"          evaluation text removed: {r['lines_equal_to_an_example']} lines, "
+                  f"{r['documents_equal_to_an_example'] + r['documents_containing_an_example']} documents "
+                  f"(checked against {c['evaluation_examples_checked']:,} validation/test examples)")
+    out.print(f"[bold]tokenizer[/bold] {s['vocab_size']:,} tokens -> {s['tokenizer']}")
+    for split, d in s["splits"].items():
+        out.print(f"[bold]{split:<9}[/bold] {d['windows']:,} windows x {s['seq_len']} = {d['tokens']:,} tokens "
+                  f"({s['dtype']}), {d['documents']:,} documents")
+    out.print(f"[bold]shards[/bold]    {s['packed']}")
+    if "tasks" in s:
+        table = Table(title=f"evaluation tasks ({s['tasks_root']})", title_justify="left")
+        for col in ("task", "train", "validation", "test"):
+            table.add_column(col, justify="left" if col == "task" else "right")
+        for name, counts in s["tasks"].items():
+            table.add_row(name, *(f"{counts[k]:,}" for k in ("train", "validation", "test")))
+        out.print(table)
+    out.print("time      " + ", ".join(f"{k} {v:.1f}s" for k, v in s["seconds"].items()))
+
+
+@data_app.command("inspect")
+def data_inspect(
+    packed: Path = typer.Argument(..., help="A packed dataset folder (the 'packed' folder that prepare wrote)."),
+    window: int = typer.Option(0, help="Which window of the train split to decode."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
+) -> None:
+    """Show a packed dataset's metadata and decode one window, document by document."""
+    from encoderlab.data.loader import PackedDataset
+    from encoderlab.data.tokenizer import load_tokenizer
+
+    ds = PackedDataset(packed)
+    if not 0 <= window < len(ds):
+        raise EncoderlabError(f"--window {window} is out of range: the train split has {len(ds)} windows")
+    tok = load_tokenizer(packed / "tokenizer")
+    tokens, docs = ds.windows([window])
+    pieces = []
+    for d in sorted(set(docs[0].tolist())):
+        ids = tokens[0][docs[0] == d].tolist()
+        pieces.append({"document": d, "tokens": len(ids), "text": tok.decode(ids, skip_special_tokens=False)})
+    summary = {"root": str(packed), "seq_len": ds.seq_len, "windows": len(ds), "tokenizer": tok.info(),
+               "window": window, "documents": pieces}
+
+    def render(s: dict) -> None:
+        out.print(f"{s['root']}: {s['windows']:,} windows of {s['seq_len']} tokens, vocabulary "
+                  f"{s['tokenizer']['vocab_size']:,} ({s['tokenizer']['origin']})")
+        for p in s["documents"]:
+            out.print(f"[bold]document {p['document']}[/bold] ({p['tokens']} tokens): {p['text'][:300]!r}")
+
+    _emit(summary, as_json, render)
+
+
+def _load_pretrain_config(config: Path, overrides: list[str]):
+    from encoderlab.config import apply_overrides, load_yaml, validate
+    from encoderlab.train.config import PretrainConfig
+
+    return validate(PretrainConfig, apply_overrides(load_yaml(config), overrides), str(config))
+
+
+@app.command("pretrain")
+def pretrain(
+    config: Path = typer.Argument(..., help="A pretraining YAML (see configs/pretrain/)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a key, e.g. --set train.steps=500 "
+                                                          "--set objective=clm:25%,mlm40:75%"),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run from its last checkpoint."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and plan, train nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
+) -> None:
+    """Pretrain (or resume) one run: a model preset, an objective schedule, an LR schedule and a step budget."""
+    from encoderlab.train.loop import Trainer, describe
+
+    cfg = _load_pretrain_config(config, overrides)
+    plan = describe(cfg)
+    if dry_run:
+        _emit(plan, as_json, _render_plan)
+        return
+    if not as_json:
+        _render_plan(plan)
+    summary = Trainer(cfg, resume=resume, log=_log, show_progress=not as_json).run()
+    _emit(summary, as_json, _render_pretrain)
+
+
+def _render_plan(p: dict) -> None:
+    m = p["model"]
+    out.print(f"[bold]model[/bold]   {m['num_hidden_layers']} layers, hidden {m['hidden_size']}, FFN "
+              f"{m['intermediate_size']}, heads {m['num_attention_heads']}/{m['num_key_value_heads']} (q/kv), "
+              f"vocab {m['vocab_size']:,}: {p['parameters'] / 1e6:.1f}M parameters "
+              f"({p['non_embedding_parameters'] / 1e6:.1f}M without embeddings)")
+    phases = ", ".join(f"{ph['objective']} steps {ph['start']}-{ph['end']}" for ph in p["phases"])
+    out.print(f"[bold]schedule[/bold] {phases}; stable checkpoint at step {p['stable_checkpoint_step']}")
+    out.print(f"[bold]data[/bold]    {p['data']}: {p['train_windows']:,} windows of {p['seq_len']}; "
+              f"{p['tokens_per_step']:,} tokens/step, {p['total_tokens']:,} in all ({p['epochs']} epochs)")
+    out.print(f"[bold]run[/bold]     {p['run_dir']}")
+
+
+def _render_pretrain(s: dict) -> None:
+    final = s["final"]
+    losses = ", ".join(f"{k} {v:.3f}" for k, v in final.items() if "loss" in k)
+    out.print(f"[bold]done[/bold]    {s['steps']} steps, {s['tokens']:,} tokens in {s['seconds_this_session']}s; {losses}")
+    out.print(f"[bold]results[/bold] checkpoint {s['checkpoint']}\n        metrics {s['metrics']} "
+              f"(TensorBoard: tensorboard --logdir {Path(s['run_dir']) / 'tensorboard'})")
+
+
+@app.command("demo")
+def demo(
+    steps: int = typer.Option(300, help="Pretraining steps of the tiny demo model."),
+    out_dir: Path = typer.Option(Path("runs"), "--out", help="Where the demo run goes."),
+    fresh: bool = typer.Option(False, help="Start the demo run again instead of resuming it."),
+) -> None:
+    """Prepare the offline data and pretrain the tiny model with MLM: the toolkit end to end, on CPU."""
+    import shutil
+
+    from encoderlab.data.prepare import prepare
+    from encoderlab.train.loop import Trainer, describe
+
+    summary = prepare("offline", log=_log)
+    _render_prepare(summary)
+    config = Path(__file__).resolve().parents[2] / "configs" / "pretrain" / "demo-tiny.yaml"
+    if not config.exists():  # installed without the repository: the same settings, inline
+        raise EncoderlabError(f"demo config not found at {config}; run the demo from a clone of encoderlab")
+    cfg = _load_pretrain_config(config, [f"train.steps={steps}", f"out_dir={out_dir}"])
+    if fresh and cfg.run_dir.exists():
+        shutil.rmtree(cfg.run_dir)
+    _render_plan(describe(cfg))
+    result = Trainer(cfg, resume=True, log=_log).run()
+    _render_pretrain(result)
+    out.print(f"\n[bold green]demo finished[/bold green]: data in {summary['root']}, run in {result['run_dir']}")
+
+
+def main() -> None:
+    try:
+        app()
+    except EncoderlabError as exc:
+        err.print(f"[bold red]error:[/bold red] {exc}")
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

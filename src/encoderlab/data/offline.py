@@ -26,7 +26,7 @@ from encoderlab.data.wheels import PINNED, TEXT_SOURCES, fetch
 SPLIT_SEED = 1234
 FRACTIONS = {"validation": 0.1, "test": 0.1}
 SPLITS = ("train", "validation", "test")
-RECIPE_VERSION = 1  # bump when a change alters the built files, so stale builds are rebuilt
+RECIPE_VERSION = 2  # bump when a change alters the built files, so stale builds are rebuilt
 
 
 @dataclass
@@ -276,6 +276,8 @@ def build_offline_suite(out: Path, *, home: Path | None = None, wheelhouse: Path
     eval_texts += [a["extract"] for a in raw["wiki"] if raw["units"]["wikipedia"][a["title"]] != "train"]
     eval_texts = sorted(set(eval_texts))
     kept, removed = decontaminate.decontaminate(docs, eval_texts)
+    # Interleave sources (the builders emit them one after another) so that packed windows mix them; seeded.
+    kept = [kept[i] for i in np.random.default_rng(SPLIT_SEED).permutation(len(kept))]
     by_source = Counter(d["source"] for d in kept)
     corpus = {
         "documents": len(kept),

@@ -1,0 +1,60 @@
+"""Typed configuration: YAML files, dotted overrides, and errors that name the key, the value and what is allowed."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from encoderlab.errors import EncoderlabError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class ConfigError(EncoderlabError):
+    """A configuration file or override is invalid."""
+
+
+def load_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of sections at the top level, not {type(data).__name__}")
+    return data
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """`["train.lr=3e-4", "objective=clm"]` -> nested updates; values are parsed as YAML scalars/lists."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is a value, not a section")
+            node = child
+        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+    return data
+
+
+def validate(model: type[T], data: dict[str, Any], where: str) -> T:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors():
+            key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+            value = e.get("input")
+            shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {value!r})"
+            message = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+            lines.append(f"{key}: {message}{shown}")
+        raise ConfigError(f"invalid configuration in {where}:\n  " + "\n  ".join(lines)) from None

@@ -1,0 +1,161 @@
+"""`encoderlab data prepare`: text -> corpus/documents.jsonl -> tokenizer -> packed/ shards, each step cached.
+
+The corpus is spooled to JSON Lines first so that training the tokenizer and packing read the same documents
+without streaming a hub dataset twice, and so that every pretraining document can be audited afterwards.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from encoderlab.data import offline, packing, sources
+from encoderlab.data.atomic import atomic_dir, read_jsonl, write_json, write_jsonl
+from encoderlab.data.documents import Document
+from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
+from encoderlab.data.wheels import encoderlab_home
+from encoderlab.errors import DataError
+
+OFFLINE = "offline"
+
+
+@dataclass
+class PrepareOptions:
+    vocab_size: int = 8192
+    seq_len: int = 512
+    val_fraction: float = 0.005
+    tokenizer: str | None = None  # a tokenizer.json / HF folder to use instead of training a BPE
+    tokenizer_max_documents: int = 200_000  # BPE merges stabilise long before the whole of a large corpus
+    text_column: str = "text"
+    txt_unit: str = "paragraph"
+    on_invalid_utf8: str = "error"
+    hf_config: str | None = None
+    hf_split: str = "train"
+    max_documents: int | None = None
+    force: bool = False
+
+
+def default_out(source: str) -> Path:
+    name = OFFLINE if source == OFFLINE else Path(source.rstrip("/")).name.split(".")[0] or "dataset"
+    return encoderlab_home() / "data" / name.replace("/", "--")
+
+
+def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = None,
+            log: Callable[[str], None] = print) -> dict:
+    opts = opts or PrepareOptions()
+    out = Path(out) if out else default_out(source)
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    suite = None
+    if source == OFFLINE:
+        suite = _offline_text(out, opts, log)
+    else:
+        _local_text(source, out, opts, log)
+    timings["text"] = time.perf_counter() - start
+    corpus_file = out / "corpus" / "documents.jsonl"
+    fingerprint = _fingerprint(out / "corpus" / "manifest.json", opts)
+    meta_file = out / "packed" / packing.META
+    cached = meta_file.exists() and json.loads(meta_file.read_text()).get("inputs") == fingerprint
+    t0 = time.perf_counter()
+    if cached and not opts.force:
+        meta = json.loads(meta_file.read_text())
+        log(f"packed shards up to date in {out / 'packed'}")
+    else:
+        tok = _tokenizer(corpus_file, opts, log)
+        timings["tokenizer"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        log(f"packing into windows of {opts.seq_len} tokens (held out for validation: {opts.val_fraction:.1%})")
+        meta = packing.pack(_documents(corpus_file), tok, out / "packed", seq_len=opts.seq_len,
+                            val_fraction=opts.val_fraction)
+        meta["inputs"] = fingerprint
+        write_json(meta_file, meta)
+        timings["pack"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - start
+    summary = {
+        "source": source,
+        "root": str(out),
+        "corpus": json.loads((out / "corpus" / "manifest.json").read_text()),
+        "corpus_file": str(corpus_file),
+        "packed": str(out / "packed"),
+        "tokenizer": str(out / "packed" / "tokenizer"),
+        "vocab_size": meta["tokenizer"]["vocab_size"],
+        "seq_len": meta["seq_len"],
+        "dtype": meta["dtype"],
+        "splits": {s: {k: v for k, v in d.items() if k != "shards"} for s, d in meta["splits"].items()},
+        "seconds": {k: round(v, 1) for k, v in timings.items()},
+    }
+    if suite is not None:
+        summary["tasks"] = {name: {s: d["examples"] for s, d in st["splits"].items()}
+                            for name, st in suite["tasks"].items()}
+        summary["tasks_root"] = str(out / "tasks")
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def _offline_text(out: Path, opts: PrepareOptions, log) -> dict:
+    suite_file = out / "suite.json"
+    if suite_file.exists() and not opts.force:
+        suite = json.loads(suite_file.read_text())
+        if suite.get("recipe") == offline.RECIPE_VERSION and (out / "corpus" / "documents.jsonl").exists():
+            log(f"offline tasks and corpus up to date in {out}")
+            return suite
+    log("building the offline suite (tasks and leak-free corpus)")
+    return offline.build_offline_suite(out, log=log)
+
+
+def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:
+    docs = sources.iter_documents(source, text_column=opts.text_column, txt_unit=opts.txt_unit,  # type: ignore[arg-type]
+                                  on_invalid_utf8=opts.on_invalid_utf8, hf_config=opts.hf_config,  # type: ignore[arg-type]
+                                  hf_split=opts.hf_split, max_documents=opts.max_documents)
+    log(f"reading {sources.describe_spec(source)}")
+    counts: Counter[str] = Counter()
+    words = chars = 0
+
+    def rows() -> Iterator[dict]:
+        nonlocal words, chars
+        for d in docs:
+            counts[d.source] += 1
+            words += len(d.text.split())
+            chars += len(d.text)
+            yield {"id": d.id, "source": d.source, "text": d.text}
+
+    with atomic_dir(out / "corpus") as tmp:
+        n = write_jsonl(tmp / "documents.jsonl", rows())
+        if n == 0:
+            raise DataError(f"no document with text found in {source} (empty files, or empty column "
+                            f"{opts.text_column!r}?)")
+        write_json(tmp / "manifest.json", {"source": source, "documents": n, "words": words, "characters": chars,
+                                           "documents_by_source": dict(sorted(counts.items()))})
+
+
+def _documents(corpus_file: Path) -> Iterator[Document]:
+    for row in read_jsonl(corpus_file):
+        yield Document(row["id"], row["source"], row["text"])
+
+
+def _tokenizer(corpus_file: Path, opts: PrepareOptions, log) -> TextTokenizer:
+    if opts.tokenizer:
+        tok = load_tokenizer(opts.tokenizer)
+        log(f"tokenizer {opts.tokenizer}: {tok.vocab_size} tokens"
+            + (f", added {', '.join(tok.added_tokens)}" if tok.added_tokens else ""))
+        return tok
+    log(f"training a byte-level BPE with {opts.vocab_size} tokens")
+
+    def texts() -> Iterator[str]:
+        for i, doc in enumerate(_documents(corpus_file)):
+            if i >= opts.tokenizer_max_documents:
+                return
+            yield doc.text
+
+    return train_bpe(texts(), opts.vocab_size)
+
+
+def _fingerprint(manifest: Path, opts: PrepareOptions) -> str:
+    """Identifies what the packed shards were made from; a change in any of it repacks."""
+    parts = [manifest.read_text(), str(opts.vocab_size), str(opts.seq_len), str(opts.val_fraction),
+             str(opts.tokenizer), str(opts.tokenizer_max_documents), str(packing.FORMAT_VERSION)]
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()

@@ -1,0 +1,350 @@
+"""Pretraining objectives: MLM masking, CLM shift, and their loss on the sparse LM head.
+
+MLM and CLM differ only here (inputs, labels) and in the `causal` flag of the forward call; the model is the same
+(DESIGN.md convention 1). Both objectives produce the same four tensors:
+
+    input_ids  (B, T)  what the model reads (MLM: a corrupted copy; CLM: the batch itself)
+    labels     (B, T)  the token to predict, -100 where nothing is predicted (Hugging Face convention)
+    positions  (N,)    flat indices into B*T of the predicted positions, increasing
+    targets    (N,)    labels.flatten()[positions]
+
+so the LM head runs only at `positions` (MLM: the masking rate of the tokens; CLM: almost all of them).
+
+MLM follows the paper (PAPER.md, "Pretraining"): every non-special token is selected independently with
+probability `mask_rate` and replaced by the mask token; the loss is taken only on selected tokens. BERT's 80/10/10
+corruption is available as `strategy="80-10-10"` for follow-ups. CLM predicts the next token of the same document:
+in a packed window the `<eos>` of one document never predicts the `<bos>` of the next one (convention 7).
+
+Randomness comes only from the `torch.Generator` passed in, on the device of the batch, so a seed fixes the masks
+on any device. No Python loop runs over tokens (only over the handful of special ids), and the one host-device
+sync is the `nonzero` that turns the selection into `positions` (the number of masked tokens is data-dependent).
+Distributed training is not this module's business (convention 9).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from encoderlab.errors import EncoderlabError
+
+IGNORE_INDEX = -100
+MaskStrategy = Literal["mask", "80-10-10"]
+_STRATEGIES = ("mask", "80-10-10")
+
+
+class ObjectiveError(EncoderlabError, ValueError):
+    """An objective's settings are out of range (a mask rate outside (0, 1), an unknown strategy, ...)."""
+
+
+# ---- objectives as data ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MLM:
+    """Masked language modelling, bidirectional attention. `mask_rate` is the paper's 20/30/40/50%."""
+
+    mask_rate: float = 0.4
+    strategy: MaskStrategy = "mask"
+
+    def __post_init__(self) -> None:
+        rate = self.mask_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate < 1.0:
+            raise ObjectiveError(
+                f"MLM mask_rate={rate!r} is not allowed: it must be a number strictly between 0 and 1 "
+                "(the paper uses 0.2, 0.3, 0.4 or 0.5)"
+            )
+        if self.strategy not in _STRATEGIES:
+            raise ObjectiveError(
+                f"MLM strategy={self.strategy!r} is not allowed: use one of {', '.join(map(repr, _STRATEGIES))}"
+            )
+
+    @property
+    def name(self) -> str:
+        """`mlm40` as in the released run names (`610m-clm-10k-mlm40-42k`); `mlm15_801010` for BERT corruption."""
+        percent = self.mask_rate * 100
+        rate = f"{round(percent)}" if abs(percent - round(percent)) < 1e-9 else f"{percent:g}"
+        return f"mlm{rate}" + ("" if self.strategy == "mask" else "_801010")
+
+    @property
+    def causal(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class CLM:
+    """Causal (next-token) language modelling, causal attention."""
+
+    @property
+    def name(self) -> str:
+        return "clm"
+
+    @property
+    def causal(self) -> bool:
+        return True
+
+
+Objective = MLM | CLM
+
+
+# ---- inputs and labels -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LMInputs:
+    input_ids: Tensor  # (B, T) what the model reads
+    labels: Tensor  # (B, T) target token, IGNORE_INDEX where none
+    positions: Tensor  # (N,) int64 flat indices into B*T of the predicted tokens, increasing
+    targets: Tensor  # (N,) int64, labels.flatten()[positions]
+
+
+class MLMInputs(LMInputs):
+    """`input_ids` is the corrupted copy; `labels` holds the original token at the selected positions."""
+
+
+class CLMInputs(LMInputs):
+    """`input_ids` is the batch unchanged; `labels[t]` is the next token of the same document."""
+
+
+def _predicted(labels: Tensor) -> tuple[Tensor, Tensor]:
+    # nonzero syncs with the host (its length is data-dependent); it is the only sync of this module and returns
+    # indices in increasing order. The model's index form of `output_positions` then needs no further sync.
+    positions = (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+    return positions, labels.reshape(-1).index_select(0, positions)
+
+
+def _special_mask(input_ids: Tensor, special_ids: Iterable[int]) -> Tensor:
+    """(B, T) True at special tokens; a loop over the few special ids, no host-to-device copy."""
+    special = torch.zeros_like(input_ids, dtype=torch.bool)
+    for s in special_ids:
+        special |= input_ids == s
+    return special
+
+
+def _nth_non_special(k: Tensor, special_sorted: list[int]) -> Tensor:
+    """Map k in [0, V - m) to the k-th non-special id, for specials sorted ascending: skip each special passed."""
+    ids = k
+    for s in special_sorted:
+        ids = ids + (ids >= s).to(ids.dtype)
+    return ids
+
+
+def prepare_mlm(
+    input_ids: Tensor,
+    *,
+    mask_rate: float,
+    mask_id: int,
+    special_ids: Iterable[int],
+    vocab_size: int,
+    generator: torch.Generator | None,
+    strategy: MaskStrategy = "mask",
+) -> MLMInputs:
+    """Select each non-special token with probability `mask_rate` and corrupt it; labels only at selected tokens.
+
+    special_ids: never selected (bos, eos, pad, mask; `mask_id` is added if missing). strategy "mask": every
+    selected token becomes `mask_id` (the paper). "80-10-10": 80% `mask_id`, 10% a token drawn uniformly from
+    the non-special ids of the vocabulary, 10% left unchanged (BERT). `generator` must live on the device of
+    `input_ids`; None uses the global RNG.
+    """
+    MLM(mask_rate, strategy)  # validates
+    specials = sorted({int(s) for s in special_ids} | {int(mask_id)})
+    if not 0 <= mask_id < vocab_size:
+        raise ObjectiveError(f"mask_id={mask_id} is outside the vocabulary (vocab_size={vocab_size})")
+    in_vocab = [s for s in specials if 0 <= s < vocab_size]
+    if len(in_vocab) >= vocab_size:
+        raise ObjectiveError(f"all {vocab_size} ids of the vocabulary are special: nothing can be masked")
+    device = input_ids.device
+
+    draw = torch.rand(input_ids.shape, generator=generator, device=device)  # (B, T)
+    selected = (draw < mask_rate) & ~_special_mask(input_ids, specials)  # (B, T)
+    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+
+    if strategy == "mask":
+        corrupted = input_ids.masked_fill(selected, mask_id)
+    else:
+        bucket = torch.rand(input_ids.shape, generator=generator, device=device)  # (B, T): 80 / 10 / 10
+        k = torch.randint(0, vocab_size - len(in_vocab), input_ids.shape, generator=generator, device=device)
+        random_ids = _nth_non_special(k, in_vocab).to(input_ids.dtype)  # (B, T), never special
+        corrupted = torch.where(selected & (bucket < 0.9), random_ids, input_ids)
+        corrupted = corrupted.masked_fill(selected & (bucket < 0.8), mask_id)
+
+    positions, targets = _predicted(labels)
+    return MLMInputs(input_ids=corrupted, labels=labels, positions=positions, targets=targets)
+
+
+def prepare_clm(input_ids: Tensor, doc_ids: Tensor, *, pad_id: int | None = None) -> CLMInputs:
+    """Next-token labels that never cross a document boundary; the last position of a window predicts nothing.
+
+    labels[:, t] = input_ids[:, t+1] where doc_ids[:, t+1] == doc_ids[:, t], else -100. A document cut by the
+    window end simply loses its last target. `pad_id`, if given, is never a target (packed data has no padding).
+    """
+    if doc_ids.shape != input_ids.shape:
+        raise ValueError(f"doc_ids has shape {tuple(doc_ids.shape)}, input_ids {tuple(input_ids.shape)}")
+    same_doc = doc_ids[:, 1:] == doc_ids[:, :-1]  # (B, T-1)
+    if pad_id is not None:
+        same_doc = same_doc & (input_ids[:, 1:] != pad_id)
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels[:, :-1] = torch.where(same_doc, input_ids[:, 1:], labels[:, :-1])
+    positions, targets = _predicted(labels)
+    return CLMInputs(input_ids=input_ids, labels=labels, positions=positions, targets=targets)
+
+
+def prepare(
+    objective: Objective,
+    input_ids: Tensor,
+    doc_ids: Tensor,
+    *,
+    special_ids: Iterable[int],
+    mask_id: int,
+    vocab_size: int,
+    generator: torch.Generator | None,
+) -> LMInputs:
+    """Inputs and labels of `objective` for one batch."""
+    if isinstance(objective, MLM):
+        return prepare_mlm(
+            input_ids, mask_rate=objective.mask_rate, mask_id=mask_id, special_ids=special_ids,
+            vocab_size=vocab_size, generator=generator, strategy=objective.strategy,
+        )
+    if isinstance(objective, CLM):
+        return prepare_clm(input_ids, doc_ids)
+    raise ObjectiveError(f"unknown objective {objective!r}: use MLM(...) or CLM()")
+
+
+# ---- loss --------------------------------------------------------------------------------------------------
+
+
+def objective_loss(
+    model: nn.Module,
+    input_ids: Tensor,
+    doc_ids: Tensor,
+    objective: Objective,
+    *,
+    special_ids: Iterable[int],
+    mask_id: int,
+    vocab_size: int,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Mean cross-entropy over the predicted tokens of `objective`, and logging stats, without host sync.
+
+    The model runs with the objective's attention (`causal`), document masks (`doc_ids`) and the LM head only at
+    the predicted positions. Cross-entropy is in fp32 whatever the logits' dtype. A batch with nothing to predict
+    gives a loss of 0 (not NaN). Stats (detached tensors): `tokens` (int64 count of predicted tokens), `accuracy`
+    (fraction of them whose argmax is the target) and `loss`. For a global mean over ranks or micro-batches, weight
+    each loss by its `tokens`.
+    """
+    inputs = prepare(
+        objective, input_ids, doc_ids, special_ids=special_ids, mask_id=mask_id, vocab_size=vocab_size,
+        generator=generator,
+    )
+    logits = model(
+        inputs.input_ids, causal=objective.causal, doc_ids=doc_ids, output_positions=inputs.positions
+    )  # (N, V)
+    tokens = (inputs.labels != IGNORE_INDEX).sum()  # on device: no sync
+    denom = tokens.clamp_min(1).float()
+    loss = F.cross_entropy(logits.float(), inputs.targets, reduction="sum") / denom
+    with torch.no_grad():
+        accuracy = (logits.argmax(dim=-1) == inputs.targets).sum().float() / denom
+    return loss, {"loss": loss.detach(), "tokens": tokens, "accuracy": accuracy}
+
+
+# ---- schedules of objectives -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Steps [start, end) of a run trained with one objective."""
+
+    index: int
+    objective: Objective
+    start: int
+    end: int
+
+    def describe(self) -> dict:
+        return {"objective": self.objective.name, "start": self.start, "end": self.end, "steps": self.end - self.start}
+
+
+def parse_objective(text: str) -> Objective:
+    """'clm', 'mlm' (40%, the paper's default), 'mlm30', 'mlm15_801010' (BERT-style corruption)."""
+    name = text.strip().lower()
+    if name == "clm":
+        return CLM()
+    if name.startswith("mlm"):
+        rest, strategy = name[3:], "mask"
+        if rest.endswith("_801010"):
+            rest, strategy = rest[: -len("_801010")], "80-10-10"
+        try:
+            rate = float(rest) / 100 if rest else 0.4
+        except ValueError:
+            rate = None
+        if rate is not None:
+            return MLM(rate, strategy)  # type: ignore[arg-type]
+    raise ObjectiveError(f"unknown objective {text!r}: use 'clm', 'mlm' or 'mlmNN' (NN = mask percentage, e.g. "
+                         "'mlm40'), optionally with '_801010' for BERT's 80/10/10 corruption")
+
+
+def parse_schedule(text: str, total_steps: int) -> list[Phase]:
+    """'mlm40' or 'clm:25%,mlm40:75%' or 'clm:10000,mlm40:rest' -> consecutive phases covering every step.
+
+    Each part is OBJECTIVE[:LENGTH]; LENGTH is a percentage of the run, a number of steps, or 'rest' (what is
+    left; also the meaning of a missing length on the last part). The lengths must add up to the run.
+    """
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ObjectiveError("empty objective schedule: give e.g. 'mlm40' or 'clm:25%,mlm40:75%'")
+    lengths: list[int | None] = []
+    for k, part in enumerate(parts):
+        _, sep, length = part.partition(":")
+        length = length.strip().lower()
+        if not sep or length == "rest":
+            if k != len(parts) - 1:
+                raise ObjectiveError(f"in {text!r}: only the last phase may omit its length or say 'rest'")
+            lengths.append(None)
+        elif length.endswith("%"):
+            lengths.append(round(float(length[:-1]) / 100 * total_steps))
+        elif length.isdigit():
+            lengths.append(int(length))
+        else:
+            raise ObjectiveError(f"in {text!r}: length {length!r} must be a percentage ('25%'), steps ('1000') "
+                                 "or 'rest'")
+    known = sum(n for n in lengths if n is not None)
+    if lengths[-1] is None:
+        lengths[-1] = total_steps - known
+    if sum(lengths) != total_steps or any(n <= 0 for n in lengths):  # type: ignore[operator]
+        raise ObjectiveError(f"phases {text!r} give {lengths} steps, which must be positive and add up to the "
+                             f"run's {total_steps} steps")
+    phases, start = [], 0
+    for k, (part, n) in enumerate(zip(parts, lengths)):
+        phases.append(Phase(k, parse_objective(part.partition(":")[0]), start, start + n))  # type: ignore[operator]
+        start += n  # type: ignore[operator]
+    return phases
+
+
+def phase_at(phases: list[Phase], step: int) -> Phase:
+    for phase in phases:
+        if phase.start <= step < phase.end:
+            return phase
+    raise ObjectiveError(f"step {step} is outside the schedule (0..{phases[-1].end - 1})")
+
+
+__all__ = [
+    "Phase",
+    "parse_objective",
+    "parse_schedule",
+    "phase_at",
+    "CLM",
+    "IGNORE_INDEX",
+    "MLM",
+    "CLMInputs",
+    "LMInputs",
+    "MLMInputs",
+    "Objective",
+    "ObjectiveError",
+    "objective_loss",
+    "prepare",
+    "prepare_clm",
+    "prepare_mlm",
+]

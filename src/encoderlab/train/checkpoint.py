@@ -1,0 +1,74 @@
+"""Full-state checkpoints, written to a temporary folder and renamed when complete.
+
+A checkpoint folder holds `model.safetensors` (Hugging Face parameter names), `optimizer.pt` (AdamW state, loaded
+with `weights_only=True`) and `state.json` (step, phase, LR schedule position, data position, why it was written).
+No RNG state is needed: the only randomness after initialisation is MLM masking, whose generator is seeded from
+(seed, step), so a resumed run draws exactly the masks an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from encoderlab.data.atomic import atomic_dir, write_json
+from encoderlab.errors import EncoderlabError
+
+LATEST = "LATEST"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:07d}"
+
+
+def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> Path:
+    dest = run_dir / "checkpoints" / checkpoint_name(step)
+    with atomic_dir(dest) as tmp:
+        weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        write_json(tmp / "state.json", {**state, "step": step})
+    pointer = run_dir / f".{LATEST}.tmp"
+    pointer.write_text(dest.name + "\n")
+    os.replace(pointer, run_dir / LATEST)  # the pointer moves only once the folder is complete
+    return dest
+
+
+def latest(run_dir: Path) -> Path | None:
+    pointer = run_dir / LATEST
+    if not pointer.exists():
+        return None
+    path = run_dir / "checkpoints" / pointer.read_text().strip()
+    if not (path / "state.json").exists():
+        raise EncoderlabError(f"{pointer} names {path.name}, which is missing or incomplete")
+    return path
+
+
+def load_state(path: Path) -> dict:
+    return json.loads((path / "state.json").read_text())
+
+
+def load_weights(path: Path, model: torch.nn.Module) -> None:
+    weights = load_file(str(path / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise EncoderlabError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, "
+                              f"unexpected {unexpected[:5]}")
+
+
+def load_optimizer(path: Path, optimizer: torch.optim.Optimizer) -> None:
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+
+
+def prune(run_dir: Path, keep: int) -> None:
+    """Delete the oldest periodic checkpoints beyond `keep`; phase, stable and final ones stay."""
+    folder = run_dir / "checkpoints"
+    periodic = sorted(p for p in folder.glob("step-*") if load_state(p).get("reason") == "periodic")
+    current = latest(run_dir)
+    for path in periodic[:-keep]:
+        if path != current:
+            shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,71 @@
+"""The configuration of one pretraining run: each component gets its own section."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from encoderlab.train.schedule import LRSchedule
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataSection(_Section):
+    path: str = Field("offline", description="packed dataset folder, or 'offline' for the prepared offline suite")
+    seed: int = 0
+
+
+class ModelSection(BaseModel):
+    """`preset` plus any ModelConfig field to override it; vocabulary and special ids come from the data."""
+
+    model_config = ConfigDict(extra="allow")
+    preset: str = "tiny"
+
+
+class OptimSection(_Section):
+    lr: float = Field(5e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.1, ge=0)
+    grad_clip: float = Field(1.0, ge=0, description="max global grad norm; 0 disables clipping")
+
+
+class TrainSection(_Section):
+    steps: int = Field(..., gt=0)
+    global_batch: int = Field(..., gt=0, description="sequences per optimizer step (all ranks together)")
+    micro_batch: int | None = Field(None, gt=0, description="sequences per forward; global/micro = accumulation")
+    dtype: Literal["bf16", "fp32"] = "bf16"
+    seed: int = 0
+    log_every: int = Field(10, gt=0)
+    eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0: only at the end")
+    eval_batches: int = Field(4, ge=0)
+    save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at phase switches and end")
+    keep_checkpoints: int = Field(3, ge=1, description="periodic checkpoints kept (phase/stable/final are kept)")
+    threads: int | None = Field(None, gt=0, description="torch intra-op threads; default: all cores")
+    tensorboard: bool = True
+
+    @field_validator("micro_batch")
+    @classmethod
+    def _divides(cls, v, info):
+        gb = info.data.get("global_batch")
+        if v is not None and gb is not None and gb % v:
+            raise ValueError(f"micro_batch {v} must divide global_batch {gb}")
+        return v
+
+
+class PretrainConfig(_Section):
+    name: str = "run"
+    out_dir: str = Field("runs", description="the run folder is OUT_DIR/NAME")
+    data: DataSection = DataSection()
+    model: ModelSection = ModelSection()
+    objective: str = Field("mlm40", description="e.g. 'mlm40', 'clm', or phases 'clm:25%,mlm40:75%'")
+    optim: OptimSection = OptimSection()
+    lr_schedule: LRSchedule = LRSchedule()
+    train: TrainSection
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / self.name

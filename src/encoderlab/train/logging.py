@@ -1,0 +1,69 @@
+"""Where a run reports: a JSON Lines log (the record of truth), TensorBoard scalars, and a live progress line."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as RichProgress
+
+
+class MetricsLog:
+    def __init__(self, run_dir: Path, *, resume_from: int, tensorboard: bool):
+        self.path = run_dir / "metrics.jsonl"
+        self._truncate_after(resume_from)
+        self.file = open(self.path, "a", encoding="utf-8")
+        self.tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_from or None)
+
+    def _truncate_after(self, step: int) -> None:
+        """Records after the checkpoint a run resumes from were made by steps that will be redone."""
+        if not self.path.exists():
+            return
+        keep = [ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(ln + "\n" for ln in keep))
+        os.replace(tmp, self.path)
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        if self.tb is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.tb.add_scalar(key, value, record["step"])
+
+    def close(self) -> None:
+        self.file.close()
+        if self.tb is not None:
+            self.tb.close()
+
+
+class Progress:
+    """step, phase, loss, tokens/s and ETA on stderr; silent when disabled (tests, --json)."""
+
+    def __init__(self, total: int, *, start: int, enabled: bool):
+        self.bar = None
+        if enabled:
+            self.bar = RichProgress(
+                TextColumn("[bold]{task.fields[phase]}[/bold]"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}  {task.fields[speed]} tok/s"), TimeElapsedColumn(),
+                TextColumn("eta"), TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+            self.bar.start()
+            self.task = self.bar.add_task("pretrain", total=total, completed=start, phase="", loss="-", speed="-")
+
+    def update(self, step: int, record: dict) -> None:
+        if self.bar is None:
+            return
+        loss = record.get(f"{record['phase']}/loss")
+        self.bar.update(self.task, completed=step, phase=record["phase"],
+                        loss=f"{loss:.3f}" if loss is not None else "-", speed=f"{record['tokens_per_s']:,.0f}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

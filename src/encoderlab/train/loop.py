@@ -1,0 +1,240 @@
+"""The pretraining loop: AdamW, LR schedule, objective phases, bf16 autocast, accumulation, checkpoints, logs."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+import yaml
+
+from encoderlab import objectives
+from encoderlab.data.loader import PackedDataset, PackedLoader
+from encoderlab.data.wheels import encoderlab_home
+from encoderlab.errors import EncoderlabError
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.presets import preset
+from encoderlab.model.transformer import TransformerLM
+from encoderlab.train import checkpoint
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.logging import MetricsLog, Progress
+
+
+def resolve_data(path: str) -> Path:
+    root = encoderlab_home() / "data" / "offline" / "packed" if path == "offline" else Path(path)
+    if (root / "packed" / "meta.json").exists():  # the folder `data prepare` printed, not its packed/ child
+        root = root / "packed"
+    if not (root / "meta.json").exists():
+        hint = "encoderlab data prepare offline" if path == "offline" else f"encoderlab data prepare SOURCE --out {path}"
+        raise EncoderlabError(f"no packed dataset at {root}: create it with `{hint}`")
+    return root
+
+
+def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
+    extra = dict(cfg.model.model_extra or {})
+    ids = {"vocab_size": tokenizer["vocab_size"], "bos_token_id": tokenizer["bos_id"],
+           "eos_token_id": tokenizer["eos_id"], "pad_token_id": tokenizer["pad_id"],
+           "mask_token_id": tokenizer["mask_id"]}
+    return preset(cfg.model.preset, **{**ids, **extra})
+
+
+def describe(cfg: PretrainConfig) -> dict:
+    """The resolved run: what --dry-run prints and what is written beside the checkpoints."""
+    data = resolve_data(cfg.data.path)
+    meta = json.loads((data / "meta.json").read_text())
+    mcfg = model_config(cfg, meta["tokenizer"])
+    phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
+    tokens_per_step = cfg.train.global_batch * meta["seq_len"]
+    return {
+        "run_dir": str(cfg.run_dir), "data": str(data), "seq_len": meta["seq_len"],
+        "train_windows": meta["splits"]["train"]["windows"],
+        "model": mcfg.model_dump(), "parameters": mcfg.num_parameters(),
+        "non_embedding_parameters": mcfg.num_parameters(include_embeddings=False),
+        "phases": [p.describe() for p in phases],
+        "stable_checkpoint_step": cfg.lr_schedule.decay_start(cfg.train.steps),
+        "tokens_per_step": tokens_per_step, "total_tokens": tokens_per_step * cfg.train.steps,
+        "epochs": round(cfg.train.global_batch * cfg.train.steps / meta["splits"]["train"]["windows"], 3),
+        "config": cfg.model_dump(mode="json"),
+    }
+
+
+class Trainer:
+    def __init__(self, cfg: PretrainConfig, *, resume: bool = False, log: Callable[[str], None] = print,
+                 show_progress: bool = True):
+        self.cfg, self.log, self.show_progress = cfg, log, show_progress
+        self.run_dir = cfg.run_dir
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        data_root = resolve_data(cfg.data.path)
+        self.train_data = PackedDataset(data_root, "train")
+        self.val_data = PackedDataset(data_root, "validation")
+        tok = self.train_data.meta["tokenizer"]
+        self.special_ids, self.mask_id, self.vocab_size = sorted({tok["bos_id"], tok["eos_id"], tok["pad_id"],
+                                                                  tok["mask_id"]}), tok["mask_id"], tok["vocab_size"]
+        self.model_cfg = model_config(cfg, tok)
+        self.phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
+        torch.manual_seed(cfg.train.seed)
+        self.model = TransformerLM(self.model_cfg)
+        self.model.init_weights(cfg.train.seed)
+        self.optimizer = self._optimizer()
+        self.loader = PackedLoader(self.train_data, cfg.train.global_batch, seed=cfg.data.seed)
+        self.step = 0
+        self._prepare_run_dir(resume)
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        o = self.cfg.optim
+        # Norm gains are not decayed (decaying them shrinks the residual stream for no regularisation benefit).
+        decay = [p for p in self.model.parameters() if p.ndim >= 2]
+        no_decay = [p for p in self.model.parameters() if p.ndim < 2]
+        groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps)
+
+    def _prepare_run_dir(self, resume: bool) -> None:
+        found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
+        if found is None and (self.run_dir / "metrics.jsonl").exists() and not resume:
+            raise EncoderlabError(f"{self.run_dir} already holds a run: pass --resume to continue it or choose "
+                                  "another name (--set name=...)")
+        if found is not None and not resume:
+            raise EncoderlabError(f"{self.run_dir} already holds a run (last checkpoint {found.name}): pass --resume "
+                                  "to continue it or choose another name (--set name=...)")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        saved_config = self.run_dir / "config.yaml"
+        if found is not None:
+            previous = yaml.safe_load(saved_config.read_text())
+            if previous.get("train", {}).get("global_batch") != self.cfg.train.global_batch:
+                raise EncoderlabError("cannot resume with a different train.global_batch: the data position would "
+                                      "not mean the same thing")
+            checkpoint.load_weights(found, self.model)
+            checkpoint.load_optimizer(found, self.optimizer)
+            state = checkpoint.load_state(found)
+            self.loader.load_state_dict(state["data"])
+            self.step = state["step"]
+            self.log(f"resumed {self.run_dir} from {found.name} (step {self.step})")
+        saved_config.write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+
+    # ------------------------------------------------------------------------------------------- one step
+
+    def _generator(self, step: int) -> torch.Generator:
+        # Masks depend on (seed, step) only, so resuming reproduces them without saving RNG state.
+        return torch.Generator().manual_seed(self.cfg.train.seed * 1_000_003 + step)
+
+    def _autocast(self):
+        if self.cfg.train.dtype == "bf16":
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def train_step(self, objective) -> dict[str, torch.Tensor]:
+        batch = self.loader.next_batch()
+        micro = self.cfg.train.micro_batch or self.cfg.train.global_batch
+        gen = self._generator(self.step)
+        total_tokens = torch.zeros((), dtype=torch.int64)
+        loss_sum = torch.zeros(())
+        correct = torch.zeros(())
+        self.model.train()
+        for ids, docs in zip(batch.input_ids.split(micro), batch.doc_ids.split(micro)):
+            with self._autocast():
+                loss, stats = objectives.objective_loss(
+                    self.model, ids, docs, objective, special_ids=self.special_ids, mask_id=self.mask_id,
+                    vocab_size=self.vocab_size, generator=gen)
+            # Sum of per-token losses here; divided by the step's token count below, so the gradient is the
+            # exact token-weighted mean however the batch is split into micro-batches.
+            (loss * stats["tokens"]).backward()
+            total_tokens += stats["tokens"]
+            loss_sum += stats["loss"] * stats["tokens"]
+            correct += stats["accuracy"] * stats["tokens"]
+        denom = total_tokens.clamp_min(1).float()
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.div_(denom)
+        clip = self.cfg.optim.grad_clip
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"loss": loss_sum / denom, "accuracy": correct / denom, "grad_norm": grad_norm,
+                "predicted_tokens": total_tokens}
+
+    @torch.no_grad()
+    def evaluate(self, objective) -> dict[str, float]:
+        """Held-out loss on a fixed set of validation windows with fixed masks: comparable across steps."""
+        n = min(len(self.val_data), self.cfg.train.eval_batches * self.cfg.train.global_batch)
+        if n == 0:
+            return {}
+        self.model.eval()
+        gen = torch.Generator().manual_seed(12345)
+        total, loss_sum = 0, 0.0
+        micro = self.cfg.train.micro_batch or self.cfg.train.global_batch
+        for start in range(0, n, micro):
+            ids, docs = self.val_data.windows(list(range(start, min(n, start + micro))))
+            with self._autocast():
+                loss, stats = objectives.objective_loss(
+                    self.model, torch.from_numpy(ids), torch.from_numpy(docs), objective,
+                    special_ids=self.special_ids, mask_id=self.mask_id, vocab_size=self.vocab_size, generator=gen)
+            total += int(stats["tokens"])
+            loss_sum += float(loss) * int(stats["tokens"])
+        return {f"val/loss_{objective.name}": loss_sum / max(1, total)}
+
+    # ------------------------------------------------------------------------------------------- the run
+
+    def _save(self, reason: str, phase) -> None:
+        state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
+                 "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
+                 "total_steps": self.cfg.train.steps}
+        path = checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, state)
+        checkpoint.prune(self.run_dir, self.cfg.train.keep_checkpoints)
+        self.log(f"checkpoint ({reason}) -> {path}")
+
+    def _lr_factor(self, step: int) -> float:
+        return self.cfg.lr_schedule.factor(step, self.cfg.train.steps)
+
+    def run(self) -> dict:
+        cfg, total = self.cfg, self.cfg.train.steps
+        decay_start = cfg.lr_schedule.decay_start(total)
+        metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard)
+        progress = Progress(total, start=self.step, enabled=self.show_progress)
+        tokens_per_step = cfg.train.global_batch * self.train_data.seq_len
+        window: dict[str, list] = {}
+        t_window, steps_in_window = time.perf_counter(), 0
+        started = time.perf_counter()
+        last: dict = {}
+        try:
+            while self.step < total:
+                phase = objectives.phase_at(self.phases, self.step)
+                if self.step > 0 and self.step == phase.start and phase.index > 0:
+                    self._save("phase", phase)
+                if decay_start and self.step == decay_start:
+                    self._save("stable", phase)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = cfg.optim.lr * self._lr_factor(self.step)
+                stats = self.train_step(phase.objective)
+                self.step += 1
+                steps_in_window += 1
+                for key, value in stats.items():
+                    window.setdefault(f"{phase.objective.name}/{key}", []).append(value)
+                if self.step % cfg.train.log_every == 0 or self.step == total:
+                    elapsed = time.perf_counter() - t_window
+                    record = {k: float(torch.stack(v).float().mean()) for k, v in window.items()}
+                    record.update({"step": self.step, "phase": phase.objective.name,
+                                   "lr": self.optimizer.param_groups[0]["lr"],
+                                   "tokens": self.step * tokens_per_step,
+                                   "tokens_per_s": steps_in_window * tokens_per_step / max(elapsed, 1e-9)})
+                    if (cfg.train.eval_every and self.step % cfg.train.eval_every == 0) or self.step == total:
+                        record.update(self.evaluate(phase.objective))
+                    metrics.write(record)
+                    last = record
+                    window, t_window, steps_in_window = {}, time.perf_counter(), 0
+                    progress.update(self.step, record)
+                if cfg.train.save_every and self.step % cfg.train.save_every == 0 and self.step < total:
+                    self._save("periodic", phase)
+            self._save("final", objectives.phase_at(self.phases, total - 1))
+        finally:
+            progress.close()
+            metrics.close()
+        summary = {"run_dir": str(self.run_dir), "steps": total, "tokens": total * tokens_per_step,
+                   "seconds_this_session": round(time.perf_counter() - started, 1),
+                   "final": last, "checkpoint": str(checkpoint.latest(self.run_dir)),
+                   "metrics": str(self.run_dir / "metrics.jsonl")}
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
