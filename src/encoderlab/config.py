@@ -42,8 +42,18 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             if not isinstance(child, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is a value, not a section")
             node = child
-        node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else None
+        node[parts[-1]] = _parse_value(raw)
     return data
+
+
+def _parse_value(raw: str):
+    value = yaml.safe_load(raw) if raw.strip() else None
+    if isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads "3e-4" as a string; users mean a number
+        except ValueError:
+            pass
+    return value
 
 
 def validate(model: type[T], data: dict[str, Any], where: str) -> T:

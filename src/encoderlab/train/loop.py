@@ -189,7 +189,8 @@ class Trainer:
     def _lr_factor(self, step: int) -> float:
         return self.cfg.lr_schedule.factor(step, self.cfg.train.steps)
 
-    def run(self) -> dict:
+    def run(self, stop_at: int | None = None) -> dict:
+        """Train to the end of the budget (or, to simulate a kill in tests, stop after step `stop_at`)."""
         cfg, total = self.cfg, self.cfg.train.steps
         decay_start = cfg.lr_schedule.decay_start(total)
         metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard)
@@ -228,6 +229,8 @@ class Trainer:
                     progress.update(self.step, record)
                 if cfg.train.save_every and self.step % cfg.train.save_every == 0 and self.step < total:
                     self._save("periodic", phase)
+                if stop_at is not None and self.step >= stop_at:
+                    return {"stopped_at": self.step}
             self._save("final", objectives.phase_at(self.phases, total - 1))
         finally:
             progress.close()

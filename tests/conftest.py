@@ -1,0 +1,33 @@
+"""Shared fixtures: a small packed dataset built from synthetic text, so tests need no download."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from encoderlab.data.documents import Document
+from encoderlab.data.packing import pack
+from encoderlab.data.tokenizer import train_bpe
+
+WORDS = ("the cat sat on a mat while dogs ran across green fields and birds sang in tall trees near the old "
+         "river where children played with boats made of paper").split()
+
+
+def synthetic_documents(n: int, seed: int = 0) -> list[Document]:
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + "." for _ in range(rng.randint(1, 6))]
+        docs.append(Document(f"doc-{i}", "synthetic", " ".join(sentences).capitalize()))
+    return docs
+
+
+@pytest.fixture(scope="session")
+def packed_dir(tmp_path_factory) -> Path:
+    """~400 documents, vocabulary 320, windows of 64 tokens, 5% held out."""
+    docs = synthetic_documents(400)
+    tok = train_bpe((d.text for d in docs), 320)
+    out = tmp_path_factory.mktemp("data") / "packed"
+    pack(docs, tok, out, seq_len=64, val_fraction=0.05)
+    return out
