@@ -18,9 +18,16 @@ def synthetic_documents(n: int, seed: int = 0) -> list[Document]:
     rng = random.Random(seed)
     docs = []
     for i in range(n):
-        sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + "." for _ in range(rng.randint(1, 6))]
+        sentences = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + "."
+                     for _ in range(rng.randint(1, 6))]
         docs.append(Document(f"doc-{i}", "synthetic", " ".join(sentences).capitalize()))
     return docs
+
+
+@pytest.fixture(scope="session")
+def synthetic():
+    """`synthetic(n, seed=0)` -> n reproducible Documents of short English-like sentences."""
+    return synthetic_documents
 
 
 @pytest.fixture(scope="session")

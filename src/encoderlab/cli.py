@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -35,18 +34,18 @@ def _emit(summary: dict, as_json: bool, render) -> None:
 def data_prepare(
     source: str = typer.Argument(..., help="'offline' (the bundled suite), a local file/folder/glob "
                                             "(.txt .jsonl .parquet .csv), or a Hugging Face dataset id."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Output folder [default: $ENCODERLAB_HOME/data/NAME]."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Output folder [default: $ENCODERLAB_HOME/data/NAME]."),
     vocab_size: int = typer.Option(8192, help="Vocabulary of the byte-level BPE to train."),
     seq_len: int = typer.Option(512, help="Tokens per packed window."),
     val_fraction: float = typer.Option(0.005, help="Fraction of documents held out for validation loss."),
-    tokenizer: Optional[str] = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder instead of "
+    tokenizer: str | None = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder instead of "
                                                        "training one (a mask token is added if missing)."),
     text_column: str = typer.Option("text", help="Column holding the text (jsonl, csv, parquet, HF datasets)."),
     txt_unit: str = typer.Option("paragraph", help="What a document is in .txt files: file, paragraph or line."),
     on_invalid_utf8: str = typer.Option("error", help="Invalid UTF-8 bytes: error, replace or skip."),
-    hf_config: Optional[str] = typer.Option(None, help="Hugging Face dataset configuration name."),
+    hf_config: str | None = typer.Option(None, help="Hugging Face dataset configuration name."),
     hf_split: str = typer.Option("train", help="Hugging Face dataset split."),
-    max_documents: Optional[int] = typer.Option(None, help="Stop after this many documents."),
+    max_documents: int | None = typer.Option(None, help="Stop after this many documents."),
     force: bool = typer.Option(False, help="Rebuild every step even when the cached result is up to date."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
@@ -160,14 +159,15 @@ def _render_plan(p: dict) -> None:
 def _render_pretrain(s: dict) -> None:
     final = s["final"]
     losses = ", ".join(f"{k} {v:.3f}" for k, v in final.items() if "loss" in k)
-    out.print(f"[bold]done[/bold]    {s['steps']} steps, {s['tokens']:,} tokens in {s['seconds_this_session']}s; {losses}")
+    out.print(f"[bold]done[/bold]    {s['steps']} steps, {s['tokens']:,} tokens in "
+              f"{s['seconds_this_session']}s; {losses}")
     out.print(f"[bold]results[/bold] checkpoint {s['checkpoint']}\n        metrics {s['metrics']} "
               f"(TensorBoard: tensorboard --logdir {Path(s['run_dir']) / 'tensorboard'})")
 
 
 @app.command("demo")
 def demo(
-    steps: int = typer.Option(300, help="Pretraining steps of the tiny demo model."),
+    steps: int = typer.Option(250, help="Pretraining steps of the tiny demo model."),
     out_dir: Path = typer.Option(Path("runs"), "--out", help="Where the demo run goes."),
     fresh: bool = typer.Option(False, help="Start the demo run again instead of resuming it."),
 ) -> None:

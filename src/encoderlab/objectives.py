@@ -331,10 +331,6 @@ def phase_at(phases: list[Phase], step: int) -> Phase:
 
 
 __all__ = [
-    "Phase",
-    "parse_objective",
-    "parse_schedule",
-    "phase_at",
     "CLM",
     "IGNORE_INDEX",
     "MLM",
@@ -343,7 +339,11 @@ __all__ = [
     "MLMInputs",
     "Objective",
     "ObjectiveError",
+    "Phase",
     "objective_loss",
+    "parse_objective",
+    "parse_schedule",
+    "phase_at",
     "prepare",
     "prepare_clm",
     "prepare_mlm",

@@ -32,7 +32,8 @@ class PackedDataset:
         self._tokens, self._docs, counts = [], [], []
         for shard in self.meta["splits"][split]["shards"]:
             shape = (shard["windows"], self.seq_len)
-            self._tokens.append(np.memmap(self.root / f"{shard['name']}.tokens.bin", dtype=dtype, mode="r", shape=shape))
+            name = shard["name"]
+            self._tokens.append(np.memmap(self.root / f"{name}.tokens.bin", dtype=dtype, mode="r", shape=shape))
             self._docs.append(np.memmap(self.root / f"{shard['name']}.docids.bin", dtype=np.uint32, mode="r",
                                         shape=shape))
             counts.append(shard["windows"])

@@ -102,7 +102,8 @@ def fetch(key: str, *, home: Path | None = None, wheelhouse: Path | None = None)
         _verify(pinned, dest, "cached file")  # a corrupted cache must not be trusted silently
         return dest
     cache.mkdir(parents=True, exist_ok=True)
-    wheelhouse = wheelhouse or (Path(os.environ["ENCODERLAB_WHEELHOUSE"]) if "ENCODERLAB_WHEELHOUSE" in os.environ else None)
+    if wheelhouse is None and os.environ.get("ENCODERLAB_WHEELHOUSE"):
+        wheelhouse = Path(os.environ["ENCODERLAB_WHEELHOUSE"])
     with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
         if wheelhouse is not None and (wheelhouse / pinned.filename).exists():
             candidate = Path(tmp) / pinned.filename

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -45,24 +46,36 @@ class MetricsLog:
 
 
 class Progress:
-    """step, phase, loss, tokens/s and ETA on stderr; silent when disabled (tests, --json)."""
+    """step, phase, loss, tokens/s and ETA on stderr: a live bar on a terminal, one line per log step otherwise
+    (CI logs, `make demo > log`); silent when disabled (tests, --json)."""
 
     def __init__(self, total: int, *, start: int, enabled: bool):
+        self.total, self.start, self.enabled = total, start, enabled
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.t0 = time.perf_counter()
         self.bar = None
-        if enabled:
+        if enabled and self.console.is_terminal:
             self.bar = RichProgress(
                 TextColumn("[bold]{task.fields[phase]}[/bold]"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("loss {task.fields[loss]}  {task.fields[speed]} tok/s"), TimeElapsedColumn(),
-                TextColumn("eta"), TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+                TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False)
             self.bar.start()
             self.task = self.bar.add_task("pretrain", total=total, completed=start, phase="", loss="-", speed="-")
 
     def update(self, step: int, record: dict) -> None:
-        if self.bar is None:
+        if not self.enabled:
             return
         loss = record.get(f"{record['phase']}/loss")
-        self.bar.update(self.task, completed=step, phase=record["phase"],
-                        loss=f"{loss:.3f}" if loss is not None else "-", speed=f"{record['tokens_per_s']:,.0f}")
+        shown = f"{loss:.3f}" if loss is not None else "-"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, phase=record["phase"], loss=shown,
+                            speed=f"{record['tokens_per_s']:,.0f}")
+            return
+        done = step - self.start
+        eta = (time.perf_counter() - self.t0) / max(done, 1) * (self.total - step)
+        extra = "".join(f"  {k} {v:.3f}" for k, v in record.items() if k.startswith("val/"))
+        self.console.print(f"step {step}/{self.total}  {record['phase']}  loss {shown}  "
+                           f"{record['tokens_per_s']:,.0f} tok/s  eta {eta / 60:.1f} min{extra}")
 
     def close(self) -> None:
         if self.bar is not None:

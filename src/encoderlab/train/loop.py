@@ -28,7 +28,7 @@ def resolve_data(path: str) -> Path:
     if (root / "packed" / "meta.json").exists():  # the folder `data prepare` printed, not its packed/ child
         root = root / "packed"
     if not (root / "meta.json").exists():
-        hint = "encoderlab data prepare offline" if path == "offline" else f"encoderlab data prepare SOURCE --out {path}"
+        hint = "encoderlab data prepare offline" if path == "offline" else f"encoderlab data prepare SRC --out {path}"
         raise EncoderlabError(f"no packed dataset at {root}: create it with `{hint}`")
     return root
 

@@ -22,7 +22,7 @@ class LRSchedule(BaseModel):
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="LR at the end, as a fraction of the peak")
 
     @model_validator(mode="after")
-    def _check(self) -> "LRSchedule":
+    def _check(self) -> LRSchedule:
         if self.kind != "wsd" and self.decay_steps not in (0, 2000):
             raise ValueError("decay_steps applies to kind 'wsd' only")
         return self

@@ -1,0 +1,79 @@
+"""The command line as a user meets it: summaries, --json, caching, and one-line errors with exit code 2."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str, home: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "ENCODERLAB_HOME": str(home), "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "encoderlab.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory, synthetic) -> Path:
+    path = tmp_path_factory.mktemp("src") / "notes.jsonl"
+    path.write_text("".join(json.dumps({"body": d.text, "n": i}) + "\n" for i, d in enumerate(synthetic(300))))
+    return path
+
+
+def test_prepare_local_jsonl_json_summary_and_cache(tmp_path, corpus_file):
+    out = tmp_path / "ds"
+    args = ["data", "prepare", str(corpus_file), "--out", str(out), "--text-column", "body", "--vocab-size", "300",
+            "--seq-len", "32", "--json"]
+    summary = json.loads(run_cli(*args, home=tmp_path).stdout)
+    assert summary["corpus"]["documents"] == 300
+    assert summary["vocab_size"] == 300 and summary["seq_len"] == 32 and summary["dtype"] == "uint16"
+    total = summary["splits"]["train"]["tokens"] + summary["splits"]["validation"]["tokens"]
+    assert total > 0 and Path(summary["packed"], "meta.json").exists()
+    again = run_cli(*args, home=tmp_path)
+    assert "up to date" in again.stderr and json.loads(again.stdout)["splits"] == summary["splits"]
+    human = run_cli(*args[:-1], home=tmp_path).stdout
+    assert "300 documents" in human and "windows x 32" in human
+    inspect = json.loads(run_cli("data", "inspect", summary["packed"], "--json", home=tmp_path).stdout)
+    assert inspect["seq_len"] == 32 and inspect["documents"][0]["tokens"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["data", "prepare", "/no/such/file.jsonl"], "no such file or directory"),
+    (["data", "prepare", "{corpus}", "--text-column", "text"], "'text'"),
+    (["data", "prepare", "{corpus}", "--text-column", "body", "--vocab-size", "10"], "too small"),
+    (["data", "prepare", "{corpus}", "--text-column", "body", "--seq-len", "100000"], "fewer than one window"),
+    (["data", "inspect", "{tmp}"], "not a packed dataset"),
+    (["pretrain", "{tmp}/missing.yaml"], "config file not found"),
+])
+def test_errors_are_one_line(tmp_path, corpus_file, args, message):
+    args = [a.format(corpus=corpus_file, tmp=tmp_path) for a in args]
+    proc = run_cli(*_with_out(args, tmp_path), home=tmp_path, check=False)
+    assert proc.returncode == 2, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _with_out(args: list[str], tmp_path: Path) -> list[str]:
+    return [*args, "--out", str(tmp_path / "o")] if args[:2] == ["data", "prepare"] else args
+
+
+def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir):
+    config = Path(__file__).resolve().parents[2] / "configs" / "pretrain" / "demo-tiny.yaml"
+    plan = json.loads(run_cli("pretrain", str(config), "--dry-run", "--json", "--set", f"data.path={packed_dir}",
+                              "--set", "objective=clm:25%,mlm40:75%", "--set", f"out_dir={tmp_path}",
+                              home=tmp_path).stdout)
+    assert [p["objective"] for p in plan["phases"]] == ["clm", "mlm40"]
+    assert plan["phases"][0]["steps"] == round(0.25 * plan["config"]["train"]["steps"])
+    assert plan["model"]["vocab_size"] == 320 and plan["seq_len"] == 64
+    bad = run_cli("pretrain", str(config), "--dry-run", "--set", "train.stepz=3", home=tmp_path, check=False)
+    assert bad.returncode == 2 and "train.stepz: unknown key" in bad.stderr
+    bad = run_cli("pretrain", str(config), "--dry-run", "--set", f"data.path={packed_dir}", "--set", "objective=xlm",
+                  home=tmp_path, check=False)
+    assert bad.returncode == 2 and "unknown objective 'xlm'" in bad.stderr
