@@ -1,14 +1,19 @@
 """Shared fixtures: a small packed dataset built from synthetic text, so tests need no download."""
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from encoderlab.data.documents import Document
 from encoderlab.data.packing import pack
 from encoderlab.data.tokenizer import train_bpe
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)  # `make test` runs one worker per core: more threads would only contend
 
 WORDS = ("the cat sat on a mat while dogs ran across green fields and birds sang in tall trees near the old "
          "river where children played with boats made of paper").split()

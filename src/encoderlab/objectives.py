@@ -255,13 +255,43 @@ def objective_loss(
 
 
 @dataclass(frozen=True)
+class Mix:
+    """Per-batch mixing: each step draws one objective with probability proportional to its weight.
+
+    The draw depends only on (seed, step), so a resumed run draws the same objectives.
+    """
+
+    parts: tuple[tuple[Objective, float], ...]
+
+    @property
+    def name(self) -> str:
+        return "mix(" + ",".join(f"{o.name}={w:g}" for o, w in self.parts) + ")"
+
+    @property
+    def members(self) -> list[Objective]:
+        return [o for o, _ in self.parts]
+
+    def pick(self, step: int, seed: int) -> Objective:
+        weights = torch.tensor([w for _, w in self.parts], dtype=torch.float64)
+        gen = torch.Generator().manual_seed(seed * 7_919 + step)
+        return self.parts[int(torch.multinomial(weights, 1, generator=gen))][0]
+
+
+@dataclass(frozen=True)
 class Phase:
-    """Steps [start, end) of a run trained with one objective."""
+    """Steps [start, end) of a run trained with one objective (or a per-batch mix of several)."""
 
     index: int
-    objective: Objective
+    objective: Objective | Mix
     start: int
     end: int
+
+    def objective_at(self, step: int, seed: int) -> Objective:
+        return self.objective.pick(step, seed) if isinstance(self.objective, Mix) else self.objective
+
+    @property
+    def members(self) -> list[Objective]:
+        return self.objective.members if isinstance(self.objective, Mix) else [self.objective]
 
     def describe(self) -> dict:
         return {"objective": self.objective.name, "start": self.start, "end": self.end, "steps": self.end - self.start}
@@ -286,41 +316,87 @@ def parse_objective(text: str) -> Objective:
                          "'mlm40'), optionally with '_801010' for BERT's 80/10/10 corruption")
 
 
+def parse_mix(text: str) -> Mix:
+    """'mix(clm=1,mlm40=3)' -> Mix; weights default to 1 ('mix(clm,mlm40)')."""
+    inner = text.strip()[len("mix("):-1]
+    parts = []
+    for item in (i.strip() for i in inner.split(",") if i.strip()):
+        name, sep, weight = item.partition("=")
+        try:
+            w = float(weight) if sep else 1.0
+        except ValueError:
+            w = -1.0
+        if not w > 0:
+            raise ObjectiveError(f"in {text!r}: weight of {name!r} must be a positive number, got {weight!r}")
+        parts.append((parse_objective(name), w))
+    if len(parts) < 2:
+        raise ObjectiveError(f"{text!r} mixes fewer than two objectives: write e.g. 'mix(clm=1,mlm40=1)'")
+    return Mix(tuple(parts))
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas outside parentheses, so 'mix(clm,mlm40):50%,mlm40' has two parts."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    return [p.strip() for p in [*parts, current] if p.strip()]
+
+
+def _name_and_length(part: str) -> tuple[str, str | None]:
+    """'clm:25%' -> ('clm', '25%'); 'mix(clm,mlm40)' -> (..., None): a colon inside the parentheses is not a length."""
+    name, sep, length = part.rpartition(":")
+    if not sep or ")" in length:
+        return part.strip(), None
+    return name.strip(), length.strip().lower()
+
+
 def parse_schedule(text: str, total_steps: int) -> list[Phase]:
     """'mlm40' or 'clm:25%,mlm40:75%' or 'clm:10000,mlm40:rest' -> consecutive phases covering every step.
 
     Each part is OBJECTIVE[:LENGTH]; LENGTH is a percentage of the run, a number of steps, or 'rest' (what is
-    left; also the meaning of a missing length on the last part). The lengths must add up to the run.
+    left; also the meaning of a missing length on the last part). The lengths must add up to the run. OBJECTIVE
+    may be a per-batch mix, 'mix(clm=1,mlm40=3)'.
     """
-    parts = [p.strip() for p in text.split(",") if p.strip()]
+    parts = [_name_and_length(p) for p in _split_top_level(text)]
     if not parts:
         raise ObjectiveError("empty objective schedule: give e.g. 'mlm40' or 'clm:25%,mlm40:75%'")
     lengths: list[int | None] = []
-    for k, part in enumerate(parts):
-        _, sep, length = part.partition(":")
-        length = length.strip().lower()
-        if not sep or length == "rest":
+    for k, (_, length) in enumerate(parts):
+        if length is None or length == "rest":
             if k != len(parts) - 1:
                 raise ObjectiveError(f"in {text!r}: only the last phase may omit its length or say 'rest'")
             lengths.append(None)
-        elif length.endswith("%"):
+        elif length.endswith("%") and _is_number(length[:-1]):
             lengths.append(round(float(length[:-1]) / 100 * total_steps))
         elif length.isdigit():
             lengths.append(int(length))
         else:
             raise ObjectiveError(f"in {text!r}: length {length!r} must be a percentage ('25%'), steps ('1000') "
                                  "or 'rest'")
-    known = sum(n for n in lengths if n is not None)
     if lengths[-1] is None:
-        lengths[-1] = total_steps - known
+        lengths[-1] = total_steps - sum(n for n in lengths if n is not None)
     if sum(lengths) != total_steps or any(n <= 0 for n in lengths):  # type: ignore[operator]
         raise ObjectiveError(f"phases {text!r} give {lengths} steps, which must be positive and add up to the "
                              f"run's {total_steps} steps")
     phases, start = [], 0
-    for k, (part, n) in enumerate(zip(parts, lengths)):
-        phases.append(Phase(k, parse_objective(part.partition(":")[0]), start, start + n))  # type: ignore[operator]
+    for k, ((name, _), n) in enumerate(zip(parts, lengths)):
+        objective = parse_mix(name) if name.lower().startswith("mix(") else parse_objective(name)
+        phases.append(Phase(k, objective, start, start + n))  # type: ignore[operator]
         start += n  # type: ignore[operator]
     return phases
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def phase_at(phases: list[Phase], step: int) -> Phase:
@@ -331,6 +407,8 @@ def phase_at(phases: list[Phase], step: int) -> Phase:
 
 
 __all__ = [
+    "Mix",
+    "parse_mix",
     "CLM",
     "IGNORE_INDEX",
     "MLM",

@@ -107,7 +107,7 @@ def test_wsd_schedule_shape():
 def test_config_errors_name_the_key():
     with pytest.raises(ConfigError, match=r"train\.stepz: unknown key"):
         validate(PretrainConfig, {"train": {"steps": 1, "global_batch": 2, "stepz": 3}}, "x.yaml")
-    with pytest.raises(ConfigError, match=r"train\.micro_batch.*must divide"):
+    with pytest.raises(ConfigError, match=r"train: .*micro_batch 3 must divide global_batch 4"):
         validate(PretrainConfig, {"train": {"steps": 1, "global_batch": 4, "micro_batch": 3}}, "x.yaml")
     with pytest.raises(ConfigError, match=r"lr_schedule\.kind"):
         validate(PretrainConfig, {"lr_schedule": {"kind": "exp"}, "train": {"steps": 1, "global_batch": 2}}, "x")
@@ -115,3 +115,129 @@ def test_config_errors_name_the_key():
     assert data == {"train": {"steps": 5}, "optim": {"lr": 3e-4}, "objective": "clm:25%,mlm:75%"}
     with pytest.raises(ConfigError, match="section.key=value"):
         apply_overrides({}, ["train.steps"])
+
+
+def test_branch_equals_a_straight_run_with_that_schedule(tmp_path, packed_dir):
+    # Trunk: 10 steps, decay over the last 3 -> stable checkpoint at step 7. Branch: a 14-step budget from it.
+    Trainer(make_config(tmp_path, packed_dir, name="trunk", objective="clm"), show_progress=False).run()
+    stable = tmp_path / "trunk" / "checkpoints" / "step-0000007"
+    assert checkpoint.load_state(stable)["reason"] == "stable"
+    branch = make_config(tmp_path, packed_dir, name="branch", objective="clm:7,mlm40:rest", steps=14)
+    branch.init.branch_from = str(stable)
+    Trainer(branch, show_progress=False).run()
+    straight = make_config(tmp_path, packed_dir, name="straight", objective="clm:7,mlm40:rest", steps=14)
+    Trainer(straight, show_progress=False).run()
+    a, b = weights(tmp_path / "branch", 14), weights(tmp_path / "straight", 14)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def test_branch_from_inside_the_decay_is_refused(tmp_path, packed_dir):
+    Trainer(make_config(tmp_path, packed_dir, name="trunk", objective="clm"), show_progress=False).run()
+    late = make_config(tmp_path, packed_dir, name="late", steps=14)
+    late.init.branch_from = str(tmp_path / "trunk")  # the run folder: its final, decayed checkpoint
+    with pytest.raises(EncoderlabError, match="stable"):
+        Trainer(late, show_progress=False)
+
+
+def test_from_weights_loads_weights_only(tmp_path, packed_dir):
+    Trainer(make_config(tmp_path, packed_dir, name="base", steps=3), show_progress=False).run()
+    cpt = make_config(tmp_path, packed_dir, name="cpt", steps=3)
+    cpt.init.from_weights = str(tmp_path / "base")
+    trainer = Trainer(cpt, show_progress=False)
+    assert trainer.step == 0 and trainer.loader.samples_seen == 0
+    for k, v in weights(tmp_path / "base", 3).items():
+        torch.testing.assert_close(trainer.model.state_dict()[k], v, rtol=0, atol=0)
+    bigger = make_config(tmp_path, packed_dir, name="bigger", steps=3)
+    bigger.model = type(bigger.model)(**{**TINY, "hidden_size": 64, "intermediate_size": 128})
+    bigger.init.from_weights = str(tmp_path / "base")
+    with pytest.raises(EncoderlabError, match=r"does not fit.*model\.embed_tokens\.weight: checkpoint \(320, 32\)"):
+        Trainer(bigger, show_progress=False)
+
+
+def test_crash_while_writing_a_checkpoint_keeps_the_previous_one(tmp_path, packed_dir, monkeypatch):
+    cfg = make_config(tmp_path, packed_dir, steps=6, save_every=2)
+    trainer = Trainer(cfg, show_progress=False)
+    real_save_file = checkpoint.save_file
+    calls = {"n": 0}
+
+    def crash_on_second(*args, **kwargs):
+        calls["n"] += 1
+        real_save_file(*args, **kwargs)
+        if calls["n"] == 2:
+            raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "save_file", crash_on_second)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.run()
+    assert checkpoint.latest(tmp_path / "run").name == "step-0000002"
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-0000002"]
+    monkeypatch.setattr(checkpoint, "save_file", real_save_file)
+    resumed = Trainer(make_config(tmp_path, packed_dir, steps=6, save_every=2), show_progress=False, resume=True)
+    assert resumed.step == 2
+    resumed.run()
+
+
+def test_logged_lr_follows_wsd_exactly(tmp_path, packed_dir):
+    cfg = make_config(tmp_path, packed_dir, steps=12)
+    Trainer(cfg, show_progress=False).run()
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    expected = [cfg.optim.lr * cfg.lr_schedule.factor(s, 12) for s in range(12)]
+    assert [r["lr"] for r in records] == pytest.approx(expected, rel=0, abs=1e-15)
+    assert expected[0] < expected[1] == expected[8] and expected[9] > expected[10] > expected[11] > 0
+
+
+def test_mixed_phase_logs_each_objective(tmp_path, packed_dir):
+    cfg = make_config(tmp_path, packed_dir, steps=12, objective="mix(clm=1,mlm30=1):50%,mlm40")
+    Trainer(cfg, show_progress=False).run()
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    seen = {k.split("/")[0] for r in records[:6] for k in r if k.endswith("/loss")}
+    assert seen == {"clm", "mlm30"}
+    assert all("mlm40/loss" in r for r in records[6:])
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"objective": "mlm0"}, "strictly between 0 and 1"),
+    ({"objective": "mlm100"}, "strictly between 0 and 1"),
+    ({"objective": "clm:50%,mlm40:40%"}, "add up to"),
+    ({"objective": "xlm"}, "unknown objective"),
+])
+def test_bad_objectives_fail_before_work(tmp_path, packed_dir, over, message):
+    with pytest.raises(EncoderlabError, match=message):
+        Trainer(make_config(tmp_path, packed_dir, **over), show_progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packed_dir):
+    from encoderlab import objectives
+    from encoderlab.model.presets import preset
+    from encoderlab.train.loop import check_compatible
+
+    cfg = make_config(tmp_path, packed_dir)
+    cfg.model = type(cfg.model)(**{**TINY, "max_position_embeddings": 32})
+    with pytest.raises(EncoderlabError, match="64 tokens but the model's positions stop at 32"):
+        Trainer(cfg, show_progress=False)
+    meta = {"seq_len": 64, "tokenizer": {"mask_id": None}}
+    with pytest.raises(EncoderlabError, match="no mask token"):
+        check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.parse_schedule("clm:50%,mlm", 10))
+    check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.parse_schedule("clm", 10))
+
+
+def test_a_tiny_model_overfits_one_batch():
+    from encoderlab import objectives
+    from encoderlab.model.presets import preset
+    from encoderlab.model.transformer import TransformerLM
+
+    torch.manual_seed(0)
+    model = TransformerLM(preset("tiny", vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2))
+    model.init_weights(0)
+    ids = torch.randint(4, 64, (4, 32))
+    docs = torch.zeros_like(ids)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        loss, _ = objectives.objective_loss(model, ids, docs, objectives.CLM(), special_ids=[0, 1, 2, 3], mask_id=3,
+                                            vocab_size=64, generator=None)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.05

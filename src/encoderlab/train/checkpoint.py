@@ -52,12 +52,30 @@ def load_state(path: Path) -> dict:
     return json.loads((path / "state.json").read_text())
 
 
+def resolve(path: str | Path) -> Path:
+    """A checkpoint folder, or a run folder (its LATEST checkpoint)."""
+    path = Path(path)
+    if (path / "state.json").exists():
+        return path
+    if (path / LATEST).exists():
+        found = latest(path)
+        assert found is not None
+        return found
+    raise EncoderlabError(f"{path} is neither a checkpoint folder (with state.json) nor a run folder (with {LATEST})")
+
+
 def load_weights(path: Path, model: torch.nn.Module) -> None:
+    """Load weights, refusing with a readable list any name or shape that does not fit the model."""
     weights = load_file(str(path / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise EncoderlabError(f"checkpoint {path} does not fit the model: missing {missing[:5]}, "
-                              f"unexpected {unexpected[:5]}")
+    expected = model.state_dict()
+    problems = [f"missing {k}" for k in expected if k not in weights]
+    problems += [f"unexpected {k}" for k in weights if k not in expected]
+    problems += [f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(v.shape)}"
+                 for k, v in expected.items() if k in weights and weights[k].shape != v.shape]
+    if problems:
+        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+        raise EncoderlabError(f"checkpoint {path} does not fit the configured model: {'; '.join(problems[:5])}{more}")
+    model.load_state_dict(weights)
 
 
 def load_optimizer(path: Path, optimizer: torch.optim.Optimizer) -> None:

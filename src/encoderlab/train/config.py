@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from encoderlab.errors import EncoderlabError
 
 from encoderlab.train.schedule import LRSchedule
 
@@ -33,9 +35,25 @@ class OptimSection(_Section):
     grad_clip: float = Field(1.0, ge=0, description="max global grad norm; 0 disables clipping")
 
 
+class InitSection(_Section):
+    """Where the weights come from. `branch_from` continues a trunk's full state (weights, optimizer, step, data
+    position) under this config's schedule and decay, as the paper's budgets and splits were trained;
+    `from_weights` loads weights only and starts at step 0 (continued pretraining of a finished model)."""
+
+    branch_from: str | None = None
+    from_weights: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "InitSection":
+        if self.branch_from and self.from_weights:
+            raise ValueError("give branch_from or from_weights, not both")
+        return self
+
+
 class TrainSection(_Section):
     steps: int = Field(..., gt=0)
-    global_batch: int = Field(..., gt=0, description="sequences per optimizer step (all ranks together)")
+    global_batch: int | None = Field(None, gt=0, description="sequences per optimizer step (all ranks together)")
+    global_batch_tokens: int | None = Field(None, gt=0, description="or: tokens per step (a multiple of seq_len)")
     micro_batch: int | None = Field(None, gt=0, description="sequences per forward; global/micro = accumulation")
     dtype: Literal["bf16", "fp32"] = "bf16"
     seed: int = 0
@@ -47,13 +65,22 @@ class TrainSection(_Section):
     threads: int | None = Field(None, gt=0, description="torch intra-op threads; default: all cores")
     tensorboard: bool = True
 
-    @field_validator("micro_batch")
-    @classmethod
-    def _divides(cls, v, info):
-        gb = info.data.get("global_batch")
-        if v is not None and gb is not None and gb % v:
-            raise ValueError(f"micro_batch {v} must divide global_batch {gb}")
-        return v
+    @model_validator(mode="after")
+    def _batch(self) -> "TrainSection":
+        if (self.global_batch is None) == (self.global_batch_tokens is None):
+            raise ValueError("give exactly one of global_batch (sequences) and global_batch_tokens")
+        if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
+            raise ValueError(f"micro_batch {self.micro_batch} must divide global_batch {self.global_batch}")
+        return self
+
+    def sequences_per_step(self, seq_len: int) -> int:
+        if self.global_batch is not None:
+            return self.global_batch
+        assert self.global_batch_tokens is not None
+        if self.global_batch_tokens % seq_len:
+            raise EncoderlabError(f"train.global_batch_tokens={self.global_batch_tokens} is not a multiple of the "
+                                  f"data's seq_len {seq_len}: use {self.global_batch_tokens // seq_len * seq_len}")
+        return self.global_batch_tokens // seq_len
 
 
 class PretrainConfig(_Section):
@@ -62,6 +89,7 @@ class PretrainConfig(_Section):
     data: DataSection = DataSection()
     model: ModelSection = ModelSection()
     objective: str = Field("mlm40", description="e.g. 'mlm40', 'clm', or phases 'clm:25%,mlm40:75%'")
+    init: InitSection = InitSection()
     optim: OptimSection = OptimSection()
     lr_schedule: LRSchedule = LRSchedule()
     train: TrainSection

@@ -65,7 +65,9 @@ class Progress:
     def update(self, step: int, record: dict) -> None:
         if not self.enabled:
             return
-        loss = record.get(f"{record['phase']}/loss")
+        # A mixed phase logs one loss per objective: show them all.
+        losses = [v for k, v in record.items() if k.endswith("/loss") and not k.startswith("val/")]
+        loss = sum(losses) / len(losses) if losses else None
         shown = f"{loss:.3f}" if loss is not None else "-"
         if self.bar is not None:
             self.bar.update(self.task, completed=step, phase=record["phase"], loss=shown,

@@ -47,7 +47,9 @@ def describe(cfg: PretrainConfig) -> dict:
     meta = json.loads((data / "meta.json").read_text())
     mcfg = model_config(cfg, meta["tokenizer"])
     phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
-    tokens_per_step = cfg.train.global_batch * meta["seq_len"]
+    check_compatible(cfg, mcfg, meta, phases)
+    global_batch = cfg.train.sequences_per_step(meta["seq_len"])
+    tokens_per_step = global_batch * meta["seq_len"]
     return {
         "run_dir": str(cfg.run_dir), "data": str(data), "seq_len": meta["seq_len"],
         "train_windows": meta["splits"]["train"]["windows"],
@@ -56,9 +58,25 @@ def describe(cfg: PretrainConfig) -> dict:
         "phases": [p.describe() for p in phases],
         "stable_checkpoint_step": cfg.lr_schedule.decay_start(cfg.train.steps),
         "tokens_per_step": tokens_per_step, "total_tokens": tokens_per_step * cfg.train.steps,
-        "epochs": round(cfg.train.global_batch * cfg.train.steps / meta["splits"]["train"]["windows"], 3),
+        "global_batch": global_batch,
+        "epochs": round(global_batch * cfg.train.steps / meta["splits"]["train"]["windows"], 3),
+        "init": cfg.init.model_dump(exclude_none=True),
         "config": cfg.model_dump(mode="json"),
     }
+
+
+def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases) -> None:
+    """Fail before any work when the data, the model and the objectives cannot go together."""
+    if meta["seq_len"] > mcfg.max_position_embeddings:
+        raise EncoderlabError(f"the data's windows have {meta['seq_len']} tokens but the model's positions stop at "
+                              f"{mcfg.max_position_embeddings}: raise model.max_position_embeddings or repack")
+    uses_mlm = any(isinstance(o, objectives.MLM) for p in phases for o in p.members)
+    if uses_mlm and meta["tokenizer"].get("mask_id") is None:
+        raise EncoderlabError("the schedule uses MLM but the data's tokenizer has no mask token: prepare the data "
+                              "again (encoderlab adds a mask token to tokenizers that lack one)")
+    micro = cfg.train.micro_batch
+    if micro and cfg.train.sequences_per_step(meta["seq_len"]) % micro:
+        raise EncoderlabError(f"train.micro_batch={micro} does not divide the global batch")
 
 
 class Trainer:
@@ -76,11 +94,13 @@ class Trainer:
                                                                   tok["mask_id"]}), tok["mask_id"], tok["vocab_size"]
         self.model_cfg = model_config(cfg, tok)
         self.phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
+        check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases)
+        self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         torch.manual_seed(cfg.train.seed)
         self.model = TransformerLM(self.model_cfg)
         self.model.init_weights(cfg.train.seed)
         self.optimizer = self._optimizer()
-        self.loader = PackedLoader(self.train_data, cfg.train.global_batch, seed=cfg.data.seed)
+        self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed)
         self.step = 0
         self._prepare_run_dir(resume)
 
@@ -90,7 +110,8 @@ class Trainer:
         decay = [p for p in self.model.parameters() if p.ndim >= 2]
         no_decay = [p for p in self.model.parameters() if p.ndim < 2]
         groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps)
+        # The fused kernel does the whole update in one pass per tensor (measured ~3x faster on CPU than foreach).
+        return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps, fused=True)
 
     def _prepare_run_dir(self, resume: bool) -> None:
         found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
@@ -101,19 +122,36 @@ class Trainer:
             raise EncoderlabError(f"{self.run_dir} already holds a run (last checkpoint {found.name}): pass --resume "
                                   "to continue it or choose another name (--set name=...)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        saved_config = self.run_dir / "config.yaml"
         if found is not None:
-            previous = yaml.safe_load(saved_config.read_text())
-            if previous.get("train", {}).get("global_batch") != self.cfg.train.global_batch:
-                raise EncoderlabError("cannot resume with a different train.global_batch: the data position would "
-                                      "not mean the same thing")
-            checkpoint.load_weights(found, self.model)
-            checkpoint.load_optimizer(found, self.optimizer)
-            state = checkpoint.load_state(found)
-            self.loader.load_state_dict(state["data"])
-            self.step = state["step"]
+            self._load_full_state(found, "resume")
             self.log(f"resumed {self.run_dir} from {found.name} (step {self.step})")
-        saved_config.write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+        elif self.cfg.init.branch_from:
+            source = checkpoint.resolve(self.cfg.init.branch_from)
+            self._load_full_state(source, "branch")
+            self.log(f"branched from {source} at step {self.step}")
+        elif self.cfg.init.from_weights:
+            source = checkpoint.resolve(self.cfg.init.from_weights)
+            checkpoint.load_weights(source, self.model)
+            self.log(f"initialised weights from {source}")
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+
+    def _load_full_state(self, path: Path, why: str) -> None:
+        state = checkpoint.load_state(path)
+        if state["data"]["global_batch_size"] != self.global_batch:
+            raise EncoderlabError(f"cannot {why} from {path}: it was trained with a global batch of "
+                                  f"{state['data']['global_batch_size']} sequences, this config has "
+                                  f"{self.global_batch}; the data position would not mean the same thing")
+        if why == "branch":
+            here = self._lr_factor(state["step"])
+            if abs(here - state["lr_factor"]) > 1e-9:
+                raise EncoderlabError(
+                    f"cannot branch from {path}: it was trained at {state['lr_factor']:.3g} x peak LR at step "
+                    f"{state['step']}, this schedule gives {here:.3g} there; branch from a checkpoint taken before "
+                    "the trunk's decay (its 'stable' checkpoint) into a schedule whose decay starts later")
+        checkpoint.load_weights(path, self.model)
+        checkpoint.load_optimizer(path, self.optimizer)
+        self.loader.load_state_dict(state["data"])
+        self.step = state["step"]
 
     # ------------------------------------------------------------------------------------------- one step
 
@@ -128,7 +166,7 @@ class Trainer:
 
     def train_step(self, objective) -> dict[str, torch.Tensor]:
         batch = self.loader.next_batch()
-        micro = self.cfg.train.micro_batch or self.cfg.train.global_batch
+        micro = self.cfg.train.micro_batch or self.global_batch
         gen = self._generator(self.step)
         total_tokens = torch.zeros((), dtype=torch.int64)
         loss_sum = torch.zeros(())
@@ -159,13 +197,13 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, objective) -> dict[str, float]:
         """Held-out loss on a fixed set of validation windows with fixed masks: comparable across steps."""
-        n = min(len(self.val_data), self.cfg.train.eval_batches * self.cfg.train.global_batch)
+        n = min(len(self.val_data), self.cfg.train.eval_batches * self.global_batch)
         if n == 0:
             return {}
         self.model.eval()
         gen = torch.Generator().manual_seed(12345)
         total, loss_sum = 0, 0.0
-        micro = self.cfg.train.micro_batch or self.cfg.train.global_batch
+        micro = self.cfg.train.micro_batch or self.global_batch
         for start in range(0, n, micro):
             ids, docs = self.val_data.windows(list(range(start, min(n, start + micro))))
             with self._autocast():
@@ -179,7 +217,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- the run
 
     def _save(self, reason: str, phase) -> None:
-        state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
+        state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name, "schedule": self.cfg.objective,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
                  "total_steps": self.cfg.train.steps}
         path = checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, state)
@@ -195,7 +233,7 @@ class Trainer:
         decay_start = cfg.lr_schedule.decay_start(total)
         metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard)
         progress = Progress(total, start=self.step, enabled=self.show_progress)
-        tokens_per_step = cfg.train.global_batch * self.train_data.seq_len
+        tokens_per_step = self.global_batch * self.train_data.seq_len
         window: dict[str, list] = {}
         t_window, steps_in_window = time.perf_counter(), 0
         started = time.perf_counter()
@@ -209,11 +247,12 @@ class Trainer:
                     self._save("stable", phase)
                 for group in self.optimizer.param_groups:
                     group["lr"] = cfg.optim.lr * self._lr_factor(self.step)
-                stats = self.train_step(phase.objective)
+                objective = phase.objective_at(self.step, cfg.train.seed)
+                stats = self.train_step(objective)
                 self.step += 1
                 steps_in_window += 1
                 for key, value in stats.items():
-                    window.setdefault(f"{phase.objective.name}/{key}", []).append(value)
+                    window.setdefault(f"{objective.name}/{key}", []).append(value)
                 if self.step % cfg.train.log_every == 0 or self.step == total:
                     elapsed = time.perf_counter() - t_window
                     record = {k: float(torch.stack(v).float().mean()) for k, v in window.items()}
@@ -222,7 +261,8 @@ class Trainer:
                                    "tokens": self.step * tokens_per_step,
                                    "tokens_per_s": steps_in_window * tokens_per_step / max(elapsed, 1e-9)})
                     if (cfg.train.eval_every and self.step % cfg.train.eval_every == 0) or self.step == total:
-                        record.update(self.evaluate(phase.objective))
+                        for member in phase.members:
+                            record.update(self.evaluate(member))
                     metrics.write(record)
                     last = record
                     window, t_window, steps_in_window = {}, time.perf_counter(), 0
@@ -236,6 +276,7 @@ class Trainer:
             progress.close()
             metrics.close()
         summary = {"run_dir": str(self.run_dir), "steps": total, "tokens": total * tokens_per_step,
+                   "parameters": self.model_cfg.num_parameters(),
                    "seconds_this_session": round(time.perf_counter() - started, 1),
                    "final": last, "checkpoint": str(checkpoint.latest(self.run_dir)),
                    "metrics": str(self.run_dir / "metrics.jsonl")}
