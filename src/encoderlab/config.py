@@ -16,17 +16,31 @@ class ConfigError(EncoderlabError):
     """A configuration file or override is invalid."""
 
 
-def load_yaml(path: str | Path) -> dict:
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Load a YAML mapping; a top-level `base: other.yaml` (relative to this file) is loaded first and this file's
+    keys are merged over it, section by section."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
+    if path.resolve() in _seen:
+        raise ConfigError(f"config {path} includes itself through 'base'")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of sections at the top level, not {type(data).__name__}")
-    return data
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    return deep_merge(load_yaml(path.parent / base, (*_seen, path.resolve())), data)
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

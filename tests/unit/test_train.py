@@ -241,3 +241,23 @@ def test_a_tiny_model_overfits_one_batch():
         loss.backward()
         opt.step()
     assert loss.item() < 0.05
+
+
+def test_every_shipped_config_validates_and_bases_merge(tmp_path):
+    from pathlib import Path
+
+    from encoderlab.config import load_yaml
+
+    root = Path(__file__).resolve().parents[2] / "configs" / "pretrain"
+    files = sorted(root.rglob("*.yaml"))
+    assert len(files) >= 10
+    for file in files:
+        if file.name != "base.yaml":
+            validate(PretrainConfig, load_yaml(file), str(file))
+    split = load_yaml(root / "paper" / "610m-clm25-mlm40.yaml")
+    assert split["objective"] == "clm:25%,mlm40:75%" and split["train"]["steps"] == 42000
+    assert split["model"] == {"preset": "610m"} and split["optim"]["lr"] == 5e-4
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match="includes itself"):
+        load_yaml(tmp_path / "a.yaml")

@@ -61,6 +61,7 @@ class TrainSection(_Section):
     eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0: only at the end")
     eval_batches: int = Field(4, ge=0)
     save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at phase switches and end")
+    save_at: list[int] = Field(default_factory=list, description="extra checkpoint steps (branch points); kept")
     keep_checkpoints: int = Field(3, ge=1, description="periodic checkpoints kept (phase/stable/final are kept)")
     threads: int | None = Field(None, gt=0, description="torch intra-op threads; default: all cores")
     tensorboard: bool = True

@@ -267,7 +267,9 @@ class Trainer:
                     last = record
                     window, t_window, steps_in_window = {}, time.perf_counter(), 0
                     progress.update(self.step, record)
-                if cfg.train.save_every and self.step % cfg.train.save_every == 0 and self.step < total:
+                if self.step in cfg.train.save_at and self.step < total:
+                    self._save("requested", phase)
+                elif cfg.train.save_every and self.step % cfg.train.save_every == 0 and self.step < total:
                     self._save("periodic", phase)
                 if stop_at is not None and self.step >= stop_at:
                     return {"stopped_at": self.step}
