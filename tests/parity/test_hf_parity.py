@@ -20,6 +20,7 @@ from transformers import (
 )
 
 from encoderlab.model.config import ModelConfig
+from encoderlab.model.hf import hf_config_kwargs
 from encoderlab.model.transformer import TransformerLM
 
 TOL = 1e-4
@@ -39,24 +40,8 @@ CONFIGS = {
 
 
 def hf_kwargs(cfg: ModelConfig) -> dict:
-    return {
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_hidden_layers,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_key_value_heads,
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
-        "tie_word_embeddings": cfg.tie_word_embeddings,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "pad_token_id": None,
-        "bos_token_id": None,
-        "eos_token_id": None,
-    }
+    # Special ids stay unset: HF's EuroBERT embedding would otherwise zero its padding row at init.
+    return {**hf_config_kwargs(cfg), "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
 
 
 def hf_model(cls, config_cls, cfg: ModelConfig, state: dict[str, torch.Tensor]):

@@ -224,6 +224,21 @@ class Trainer:
         checkpoint.prune(self.run_dir, self.cfg.train.keep_checkpoints)
         self.log(f"checkpoint ({reason}) -> {path}")
 
+    def _save_reason(self, decay_start: int | None) -> str | None:
+        """Why the state after `self.step` steps is saved, if it is: one checkpoint per step at most."""
+        step, train = self.step, self.cfg.train
+        if step == train.steps:
+            return "final"
+        if any(p.start == step for p in self.phases[1:]):
+            return "phase"  # the state in which the next objective begins
+        if decay_start and step == decay_start:
+            return "stable"  # the last state before decay: where branches leave the trunk
+        if step in train.save_at:
+            return "requested"
+        if train.save_every and step % train.save_every == 0:
+            return "periodic"
+        return None
+
     def _lr_factor(self, step: int) -> float:
         return self.cfg.lr_schedule.factor(step, self.cfg.train.steps)
 
@@ -241,10 +256,6 @@ class Trainer:
         try:
             while self.step < total:
                 phase = objectives.phase_at(self.phases, self.step)
-                if self.step > 0 and self.step == phase.start and phase.index > 0:
-                    self._save("phase", phase)
-                if decay_start and self.step == decay_start:
-                    self._save("stable", phase)
                 for group in self.optimizer.param_groups:
                     group["lr"] = cfg.optim.lr * self._lr_factor(self.step)
                 objective = phase.objective_at(self.step, cfg.train.seed)
@@ -267,13 +278,11 @@ class Trainer:
                     last = record
                     window, t_window, steps_in_window = {}, time.perf_counter(), 0
                     progress.update(self.step, record)
-                if self.step in cfg.train.save_at and self.step < total:
-                    self._save("requested", phase)
-                elif cfg.train.save_every and self.step % cfg.train.save_every == 0 and self.step < total:
-                    self._save("periodic", phase)
+                reason = self._save_reason(decay_start)
+                if reason:
+                    self._save(reason, objectives.phase_at(self.phases, min(self.step, total - 1)))
                 if stop_at is not None and self.step >= stop_at:
                     return {"stopped_at": self.step}
-            self._save("final", objectives.phase_at(self.phases, total - 1))
         finally:
             progress.close()
             metrics.close()
