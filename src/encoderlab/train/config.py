@@ -44,7 +44,7 @@ class InitSection(_Section):
     from_weights: str | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "InitSection":
+    def _one(self) -> InitSection:
         if self.branch_from and self.from_weights:
             raise ValueError("give branch_from or from_weights, not both")
         return self
@@ -67,7 +67,7 @@ class TrainSection(_Section):
     tensorboard: bool = True
 
     @model_validator(mode="after")
-    def _batch(self) -> "TrainSection":
+    def _batch(self) -> TrainSection:
         if (self.global_batch is None) == (self.global_batch_tokens is None):
             raise ValueError("give exactly one of global_batch (sequences) and global_batch_tokens")
         if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:

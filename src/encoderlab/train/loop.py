@@ -217,7 +217,8 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- the run
 
     def _save(self, reason: str, phase) -> None:
-        state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name, "schedule": self.cfg.objective,
+        state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
+                 "schedule": self.cfg.objective,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
                  "total_steps": self.cfg.train.steps}
         path = checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, state)
