@@ -265,3 +265,13 @@ def test_every_shipped_config_validates_and_bases_merge(tmp_path):
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
     with pytest.raises(ConfigError, match="includes itself"):
         load_yaml(tmp_path / "a.yaml")
+
+
+def test_device_choice(tmp_path, packed_dir):
+    cfg = make_config(tmp_path, packed_dir, steps=1, device="cpu")
+    assert Trainer(cfg, show_progress=False).device.type == "cpu"
+    with pytest.raises(ConfigError, match="train.device"):
+        make_config(tmp_path, packed_dir, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(EncoderlabError, match="no CUDA device"):
+            Trainer(make_config(tmp_path, packed_dir, name="gpu", steps=1, device="cuda"), show_progress=False)

@@ -55,6 +55,7 @@ class TrainSection(_Section):
     global_batch: int | None = Field(None, gt=0, description="sequences per optimizer step (all ranks together)")
     global_batch_tokens: int | None = Field(None, gt=0, description="or: tokens per step (a multiple of seq_len)")
     micro_batch: int | None = Field(None, gt=0, description="sequences per forward; global/micro = accumulation")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto: CUDA when available")
     dtype: Literal["bf16", "fp32"] = "bf16"
     seed: int = 0
     log_every: int = Field(10, gt=0)

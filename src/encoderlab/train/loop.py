@@ -65,6 +65,14 @@ def describe(cfg: PretrainConfig) -> dict:
     }
 
 
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise EncoderlabError(f"train.device={name!r} but PyTorch sees no CUDA device here; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
 def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases) -> None:
     """Fail before any work when the data, the model and the objectives cannot go together."""
     if meta["seq_len"] > mcfg.max_position_embeddings:
@@ -96,9 +104,11 @@ class Trainer:
         self.phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
+        self.device = resolve_device(cfg.train.device)
         torch.manual_seed(cfg.train.seed)
         self.model = TransformerLM(self.model_cfg)
-        self.model.init_weights(cfg.train.seed)
+        self.model.init_weights(cfg.train.seed)  # on CPU, so a seed gives the same weights on every device
+        self.model.to(self.device)
         self.optimizer = self._optimizer()
         self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed)
         self.step = 0
@@ -157,22 +167,25 @@ class Trainer:
 
     def _generator(self, step: int) -> torch.Generator:
         # Masks depend on (seed, step) only, so resuming reproduces them without saving RNG state.
-        return torch.Generator().manual_seed(self.cfg.train.seed * 1_000_003 + step)
+        return torch.Generator(self.device).manual_seed(self.cfg.train.seed * 1_000_003 + step)
 
     def _autocast(self):
         if self.cfg.train.dtype == "bf16":
-            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return nullcontext()
 
     def train_step(self, objective) -> dict[str, torch.Tensor]:
         batch = self.loader.next_batch()
         micro = self.cfg.train.micro_batch or self.global_batch
         gen = self._generator(self.step)
-        total_tokens = torch.zeros((), dtype=torch.int64)
-        loss_sum = torch.zeros(())
-        correct = torch.zeros(())
+        # Accumulated on the device: nothing here waits for the accelerator (logging reads them every N steps).
+        total_tokens = torch.zeros((), dtype=torch.int64, device=self.device)
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device)
         self.model.train()
-        for ids, docs in zip(batch.input_ids.split(micro), batch.doc_ids.split(micro)):
+        input_ids = batch.input_ids.to(self.device, non_blocking=True)
+        doc_ids = batch.doc_ids.to(self.device, non_blocking=True)
+        for ids, docs in zip(input_ids.split(micro), doc_ids.split(micro)):
             with self._autocast():
                 loss, stats = objectives.objective_loss(
                     self.model, ids, docs, objective, special_ids=self.special_ids, mask_id=self.mask_id,
@@ -201,14 +214,15 @@ class Trainer:
         if n == 0:
             return {}
         self.model.eval()
-        gen = torch.Generator().manual_seed(12345)
+        gen = torch.Generator(self.device).manual_seed(12345)
         total, loss_sum = 0, 0.0
         micro = self.cfg.train.micro_batch or self.global_batch
         for start in range(0, n, micro):
-            ids, docs = self.val_data.windows(list(range(start, min(n, start + micro))))
+            ids, docs = (torch.from_numpy(a).to(self.device)
+                         for a in self.val_data.windows(list(range(start, min(n, start + micro)))))
             with self._autocast():
                 loss, stats = objectives.objective_loss(
-                    self.model, torch.from_numpy(ids), torch.from_numpy(docs), objective,
+                    self.model, ids, docs, objective,
                     special_ids=self.special_ids, mask_id=self.mask_id, vocab_size=self.vocab_size, generator=gen)
             total += int(stats["tokens"])
             loss_sum += float(loss) * int(stats["tokens"])
