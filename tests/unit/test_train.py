@@ -275,3 +275,11 @@ def test_device_choice(tmp_path, packed_dir):
     if not torch.cuda.is_available():
         with pytest.raises(EncoderlabError, match="no CUDA device"):
             Trainer(make_config(tmp_path, packed_dir, name="gpu", steps=1, device="cuda"), show_progress=False)
+
+
+def test_checkpoints_stand_alone(tmp_path, packed_dir):
+    Trainer(make_config(tmp_path, packed_dir, steps=2), show_progress=False).run()
+    model, cfg, tok = checkpoint.load_model(tmp_path / "run")
+    assert cfg.hidden_size == 32 and tok.vocab_size == cfg.vocab_size == 320 and tok.mask_id == cfg.mask_token_id
+    for k, v in weights(tmp_path / "run", 2).items():
+        torch.testing.assert_close(model.state_dict()[k], v, rtol=0, atol=0)

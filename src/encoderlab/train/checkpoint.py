@@ -25,12 +25,20 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:07d}"
 
 
-def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> Path:
+def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
+         *, tokenizer_dir: Path | None = None) -> Path:
+    """Write a checkpoint that stands alone: weights, model config and tokenizer travel with it (fine-tuning and
+    export need nothing else), plus the optimizer and loop state that resuming needs."""
     dest = run_dir / "checkpoints" / checkpoint_name(step)
     with atomic_dir(dest) as tmp:
         weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        config = getattr(model, "config", None)
+        if config is not None:
+            write_json(tmp / "model_config.json", config.model_dump())
+        if tokenizer_dir is not None:
+            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
         write_json(tmp / "state.json", {**state, "step": step})
     pointer = run_dir / f".{LATEST}.tmp"
     pointer.write_text(dest.name + "\n")
@@ -76,6 +84,21 @@ def load_weights(path: Path, model: torch.nn.Module) -> None:
         more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
         raise EncoderlabError(f"checkpoint {path} does not fit the configured model: {'; '.join(problems[:5])}{more}")
     model.load_state_dict(weights)
+
+
+def load_model(path: str | Path):
+    """(TransformerLM on CPU in fp32, ModelConfig, TextTokenizer) from a checkpoint or run folder."""
+    from encoderlab.data.tokenizer import load_tokenizer
+    from encoderlab.model.config import ModelConfig
+    from encoderlab.model.transformer import TransformerLM
+
+    path = resolve(path)
+    if not (path / "model_config.json").exists() or not (path / "tokenizer").exists():
+        raise EncoderlabError(f"{path} lacks model_config.json or tokenizer/: it was written by an older encoderlab")
+    cfg = ModelConfig.model_validate(json.loads((path / "model_config.json").read_text()))
+    model = TransformerLM(cfg)
+    load_weights(path, model)
+    return model, cfg, load_tokenizer(path / "tokenizer")
 
 
 def load_optimizer(path: Path, optimizer: torch.optim.Optimizer) -> None:

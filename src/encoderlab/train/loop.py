@@ -235,7 +235,8 @@ class Trainer:
                  "schedule": self.cfg.objective,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
                  "total_steps": self.cfg.train.steps}
-        path = checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, state)
+        path = checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, state,
+                               tokenizer_dir=self.train_data.root / "tokenizer")
         checkpoint.prune(self.run_dir, self.cfg.train.keep_checkpoints)
         self.log(f"checkpoint ({reason}) -> {path}")
 
