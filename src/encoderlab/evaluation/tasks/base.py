@@ -1,0 +1,90 @@
+"""What every evaluation task family implements, so one fine-tuning loop and one sweep serve all four.
+
+A task is prepared once per tokenizer (tokenised splits cached on disk), then any number of runs use it: each run
+builds a fresh head, draws its training batches from `train_batches(batch_size, seed)` (one epoch, seeded order,
+length-bucketed so padding stays small), computes `loss(backbone, head, batch)`, and is scored with
+`evaluate(backbone, head, split, batch_size)`. All fine-tuning uses bidirectional attention
+(`backbone(input_ids, causal=False, attention_mask=...)`), whatever the pretraining objective.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.model.transformer import Transformer
+
+FAMILIES = ("classification", "tokens", "qa", "retrieval")
+SPLITS = ("train", "validation", "test")
+
+
+class EvalTask(ABC):
+    name: str  # e.g. "rt-polarity"
+    family: str  # one of FAMILIES
+    metric: str  # the primary metric, reported as "score" by evaluate(): accuracy, f1, ndcg@10
+
+    @abstractmethod
+    def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
+        """Tokenise every split (cached under cache_dir keyed by tokenizer + max_length + data)."""
+
+    @abstractmethod
+    def num_train_examples(self) -> int:
+        """Training examples (or windows, for QA) after preparation."""
+
+    @abstractmethod
+    def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
+        """A fresh head initialised from `generator` (the run's seed decides it)."""
+
+    @abstractmethod
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+        """One epoch of training batches in a seeded order (CPU tensors)."""
+
+    @abstractmethod
+    def loss(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        """Mean training loss of a batch (batch tensors already on the backbone's device)."""
+
+    @abstractmethod
+    def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
+        """Metrics on a split; "score" is the primary metric in percent (0-100)."""
+
+    @abstractmethod
+    def trivial_baseline(self, split: str) -> dict[str, float]:
+        """The score of the trivial predictor (majority class, all-O tags, first span, random ranking)."""
+
+
+def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
+    """Mean over non-padding tokens: (B, T, C), (B, T) -> (B, C)."""
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+
+def bucketed_order(lengths: list[int], batch_size: int, seed: int, bucket_factor: int = 50) -> list[list[int]]:
+    """Batches of example indices with similar lengths, in a seeded random order.
+
+    Examples are shuffled, cut into chunks of `bucket_factor` batches, sorted by length inside each chunk and
+    batched; the batches are shuffled again. Padding stays small while each epoch's order still depends on the seed.
+    """
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(lengths), generator=g).tolist()
+    chunk = batch_size * bucket_factor
+    batches = []
+    for start in range(0, len(order), chunk):
+        part = sorted(order[start : start + chunk], key=lambda i: lengths[i])
+        batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
+    perm = torch.randperm(len(batches), generator=g).tolist()
+    return [batches[i] for i in perm]
+
+
+def pad(sequences: list[list[int]], pad_id: int, value_for_mask: bool = True) -> tuple[Tensor, Tensor]:
+    """Right-pad to the longest: (input_ids (B, T) int64, attention_mask (B, T) int64)."""
+    longest = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), longest), dtype=torch.long)
+    for i, s in enumerate(sequences):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask
