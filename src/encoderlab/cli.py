@@ -34,7 +34,7 @@ def _emit(summary: dict, as_json: bool, render) -> None:
 def data_prepare(
     source: str = typer.Argument(..., help="'offline' (the bundled suite), a local file/folder/glob "
                                             "(.txt .jsonl .parquet .csv), or a Hugging Face dataset id."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Output folder [default: $ENCODERLAB_HOME/data/NAME]."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Output folder (default: $ENCODERLAB_HOME/data/NAME)."),
     vocab_size: int = typer.Option(8192, help="Vocabulary of the byte-level BPE to train."),
     seq_len: int = typer.Option(512, help="Tokens per packed window."),
     val_fraction: float = typer.Option(0.005, help="Fraction of documents held out for validation loss."),
@@ -189,6 +189,93 @@ def demo(
     result = Trainer(cfg, resume=True, log=_log).run()
     _render_pretrain(result)
     out.print(f"\n[bold green]demo finished[/bold green]: data in {summary['root']}, run in {result['run_dir']}")
+
+
+def _protocol(path: Path | None, overrides: list[str]):
+    from encoderlab.config import apply_overrides, load_yaml, validate
+    from encoderlab.evaluation.protocol import Protocol
+
+    data = load_yaml(path) if path else {}
+    return validate(Protocol, apply_overrides(data, overrides), str(path or "the default protocol"))
+
+
+def _default_protocol() -> Path | None:
+    path = Path(__file__).resolve().parents[2] / "configs" / "eval" / "demo.yaml"
+    return path if path.exists() else None
+
+
+@app.command("sweep")
+def sweep(
+    checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
+    tasks: list[str] = typer.Argument(..., help="Task names ('offline' = every offline task), paper datasets "
+                                                "(sst2, conll2003, squad=LOCAL_PATH, ...) or task YAML files."),
+    protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a protocol key, e.g. --set max_steps=300"),
+    out_dir: Path = typer.Option(Path("evals"), "--out", help="Where result records go."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+) -> None:
+    """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
+    from encoderlab.evaluation.sweep import run_sweep
+    from encoderlab.evaluation.tasks import offline_task_names
+
+    specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
+    if not specs:
+        raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
+    proto = _protocol(protocol or _default_protocol(), overrides)
+    summary = run_sweep(checkpoint, specs, proto, out_dir, log=_log, show_progress=not as_json,
+                        cache_dir=_cache_dir())
+    _emit(summary, as_json, _render_sweep)
+
+
+@app.command("finetune")
+def finetune_cmd(
+    checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
+    task: str = typer.Argument(..., help="A task name, paper dataset or task YAML (see `encoderlab sweep --help`)."),
+    lr: float = typer.Option(..., help="Peak learning rate."),
+    seed: int = typer.Option(0, help="Seed of the head initialisation and data order."),
+    protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml)."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a protocol key."),
+    out_dir: Path = typer.Option(Path("evals"), "--out", help="Where the result record goes."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+) -> None:
+    """One fine-tuning run (the sweep's unit): writes one result record."""
+    from encoderlab.evaluation.sweep import run_sweep
+
+    proto = _protocol(protocol or _default_protocol(), [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
+    summary = run_sweep(checkpoint, [task], proto, out_dir, log=_log, show_progress=False, cache_dir=_cache_dir())
+    _emit(summary, as_json, _render_sweep)
+
+
+def _cache_dir() -> Path:
+    from encoderlab.data.wheels import encoderlab_home
+
+    return encoderlab_home() / "cache" / "tasks"
+
+
+def _render_sweep(s: dict) -> None:
+    p = s["protocol"]
+    out.print(f"[bold]{s['tag']}[/bold]: protocol {p['name']} ({p['max_steps']} steps max, batch {p['batch_size']}, "
+              f"{len(p['lrs'])} LRs x {len(p['seeds'])} seeds, LR chosen on {p['selection_split']})")
+    families: dict[str, list] = {}
+    for name, t in s["tasks"].items():
+        families.setdefault(t["family"], []).append((name, t))
+    for family, rows in families.items():
+        table = Table(title=family, title_justify="left")
+        for col in ("task", "metric", "test", "95% CI", "best LR", "validation", "trivial", "std seeds",
+                    "std LRs", "runs"):
+            table.add_column(col, justify="left" if col in ("task", "metric") else "right")
+        for name, t in rows:
+            if "test" not in t:
+                table.add_row(name, t["metric"], "-", "-", "-", "-", f"{t['baseline']:.2f}", "-", "-",
+                              f"{t['runs'] - t['failed']}/{t['runs']}")
+                continue
+            ci = f"± {t['ci95']:.2f}" if t["ci95"] is not None else "n/a"
+            table.add_row(name, t["metric"], f"{t['test']:.2f}", ci, f"{t['best_lr']:g}", f"{t['validation']:.2f}",
+                          f"{t['baseline']:.2f}", f"{t['std_over_seeds']:.2f}", f"{t['std_over_lrs']:.2f}",
+                          f"{t['runs'] - t['failed']}/{t['runs']}")
+        out.print(table)
+    out.print(f"{s['runs_done_this_time']} runs this time in {s['seconds_this_time']}s; records under the "
+              f"output folder, summary in {s['tag']}/summary.json")
 
 
 def main() -> None:

@@ -55,6 +55,16 @@ class EvalTask(ABC):
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """The score of the trivial predictor (majority class, all-O tags, first span, random ranking)."""
 
+    def subsample(self, split: str, n: int, seed: int) -> None:
+        """Keep a seeded random `n` examples of a split (CPU protocols); call before `prepare`.
+
+        Works for tasks that keep their examples in `self.splits` (a dict of lists); others override it.
+        """
+        examples = self.splits[split]  # type: ignore[attr-defined]
+        if len(examples) > n:
+            keep = sorted(torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))[:n].tolist())
+            self.splits[split] = [examples[i] for i in keep]  # type: ignore[attr-defined]
+
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """Mean over non-padding tokens: (B, T, C), (B, T) -> (B, C)."""

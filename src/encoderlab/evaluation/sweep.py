@@ -1,0 +1,140 @@
+"""The LR x seed grid of one checkpoint over tasks: resumable, failure-tolerant, aggregated as the paper does.
+
+Aggregation per task: the LR with the best mean validation score over seeds is chosen; its test scores give the
+mean and a 95% confidence interval (t distribution over seeds). Stability, the paper's third finding, is measured
+as the standard deviation over seeds (at the chosen LR) and over LRs (of the per-LR mean test score).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from encoderlab.data.atomic import write_json
+from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation import records
+from encoderlab.evaluation.finetune import backbone_state, finetune, planned_steps
+from encoderlab.evaluation.metrics import mean_ci95, std
+from encoderlab.evaluation.protocol import Protocol
+from encoderlab.evaluation.tasks import load_task
+from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.train import checkpoint as ckpt
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
+                  log: Callable[[str], None]) -> list[EvalTask]:
+    """Load every task first, so bad input fails before any training, then tokenise each once."""
+    tasks = [load_task(spec) for spec in specs]
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        raise EncoderlabError(f"a task is named twice in {specs}")
+    for task in tasks:
+        if protocol.max_train_examples:
+            task.subsample("train", protocol.max_train_examples, seed=0)
+        if protocol.max_eval_examples:
+            for split in ("validation", "test"):
+                task.subsample(split, protocol.max_eval_examples, seed=0)
+        t0 = time.perf_counter()
+        task.prepare(tokenizer, protocol.length_for(task.family), cache_dir)
+        log(f"{task.name} ({task.family}): {task.num_train_examples():,} training examples, "
+            f"{planned_steps(task, protocol)} steps per run, prepared in {time.perf_counter() - t0:.1f}s")
+    return tasks
+
+
+def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
+              device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
+              cache_dir: Path | None = None) -> dict:
+    device = device or default_device()
+    path = ckpt.resolve(checkpoint)
+    model, model_cfg, tokenizer = ckpt.load_model(path)
+    weights = backbone_state(model.state_dict())
+    del model
+    tag = records.checkpoint_tag(path)
+    tasks = prepare_tasks(specs, tokenizer, protocol, cache_dir=cache_dir, log=log)
+    jobs = [(task, lr, seed) for task in tasks for lr in protocol.lrs for seed in protocol.seeds]
+    todo = [j for j in jobs if records.read(records.record_path(out, tag, j[0].name, j[1], j[2])) is None]
+    log(f"{len(jobs)} runs in the grid, {len(jobs) - len(todo)} already recorded, {len(todo)} to do")
+    baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in tasks}
+    progress = _progress(len(todo), show_progress)
+    started = time.perf_counter()
+    try:
+        for k, (task, lr, seed) in enumerate(todo):
+            body = finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=protocol, device=device)
+            record = {"checkpoint": str(path), "tag": tag, "task": task.name, "family": task.family,
+                      "metric": task.metric, "protocol": protocol.model_dump(mode="json"),
+                      "baseline": baselines[task.name], "device": str(device),
+                      "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
+            records.write(records.record_path(out, tag, task.name, lr, seed), record)
+            if body["status"] != "ok":
+                log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
+            progress(k + 1, f"{task.name} lr={lr:g} seed={seed}")
+    finally:
+        progress(None, "")
+    summary = summarize([r for r in records.load_all(out, tag) if r["task"] in {t.name for t in tasks}])
+    summary.update({"checkpoint": str(path), "tag": tag, "protocol": protocol.model_dump(mode="json"),
+                    "runs_done_this_time": len(todo), "seconds_this_time": round(time.perf_counter() - started, 1)})
+    write_json(out / tag / "summary.json", summary)
+    return summary
+
+
+def summarize(recs: list[dict]) -> dict:
+    by_task: dict[str, list[dict]] = {}
+    for r in recs:
+        by_task.setdefault(r["task"], []).append(r)
+    tasks = {}
+    for name, rs in sorted(by_task.items()):
+        ok = [r for r in rs if r["status"] == "ok"]
+        entry = {"family": rs[0]["family"], "metric": rs[0]["metric"], "runs": len(rs), "failed": len(rs) - len(ok),
+                 "baseline": rs[0]["baseline"]["test"]["score"],
+                 "failures": [{"lr": r["lr"], "seed": r["seed"], "reason": r["reason"]} for r in rs if r not in ok]}
+        by_lr: dict[float, list[dict]] = {}
+        for r in ok:
+            by_lr.setdefault(r["lr"], []).append(r)
+        if by_lr:
+            val = {lr: sum(r["scores"]["validation"]["score"] for r in g) / len(g) for lr, g in by_lr.items()}
+            best = max(sorted(val), key=lambda lr: val[lr])  # ties: the smallest LR
+            test = [r["scores"]["test"]["score"] for r in by_lr[best]]
+            mean, half = mean_ci95(test)
+            per_lr_test = [sum(r["scores"]["test"]["score"] for r in g) / len(g) for g in by_lr.values()]
+            entry.update({"best_lr": best, "validation": round(val[best], 3), "test": round(mean, 3),
+                          "ci95": round(half, 3) if half == half else None, "seeds": len(test),
+                          "std_over_seeds": round(std(test), 3), "std_over_lrs": round(std(per_lr_test), 3),
+                          "validation_by_lr": {f"{lr:g}": round(v, 3) for lr, v in sorted(val.items())}})
+        tasks[name] = entry
+    return {"tasks": tasks}
+
+
+def _progress(total: int, enabled: bool):
+    """Runs done / left and ETA: a live bar on a terminal, a line per run otherwise."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not enabled or total == 0:
+        return lambda done, what: None
+    t0 = time.perf_counter()
+    if console.is_terminal:
+        bar = Progress(TextColumn("runs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                       TextColumn("eta"), TimeRemainingColumn(), console=console)
+        bar.start()
+        task = bar.add_task("", total=total)
+
+        def update(done, what):
+            if done is None:
+                bar.stop()
+            else:
+                bar.update(task, completed=done, description=what)
+        return update
+
+    def line(done, what):
+        if done is not None:
+            eta = (time.perf_counter() - t0) / done * (total - done)
+            console.print(f"run {done}/{total} {what} done, eta {eta / 60:.1f} min")
+    return line
