@@ -64,7 +64,7 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
         with autocast():
             loss = task.loss(backbone, head, batch)
         if not torch.isfinite(loss):
-            return _failed(f"training loss became {float(loss)} at step {step + 1} of {total}", lr, seed, step,
+            return _failed(f"training loss became {float(loss.detach())} at step {step + 1} of {total}", lr, seed, step,
                            curve, started)
         loss.backward()
         clip = o.grad_clip if o.grad_clip > 0 else math.inf

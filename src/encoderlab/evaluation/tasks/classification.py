@@ -1,0 +1,475 @@
+"""Sequence classification (SC): SST-2, MNLI, QQP in the paper; rt-polarity, imdb-polarity, wiki-topic offline.
+
+A text becomes `<bos> text <eos>`, a pair `<bos> a <eos> b <eos>`. Texts longer than `max_length` are cut at the
+end; in a pair the longer text is cut first, so that both keep as much as they can (`fit_pair`). The head is one
+`Linear(hidden, num_labels)` on the mean of the last hidden states over the non-padding tokens; the loss is
+cross-entropy; the score is accuracy (macro-F1 is reported too).
+
+This module also holds what the token task shares (tokenisation cache, hold-out split, hub/local loading), so that
+each family's file stays about its family.
+
+Splits where the test labels are not public (all of GLUE): the official validation set is the test set and 5% of
+train, drawn with a fixed seed, becomes the validation set that picks the learning rate (PAPER.md, "Evaluation").
+A user dataset without a test file is treated the same way.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.errors import DataError
+from encoderlab.evaluation.metrics import accuracy, macro_f1
+from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order, mean_pool, pad
+from encoderlab.model.transformer import Transformer
+
+HOLDOUT_FRACTION = 0.05
+HOLDOUT_SEED = 1234
+CACHE_FORMAT = "encoderlab-task-cache-v1"  # bump when the encoding changes, so that old caches are not reused
+_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
+
+
+# ---------------------------------------------------------------------------------------- the task
+
+
+class ClassificationTask(EvalTask):
+    family = "classification"
+    metric = "accuracy"
+
+    def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str],
+                 text_fields: tuple[str, ...] = ("text",)) -> None:
+        self.name, self.labels, self.text_fields = name, list(labels), tuple(text_fields)
+        if len(self.text_fields) not in (1, 2):
+            raise DataError(f"task {name!r}: text_fields={list(text_fields)}; one field (a text) or two (a pair)")
+        check_splits(name, splits)
+        self.splits = {s: list(splits[s]) for s in SPLITS}
+        self.gold = {s: [self._check(s, i, ex) for i, ex in enumerate(self.splits[s])] for s in SPLITS}
+        seen = set(self.gold["train"])
+        for split in ("validation", "test"):
+            unseen = sorted(set(self.gold[split]) - seen)
+            if unseen:
+                raise DataError(f"task {name!r}: labels in {split} not seen in train: "
+                                f"{[self.labels[y] for y in unseen]} (a class the model never trains on cannot be "
+                                "learned; fix the split or drop those examples)")
+        self.ids: dict[str, list[list[int]]] = {}
+        self.pad_id = 0  # the tokenizer's, from prepare(); padding is masked out of attention, pooling and loss
+        self.truncated: dict[str, int] = {}  # examples cut to max_length, per split, after prepare()
+        self.dropped: dict[str, int] = {}  # rows a loader left out (GLUE: empty texts), per source split
+
+    def _check(self, split: str, i: int, ex: dict) -> int:
+        where = f"task {self.name!r}, {split} example {i} (id {ex.get('id', '-')!r})"
+        for f in self.text_fields:
+            if f not in ex:
+                raise DataError(f"{where}: no text field {f!r}; the example has {sorted(ex)}")
+            if not isinstance(ex[f], str) or not ex[f].strip():
+                raise DataError(f"{where}: text field {f!r} must be a non-empty string, got {ex[f]!r}")
+        y = ex.get("label")
+        if not isinstance(y, int) or isinstance(y, bool) or not 0 <= y < len(self.labels):
+            raise DataError(f"{where}: label must be an int in [0, {len(self.labels)}) indexing {self.labels}, "
+                            f"got {y!r}")
+        return y
+
+    # ---- tokenisation
+
+    def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
+        need = 3 if len(self.text_fields) == 1 else 5
+        if max_length < need:
+            raise DataError(f"max_length={max_length} is too small for task {self.name!r}: at least {need}")
+        self.pad_id = tokenizer.pad_id
+        path = None
+        if cache_dir is not None:
+            data = content_hash([[ex[f] for f in self.text_fields] for s in SPLITS for ex in self.splits[s]])
+            path = cache_path(cache_dir, self.name, "classification", tokenizer, max_length, data)
+            cached = load_cache(path, [*SPLITS, *(f"truncated_{s}" for s in SPLITS)])
+            if cached is not None:
+                self.ids = {s: unpack_lists(cached[s]) for s in SPLITS}
+                self.truncated = {s: int(cached[f"truncated_{s}"]) for s in SPLITS}
+                return
+        self.ids, self.truncated = {}, {}
+        for s in SPLITS:
+            self.ids[s], self.truncated[s] = self._encode(tokenizer, max_length, s)
+        if path is not None:
+            save_cache(path, {**{s: pack_lists(self.ids[s]) for s in SPLITS},
+                              **{f"truncated_{s}": torch.tensor(self.truncated[s]) for s in SPLITS}})
+
+    def _encode(self, tokenizer: TextTokenizer, max_length: int, split: str) -> tuple[list[list[int]], int]:
+        bos, eos = tokenizer.bos_id, tokenizer.eos_id
+        fields = [tokenizer.encode_batch([ex[f] for ex in self.splits[split]]) for f in self.text_fields]
+        out, cut = [], 0
+        if len(fields) == 1:
+            for a in fields[0]:
+                cut += len(a) > max_length - 2
+                out.append([bos, *a[: max_length - 2], eos])
+        else:
+            for a, b in zip(*fields):
+                la, lb = fit_pair(len(a), len(b), max_length - 3)
+                cut += (la, lb) != (len(a), len(b))
+                out.append([bos, *a[:la], eos, *b[:lb], eos])
+        return out, cut
+
+    def num_train_examples(self) -> int:
+        return len(self.splits["train"])
+
+    # ---- model
+
+    def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
+        head = nn.Linear(hidden_size, len(self.labels))
+        with torch.no_grad():
+            nn.init.normal_(head.weight, mean=0.0, std=0.02, generator=generator)
+            nn.init.zeros_(head.bias)
+        return head
+
+    def _prepared(self, split: str) -> list[list[int]]:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if not self.ids:
+            raise RuntimeError(f"task {self.name!r}: call prepare(tokenizer, max_length) first")
+        return self.ids[split]
+
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+        seqs, gold = self._prepared("train"), self.gold["train"]
+        for batch in bucketed_order([len(s) for s in seqs], batch_size, seed):
+            input_ids, mask = pad([seqs[i] for i in batch], self.pad_id)
+            yield {"input_ids": input_ids, "attention_mask": mask, "labels": torch.tensor([gold[i] for i in batch])}
+
+    def logits(self, backbone: Transformer, head: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        hidden = backbone(input_ids, causal=False, attention_mask=attention_mask)  # (B, T, C)
+        pooled = mean_pool(hidden.float(), attention_mask)  # (B, C), padding excluded; summed in fp32 under bf16
+        return head(pooled.to(next(head.parameters()).dtype))  # (B, num_labels)
+
+    def loss(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        logits = self.logits(backbone, head, batch["input_ids"], batch["attention_mask"])
+        return F.cross_entropy(logits.float(), batch["labels"])
+
+    def predict(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> list[int]:
+        """Predicted label of every example of `split`, in order (batches of similar lengths, no gradient)."""
+        seqs = self._prepared(split)
+        device = next(backbone.parameters()).device
+        order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+        preds = [0] * len(seqs)
+        with torch.no_grad(), eval_mode(backbone, head):
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                input_ids, mask = pad([seqs[i] for i in batch], self.pad_id)
+                out = self.logits(backbone, head, input_ids.to(device), mask.to(device)).argmax(-1).tolist()
+                for i, p in zip(batch, out):
+                    preds[i] = p
+        return preds
+
+    def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
+        return self._scores(self.predict(backbone, head, split, batch_size), split)
+
+    def _scores(self, preds: Sequence[int], split: str) -> dict[str, float]:
+        acc = accuracy(preds, self.gold[split])
+        return {"score": acc, "accuracy": acc, "macro_f1": macro_f1(preds, self.gold[split], len(self.labels))}
+
+    def majority_label(self) -> int:
+        """The most frequent train label (the smallest index among ties)."""
+        counts = Counter(self.gold["train"])
+        return min(counts, key=lambda y: (-counts[y], y))
+
+    def trivial_baseline(self, split: str) -> dict[str, float]:
+        return self._scores([self.majority_label()] * len(self.gold[split]), split)
+
+
+def fit_pair(la: int, lb: int, budget: int) -> tuple[int, int]:
+    """Lengths that fit a pair into `budget` tokens by cutting the longer text first (HF's "longest_first")."""
+    if la + lb <= budget:
+        return la, lb
+    half = budget // 2
+    if la <= half:
+        return la, budget - la
+    if lb <= half:
+        return budget - lb, lb
+    return budget - half, half
+
+
+@contextmanager
+def eval_mode(*modules: nn.Module) -> Iterator[None]:
+    """Switch modules to eval() for the block and restore their previous training flags afterwards."""
+    flags = [m.training for m in modules]
+    for m in modules:
+        m.eval()
+    try:
+        yield
+    finally:
+        for m, flag in zip(modules, flags):
+            m.train(flag)
+
+
+# ---------------------------------------------------------------------------------------- shared helpers
+
+
+def check_splits(name: str, splits: dict[str, list[dict]]) -> None:
+    missing = [s for s in SPLITS if s not in splits]
+    if missing:
+        raise DataError(f"task {name!r}: missing split(s) {missing}; got {sorted(splits)}, need {list(SPLITS)}")
+    empty = [s for s in SPLITS if not splits[s]]
+    if empty:
+        raise DataError(f"task {name!r}: split(s) {empty} have no examples")
+
+
+def holdout(examples: list[dict], fraction: float = HOLDOUT_FRACTION,
+            seed: int = HOLDOUT_SEED) -> tuple[list[dict], list[dict]]:
+    """(rest, held out): a seeded `fraction` of the examples (at least one), both in their original order."""
+    if len(examples) < 2:
+        raise DataError(f"cannot hold out a validation set from {len(examples)} training example(s)")
+    n_held = max(1, round(len(examples) * fraction))
+    held = set(torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))[:n_held].tolist())
+    return ([ex for i, ex in enumerate(examples) if i not in held], [ex for i, ex in enumerate(examples) if i in held])
+
+
+def content_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, ensure_ascii=False).encode()).hexdigest()
+
+
+def cache_path(cache_dir: Path, name: str, kind: str, tokenizer: TextTokenizer, max_length: int, data: str) -> Path:
+    """The cache file of a task's tokenised splits: a hash of the tokenizer, max_length, the task and its data."""
+    h = hashlib.sha256()
+    for part in (CACHE_FORMAT, kind, name, str(max_length), tokenizer.tokenizer.to_str(),
+                 f"{tokenizer.bos_id},{tokenizer.eos_id}", data):
+        h.update(part.encode() + b"\0")
+    return Path(cache_dir) / f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)}-{h.hexdigest()[:24]}.pt"
+
+
+def load_cache(path: Path, keys: Sequence[str] = SPLITS) -> dict | None:
+    """Plain tensors from `torch.load(weights_only=True)`: no arbitrary pickle. None if absent or unreadable."""
+    if not path.exists():
+        return None
+    try:
+        obj = torch.load(path, weights_only=True)
+    except Exception:  # a truncated or foreign file: rebuild it rather than fail
+        return None
+    return obj if isinstance(obj, dict) and all(k in obj for k in keys) else None
+
+
+def save_cache(path: Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)  # a reader never sees half a file
+
+
+def pack_lists(seqs: list[list[int]]) -> dict[str, Tensor]:
+    """Ragged int lists as one flat tensor plus offsets (fast to save and load, unlike nested lists)."""
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    flat = torch.tensor([x for s in seqs for x in s], dtype=torch.int32)
+    return {"flat": flat, "offsets": offsets}
+
+
+def unpack_lists(packed: dict[str, Tensor]) -> list[list[int]]:
+    flat, offsets = packed["flat"].tolist(), packed["offsets"].tolist()
+    return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+
+
+def offline_task_dir(root: Path, name: str, family: str) -> tuple[Path, dict]:
+    """`root/name` (root = `.../offline/tasks`, or the `.../offline` folder above it) and its task.json."""
+    root = Path(root)
+    folder = next((f for f in (root / name, root / "tasks" / name) if (f / "task.json").exists()), root / name)
+    missing = [f for f in ("task.json", *(f"{s}.jsonl" for s in SPLITS)) if not (folder / f).exists()]
+    if missing:
+        raise DataError(f"offline task {name!r}: {folder} lacks {', '.join(missing)}; build the offline suite "
+                        "with `encoderlab data prepare offline`")
+    meta = json.loads((folder / "task.json").read_text())
+    if meta.get("family") != family:
+        raise DataError(f"offline task {name!r} is a {meta.get('family')!r} task ({folder / 'task.json'}), "
+                        f"not {family!r}")
+    return folder, meta
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataError(f"{path}: line {n} is not valid JSON ({e.msg}); JSON Lines expected, "
+                                    "one object a line") from e
+    return rows
+
+
+def read_table(path: str | Path) -> list[dict]:
+    """Rows of a .csv / .tsv (header line) or .jsonl / .json (one object a line) file, as dicts."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"file not found: {path}")
+    if path.suffix in (".jsonl", ".json"):
+        return read_jsonl(path)
+    if path.suffix in (".csv", ".tsv"):
+        with open(path, encoding="utf-8", newline="") as f:
+            return list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
+    raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .csv, .tsv, .jsonl or .json")
+
+
+def load_hf_splits(source: str, config: str | None, wanted: dict[str, tuple[str, ...]],
+                   schema: str) -> dict[str, Any]:
+    """{our split: datasets.Dataset} from a local folder (files named after the splits) or a hub dataset.
+
+    `wanted` maps our split names to the file/hub split names to look for, first match wins.
+    """
+    import datasets
+
+    folder = Path(source).expanduser()
+    if folder.is_dir():
+        out = {}
+        for ours, names in wanted.items():
+            files = [folder / f"{n}{x}" for n in names for x in _SUFFIXES if (folder / f"{n}{x}").exists()]
+            if not files:
+                raise DataError(f"{folder}: no {ours} file; looked for {'/'.join(names)} with a suffix of "
+                                f"{'/'.join(_SUFFIXES)} ({schema})")
+            out[ours] = _read_local(files[0])
+        return out
+    if folder.exists():
+        raise DataError(f"{folder} is a file; give a folder holding one file per split ({schema})")
+    _check_hub(source, schema)
+    try:
+        ds = datasets.load_dataset(source, config)
+    except Exception as e:
+        from encoderlab.data.sources import _is_network_error
+
+        if _is_network_error(e):
+            raise _hub_error(source, f"{type(e).__name__}", schema) from e
+        message = " ".join(str(e).split())[:300]
+        raise DataError(f"{source!r} is neither a local folder nor a loadable hub dataset ({message}); "
+                        f"a local copy can be given: a folder with one file per split ({schema})") from e
+    out = {}
+    for ours, names in wanted.items():
+        name = next((n for n in names if n in ds), None)
+        if name is None:
+            raise DataError(f"hub dataset {source!r} has splits {list(ds)}, none of {list(names)}")
+        out[ours] = ds[name]
+    return out
+
+
+def _read_local(file: Path) -> Any:
+    import datasets
+
+    kind = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}[file.suffix]
+    extra: dict[str, Any] = {"keep_default_na": False} if kind == "csv" else {}  # "NA" and "null" are text here
+    if file.suffix == ".tsv":
+        extra.update(sep="\t", quoting=csv.QUOTE_NONE)  # GLUE's TSVs have unbalanced quotes
+    try:
+        return datasets.load_dataset(kind, data_files={"data": str(file)}, split="data", **extra)
+    except Exception as e:
+        raise DataError(f"{file}: cannot be read as {kind} ({' '.join(str(e).split())[:300]})") from e
+
+
+def _check_hub(source: str, schema: str) -> None:
+    from encoderlab.data.sources import _OFFLINE_VARS, _probe_hub
+
+    offline = [v for v in _OFFLINE_VARS if os.environ.get(v, "").upper() in {"1", "ON", "YES", "TRUE"}]
+    if offline:
+        raise _hub_error(source, f"{offline[0]} is set", schema)
+    try:
+        _probe_hub(source)
+    except DataError as e:
+        raise _hub_error(source, "no connection", schema) from e
+
+
+def _hub_error(source: str, reason: str, schema: str) -> DataError:
+    return DataError(f"{source!r} is not a local folder and the Hugging Face Hub is unreachable ({reason}); "
+                     f"give a local copy in the same schema instead: a folder with one file per split ({schema})")
+
+
+def column(ds: Any, name: str, where: str) -> list:
+    if name not in ds.column_names:
+        raise DataError(f"{where}: no column {name!r}; columns: {ds.column_names}")
+    return list(ds[name])
+
+
+# ---------------------------------------------------------------------------------------- loaders
+
+
+def load_offline_classification(root: Path, name: str) -> ClassificationTask:
+    folder, meta = offline_task_dir(root, name, "classification")
+    splits = {s: read_jsonl(folder / f"{s}.jsonl") for s in SPLITS}
+    return ClassificationTask(name, splits, meta["labels"], tuple(meta.get("text_fields", ["text"])))
+
+
+GLUE_HUB = "nyu-mll/glue"
+GLUE = {  # text columns, label names (used when the files carry no ClassLabel names)
+    "sst2": (("sentence",), ["negative", "positive"]),
+    "mnli": (("premise", "hypothesis"), ["entailment", "neutral", "contradiction"]),
+    "qqp": (("question1", "question2"), ["not_duplicate", "duplicate"]),
+}
+
+
+def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None) -> ClassificationTask:
+    """SST-2, MNLI or QQP from the hub (`nyu-mll/glue`) or a local folder in the GLUE schema.
+
+    GLUE's test labels are hidden, so the official validation set (MNLI: validation_matched) is the test set and
+    5% of train (seed HOLDOUT_SEED) is held out as validation. Rows with an empty text are dropped (QQP has a few);
+    `task.dropped` counts them per split.
+    """
+    if task not in GLUE:
+        raise DataError(f"GLUE task must be one of {sorted(GLUE)}, got {task!r}")
+    fields, default_names = GLUE[task]
+    official = ("validation_matched", "validation") if task == "mnli" else ("validation",)
+    schema = (f"train and {official[0]} as .jsonl/.csv/.tsv/.parquet with columns {', '.join(fields)}, label")
+    ds = load_hf_splits(source or GLUE_HUB, task, {"train": ("train",), "official": official}, schema)
+    feature = ds["train"].features.get("label")
+    names = list(getattr(feature, "names", None) or default_names)
+    rows, dropped = {}, {}
+    for split, d in ds.items():
+        where = f"GLUE {task} {split} ({source or GLUE_HUB})"
+        texts = [column(d, f, where) for f in fields]
+        labels = [names.index(y) if isinstance(y, str) and y in names else y for y in column(d, "label", where)]
+        rows[split] = [{"id": f"{split}-{i}", **dict(zip(fields, t)), "label": y}
+                       for i, (y, *t) in enumerate(zip(labels, *texts))
+                       if all(isinstance(x, str) and x.strip() for x in t)]
+        dropped[split] = len(labels) - len(rows[split])
+    train, validation = holdout(rows["train"])
+    out = ClassificationTask(task, {"train": train, "validation": validation, "test": rows["official"]}, names,
+                             fields)
+    out.dropped = dropped
+    return out
+
+
+def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],
+                             label_column: str, name: str | None = None) -> ClassificationTask:
+    """A user's CSV/TSV/JSONL files. Labels may be strings or ints: the distinct train labels, sorted (numerically
+    when all are integers), become classes 0..K-1. Without a test file, validation becomes the test set and 5% of
+    train (seed HOLDOUT_SEED) the validation set."""
+    fields = (text_column,) if isinstance(text_column, str) else tuple(text_column)
+    files = {"train": train, "validation": validation, "test": test}
+    raw = {s: read_table(f) for s, f in files.items() if f is not None}
+    for split, rows in raw.items():
+        for i, row in enumerate(rows):
+            for c in (*fields, label_column):
+                if c not in row:
+                    raise DataError(f"{files[split]}: row {i + 1} has no column {c!r}; columns: {sorted(row)}")
+
+    def key(v: Any) -> str:
+        return str(v).strip()
+
+    values = {key(r[label_column]) for r in raw["train"]}
+    numeric = all(re.fullmatch(r"-?\d+", v) for v in values)
+    names = sorted(values, key=(lambda v: (int(v), v)) if numeric else None)
+    index = {v: i for i, v in enumerate(names)}
+    splits = {}
+    for split, rows in raw.items():
+        unseen = sorted({key(r[label_column]) for r in rows} - values)
+        if unseen:
+            raise DataError(f"{files[split]}: labels in {split} not seen in train: {unseen}; train has {names}")
+        splits[split] = [{"id": f"{split}-{i}", **{f: r[f] for f in fields}, "label": index[key(r[label_column])]}
+                         for i, r in enumerate(rows)]
+    if test is None:
+        splits["test"] = splits["validation"]
+        splits["train"], splits["validation"] = holdout(splits["train"])
+    stem = Path(train).stem
+    return ClassificationTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, fields)

@@ -1,0 +1,443 @@
+"""Extractive question answering: SQuAD, SQuAD v2, ReCoRD and the offline cloze sets; span start/end, SQuAD F1.
+
+Examples follow the SQuAD schema `{"id", "context", "question", "answers": {"text": [...], "answer_start": [...]}}`
+(an empty answer list is an unanswerable SQuAD v2 question). Each example is encoded as
+`<bos> question <eos> context-window <eos>`: the question is cut to `max_length // 2` tokens and a long context is
+split into windows that overlap by `stride` tokens (at most half a window), the HF `doc_stride` practice, so an
+answer of up to `stride + 1` tokens lies whole in some window. Character answers map to token start/end through the
+offsets of the raw `tokenizers` encoding. A training window that does not hold the answer points to position 0
+(the `<bos>`) when unanswerable questions are allowed (SQuAD v2 / HF practice); otherwise it is dropped from
+training (SQuAD v1 style), never from evaluation. The head is a linear layer giving start and end logits; logits
+outside the context (question, special tokens, padding) are masked, except position 0 when unanswerable questions
+are allowed. The prediction of an example is its best span over all windows (start <= end, at most
+`max_answer_tokens` tokens, inside the context, highest start + end logit among the top 20 starts and ends, as
+HF's post-processing; an exhaustive search when those hold no valid pair); it is "" (unanswerable) when the null
+score (the lowest start + end logit of position 0 over the windows) beats the best span.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from encoderlab.data.atomic import read_jsonl
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.errors import DataError
+from encoderlab.evaluation.metrics import squad_scores
+from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order
+from encoderlab.model.transformer import Transformer
+
+CACHE_VERSION = 1
+TOP_K = 20
+MASKED = -1e9  # logit of positions that cannot be a start or end (finite: no inf - inf in the loss)
+HOLDOUT_FRACTION, HOLDOUT_SEED = 0.05, 1234  # validation = 5% of train where the test set is hidden (PAPER.md)
+HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "record": "aps/super_glue:record"}
+
+
+class SpanHead(nn.Module):
+    def __init__(self, hidden_size: int, generator: torch.Generator) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden_size, 2)
+        with torch.no_grad():
+            nn.init.normal_(self.proj.weight, std=0.02, generator=generator)
+            nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return self.proj(hidden)  # (B, T, 2): start and end logits
+
+
+# ----------------------------------------------------------------------------------------------- pure helpers
+
+
+def validate_examples(name: str, splits: dict[str, list[dict]], allow_unanswerable: bool) -> None:
+    """Raise DataError naming the first bad example: missing fields, duplicate ids, answers that are not spans."""
+    for split in SPLITS:
+        if not splits.get(split):
+            raise DataError(f"QA task {name!r}: the {split} split is missing or empty")
+        seen: set[str] = set()
+        for i, ex in enumerate(splits[split]):
+            where = f"QA task {name!r}, {split} example {ex.get('id', f'#{i}')!r}"
+            missing = [k for k in ("id", "context", "question", "answers") if k not in ex]
+            if missing:
+                raise DataError(f"{where}: missing field(s) {', '.join(missing)}")
+            texts, starts = ex["answers"].get("text"), ex["answers"].get("answer_start")
+            if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+                raise DataError(f"{where}: answers must hold lists 'text' and 'answer_start' of equal length")
+            if ex["id"] in seen:
+                raise DataError(f"{where}: the id occurs twice in the split")
+            seen.add(ex["id"])
+            if not texts and not allow_unanswerable:
+                raise DataError(f"{where}: no answer (an unanswerable question needs allow_unanswerable=True)")
+            for text, start in zip(texts, starts):
+                span = ex["context"][start : start + len(text)] if isinstance(start, int) and start >= 0 else None
+                if not text or span != text:
+                    raise DataError(f"{where}: answer {text!r} at {start} is not a span of the context "
+                                    f"(context[{start}:{start}+{len(text)}] is {span!r})")
+
+
+def window_starts(n_tokens: int, size: int, stride: int) -> list[int]:
+    """First context token of each window of `size` tokens; consecutive windows overlap by min(stride, size//2)."""
+    step = size - min(stride, size // 2)
+    starts = [0]
+    while starts[-1] + size < n_tokens:
+        starts.append(starts[-1] + step)
+    return starts
+
+
+def char_span_to_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
+    """Token indices (first, last) covering characters [start, end) given (N, 2) token offsets, or None."""
+    first = int(np.searchsorted(offsets[:, 1], start, side="right"))  # first token ending after the start
+    last = int(np.searchsorted(offsets[:, 0], end, side="left")) - 1  # last token starting before the end
+    return (first, last) if 0 <= first <= last < len(offsets) else None
+
+
+def best_span(start: np.ndarray, end: np.ndarray, lo: int, hi: int, max_answer_tokens: int,
+              k: int = TOP_K) -> tuple[float, int, int] | None:
+    """(score, start, end) of the best span inside positions [lo, hi): start <= end < start + max_answer_tokens."""
+    s, e = np.asarray(start[lo:hi], dtype=np.float64), np.asarray(end[lo:hi], dtype=np.float64)
+    if len(s) == 0:
+        return None
+    for candidates_s, candidates_e in ((np.argsort(-s, kind="stable")[:k], np.argsort(-e, kind="stable")[:k]),
+                                       (np.arange(len(s)), np.arange(len(e)))):
+        i, j = candidates_s[:, None], candidates_e[None, :]
+        scores = np.where((j >= i) & (j - i < max_answer_tokens), s[i] + e[j], -np.inf)
+        flat = int(np.argmax(scores))
+        a, b = divmod(flat, scores.shape[1])
+        if np.isfinite(scores[a, b]):
+            return float(scores[a, b]), lo + int(candidates_s[a]), lo + int(candidates_e[b])
+    return None
+
+
+def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: int, stride: int) -> dict[str, Tensor]:
+    """Windows of one split as flat tensors (torch.save-able and loadable with weights_only=True)."""
+    contexts = list(dict.fromkeys(ex["context"] for ex in examples))
+    index = {c: i for i, c in enumerate(contexts)}
+    enc_c = tokenizer.tokenizer.encode_batch(contexts, add_special_tokens=False)
+    enc_q = tokenizer.tokenizer.encode_batch([ex["question"] for ex in examples], add_special_tokens=False)
+    offsets = [np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2) for e in enc_c]
+    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    ids: list[np.ndarray] = []
+    rows = []  # (example, context position in window, first context token, context tokens, start, end)
+    for i, ex in enumerate(examples):
+        c = index[ex["context"]]
+        question, context = enc_q[i].ids[: max_length // 2], enc_c[c].ids
+        size = max(1, max_length - len(question) - 3)
+        span = None
+        if ex["answers"]["text"]:
+            a = ex["answers"]["answer_start"][0]
+            span = char_span_to_tokens(offsets[c], a, a + len(ex["answers"]["text"][0]))
+        lo = len(question) + 2
+        for w0 in window_starts(len(context), size, stride):
+            part = context[w0 : w0 + size]
+            ids.append(np.asarray([bos, *question, eos, *part, eos], dtype=np.int32))
+            inside = span is not None and w0 <= span[0] and span[1] < w0 + len(part)
+            rows.append((i, lo, w0, len(part), lo + span[0] - w0 if inside else 0, lo + span[1] - w0 if inside else 0))
+    lengths = [len(x) for x in ids]
+    return {"ids": torch.from_numpy(np.concatenate(ids)), "win_ptr": torch.tensor([0, *np.cumsum(lengths)]),
+            "windows": torch.tensor(rows, dtype=torch.long).reshape(-1, 6),
+            "context_of": torch.tensor([index[ex["context"]] for ex in examples], dtype=torch.long),
+            "offsets": torch.from_numpy(np.concatenate(offsets) if offsets else np.zeros((0, 2), np.int64)),
+            "off_ptr": torch.tensor([0, *np.cumsum([len(o) for o in offsets])], dtype=torch.long)}
+
+
+# ----------------------------------------------------------------------------------------------- the task
+
+
+class QATask(EvalTask):
+    family = "qa"
+    metric = "f1"
+
+    def __init__(self, name: str, splits: dict[str, list[dict]], *, max_answer_tokens: int = 30, stride: int = 128,
+                 allow_unanswerable: bool = False) -> None:
+        validate_examples(name, splits, allow_unanswerable)
+        self.name = name
+        self.splits = {s: list(splits[s]) for s in SPLITS}
+        self.max_answer_tokens, self.stride, self.allow_unanswerable = max_answer_tokens, stride, allow_unanswerable
+        self._prep: dict[str, dict[str, Tensor]] | None = None
+        self._pad_id = 0
+
+    # ---- preparation
+
+    def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
+        digest = hashlib.sha256()
+        for part in (f"qa-v{CACHE_VERSION}", tokenizer.tokenizer.to_str(), str(tokenizer.info()), str(max_length),
+                     str(self.stride), json.dumps(self.splits, sort_keys=True, ensure_ascii=False)):
+            digest.update(part.encode("utf-8") + b"\0")
+        path = cache_dir / f"qa-{self.name.replace('/', '_')}-{digest.hexdigest()[:20]}.pt" if cache_dir else None
+        if path is not None and path.exists():
+            self._prep = torch.load(path, weights_only=True)
+        else:
+            self._prep = {s: _encode_split(self.splits[s], tokenizer, max_length, self.stride) for s in SPLITS}
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+                torch.save(self._prep, tmp)
+                os.replace(tmp, path)
+        self._pad_id = tokenizer.pad_id
+        windows = self._prep["train"]["windows"]
+        keep = torch.ones(len(windows), dtype=torch.bool) if self.allow_unanswerable else windows[:, 4] > 0
+        self._train_windows = torch.nonzero(keep).flatten().tolist()
+
+    def _prepared(self, split: str) -> dict[str, Tensor]:
+        if self._prep is None:
+            raise RuntimeError(f"QA task {self.name!r}: call prepare(tokenizer, max_length) first")
+        return self._prep[split]
+
+    def num_train_examples(self) -> int:
+        self._prepared("train")
+        return len(self._train_windows)
+
+    def windows(self, split: str) -> list[dict]:
+        """The prepared windows of a split, readable (for tests and inspection)."""
+        p = self._prepared(split)
+        keys = ("example", "context_pos", "first_context_token", "context_tokens", "start", "end")
+        return [{"ids": p["ids"][p["win_ptr"][w] : p["win_ptr"][w + 1]].tolist(),
+                 **dict(zip(keys, p["windows"][w].tolist()))} for w in range(len(p["windows"]))]
+
+    # ---- training
+
+    def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
+        return SpanHead(hidden_size, generator)
+
+    def _batch(self, split: str, idx: list[int]) -> dict[str, Tensor]:
+        p = self._prepared(split)
+        ptr, rows = p["win_ptr"], p["windows"][idx]
+        lengths = (ptr[torch.tensor(idx) + 1] - ptr[torch.tensor(idx)]).tolist()
+        ids = torch.full((len(idx), max(lengths)), self._pad_id, dtype=torch.long)
+        attention = torch.zeros_like(ids)
+        allowed = torch.zeros(ids.shape, dtype=torch.bool)
+        for r, (w, n) in enumerate(zip(idx, lengths)):
+            ids[r, :n] = p["ids"][ptr[w] : ptr[w] + n]
+            attention[r, :n] = 1
+            lo, count = int(rows[r, 1]), int(rows[r, 3])
+            allowed[r, lo : lo + count] = True
+        allowed[:, 0] = self.allow_unanswerable
+        return {"input_ids": ids, "attention_mask": attention, "allowed": allowed,
+                "start_positions": rows[:, 4].clone(), "end_positions": rows[:, 5].clone()}
+
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+        ptr = self._prepared("train")["win_ptr"]
+        lengths = [int(ptr[w + 1] - ptr[w]) for w in self._train_windows]
+        for batch in bucketed_order(lengths, batch_size, seed):
+            yield self._batch("train", [self._train_windows[i] for i in batch])
+
+    def logits(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        """Masked start and end logits, (B, T) each, in fp32."""
+        hidden = backbone(batch["input_ids"], causal=False, attention_mask=batch["attention_mask"])  # (B, T, C)
+        logits = head(hidden).float().masked_fill(~batch["allowed"].unsqueeze(-1), MASKED)  # (B, T, 2)
+        return logits[..., 0], logits[..., 1]
+
+    def loss(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        start, end = self.logits(backbone, head, batch)
+        return (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
+
+    # ---- evaluation
+
+    def references(self, split: str) -> dict[str, list[str]]:
+        return {ex["id"]: list(ex["answers"]["text"]) for ex in self.splits[split]}
+
+    def predict(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, str]:
+        p = self._prepared(split)
+        device = next(backbone.parameters()).device
+        rows = p["windows"].tolist()
+        ptr = p["win_ptr"]
+        order = sorted(range(len(rows)), key=lambda w: int(ptr[w + 1] - ptr[w]))
+        best: dict[int, tuple[float, int, int]] = {}
+        null: dict[int, float] = {}
+        for b in range(0, len(order), batch_size):
+            idx = order[b : b + batch_size]
+            batch = {k: v.to(device) for k, v in self._batch(split, idx).items()}
+            with torch.no_grad():
+                start, end = (x.cpu().numpy() for x in self.logits(backbone, head, batch))
+            for r, w in enumerate(idx):
+                ex, lo, tok0, count = rows[w][:4]
+                null[ex] = min(null.get(ex, np.inf), float(start[r, 0] + end[r, 0]))
+                found = best_span(start[r], end[r], lo, lo + count, self.max_answer_tokens)
+                if found is not None and (ex not in best or found[0] > best[ex][0]):
+                    best[ex] = (found[0], tok0 + found[1] - lo, tok0 + found[2] - lo)
+        predictions = {}
+        for i, ex in enumerate(self.splits[split]):
+            answerable = i in best and not (self.allow_unanswerable and null[i] > best[i][0])
+            predictions[ex["id"]] = self._span_text(split, i, *best[i][1:]) if answerable else ""
+        return predictions
+
+    def _span_text(self, split: str, i: int, first: int, last: int) -> str:
+        p = self._prepared(split)
+        base = int(p["off_ptr"][p["context_of"][i]])
+        a, b = int(p["offsets"][base + first, 0]), int(p["offsets"][base + last, 1])
+        return self.splits[split][i]["context"][a:b].strip()
+
+    def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
+        scores = squad_scores(self.predict(backbone, head, split, batch_size), self.references(split))
+        return {"score": scores["f1"], **scores}
+
+    def trivial_baseline(self, split: str) -> dict[str, float]:
+        """First span: the first k words of the context, k = the median gold answer length (words) in train."""
+        lengths = [len(ex["answers"]["text"][0].split()) for ex in self.splits["train"] if ex["answers"]["text"]]
+        k = max(1, int(statistics.median_low(lengths))) if lengths else 1
+        predictions = {ex["id"]: " ".join(ex["context"].split()[:k]) for ex in self.splits[split]}
+        scores = squad_scores(predictions, self.references(split))
+        return {"score": scores["f1"], **scores}
+
+
+# ----------------------------------------------------------------------------------------------- loaders
+
+
+def load_offline_qa(root: Path, name: str) -> QATask:
+    folder = Path(root) / name
+    if not (folder / "task.json").exists():
+        raise DataError(f"no offline QA task {name!r} under {root} (run `encoderlab data prepare offline`)")
+    family = json.loads((folder / "task.json").read_text())["family"]
+    if family != "qa":
+        raise DataError(f"{folder}/task.json names family {family!r}, not 'qa'")
+    return QATask(name, {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS})
+
+
+def hold_out(rows: list[dict], fraction: float = HOLDOUT_FRACTION,
+             seed: int = HOLDOUT_SEED) -> tuple[list[dict], list[dict]]:
+    """(train, validation): whole articles (or passages) in a seeded order until `fraction` of the rows."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(_group(row), []).append(row)
+    names = sorted(groups)
+    held: set[str] = set()
+    count = 0
+    for i in np.random.default_rng(seed).permutation(len(names)):
+        if count >= fraction * len(rows):
+            break
+        held.add(names[i])
+        count += len(groups[names[i]])
+    return [r for r in rows if _group(r) not in held], [r for r in rows if _group(r) in held]
+
+
+def _group(row: dict) -> str:
+    return row.get("title") or row["context"]
+
+
+def _read_squad_json(path: str) -> list[dict]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        rows = []
+        for article in data["data"]:
+            for para in article["paragraphs"]:
+                for qa in para["qas"]:
+                    answers = [] if qa.get("is_impossible") else qa["answers"]
+                    rows.append({"id": str(qa["id"]), "context": para["context"], "question": qa["question"],
+                                 "answers": {"text": [a["text"] for a in answers],
+                                             "answer_start": [a["answer_start"] for a in answers]},
+                                 "title": article.get("title", "")})
+    except FileNotFoundError as e:
+        raise DataError(f"SQuAD file not found: {path}") from e
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e})") from e
+    except (KeyError, TypeError) as e:
+        raise DataError(f"{path}: not in the SQuAD schema (data -> paragraphs -> context, qas -> id, question, "
+                        f"answers -> text, answer_start); missing {e}") from e
+    return rows
+
+
+def load_squad_json(train: str, validation: str, test: str | None = None, *, name: str | None = None) -> QATask:
+    """SQuAD-format files; without `test`, test = `validation` and validation = 5% of train (whole articles)."""
+    rows = {"train": _read_squad_json(train), "validation": _read_squad_json(validation)}
+    if test is not None:
+        rows["test"] = _read_squad_json(test)
+    else:
+        rows["test"] = rows["validation"]
+        rows["train"], rows["validation"] = hold_out(rows["train"])
+    stem = Path(train).stem
+    name = name or (Path(train).parent.name if stem in ("train", "training") else stem)
+    unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)
+    return QATask(name, rows, allow_unanswerable=unanswerable)
+
+
+def _record_rows(ds) -> list[dict]:
+    """ReCoRD rows (passage, query, entity_spans, answers, idx) in the cloze schema with answer spans."""
+    rows = []
+    for row in ds:
+        context, spans = row["passage"], row.get("entity_spans") or {"text": [], "start": []}
+        texts, starts = [], []
+        for answer in dict.fromkeys(row["answers"]):
+            found = [s for t, s in zip(spans["text"], spans["start"]) if t == answer and context[s:].startswith(t)]
+            if not found:  # no entity span recorded for it: every occurrence of the string
+                at = context.find(answer)
+                while at >= 0 and answer:
+                    found.append(at)
+                    at = context.find(answer, at + 1)
+            texts += [answer] * len(found)
+            starts += sorted(set(found))
+        if texts:
+            idx = row["idx"]
+            rows.append({"id": f"record-{idx['passage']}-{idx['query']}", "context": context,
+                         "question": row["query"], "answers": {"text": texts, "answer_start": starts}})
+    return rows
+
+
+def _hub_unreachable(spec: str, reason: str) -> DataError:
+    return DataError(f"cannot load {spec!r} from the Hugging Face Hub ({' '.join(reason.split())[:160]}); give a "
+                     "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
+
+
+def _probe_hub(spec: str) -> None:
+    """Fail in seconds, not after huggingface_hub's retries, when the hub cannot be reached (skipped behind proxies)."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").upper() in {"1", "ON", "YES", "TRUE"}:
+            raise _hub_unreachable(spec, f"{var} is set")
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=5).close()
+    except OSError as e:
+        raise _hub_unreachable(spec, f"cannot connect to {url.hostname}: {e}") from e
+
+
+def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None = None) -> QATask:
+    """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
+
+    SQuAD and ReCoRD test answers are hidden: test = the official validation split, validation = 5% of train held
+    out (whole articles for SQuAD, whole passages for ReCoRD) with a fixed seed.
+    """
+    if kind not in HUB:
+        raise DataError(f"unknown QA dataset {kind!r}; known: {', '.join(HUB)}")
+    spec = source or HUB[kind]
+    import datasets  # deferred: heavy, and only these loaders need it
+
+    local = Path(spec).expanduser()
+    try:
+        if local.exists():
+            ds = datasets.load_dataset(str(local))
+        else:
+            _probe_hub(spec)
+            hub_id, _, config = spec.partition(":")
+            ds = datasets.load_dataset(hub_id, config or None)
+    except DataError:
+        raise
+    except Exception as e:
+        reason = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+        if local.exists():
+            raise DataError(f"{local}: not readable as a {kind} dataset in the hub schema ({reason})") from e
+        raise _hub_unreachable(spec, reason) from e
+    missing = [s for s in ("train", "validation") if s not in ds]
+    if missing:
+        raise DataError(f"{spec!r} has no {' or '.join(missing)} split (it has {', '.join(ds)})")
+    if kind == "record":
+        train, test = _record_rows(ds["train"]), _record_rows(ds["validation"])
+    else:
+        train, test = ([{"id": str(r["id"]), "context": r["context"], "question": r["question"],
+                         "answers": {"text": list(r["answers"]["text"]),
+                                     "answer_start": list(r["answers"]["answer_start"])},
+                         "title": r.get("title", "")} for r in ds[s]] for s in ("train", "validation"))
+    train, validation = hold_out(train)
+    return QATask(kind, {"train": train, "validation": validation, "test": test},
+                  allow_unanswerable=kind == "squad_v2")

@@ -1,0 +1,430 @@
+"""Retrieval: a bi-encoder fine-tuned with InfoNCE, scored by exact NDCG@10 over the whole corpus (PAPER.md, IR).
+
+The backbone encodes "Query: " + query and "Document: " + title + text as `<bos> ids <eos>` with bidirectional
+attention; an embedding is the mean of the final hidden states over non-padding tokens. Training pairs a query
+with one of its relevant documents; the other documents of the batch are its negatives (InfoNCE over the batch's
+cosine-similarity matrix, scaled by a learnable inverse temperature, the only parameter of the head). Evaluation
+encodes every corpus document, scores every query-document pair and keeps the exact top 100 per query.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.errors import DataError
+from encoderlab.evaluation.metrics import ndcg_at_k, recall_at_k
+from encoderlab.evaluation.tasks.base import EvalTask, bucketed_order, mean_pool, pad
+
+QUERY_PREFIX, DOCUMENT_PREFIX = "Query: ", "Document: "
+TOP_K = 100  # the run kept per query: enough for NDCG@10 and recall@100
+TEMPERATURE = 0.05  # initial InfoNCE temperature: logits = cosine / 0.05
+MAX_SCALE = 100.0  # the learnt inverse temperature is clipped here (as CLIP does) so it cannot blow up
+SCORE_CHUNK = 8192  # documents scored against all queries at once (bounds the score matrix)
+CACHE_VERSION = 1
+Split = dict[str, dict[str, int]]  # query id -> document id -> relevance grade
+
+
+def query_text(text: str) -> str:
+    return QUERY_PREFIX + text
+
+
+def document_text(title: str, text: str) -> str:
+    return DOCUMENT_PREFIX + (f"{title} {text}" if title else text)
+
+
+class RetrievalHead(nn.Module):
+    """A learnable log inverse temperature, initialised to log(1 / 0.05); embeddings are the backbone's own."""
+
+    def __init__(self, temperature: float = TEMPERATURE) -> None:
+        super().__init__()
+        self.log_scale = nn.Parameter(torch.tensor(math.log(1.0 / temperature)))
+
+    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
+        """(B, C), (N, C) -> (B, N) cosine similarities times the inverse temperature."""
+        scale = self.log_scale.exp().clamp(max=MAX_SCALE)
+        return scale * F.normalize(queries.float(), dim=-1) @ F.normalize(documents.float(), dim=-1).T
+
+
+def info_nce(logits: Tensor, false_negatives: Tensor | None = None) -> Tensor:
+    """Cross-entropy of each query (row) against its own document (the diagonal) among the batch's documents.
+
+    false_negatives (B, B) bool: True where column j is also relevant to query i (j != i): left out of the softmax.
+    """
+    if false_negatives is not None:
+        logits = logits.masked_fill(false_negatives, float("-inf"))
+    return F.cross_entropy(logits, torch.arange(logits.shape[0], device=logits.device))
+
+
+def encode(backbone: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """Mean-pooled bidirectional hidden states, float32: (B, T) -> (B, C)."""
+    hidden = backbone(input_ids, causal=False, attention_mask=attention_mask)
+    return mean_pool(hidden.float(), attention_mask)
+
+
+class _Tokens:
+    """Token id lists stored flat (one int32 tensor plus offsets): compact, and loads with weights_only=True."""
+
+    def __init__(self, flat: Tensor, offsets: Tensor) -> None:
+        self.flat, self.offsets = flat, offsets
+        self.lengths = (offsets[1:] - offsets[:-1]).tolist()
+
+    @classmethod
+    def build(cls, lists: list[list[int]]) -> _Tokens:
+        offsets = torch.zeros(len(lists) + 1, dtype=torch.long)
+        offsets[1:] = torch.tensor([len(x) for x in lists], dtype=torch.long).cumsum(0)
+        flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
+        return cls(torch.from_numpy(flat), offsets)
+
+    def __getitem__(self, i: int) -> list[int]:
+        return self.flat[self.offsets[i] : self.offsets[i + 1]].tolist()
+
+
+class RetrievalTask(EvalTask):
+    family = "retrieval"
+    metric = "ndcg@10"
+
+    def __init__(self, name: str, corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split],
+                 *, files: dict[str, str] | None = None) -> None:
+        """corpus: id -> {"title", "text"}; queries: id -> text; qrels: split -> query -> document -> grade.
+
+        `files` names where corpus, queries and each split's qrels came from, for error messages.
+        """
+        self.name = name
+        where = {"corpus": f"{name}: corpus", "queries": f"{name}: queries"}
+        where.update({s: f"{name}: qrels[{s}]" for s in qrels}, **(files or {}))
+        _validate(corpus, queries, qrels, where, name)
+        self.doc_ids = list(corpus)
+        self._doc_index = {d: i for i, d in enumerate(self.doc_ids)}
+        self._doc_texts = [document_text((corpus[d].get("title") or "").strip(), (corpus[d].get("text") or "").strip())
+                           for d in self.doc_ids]
+        self.qrels = {s: {q: {d: int(g) for d, g in rel.items()} for q, rel in judged.items()
+                          if any(g > 0 for g in rel.values())} for s, judged in qrels.items()}
+        self.query_ids = sorted({q for judged in self.qrels.values() for q in judged})
+        self._query_index = {q: i for i, q in enumerate(self.query_ids)}
+        self._query_texts = [query_text(queries[q].strip()) for q in self.query_ids]
+        self._docs: _Tokens | None = None
+        self._queries: _Tokens | None = None
+        self._pad_id = 0
+
+    @property
+    def splits(self) -> list[str]:
+        return sorted(self.qrels)
+
+    @property
+    def has_train(self) -> bool:
+        """False for a zero-shot set (no train qrels): fine-tune on another retrieval task and evaluate this one."""
+        return bool(self.qrels.get("train"))
+
+    # ------------------------------------------------------------------------------------------- preparation
+
+    def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
+        if max_length < 3:
+            raise ValueError(f"max_length={max_length}: a sequence needs room for <bos>, one token and <eos>")
+        digest = hashlib.sha256(f"{CACHE_VERSION}|{max_length}|{tokenizer.bos_id}|{tokenizer.eos_id}|".encode())
+        digest.update(tokenizer.tokenizer.to_str().encode())
+        for text in self._doc_texts + ["\x00queries\x00"] + self._query_texts:
+            digest.update(text.encode() + b"\x00")
+        path = cache_dir / f"retrieval-{self.name}-{digest.hexdigest()[:20]}.pt" if cache_dir else None
+        if path is not None and path.exists():
+            state = torch.load(path, weights_only=True)
+        else:
+            state = {kind: self._tokenise(texts, tokenizer, max_length)
+                     for kind, texts in (("docs", self._doc_texts), ("queries", self._query_texts))}
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+                torch.save(state, tmp)
+                os.replace(tmp, path)
+        self._pad_id = tokenizer.pad_id
+        self._docs = _Tokens(*state["docs"])
+        self._queries = _Tokens(*state["queries"])
+
+    @staticmethod
+    def _tokenise(texts: list[str], tokenizer: TextTokenizer, max_length: int) -> list[Tensor]:
+        lists: list[list[int]] = []
+        for start in range(0, len(texts), 65_536):  # bounded memory on corpora of millions of passages
+            for ids in tokenizer.encode_batch(texts[start : start + 65_536]):
+                lists.append([tokenizer.bos_id, *ids[: max_length - 2], tokenizer.eos_id])
+        tokens = _Tokens.build(lists)
+        return [tokens.flat, tokens.offsets]
+
+    def _prepared(self) -> tuple[_Tokens, _Tokens]:
+        if self._docs is None or self._queries is None:
+            raise RuntimeError(f"{self.name}: call prepare(tokenizer, max_length) first")
+        return self._docs, self._queries
+
+    # ------------------------------------------------------------------------------------------- training
+
+    def num_train_examples(self) -> int:
+        return len(self.qrels.get("train", {}))
+
+    def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
+        return RetrievalHead()  # nothing random to initialise
+
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+        """One pair per train query; a query with several relevant documents gets one drawn per epoch (seeded)."""
+        if not self.has_train:
+            raise DataError(f"{self.name} has no train qrels: it can only be evaluated zero-shot "
+                            "(fine-tune on another retrieval task, then evaluate this one)")
+        docs, queries = self._prepared()
+        judged = self.qrels["train"]
+        qids = sorted(judged)
+        rng = np.random.default_rng(seed)
+        relevant = [sorted(self._doc_index[d] for d, g in judged[q].items() if g > 0) for q in qids]
+        positive = [r[int(rng.integers(len(r)))] for r in relevant]
+        qidx = [self._query_index[q] for q in qids]
+        lengths = [queries.lengths[qi] + docs.lengths[di] for qi, di in zip(qidx, positive)]
+        for batch in bucketed_order(lengths, batch_size, seed):
+            q_ids, q_mask = pad([queries[qidx[i]] for i in batch], self._pad_id)
+            d_ids, d_mask = pad([docs[positive[i]] for i in batch], self._pad_id)
+            sets = [set(relevant[i]) for i in batch]
+            false_neg = torch.tensor([[j != i and positive[b] in sets[i] for j, b in enumerate(batch)]
+                                      for i in range(len(batch))], dtype=torch.bool)
+            yield {"query_ids": q_ids, "query_mask": q_mask, "doc_ids": d_ids, "doc_mask": d_mask,
+                   "false_negatives": false_neg}
+
+    def loss(self, backbone: nn.Module, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        q = encode(backbone, batch["query_ids"], batch["query_mask"])
+        d = encode(backbone, batch["doc_ids"], batch["doc_mask"])
+        return info_nce(head(q, d), batch.get("false_negatives"))
+
+    # ------------------------------------------------------------------------------------------- evaluation
+
+    def _check_split(self, split: str) -> Split:
+        if split not in self.qrels:
+            raise DataError(f"{self.name} has no {split!r} qrels; it has: {', '.join(self.splits)}")
+        return self.qrels[split]
+
+    def _embed(self, backbone: nn.Module, tokens: _Tokens, indices: list[int], batch_size: int
+               ) -> Iterator[tuple[list[int], Tensor]]:
+        """(positions in `indices`, unit-norm embeddings (b, C)), in batches of similar lengths (little padding)."""
+        device = next(backbone.parameters()).device
+        order = sorted(range(len(indices)), key=lambda p: tokens.lengths[indices[p]])
+        for start in range(0, len(order), batch_size):
+            part = order[start : start + batch_size]
+            ids, mask = pad([tokens[indices[p]] for p in part], self._pad_id)
+            yield part, F.normalize(encode(backbone, ids.to(device), mask.to(device)), dim=-1)
+
+    @torch.no_grad()
+    def search(self, backbone: nn.Module, split: str, batch_size: int, k: int = TOP_K) -> dict[str, dict[str, float]]:
+        """Exact top-k documents by cosine similarity for every query of `split`: {query: {document: score}}."""
+        docs, queries = self._prepared()
+        qids = sorted(self._check_split(split))
+        positions, parts = [], []
+        for part, emb in self._embed(backbone, queries, [self._query_index[q] for q in qids], batch_size):
+            positions += part
+            parts.append(emb)
+        q_emb = torch.cat(parts)[torch.argsort(torch.tensor(positions, device=parts[0].device))]  # (Q, C), qids order
+        best = torch.empty(len(qids), 0, device=q_emb.device)
+        best_idx = torch.empty(len(qids), 0, dtype=torch.long, device=q_emb.device)
+        pending: list[tuple[list[int], Tensor]] = []
+
+        def flush() -> None:
+            nonlocal best, best_idx
+            idx = torch.tensor([i for part, _ in pending for i in part], device=q_emb.device)
+            scores = torch.cat([best, q_emb @ torch.cat([e for _, e in pending]).T], dim=1)  # (Q, kept + n)
+            candidates = torch.cat([best_idx, idx.expand(len(qids), -1)], dim=1)
+            best, top = scores.topk(min(k, scores.shape[1]), dim=1)
+            best_idx = candidates.gather(1, top)
+            pending.clear()
+
+        for part, emb in self._embed(backbone, docs, list(range(len(self.doc_ids))), batch_size):
+            pending.append((part, emb))
+            if sum(len(p) for p, _ in pending) >= SCORE_CHUNK:
+                flush()
+        if pending:
+            flush()
+        best, best_idx = best.cpu().tolist(), best_idx.cpu().tolist()
+        return {q: {self.doc_ids[d]: s for d, s in zip(best_idx[r], best[r])} for r, q in enumerate(qids)}
+
+    def evaluate(self, backbone: nn.Module, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
+        """NDCG@10 ("score") and recall@100; the head's temperature does not change a ranking, so it is unused."""
+        run = self.search(backbone, split, batch_size)
+        return _scores(run, self.qrels[split])
+
+    def trivial_baseline(self, split: str) -> dict[str, float]:
+        """A random ranking (seed 0): NDCG@10 about 10 * relevant / corpus size, recall@100 about 100 * 100 / size."""
+        rng = np.random.default_rng(0)
+        n, k = len(self.doc_ids), min(TOP_K, len(self.doc_ids))
+        run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(rng.choice(n, size=k, replace=False))}
+               for q in sorted(self._check_split(split))}
+        return _scores(run, self.qrels[split])
+
+
+def _scores(run: dict[str, dict[str, float]], qrels: Split) -> dict[str, float]:
+    ndcg = ndcg_at_k(run, qrels, k=10)
+    return {"score": ndcg, "ndcg@10": ndcg, "recall@100": recall_at_k(run, qrels, k=100)}
+
+
+def _validate(corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split], where: dict[str, str],
+              name: str) -> None:
+    def listed(ids: list[str]) -> str:
+        return ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+    if not corpus:
+        raise DataError(f"{where['corpus']}: the corpus is empty")
+    empty = [d for d, doc in corpus.items() if not (f"{doc.get('title') or ''}{doc.get('text') or ''}").strip()]
+    if empty:
+        raise DataError(f"{where['corpus']}: {len(empty)} documents have no text: {listed(empty)}")
+    if not qrels:
+        raise DataError(f"{name}: no qrels for any split (train, validation or test)")
+    for split, judged in qrels.items():
+        if not any(g > 0 for rel in judged.values() for g in rel.values()):
+            raise DataError(f"{where[split]}: split {split!r} has no relevant query-document pair")
+        missing_docs = sorted({d for rel in judged.values() for d in rel if d not in corpus})
+        if missing_docs:
+            raise DataError(f"{where[split]}: {len(missing_docs)} document ids are not in the corpus "
+                            f"({where['corpus']}): {listed(missing_docs)}")
+        missing_queries = sorted(q for q in judged if q not in queries)
+        if missing_queries:
+            raise DataError(f"{where[split]}: {len(missing_queries)} query ids are not in the queries "
+                            f"({where['queries']}): {listed(missing_queries)}")
+        blank = sorted(q for q in judged if not str(queries[q] or "").strip())
+        if blank:
+            raise DataError(f"{where['queries']}: {len(blank)} queries of split {split!r} are empty: {listed(blank)}")
+
+
+# ----------------------------------------------------------------------------------------------- loaders
+
+
+def _jsonl(path: Path, required: tuple[str, ...]) -> Iterator[dict]:
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg})") from e
+            missing = [key for key in required if key not in row]
+            if missing:
+                raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
+            yield row
+
+
+def _qrels_tsv(path: Path) -> Split:
+    out: Split = {}
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        cols = line.split("\t")
+        if not line.strip() or (line_no == 1 and cols[-1].strip().lower() == "score"):
+            continue
+        if len(cols) != 3 or not cols[2].strip().lstrip("-").isdigit():
+            raise DataError(f"{path}:{line_no}: expected 'query-id<TAB>corpus-id<TAB>integer score', got {line!r}")
+        out.setdefault(cols[0].strip(), {})[cols[1].strip()] = int(cols[2])
+    return out
+
+
+def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
+    """A BEIR-layout folder: corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv (dev is validation).
+
+    Without qrels/train.tsv the task is zero-shot only (`has_train` is False).
+    """
+    folder = Path(folder)
+    files = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl"}
+    for path in files.values():
+        if not path.is_file():
+            raise DataError(f"{folder} is not a BEIR-layout folder: {path.name} is missing (expected corpus.jsonl, "
+                            "queries.jsonl, qrels/{train,dev,test}.tsv)")
+    for split, names in (("train", ("train",)), ("validation", ("dev", "validation")), ("test", ("test",))):
+        found = [folder / "qrels" / f"{n}.tsv" for n in names if (folder / "qrels" / f"{n}.tsv").is_file()]
+        if len(found) > 1:
+            raise DataError(f"{folder}/qrels holds both dev.tsv and validation.tsv: keep one")
+        if found:
+            files[split] = found[0]
+    if len(files) == 2:
+        raise DataError(f"{folder}/qrels holds none of train.tsv, dev.tsv (or validation.tsv), test.tsv")
+    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r.get("text") or ""}
+              for r in _jsonl(files["corpus"], ("_id", "text"))}
+    queries = {str(r["_id"]): r["text"] for r in _jsonl(files["queries"], ("_id", "text"))}
+    qrels = {split: _qrels_tsv(path) for split, path in files.items() if split not in ("corpus", "queries")}
+    return RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+
+
+def load_offline_retrieval(root: Path, name: str) -> RetrievalTask:
+    """A retrieval task of the offline suite (`encoderlab data prepare offline`), written by data/offline_ir.py."""
+    folder = Path(root) / name
+    if not (folder / "task.json").is_file():
+        known = sorted(p.parent.name for p in Path(root).glob("*/task.json")) if Path(root).exists() else []
+        raise DataError(f"no offline task {name!r} under {root} (known: {', '.join(known) or 'none'}); run "
+                        "`encoderlab data prepare offline`")
+    family = json.loads((folder / "task.json").read_text()).get("family")
+    if family != "retrieval":
+        raise DataError(f"{folder}/task.json: family is {family!r}, not 'retrieval'")
+    return load_beir(folder, name)
+
+
+HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "Shitao/MLDR"}
+
+
+def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:
+    """MS MARCO or NQ (BEIR schema: `ID` corpus/queries + `ID-qrels`) or MLDR (English), from the hub or a folder.
+
+    `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). BEIR's NQ has test qrels only.
+    """
+    if kind not in HUB_IDS:
+        raise DataError(f"unknown retrieval dataset {kind!r}; known: {', '.join(HUB_IDS)}")
+    if source and Path(source).exists():
+        return load_beir(source, kind)
+    hub_id = source or HUB_IDS[kind]
+    if (reason := _hub_problem()) is not None:
+        raise _unreachable(kind, hub_id, reason)
+    try:
+        import datasets  # deferred: heavy, and only hub ids need it
+
+        if kind == "mldr":
+            corpus = {r["docid"]: {"title": "", "text": r["text"]}
+                      for r in datasets.load_dataset(hub_id, "corpus-en", split="corpus")}
+            queries, qrels = {}, {}
+            for split, hub_split in (("train", "train"), ("validation", "dev"), ("test", "test")):
+                for r in datasets.load_dataset(hub_id, "en", split=hub_split):
+                    queries[r["query_id"]] = r["query"]
+                    qrels.setdefault(split, {})[r["query_id"]] = {p["docid"]: 1 for p in r["positive_passages"]}
+        else:
+            corpus = {str(r["_id"]): {"title": r["title"], "text": r["text"]}
+                      for r in datasets.load_dataset(hub_id, "corpus", split="corpus")}
+            queries = {str(r["_id"]): r["text"] for r in datasets.load_dataset(hub_id, "queries", split="queries")}
+            qrels = {}
+            for split, rows in datasets.load_dataset(f"{hub_id}-qrels").items():
+                for r in rows:
+                    qrels.setdefault("validation" if split == "dev" else split, {}).setdefault(
+                        str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
+    except Exception as e:
+        raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
+    return RetrievalTask(kind, corpus, queries, qrels, files={"corpus": hub_id, "queries": hub_id})
+
+
+def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:
+    reason = " ".join(reason.split())[:200]
+    return DataError(f"{kind}: cannot load {hub_id!r} from the Hugging Face Hub ({reason}); give a local folder in "
+                     f"the BEIR layout instead (corpus.jsonl, queries.jsonl, qrels/{{train,dev,test}}.tsv), "
+                     f"e.g. `{kind}=/path/to/folder`")
+
+
+def _hub_problem(timeout_s: float = 2.0) -> str | None:
+    """Why the hub cannot be used, found at once (huggingface_hub would retry for ~24 s); None if it may be."""
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        if os.environ.get(var, "").upper() in {"1", "ON", "YES", "TRUE"}:
+            return f"{var}={os.environ[var]} is set"
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return None  # behind a proxy a failing direct connection says nothing
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        return f"cannot connect to {host}:{port}: {e}"
+    return None

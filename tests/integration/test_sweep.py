@@ -1,0 +1,118 @@
+"""Sweeps end to end on a tiny checkpoint: records, resume after a kill, failed runs, aggregation, bad input."""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from encoderlab.config import validate
+from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation import sweep as sweep_module
+from encoderlab.evaluation.protocol import Protocol
+from encoderlab.evaluation.sweep import run_sweep
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.loop import Trainer
+
+TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1}
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, packed_dir):
+    out = tmp_path_factory.mktemp("runs")
+    cfg = validate(PretrainConfig, {
+        "name": "tiny", "out_dir": str(out), "data": {"path": str(packed_dir)}, "model": TINY, "objective": "mlm40",
+        "lr_schedule": {"warmup_steps": 2, "decay_steps": 2},
+        "train": {"steps": 6, "global_batch": 4, "dtype": "fp32", "tensorboard": False}}, "test")
+    Trainer(cfg, show_progress=False).run()
+    return out / "tiny"
+
+
+@pytest.fixture
+def task_yaml(tmp_path):
+    """A learnable sentiment-like task: the label is whether 'good' or 'bad' appears."""
+    rng = random.Random(0)
+    words = "the film was very quite rather plot actors story".split()
+
+    def rows(n):
+        out = []
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            text = " ".join(rng.choices(words, k=5) + ["good" if label else "bad"] + rng.choices(words, k=3))
+            out.append({"text": text, "label": "pos" if label else "neg"})
+        return out
+
+    for split, n in (("train", 64), ("dev", 24), ("test", 24)):
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(n)))
+    (tmp_path / "task.yaml").write_text("family: classification\ntrain: train.jsonl\nvalidation: dev.jsonl\n"
+                                        "test: test.jsonl\ntext_column: text\nlabel_column: label\n")
+    return tmp_path / "task.yaml"
+
+
+def protocol(**over) -> Protocol:
+    return Protocol(**{"name": "t", "max_steps": 6, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3, 3e-3],
+                       "seeds": [0, 1], "max_length": 32, "dtype": "fp32", "curve_every": 2, **over})
+
+
+def test_sweep_records_resume_and_summary(tmp_path, tiny_checkpoint, task_yaml, monkeypatch):
+    out = tmp_path / "evals"
+    real = sweep_module.finetune
+    calls = {"n": 0}
+
+    def killed_after_two(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # the user pressed Ctrl-C during the third run
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "finetune", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), out, show_progress=False, log=lambda m: None)
+    records = sorted(out.rglob("lr*.json"))
+    assert len(records) == 2
+    monkeypatch.setattr(sweep_module, "finetune", real)
+    summary = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), out, show_progress=False, log=lambda m: None)
+    assert summary["runs_done_this_time"] == 2  # only what was left
+    assert len(sorted(out.rglob("lr*.json"))) == 4
+    (task,) = summary["tasks"].values()
+    assert task["runs"] == 4 and task["failed"] == 0 and task["seeds"] == 2
+    assert task["best_lr"] in (1e-3, 3e-3) and 0 <= task["test"] <= 100 and task["ci95"] >= 0
+    record = json.loads(records[0].read_text())
+    assert record["status"] == "ok" and record["steps"] == 6 and record["curve"][-1][0] == 6
+    assert set(record["scores"]) == {"validation", "test"} and "accuracy" in record["scores"]["test"]
+    assert record["protocol"]["lrs"] == [1e-3, 3e-3] and record["baseline"]["test"]["score"] > 0
+    again = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), out, show_progress=False, log=lambda m: None)
+    assert again["runs_done_this_time"] == 0 and again["tasks"] == summary["tasks"]
+
+
+def test_a_nan_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, tiny_checkpoint, task_yaml, monkeypatch):
+    real = sweep_module.finetune
+
+    def nan_at_high_lr(task, *args, lr, **kwargs):
+        if lr == 3e-3:
+            original = task.loss
+            task.loss = lambda *a: original(*a) * math.nan
+            try:
+                return real(task, *args, lr=lr, **kwargs)
+            finally:
+                task.loss = original
+        return real(task, *args, lr=lr, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "finetune", nan_at_high_lr)
+    summary = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, show_progress=False,
+                        log=lambda m: None)
+    (task,) = summary["tasks"].values()
+    assert task["runs"] == 4 and task["failed"] == 2 and task["best_lr"] == 1e-3
+    assert all("nan" in f["reason"] for f in task["failures"])
+
+
+def test_bad_input_fails_before_training(tmp_path, tiny_checkpoint, task_yaml):
+    with pytest.raises(EncoderlabError, match="unknown task 'no-such-task'"):
+        run_sweep(tiny_checkpoint, ["no-such-task"], protocol(), tmp_path, show_progress=False, log=lambda m: None)
+    dev = task_yaml.parent / "dev.jsonl"
+    dev.write_text(dev.read_text() + json.dumps({"text": "a film", "label": "neutral"}) + "\n")
+    with pytest.raises(EncoderlabError, match="neutral"):
+        run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, show_progress=False, log=lambda m: None)
+    assert not list(tmp_path.rglob("lr*.json"))
