@@ -16,7 +16,7 @@ app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of 
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def _log(message: str) -> None:
@@ -74,10 +74,10 @@ def _render_prepare(s: dict) -> None:
     out.print(f"[bold]shards[/bold]    {s['packed']}")
     if "tasks" in s:
         table = Table(title=f"evaluation tasks ({s['tasks_root']})", title_justify="left")
-        for col in ("task", "train", "validation", "test"):
-            table.add_column(col, justify="left" if col == "task" else "right")
+        for col in ("task", "family", "train", "validation", "test"):
+            table.add_column(col, justify="left" if col in ("task", "family") else "right")
         for name, counts in s["tasks"].items():
-            table.add_row(name, *(f"{counts[k]:,}" for k in ("train", "validation", "test")))
+            table.add_row(name, counts["family"], *(f"{counts[k]:,}" for k in ("train", "validation", "test")))
         out.print(table)
     out.print("time      " + ", ".join(f"{k} {v:.1f}s" for k, v in s["seconds"].items()))
 

@@ -24,6 +24,8 @@ TASKS = {
     "conll-pos": "tokens",
     "conll-chunk": "tokens",
 }
+QA_TASKS = ("conll-cloze", "wiki-cloze", "wiki-title-span")
+IR_TASKS = ("wiki-description", "wiki-title", "imdb-long")
 CORPUS_SOURCES = {"imdb", "rotten_tomatoes", "wikipedia", "conll2003", "shakespeare"}
 
 
@@ -40,14 +42,32 @@ def suite(tmp_path_factory) -> dict:
         folder = out / "tasks" / name
         tasks[name] = {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}
     docs = list(read_jsonl(out / "corpus" / "documents.jsonl"))
-    return {"out": out, "summary": summary, "tasks": tasks, "docs": docs}
+    return {"out": out, "summary": summary, "tasks": tasks, "docs": docs, "qa_ir": qa_ir_eval_texts(out)}
+
+
+def qa_ir_eval_texts(out) -> list[tuple[str, str, str]]:
+    """(task, id, text) of the validation/test passages and questions (QA), queries and judged documents (IR)."""
+    texts = []
+    for name in QA_TASKS:
+        for s in ("validation", "test"):
+            for ex in read_jsonl(out / "tasks" / name / f"{s}.jsonl"):
+                texts += [(name, ex["id"], ex["context"]), (name, ex["id"], ex["question"])]
+    for name in IR_TASKS:
+        folder = out / "tasks" / name
+        corpus = {d["_id"]: d["text"] for d in read_jsonl(folder / "corpus.jsonl")}
+        queries = {q["_id"]: q["text"] for q in read_jsonl(folder / "queries.jsonl")}
+        for s in ("validation", "test"):
+            for line in (folder / "qrels" / f"{s}.tsv").read_text().splitlines()[1:]:
+                qid, did, _ = line.split("\t")
+                texts += [(name, qid, queries[qid]), (name, did, corpus[did])]
+    return texts
 
 
 @pytest.fixture(scope="session")
 def eval_examples(suite) -> list[tuple[str, str, str]]:
     """(task, id, text) of every validation and test example of every task."""
     return [(name, ex["id"], example_text(ex)) for name, splits in suite["tasks"].items()
-            for s in ("validation", "test") for ex in splits[s]]
+            for s in ("validation", "test") for ex in splits[s]] + suite["qa_ir"]
 
 
 @pytest.fixture(scope="session")
@@ -58,9 +78,14 @@ def corpus_norms(suite) -> list[str]:
 # ----------------------------------------------------------------------------------------------- task files
 
 
-def test_six_tasks_with_all_files(suite):
+def test_twelve_tasks_with_all_files(suite):
     root = suite["out"] / "tasks"
-    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == sorted(TASKS)
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == sorted(
+        [*TASKS, *QA_TASKS, *IR_TASKS])
+    for name in QA_TASKS:
+        assert {p.name for p in (root / name).iterdir()} >= {"train.jsonl", "validation.jsonl", "test.jsonl"}
+    for name in IR_TASKS:
+        assert {p.name for p in (root / name).iterdir()} >= {"corpus.jsonl", "queries.jsonl", "qrels"}
     for name, family in TASKS.items():
         files = {p.name for p in (root / name).iterdir()}
         assert files == {"train.jsonl", "validation.jsonl", "test.jsonl", "stats.json", "task.json"}
@@ -68,7 +93,7 @@ def test_six_tasks_with_all_files(suite):
         stats = json.loads((root / name / "stats.json").read_text())
         assert task["name"] == stats["name"] == name and task["family"] == stats["family"] == family
         assert task["labels"] == stats["labels"] and len(task["labels"]) >= 2
-    assert set(suite["summary"]["tasks"]) == set(TASKS)
+    assert set(suite["summary"]["tasks"]) == {*TASKS, *QA_TASKS, *IR_TASKS}
 
 
 def test_stats_match_the_files(suite):
@@ -178,7 +203,7 @@ def test_no_long_eval_example_is_a_substring_of_the_corpus(eval_examples, corpus
     long_examples = sorted({(task, normalize(text)) for task, _, text in eval_examples
                             if len(normalize(text).split()) >= 8})
     sample = random.Random(2026).sample(long_examples, 400)
-    assert len({task for task, _ in sample}) == len(TASKS)  # every task is represented
+    assert len({task for task, _ in sample}) >= len(TASKS) + 4  # the tasks are well represented
     leaks = [(task, text[:80]) for task, text in sample if f" {text} " in haystack]
     assert not leaks, leaks[:5]
 

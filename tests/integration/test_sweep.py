@@ -87,6 +87,13 @@ def test_sweep_records_resume_and_summary(tmp_path, tiny_checkpoint, task_yaml, 
     assert again["runs_done_this_time"] == 0 and again["tasks"] == summary["tasks"]
 
 
+def test_bf16_runs(tmp_path, tiny_checkpoint, task_yaml):
+    summary = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(dtype="bf16", lrs=[1e-3], seeds=[0]), tmp_path,
+                        show_progress=False, log=lambda m: None)
+    (task,) = summary["tasks"].values()
+    assert task["failed"] == 0 and 0 <= task["test"] <= 100
+
+
 def test_a_nan_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, tiny_checkpoint, task_yaml, monkeypatch):
     real = sweep_module.finetune
 

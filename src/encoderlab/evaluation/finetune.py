@@ -47,7 +47,9 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": o.weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
     optimizer = torch.optim.AdamW(groups, lr=lr, betas=o.betas, eps=o.eps, fused=True)
-    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if protocol.dtype == "bf16" else nullcontext)
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16) if protocol.dtype == "bf16" else nullcontext()
+
     total = planned_steps(task, protocol)
     curve: list[list[float]] = []
     backbone.train(), head.train()

@@ -35,6 +35,8 @@ class Protocol(BaseModel):
     dtype: Literal["bf16", "fp32"] = "bf16"
     max_train_examples: int | None = Field(None, gt=0, description="subsample train (CPU demos); seeded")
     max_eval_examples: int | None = Field(None, gt=0, description="subsample validation/test (CPU demos)")
+    max_corpus_documents: int | None = Field(None, gt=0, description="retrieval: judged documents plus random "
+                                             "others up to this many (CPU demos; scores rise as the corpus shrinks)")
     curve_every: int = Field(10, gt=0, description="training loss recorded every N steps")
 
     def length_for(self, family: str) -> int:

@@ -41,6 +41,8 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
         if protocol.max_eval_examples:
             for split in ("validation", "test"):
                 task.subsample(split, protocol.max_eval_examples, seed=0)
+        if protocol.max_corpus_documents and hasattr(task, "limit_corpus"):
+            task.limit_corpus(protocol.max_corpus_documents, seed=0)
         t0 = time.perf_counter()
         task.prepare(tokenizer, protocol.length_for(task.family), cache_dir)
         log(f"{task.name} ({task.family}): {task.num_train_examples():,} training examples, "

@@ -64,6 +64,10 @@ class EvalTask(ABC):
         if len(examples) > n:
             keep = sorted(torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))[:n].tolist())
             self.splits[split] = [examples[i] for i in keep]  # type: ignore[attr-defined]
+            self._subsampled(split, keep)
+
+    def _subsampled(self, split: str, keep: list[int]) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Hook for tasks that derive per-example state at construction (called by `subsample`)."""
 
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:

@@ -119,6 +119,9 @@ class ClassificationTask(EvalTask):
                 out.append([bos, *a[:la], eos, *b[:lb], eos])
         return out, cut
 
+    def _subsampled(self, split: str, keep: list[int]) -> None:
+        self.gold[split] = [self.gold[split][i] for i in keep]
+
     def num_train_examples(self) -> int:
         return len(self.splits["train"])
 

@@ -1,18 +1,15 @@
 """Extractive question answering: SQuAD, SQuAD v2, ReCoRD and the offline cloze sets; span start/end, SQuAD F1.
 
-Examples follow the SQuAD schema `{"id", "context", "question", "answers": {"text": [...], "answer_start": [...]}}`
-(an empty answer list is an unanswerable SQuAD v2 question). Each example is encoded as
-`<bos> question <eos> context-window <eos>`: the question is cut to `max_length // 2` tokens and a long context is
-split into windows that overlap by `stride` tokens (at most half a window), the HF `doc_stride` practice, so an
-answer of up to `stride + 1` tokens lies whole in some window. Character answers map to token start/end through the
-offsets of the raw `tokenizers` encoding. A training window that does not hold the answer points to position 0
-(the `<bos>`) when unanswerable questions are allowed (SQuAD v2 / HF practice); otherwise it is dropped from
-training (SQuAD v1 style), never from evaluation. The head is a linear layer giving start and end logits; logits
-outside the context (question, special tokens, padding) are masked, except position 0 when unanswerable questions
-are allowed. The prediction of an example is its best span over all windows (start <= end, at most
-`max_answer_tokens` tokens, inside the context, highest start + end logit among the top 20 starts and ends, as
-HF's post-processing; an exhaustive search when those hold no valid pair); it is "" (unanswerable) when the null
-score (the lowest start + end logit of position 0 over the windows) beats the best span.
+Examples use the SQuAD schema (`answers: {text, answer_start}`; no answer = an unanswerable SQuAD v2 question) and
+are encoded as `<bos> question <eos> context-window <eos>`: the question cut to `max_length // 2` tokens, a long
+context split into windows overlapping by `stride` tokens (at most half a window, HF's `doc_stride`). Answers map
+to tokens through the offsets of the raw `tokenizers` encoding. A training window without the answer points to
+position 0 (`<bos>`) when unanswerable questions are allowed, and is otherwise dropped from training (SQuAD v1
+style), never from evaluation. Logits outside the context are masked (position 0 stays when unanswerable questions
+are allowed). A prediction is the best span over all windows of an example (start <= end, at most
+`max_answer_tokens` tokens, top 20 starts x top 20 ends as in HF's post-processing, an exhaustive search when those
+hold no valid pair), or "" when the null score (lowest position-0 score over the windows) beats it. docs/tasks/qa.md
+has the details.
 """
 from __future__ import annotations
 
@@ -227,8 +224,7 @@ class QATask(EvalTask):
                 "start_positions": rows[:, 4].clone(), "end_positions": rows[:, 5].clone()}
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
-        ptr = self._prepared("train")["win_ptr"]
-        lengths = [int(ptr[w + 1] - ptr[w]) for w in self._train_windows]
+        lengths = self._prepared("train")["win_ptr"].diff()[self._train_windows].tolist()
         for batch in bucketed_order(lengths, batch_size, seed):
             yield self._batch("train", [self._train_windows[i] for i in batch])
 
@@ -250,9 +246,8 @@ class QATask(EvalTask):
     def predict(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, str]:
         p = self._prepared(split)
         device = next(backbone.parameters()).device
-        rows = p["windows"].tolist()
-        ptr = p["win_ptr"]
-        order = sorted(range(len(rows)), key=lambda w: int(ptr[w + 1] - ptr[w]))
+        rows, lengths = p["windows"].tolist(), p["win_ptr"].diff().tolist()
+        order = sorted(range(len(rows)), key=lambda w: lengths[w])
         best: dict[int, tuple[float, int, int]] = {}
         null: dict[int, float] = {}
         for b in range(0, len(order), batch_size):
@@ -325,6 +320,11 @@ def _group(row: dict) -> str:
     return row.get("title") or row["context"]
 
 
+def _row(qid, context: str, question: str, texts: list[str], starts: list[int], title: str = "") -> dict:
+    return {"id": str(qid), "context": context, "question": question,
+            "answers": {"text": list(texts), "answer_start": list(starts)}, "title": title}
+
+
 def _read_squad_json(path: str) -> list[dict]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -333,10 +333,8 @@ def _read_squad_json(path: str) -> list[dict]:
             for para in article["paragraphs"]:
                 for qa in para["qas"]:
                     answers = [] if qa.get("is_impossible") else qa["answers"]
-                    rows.append({"id": str(qa["id"]), "context": para["context"], "question": qa["question"],
-                                 "answers": {"text": [a["text"] for a in answers],
-                                             "answer_start": [a["answer_start"] for a in answers]},
-                                 "title": article.get("title", "")})
+                    rows.append(_row(qa["id"], para["context"], qa["question"], [a["text"] for a in answers],
+                                     [a["answer_start"] for a in answers], article.get("title", "")))
     except FileNotFoundError as e:
         raise DataError(f"SQuAD file not found: {path}") from e
     except json.JSONDecodeError as e:
@@ -374,17 +372,16 @@ def _record_rows(ds) -> list[dict]:
                 while at >= 0 and answer:
                     found.append(at)
                     at = context.find(answer, at + 1)
-            texts += [answer] * len(found)
-            starts += sorted(set(found))
+            found = sorted(set(found))
+            texts, starts = texts + [answer] * len(found), starts + found
         if texts:
             idx = row["idx"]
-            rows.append({"id": f"record-{idx['passage']}-{idx['query']}", "context": context,
-                         "question": row["query"], "answers": {"text": texts, "answer_start": starts}})
+            rows.append(_row(f"record-{idx['passage']}-{idx['query']}", context, row["query"], texts, starts))
     return rows
 
 
 def _hub_unreachable(spec: str, reason: str) -> DataError:
-    return DataError(f"cannot load {spec!r} from the Hugging Face Hub ({' '.join(reason.split())[:160]}); give a "
+    return DataError(f"cannot load {spec!r} from the Hugging Face Hub ({' '.join(reason.split())[:200]}); give a "
                      "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
 
 
@@ -411,33 +408,27 @@ def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None
     if kind not in HUB:
         raise DataError(f"unknown QA dataset {kind!r}; known: {', '.join(HUB)}")
     spec = source or HUB[kind]
+    local = Path(spec).expanduser()
+    if not local.exists():
+        _probe_hub(spec)
     import datasets  # deferred: heavy, and only these loaders need it
 
-    local = Path(spec).expanduser()
     try:
-        if local.exists():
-            ds = datasets.load_dataset(str(local))
-        else:
-            _probe_hub(spec)
-            hub_id, _, config = spec.partition(":")
-            ds = datasets.load_dataset(hub_id, config or None)
-    except DataError:
-        raise
+        hub_id, _, config = spec.partition(":")
+        ds = datasets.load_dataset(str(local)) if local.exists() else datasets.load_dataset(hub_id, config or None)
     except Exception as e:
-        reason = " ".join(f"{type(e).__name__}: {e}".split())[:200]
         if local.exists():
-            raise DataError(f"{local}: not readable as a {kind} dataset in the hub schema ({reason})") from e
-        raise _hub_unreachable(spec, reason) from e
+            raise DataError(f"{local}: not readable as a {kind} dataset in the hub schema ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]})") from e
+        raise _hub_unreachable(spec, f"{type(e).__name__}: {e}") from e
     missing = [s for s in ("train", "validation") if s not in ds]
     if missing:
         raise DataError(f"{spec!r} has no {' or '.join(missing)} split (it has {', '.join(ds)})")
     if kind == "record":
         train, test = _record_rows(ds["train"]), _record_rows(ds["validation"])
     else:
-        train, test = ([{"id": str(r["id"]), "context": r["context"], "question": r["question"],
-                         "answers": {"text": list(r["answers"]["text"]),
-                                     "answer_start": list(r["answers"]["answer_start"])},
-                         "title": r.get("title", "")} for r in ds[s]] for s in ("train", "validation"))
+        train, test = ([_row(r["id"], r["context"], r["question"], r["answers"]["text"], r["answers"]["answer_start"],
+                             r.get("title", "")) for r in ds[s]] for s in ("train", "validation"))
     train, validation = hold_out(train)
     return QATask(kind, {"train": train, "validation": validation, "test": test},
                   allow_unanswerable=kind == "squad_v2")

@@ -14,7 +14,7 @@ import json
 import math
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -34,6 +34,7 @@ TOP_K = 100  # the run kept per query: enough for NDCG@10 and recall@100
 TEMPERATURE = 0.05  # initial InfoNCE temperature: logits = cosine / 0.05
 MAX_SCALE = 100.0  # the learnt inverse temperature is clipped here (as CLIP does) so it cannot blow up
 SCORE_CHUNK = 8192  # documents scored against all queries at once (bounds the score matrix)
+EMBEDDING_CACHE_BYTES = 2**30  # corpus embeddings up to this size are reused while the weights stay the same
 CACHE_VERSION = 1
 Split = dict[str, dict[str, int]]  # query id -> document id -> relevance grade
 
@@ -76,21 +77,15 @@ def encode(backbone: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Te
 
 
 class _Tokens:
-    """Token id lists stored flat (one int32 tensor plus offsets): compact, and loads with weights_only=True."""
+    """Token id sequences stored flat (int32 ids plus int64 offsets): compact, and loads with weights_only=True."""
 
     def __init__(self, flat: Tensor, offsets: Tensor) -> None:
         self.flat, self.offsets = flat, offsets
-        self.lengths = (offsets[1:] - offsets[:-1]).tolist()
-
-    @classmethod
-    def build(cls, lists: list[list[int]]) -> _Tokens:
-        offsets = torch.zeros(len(lists) + 1, dtype=torch.long)
-        offsets[1:] = torch.tensor([len(x) for x in lists], dtype=torch.long).cumsum(0)
-        flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int32, count=int(offsets[-1]))
-        return cls(torch.from_numpy(flat), offsets)
+        self._flat, self._offsets = flat.numpy(), offsets.numpy()
+        self.lengths = np.diff(self._offsets)  # (n,) int64
 
     def __getitem__(self, i: int) -> list[int]:
-        return self.flat[self.offsets[i] : self.offsets[i + 1]].tolist()
+        return self._flat[self._offsets[i] : self._offsets[i + 1]].tolist()
 
 
 class RetrievalTask(EvalTask):
@@ -113,12 +108,45 @@ class RetrievalTask(EvalTask):
                            for d in self.doc_ids]
         self.qrels = {s: {q: {d: int(g) for d, g in rel.items()} for q, rel in judged.items()
                           if any(g > 0 for g in rel.values())} for s, judged in qrels.items()}
-        self.query_ids = sorted({q for judged in self.qrels.values() for q in judged})
-        self._query_index = {q: i for i, q in enumerate(self.query_ids)}
-        self._query_texts = [query_text(queries[q].strip()) for q in self.query_ids]
+        self._query_source = {q: queries[q].strip() for judged in self.qrels.values() for q in judged}
+        self._index_queries()
         self._docs: _Tokens | None = None
         self._queries: _Tokens | None = None
         self._pad_id = 0
+        self._embedding_cache: tuple[tuple, list[tuple[Tensor, Tensor]]] | None = None
+
+    def _index_queries(self) -> None:
+        self.query_ids = sorted({q for judged in self.qrels.values() for q in judged})
+        self._query_index = {q: i for i, q in enumerate(self.query_ids)}
+        self._query_texts = [query_text(self._query_source[q]) for q in self.query_ids]
+
+    def subsample(self, split: str, n: int, seed: int) -> None:
+        """Keep a seeded random `n` queries of a split (CPU protocols); the corpus stays whole. Before `prepare`."""
+        judged = self.qrels.get(split, {})
+        if len(judged) > n:
+            qids = sorted(judged)
+            keep = sorted(torch.randperm(len(qids), generator=torch.Generator().manual_seed(seed))[:n].tolist())
+            self.qrels[split] = {qids[i]: judged[qids[i]] for i in keep}
+            self._index_queries()
+            self._docs = self._queries = None
+
+    def limit_corpus(self, n: int, seed: int) -> None:
+        """Keep every document judged for a kept query plus seeded random others, `n` in all (CPU protocols).
+
+        Scores on a reduced corpus are higher than on the whole one; the protocol records the cap. Before `prepare`.
+        """
+        judged = sorted({d for split in self.qrels.values() for rel in split.values() for d in rel})
+        if len(self.doc_ids) <= n:
+            return
+        others = sorted(set(self.doc_ids) - set(judged))
+        order = torch.randperm(len(others), generator=torch.Generator().manual_seed(seed)).tolist()
+        keep = set(judged) | {others[i] for i in order[: max(0, n - len(judged))]}
+        texts = dict(zip(self.doc_ids, self._doc_texts))
+        self.doc_ids = [d for d in self.doc_ids if d in keep]
+        self._doc_index = {d: i for i, d in enumerate(self.doc_ids)}
+        self._doc_texts = [texts[d] for d in self.doc_ids]
+        self._docs = None
+        self._embedding_cache = None
 
     @property
     def splits(self) -> list[str]:
@@ -149,18 +177,20 @@ class RetrievalTask(EvalTask):
                 tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
                 torch.save(state, tmp)
                 os.replace(tmp, path)
-        self._pad_id = tokenizer.pad_id
+        self._pad_id, self._embedding_cache = tokenizer.pad_id, None
         self._docs = _Tokens(*state["docs"])
         self._queries = _Tokens(*state["queries"])
 
     @staticmethod
     def _tokenise(texts: list[str], tokenizer: TextTokenizer, max_length: int) -> list[Tensor]:
-        lists: list[list[int]] = []
-        for start in range(0, len(texts), 65_536):  # bounded memory on corpora of millions of passages
-            for ids in tokenizer.encode_batch(texts[start : start + 65_536]):
-                lists.append([tokenizer.bos_id, *ids[: max_length - 2], tokenizer.eos_id])
-        tokens = _Tokens.build(lists)
-        return [tokens.flat, tokens.offsets]
+        """`<bos> ids <eos>` per text, truncated to max_length: [flat int32 ids, int64 offsets]."""
+        flats, lengths = [np.zeros(0, np.int32)], [np.zeros(1, np.int64)]
+        for start in range(0, len(texts), 65_536):  # chunks bound the Python lists on corpora of millions
+            seqs = [[tokenizer.bos_id, *ids[: max_length - 2], tokenizer.eos_id]
+                    for ids in tokenizer.encode_batch(texts[start : start + 65_536])]
+            flats.append(np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int32))
+            lengths.append(np.array([len(x) for x in seqs], dtype=np.int64))
+        return [torch.from_numpy(np.concatenate(flats)), torch.from_numpy(np.concatenate(lengths).cumsum())]
 
     def _prepared(self) -> tuple[_Tokens, _Tokens]:
         if self._docs is None or self._queries is None:
@@ -187,7 +217,7 @@ class RetrievalTask(EvalTask):
         relevant = [sorted(self._doc_index[d] for d, g in judged[q].items() if g > 0) for q in qids]
         positive = [r[int(rng.integers(len(r)))] for r in relevant]
         qidx = [self._query_index[q] for q in qids]
-        lengths = [queries.lengths[qi] + docs.lengths[di] for qi, di in zip(qidx, positive)]
+        lengths = (queries.lengths[qidx] + docs.lengths[positive]).tolist()
         for batch in bucketed_order(lengths, batch_size, seed):
             q_ids, q_mask = pad([queries[qidx[i]] for i in batch], self._pad_id)
             d_ids, d_mask = pad([docs[positive[i]] for i in batch], self._pad_id)
@@ -209,20 +239,56 @@ class RetrievalTask(EvalTask):
             raise DataError(f"{self.name} has no {split!r} qrels; it has: {', '.join(self.splits)}")
         return self.qrels[split]
 
-    def _embed(self, backbone: nn.Module, tokens: _Tokens, indices: list[int], batch_size: int
+    def _embed(self, backbone: nn.Module, tokens: _Tokens, indices: Sequence[int], batch_size: int
                ) -> Iterator[tuple[list[int], Tensor]]:
         """(positions in `indices`, unit-norm embeddings (b, C)), in batches of similar lengths (little padding)."""
         device = next(backbone.parameters()).device
-        order = sorted(range(len(indices)), key=lambda p: tokens.lengths[indices[p]])
+        order = np.argsort(tokens.lengths[np.asarray(indices, dtype=np.int64)], kind="stable").tolist()
         for start in range(0, len(order), batch_size):
             part = order[start : start + batch_size]
             ids, mask = pad([tokens[indices[p]] for p in part], self._pad_id)
             yield part, F.normalize(encode(backbone, ids.to(device), mask.to(device)), dim=-1)
 
+    def _doc_chunks(self, backbone: nn.Module, batch_size: int) -> Iterator[tuple[Tensor, Tensor]]:
+        """(corpus indices (n,), unit-norm embeddings (n, C)), about SCORE_CHUNK documents at a time.
+
+        Embeddings of a corpus that fits in EMBEDDING_CACHE_BYTES are kept until the weights change, so scoring
+        validation then test encodes the corpus once. "Change" is read from the parameters' identity, in-place
+        version counters and sums, and the autocast state: any optimizer step or load alters one of them.
+        """
+        params = list(backbone.parameters())
+        device = params[0].device
+        key = (id(backbone), torch.is_autocast_enabled(device.type), tuple(p._version for p in params),
+               tuple(torch.stack([p.detach().float().sum() for p in params]).tolist()))
+        if self._embedding_cache is not None and self._embedding_cache[0] == key:
+            yield from self._embedding_cache[1]
+            return
+        self._embedding_cache = None
+        chunks: list[tuple[Tensor, Tensor]] | None = None  # a list once the size is known to fit the budget
+        pending: list[tuple[list[int], Tensor]] = []
+
+        def chunk() -> tuple[Tensor, Tensor]:
+            out = (torch.tensor([i for p, _ in pending for i in p], device=device), torch.cat([e for _, e in pending]))
+            pending.clear()
+            if chunks is not None:
+                chunks.append(out)
+            return out
+
+        for part, emb in self._embed(backbone, self._prepared()[0], range(len(self.doc_ids)), batch_size):
+            if not pending and chunks is None and len(self.doc_ids) * emb.shape[1] * 4 <= EMBEDDING_CACHE_BYTES:
+                chunks = []
+            pending.append((part, emb))
+            if sum(len(p) for p, _ in pending) >= SCORE_CHUNK:
+                yield chunk()
+        if pending:
+            yield chunk()
+        if chunks is not None:
+            self._embedding_cache = (key, chunks)
+
     @torch.no_grad()
     def search(self, backbone: nn.Module, split: str, batch_size: int, k: int = TOP_K) -> dict[str, dict[str, float]]:
         """Exact top-k documents by cosine similarity for every query of `split`: {query: {document: score}}."""
-        docs, queries = self._prepared()
+        _, queries = self._prepared()
         qids = sorted(self._check_split(split))
         positions, parts = [], []
         for part, emb in self._embed(backbone, queries, [self._query_index[q] for q in qids], batch_size):
@@ -231,23 +297,11 @@ class RetrievalTask(EvalTask):
         q_emb = torch.cat(parts)[torch.argsort(torch.tensor(positions, device=parts[0].device))]  # (Q, C), qids order
         best = torch.empty(len(qids), 0, device=q_emb.device)
         best_idx = torch.empty(len(qids), 0, dtype=torch.long, device=q_emb.device)
-        pending: list[tuple[list[int], Tensor]] = []
-
-        def flush() -> None:
-            nonlocal best, best_idx
-            idx = torch.tensor([i for part, _ in pending for i in part], device=q_emb.device)
-            scores = torch.cat([best, q_emb @ torch.cat([e for _, e in pending]).T], dim=1)  # (Q, kept + n)
+        for idx, d_emb in self._doc_chunks(backbone, batch_size):  # a running exact top-k: memory (Q, k + chunk)
+            scores = torch.cat([best, q_emb @ d_emb.T], dim=1)
             candidates = torch.cat([best_idx, idx.expand(len(qids), -1)], dim=1)
             best, top = scores.topk(min(k, scores.shape[1]), dim=1)
             best_idx = candidates.gather(1, top)
-            pending.clear()
-
-        for part, emb in self._embed(backbone, docs, list(range(len(self.doc_ids))), batch_size):
-            pending.append((part, emb))
-            if sum(len(p) for p, _ in pending) >= SCORE_CHUNK:
-                flush()
-        if pending:
-            flush()
         best, best_idx = best.cpu().tolist(), best_idx.cpu().tolist()
         return {q: {self.doc_ids[d]: s for d, s in zip(best_idx[r], best[r])} for r, q in enumerate(qids)}
 
