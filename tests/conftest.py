@@ -29,6 +29,15 @@ def synthetic_documents(n: int, seed: int = 0) -> list[Document]:
     return docs
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny matrices: with 2 threads on a busy machine a step can take 100x longer (OpenMP contention)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def synthetic():
     """`synthetic(n, seed=0)` -> n reproducible Documents of short English-like sentences."""

@@ -28,13 +28,7 @@ TEXTS = ["the cat sat on a mat", "dogs ran across green fields", "a great movie"
          "birds sang in tall trees", "children played with paper boats", "the old river", "good"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: with 2 threads on a busy machine a step takes 100x longer (OpenMP contention)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 
 
 @pytest.fixture(scope="module")

@@ -36,13 +36,7 @@ SENTENCES = [  # (words, tags): names are rare words that a tiny BPE splits into
 FILLER = "the cat sat on a mat while dogs ran across green fields and birds sang in tall trees near old river".split()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny matrices: with 2 threads on a busy machine a step takes 100x longer (OpenMP contention)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 
 
 @pytest.fixture(scope="module")

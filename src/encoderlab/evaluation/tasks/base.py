@@ -70,6 +70,32 @@ class EvalTask(ABC):
         """Hook for tasks that derive per-example state at construction (called by `subsample`)."""
 
 
+class ListTask(EvalTask, ABC):
+    """Shared plumbing of tasks whose examples are lists per split (`self.splits`) tokenised into `self.ids`."""
+
+    splits: dict[str, list[dict]]
+    ids: dict[str, list[list[int]]]
+
+    def num_train_examples(self) -> int:
+        return len(self.splits["train"])
+
+    def _prepared(self, split: str) -> list[list[int]]:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if not self.ids:
+            raise RuntimeError(f"task {self.name!r}: call prepare(tokenizer, max_length) first")
+        return self.ids[split]
+
+
+def linear_head(hidden_size: int, outputs: int, generator: torch.Generator) -> nn.Linear:
+    """A linear head with normal(0, 0.02) weights drawn from the run's generator and zero bias."""
+    head = nn.Linear(hidden_size, outputs)
+    with torch.no_grad():
+        nn.init.normal_(head.weight, mean=0.0, std=0.02, generator=generator)
+        nn.init.zeros_(head.bias)
+    return head
+
+
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """Mean over non-padding tokens: (B, T, C), (B, T) -> (B, C)."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)

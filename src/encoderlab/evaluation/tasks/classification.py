@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import accuracy, macro_f1
-from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order, mean_pool, pad
+from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, mean_pool, pad
 from encoderlab.model.transformer import Transformer
 
 HOLDOUT_FRACTION = 0.05
@@ -44,7 +44,7 @@ _SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
 # ---------------------------------------------------------------------------------------- the task
 
 
-class ClassificationTask(EvalTask):
+class ClassificationTask(ListTask):
     family = "classification"
     metric = "accuracy"
 
@@ -122,24 +122,10 @@ class ClassificationTask(EvalTask):
     def _subsampled(self, split: str, keep: list[int]) -> None:
         self.gold[split] = [self.gold[split][i] for i in keep]
 
-    def num_train_examples(self) -> int:
-        return len(self.splits["train"])
-
     # ---- model
 
     def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
-        head = nn.Linear(hidden_size, len(self.labels))
-        with torch.no_grad():
-            nn.init.normal_(head.weight, mean=0.0, std=0.02, generator=generator)
-            nn.init.zeros_(head.bias)
-        return head
-
-    def _prepared(self, split: str) -> list[list[int]]:
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if not self.ids:
-            raise RuntimeError(f"task {self.name!r}: call prepare(tokenizer, max_length) first")
-        return self.ids[split]
+        return linear_head(hidden_size, len(self.labels), generator)
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
         seqs, gold = self._prepared("train"), self.gold["train"]

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import entity_f1, token_accuracy
-from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order, pad
+from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, pad
 from encoderlab.evaluation.tasks.classification import (
     cache_path,
     check_splits,
@@ -52,7 +52,7 @@ from encoderlab.model.transformer import Transformer
 Scheme = Literal["iob", "tags"]
 
 
-class TokenTask(EvalTask):
+class TokenTask(ListTask):
     family = "tokens"
 
     def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str], scheme: Scheme) -> None:
@@ -146,24 +146,10 @@ class TokenTask(EvalTask):
             cut += sum(p < 0 for p in first)
         return ids, starts, cut
 
-    def num_train_examples(self) -> int:
-        return len(self.splits["train"])
-
     # ---- model
 
     def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
-        head = nn.Linear(hidden_size, len(self.labels))
-        with torch.no_grad():
-            nn.init.normal_(head.weight, mean=0.0, std=0.02, generator=generator)
-            nn.init.zeros_(head.bias)
-        return head
-
-    def _prepared(self, split: str) -> list[list[int]]:
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if not self.ids:
-            raise RuntimeError(f"task {self.name!r}: call prepare(tokenizer, max_length) first")
-        return self.ids[split]
+        return linear_head(hidden_size, len(self.labels), generator)
 
     def sub_word_labels(self, split: str, index: int, length: int) -> list[int]:
         """Training labels of one example padded to `length`: the word's tag at its first sub-word, else -100."""
