@@ -159,4 +159,8 @@ def _fingerprint(manifest: Path, opts: PrepareOptions) -> str:
     """Identifies what the packed shards were made from; a change in any of it repacks."""
     parts = [manifest.read_text(), str(opts.vocab_size), str(opts.seq_len), str(opts.val_fraction),
              str(opts.tokenizer), str(opts.tokenizer_max_documents), str(packing.FORMAT_VERSION)]
+    if opts.tokenizer:  # the same path may hold another tokenizer tomorrow: key on its content
+        given = Path(opts.tokenizer)
+        file = given if given.is_file() else given / "tokenizer.json"
+        parts.append(hashlib.sha1(file.read_bytes()).hexdigest() if file.exists() else "no tokenizer.json")
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()
