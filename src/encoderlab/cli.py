@@ -275,7 +275,7 @@ def _render_sweep(s: dict) -> None:
                           f"{t['runs'] - t['failed']}/{t['runs']}")
         out.print(table)
     out.print(f"{s['runs_done_this_time']} runs this time in {s['seconds_this_time']}s; records under the "
-              f"output folder, summary in {s['tag']}/summary.json")
+              f"output folder, summary in {s['tag']}/{s['protocol_key']}/summary.json")
 
 
 def main() -> None:

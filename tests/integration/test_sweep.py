@@ -85,6 +85,9 @@ def test_sweep_records_resume_and_summary(tmp_path, tiny_checkpoint, task_yaml, 
     assert record["protocol"]["lrs"] == [1e-3, 3e-3] and record["baseline"]["test"]["score"] > 0
     again = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), out, show_progress=False, log=lambda m: None)
     assert again["runs_done_this_time"] == 0 and again["tasks"] == summary["tasks"]
+    other = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(max_steps=4, lrs=[1e-3], seeds=[0]), out,
+                      show_progress=False, log=lambda m: None)
+    assert other["runs_done_this_time"] == 1 and other["protocol_key"] != summary["protocol_key"]
 
 
 def test_bf16_runs(tmp_path, tiny_checkpoint, task_yaml):

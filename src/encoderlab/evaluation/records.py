@@ -1,10 +1,12 @@
 """The result store: one JSON record per fine-tuning run, written atomically, found again by its key.
 
-`OUT/<checkpoint-tag>/<task>/lr<lr>-seed<seed>.json`. A run with a record (finished or failed) is never redone, so
-a killed sweep started again does only what is left.
+`OUT/<checkpoint-tag>/<protocol-key>/<task>/lr<lr>-seed<seed>.json`. A run with a record (finished or failed) is
+never redone, so a killed sweep started again does only what is left; the protocol key (its name and a hash of its
+settings) keeps runs made under different protocols apart.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -19,8 +21,15 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
 
 
-def record_path(root: Path, tag: str, task: str, lr: float, seed: int) -> Path:
-    return root / tag / task / f"lr{lr:g}-seed{seed}.json"
+def protocol_key(protocol: dict) -> str:
+    """`demo-1a2b3c4d`: the protocol's name and a hash of every setting but the reporting ones."""
+    settings = {k: v for k, v in protocol.items() if k not in ("name", "curve_every", "eval_batch_size")}
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', protocol.get('name', 'protocol'))}-{digest}"
+
+
+def record_path(root: Path, tag: str, key: str, task: str, lr: float, seed: int) -> Path:
+    return root / tag / key / task / f"lr{lr:g}-seed{seed}.json"
 
 
 def read(path: Path) -> dict | None:
@@ -37,8 +46,8 @@ def write(path: Path, record: dict) -> None:
     write_json(path, record)
 
 
-def load_all(root: Path, tag: str | None = None) -> list[dict]:
-    pattern = f"{tag}/*/*.json" if tag else "*/*/*.json"
+def load_all(root: Path, tag: str = "*", key: str = "*") -> list[dict]:
+    pattern = f"{tag}/{key}/*/*.json"
     out = []
     for path in sorted(root.glob(pattern)):
         record = read(path)

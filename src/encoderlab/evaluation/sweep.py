@@ -61,7 +61,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     tag = records.checkpoint_tag(path)
     tasks = prepare_tasks(specs, tokenizer, protocol, cache_dir=cache_dir, log=log)
     jobs = [(task, lr, seed) for task in tasks for lr in protocol.lrs for seed in protocol.seeds]
-    todo = [j for j in jobs if records.read(records.record_path(out, tag, j[0].name, j[1], j[2])) is None]
+    key = records.protocol_key(protocol.model_dump(mode="json"))
+    todo = [j for j in jobs if records.read(records.record_path(out, tag, key, j[0].name, j[1], j[2])) is None]
     log(f"{len(jobs)} runs in the grid, {len(jobs) - len(todo)} already recorded, {len(todo)} to do")
     baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in tasks}
     progress = _progress(len(todo), show_progress)
@@ -73,16 +74,17 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
                       "metric": task.metric, "protocol": protocol.model_dump(mode="json"),
                       "baseline": baselines[task.name], "device": str(device),
                       "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
-            records.write(records.record_path(out, tag, task.name, lr, seed), record)
+            records.write(records.record_path(out, tag, key, task.name, lr, seed), record)
             if body["status"] != "ok":
                 log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
             progress(k + 1, f"{task.name} lr={lr:g} seed={seed}")
     finally:
         progress(None, "")
-    summary = summarize([r for r in records.load_all(out, tag) if r["task"] in {t.name for t in tasks}])
-    summary.update({"checkpoint": str(path), "tag": tag, "protocol": protocol.model_dump(mode="json"),
+    summary = summarize([r for r in records.load_all(out, tag, key) if r["task"] in {t.name for t in tasks}])
+    summary.update({"checkpoint": str(path), "tag": tag, "protocol_key": key,
+                    "protocol": protocol.model_dump(mode="json"),
                     "runs_done_this_time": len(todo), "seconds_this_time": round(time.perf_counter() - started, 1)})
-    write_json(out / tag / "summary.json", summary)
+    write_json(out / tag / key / "summary.json", summary)
     return summary
 
 
