@@ -5,23 +5,15 @@ end; in a pair the longer text is cut first, so that both keep as much as they c
 `Linear(hidden, num_labels)` on the mean of the last hidden states over the non-padding tokens; the loss is
 cross-entropy; the score is accuracy (macro-F1 is reported too).
 
-This module also holds what the token task shares (tokenisation cache, hold-out split, hub/local loading), so that
-each family's file stays about its family.
-
 Splits where the test labels are not public (all of GLUE): the official validation set is the test set and 5% of
 train, drawn with a fixed seed, becomes the validation set that picks the learning rate (PAPER.md, "Evaluation").
 A user dataset without a test file is treated the same way.
 """
 from __future__ import annotations
 
-import csv
-import hashlib
-import json
-import os
 import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,12 +25,24 @@ from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import accuracy, macro_f1
 from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, mean_pool, pad
+from encoderlab.evaluation.tasks.common import (
+    cache_path,
+    check_splits,
+    column,
+    content_hash,
+    eval_mode,
+    holdout,
+    load_cache,
+    load_hf_splits,
+    offline_task_dir,
+    pack_lists,
+    read_jsonl,
+    read_table,
+    save_cache,
+    unpack_lists,
+)
 from encoderlab.model.transformer import Transformer
 
-HOLDOUT_FRACTION = 0.05
-HOLDOUT_SEED = 1234
-CACHE_FORMAT = "encoderlab-task-cache-v1"  # bump when the encoding changes, so that old caches are not reused
-_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
 
 
 # ---------------------------------------------------------------------------------------- the task
@@ -183,205 +187,6 @@ def fit_pair(la: int, lb: int, budget: int) -> tuple[int, int]:
     if lb <= half:
         return budget - lb, lb
     return budget - half, half
-
-
-@contextmanager
-def eval_mode(*modules: nn.Module) -> Iterator[None]:
-    """Switch modules to eval() for the block and restore their previous training flags afterwards."""
-    flags = [m.training for m in modules]
-    for m in modules:
-        m.eval()
-    try:
-        yield
-    finally:
-        for m, flag in zip(modules, flags):
-            m.train(flag)
-
-
-# ---------------------------------------------------------------------------------------- shared helpers
-
-
-def check_splits(name: str, splits: dict[str, list[dict]]) -> None:
-    missing = [s for s in SPLITS if s not in splits]
-    if missing:
-        raise DataError(f"task {name!r}: missing split(s) {missing}; got {sorted(splits)}, need {list(SPLITS)}")
-    empty = [s for s in SPLITS if not splits[s]]
-    if empty:
-        raise DataError(f"task {name!r}: split(s) {empty} have no examples")
-
-
-def holdout(examples: list[dict], fraction: float = HOLDOUT_FRACTION,
-            seed: int = HOLDOUT_SEED) -> tuple[list[dict], list[dict]]:
-    """(rest, held out): a seeded `fraction` of the examples (at least one), both in their original order."""
-    if len(examples) < 2:
-        raise DataError(f"cannot hold out a validation set from {len(examples)} training example(s)")
-    n_held = max(1, round(len(examples) * fraction))
-    held = set(torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))[:n_held].tolist())
-    return ([ex for i, ex in enumerate(examples) if i not in held], [ex for i, ex in enumerate(examples) if i in held])
-
-
-def content_hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, ensure_ascii=False).encode()).hexdigest()
-
-
-def cache_path(cache_dir: Path, name: str, kind: str, tokenizer: TextTokenizer, max_length: int, data: str) -> Path:
-    """The cache file of a task's tokenised splits: a hash of the tokenizer, max_length, the task and its data."""
-    h = hashlib.sha256()
-    for part in (CACHE_FORMAT, kind, name, str(max_length), tokenizer.tokenizer.to_str(),
-                 f"{tokenizer.bos_id},{tokenizer.eos_id}", data):
-        h.update(part.encode() + b"\0")
-    return Path(cache_dir) / f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)}-{h.hexdigest()[:24]}.pt"
-
-
-def load_cache(path: Path, keys: Sequence[str] = SPLITS) -> dict | None:
-    """Plain tensors from `torch.load(weights_only=True)`: no arbitrary pickle. None if absent or unreadable."""
-    if not path.exists():
-        return None
-    try:
-        obj = torch.load(path, weights_only=True)
-    except Exception:  # a truncated or foreign file: rebuild it rather than fail
-        return None
-    return obj if isinstance(obj, dict) and all(k in obj for k in keys) else None
-
-
-def save_cache(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # a reader never sees half a file
-
-
-def pack_lists(seqs: list[list[int]]) -> dict[str, Tensor]:
-    """Ragged int lists as one flat tensor plus offsets (fast to save and load, unlike nested lists)."""
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
-    flat = torch.tensor([x for s in seqs for x in s], dtype=torch.int32)
-    return {"flat": flat, "offsets": offsets}
-
-
-def unpack_lists(packed: dict[str, Tensor]) -> list[list[int]]:
-    flat, offsets = packed["flat"].tolist(), packed["offsets"].tolist()
-    return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
-
-
-def offline_task_dir(root: Path, name: str, family: str) -> tuple[Path, dict]:
-    """`root/name` (root = `.../offline/tasks`, or the `.../offline` folder above it) and its task.json."""
-    root = Path(root)
-    folder = next((f for f in (root / name, root / "tasks" / name) if (f / "task.json").exists()), root / name)
-    missing = [f for f in ("task.json", *(f"{s}.jsonl" for s in SPLITS)) if not (folder / f).exists()]
-    if missing:
-        raise DataError(f"offline task {name!r}: {folder} lacks {', '.join(missing)}; build the offline suite "
-                        "with `encoderlab data prepare offline`")
-    meta = json.loads((folder / "task.json").read_text())
-    if meta.get("family") != family:
-        raise DataError(f"offline task {name!r} is a {meta.get('family')!r} task ({folder / 'task.json'}), "
-                        f"not {family!r}")
-    return folder, meta
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}: line {n} is not valid JSON ({e.msg}); JSON Lines expected, "
-                                    "one object a line") from e
-    return rows
-
-
-def read_table(path: str | Path) -> list[dict]:
-    """Rows of a .csv / .tsv (header line) or .jsonl / .json (one object a line) file, as dicts."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"file not found: {path}")
-    if path.suffix in (".jsonl", ".json"):
-        return read_jsonl(path)
-    if path.suffix in (".csv", ".tsv"):
-        with open(path, encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
-    raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .csv, .tsv, .jsonl or .json")
-
-
-def load_hf_splits(source: str, config: str | None, wanted: dict[str, tuple[str, ...]],
-                   schema: str) -> dict[str, Any]:
-    """{our split: datasets.Dataset} from a local folder (files named after the splits) or a hub dataset.
-
-    `wanted` maps our split names to the file/hub split names to look for, first match wins.
-    """
-    import datasets
-
-    folder = Path(source).expanduser()
-    if folder.is_dir():
-        out = {}
-        for ours, names in wanted.items():
-            files = [folder / f"{n}{x}" for n in names for x in _SUFFIXES if (folder / f"{n}{x}").exists()]
-            if not files:
-                raise DataError(f"{folder}: no {ours} file; looked for {'/'.join(names)} with a suffix of "
-                                f"{'/'.join(_SUFFIXES)} ({schema})")
-            out[ours] = _read_local(files[0])
-        return out
-    if folder.exists():
-        raise DataError(f"{folder} is a file; give a folder holding one file per split ({schema})")
-    _check_hub(source, schema)
-    try:
-        ds = datasets.load_dataset(source, config)
-    except Exception as e:
-        from encoderlab.data.sources import _is_network_error
-
-        if _is_network_error(e):
-            raise _hub_error(source, f"{type(e).__name__}", schema) from e
-        message = " ".join(str(e).split())[:300]
-        raise DataError(f"{source!r} is neither a local folder nor a loadable hub dataset ({message}); "
-                        f"a local copy can be given: a folder with one file per split ({schema})") from e
-    out = {}
-    for ours, names in wanted.items():
-        name = next((n for n in names if n in ds), None)
-        if name is None:
-            raise DataError(f"hub dataset {source!r} has splits {list(ds)}, none of {list(names)}")
-        out[ours] = ds[name]
-    return out
-
-
-def _read_local(file: Path) -> Any:
-    import datasets
-
-    kind = {".jsonl": "json", ".json": "json", ".csv": "csv", ".tsv": "csv", ".parquet": "parquet"}[file.suffix]
-    extra: dict[str, Any] = {"keep_default_na": False} if kind == "csv" else {}  # "NA" and "null" are text here
-    if file.suffix == ".tsv":
-        extra.update(sep="\t", quoting=csv.QUOTE_NONE)  # GLUE's TSVs have unbalanced quotes
-    try:
-        return datasets.load_dataset(kind, data_files={"data": str(file)}, split="data", **extra)
-    except Exception as e:
-        raise DataError(f"{file}: cannot be read as {kind} ({' '.join(str(e).split())[:300]})") from e
-
-
-def _check_hub(source: str, schema: str) -> None:
-    from encoderlab.data.sources import _OFFLINE_VARS, _probe_hub
-
-    offline = [v for v in _OFFLINE_VARS if os.environ.get(v, "").upper() in {"1", "ON", "YES", "TRUE"}]
-    if offline:
-        raise _hub_error(source, f"{offline[0]} is set", schema)
-    try:
-        _probe_hub(source)
-    except DataError as e:
-        raise _hub_error(source, "no connection", schema) from e
-
-
-def _hub_error(source: str, reason: str, schema: str) -> DataError:
-    return DataError(f"{source!r} is not a local folder and the Hugging Face Hub is unreachable ({reason}); "
-                     f"give a local copy in the same schema instead: a folder with one file per split ({schema})")
-
-
-def column(ds: Any, name: str, where: str) -> list:
-    if name not in ds.column_names:
-        raise DataError(f"{where}: no column {name!r}; columns: {ds.column_names}")
-    return list(ds[name])
-
-
-# ---------------------------------------------------------------------------------------- loaders
 
 
 def load_offline_classification(root: Path, name: str) -> ClassificationTask:

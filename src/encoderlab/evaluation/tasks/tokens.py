@@ -32,7 +32,7 @@ from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import entity_f1, token_accuracy
 from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, pad
-from encoderlab.evaluation.tasks.classification import (
+from encoderlab.evaluation.tasks.common import (
     cache_path,
     check_splits,
     column,
