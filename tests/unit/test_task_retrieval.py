@@ -183,6 +183,25 @@ def test_subsample_keeps_seeded_queries_and_the_whole_corpus(tok):
     assert task.num_train_examples() == 3 and sum(len(b["query_ids"]) for b in task.train_batches(2, 0)) == 3
 
 
+def test_limit_corpus_caps_the_searched_documents_but_keeps_training_positives(tok, monkeypatch):
+    task = make_task(n_docs=40)
+    task.limit_corpus(6, seed=0)  # validation/test judge d8, d9, d10, d11: two random others join them
+    task.prepare(tok, 64)
+    assert task.searched_documents() == 6
+    model = backbone(tok)
+    run = task.search(model, "validation", batch_size=4)
+    searched = {d for ranked in run.values() for d in ranked}
+    assert {"d8", "d9", "d10"} <= searched and len(searched) == 6
+    assert task.num_train_examples() == 8  # train positives d0..d7 still pair with their queries
+    positives = {tuple(ids.tolist()) for b in task.train_batches(4, 0) for ids, m in zip(b["doc_ids"], b["doc_mask"])}
+    docs = task._prepared()[0]
+    assert len(positives) == 8 and all(tuple(docs[i]) in {p[: len(docs[i])] for p in positives} for i in range(8))
+    base = task.trivial_baseline("validation")
+    again = make_task(n_docs=40)
+    again.limit_corpus(6, seed=0)
+    assert base == again.trivial_baseline("validation") and base["recall@100"] == 100.0  # 6 documents: all found
+
+
 def test_random_ranking_baseline_is_tiny_and_seeded():
     corpus = {f"d{i}": {"title": "", "text": f"doc {i}"} for i in range(2000)}
     queries = {f"q{i}": f"query {i}" for i in range(300)}

@@ -114,6 +114,7 @@ class RetrievalTask(EvalTask):
         self._queries: _Tokens | None = None
         self._pad_id = 0
         self._embedding_cache: tuple[tuple, list[tuple[Tensor, Tensor]]] | None = None
+        self._searched: np.ndarray | None = None  # corpus indices that are ranked (None: all); see limit_corpus
 
     def _index_queries(self) -> None:
         self.query_ids = sorted({q for judged in self.qrels.values() for q in judged})
@@ -131,22 +132,24 @@ class RetrievalTask(EvalTask):
             self._docs = self._queries = None
 
     def limit_corpus(self, n: int, seed: int) -> None:
-        """Keep every document judged for a kept query plus seeded random others, `n` in all (CPU protocols).
+        """Search only `n` documents: every document judged for a validation/test query plus seeded random others.
 
-        Scores on a reduced corpus are higher than on the whole one; the protocol records the cap. Before `prepare`.
+        Training positives stay available whatever the cap (they are encoded as pairs, never searched). Scores on a
+        reduced corpus are higher than on the whole one; the protocol records the cap. Before `prepare`.
         """
-        judged = sorted({d for split in self.qrels.values() for rel in split.values() for d in rel})
-        if len(self.doc_ids) <= n:
+        judged = {d for split, rel in self.qrels.items() if split != "train" for r in rel.values() for d in r}
+        if len(self.doc_ids) <= max(n, len(judged)):
+            self._searched = None
             return
-        others = sorted(set(self.doc_ids) - set(judged))
+        others = sorted(set(self.doc_ids) - judged)
         order = torch.randperm(len(others), generator=torch.Generator().manual_seed(seed)).tolist()
-        keep = set(judged) | {others[i] for i in order[: max(0, n - len(judged))]}
-        texts = dict(zip(self.doc_ids, self._doc_texts))
-        self.doc_ids = [d for d in self.doc_ids if d in keep]
-        self._doc_index = {d: i for i, d in enumerate(self.doc_ids)}
-        self._doc_texts = [texts[d] for d in self.doc_ids]
-        self._docs = None
+        keep = judged | {others[i] for i in order[: max(0, n - len(judged))]}
+        self._searched = np.array(sorted(self._doc_index[d] for d in keep), dtype=np.int64)
         self._embedding_cache = None
+
+    def searched_documents(self) -> int:
+        """How many documents a query is ranked against."""
+        return len(self.doc_ids) if self._searched is None else len(self._searched)
 
     @property
     def splits(self) -> list[str]:
@@ -274,10 +277,11 @@ class RetrievalTask(EvalTask):
                 chunks.append(out)
             return out
 
-        for part, emb in self._embed(backbone, self._prepared()[0], range(len(self.doc_ids)), batch_size):
-            if not pending and chunks is None and len(self.doc_ids) * emb.shape[1] * 4 <= EMBEDDING_CACHE_BYTES:
+        searched = range(len(self.doc_ids)) if self._searched is None else self._searched.tolist()
+        for part, emb in self._embed(backbone, self._prepared()[0], searched, batch_size):
+            if not pending and chunks is None and len(searched) * emb.shape[1] * 4 <= EMBEDDING_CACHE_BYTES:
                 chunks = []
-            pending.append((part, emb))
+            pending.append(([searched[i] for i in part], emb))  # positions in `searched` -> corpus indices
             if sum(len(p) for p, _ in pending) >= SCORE_CHUNK:
                 yield chunk()
         if pending:
@@ -313,8 +317,9 @@ class RetrievalTask(EvalTask):
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """A random ranking (seed 0): NDCG@10 about 10 * relevant / corpus size, recall@100 about 100 * 100 / size."""
         rng = np.random.default_rng(0)
-        n, k = len(self.doc_ids), min(TOP_K, len(self.doc_ids))
-        run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(rng.choice(n, size=k, replace=False))}
+        searched = np.arange(len(self.doc_ids)) if self._searched is None else self._searched
+        k = min(TOP_K, len(searched))
+        run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(rng.choice(searched, size=k, replace=False))}
                for q in sorted(self._check_split(split))}
         return _scores(run, self.qrels[split])
 
