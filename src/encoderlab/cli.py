@@ -10,11 +10,13 @@ from rich.console import Console
 from rich.table import Table
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.study.commands import study_app
 
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+app.add_typer(study_app, name="study")
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 

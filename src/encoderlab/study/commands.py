@@ -1,0 +1,68 @@
+"""`encoderlab study plan | run | report`: a study file to a run graph, its execution, and its report."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+study_app = typer.Typer(help="Plan, run and report a whole study (configs/studies/).", no_args_is_help=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+
+def _log(message: str) -> None:
+    err.print(f"[dim]·[/dim] {message}")
+
+
+def _flops(x: float) -> str:
+    for unit, scale in (("EFLOP", 1e18), ("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9)):
+        if x >= scale:
+            return f"{x / scale:,.2f} {unit}"
+    return f"{x:,.0f} FLOP"
+
+
+def render_plan(s: dict) -> None:
+    table = Table(title=f"study {s['study']}: pretraining runs (in order)", title_justify="left")
+    for col in ("run", "objective", "steps", "starts from", "trains", "FLOPs", "checkpoints kept for others"):
+        table.add_column(col, justify="right" if col in ("steps", "trains", "FLOPs") else "left")
+    for r in s["runs"]:
+        table.add_row(r["name"], r["objective"], f"{r['steps']:,}", r["from"], f"{r['trains']:,}",
+                      _flops(r["flops"]), ", ".join(map(str, r["checkpoints"])) or "-")
+    out.print(table)
+    finals = sum(e["kind"] == "final" for e in s["evaluations"])
+    inter = sum(e["kind"] == "intermediate" for e in s["evaluations"])
+    rand = sum(e["kind"] == "random" for e in s["evaluations"])
+    out.print(f"[bold]evaluation[/bold] {len(s['evaluations'])} checkpoints ({finals} models, {inter} intermediate, "
+              f"{rand} random-init) -> {s['finetuning_runs']:,} fine-tuning runs")
+    out.print(f"[bold]pretraining[/bold] {s['steps']:,} steps, {s['tokens']:,} tokens, {_flops(s['flops'])}; "
+              f"trained independently: {s['naive_steps']:,} steps, {_flops(s['naive_flops'])} "
+              f"(trunk sharing saves {100 * s['saving']:.1f}% of the FLOPs)")
+    if "gpu" in s:
+        g = s["gpu"]
+        out.print(f"[bold]estimate[/bold]    {g['gpu_hours']:,.0f} GPU-hours on {g['name']} at {100 * g['mfu']:.0f}% "
+                  f"MFU ({g['peak_tflops']:g} TFLOP/s bf16 peak), vs {g['naive_gpu_hours']:,.0f} trained "
+                  "independently; fine-tuning not included")
+    out.print(f"[bold]folder[/bold]      {s['folder']}")
+
+
+@study_app.command("plan")
+def plan_cmd(
+    study: Path = typer.Argument(..., help="A study file (configs/studies/*.yaml)."),
+    gpu: str | None = typer.Option(None, help="Estimate GPU-hours on this GPU (h100, h200, a100, mi250x, ...)."),
+    mfu: float = typer.Option(0.4, help="Model FLOPs utilisation assumed for the GPU-hours estimate."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
+) -> None:
+    """Expand a study into its run graph: shared trunks, branches, steps, tokens, FLOPs against independent runs."""
+    from encoderlab.study.plan import build_plan
+    from encoderlab.study.spec import load_study
+
+    spec, base = load_study(study)
+    summary = build_plan(spec, base).summary(gpu, mfu)
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        render_plan(summary)

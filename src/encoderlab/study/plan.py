@@ -1,0 +1,362 @@
+"""Expand a study into a graph of pretraining runs that share their stable-LR prefixes, plus evaluations.
+
+Every model of the study is one run folder. Under WSD the state after s steps does not depend on the budget as long
+as s is before the decay, so a model whose objective schedule agrees with an earlier-planned one on its first s
+stable steps starts from that run's checkpoint at s (`init.branch_from`) and trains only the rest: budgets and
+CLM/MLM splits become branches off common trunks, as the paper trained them. Models are placed longest first and
+each takes the placed run it shares the longest prefix with, which makes the steps trained the size of the union
+of all schedules' prefixes (a trie), the least any plan can train.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from encoderlab import objectives
+from encoderlab.config import ConfigError, deep_merge, load_yaml, validate
+from encoderlab.model.presets import preset
+from encoderlab.study.spec import StudySpec, resolve_path
+from encoderlab.train.checkpoint import checkpoint_name
+from encoderlab.train.config import PretrainConfig
+
+# Dense bf16 matrix-product peaks (vendor datasheets, TFLOP/s, without sparsity) for --gpu estimates.
+GPU_PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "l40s": 362.0, "mi250x": 383.0,
+                   "mi300x": 1307.0, "rtx4090": 165.0}
+
+
+def steps_label(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 and n >= 1000 else str(n)
+
+
+@dataclass
+class Run:
+    """One pretraining run folder: a model of the study, trained from `branch_step` (0: from its init) to `steps`."""
+
+    name: str
+    size: str
+    kind: str  # "model" (one objective), "split" (first then second) or "cpt"
+    schedule: list[tuple[str, int]]  # (objective, first step), absolute, covering [0, steps)
+    steps: int
+    stable_end: int  # steps before this is where the LR is the same for any budget (WSD: the decay start)
+    init: str | None = None  # CPT: the model whose final weights it starts from
+    parent: str | None = None
+    branch_step: int = 0
+    save_at: set[int] = field(default_factory=set)
+    tokens_per_step: int = 0
+    flops: float = 0.0  # of the steps this run trains itself
+    naive_flops: float = 0.0  # were it trained alone from its init
+
+    @property
+    def objective(self) -> str:
+        if len(self.schedule) == 1:
+            return self.schedule[0][0]
+        parts = [f"{obj}:{nxt - start}" for (obj, start), (_, nxt) in zip(self.schedule, self.schedule[1:])]
+        return ",".join(parts + [f"{self.schedule[-1][0]}:rest"])
+
+    def objective_at(self, step: int) -> str:
+        return [obj for obj, start in self.schedule if start <= step][-1]
+
+    def group(self) -> tuple:
+        return (self.size, self.init)
+
+
+@dataclass
+class Evaluation:
+    """A checkpoint to fine-tune on tasks: a model's final state, an intermediate one, or random weights."""
+
+    label: str
+    model: str  # the model it belongs to (for intermediates: whose schedule)
+    step: int
+    kind: str  # "final", "intermediate" or "random"
+    run: str | None  # the run folder that writes the checkpoint (None: random init)
+    size: str
+    tasks: list[str]
+
+
+@dataclass
+class Plan:
+    spec: StudySpec
+    root: Path  # the study folder
+    runs: dict[str, Run]
+    evaluations: list[Evaluation]
+    base_config: dict
+    seq_len: int
+    eval_runs: int  # fine-tuning runs (checkpoints x tasks x LRs x seeds)
+
+    def config(self, run: Run) -> dict:
+        """The pretraining config of a run, as `encoderlab pretrain` takes it."""
+        data = deep_merge(self.base_config, self.spec.size_overrides.get(run.size, {}))
+        if run.kind == "cpt" and self.spec.cpt:
+            data = deep_merge(data, {"lr_schedule": self.spec.cpt.lr_schedule})
+        data = deep_merge(data, {"name": run.name, "out_dir": str(self.root / "pretrain"),
+                                 "model": {"preset": run.size}, "objective": run.objective,
+                                 "train": {"steps": run.steps, "save_at": sorted(run.save_at)}})
+        init = {}
+        if run.parent:
+            init["branch_from"] = str(self.checkpoint(run.parent, run.branch_step))
+        elif run.init:
+            init["from_weights"] = str(self.checkpoint(run.init, self.runs[run.init].steps))
+        data["init"] = init
+        return data
+
+    def run_dir(self, name: str) -> Path:
+        return self.root / "pretrain" / name
+
+    def checkpoint(self, run: str, step: int) -> Path:
+        return self.run_dir(run) / "checkpoints" / checkpoint_name(step)
+
+    def order(self) -> list[Run]:
+        """Runs in an order where every run comes after the runs it starts from."""
+        done: list[Run] = []
+        seen: set[str] = set()
+
+        def visit(r: Run) -> None:
+            if r.name in seen:
+                return
+            for dep in filter(None, (r.parent, r.init)):
+                visit(self.runs[dep])
+            seen.add(r.name)
+            done.append(r)
+
+        for r in self.runs.values():
+            visit(r)
+        return done
+
+    def summary(self, gpu: str | None = None, mfu: float = 0.4) -> dict:
+        trained = sum(r.steps - r.branch_step for r in self.runs.values())
+        naive = sum(r.steps for r in self.runs.values())
+        flops = sum(r.flops for r in self.runs.values())
+        naive_flops = sum(r.naive_flops for r in self.runs.values())
+        out = {
+            "study": self.spec.name, "folder": str(self.root), "models": len(self.runs),
+            "evaluated_checkpoints": len(self.evaluations), "finetuning_runs": self.eval_runs,
+            "steps": trained, "naive_steps": naive,
+            "tokens": sum((r.steps - r.branch_step) * r.tokens_per_step for r in self.runs.values()),
+            "naive_tokens": sum(r.steps * r.tokens_per_step for r in self.runs.values()),
+            "flops": flops, "naive_flops": naive_flops,
+            "saving": round(1 - flops / naive_flops, 4) if naive_flops else 0.0,
+            "runs": [{"name": r.name, "size": r.size, "objective": r.objective, "steps": r.steps,
+                      "from": (f"{r.parent}@{r.branch_step}" if r.parent else
+                               f"{r.init} (weights)" if r.init else "scratch"),
+                      "trains": r.steps - r.branch_step, "flops": r.flops,
+                      "checkpoints": sorted(r.save_at)} for r in self.order()],
+            "evaluations": [{"label": e.label, "kind": e.kind, "tasks": len(e.tasks),
+                             "checkpoint": (str(self.checkpoint(e.run, e.step)) if e.run else "random init")}
+                            for e in self.evaluations],
+        }
+        if gpu:
+            peak = GPU_PEAK_TFLOPS.get(gpu.lower())
+            if peak is None:
+                raise ConfigError(f"unknown GPU {gpu!r}: known are {', '.join(GPU_PEAK_TFLOPS)}")
+            out["gpu"] = {"name": gpu, "peak_tflops": peak, "mfu": mfu,
+                          "gpu_hours": flops / (peak * 1e12 * mfu) / 3600,
+                          "naive_gpu_hours": naive_flops / (peak * 1e12 * mfu) / 3600}
+        return out
+
+
+def _schedule_shape(spec: StudySpec, base: dict) -> tuple:
+    """The base config's validated LR schedule and batch, for decay starts and token counts."""
+    cfg = validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}), where=spec.pretrain)
+    return cfg
+
+
+def _stable_end(cfg: PretrainConfig, steps: int) -> int:
+    sched = cfg.lr_schedule
+    if sched.kind == "wsd":
+        return sched.decay_start(steps) or 0
+    return steps if sched.kind == "constant" else 0  # cosine: the LR depends on the budget from the first step
+
+
+def _shared(a: Run, b: Run) -> int:
+    """Steps at the start that two runs train identically (same objective, stable LR)."""
+    limit = min(a.stable_end, b.stable_end)
+    for step in sorted({s for _, s in a.schedule} | {s for _, s in b.schedule}):
+        if step >= limit:
+            break
+        if a.objective_at(step) != b.objective_at(step):
+            return step
+    return limit
+
+
+def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> tuple[int, int]:
+    """(vocab size, window length): from the prepared data when it exists, else the study's `data_shape`."""
+    from encoderlab.train.loop import resolve_data
+
+    try:
+        meta = json.loads((resolve_data(cfg.data.path) / "meta.json").read_text())
+        return meta["tokenizer"]["vocab_size"], meta["seq_len"]
+    except Exception:
+        if spec.data_shape is None:
+            raise ConfigError(f"the data {cfg.data.path!r} is not prepared and the study gives no data_shape "
+                              "(vocab_size, seq_len) to plan with: prepare the data or add data_shape") from None
+        return spec.data_shape.vocab_size, spec.data_shape.seq_len
+
+
+def _flops(run: Run, start: int, vocab: int, seq_len: int) -> float:
+    cfg = preset(run.size, vocab_size=vocab)
+    total = 0.0
+    bounds = [s for _, s in run.schedule] + [run.steps]
+    for (obj, a), b in zip(run.schedule, bounds[1:]):
+        lo, hi = max(a, start), b
+        if hi <= lo:
+            continue
+        o = objectives.parse_mix(obj) if obj.lower().startswith("mix(") else objectives.parse_objective(obj)
+        members = [m for m, _ in o.parts] if isinstance(o, objectives.Mix) else [o]  # mixes: unweighted mean
+        per_token = sum(cfg.flops_per_token(seq_len, causal=isinstance(m, objectives.CLM),
+                                            head_fraction=getattr(m, "mask_rate", 1.0)) for m in members) / len(members)
+        total += (hi - lo) * run.tokens_per_step * per_token
+    return total
+
+
+def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
+    base = load_yaml(resolve_path(base_dir, spec.pretrain))
+    base = deep_merge(base, spec.pretrain_overrides)
+    cfg = _schedule_shape(spec, base)
+    vocab, seq_len = _data_shape(spec, cfg)
+    tokens_per_step = cfg.train.sequences_per_step(seq_len) * seq_len
+    for size in _sizes(spec):
+        try:
+            preset(size, vocab_size=vocab)
+        except Exception as exc:
+            raise ConfigError(f"study {spec.name}: unknown model size {size!r}: {exc}") from None
+
+    wanted: dict[str, Run] = {}
+
+    def add(name: str, size: str, kind: str, schedule: list[tuple[str, int]], steps: int,
+            init: str | None = None) -> str:
+        for obj, _ in schedule:
+            try:
+                objectives.parse_mix(obj) if obj.lower().startswith("mix(") else objectives.parse_objective(obj)
+            except Exception as exc:
+                raise ConfigError(f"study {spec.name}: objective {obj!r}: {exc}") from None
+        sched_cfg = cfg if kind != "cpt" or not spec.cpt else validate(
+            PretrainConfig, deep_merge(base, {"train": {"steps": steps}, "lr_schedule": spec.cpt.lr_schedule}),
+            where=f"{spec.name}: cpt.lr_schedule")
+        for other in wanted.values():  # the same model asked for twice (a 0% split is the MLM model) is one run
+            if (other.size, other.init, other.schedule, other.steps) == (size, init, schedule, steps):
+                return other.name
+        wanted[name] = Run(name, size, kind, schedule, steps, _stable_end(sched_cfg, steps), init=init,
+                           tokens_per_step=tokens_per_step)
+        return name
+
+    full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
+    for group in spec.models:
+        for size in group.sizes:
+            for obj in group.objectives:
+                full[(size, obj)] = add(f"{size}-{obj}-{steps_label(spec.budget)}", size, "model", [(obj, 0)],
+                                        spec.budget)
+    if spec.splits:
+        sp = spec.splits
+        for size in sp.sizes:
+            for budget in sp.budgets:
+                span = _stable_end(cfg, budget) if sp.share_of == "stable" else budget
+                for share in sp.shares:
+                    switch = round(share / 100 * span)
+                    if share <= 0 or switch <= 0:
+                        sched, label = [(sp.then, 0)], f"{size}-{sp.then}-{steps_label(budget)}"
+                    elif share >= 100 or switch >= budget:  # 100%: the first objective decays too
+                        sched, label = [(sp.first, 0)], f"{size}-{sp.first}-{steps_label(budget)}"
+                    else:
+                        sched = [(sp.first, 0), (sp.then, switch)]
+                        label = f"{size}-{sp.first}-{steps_label(switch)}-{sp.then}-{steps_label(budget)}"
+                    name = add(label, size, "model" if len(sched) == 1 else "split", sched, budget)
+                    if budget == spec.budget and len(sched) == 1:
+                        full.setdefault((size, sched[0][0]), name)
+    if spec.cpt:
+        for size in spec.cpt.sizes:
+            for src in spec.cpt.sources:
+                source = full.get((size, src)) or add(f"{size}-{src}-{steps_label(spec.budget)}", size, "model",
+                                                      [(src, 0)], spec.budget)
+                full[(size, src)] = source
+                for steps in spec.cpt.steps:
+                    add(f"{size}-{src}-dec{steps_label(spec.budget)}-{spec.cpt.objective}-"
+                        f"{steps_label(spec.budget + steps)}", size, "cpt", [(spec.cpt.objective, 0)], steps,
+                        init=source)
+
+    runs = _share_trunks(wanted)
+    for run in runs.values():
+        run.flops = _flops(run, run.branch_step, vocab, seq_len)
+        run.naive_flops = _flops(run, 0, vocab, seq_len)
+    evaluations = _evaluations(spec, runs, full)
+    plan = Plan(spec, resolve_path(Path.cwd(), spec.out_dir) / spec.name, runs, evaluations, base, seq_len, 0)
+    for run in runs.values():  # every config must be valid before anything runs
+        validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
+    protocol = load_protocol(spec, base_dir)
+    per_task = len(protocol.lrs) * len(protocol.seeds)
+    plan.eval_runs = sum(_task_count(e.tasks) for e in evaluations) * per_task
+    return plan
+
+
+def _share_trunks(wanted: dict[str, Run]) -> dict[str, Run]:
+    placed: dict[str, Run] = {}
+    for run in sorted(wanted.values(), key=lambda r: (r.init is not None, -r.steps, r.kind != "model", r.name)):
+        best, best_shared = None, 0
+        for other in placed.values():
+            if other.group() == run.group():
+                shared = _shared(run, other)
+                if shared > best_shared:
+                    best, best_shared = other, shared
+        if best is not None:
+            owner = best
+            while owner.parent and owner.branch_step >= best_shared:  # the run that trains step best_shared
+                owner = placed[owner.parent]
+            run.parent, run.branch_step = owner.name, best_shared
+            owner.save_at.add(best_shared)
+        placed[run.name] = run
+    return {name: placed[name] for name in wanted}
+
+
+def _owner(runs: dict[str, Run], name: str, step: int) -> str:
+    run = runs[name]
+    while run.parent and step <= run.branch_step:
+        run = runs[run.parent]
+    return run.name
+
+
+def _evaluations(spec: StudySpec, runs: dict[str, Run], full: dict[tuple[str, str], str]) -> list[Evaluation]:
+    ev = spec.evaluation
+    inter_tasks = ev.intermediate_tasks or ev.tasks
+    out = [Evaluation(r.name, r.name, r.steps, "final", r.name, r.size, ev.tasks) for r in runs.values()]
+    inter = spec.intermediate
+    for (size, obj), name in full.items():
+        if inter is None or (inter.sizes is not None and size not in inter.sizes) or (
+                inter.objectives is not None and obj not in inter.objectives):
+            continue
+        for step in sorted(inter.steps):
+            if step >= runs[name].steps:
+                continue
+            owner = _owner(runs, name, step)
+            runs[owner].save_at.add(step)
+            out.append(Evaluation(f"{name}@{steps_label(step)}", name, step, "intermediate", owner, size,
+                                  inter_tasks))
+    out += [Evaluation(f"{size}-random", f"{size}-random", 0, "random", None, size, inter_tasks)
+            for size in spec.random_init]
+    return out
+
+
+def _sizes(spec: StudySpec) -> set[str]:
+    sizes = {s for g in spec.models for s in g.sizes} | set(spec.random_init)
+    sizes |= set(spec.splits.sizes if spec.splits else []) | set(spec.cpt.sizes if spec.cpt else [])
+    return sizes
+
+
+def expand_tasks(tasks: list[str]) -> list[str]:
+    """'offline' stands for every prepared offline task."""
+    from encoderlab.evaluation.tasks import offline_task_names
+
+    out: list[str] = []
+    for t in tasks:
+        out += offline_task_names() if t == "offline" else [t]
+    return out
+
+
+def _task_count(tasks: list[str]) -> int:
+    return len(expand_tasks(tasks))
+
+
+def load_protocol(spec: StudySpec, base_dir: Path):
+    from encoderlab.evaluation.protocol import Protocol
+
+    path = resolve_path(base_dir, spec.evaluation.protocol)
+    return validate(Protocol, load_yaml(path), where=str(path))

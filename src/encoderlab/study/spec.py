@@ -1,0 +1,117 @@
+"""A study as data: model sizes x objectives x budgets x CLM/MLM splits x CPT arms x checkpoints x tasks.
+
+A study file names a base pretraining config (data, optimiser, LR schedule, batch: everything the arms share) and
+says which models to train from it. The planner (plan.py) turns that into a graph of pretraining runs that share
+their stable-LR prefixes, as the paper trained them; the runner executes it; the report reads its records.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from encoderlab.config import ConfigError, load_yaml, validate
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelGroup(_Section):
+    """Single-objective models trained for the study's full budget, one per size x objective."""
+
+    sizes: list[str] = Field(..., min_length=1)
+    objectives: list[str] = Field(..., min_length=1, description="e.g. clm, mlm40, mlm20")
+
+
+class Intermediate(_Section):
+    """Checkpoints of full-budget models evaluated on the way (data efficiency): their stable, undecayed states."""
+
+    steps: list[int] = Field(..., min_length=1)
+    sizes: list[str] | None = Field(None, description="default: every size")
+    objectives: list[str] | None = Field(None, description="default: every objective")
+
+
+class Splits(_Section):
+    """Biphasic models: `first` for a share of the steps, then `then`, under one LR schedule (PAPER.md)."""
+
+    sizes: list[str] = Field(..., min_length=1)
+    first: str = "clm"
+    then: str = "mlm40"
+    shares: list[float] = Field(..., min_length=1, description="percent of steps in `first`: 0 ... 100")
+    budgets: list[int] = Field(..., min_length=1)
+    share_of: Literal["stable", "total"] = Field(
+        "stable", description="'stable': the share of the steps before decay, so 25% of 42K with a 2K decay "
+        "switches at 10K (the paper's released 610m-clm-10k-mlm40-42k); 'total': of all steps")
+
+    @model_validator(mode="after")
+    def _check(self) -> Splits:
+        bad = [s for s in self.shares if not 0 <= s <= 100]
+        if bad:
+            raise ValueError(f"shares must be percentages in [0, 100], got {bad}")
+        return self
+
+
+class CPT(_Section):
+    """Continued pretraining of decayed full-budget models (weights only: new optimizer, warmup and decay)."""
+
+    sizes: list[str] = Field(..., min_length=1)
+    sources: list[str] = Field(..., min_length=1, description="objectives of the full-budget models to continue")
+    objective: str = "mlm40"
+    steps: list[int] = Field(..., min_length=1)
+    lr_schedule: dict = Field(default_factory=dict, description="overrides of the base lr_schedule for CPT runs")
+
+
+class Evaluation(_Section):
+    protocol: str = Field(..., description="an evaluation protocol YAML (configs/eval/), relative to the study")
+    tasks: list[str] = Field(..., min_length=1, description="task names, 'offline', paper datasets or task YAMLs")
+    intermediate_tasks: list[str] | None = Field(
+        None, description="tasks for intermediate and random-init checkpoints (default: `tasks`)")
+
+
+class DataShape(_Section):
+    """What the planner assumes when the data is not prepared yet (FLOPs need the vocabulary and window)."""
+
+    vocab_size: int = Field(..., gt=0)
+    seq_len: int = Field(..., gt=0)
+
+
+class StudySpec(_Section):
+    name: str
+    out_dir: str = Field("studies", description="the study folder is OUT_DIR/NAME")
+    pretrain: str = Field(..., description="base pretraining config YAML, relative to the study file")
+    pretrain_overrides: dict = Field(default_factory=dict, description="merged over the base config")
+    size_overrides: dict[str, dict] = Field(default_factory=dict, description="per size, merged over the base")
+    budget: int = Field(..., gt=0, description="steps of the full-budget models (the paper's 42K)")
+    models: list[ModelGroup] = Field(default_factory=list)
+    intermediate: Intermediate | None = None
+    splits: Splits | None = None
+    cpt: CPT | None = None
+    random_init: list[str] = Field(default_factory=list, description="sizes evaluated from random weights")
+    evaluation: Evaluation
+    data_shape: DataShape | None = None
+    paper_results: str | None = Field(None, description="published numbers to print beside ours (YAML)")
+
+    @model_validator(mode="after")
+    def _check(self) -> StudySpec:
+        late = [s for s in (self.intermediate.steps if self.intermediate else []) if not 0 < s <= self.budget]
+        if late:
+            raise ValueError(f"intermediate_steps {late} must be within (0, budget={self.budget}]")
+        if not (self.models or self.splits or self.cpt):
+            raise ValueError("a study needs at least one of models, splits, cpt")
+        return self
+
+
+def load_study(path: str | Path) -> tuple[StudySpec, Path]:
+    """The spec and the folder its relative paths are resolved against."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder: give a study file such as configs/studies/demo.yaml")
+    spec = validate(StudySpec, load_yaml(path), where=str(path))
+    return spec, path.resolve().parent
+
+
+def resolve_path(base: Path, value: str) -> Path:
+    p = Path(value)
+    return p if p.is_absolute() else (base / p)
