@@ -11,11 +11,12 @@ export ENCODERLAB_HOME ?= $(HOME)/.cache/encoderlab
 setup: $(STAMP)
 
 # torch goes in first and pinned: a bare `torch` requirement on a machine without it pulls GBs of CUDA wheels.
+# gguf (pure Python, with accelerate) is installed too: the SmolLM2 continued-pretraining study imports a GGUF.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,gguf]'
 	touch $(STAMP)
 
 demo: setup
