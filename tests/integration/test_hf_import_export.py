@@ -254,3 +254,32 @@ def test_cli_export_json_and_one_line_error(tmp_path, bpe):
                           capture_output=True, text=True, env=env, timeout=300)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1 and "no config.json" in errors[0], proc.stderr
+
+
+@pytest.mark.parametrize("tied", [
+    False,
+    pytest.param(True, marks=pytest.mark.xfail(
+        strict=True, raises=RuntimeError,
+        reason="train/checkpoint.save hands safetensors a tied head that shares the embedding's memory; "
+               "writing its weights through hf_io.safetensors_weights fixes it")),
+], ids=["untied", "tied"])
+def test_imported_checkpoint_continues_pretraining(tmp_path, raw_tokenizer, synthetic, one_thread, tied):
+    """init.from_weights on an import, with data packed by the imported tokenizer, trains and checkpoints."""
+    from encoderlab.config import validate
+    from encoderlab.data.packing import pack
+    from encoderlab.data.tokenizer import load_tokenizer
+    from encoderlab.train.config import PretrainConfig
+    from encoderlab.train.loop import Trainer
+
+    import_hf(str(hf_folder(tmp_path / "llama", llama(raw_tokenizer, tie_word_embeddings=tied), raw_tokenizer)),
+              tmp_path / "ckpt")
+    pack(synthetic(60), load_tokenizer(tmp_path / "ckpt" / "tokenizer"), tmp_path / "data", seq_len=32)
+    shape = json.loads((tmp_path / "ckpt" / "model_config.json").read_text())
+    cfg = validate(PretrainConfig, {
+        "name": "cpt", "out_dir": str(tmp_path), "data": {"path": str(tmp_path / "data")},
+        "model": {"preset": "tiny", **shape}, "objective": "mlm40", "init": {"from_weights": str(tmp_path / "ckpt")},
+        "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
+        "train": {"steps": 2, "global_batch": 4, "dtype": "fp32", "tensorboard": False, "eval_batches": 1},
+    }, "test")
+    summary = Trainer(cfg, show_progress=False, log=lambda message: None).run()
+    assert summary["final"]["mlm40/loss"] > 0 and (tmp_path / "cpt" / "checkpoints" / "step-0000002").exists()
