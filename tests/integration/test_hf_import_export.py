@@ -283,3 +283,26 @@ def test_imported_checkpoint_continues_pretraining(tmp_path, raw_tokenizer, synt
     }, "test")
     summary = Trainer(cfg, show_progress=False, log=lambda message: None).run()
     assert summary["final"]["mlm40/loss"] > 0 and (tmp_path / "cpt" / "checkpoints" / "step-0000002").exists()
+
+
+def test_model_card_reports_evaluation_given_or_found(tmp_path, bpe, monkeypatch):
+    from encoderlab.evaluation.records import checkpoint_tag
+
+    _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
+    summary = {"checkpoint": str(ckpt), "protocol": {"name": "demo"}, "tasks": {
+        "rt_polarity": {"family": "classification", "metric": "accuracy", "test": 81.234, "ci95": 1.5,
+                        "best_lr": 3e-4, "seeds": 3},
+        "conll_ner": {"family": "tokens", "metric": "entity_f1", "runs": 2, "failed": 2}}}
+    found = tmp_path / "evals" / checkpoint_tag(ckpt) / "demo-1234abcd" / "summary.json"
+    found.parent.mkdir(parents=True)
+    found.write_text(json.dumps(summary))
+    monkeypatch.chdir(tmp_path)  # without --eval, ./evals is searched for this checkpoint
+    export_checkpoint(ckpt, tmp_path / "found", "eurobert")
+    card = (tmp_path / "found" / "README.md").read_text()
+    assert "| rt_polarity | classification | accuracy | 81.23 | ± 1.50 | 0.0003 | 3 |" in card
+    assert "| conll_ner | tokens | entity_f1 | failed |" in card and "Not evaluated." not in card
+    export_checkpoint(ckpt, tmp_path / "given", "eurobert", evaluation=found)
+    assert "81.23" in (tmp_path / "given" / "README.md").read_text()
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(EncoderlabError, match="not an evaluation summary"):
+        export_checkpoint(ckpt, tmp_path / "bad", "eurobert", evaluation=tmp_path / "bad.json")
