@@ -200,7 +200,8 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
             config = read_config(folder)
             fields = architecture_fields(config, where, notes)  # refuse before reading the weights
             state = folder_weights(folder)
-        source_dtype = str(next(iter(state.values())).dtype).replace("torch.", "")
+        source_dtype = ("GGUF, dequantised to float32 by transformers" if gguf
+                        else str(next(iter(state.values())).dtype).replace("torch.", ""))
         weights = our_weights(state, config, where, notes)
         del state
         tok, added = source_tokenizer(tok_dir or folder)
