@@ -256,13 +256,7 @@ def test_cli_export_json_and_one_line_error(tmp_path, bpe):
     assert proc.returncode == 2 and len(errors) == 1 and "no config.json" in errors[0], proc.stderr
 
 
-@pytest.mark.parametrize("tied", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(
-        strict=True, raises=RuntimeError,
-        reason="train/checkpoint.save hands safetensors a tied head that shares the embedding's memory; "
-               "writing its weights through hf_io.safetensors_weights fixes it")),
-], ids=["untied", "tied"])
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_imported_checkpoint_continues_pretraining(tmp_path, raw_tokenizer, synthetic, one_thread, tied):
     """init.from_weights on an import, with data packed by the imported tokenizer, trains and checkpoints."""
     from encoderlab.config import validate

@@ -301,7 +301,7 @@ def test_tiny_is_a_cpu_demo_size():
 
 
 def test_preset_errors_and_overrides():
-    with pytest.raises(EncoderlabError, match="available: tiny, mini, 210m, 610m, 1b"):
+    with pytest.raises(EncoderlabError, match="available: micro, tiny, mini, 210m, 610m, 1b"):
         preset("huge")
     assert preset("tiny", vocab_size=500).vocab_size == 500
     with pytest.raises(EncoderlabError, match="num_key_value_heads"):

@@ -52,14 +52,23 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
 
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
-              cache_dir: Path | None = None) -> dict:
+              cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None,
+              on_prepared: Callable[[str, EvalTask], None] | None = None) -> dict:
+    """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec (a
+    study's worker reuses them across checkpoints); the others are prepared here and handed to `on_prepared`."""
     device = device or default_device()
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     weights = backbone_state(model.state_dict())
     del model
     tag = records.checkpoint_tag(path)
-    tasks = prepare_tasks(specs, tokenizer, protocol, cache_dir=cache_dir, log=log)
+    prepared = prepared or {}
+    fresh = prepare_tasks([s for s in specs if s not in prepared], tokenizer, protocol, cache_dir=cache_dir, log=log)
+    by_spec = dict(zip([s for s in specs if s not in prepared], fresh))
+    for spec, task in by_spec.items():
+        if on_prepared is not None:
+            on_prepared(spec, task)
+    tasks = [prepared.get(s) or by_spec[s] for s in specs]
     jobs = [(task, lr, seed) for task in tasks for lr in protocol.lrs for seed in protocol.seeds]
     key = records.protocol_key(protocol.model_dump(mode="json"))
     todo = [j for j in jobs if records.read(records.record_path(out, tag, key, j[0].name, j[1], j[2])) is None]

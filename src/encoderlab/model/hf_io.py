@@ -10,6 +10,7 @@ from encoderlab.data.atomic import atomic_dir, write_json
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
+from encoderlab.train.checkpoint import safetensors_weights
 
 
 class UnsupportedModelError(EncoderlabError):
@@ -25,19 +26,6 @@ def prepare_out(out: Path, force: bool, keep: Path) -> None:
         raise EncoderlabError(f"--out {out} is a file; give a folder path")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise EncoderlabError(f"--out {out} exists and is not empty: pass --force to replace it")
-
-
-def safetensors_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Contiguous CPU tensors that share no memory: safetensors refuses a tied head sharing the embedding's
-    storage, while `checkpoint.load_weights` expects both names, so each shared tensor is written as its own copy."""
-    seen: set[int] = set()
-    out = {}
-    for name, tensor in weights.items():
-        t = tensor.detach().cpu().contiguous()
-        key = t.untyped_storage().data_ptr()
-        out[name] = t.clone() if key in seen else t
-        seen.add(key)
-    return out
 
 
 def save_weights_only(dest: Path, weights: dict[str, torch.Tensor], cfg: ModelConfig, tokenizer: TextTokenizer,

@@ -66,3 +66,40 @@ def plan_cmd(
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         render_plan(summary)
+
+
+@study_app.command("run")
+def run_cmd(
+    study: Path = typer.Argument(..., help="A study file (configs/studies/*.yaml)."),
+    workers: int = typer.Option(1, help="Jobs run at once, each in its own process (CPU: cores are shared out; "
+                                        "GPU: one per device)."),
+    only: str | None = typer.Option(None, help="'pretrain': stop before evaluation."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, run nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
+) -> None:
+    """Run a study's pretraining and evaluation jobs in dependency order; resumable, a failure skips dependents."""
+    from encoderlab.errors import EncoderlabError
+    from encoderlab.study.plan import build_plan
+    from encoderlab.study.runner import run_study
+    from encoderlab.study.spec import load_study
+
+    if only not in (None, "pretrain"):
+        raise EncoderlabError(f"--only {only!r}: the allowed value is 'pretrain'")
+    if workers < 1:
+        raise EncoderlabError(f"--workers {workers}: give 1 or more")
+    spec, base = load_study(study)
+    plan = build_plan(spec, base)
+    if dry_run:
+        render_plan(plan.summary())
+        return
+    result = run_study(plan, base, workers=workers, log=_log, only=only)
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+        return
+    out.print(f"[bold]study {spec.name}[/bold]: {result['done']}/{result['jobs']} jobs done "
+              f"({result['done_now']} this time, {result['seconds']}s)")
+    for job, reason in result["failed"].items():
+        out.print(f"[red]failed[/red] {job}: {reason.splitlines()[0]}")
+    if result["skipped"]:
+        out.print(f"[yellow]skipped[/yellow] {len(result['skipped'])} jobs that depend on a failed one")
+    out.print(f"next: encoderlab study report {plan.root}")

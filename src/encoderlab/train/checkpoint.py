@@ -25,14 +25,26 @@ def checkpoint_name(step: int) -> str:
     return f"step-{step:07d}"
 
 
+def safetensors_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Contiguous CPU tensors that share no memory: safetensors refuses a tied head sharing the embedding's
+    storage, while `checkpoint.load_weights` expects both names, so each shared tensor is written as its own copy."""
+    seen: set[int] = set()
+    out = {}
+    for name, tensor in weights.items():
+        t = tensor.detach().cpu().contiguous()
+        key = t.untyped_storage().data_ptr()
+        out[name] = t.clone() if key in seen else t
+        seen.add(key)
+    return out
+
+
 def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
          *, tokenizer_dir: Path | None = None) -> Path:
     """Write a checkpoint that stands alone: weights, model config and tokenizer travel with it (fine-tuning and
     export need nothing else), plus the optimizer and loop state that resuming needs."""
     dest = run_dir / "checkpoints" / checkpoint_name(step)
     with atomic_dir(dest) as tmp:
-        weights = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
+        save_file(safetensors_weights(model.state_dict()), str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         config = getattr(model, "config", None)
         if config is not None:

@@ -1,0 +1,256 @@
+"""Execute a study's plan: pretraining runs in dependency order, then fine-tuning sweeps; resumable, in parallel.
+
+Nothing is remembered but what is on disk: a pretraining run is done when its final checkpoint and summary exist
+(a partial one resumes from its last checkpoint), an evaluation when every (LR, seed) record exists. So a killed
+study started again redoes nothing finished. A job that raises is written to `status/` with its reason and its
+dependents are skipped; the rest goes on, and the next start retries it.
+
+Parallelism: independent jobs go to `workers` processes (spawned, so each sets its own thread count), on CPU each
+with cores / workers threads, on GPU one worker per device (CUDA_VISIBLE_DEVICES).
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+from encoderlab.data.atomic import write_json
+from encoderlab.evaluation import records
+from encoderlab.study.plan import Evaluation, Plan, expand_tasks, load_protocol
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str  # "pretrain", "random" or "eval"
+    deps: list[str]
+    args: dict
+    cost: float = 1.0  # ordering hint: big jobs first keep the workers busy to the end
+    dependents: list[str] = field(default_factory=list)
+
+
+def random_checkpoint(plan: Plan, size: str) -> Path:
+    return plan.root / "random-init" / size / "checkpoints" / "step-0000000"
+
+
+def eval_checkpoint(plan: Plan, e: Evaluation) -> Path:
+    return plan.checkpoint(e.run, e.step) if e.run else random_checkpoint(plan, e.size)
+
+
+def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
+    protocol = load_protocol(plan.spec, base_dir)
+    jobs: list[Job] = []
+    for run in plan.order():
+        deps = [f"pretrain:{d}" for d in (run.parent, run.init) if d]
+        jobs.append(Job(f"pretrain:{run.name}", "pretrain", deps, {"config": plan.config(run)},
+                        cost=float(run.steps - run.branch_step)))
+    for size in sorted({e.size for e in plan.evaluations if e.kind == "random"}):
+        config = plan.config(next(r for r in plan.runs.values() if r.size == size)) if any(
+            r.size == size for r in plan.runs.values()) else None
+        jobs.append(Job(f"random:{size}", "random", [], {"size": size, "config": config,
+                                                        "checkpoint": str(random_checkpoint(plan, size))}))
+    for e in plan.evaluations:
+        dep = f"pretrain:{e.run}" if e.run else f"random:{e.size}"
+        for task in expand_tasks(e.tasks):
+            jobs.append(Job(f"eval:{e.label}:{task}", "eval", [dep],
+                            {"checkpoint": str(eval_checkpoint(plan, e)), "task": task,
+                             "protocol": protocol.model_dump(mode="json"), "out": str(plan.root / "evals")}))
+    by_id = {j.id: j for j in jobs}
+    for j in jobs:
+        for d in j.deps:
+            by_id[d].dependents.append(j.id)
+    return jobs
+
+
+def is_done(job: Job) -> bool:
+    if job.kind == "pretrain":
+        cfg = job.args["config"]
+        run_dir = Path(cfg["out_dir"]) / cfg["name"]
+        step = cfg["train"]["steps"]
+        return (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / f"step-{step:07d}").exists()
+    if job.kind == "random":
+        return (Path(job.args["checkpoint"]) / "state.json").exists()
+    protocol = job.args["protocol"]
+    tag = records.checkpoint_tag(job.args["checkpoint"])
+    key = records.protocol_key(protocol)
+    out = Path(job.args["out"])
+    return all(records.read(records.record_path(out, tag, key, job.args["task"], lr, seed)) is not None
+               for lr in protocol["lrs"] for seed in protocol["seeds"])
+
+
+# ------------------------------------------------------------------------------------------------ in a worker
+
+_PREPARED: dict[tuple, object] = {}  # per worker process: tasks tokenised once, reused for every checkpoint
+
+
+def _init_worker(threads: int, device: str | None) -> None:
+    import torch
+
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+    torch.set_num_threads(threads)
+
+
+def execute(job: Job, log: Callable[[str], None] | None = None) -> dict:
+    """Run one job to the end; returns a short summary. Raises on failure (the scheduler records it)."""
+    log = log or (lambda m: None)
+    started = time.perf_counter()
+    if job.kind == "pretrain":
+        from encoderlab.config import validate
+        from encoderlab.train.config import PretrainConfig
+        from encoderlab.train.loop import Trainer
+
+        cfg = validate(PretrainConfig, job.args["config"], where=job.id)
+        result = Trainer(cfg, resume=True, log=log, show_progress=False).run()
+        loss = {k: round(v, 3) for k, v in result["final"].items() if k.startswith("val/")}
+        return {"seconds": round(time.perf_counter() - started, 1), "loss": loss}
+    if job.kind == "random":
+        return _random_init(job)
+    return _evaluate(job, log, started)
+
+
+def _random_init(job: Job) -> dict:
+    """A checkpoint of the untrained model (the seed's initialisation): the random-init baseline."""
+    import shutil
+
+    from encoderlab.config import validate
+    from encoderlab.train import checkpoint
+    from encoderlab.train.config import PretrainConfig
+    from encoderlab.train.loop import Trainer
+
+    if job.args["config"] is None:
+        raise RuntimeError(f"random-init baseline for size {job.args['size']}: no run of that size to copy "
+                           "the data and model settings from")
+    ckpt = Path(job.args["checkpoint"])
+    run_dir = ckpt.parent.parent
+    cfg = dict(job.args["config"], init={}, name=run_dir.name, out_dir=str(run_dir.parent))
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # never finished (the checkpoint is the last thing written): start clean
+    trainer = Trainer(validate(PretrainConfig, cfg, where=job.id), log=lambda m: None, show_progress=False)
+    checkpoint.save(run_dir, 0, trainer.model, trainer.optimizer, {"reason": "random-init", "data": {},
+                    "lr_factor": 0.0, "total_steps": 0}, tokenizer_dir=trainer.train_data.root / "tokenizer")
+    return {"seconds": 0.0}
+
+
+def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
+    from encoderlab.config import validate
+    from encoderlab.data.wheels import encoderlab_home
+    from encoderlab.evaluation.protocol import Protocol
+    from encoderlab.evaluation.sweep import run_sweep
+    from encoderlab.train import checkpoint
+
+    protocol = validate(Protocol, job.args["protocol"], where=job.id)
+    task = job.args["task"]
+    tok = (checkpoint.resolve(job.args["checkpoint"]) / "tokenizer" / "tokenizer.json").read_bytes()
+    key = (task, records.protocol_key(job.args["protocol"]), hash(tok))
+    prepared = {task: _PREPARED[key]} if key in _PREPARED else None
+    summary = run_sweep(job.args["checkpoint"], [task], protocol, Path(job.args["out"]), log=lambda m: None,
+                        show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks", prepared=prepared,
+                        on_prepared=lambda _, t: _PREPARED.__setitem__(key, t))
+    entry = summary["tasks"].get(task, {})
+    return {"seconds": round(time.perf_counter() - started, 1), "test": entry.get("test"),
+            "failed": entry.get("failed", 0)}
+
+
+def _run_in_worker(job: Job) -> dict:
+    return execute(job)
+
+
+# ------------------------------------------------------------------------------------------------ the scheduler
+
+
+def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[str], None] = print,
+              only: str | None = None) -> dict:
+    """Run every job not yet done. `only`: 'pretrain' stops before evaluation. Returns counts and failures."""
+    jobs = [j for j in jobs_of(plan, base_dir) if only is None or j.kind != "eval"]
+    by_id = {j.id: j for j in jobs}
+    status_dir = plan.root / "status"
+    done = {j.id for j in jobs if is_done(j)}
+    failed: dict[str, str] = {}
+    skipped: set[str] = set()
+    pending = [j for j in jobs if j.id not in done]
+    log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(done)} already done, {len(pending)} to do "
+        f"({workers} worker{'s' if workers > 1 else ''})")
+    started = time.perf_counter()
+    finished_now = 0
+
+    def ready() -> list[Job]:
+        out = [j for j in pending if all(d in done for d in j.deps)]
+        return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
+
+    def settle(job: Job, result: dict | None, error: str | None) -> None:
+        nonlocal finished_now
+        pending.remove(job)
+        marker = status_dir / f"{job.id.replace(':', '__').replace('/', '_')}.json"
+        if error is None:
+            done.add(job.id)
+            finished_now += 1
+            marker.unlink(missing_ok=True)
+            log(f"done {job.id} {_brief(result)}; {len(done)}/{len(jobs)} done, {len(pending)} left, "
+                f"{time.perf_counter() - started:.0f}s")
+        else:
+            failed[job.id] = error
+            write_json(marker, {"job": job.id, "status": "failed", "reason": error})
+            log(f"FAILED {job.id}: {error.splitlines()[-1] if error else ''} (recorded in {marker})")
+            _skip_dependents(job)
+
+    def _skip_dependents(job: Job) -> None:
+        for d in job.dependents:
+            dep = by_id.get(d)
+            if dep is not None and dep in pending:
+                pending.remove(dep)
+                skipped.add(dep.id)
+                _skip_dependents(dep)
+
+    status_dir.mkdir(parents=True, exist_ok=True)
+    if workers <= 1:
+        while True:
+            batch = ready()
+            if not batch:
+                break
+            job = batch[0]
+            try:
+                result = execute(job, log=lambda m: None)
+                settle(job, result, None)
+            except Exception as exc:  # noqa: BLE001 - any failure of one job is recorded, the study goes on
+                settle(job, None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
+    else:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        ctx = get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                 initargs=(threads, None)) as pool:
+            running: dict[Future, Job] = {}
+            while True:
+                busy = {j.id for j in running.values()}
+                for job in ready():
+                    if len(running) >= workers:
+                        break
+                    if job.id not in busy:
+                        running[pool.submit(_run_in_worker, job)] = job
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    job = running.pop(fut)
+                    try:
+                        settle(job, fut.result(), None)
+                    except Exception as exc:  # noqa: BLE001
+                        settle(job, None, f"{type(exc).__name__}: {exc}")
+    return {"jobs": len(jobs), "done": len(done), "done_now": finished_now, "failed": failed,
+            "skipped": sorted(skipped), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _brief(result: dict | None) -> str:
+    if not result:
+        return ""
+    bits = [f"{result['seconds']}s"]
+    if result.get("loss"):
+        bits += [f"{k.removeprefix('val/')} {v}" for k, v in result["loss"].items()]
+    if result.get("test") is not None:
+        bits.append(f"test {result['test']:.2f}")
+    return "(" + ", ".join(bits) + ")"
