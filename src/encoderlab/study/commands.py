@@ -103,3 +103,14 @@ def run_cmd(
     if result["skipped"]:
         out.print(f"[yellow]skipped[/yellow] {len(result['skipped'])} jobs that depend on a failed one")
     out.print(f"next: encoderlab study report {plan.root}")
+
+
+@study_app.command("report")
+def report_cmd(
+    folder: Path = typer.Argument(..., help="A study folder (what `study run` printed, e.g. studies/demo)."),
+) -> None:
+    """Write report.md with the paper's tables (CSV) and figures (PNG) from a study folder's records."""
+    from encoderlab.study.report import write_report
+
+    path = write_report(folder)
+    out.print(f"[bold]report[/bold] {path}")

@@ -44,6 +44,7 @@ class Run:
     branch_step: int = 0
     save_at: set[int] = field(default_factory=set)
     tokens_per_step: int = 0
+    split_share: float | None = None  # a split arm: percent of the schedule in the splits' first objective
     flops: float = 0.0  # of the steps this run trains itself
     naive_flops: float = 0.0  # were it trained alone from its init
 
@@ -122,6 +123,29 @@ class Plan:
         for r in self.runs.values():
             visit(r)
         return done
+
+    def record(self, base_dir: Path) -> dict:
+        """What the report needs, written to the study folder as plan.json: it reads nothing else but records."""
+        from encoderlab.evaluation.records import checkpoint_tag
+
+        protocol = load_protocol(self.spec, base_dir)
+        paper = None
+        if self.spec.paper_results:
+            paper = load_yaml(resolve_path(base_dir, self.spec.paper_results))
+        evaluations = []
+        for e in self.evaluations:
+            ckpt = self.checkpoint(e.run, e.step) if e.run else self.root / "random-init" / e.size / "checkpoints" / \
+                checkpoint_name(0)
+            evaluations.append({"label": e.label, "model": e.model, "step": e.step, "kind": e.kind, "size": e.size,
+                                "checkpoint": str(ckpt), "tag": checkpoint_tag(ckpt), "tasks": e.tasks})
+        runs = [{"name": r.name, "size": r.size, "kind": r.kind, "objective": r.objective,
+                 "schedule": [list(x) for x in r.schedule], "steps": r.steps, "init": r.init, "parent": r.parent,
+                 "branch_step": r.branch_step, "tokens_per_step": r.tokens_per_step, "flops": r.naive_flops,
+                 "split_share": r.split_share}
+                for r in self.order()]
+        return {"study": self.spec.name, "spec": self.spec.model_dump(mode="json"), "budget": self.spec.budget,
+                "protocol": protocol.model_dump(mode="json"), "runs": runs, "evaluations": evaluations,
+                "paper_results": paper, "summary": self.summary()}
 
     def summary(self, gpu: str | None = None, mfu: float = 0.4) -> dict:
         trained = sum(r.steps - r.branch_step for r in self.runs.values())
@@ -261,6 +285,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
                         sched = [(sp.first, 0), (sp.then, switch)]
                         label = f"{size}-{sp.first}-{steps_label(switch)}-{sp.then}-{steps_label(budget)}"
                     name = add(label, size, "model" if len(sched) == 1 else "split", sched, budget)
+                    wanted[name].split_share = float(share)
                     if budget == spec.budget and len(sched) == 1:
                         full.setdefault((size, sched[0][0]), name)
     if spec.cpt:

@@ -170,6 +170,8 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     jobs = [j for j in jobs_of(plan, base_dir) if only is None or j.kind != "eval"]
     by_id = {j.id: j for j in jobs}
     status_dir = plan.root / "status"
+    plan.root.mkdir(parents=True, exist_ok=True)
+    write_json(plan.root / "plan.json", plan.record(base_dir))
     done = {j.id for j in jobs if is_done(j)}
     failed: dict[str, str] = {}
     skipped: set[str] = set()

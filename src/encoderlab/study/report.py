@@ -1,0 +1,207 @@
+"""`report.md` with CSV tables and PNG figures from a study folder: the paper's tables and figures for our runs."""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from encoderlab.study.results import CATEGORIES, StudyResults, compare, verdict
+
+
+def _fmt(x: float | None, ci: float | None = None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.2f}" if ci is None else f"{x:.2f} ± {ci:.2f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _csv(path: Path, header: list[str], rows: list[list]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+class Report:
+    def __init__(self, root: Path) -> None:
+        self.res = StudyResults(root)
+        self.out = Path(root) / "report"
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.paper = (self.res.plan.get("paper_results") or {}).get("categories", {})
+        self.sections: list[str] = []
+
+    # ------------------------------------------------------------------------------------------- tables
+
+    def category_table(self, labels: list[str], name: str, title: str, row_name=lambda x: x) -> str:
+        cats = [c for c in CATEGORIES if any(c in self.res.categories.get(lb, {}) for lb in labels)]
+        header = ["model"] + cats + (["paper: " + "/".join(cats)] if self.paper else [])
+        rows, csv_rows = [], []
+        for lb in labels:
+            scores = self.res.categories.get(lb, {})
+            row = [row_name(lb)] + [_fmt(scores[c].mean, scores[c].ci95) if c in scores else "-" for c in cats]
+            if self.paper:
+                pub = self.paper.get(lb, {})
+                row.append(" / ".join(f"{pub[c]:.2f}" if c in pub else "-" for c in cats))
+            rows.append(row)
+            csv_rows.append([lb] + [round(scores[c].mean, 3) if c in scores else "" for c in cats])
+        _csv(self.out / f"{name}.csv", ["model"] + cats, csv_rows)
+        return f"### {title}\n\n{_table(header, rows)}\n\nCSV: `{name}.csv`\n"
+
+    def dataset_tables(self, labels: list[str]) -> str:
+        tasks = self.res.task_names()
+        parts, csv_rows = [], []
+        for cat in CATEGORIES:
+            names = [t for t in tasks if any(t in self.res.tasks[lb] and self.res.tasks[lb][t].category == cat
+                                             for lb in labels)]
+            if not names:
+                continue
+            rows = []
+            for lb in labels:
+                ts = self.res.tasks.get(lb, {})
+                if not any(t in ts for t in names):
+                    continue
+                rows.append([lb] + [f"{_fmt(ts[t].test, ts[t].ci95)} (lr {ts[t].best_lr:g})"
+                                    if t in ts and ts[t].test is not None else "-" for t in names])
+                csv_rows += [[lb, t, ts[t].test, ts[t].ci95, ts[t].best_lr, ts[t].std_seeds, ts[t].std_lrs,
+                              ts[t].baseline, ts[t].failed] for t in names if t in ts]
+            base = {t: next(self.res.tasks[lb][t].baseline for lb in labels if t in self.res.tasks[lb]) for t in names}
+            rows.append(["*trivial baseline*"] + [f"{base[t]:.2f}" for t in names])
+            metric = {t: next(self.res.tasks[lb][t].metric for lb in labels if t in self.res.tasks[lb]) for t in names}
+            parts.append(f"#### {cat}\n\n" + _table(["model"] + [f"{t} ({metric[t]})" for t in names], rows))
+        _csv(self.out / "datasets.csv", ["model", "task", "test", "ci95", "best_lr", "std_seeds", "std_lrs",
+                                         "baseline", "failed_runs"], csv_rows)
+        return "\n\n".join(parts) + "\n\nTest score at the LR chosen on validation, mean ± 95% CI over seeds. " \
+            "CSV: `datasets.csv`\n"
+
+    # ------------------------------------------------------------------------------------------- figures
+
+    def _plt(self):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        return plt
+
+    def efficiency_figure(self) -> str | None:
+        """Score vs pretraining steps per category, one line per full-budget model with intermediates."""
+        models = sorted({e["model"] for e in self.res.evaluations.values() if e["kind"] == "intermediate"})
+        if not models:
+            return None
+        plt = self._plt()
+        cats = [c for c in CATEGORIES if any(c in s for s in self.res.categories.values())]
+        fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.4), squeeze=False)
+        rows = []
+        for ax, cat in zip(axes[0], cats):
+            for model in models:
+                points = sorted((e["step"], self.res.categories[lb][cat])
+                                for lb, e in self.res.evaluations.items()
+                                if e["model"] == model and e["kind"] in ("intermediate", "final")
+                                and cat in self.res.categories.get(lb, {}))
+                if not points:
+                    continue
+                xs = [p[0] for p in points]
+                ys = [p[1].mean for p in points]
+                err = [p[1].ci95 or 0.0 for p in points]
+                ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=model)
+                rows += [[model, cat, s, round(c.mean, 3), c.ci95] for s, c in points]
+            ax.set_title(cat)
+            ax.set_xlabel("pretraining steps")
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("score (mean ± 95% CI over seeds)")
+        axes[0][-1].legend(fontsize=7)
+        fig.suptitle("Data efficiency: fine-tuned score of intermediate checkpoints")
+        fig.tight_layout()
+        fig.savefig(self.out / "data_efficiency.png", dpi=110)
+        plt.close(fig)
+        _csv(self.out / "data_efficiency.csv", ["model", "category", "step", "score", "ci95"], rows)
+        return "data_efficiency.png"
+
+    def stability_figure(self, labels: list[str]) -> tuple[str | None, str]:
+        """Centred scores (each run minus its dataset's mean for that model), pooled per category: the spread."""
+        plt = self._plt()
+        cats = [c for c in CATEGORIES if any(c in self.res.categories.get(lb, {}) for lb in labels)]
+        if not cats:
+            return None, ""
+        fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.6), squeeze=False)
+        rows = []
+        for ax, cat in zip(axes[0], cats):
+            data, names = [], []
+            for lb in labels:
+                runs = [x for t in self.res.tasks.get(lb, {}).values() if t.category == cat for x in t.centred_runs]
+                if runs:
+                    data.append(runs)
+                    names.append(lb)
+                    seeds = [t.std_seeds for t in self.res.tasks[lb].values() if t.category == cat and t.std_seeds
+                             is not None]
+                    lrs = [t.std_lrs for t in self.res.tasks[lb].values() if t.category == cat and t.std_lrs
+                           is not None]
+                    rows.append([lb, cat, _mean(seeds), _mean(lrs), _sd(runs)])
+            if data:
+                ax.boxplot(data, orientation="horizontal")
+                ax.set_yticks(range(1, len(names) + 1), names, fontsize=7)
+            ax.axvline(0, color="grey", lw=0.8)
+            ax.set_title(cat)
+            ax.set_xlabel("centred score")
+        fig.suptitle("Fine-tuning stability: every LR x seed run, centred per model and dataset")
+        fig.tight_layout()
+        fig.savefig(self.out / "stability.png", dpi=110)
+        plt.close(fig)
+        _csv(self.out / "stability.csv", ["model", "category", "std_over_seeds", "std_over_lrs", "std_all_runs"],
+             rows)
+        table = _table(["model", "category", "std over seeds", "std over LRs", "std of all runs"],
+                       [[r[0], r[1], _fmt(r[2]), _fmt(r[3]), _fmt(r[4])] for r in rows])
+        return "stability.png", table
+
+    def loss_figure(self) -> str | None:
+        plt = self._plt()
+        fig, ax = plt.subplots(figsize=(8, 4))
+        drawn = False
+        for run in self.res.runs.values():
+            metrics = self.res.losses(run["name"])
+            if not metrics:
+                continue
+            for key in sorted({k for m in metrics for k in m if k.endswith("/loss") and not k.startswith("val")}):
+                pts = [(m["step"], m[key]) for m in metrics if key in m]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1,
+                        label=f"{run['name']} ({key.split('/')[0]})")
+                drawn = True
+        if not drawn:
+            plt.close(fig)
+            return None
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss")
+        ax.set_title("Pretraining loss per run and objective (CLM and MLM losses are not comparable)")
+        ax.legend(fontsize=6, ncol=2)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(self.out / "pretraining_loss.png", dpi=110)
+        plt.close(fig)
+        return "pretraining_loss.png"
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _sd(xs: list[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def write_report(root: Path) -> Path:
+    from encoderlab.study.report_text import compose
+
+    report = Report(root)
+    text = compose(report, compare, verdict)
+    path = report.out / "report.md"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,179 @@
+"""The words of report.md: the five findings with their verdicts, then every table and figure of the study."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import yaml
+from scipy import stats
+
+from encoderlab.study.results import CATEGORIES, Comparison
+
+
+def _models(res) -> dict:
+    """The arms the findings compare, found from the plan: per size, full-budget CLM/MLM, splits, CPT."""
+    budget = res.plan["budget"]
+    arms: dict[str, dict] = {}
+    for r in res.runs.values():
+        a = arms.setdefault(r["size"], {"splits": {}, "cpt": {}})
+        objs = [o for o, _ in r["schedule"]]
+        if r["kind"] == "model" and r["init"] is None:
+            if objs == ["clm"] and r["steps"] == budget:
+                a["clm"] = r["name"]
+            elif objs[0].startswith("mlm") and r["steps"] == budget and (objs[0] == "mlm40" or "mlm" not in a):
+                a["mlm"] = r["name"]
+        if r.get("split_share") is not None:
+            a["splits"].setdefault(r["steps"], {})[r["split_share"]] = r["name"]
+        if r["kind"] == "cpt":
+            source = res.runs[r["init"]]
+            kind = "clm" if [o for o, _ in source["schedule"]] == ["clm"] else "mlm"
+            a["cpt"].setdefault(kind, {})[r["steps"]] = r["name"]
+            a["cpt"][kind][0] = source["name"]
+    return arms
+
+
+def _cmp_rows(comps: list[Comparison]) -> str:
+    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
+            f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} |"
+            for c in comps]
+    return "| category | A | B | A - B | 95% CI of A - B | p (Welch) |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
+
+
+def _pair(res, compare, a: str | None, b: str | None) -> list[Comparison]:
+    if not a or not b:
+        return []
+    ca, cb = res.categories.get(a, {}), res.categories.get(b, {})
+    return [compare(ca[c], cb[c], c) for c in CATEGORIES if c in ca and c in cb]
+
+
+def findings(report, compare, verdict) -> str:
+    res = report.res
+    out = ["## The paper's five findings at this scale\n",
+           "Each compares category scores (mean over the category's datasets, per fine-tuning seed) with Welch's "
+           "t-test over seeds; 'significant' means p < 0.05. Few seeds and small models make wide intervals: a "
+           "finding is called reproduced only when the direction matches in most categories *and* at least one "
+           "difference is significant.\n"]
+    for size, a in _models(res).items():
+        clm, mlm = a.get("clm"), a.get("mlm")
+        comps = _pair(res, compare, mlm, clm)
+        out.append(f"### {size}\n\n**1. MLM beats CLM on most tasks** (A = {mlm}, B = {clm}): "
+                   f"{verdict(comps)}.\n\n{_cmp_rows(comps) if comps else ''}\n")
+        early = sorted({e["step"] for e in res.evaluations.values() if e["kind"] == "intermediate"
+                        and e["model"] in (clm, mlm)})
+        comps = []
+        if early and clm and mlm:
+            la = next((lb for lb, e in res.evaluations.items() if e["model"] == clm and e["step"] == early[0]), None)
+            lb_ = next((lb for lb, e in res.evaluations.items() if e["model"] == mlm and e["step"] == early[0]), None)
+            comps = _pair(res, compare, la, lb_)
+        out.append(f"**2. CLM learns faster early** (A = CLM, B = MLM at step {early[0] if early else '-'}): "
+                   f"{verdict(comps)}.\n\n{_cmp_rows(comps) if comps else ''}\n")
+        out.append(_stability_finding(res, clm, mlm))
+        budgets = sorted(a["splits"])
+        comps, which = [], None
+        for budget in reversed(budgets):
+            shares = a["splits"][budget]
+            mids = sorted(s for s in shares if 0 < s < 100)
+            if mids and 0.0 in shares:
+                pick = min(mids, key=lambda s: abs(s - 25))  # the paper's best split, 25% CLM, chosen beforehand
+                which = (shares[pick], shares[0.0], budget, pick)
+                comps = _pair(res, compare, shares[pick], shares[0.0])
+                break
+        label = f"A = {which[0]} ({which[3]:g}% CLM), B = {which[1]}" if which else "no split and MLM pair"
+        out.append(f"**4. CLM then MLM beats MLM alone at the same budget** ({label}): {verdict(comps)}.\n\n"
+                   f"{_cmp_rows(comps) if comps else ''}\n")
+        cpt = a["cpt"]
+        comps, label = [], "no CPT pair"
+        if "clm" in cpt and "mlm" in cpt:
+            longest = max(set(cpt["clm"]) & set(cpt["mlm"]))
+            comps = _pair(res, compare, cpt["clm"][longest], cpt["mlm"][longest])
+            label = f"A = {cpt['clm'][longest]}, B = {cpt['mlm'][longest]}"
+        out.append(f"**5. CPT with MLM works better from a CLM model than from an MLM one** ({label}): "
+                   f"{verdict(comps)}.\n\n{_cmp_rows(comps) if comps else ''}\n")
+    return "\n".join(out)
+
+
+def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
+    rows, lower, sig = [], 0, 0
+    for cat in CATEGORIES:
+        runs = {}
+        for name in (clm, mlm):
+            runs[name] = [x for t in res.tasks.get(name, {}).values() if t.category == cat for x in t.centred_runs]
+        if not clm or not mlm or len(runs[clm]) < 3 or len(runs[mlm]) < 3:
+            continue
+        sd = {k: (sum(x * x for x in v) / (len(v) - 1)) ** 0.5 for k, v in runs.items()}
+        flat = max(runs[clm]) == min(runs[clm]) and max(runs[mlm]) == min(runs[mlm])
+        p = 1.0 if flat else float(stats.levene(runs[clm], runs[mlm]).pvalue)  # Levene is undefined on constants
+        lower += sd[clm] < sd[mlm]
+        sig += sd[clm] < sd[mlm] and p < 0.05
+        rows.append(f"| {cat} | {sd[clm]:.2f} | {sd[mlm]:.2f} | {p:.3f} |")
+    n = len(rows)
+    if not n:
+        text = "not measured (missing evaluations)"
+    elif lower * 2 > n and sig:
+        text = f"reproduced: CLM's spread is smaller in {lower}/{n} categories, significantly in {sig}"
+    elif lower * 2 > n:
+        text = f"same direction in {lower}/{n} categories, but no difference in spread is significant"
+    else:
+        text = f"not reproduced: CLM's spread is smaller in only {lower}/{n} categories"
+    table = ("| category | spread CLM | spread MLM | p (Levene) |\n|---|---|---|---|\n" + "\n".join(rows)) if rows else ""
+    return (f"**3. CLM fine-tunes more stably** (spread = std of every LR x seed run's score, centred per "
+            f"dataset): {text}.\n\n{table}\n")
+
+
+def compose(report, compare, verdict) -> str:
+    res = report.res
+    plan, proto = res.plan, res.plan["protocol"]
+    finals = [lb for lb, e in res.evaluations.items() if e["kind"] in ("final", "random")]
+    everything = list(res.evaluations)
+    done = sum(1 for ts in res.tasks.values() for t in ts.values() for _ in range(t.runs))
+    parts = [f"# Study `{plan['study']}`: report\n",
+             f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{res.root}`. "
+             f"{len(res.runs)} pretrained models, {len(res.evaluations)} evaluated checkpoints, {done} fine-tuning "
+             f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
+             f"{proto['max_steps']} steps).\n",
+             findings(report, compare, verdict),
+             "## Category scores per model (PAPER.md Tables 2-5 layout)\n",
+             report.category_table(finals, "categories", "Final models and the random-init baseline"),
+             "## Per-dataset scores\n", report.dataset_tables(everything)]
+    fig = report.efficiency_figure()
+    if fig:
+        parts.append(f"## Data efficiency (score vs pretraining steps)\n\n![data efficiency]({fig})\n\n"
+                     "Intermediate checkpoints are stable-phase (undecayed) states of the full-budget runs; the "
+                     "last point is the decayed final model. CSV: `data_efficiency.csv`\n")
+    fig, table = report.stability_figure([lb for lb in finals if res.evaluations[lb]["kind"] == "final"])
+    if fig:
+        parts.append(f"## Fine-tuning stability\n\n![stability]({fig})\n\n{table}\n")
+    for size, a in _models(res).items():
+        for budget, shares in sorted(a["splits"].items()):
+            if len(shares) > 1:
+                labels = [shares[s] for s in sorted(shares)]
+                parts.append(report.category_table(labels, f"splits-{size}-{budget}",
+                                                   f"CLM/MLM splits at {budget} steps ({size}; PAPER.md Tables "
+                                                   "10-13)", lambda lb, sh=shares: _share_name(lb, sh)))
+        for kind, arms in sorted(a["cpt"].items()):
+            labels = [arms[s] for s in sorted(arms)]
+            parts.append(report.category_table(labels, f"cpt-{size}-from-{kind}",
+                                               f"CPT with MLM from the {kind.upper()} model ({size}; PAPER.md "
+                                               "Tables 14-17; the first row is the starting point)"))
+    fig = report.loss_figure()
+    if fig:
+        parts.append(f"## Pretraining loss\n\n![pretraining loss]({fig})\n")
+    failed = [(lb, t.task, t.failed) for lb, ts in res.tasks.items() for t in ts.values() if t.failed]
+    missing = [lb for lb in res.evaluations if not res.tasks.get(lb)]
+    if failed or missing:
+        parts.append("## Failed and missing runs\n\n" + "\n".join(
+            [f"- {lb} / {task}: {n} failed runs (excluded from the means)" for lb, task, n in failed]
+            + [f"- {lb}: no evaluation records yet" for lb in missing]) + "\n")
+    parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
+                 "Plan (steps and FLOPs): " + _plan_line(plan) + "\n")
+    return "\n".join(parts)
+
+
+def _share_name(label: str, shares: dict) -> str:
+    share = next((s for s, lb in shares.items() if lb == label), None)
+    return f"{label} ({share:g}% CLM)" if share is not None else label
+
+
+def _plan_line(plan: dict) -> str:
+    s = plan["summary"]
+    return (f"{s['steps']:,} steps trained ({s['naive_steps']:,} if every model were trained alone), "
+            f"{s['flops']:.3g} FLOPs vs {s['naive_flops']:.3g}.")

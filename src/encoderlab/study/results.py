@@ -1,0 +1,172 @@
+"""A study's records as numbers: per-dataset and per-category scores with CIs, stability, and the five findings.
+
+Category scores follow PAPER.md: the mean of a category's datasets. Its confidence interval comes from the
+per-seed category scores (each seed's test score at each dataset's chosen LR, averaged over the datasets), a t
+interval over seeds, so it carries the seed-to-seed noise that decides whether two models differ.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from scipy import stats
+
+from encoderlab.evaluation import records
+from encoderlab.evaluation.metrics import mean_ci95, std
+
+CATEGORY = {"classification": "SC", "tokens": "TC", "qa": "QA", "retrieval": "IR"}
+CATEGORIES = ["SC", "TC", "QA", "IR"]
+
+
+@dataclass
+class TaskScore:
+    task: str
+    category: str
+    metric: str
+    best_lr: float | None
+    test: float | None
+    ci95: float | None
+    validation: float | None
+    baseline: float
+    by_seed: dict[int, float]  # test score per seed at the chosen LR
+    centred_runs: list[float]  # every ok run's test score minus this task's mean over runs (stability)
+    std_seeds: float | None
+    std_lrs: float | None
+    runs: int
+    failed: int
+
+
+def task_scores(recs: list[dict]) -> TaskScore:
+    ok = [r for r in recs if r["status"] == "ok"]
+    first = recs[0]
+    base = first["baseline"]["test"]["score"]
+    cat = CATEGORY.get(first["family"], first["family"])
+    if not ok:
+        return TaskScore(first["task"], cat, first["metric"], None, None, None, None, base, {}, [], None, None,
+                         len(recs), len(recs))
+    by_lr: dict[float, list[dict]] = {}
+    for r in ok:
+        by_lr.setdefault(r["lr"], []).append(r)
+    val = {lr: sum(r["scores"]["validation"]["score"] for r in g) / len(g) for lr, g in by_lr.items()}
+    best = max(sorted(val), key=lambda lr: val[lr])  # ties: the smallest LR, as sweep.summarize
+    by_seed = {r["seed"]: r["scores"]["test"]["score"] for r in by_lr[best]}
+    mean, half = mean_ci95(list(by_seed.values()))
+    tests = [r["scores"]["test"]["score"] for r in ok]
+    centre = sum(tests) / len(tests)
+    per_lr = [sum(r["scores"]["test"]["score"] for r in g) / len(g) for g in by_lr.values()]
+    return TaskScore(first["task"], cat, first["metric"], best, mean, half if half == half else None, val[best], base,
+                     by_seed, [t - centre for t in tests], std(list(by_seed.values())), std(per_lr), len(recs),
+                     len(recs) - len(ok))
+
+
+@dataclass
+class CategoryScore:
+    mean: float
+    ci95: float | None
+    by_seed: dict[int, float]
+    datasets: int
+
+
+def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
+    out = {}
+    for cat in CATEGORIES:
+        members = [t for t in tasks.values() if t.category == cat and t.by_seed]
+        if not members:
+            continue
+        seeds = sorted(set.intersection(*(set(t.by_seed) for t in members)))
+        if not seeds:
+            continue
+        per_seed = {s: sum(t.by_seed[s] for t in members) / len(members) for s in seeds}
+        mean, half = mean_ci95(list(per_seed.values()))
+        out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members))
+    return out
+
+
+class StudyResults:
+    """Everything the report shows, read from a study folder (plan.json, evals/, pretrain/*/metrics.jsonl)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        plan_path = self.root / "plan.json"
+        if not plan_path.exists():
+            from encoderlab.errors import EncoderlabError
+
+            raise EncoderlabError(f"{self.root} is not a study folder (no plan.json): give the folder that "
+                                  "`encoderlab study run` printed, e.g. studies/demo")
+        self.plan = json.loads(plan_path.read_text())
+        self.protocol_key = records.protocol_key(self.plan["protocol"])
+        self.evaluations = {e["label"]: e for e in self.plan["evaluations"]}
+        self.runs = {r["name"]: r for r in self.plan["runs"]}
+        self.tasks: dict[str, dict[str, TaskScore]] = {}
+        for label, e in self.evaluations.items():
+            recs = records.load_all(self.root / "evals", e["tag"], self.protocol_key)
+            by_task: dict[str, list[dict]] = {}
+            for r in recs:
+                by_task.setdefault(r["task"], []).append(r)
+            self.tasks[label] = {t: task_scores(rs) for t, rs in sorted(by_task.items())}
+        self.categories = {label: category_scores(ts) for label, ts in self.tasks.items()}
+
+    def task_names(self) -> list[str]:
+        names = {t for ts in self.tasks.values() for t in ts}
+        order = {c: i for i, c in enumerate(CATEGORIES)}
+        cat_of = {t: s.category for ts in self.tasks.values() for t, s in ts.items()}
+        return sorted(names, key=lambda t: (order.get(cat_of[t], 9), t))
+
+    def losses(self, run: str) -> list[dict]:
+        path = self.root / "pretrain" / run / "metrics.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------------------------------------ comparisons
+
+
+@dataclass
+class Comparison:
+    category: str
+    a: float
+    b: float
+    diff: float  # a - b
+    ci95: float | None  # half-width of the difference's interval (Welch)
+    p: float | None
+
+    @property
+    def significant(self) -> bool:
+        return self.p is not None and self.p < 0.05
+
+
+def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
+    """Welch's t-test on per-seed category scores; with too few seeds the p-value is None (no claim)."""
+    xs, ys = list(a.by_seed.values()), list(b.by_seed.values())
+    diff = a.mean - b.mean
+    if len(xs) < 2 or len(ys) < 2:
+        return Comparison(category, a.mean, b.mean, diff, None, None)
+    va, vb = std(xs) ** 2 / len(xs), std(ys) ** 2 / len(ys)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Comparison(category, a.mean, b.mean, diff, 0.0, 0.0 if diff else 1.0)
+    df = (va + vb) ** 2 / ((va**2 / (len(xs) - 1) if va else 0) + (vb**2 / (len(ys) - 1) if vb else 0) or 1e-12)
+    t = diff / se
+    p = float(2 * stats.t.sf(abs(t), df))
+    return Comparison(category, a.mean, b.mean, diff, float(stats.t.ppf(0.975, df) * se), p)
+
+
+def verdict(comparisons: list[Comparison], expect_positive: bool = True) -> str:
+    """How a finding fares: the paper's direction in most categories, and whether the CIs support it."""
+    if not comparisons:
+        return "not measured (missing evaluations)"
+    agree = [c for c in comparisons if (c.diff > 0) == expect_positive and c.diff != 0]
+    strong = [c for c in agree if c.significant]
+    against = [c for c in comparisons if c not in agree and c.significant]
+    n = len(comparisons)
+    if len(agree) * 2 > n and strong:
+        return f"reproduced: the paper's direction in {len(agree)}/{n} categories, significant in {len(strong)}"
+    if len(agree) * 2 > n:
+        return (f"same direction in {len(agree)}/{n} categories, but no difference is significant at this scale "
+                "(the confidence intervals overlap)")
+    if against:
+        return f"not reproduced: the opposite direction is significant in {len(against)}/{n} categories"
+    return f"not reproduced: the paper's direction holds in only {len(agree)}/{n} categories, none significant"

@@ -1,0 +1,245 @@
+"""Studies: the planner shares trunks, a killed study resumes to the same records, the report renders."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from encoderlab.config import ConfigError
+from encoderlab.evaluation import records
+from encoderlab.study import runner as runner_module
+from encoderlab.study.plan import build_plan
+from encoderlab.study.report import write_report
+from encoderlab.study.runner import run_study
+from encoderlab.study.spec import load_study
+
+MICRO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+         "num_key_value_heads": 1}
+
+
+def write_study(tmp_path: Path, data_path: str, task: str = "rt-polarity", **spec) -> Path:
+    (tmp_path / "pretrain.yaml").write_text(yaml.safe_dump({
+        "data": {"path": data_path}, "model": {"preset": "micro", **MICRO}, "optim": {"lr": 3e-3},
+        "lr_schedule": {"kind": "wsd", "warmup_steps": 2, "decay_steps": 4},
+        "train": {"steps": 1, "global_batch": 4, "dtype": "fp32", "tensorboard": False, "eval_batches": 1}}))
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump({
+        "name": "t", "max_steps": 4, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3, 3e-3], "seeds": [0, 1],
+        "max_length": 32, "dtype": "fp32"}))
+    body = {"name": "s", "out_dir": str(tmp_path / "studies"), "pretrain": "pretrain.yaml", "budget": 20,
+            "models": [{"sizes": ["micro"], "objectives": ["clm", "mlm40"]}],
+            "evaluation": {"protocol": "protocol.yaml", "tasks": [task]},
+            "data_shape": {"vocab_size": 320, "seq_len": 64}, **spec}
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(body))
+    return tmp_path / "study.yaml"
+
+
+def plan_of(path: Path):
+    spec, base = load_study(path)
+    return build_plan(spec, base), base
+
+
+# ------------------------------------------------------------------------------------------------ planner
+
+
+def test_budgets_and_splits_branch_off_shared_trunks(tmp_path):
+    study = write_study(tmp_path, "nowhere", splits={"sizes": ["micro"], "shares": [0, 25, 50, 100],
+                                                     "budgets": [12, 20]},
+                        intermediate={"steps": [4, 8]}, cpt={"sizes": ["micro"], "sources": ["clm", "mlm40"],
+                                                             "steps": [6, 10],
+                                                             "lr_schedule": {"warmup_steps": 1, "decay_steps": 2}},
+                        random_init=["micro"])
+    plan, _ = plan_of(study)
+    runs = plan.runs
+    # 0% and 100% splits at the full budget are the MLM and CLM models themselves, not new runs
+    assert "micro-clm-20" in runs and "micro-mlm40-20" in runs and "micro-clm-0-mlm40-20" not in runs
+    # stable span = budget - decay: 25% of 16 = switch at 4, of 8 (budget 12) = 2
+    assert runs["micro-clm-4-mlm40-20"].schedule == [("clm", 0), ("mlm40", 4)]
+    assert (runs["micro-clm-4-mlm40-20"].parent, runs["micro-clm-4-mlm40-20"].branch_step) == ("micro-clm-20", 4)
+    # a shorter budget branches at its own decay start from the run that trains that step
+    assert (runs["micro-mlm40-12"].parent, runs["micro-mlm40-12"].branch_step) == ("micro-mlm40-20", 8)
+    assert (runs["micro-clm-12"].parent, runs["micro-clm-12"].branch_step) == ("micro-clm-20", 8)
+    assert (runs["micro-clm-4-mlm40-12"].parent, runs["micro-clm-4-mlm40-12"].branch_step) == \
+        ("micro-clm-4-mlm40-20", 8)
+    assert 2 in runs["micro-clm-20"].save_at and 8 in runs["micro-clm-20"].save_at
+    # CPT arms start from the decayed models' weights and share their own trunk
+    long, short = runs["micro-clm-dec20-mlm40-30"], runs["micro-clm-dec20-mlm40-26"]
+    assert long.init == "micro-clm-20" and long.parent is None
+    assert (short.parent, short.branch_step) == (long.name, 4)
+    # what was trained equals the union of the schedules' prefixes: well below training each model alone
+    s = plan.summary()
+    assert s["steps"] == sum(r.steps - r.branch_step for r in runs.values()) < s["naive_steps"]
+    assert s["naive_steps"] == sum(r.steps for r in runs.values())
+    assert 0 < s["flops"] < s["naive_flops"]
+    labels = {e.label: e for e in plan.evaluations}
+    assert labels["micro-clm-20@4"].run == "micro-clm-20" and labels["micro-random"].kind == "random"
+    order = [r.name for r in plan.order()]
+    assert all(order.index(r.parent) < order.index(r.name) for r in runs.values() if r.parent)
+    assert all(order.index(r.init) < order.index(r.name) for r in runs.values() if r.init)
+
+
+def test_bad_study_files_are_clear(tmp_path):
+    study = write_study(tmp_path, "nowhere", models=[{"sizes": ["huge"], "objectives": ["mlm40"]}])
+    with pytest.raises(ConfigError, match="unknown model size 'huge'"):
+        plan_of(study)
+    study = write_study(tmp_path, "nowhere", models=[{"sizes": ["micro"], "objectives": ["mlm140"]}])
+    with pytest.raises(ConfigError, match="mlm140"):
+        plan_of(study)
+    study = write_study(tmp_path, "nowhere", intermediate={"steps": [50]})
+    with pytest.raises(ConfigError, match="intermediate"):
+        plan_of(study)
+    body = yaml.safe_load(study.read_text())
+    body.pop("data_shape")
+    body["intermediate"] = None
+    study.write_text(yaml.safe_dump(body))
+    with pytest.raises(ConfigError, match="not prepared"):
+        plan_of(study)
+
+
+# ------------------------------------------------------------------------------------------------ running
+
+
+@pytest.fixture
+def task_yaml(tmp_path):
+    rng = random.Random(0)
+    words = "the film was very quite rather plot actors story".split()
+    for split, n in (("train", 48), ("dev", 16), ("test", 16)):
+        rows = []
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            rows.append({"text": " ".join(rng.choices(words, k=4) + ["good" if label else "bad"]),
+                         "label": "pos" if label else "neg"})
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "task.yaml").write_text("family: classification\ntrain: train.jsonl\nvalidation: dev.jsonl\n"
+                                        "test: test.jsonl\ntext_column: text\nlabel_column: label\n")
+    return tmp_path / "task.yaml"
+
+
+def scores(root: Path) -> dict:
+    return {(r["tag"], r["task"], r["lr"], r["seed"]): (r["status"], r.get("scores"))
+            for r in records.load_all(root / "evals")}
+
+
+def test_a_killed_study_resumes_to_the_same_records(tmp_path, packed_dir, task_yaml, one_thread, monkeypatch):
+    spec = {"splits": {"sizes": ["micro"], "shares": [50], "budgets": [20]}, "intermediate": {"steps": [8]},
+            "random_init": ["micro"]}
+    (tmp_path / "a").mkdir()
+    whole = write_study(tmp_path / "a", str(packed_dir), task=str(task_yaml), **spec)
+    plan, base = plan_of(whole)
+    result = run_study(plan, base, log=lambda m: None)
+    assert not result["failed"] and result["done"] == result["jobs"] == 3 + 1 + 6  # 3 runs, random init, 6 checkpoints
+    expected = scores(plan.root)
+    assert len(expected) == 6 * 4  # 6 checkpoints x 2 LRs x 2 seeds
+
+    (tmp_path / "b").mkdir()
+    killed = write_study(tmp_path / "b", str(packed_dir), task=str(task_yaml), **spec)
+    plan_b, base_b = plan_of(killed)
+    calls, original = [], runner_module.execute
+
+    def dying(job, log=None):
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # the kill: mid-study, after some pretraining and evaluation
+        calls.append(job.id)
+        return original(job, log)
+
+    monkeypatch.setattr(runner_module, "execute", dying)
+    with pytest.raises(KeyboardInterrupt):
+        run_study(plan_b, base_b, log=lambda m: None)
+    monkeypatch.setattr(runner_module, "execute", original)
+    again = run_study(plan_b, base_b, log=lambda m: None)
+    assert again["done_now"] == again["jobs"] - 4  # nothing finished before the kill is redone
+    got = scores(plan_b.root)
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert got[key][0] == expected[key][0]
+        assert json.dumps(got[key][1], sort_keys=True) == json.dumps(expected[key][1], sort_keys=True), key
+    report = write_report(plan_b.root)
+    assert "The paper's five findings" in report.read_text()
+
+
+def test_a_failed_run_skips_its_dependents_and_the_rest_goes_on(tmp_path, packed_dir, task_yaml, one_thread,
+                                                                monkeypatch):
+    study = write_study(tmp_path, str(packed_dir), task=str(task_yaml))
+    plan, base = plan_of(study)
+    original = runner_module.execute
+
+    def failing(job, log=None):
+        if job.id == "pretrain:micro-clm-20":
+            raise RuntimeError("disk on fire")
+        return original(job, log)
+
+    monkeypatch.setattr(runner_module, "execute", failing)
+    result = run_study(plan, base, log=lambda m: None)
+    assert list(result["failed"]) == ["pretrain:micro-clm-20"] and "disk on fire" in result["failed"][
+        "pretrain:micro-clm-20"]
+    assert result["skipped"] == ["eval:micro-clm-20:" + str(task_yaml)]
+    assert (plan.root / "status" / "pretrain__micro-clm-20.json").exists()
+    assert result["done"] == 2  # the MLM model and its evaluation
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+FAMILIES = {"rt-polarity": ("classification", "accuracy", 50.0), "conll-ner": ("tokens", "f1", 0.0),
+            "wiki-cloze": ("qa", "f1", 7.0), "wiki-title": ("retrieval", "ndcg@10", 0.3)}
+
+
+def fake_records(plan, base) -> None:
+    """Records in the sweep's format for every evaluation: MLM better than CLM, CLM steadier, 25% split best."""
+    from encoderlab.data.atomic import write_json
+
+    rec = plan.record(base)
+    plan.root.mkdir(parents=True)
+    write_json(plan.root / "plan.json", rec)
+    key = records.protocol_key(rec["protocol"])
+    rng = random.Random(0)
+    for e in rec["evaluations"]:
+        level = 60.0 + (8 if "mlm" in e["label"] else 0) + (3 if "clm-" in e["label"] and "mlm" in e["label"] else 0)
+        level -= 20 if e["kind"] == "random" else 10 * (e["kind"] == "intermediate") * (1 - e["step"] / 20)
+        noise = 1.0 if e["label"].startswith("micro-clm-20") else 4.0
+        for task, (family, metric, baseline) in FAMILIES.items():
+            for lr in rec["protocol"]["lrs"]:
+                for seed in rec["protocol"]["seeds"]:
+                    val = level + rng.gauss(0, noise)
+                    records.write(records.record_path(plan.root / "evals", e["tag"], key, task, lr, seed), {
+                        "tag": e["tag"], "task": task, "family": family, "metric": metric, "status": "ok",
+                        "lr": lr, "seed": seed, "baseline": {s: {"score": baseline} for s in ("validation", "test")},
+                        "scores": {"validation": {"score": val}, "test": {"score": val + rng.gauss(0, 0.5)}}})
+    for run in rec["runs"]:
+        obj = run["schedule"][-1][0]
+        lines = [json.dumps({"step": s, f"{obj}/loss": 8 - s / 10}) for s in range(2, run["steps"] + 1, 2)]
+        (plan.root / "pretrain" / run["name"]).mkdir(parents=True, exist_ok=True)
+        (plan.root / "pretrain" / run["name"] / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_report_renders_every_section_from_records(tmp_path):
+    study = write_study(tmp_path, "nowhere", splits={"sizes": ["micro"], "shares": [0, 25, 50, 75, 100],
+                                                     "budgets": [20]},
+                        intermediate={"steps": [4, 8]}, random_init=["micro"],
+                        cpt={"sizes": ["micro"], "sources": ["clm", "mlm40"], "steps": [6],
+                             "lr_schedule": {"warmup_steps": 1, "decay_steps": 2}})
+    plan, base = plan_of(study)
+    fake_records(plan, base)
+    text = write_report(plan.root).read_text()
+    out = plan.root / "report"
+    for section in ("five findings", "Category scores per model", "Per-dataset scores", "Data efficiency",
+                    "Fine-tuning stability", "CLM/MLM splits at 20 steps", "CPT with MLM from the CLM model",
+                    "Pretraining loss", "## Protocol", "micro-random", "trivial baseline"):
+        assert section in text, section
+    assert "**1. MLM beats CLM on most tasks** (A = micro-mlm40-20, B = micro-clm-20): reproduced" in text
+    stability = text.split("**3. CLM fine-tunes more stably**")[1].split("\n")[0]
+    assert "same direction in 4/4" in stability or "reproduced: CLM's spread is smaller in 4/4" in stability
+    for name in ("data_efficiency.png", "stability.png", "pretraining_loss.png", "categories.csv",
+                 "datasets.csv", "splits-micro-20.csv", "cpt-micro-from-clm.csv"):
+        assert (out / name).stat().st_size > 0, name
+    cats = (out / "categories.csv").read_text().splitlines()
+    assert cats[0] == "model,SC,TC,QA,IR" and len(cats) == 1 + len([e for e in plan.evaluations
+                                                                       if e.kind in ("final", "random")])
+
+
+def test_report_of_a_folder_that_is_not_a_study(tmp_path):
+    from encoderlab.errors import EncoderlabError
+
+    with pytest.raises(EncoderlabError, match="not a study folder"):
+        write_report(tmp_path)
