@@ -169,81 +169,41 @@ def _render_pretrain(s: dict) -> None:
 
 @app.command("demo")
 def demo(
-    steps: int = typer.Option(250, help="Pretraining steps of the tiny demo model."),
-    out_dir: Path = typer.Option(Path("runs"), "--out", help="Where the demo run goes."),
-    fresh: bool = typer.Option(False, help="Start the demo run again instead of resuming it."),
+    workers: int = typer.Option(0, help="Jobs at once (0: one per CPU core, at most 2 on CPU)."),
+    study: Path | None = typer.Option(None, help="Another study file (default: configs/studies/demo.yaml)."),
+    fresh: bool = typer.Option(False, help="Delete the demo study's folder first instead of resuming it."),
 ) -> None:
-    """Prepare the offline data and pretrain the tiny model with MLM: the toolkit end to end, on CPU."""
+    """The paper's questions in miniature: prepare the offline data, run the demo study, write its report."""
+    import os
     import shutil
+    import time
 
     from encoderlab.data.prepare import prepare
-    from encoderlab.train.loop import Trainer, describe
+    from encoderlab.study.plan import build_plan
+    from encoderlab.study.report import write_report
+    from encoderlab.study.runner import run_study
+    from encoderlab.study.spec import load_study
 
+    started = time.perf_counter()
     summary = prepare("offline", log=_log)
     _render_prepare(summary)
-    config = Path(__file__).resolve().parents[2] / "configs" / "pretrain" / "demo-tiny.yaml"
-    if not config.exists():  # installed without the repository: the same settings, inline
-        raise EncoderlabError(f"demo config not found at {config}; run the demo from a clone of encoderlab")
-    cfg = _load_pretrain_config(config, [f"train.steps={steps}", f"out_dir={out_dir}"])
-    if fresh and cfg.run_dir.exists():
-        shutil.rmtree(cfg.run_dir)
-    _render_plan(describe(cfg))
-    result = Trainer(cfg, resume=True, log=_log).run()
-    _render_pretrain(result)
-    out.print(f"\n[bold green]demo finished[/bold green]: data in {summary['root']}, run in {result['run_dir']}")
+    study = study or Path(__file__).resolve().parents[2] / "configs" / "studies" / "demo.yaml"
+    if not study.exists():
+        raise EncoderlabError(f"demo study not found at {study}; run the demo from a clone of encoderlab")
+    spec, base = load_study(study)
+    plan = build_plan(spec, base)
+    if fresh and plan.root.exists():
+        shutil.rmtree(plan.root)
+    from encoderlab.study.commands import render_plan
 
-
-@app.command("import-hf")
-def import_hf_cmd(
-    source: str = typer.Argument(..., help="A Hugging Face model folder (Llama, Mistral, Qwen2, EuroBERT), a .gguf "
-                                           "file, or 'smollm2' (the pinned SmolLM2-135M GGUF)."),
-    out_dir: Path = typer.Option(..., "--out", help="The checkpoint folder to write."),
-    force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
-) -> None:
-    """Turn an existing model into an encoderlab checkpoint (e.g. for init.from_weights); refuses what differs."""
-    from encoderlab.model.hf_import import import_hf
-
-    summary = import_hf(source, out_dir, force=force, log=_log)
-
-    def render(s: dict) -> None:
-        m = s["model"]
-        out.print(f"[bold]imported[/bold] {s['model_type']} from {s['source']}: {s['parameters'] / 1e6:.1f}M "
-                  f"parameters, {m['num_hidden_layers']} layers, hidden {m['hidden_size']}, heads "
-                  f"{m['num_attention_heads']}/{m['num_key_value_heads']}, vocab {s['vocab_size']:,}")
-        for note in s["notes"]:
-            out.print(f"         {note}")
-        out.print(f"[bold]checkpoint[/bold] {s['checkpoint']} ({s['seconds']}s)")
-
-    _emit(summary, as_json, render)
-
-
-@app.command("export")
-def export_cmd(
-    checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
-    out_dir: Path = typer.Option(..., "--out", help="The transformers folder to write."),
-    kind: str = typer.Option("eurobert", "--as", help="eurobert (bidirectional, EuroBertForMaskedLM) or llama "
-                                                      "(causal, LlamaForCausalLM)."),
-    evaluation: Path | None = typer.Option(None, "--eval", help="A sweep summary.json or sweep --out folder for the "
-                                                                "model card (default: ./evals if it has one)."),
-    force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
-) -> None:
-    """Write a native transformers folder (safetensors, tokenizer with mask token, model card)."""
-    from encoderlab.model.hf_export import export_checkpoint
-
-    summary = export_checkpoint(checkpoint, out_dir, kind, evaluation=evaluation, force=force, log=_log)
-
-    def render(s: dict) -> None:
-        t = s["training"]
-        tokens = f"{t['tokens_seen']:,} tokens" if t.get("tokens_seen") is not None else "tokens seen unknown"
-        out.print(f"[bold]exported[/bold] {s['checkpoint']} as {s['class']} ({s['parameters'] / 1e6:.1f}M parameters, "
-                  f"step {t.get('step')}, {tokens}) -> {s['export']}")
-        evaluated = f"{len(s['evaluations'])} evaluation summaries" if s["evaluations"] else "not evaluated"
-        out.print(f"[bold]model card[/bold] {Path(s['export']) / 'README.md'} ({evaluated}); tokenizer frames input "
-                  f"as {s['tokenizer_framing']}")
-
-    _emit(summary, as_json, render)
+    render_plan(plan.summary())
+    result = run_study(plan, base, workers=workers or min(2, os.cpu_count() or 1), log=_log)
+    report = write_report(plan.root)
+    minutes = (time.perf_counter() - started) / 60
+    for job, reason in result["failed"].items():
+        out.print(f"[red]failed[/red] {job}: {reason.splitlines()[0]}")
+    out.print(f"\n[bold green]demo finished[/bold green] in {minutes:.1f} min: {result['done']}/{result['jobs']} jobs "
+              f"done; report {report}")
 
 
 def _protocol(path: Path | None, overrides: list[str]):

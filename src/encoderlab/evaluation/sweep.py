@@ -78,6 +78,9 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     started = time.perf_counter()
     try:
         for k, (task, lr, seed) in enumerate(todo):
+            if records.read(records.record_path(out, tag, key, task.name, lr, seed)) is not None:
+                progress(k + 1, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
+                continue  # two sweeps over the same grid share the work instead of repeating it
             body = finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=protocol, device=device)
             record = {"checkpoint": str(path), "tag": tag, "task": task.name, "family": task.family,
                       "metric": task.metric, "protocol": protocol.model_dump(mode="json"),

@@ -54,14 +54,21 @@ def plan_cmd(
     study: Path = typer.Argument(..., help="A study file (configs/studies/*.yaml)."),
     gpu: str | None = typer.Option(None, help="Estimate GPU-hours on this GPU (h100, h200, a100, mi250x, ...)."),
     mfu: float = typer.Option(0.4, help="Model FLOPs utilisation assumed for the GPU-hours estimate."),
+    write_configs: bool = typer.Option(False, help="Also write STUDY/configs/ (each run's YAML and jobs.tsv) for a "
+                                                   "cluster scheduler."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
 ) -> None:
     """Expand a study into its run graph: shared trunks, branches, steps, tokens, FLOPs against independent runs."""
     from encoderlab.study.plan import build_plan
+    from encoderlab.study.runner import jobs_of, write_configs as write
     from encoderlab.study.spec import load_study
 
     spec, base = load_study(study)
-    summary = build_plan(spec, base).summary(gpu, mfu)
+    plan = build_plan(spec, base)
+    summary = plan.summary(gpu, mfu)
+    if write_configs:
+        write(plan, jobs_of(plan, base))
+        _log(f"wrote {plan.root / 'configs'} (jobs.tsv and one YAML per pretraining run)")
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
@@ -74,6 +81,8 @@ def run_cmd(
     workers: int = typer.Option(1, help="Jobs run at once, each in its own process (CPU: cores are shared out; "
                                         "GPU: one per device)."),
     only: str | None = typer.Option(None, help="'pretrain': stop before evaluation."),
+    job: str | None = typer.Option(None, help="Run this job alone (an id from STUDY/configs/jobs.tsv), e.g. one "
+                                              "Slurm job per study job."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, run nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
 ) -> None:
@@ -92,7 +101,7 @@ def run_cmd(
     if dry_run:
         render_plan(plan.summary())
         return
-    result = run_study(plan, base, workers=workers, log=_log, only=only)
+    result = run_study(plan, base, workers=workers, log=_log, only=only, job_id=job)
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return

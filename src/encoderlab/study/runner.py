@@ -164,14 +164,45 @@ def _run_in_worker(job: Job) -> dict:
 # ------------------------------------------------------------------------------------------------ the scheduler
 
 
+def write_configs(plan: Plan, jobs: list[Job]) -> None:
+    """Each pretraining run's config as a YAML file `encoderlab pretrain` (or torchrun) takes, plus jobs.tsv with
+    the dependencies: what a cluster scheduler needs to run the study as separate jobs (docs/studies.md)."""
+    import yaml
+
+    folder = plan.root / "configs"
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ["job\tdepends_on\tconfig"]
+    for job in jobs:
+        config = ""
+        if job.kind == "pretrain":
+            path = folder / f"{job.args['config']['name']}.yaml"
+            path.write_text(yaml.safe_dump(job.args["config"], sort_keys=False))
+            config = str(path)
+        lines.append(f"{job.id}\t{','.join(job.deps)}\t{config}")
+    (folder / "jobs.tsv").write_text("\n".join(lines) + "\n")
+
+
 def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[str], None] = print,
-              only: str | None = None) -> dict:
-    """Run every job not yet done. `only`: 'pretrain' stops before evaluation. Returns counts and failures."""
-    jobs = [j for j in jobs_of(plan, base_dir) if only is None or j.kind != "eval"]
-    by_id = {j.id: j for j in jobs}
-    status_dir = plan.root / "status"
+              only: str | None = None, job_id: str | None = None) -> dict:
+    """Run every job not yet done. `only`: 'pretrain' stops before evaluation; `job_id`: that job alone (its
+    dependencies must be done: a cluster scheduler orders them). Returns counts and failures."""
+    from encoderlab.errors import EncoderlabError
+
+    all_jobs = jobs_of(plan, base_dir)
     plan.root.mkdir(parents=True, exist_ok=True)
     write_json(plan.root / "plan.json", plan.record(base_dir))
+    write_configs(plan, all_jobs)
+    jobs = [j for j in all_jobs if only is None or j.kind != "eval"]
+    if job_id is not None:
+        known = {j.id: j for j in all_jobs}
+        if job_id not in known:
+            raise EncoderlabError(f"no job {job_id!r} in study {plan.spec.name}: see {plan.root}/configs/jobs.tsv")
+        missing = [d for d in known[job_id].deps if not is_done(known[d])]
+        if missing:
+            raise EncoderlabError(f"job {job_id} needs {', '.join(missing)} to finish first")
+        jobs = [known[job_id]]
+    by_id = {j.id: j for j in jobs}
+    status_dir = plan.root / "status"
     done = {j.id for j in jobs if is_done(j)}
     failed: dict[str, str] = {}
     skipped: set[str] = set()
@@ -182,7 +213,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     finished_now = 0
 
     def ready() -> list[Job]:
-        out = [j for j in pending if all(d in done for d in j.deps)]
+        out = [j for j in pending if all(d in done or d not in by_id for d in j.deps)]
         return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
 
     def settle(job: Job, result: dict | None, error: str | None) -> None:
