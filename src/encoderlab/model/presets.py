@@ -16,8 +16,8 @@ The paper's size names count the body plus one vocabulary matrix (210m: 113M + 9
 1b: 1.19B).
 
 `micro` is the demo study's size: a dozen models and hundreds of fine-tuning runs in 15 minutes on 2 cores.
-`tiny` is the 2-core CPU single-run demo: head_dim 64 like the paper sizes and GQA (2 KV heads) so that the demo runs the
-same code path as 610m/1b. `mini` is a laptop/GPU smoke size, GQA 2:1. Both have a small vocabulary because
+`tiny` is the 2-core CPU single-run demo: head_dim 64 like the paper sizes and GQA (2 KV heads) so that the demo runs
+the same code path as 610m/1b. `mini` is a laptop/GPU smoke size, GQA 2:1. Both have a small vocabulary because
 the demo trains its own BPE tokenizer; pass `vocab_size=` (and the special token ids) from the tokenizer
 actually used. The paper sizes use the Llama-3 tokenizer (128,256 tokens) with EuroBERT's special token ids.
 """

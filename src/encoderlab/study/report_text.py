@@ -114,7 +114,8 @@ def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
         text = f"same direction in {lower}/{n} categories, but no difference in spread is significant"
     else:
         text = f"not reproduced: CLM's spread is smaller in only {lower}/{n} categories"
-    table = ("| category | spread CLM | spread MLM | p (Levene) |\n|---|---|---|---|\n" + "\n".join(rows)) if rows else ""
+    head = "| category | spread CLM | spread MLM | p (Levene) |\n|---|---|---|---|\n"
+    table = head + "\n".join(rows) if rows else ""
     return (f"**3. CLM fine-tunes more stably** (spread = std of every LR x seed run's score, centred per "
             f"dataset): {text}.\n\n{table}\n")
 

@@ -44,7 +44,8 @@ def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.opti
     export need nothing else), plus the optimizer and loop state that resuming needs."""
     dest = run_dir / "checkpoints" / checkpoint_name(step)
     with atomic_dir(dest) as tmp:
-        save_file(safetensors_weights(model.state_dict()), str(tmp / "model.safetensors"), metadata={"format": "pt", "step": str(step)})
+        save_file(safetensors_weights(model.state_dict()), str(tmp / "model.safetensors"),
+                  metadata={"format": "pt", "step": str(step)})
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         config = getattr(model, "config", None)
         if config is not None:

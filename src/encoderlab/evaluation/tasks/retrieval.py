@@ -319,8 +319,8 @@ class RetrievalTask(EvalTask):
         rng = np.random.default_rng(0)
         searched = np.arange(len(self.doc_ids)) if self._searched is None else self._searched
         k = min(TOP_K, len(searched))
-        run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(rng.choice(searched, size=k, replace=False))}
-               for q in sorted(self._check_split(split))}
+        picks = {q: rng.choice(searched, size=k, replace=False) for q in sorted(self._check_split(split))}
+        run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(picked)} for q, picked in picks.items()}
         return _scores(run, self.qrels[split])
 
 
