@@ -206,6 +206,59 @@ def demo(
               f"done; report {report}")
 
 
+@app.command("import-hf")
+def import_hf_cmd(
+    source: str = typer.Argument(..., help="A Hugging Face model folder (Llama, Mistral, Qwen2, EuroBERT), a .gguf "
+                                           "file, or 'smollm2' (the pinned SmolLM2-135M GGUF)."),
+    out_dir: Path = typer.Option(..., "--out", help="The checkpoint folder to write."),
+    force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
+) -> None:
+    """Turn an existing model into an encoderlab checkpoint (e.g. for init.from_weights); refuses what differs."""
+    from encoderlab.model.hf_import import import_hf
+
+    summary = import_hf(source, out_dir, force=force, log=_log)
+
+    def render(s: dict) -> None:
+        m = s["model"]
+        out.print(f"[bold]imported[/bold] {s['model_type']} from {s['source']}: {s['parameters'] / 1e6:.1f}M "
+                  f"parameters, {m['num_hidden_layers']} layers, hidden {m['hidden_size']}, heads "
+                  f"{m['num_attention_heads']}/{m['num_key_value_heads']}, vocab {s['vocab_size']:,}")
+        for note in s["notes"]:
+            out.print(f"         {note}")
+        out.print(f"[bold]checkpoint[/bold] {s['checkpoint']} ({s['seconds']}s)")
+
+    _emit(summary, as_json, render)
+
+
+@app.command("export")
+def export_cmd(
+    checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
+    out_dir: Path = typer.Option(..., "--out", help="The transformers folder to write."),
+    kind: str = typer.Option("eurobert", "--as", help="eurobert (bidirectional, EuroBertForMaskedLM) or llama "
+                                                      "(causal, LlamaForCausalLM)."),
+    evaluation: Path | None = typer.Option(None, "--eval", help="A sweep summary.json or sweep --out folder for the "
+                                                                "model card (default: ./evals if it has one)."),
+    force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
+) -> None:
+    """Write a native transformers folder (safetensors, tokenizer with mask token, model card)."""
+    from encoderlab.model.hf_export import export_checkpoint
+
+    summary = export_checkpoint(checkpoint, out_dir, kind, evaluation=evaluation, force=force, log=_log)
+
+    def render(s: dict) -> None:
+        t = s["training"]
+        tokens = f"{t['tokens_seen']:,} tokens" if t.get("tokens_seen") is not None else "tokens seen unknown"
+        out.print(f"[bold]exported[/bold] {s['checkpoint']} as {s['class']} ({s['parameters'] / 1e6:.1f}M parameters, "
+                  f"step {t.get('step')}, {tokens}) -> {s['export']}")
+        evaluated = f"{len(s['evaluations'])} evaluation summaries" if s["evaluations"] else "not evaluated"
+        out.print(f"[bold]model card[/bold] {Path(s['export']) / 'README.md'} ({evaluated}); tokenizer frames input "
+                  f"as {s['tokenizer_framing']}")
+
+    _emit(summary, as_json, render)
+
+
 def _protocol(path: Path | None, overrides: list[str]):
     from encoderlab.config import apply_overrides, load_yaml, validate
     from encoderlab.evaluation.protocol import Protocol

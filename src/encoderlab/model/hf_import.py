@@ -31,6 +31,7 @@ from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.hf_io import UnsupportedModelError, prepare_out, save_weights_only
+from encoderlab.train.checkpoint import weight_mismatches
 from encoderlab.model.hf_source import (
     CAUSAL,
     folder_weights,
@@ -133,14 +134,9 @@ def check_against_model(weights: dict[str, torch.Tensor], cfg: ModelConfig, wher
 
     with torch.device("meta"):  # shapes only, no memory
         expected = TransformerLM(cfg).state_dict()
-    problems = [f"unexpected {k}" for k in weights if k not in expected]
-    problems += [f"missing {k}" for k in expected if k not in weights]
-    problems += [f"{k}: source {tuple(weights[k].shape)} vs encoderlab {tuple(v.shape)}"
-                 for k, v in expected.items() if k in weights and weights[k].shape != v.shape]
+    problems = weight_mismatches(weights, expected, source="source", target="encoderlab")
     if problems:
-        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise UnsupportedModelError(f"{where}: the weights do not fit encoderlab's architecture: "
-                                    f"{'; '.join(problems[:5])}{more}")
+        raise UnsupportedModelError(f"{where}: the weights do not fit encoderlab's architecture: {problems}")
 
 
 # ---- tokenizer and mask token ------------------------------------------------------------------------------

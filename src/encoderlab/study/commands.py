@@ -69,10 +69,9 @@ def plan_cmd(
     if write_configs:
         write(plan, jobs_of(plan, base))
         _log(f"wrote {plan.root / 'configs'} (jobs.tsv and one YAML per pretraining run)")
-    if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-    else:
-        render_plan(summary)
+    from encoderlab.cli import _emit
+
+    _emit(summary, as_json, render_plan)
 
 
 @study_app.command("run")

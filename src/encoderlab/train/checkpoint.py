@@ -85,17 +85,22 @@ def resolve(path: str | Path) -> Path:
     raise EncoderlabError(f"{path} is neither a checkpoint folder (with state.json) nor a run folder (with {LATEST})")
 
 
+def weight_mismatches(weights: dict, expected: dict, source: str = "checkpoint", target: str = "model") -> str:
+    """'' when names and shapes agree, else the first five differences, readable."""
+    problems = [f"missing {k}" for k in expected if k not in weights]
+    problems += [f"unexpected {k}" for k in weights if k not in expected]
+    problems += [f"{k}: {source} {tuple(weights[k].shape)} vs {target} {tuple(v.shape)}"
+                 for k, v in expected.items() if k in weights and weights[k].shape != v.shape]
+    more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+    return "; ".join(problems[:5]) + more if problems else ""
+
+
 def load_weights(path: Path, model: torch.nn.Module) -> None:
     """Load weights, refusing with a readable list any name or shape that does not fit the model."""
     weights = load_file(str(path / "model.safetensors"))
-    expected = model.state_dict()
-    problems = [f"missing {k}" for k in expected if k not in weights]
-    problems += [f"unexpected {k}" for k in weights if k not in expected]
-    problems += [f"{k}: checkpoint {tuple(weights[k].shape)} vs model {tuple(v.shape)}"
-                 for k, v in expected.items() if k in weights and weights[k].shape != v.shape]
+    problems = weight_mismatches(weights, model.state_dict())
     if problems:
-        more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
-        raise EncoderlabError(f"checkpoint {path} does not fit the configured model: {'; '.join(problems[:5])}{more}")
+        raise EncoderlabError(f"checkpoint {path} does not fit the configured model: {problems}")
     model.load_state_dict(weights)
 
 
