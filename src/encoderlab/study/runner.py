@@ -28,7 +28,7 @@ from encoderlab.study.plan import Evaluation, Plan, expand_tasks, load_protocol
 class Job:
     id: str
     kind: str  # "pretrain", "random" or "eval"
-    deps: list[str]
+    deps: list[str]  # job ids, or "JOB@PATH": that job's checkpoint at PATH exists (a branch needs no more)
     args: dict
     cost: float = 1.0  # ordering hint: big jobs first keep the workers busy to the end
     dependents: list[str] = field(default_factory=list)
@@ -46,7 +46,9 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
     protocol = load_protocol(plan.spec, base_dir)
     jobs: list[Job] = []
     for run in plan.order():
-        deps = [f"pretrain:{d}" for d in (run.parent, run.init) if d]
+        # A branch starts as soon as its parent has written the branch-point checkpoint, not when it finishes.
+        deps = [f"pretrain:{run.parent}@{plan.checkpoint(run.parent, run.branch_step)}"] if run.parent else []
+        deps += [f"pretrain:{run.init}"] if run.init else []
         jobs.append(Job(f"pretrain:{run.name}", "pretrain", deps, {"config": plan.config(run)},
                         cost=float(run.steps - run.branch_step)))
     for size in sorted({e.size for e in plan.evaluations if e.kind == "random"}):
@@ -63,7 +65,7 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
     by_id = {j.id: j for j in jobs}
     for j in jobs:
         for d in j.deps:
-            by_id[d].dependents.append(j.id)
+            by_id[d.split("@")[0]].dependents.append(j.id)
     return jobs
 
 
@@ -197,7 +199,8 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         known = {j.id: j for j in all_jobs}
         if job_id not in known:
             raise EncoderlabError(f"no job {job_id!r} in study {plan.spec.name}: see {plan.root}/configs/jobs.tsv")
-        missing = [d for d in known[job_id].deps if not is_done(known[d])]
+        missing = [d for d in known[job_id].deps if not (Path(d.split("@", 1)[1]).exists() if "@" in d
+                                                         else is_done(known[d]))]
         if missing:
             raise EncoderlabError(f"job {job_id} needs {', '.join(missing)} to finish first")
         jobs = [known[job_id]]
@@ -212,8 +215,14 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     started = time.perf_counter()
     finished_now = 0
 
+    def _satisfied(dep: str) -> bool:
+        job, _, path = dep.partition("@")
+        if path:
+            return job not in failed and (job in done or Path(path).exists())
+        return job in done or job not in by_id
+
     def ready() -> list[Job]:
-        out = [j for j in pending if all(d in done or d not in by_id for d in j.deps)]
+        out = [j for j in pending if all(_satisfied(d) for d in j.deps)]
         return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
 
     def settle(job: Job, result: dict | None, error: str | None) -> None:
@@ -267,7 +276,8 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
                         running[pool.submit(_run_in_worker, job)] = job
                 if not running:
                     break
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                # a timeout, so branches start when their checkpoint appears, not only when a job ends
+                finished, _ = wait(running, timeout=2.0, return_when=FIRST_COMPLETED)
                 for fut in finished:
                     job = running.pop(fut)
                     try:
