@@ -243,3 +243,19 @@ def test_report_of_a_folder_that_is_not_a_study(tmp_path):
 
     with pytest.raises(EncoderlabError, match="not a study folder"):
         write_report(tmp_path)
+
+
+def test_two_worker_processes_give_the_records_of_one(tmp_path, packed_dir, task_yaml, one_thread, monkeypatch):
+    monkeypatch.setattr(runner_module.os, "cpu_count", lambda: 2)  # one thread per worker, as one_thread here
+    spec = {"splits": {"sizes": ["micro"], "shares": [50], "budgets": [20]}}
+    roots = []
+    for name, workers in (("one", 1), ("two", 2)):
+        (tmp_path / name).mkdir()
+        plan, base = plan_of(write_study(tmp_path / name, str(packed_dir), task=str(task_yaml), **spec))
+        result = run_study(plan, base, workers=workers, log=lambda m: None)
+        assert not result["failed"] and result["done"] == result["jobs"] == 3 + 3
+        roots.append(plan.root)
+    one, two = scores(roots[0]), scores(roots[1])
+    assert one.keys() == two.keys() and len(one) == 3 * 4
+    for key in one:
+        assert json.dumps(one[key], sort_keys=True) == json.dumps(two[key], sort_keys=True), key
