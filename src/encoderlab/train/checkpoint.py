@@ -2,6 +2,8 @@
 
 A checkpoint folder holds `model.safetensors` (Hugging Face parameter names), `optimizer.pt` (AdamW state, loaded
 with `weights_only=True`) and `state.json` (step, phase, LR schedule position, data position, why it was written).
+An FSDP2 run writes its model and optimizer shards in `dcp/` instead of `optimizer.pt` (see train/distributed.py,
+which reads and writes both formats); `model.safetensors` is always there, consolidated.
 No RNG state is needed: the only randomness after initialisation is MLM masking, whose generator is seeded from
 (seed, step), so a resumed run draws exactly the masks an uninterrupted one would.
 """
@@ -13,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from encoderlab.data.atomic import atomic_dir, write_json
@@ -44,19 +47,28 @@ def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.opti
     export need nothing else), plus the optimizer and loop state that resuming needs."""
     dest = run_dir / "checkpoints" / checkpoint_name(step)
     with atomic_dir(dest) as tmp:
-        save_file(safetensors_weights(model.state_dict()), str(tmp / "model.safetensors"),
-                  metadata={"format": "pt", "step": str(step)})
+        write_weights(tmp, step, model.state_dict(), getattr(model, "config", None), tokenizer_dir)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        config = getattr(model, "config", None)
-        if config is not None:
-            write_json(tmp / "model_config.json", config.model_dump())
-        if tokenizer_dir is not None:
-            shutil.copytree(tokenizer_dir, tmp / "tokenizer")
         write_json(tmp / "state.json", {**state, "step": step})
+    set_latest(run_dir, dest)
+    return dest
+
+
+def write_weights(folder: Path, step: int, weights: dict[str, torch.Tensor], config, tokenizer_dir: Path | None
+                  ) -> None:
+    """What fine-tuning, export and `init.from_weights` read: weights, model config and tokenizer."""
+    save_file(safetensors_weights(weights), str(folder / "model.safetensors"),
+              metadata={"format": "pt", "step": str(step)})
+    if config is not None:
+        write_json(folder / "model_config.json", config.model_dump())
+    if tokenizer_dir is not None:
+        shutil.copytree(tokenizer_dir, folder / "tokenizer")
+
+
+def set_latest(run_dir: Path, dest: Path) -> None:
     pointer = run_dir / f".{LATEST}.tmp"
     pointer.write_text(dest.name + "\n")
     os.replace(pointer, run_dir / LATEST)  # the pointer moves only once the folder is complete
-    return dest
 
 
 def latest(run_dir: Path) -> Path | None:
@@ -95,13 +107,26 @@ def weight_mismatches(weights: dict, expected: dict, source: str = "checkpoint",
     return "; ".join(problems[:5]) + more if problems else ""
 
 
-def load_weights(path: Path, model: torch.nn.Module) -> None:
-    """Load weights, refusing with a readable list any name or shape that does not fit the model."""
-    weights = load_file(str(path / "model.safetensors"))
-    problems = weight_mismatches(weights, model.state_dict())
+def check_weights_fit(path: Path, expected: dict) -> None:
+    """Refuse, with a readable list, any name or shape of the checkpoint's weights that does not fit `expected`
+    (a state dict); reads only the safetensors header."""
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        names = f.keys()  # a safe_open handle is not iterable itself
+        shapes = {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in names}  # no data read
+    problems = weight_mismatches(shapes, expected)
     if problems:
         raise EncoderlabError(f"checkpoint {path} does not fit the configured model: {problems}")
-    model.load_state_dict(weights)
+
+
+def read_weights(path: Path, expected: dict) -> dict[str, torch.Tensor]:
+    """The checkpoint's full weights, once checked against `expected` (a state dict, possibly of sharded tensors)."""
+    check_weights_fit(path, expected)
+    return load_file(str(path / "model.safetensors"))
+
+
+def load_weights(path: Path, model: torch.nn.Module) -> None:
+    """Load weights, refusing with a readable list any name or shape that does not fit the model."""
+    model.load_state_dict(read_weights(path, model.state_dict()))
 
 
 def load_model(path: str | Path):

@@ -66,6 +66,12 @@ class TrainSection(_Section):
     keep_checkpoints: int = Field(3, ge=1, description="periodic checkpoints kept (phase/stable/final are kept)")
     threads: int | None = Field(None, gt=0, description="torch intra-op threads; default: all cores")
     tensorboard: bool = True
+    # Parallelism and speed switches (docs/distributed.md). Off by default: each changes memory, speed or kernels.
+    parallel: Literal["none", "ddp", "fsdp2"] = Field(
+        "none", description="data parallelism over the processes of a torchrun launch (none: one process)")
+    compile: bool = Field(False, description="torch.compile each transformer block")
+    activation_checkpointing: bool = Field(
+        False, description="recompute each block's activations in the backward pass: less memory, more compute")
 
     @model_validator(mode="after")
     def _batch(self) -> TrainSection:

@@ -12,11 +12,15 @@ from rich.progress import Progress as RichProgress
 
 
 class MetricsLog:
-    def __init__(self, run_dir: Path, *, resume_from: int, tensorboard: bool):
+    """Disabled on every rank but 0 of a distributed run: records are global, one writer is enough."""
+
+    def __init__(self, run_dir: Path, *, resume_from: int, tensorboard: bool, enabled: bool = True):
         self.path = run_dir / "metrics.jsonl"
+        self.file, self.tb = None, None
+        if not enabled:
+            return
         self._truncate_after(resume_from)
         self.file = open(self.path, "a", encoding="utf-8")
-        self.tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -32,6 +36,8 @@ class MetricsLog:
         os.replace(tmp, self.path)
 
     def write(self, record: dict) -> None:
+        if self.file is None:
+            return
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
         if self.tb is not None:
@@ -40,7 +46,8 @@ class MetricsLog:
                     self.tb.add_scalar(key, value, record["step"])
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
         if self.tb is not None:
             self.tb.close()
 

@@ -1,4 +1,9 @@
-"""The pretraining loop: AdamW, LR schedule, objective phases, bf16 autocast, accumulation, checkpoints, logs."""
+"""The pretraining loop: AdamW, LR schedule, objective phases, bf16 autocast, accumulation, checkpoints, logs.
+
+Data parallelism (DDP, FSDP2 under torchrun) and the speed switches are train/distributed.py's business; this loop
+only calls it: rank r trains on the r-th slice of each global batch, and the step's token count, loss and accuracy
+are summed over ranks, so the update is the single-process one whatever the number of processes.
+"""
 from __future__ import annotations
 
 import json
@@ -18,7 +23,7 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.train import checkpoint
+from encoderlab.train import checkpoint, distributed
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress
 
@@ -47,7 +52,8 @@ def describe(cfg: PretrainConfig) -> dict:
     meta = json.loads((data / "meta.json").read_text())
     mcfg = model_config(cfg, meta["tokenizer"])
     phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
-    check_compatible(cfg, mcfg, meta, phases)
+    launched = distributed.torchrun_world()
+    check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
     tokens_per_step = global_batch * meta["seq_len"]
     return {
@@ -73,7 +79,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases) -> None:
+def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases, world_size: int = 1) -> None:
     """Fail before any work when the data, the model and the objectives cannot go together."""
     if meta["seq_len"] > mcfg.max_position_embeddings:
         raise EncoderlabError(f"the data's windows have {meta['seq_len']} tokens but the model's positions stop at "
@@ -82,9 +88,15 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases)
     if uses_mlm and meta["tokenizer"].get("mask_id") is None:
         raise EncoderlabError("the schedule uses MLM but the data's tokenizer has no mask token: prepare the data "
                               "again (encoderlab adds a mask token to tokenizers that lack one)")
-    micro = cfg.train.micro_batch
-    if micro and cfg.train.sequences_per_step(meta["seq_len"]) % micro:
+    global_batch, micro = cfg.train.sequences_per_step(meta["seq_len"]), cfg.train.micro_batch
+    if global_batch % world_size:
+        raise EncoderlabError(f"the global batch of {global_batch} sequences cannot be split evenly over "
+                              f"{world_size} processes: use a multiple of {world_size}")
+    if micro and world_size == 1 and global_batch % micro:
         raise EncoderlabError(f"train.micro_batch={micro} does not divide the global batch")
+    if micro and (global_batch // world_size) % micro:
+        raise EncoderlabError(f"train.micro_batch={micro} does not divide the {global_batch // world_size} sequences "
+                              f"of each of the {world_size} processes (global batch {global_batch})")
 
 
 class Trainer:
@@ -102,17 +114,23 @@ class Trainer:
                                                                   tok["mask_id"]}), tok["mask_id"], tok["vocab_size"]
         self.model_cfg = model_config(cfg, tok)
         self.phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
-        check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases)
+        self.world, self.device = distributed.init(cfg.train.parallel, resolve_device(cfg.train.device))
+        if not self.world.is_main:  # one voice per run: rank 0 logs and shows progress
+            self.log, self.show_progress = (lambda message: None), False
+        check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
-        self.device = resolve_device(cfg.train.device)
         torch.manual_seed(cfg.train.seed)
-        self.model = TransformerLM(self.model_cfg)
-        self.model.init_weights(cfg.train.seed)  # on CPU, so a seed gives the same weights on every device
-        self.model.to(self.device)
+        self.module = TransformerLM(self.model_cfg)
+        self.module.init_weights(cfg.train.seed)  # on CPU, so a seed gives the same weights on every device
+        self.module.to(self.device)
+        # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.
+        self.model = distributed.prepare_model(self.module, cfg.train, self.world, self.device)
         self.optimizer = self._optimizer()
-        self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed)
+        self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed, rank=self.world.rank,
+                                   world_size=self.world.size)
         self.step = 0
         self._prepare_run_dir(resume)
+        distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
 
     def _optimizer(self) -> torch.optim.Optimizer:
         o = self.cfg.optim
@@ -141,9 +159,11 @@ class Trainer:
             self.log(f"branched from {source} at step {self.step}")
         elif self.cfg.init.from_weights:
             source = checkpoint.resolve(self.cfg.init.from_weights)
-            checkpoint.load_weights(source, self.model)
+            distributed.load_weights(source, self.model)
             self.log(f"initialised weights from {source}")
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+        if self.world.is_main:
+            config = yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False)
+            (self.run_dir / "config.yaml").write_text(config)
 
     def _load_full_state(self, path: Path, why: str) -> None:
         state = checkpoint.load_state(path)
@@ -158,16 +178,16 @@ class Trainer:
                     f"cannot branch from {path}: it was trained at {state['lr_factor']:.3g} x peak LR at step "
                     f"{state['step']}, this schedule gives {here:.3g} there; branch from a checkpoint taken before "
                     "the trunk's decay (its 'stable' checkpoint) into a schedule whose decay starts later")
-        checkpoint.load_weights(path, self.model)
-        checkpoint.load_optimizer(path, self.optimizer)
+        distributed.load_checkpoint(path, self.model, self.optimizer)
         self.loader.load_state_dict(state["data"])
         self.step = state["step"]
 
     # ------------------------------------------------------------------------------------------- one step
 
-    def _generator(self, step: int) -> torch.Generator:
+    def _generator(self, step: int, skip_rows: int = 0) -> torch.Generator:
         # Masks depend on (seed, step) only, so resuming reproduces them without saving RNG state.
-        return torch.Generator(self.device).manual_seed(self.cfg.train.seed * 1_000_003 + step)
+        gen = torch.Generator(self.device).manual_seed(self.cfg.train.seed * 1_000_003 + step)
+        return _skip(gen, skip_rows, self.train_data.seq_len)
 
     def _autocast(self):
         if self.cfg.train.dtype == "bf16":
@@ -175,58 +195,74 @@ class Trainer:
         return nullcontext()
 
     def train_step(self, objective) -> dict[str, torch.Tensor]:
-        batch = self.loader.next_batch()
-        micro = self.cfg.train.micro_batch or self.global_batch
-        gen = self._generator(self.step)
+        batch = self.loader.next_batch()  # this rank's slice of the global batch
+        local_batch = batch.input_ids.shape[0]
+        micro = self.cfg.train.micro_batch or local_batch
+        gen = self._generator(self.step, skip_rows=self.world.rank * local_batch)
         # Accumulated on the device: nothing here waits for the accelerator (logging reads them every N steps).
         total_tokens = torch.zeros((), dtype=torch.int64, device=self.device)
         loss_sum = torch.zeros((), device=self.device)
         correct = torch.zeros((), device=self.device)
         self.model.train()
-        input_ids = batch.input_ids.to(self.device, non_blocking=True)
-        doc_ids = batch.doc_ids.to(self.device, non_blocking=True)
-        for ids, docs in zip(input_ids.split(micro), doc_ids.split(micro)):
-            with self._autocast():
-                loss, stats = objectives.objective_loss(
-                    self.model, ids, docs, objective, special_ids=self.special_ids, mask_id=self.mask_id,
-                    vocab_size=self.vocab_size, generator=gen)
-            # Sum of per-token losses here; divided by the step's token count below, so the gradient is the
-            # exact token-weighted mean however the batch is split into micro-batches.
-            (loss * stats["tokens"]).backward()
+        input_ids, doc_ids = (self._to_device(t) for t in (batch.input_ids, batch.doc_ids))
+        micro_batches = list(zip(input_ids.split(micro), doc_ids.split(micro)))
+        for i, (ids, docs) in enumerate(micro_batches):
+            with distributed.grad_sync(self.model, last_micro_batch=i == len(micro_batches) - 1):
+                with self._autocast():
+                    loss, stats = objectives.objective_loss(
+                        self.model, ids, docs, objective, special_ids=self.special_ids, mask_id=self.mask_id,
+                        vocab_size=self.vocab_size, generator=gen)
+                # Sum of per-token losses here; divided by the step's token count below, so the gradient is the
+                # exact token-weighted mean however the batch is split into micro-batches and ranks.
+                (loss * stats["tokens"]).backward()
             total_tokens += stats["tokens"]
             loss_sum += stats["loss"] * stats["tokens"]
             correct += stats["accuracy"] * stats["tokens"]
+        total_tokens, loss_sum, correct = distributed.sum_over_ranks(self.world, total_tokens, loss_sum, correct)
         denom = total_tokens.clamp_min(1).float()
+        # DDP and FSDP2 average gradients over ranks: dividing by tokens / ranks makes that the sum over all tokens.
+        grad_denom = denom / self.world.size
         for p in self.model.parameters():
             if p.grad is not None:
-                p.grad.div_(denom)
+                p.grad.div_(grad_denom)
         clip = self.cfg.optim.grad_clip
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        grad_norm = distributed.clip_grad_norm(self.model, clip if clip > 0 else math.inf)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": loss_sum / denom, "accuracy": correct / denom, "grad_norm": grad_norm,
                 "predicted_tokens": total_tokens}
 
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.device.type == "cuda":  # page-locked, so that the copy does not make the host wait
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
+
     @torch.no_grad()
     def evaluate(self, objective) -> dict[str, float]:
-        """Held-out loss on a fixed set of validation windows with fixed masks: comparable across steps."""
-        n = min(len(self.val_data), self.cfg.train.eval_batches * self.global_batch)
-        if n == 0:
+        """Held-out loss on a fixed set of validation windows with fixed masks: comparable across steps.
+
+        Every rank evaluates an equal, contiguous share of the windows (FSDP2 needs every rank in every forward)
+        with the masks a single process would draw there, and the sums are added over ranks."""
+        share = min(len(self.val_data), self.cfg.train.eval_batches * self.global_batch) // self.world.size
+        if share == 0:
             return {}
-        self.model.eval()
-        gen = torch.Generator(self.device).manual_seed(12345)
-        total, loss_sum = 0, 0.0
-        micro = self.cfg.train.micro_batch or self.global_batch
-        for start in range(0, n, micro):
+        self.module.eval()
+        first = self.world.rank * share
+        gen = _skip(torch.Generator(self.device).manual_seed(12345), first, self.val_data.seq_len)
+        total = torch.zeros((), dtype=torch.int64, device=self.device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        micro = self.cfg.train.micro_batch or self.global_batch // self.world.size
+        for start in range(first, first + share, micro):
             ids, docs = (torch.from_numpy(a).to(self.device)
-                         for a in self.val_data.windows(list(range(start, min(n, start + micro)))))
+                         for a in self.val_data.windows(list(range(start, min(first + share, start + micro)))))
             with self._autocast():
                 loss, stats = objectives.objective_loss(
-                    self.model, ids, docs, objective,
+                    self.module, ids, docs, objective,
                     special_ids=self.special_ids, mask_id=self.mask_id, vocab_size=self.vocab_size, generator=gen)
-            total += int(stats["tokens"])
-            loss_sum += float(loss) * int(stats["tokens"])
-        return {f"val/loss_{objective.name}": loss_sum / max(1, total)}
+            total += stats["tokens"]
+            loss_sum += loss.double() * stats["tokens"]
+        total, loss_sum = distributed.sum_over_ranks(self.world, total, loss_sum)
+        return {f"val/loss_{objective.name}": float(loss_sum / total.clamp_min(1))}
 
     # ------------------------------------------------------------------------------------------- the run
 
@@ -235,9 +271,10 @@ class Trainer:
                  "schedule": self.cfg.objective,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
                  "total_steps": self.cfg.train.steps}
-        path = checkpoint.save(self.run_dir, self.step, self.model, self.optimizer, state,
-                               tokenizer_dir=self.train_data.root / "tokenizer")
-        checkpoint.prune(self.run_dir, self.cfg.train.keep_checkpoints)
+        path = distributed.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, state,
+                                           tokenizer_dir=self.train_data.root / "tokenizer", world=self.world)
+        if self.world.is_main:
+            checkpoint.prune(self.run_dir, self.cfg.train.keep_checkpoints)
         self.log(f"checkpoint ({reason}) -> {path}")
 
     def _save_reason(self, decay_start: int | None) -> str | None:
@@ -262,7 +299,8 @@ class Trainer:
         """Train to the end of the budget (or, to simulate a kill in tests, stop after step `stop_at`)."""
         cfg, total = self.cfg, self.cfg.train.steps
         decay_start = cfg.lr_schedule.decay_start(total)
-        metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard)
+        metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard,
+                             enabled=self.world.is_main)
         progress = Progress(total, start=self.step, enabled=self.show_progress)
         tokens_per_step = self.global_batch * self.train_data.seq_len
         window: dict[str, list] = {}
@@ -307,5 +345,15 @@ class Trainer:
                    "seconds_this_session": round(time.perf_counter() - started, 1),
                    "final": last, "checkpoint": str(checkpoint.latest(self.run_dir)),
                    "metrics": str(self.run_dir / "metrics.jsonl")}
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if self.world.is_main:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
+
+
+def _skip(gen: torch.Generator, rows: int, seq_len: int) -> torch.Generator:
+    """Advance `gen` past the MLM mask draws of `rows` windows: rank r, whose rows follow those of ranks < r in the
+    global batch, then draws the masks a single process draws for its rows (exactly on CPU, whose generator draws
+    in sequence; CUDA's counter-based generator moves on to fresh numbers instead, as random but not the same)."""
+    if rows:
+        torch.rand((rows, seq_len), generator=gen, device=gen.device)
+    return gen

@@ -1,0 +1,287 @@
+"""Data parallelism under torchrun: the process group, DDP or FSDP2 wrapping, rank-0 I/O and sharded checkpoints.
+
+The only module of encoderlab that imports `torch.distributed` (DESIGN.md convention 9). The trainer calls:
+
+    init(parallel, device)               -> World, device   join torchrun's group (NCCL on CUDA, gloo on CPU)
+    prepare_model(model, train, world)   -> model           activation checkpointing, compile, then DDP or FSDP2
+    sum_over_ranks, grad_sync, clip_grad_norm, barrier       the collectives of one step
+    save_checkpoint / load_checkpoint / load_weights         every format, whatever wraps the model
+
+Checkpoint formats. Without FSDP2 (one process or DDP, whose replicas are identical) rank 0 writes the format of
+`train/checkpoint.py`: `model.safetensors`, `optimizer.pt`, `state.json`. Under FSDP2 every rank writes its shards
+of the model and optimizer through `torch.distributed.checkpoint` (DCP) into `dcp/`, and rank 0 adds the
+consolidated `model.safetensors` (gathered once per checkpoint), `model_config.json`, the tokenizer and `state.json`.
+So fine-tuning, export and `init.from_weights` read any checkpoint unchanged, and DCP lets a sharded checkpoint
+resume under any number of processes and any `parallel` setting. Both are written to a temporary folder renamed by
+rank 0 once every rank has finished, so an interrupted write never becomes LATEST.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict, set_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.checkpoint import checkpoint as recompute
+
+from encoderlab.data.atomic import atomic_dir, write_json
+from encoderlab.errors import EncoderlabError
+from encoderlab.train import checkpoint
+
+PARALLEL = ("none", "ddp", "fsdp2")
+DCP_DIR = "dcp"  # the sharded model and optimizer state inside an FSDP2 checkpoint folder
+_TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+class DistributedError(EncoderlabError):
+    """A parallel setting that cannot run in this launch (wrong launcher, device or combination)."""
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """The rank that logs, shows progress and writes files every rank shares."""
+        return self.rank == 0
+
+
+def torchrun_world() -> World | None:
+    """The world torchrun describes in the environment, or None for a plain `python` / `encoderlab` process."""
+    present = [k for k in _TORCHRUN_ENV if k in os.environ]
+    if not present:
+        return None
+    if len(present) < len(_TORCHRUN_ENV):
+        missing = ", ".join(k for k in _TORCHRUN_ENV if k not in os.environ)
+        raise DistributedError(f"the environment sets {', '.join(present)} but not {missing}: launch with torchrun "
+                               "(which sets all three) or unset them for a single process")
+    return World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+
+
+def is_main_process() -> bool:
+    """Rank 0 of a torchrun launch, or a plain process: for printing before the trainer exists."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def init(parallel: str, device: torch.device) -> tuple[World, torch.device]:
+    """Join torchrun's process group when `parallel` asks for it; the device each process trains on.
+
+    Under torchrun with more than one process, `parallel` must be 'ddp' or 'fsdp2' (with 'none' every process would
+    train the whole batch alone and write the same run folder). Without torchrun the world is this one process;
+    'ddp' and 'fsdp2' then form a group of one, so that the same code and checkpoint format run on a laptop.
+    """
+    if parallel not in PARALLEL:
+        raise DistributedError(f"train.parallel={parallel!r} is not allowed: use one of {', '.join(PARALLEL)}")
+    launched = torchrun_world()
+    if parallel == "none":
+        if launched is not None and launched.size > 1:
+            raise DistributedError(
+                f"launched by torchrun with WORLD_SIZE={launched.size} but train.parallel='none': every process "
+                "would train the whole batch and write the same run folder; set --set train.parallel=ddp or fsdp2")
+        return World(), device
+    world = launched or World()
+    if device.type == "cuda":
+        if world.size > 1 and device.index not in (None, world.local_rank):
+            raise DistributedError(f"train.device={device} under torchrun: each process trains on cuda:LOCAL_RANK; "
+                                   "use train.device=cuda or auto")
+        device = torch.device("cuda", world.local_rank if launched else (device.index or 0))
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if launched is None:  # a group of one needs no rendezvous
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        else:  # torchrun's MASTER_ADDR / MASTER_PORT (or its c10d rendezvous) tell the processes where to meet
+            dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
+        atexit.register(_shutdown)
+    elif dist.get_world_size() != world.size:
+        raise DistributedError(f"a process group of {dist.get_world_size()} processes already exists here, but "
+                               f"this launch describes {world.size}")
+    return world, device
+
+
+def _shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ---- the model ---------------------------------------------------------------------------------------------
+
+
+def prepare_model(model: nn.Module, train, world: World, device: torch.device) -> nn.Module:
+    """Apply the trainer's speed switches and wrap for data parallelism, in the order that composes (torchtitan's):
+    activation checkpointing inside compile inside FSDP2/DDP. Parameter names never change, so checkpoints of every
+    combination load into every other."""
+    if train.compile and train.parallel == "fsdp2" and device.type != "cuda":
+        raise DistributedError("train.compile with train.parallel=fsdp2 is supported on CUDA only (on CPU, compiled "
+                               "blocks do not compose with FSDP2's gloo collectives here): set train.compile=false or "
+                               "train.parallel=ddp")
+    for block in model.model.layers:
+        forward = block.forward
+        if train.activation_checkpointing:
+            forward = _recomputed(forward)
+        if train.compile:
+            forward = torch.compile(forward)
+        block.forward = forward  # an instance attribute: nn.Module.__call__ and the hooks of FSDP2 run around it
+    if train.parallel == "ddp":
+        return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    if train.parallel == "fsdp2":
+        mesh = init_device_mesh(device.type, (world.size,))
+        # bf16 all-gathers halve the traffic; the shards (AdamW's master weights) and gradient reduction stay fp32.
+        mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if train.dtype == "bf16" else MixedPrecisionPolicy())
+        for block in model.model.layers:
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        # The root group holds the embedding, the final norm and the LM head: a tied head is the embedding's own
+        # parameter, so it must be sharded once, here, with it.
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+    return model
+
+
+def _recomputed(forward):
+    def run(*args):
+        # Non-reentrant: works under compile, with FSDP2's hooks and with inputs that need no grad.
+        return recompute(forward, *args, use_reentrant=False)
+
+    return run
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The TransformerLM itself: DDP wraps it; FSDP2 changes it in place."""
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def is_sharded(model: nn.Module) -> bool:
+    return isinstance(model, FSDPModule)
+
+
+# ---- collectives of a step ---------------------------------------------------------------------------------
+
+
+def sum_over_ranks(world: World, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each tensor summed over all ranks, in one all-reduce (float64: exact for token counts); no host sync."""
+    if world.size == 1:
+        return tensors
+    packed = torch.stack([t.detach().double().reshape(()) for t in tensors])
+    dist.all_reduce(packed)
+    return tuple(v.to(t.dtype) for v, t in zip(packed.unbind(), tensors))
+
+
+def grad_sync(model: nn.Module, last_micro_batch: bool):
+    """DDP all-reduces gradients once per step, after the last micro-batch; FSDP2 reduce-scatters after each
+    micro-batch, which keeps only sharded gradients between micro-batches (memory over communication)."""
+    if isinstance(model, DistributedDataParallel) and not last_micro_batch:
+        return model.no_sync()
+    return nullcontext()
+
+
+def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
+    """Global gradient norm (clipped to `max_norm`), as a plain tensor on every rank whatever the sharding."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+
+def barrier(world: World) -> None:
+    if world.size > 1:
+        dist.barrier()
+
+
+# ---- checkpoints -------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(run_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict,
+                    *, tokenizer_dir: Path | None, world: World) -> Path:
+    """Write the checkpoint of `step` (see the module docstring for the formats); every rank must call this, and
+    it returns once the checkpoint is complete and LATEST names it."""
+    if not is_sharded(model):
+        if world.is_main:
+            checkpoint.save(run_dir, step, unwrap(model), optimizer, state, tokenizer_dir=tokenizer_dir)
+        barrier(world)
+        return run_dir / "checkpoints" / checkpoint.checkpoint_name(step)
+    dest = run_dir / "checkpoints" / checkpoint.checkpoint_name(step)
+    model_state, optim_state = get_state_dict(model, optimizer)  # this rank's shards, by parameter name
+    # Every rank takes part in gathering the full weights; with cpu_offload only rank 0 receives them.
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    with _shared_atomic_dir(dest, world) as tmp:
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp / DCP_DIR)
+        if world.is_main:
+            checkpoint.write_weights(tmp, step, full, model.config, tokenizer_dir)
+            write_json(tmp / "state.json", {**state, "step": step})
+    if world.is_main:
+        checkpoint.set_latest(run_dir, dest)
+    barrier(world)
+    return dest
+
+
+@contextmanager
+def _shared_atomic_dir(dest: Path, world: World) -> Iterator[Path]:
+    """`atomic_dir` of rank 0, whose temporary folder every rank writes into; renamed after all have written."""
+    if world.is_main:
+        with atomic_dir(dest) as tmp:
+            _broadcast_path(world, tmp)
+            yield tmp
+            barrier(world)
+    else:
+        tmp = _broadcast_path(world, None)
+        yield tmp
+        barrier(world)
+
+
+def _broadcast_path(world: World, path: Path | None) -> Path:
+    if world.size == 1:
+        assert path is not None
+        return path
+    box = [str(path) if path is not None else None]
+    dist.broadcast_object_list(box, src=0)  # a string between live processes, nothing read from disk
+    return Path(box[0])
+
+
+def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Model and optimizer state of a checkpoint in either format, into a plain, DDP or FSDP2 model."""
+    if (path / DCP_DIR).exists():
+        checkpoint.check_weights_fit(path, unwrap(model).state_dict())
+        # DCP reshards: the state dicts name what this process holds, DCP reads exactly that from the shards.
+        model_state, optim_state = get_state_dict(model, optimizer)
+        dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=path / DCP_DIR,
+                 no_dist=not dist.is_initialized())
+        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+    elif is_sharded(model):
+        load_weights(path, model)
+        saved = torch.load(path / "optimizer.pt", weights_only=True)
+        set_optimizer_state_dict(model, optimizer, _optimizer_state_by_name(saved, model, optimizer),
+                                 options=StateDictOptions(full_state_dict=True))
+    else:
+        checkpoint.load_weights(path, unwrap(model))
+        checkpoint.load_optimizer(path, optimizer)
+
+
+def _optimizer_state_by_name(saved: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """`optimizer.pt` numbers parameters in the order of the optimizer's groups; the state-dict API names them.
+    The trainer builds its groups in the same order whatever wraps the model, so number i is the same parameter."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    return {"state": {order[i]: s for i, s in saved["state"].items()},
+            "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in saved["param_groups"]]}
+
+
+def load_weights(path: Path, model: nn.Module) -> None:
+    """Weights only (`init.from_weights`), from the consolidated `model.safetensors` every checkpoint has."""
+    if not is_sharded(model):
+        checkpoint.load_weights(path, unwrap(model))
+        return
+    weights = checkpoint.read_weights(path, model.state_dict())
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))
