@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -126,10 +127,6 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     """Apply the trainer's speed switches and wrap for data parallelism, in the order that composes (torchtitan's):
     activation checkpointing inside compile inside FSDP2/DDP. Parameter names never change, so checkpoints of every
     combination load into every other."""
-    if train.compile and train.parallel == "fsdp2" and device.type != "cuda":
-        raise DistributedError("train.compile with train.parallel=fsdp2 is supported on CUDA only (on CPU, compiled "
-                               "blocks do not compose with FSDP2's gloo collectives here): set train.compile=false or "
-                               "train.parallel=ddp")
     for block in model.model.layers:
         forward = block.forward
         if train.activation_checkpointing:
@@ -256,8 +253,10 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
         checkpoint.check_weights_fit(path, unwrap(model).state_dict())
         # DCP reshards: the state dicts name what this process holds, DCP reads exactly that from the shards.
         model_state, optim_state = get_state_dict(model, optimizer)
-        dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=path / DCP_DIR,
-                 no_dist=not dist.is_initialized())
+        with warnings.catch_warnings():  # without a process group DCP warns that it reads in one process: it should
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=path / DCP_DIR,
+                     no_dist=not dist.is_initialized())
         set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
     elif is_sharded(model):
         load_weights(path, model)

@@ -1,0 +1,167 @@
+"""DDP and FSDP2 on CPU (gloo, 2 processes): the same losses as one process, checkpoints across world sizes.
+
+Both processes are started once per module (torch.multiprocessing.spawn, with torchrun's environment variables) and
+train every two-process run the tests below check; the single-process references run here. Tiny model, fp32, one
+thread per process. Tolerance: relative 1e-5 (absolute 1e-6 for weights), since gradients are summed over ranks in
+another order than over one batch; measured differences are ~1e-7.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load_file
+
+from encoderlab.config import ConfigError, validate
+from encoderlab.errors import EncoderlabError
+from encoderlab.train import checkpoint
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.distributed import DistributedError
+from encoderlab.train.loop import Trainer
+
+# A tied LM head: FSDP2 must shard the embedding and the head as one parameter.
+TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "tie_word_embeddings": True}
+STEPS = 6
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def make_config(out_dir, packed_dir, name, **train) -> PretrainConfig:
+    # Both objectives (CLM then MLM masks), two micro-batches per rank, held-out loss at steps 3 and 6.
+    data = {"name": name, "out_dir": str(out_dir), "data": {"path": str(packed_dir)}, "model": TINY,
+            "objective": "clm:2,mlm40:rest", "lr_schedule": {"kind": "wsd", "warmup_steps": 2, "decay_steps": 2},
+            "train": {"steps": STEPS, "global_batch": 4, "micro_batch": 1, "dtype": "fp32", "log_every": 1,
+                      "eval_every": 3, "eval_batches": 1, "tensorboard": False, "threads": 1, **train}}
+    return validate(PretrainConfig, data, name)
+
+
+def _two_process_runs(rank: int, world: int, port: int, packed_dir, out_dir) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    quiet = {"show_progress": False, "log": lambda m: None}
+    for name, train in (("ddp", {"parallel": "ddp"}), ("fsdp2", {"parallel": "fsdp2"}),
+                        ("fsdp2-ac", {"parallel": "fsdp2", "activation_checkpointing": True})):
+        Trainer(make_config(out_dir, packed_dir, name, **train), **quiet).run()
+    # Killed after step 3: the last checkpoint is step 2's, written by FSDP2 in DCP shards.
+    cut = make_config(out_dir, packed_dir, "cut", parallel="fsdp2", save_every=2)
+    Trainer(cut, **quiet).run(stop_at=3)
+    # A DDP run's checkpoint (optimizer.pt) continued under FSDP2.
+    Trainer(make_config(out_dir, packed_dir, "switch", parallel="ddp", save_every=2), **quiet).run(stop_at=2)
+    if rank == 0:  # copies for the single-process resumes, taken before the two-process resume writes on
+        for copy in ("cut-resumed-plain", "cut-resumed-fsdp2"):
+            shutil.copytree(out_dir / "cut", out_dir / copy)
+    Trainer(cut, resume=True, **quiet).run()
+    Trainer(make_config(out_dir, packed_dir, "switch", parallel="fsdp2", save_every=2), resume=True, **quiet).run()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, packed_dir):
+    """The run folders: two-process runs from the spawned workers, single-process ones from here."""
+    out = tmp_path_factory.mktemp("parallel")
+    mp.spawn(_two_process_runs, args=(2, _free_port(), packed_dir, out), nprocs=2, join=True)
+    before = torch.get_num_threads()
+    try:
+        Trainer(make_config(out, packed_dir, "single"), show_progress=False, log=lambda m: None).run()
+        Trainer(make_config(out, packed_dir, "cut-resumed-plain"), resume=True, show_progress=False,
+                log=lambda m: None).run()
+        # parallel=fsdp2 without torchrun: a process group of one, resharding the two processes' DCP checkpoint.
+        Trainer(make_config(out, packed_dir, "cut-resumed-fsdp2", parallel="fsdp2"), resume=True,
+                show_progress=False, log=lambda m: None).run()
+    finally:
+        torch.set_num_threads(before)
+    return out
+
+
+def records(run_dir) -> list[dict]:
+    """Per-step numbers of metrics.jsonl, minus timing."""
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows]
+
+
+def assert_same_records(got: list[dict], expected: list[dict]) -> None:
+    assert [r["step"] for r in got] == [r["step"] for r in expected] == list(range(1, STEPS + 1))
+    for g, e in zip(got, expected):
+        assert g.keys() == e.keys()
+        for key, value in e.items():
+            if isinstance(value, str):
+                assert g[key] == value, (g["step"], key)
+            else:
+                assert g[key] == pytest.approx(value, rel=RTOL, abs=ATOL if "accuracy" in key else 0), (g["step"], key)
+
+
+def assert_same_weights(run_a, run_b) -> None:
+    name = checkpoint.checkpoint_name(STEPS)
+    a = load_file(str(run_a / "checkpoints" / name / "model.safetensors"))
+    b = load_file(str(run_b / "checkpoints" / name / "model.safetensors"))
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=RTOL, atol=ATOL, msg=k)
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp2"])
+def test_two_processes_give_the_single_process_losses(runs, name):
+    # Losses, accuracies, grad norms, predicted tokens and held-out losses of every step, and the final weights.
+    assert_same_records(records(runs / name), records(runs / "single"))
+    assert any("val/loss_mlm40" in r for r in records(runs / name))
+    assert_same_weights(runs / name, runs / "single")
+
+
+def test_activation_checkpointing_gives_the_same_losses(runs, packed_dir, tmp_path):
+    assert_same_records(records(runs / "fsdp2-ac"), records(runs / "fsdp2"))
+    Trainer(make_config(tmp_path, packed_dir, "ac", activation_checkpointing=True), show_progress=False,
+            log=lambda m: None).run()
+    assert records(tmp_path / "ac") == records(runs / "single")  # in one process, recomputation is bit-exact
+
+
+def test_fsdp2_checkpoint_holds_shards_and_consolidated_weights(runs):
+    folder = runs / "fsdp2" / "checkpoints" / checkpoint.checkpoint_name(STEPS)
+    assert (folder / "dcp" / ".metadata").exists() and not (folder / "optimizer.pt").exists()
+    assert not list((runs / "fsdp2" / "checkpoints").glob(".*"))  # no temporary folder left behind
+    model, cfg, tok = checkpoint.load_model(runs / "fsdp2")  # what fine-tuning and export read
+    expected = load_file(str(runs / "single" / "checkpoints" / folder.name / "model.safetensors"))
+    for k, v in model.state_dict().items():
+        torch.testing.assert_close(v, expected[k], rtol=RTOL, atol=ATOL, msg=k)
+    assert model.lm_head.weight is model.model.embed_tokens.weight and tok.vocab_size == cfg.vocab_size
+
+
+@pytest.mark.parametrize("name", ["cut", "cut-resumed-plain", "cut-resumed-fsdp2", "switch"])
+def test_resume_in_one_or_two_processes_equals_no_interruption(runs, name):
+    # cut: 2 processes -> 2; cut-resumed-*: 2 -> 1 (plain, or FSDP2 in a group of one); switch: DDP -> FSDP2.
+    assert checkpoint.load_state(runs / name / "checkpoints" / "step-0000002")["step"] == 2
+    assert_same_records(records(runs / name), records(runs / "single"))
+    assert_same_weights(runs / name, runs / "single")
+
+
+def test_bad_parallel_settings_fail_clearly(tmp_path, packed_dir, monkeypatch):
+    from encoderlab import objectives
+    from encoderlab.model.presets import preset
+    from encoderlab.train.loop import check_compatible
+
+    with pytest.raises(ConfigError, match=r"train\.parallel"):
+        make_config(tmp_path, packed_dir, "x", parallel="fsdp")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(DistributedError, match="sets WORLD_SIZE but not RANK, LOCAL_RANK"):
+        Trainer(make_config(tmp_path, packed_dir, "x", parallel="ddp"), show_progress=False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with pytest.raises(DistributedError, match="WORLD_SIZE=2 but train.parallel='none'.*parallel=ddp or fsdp2"):
+        Trainer(make_config(tmp_path, packed_dir, "x"), show_progress=False)
+    assert not (tmp_path / "x").exists()
+    cfg, meta = make_config(tmp_path, packed_dir, "x", micro_batch=2), {"seq_len": 64, "tokenizer": {"mask_id": 3}}
+    phases = objectives.parse_schedule("clm", 10)
+    with pytest.raises(EncoderlabError, match="4 sequences cannot be split evenly over 3 processes"):
+        check_compatible(cfg, preset("tiny", vocab_size=320), meta, phases, world_size=3)
+    with pytest.raises(EncoderlabError, match="micro_batch=2 does not divide the 1 sequences of each of the 4"):
+        check_compatible(cfg, preset("tiny", vocab_size=320), meta, phases, world_size=4)
