@@ -132,17 +132,21 @@ def pretrain(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Pretrain (or resume) one run: a model preset, an objective schedule, an LR schedule and a step budget."""
+    from encoderlab.train.distributed import is_main_process
     from encoderlab.train.loop import Trainer, describe
 
     cfg = _load_pretrain_config(config, overrides)
     plan = describe(cfg)
+    main = is_main_process()  # under torchrun, rank 0 prints for all
     if dry_run:
-        _emit(plan, as_json, _render_plan)
+        if main:
+            _emit(plan, as_json, _render_plan)
         return
-    if not as_json:
+    if not as_json and main:
         _render_plan(plan)
     summary = Trainer(cfg, resume=resume, log=_log, show_progress=not as_json).run()
-    _emit(summary, as_json, _render_pretrain)
+    if main:
+        _emit(summary, as_json, _render_pretrain)
 
 
 def _render_plan(p: dict) -> None:
