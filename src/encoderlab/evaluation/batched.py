@@ -1,0 +1,498 @@
+"""K fine-tuning runs of one (checkpoint, task) grid trained together, as one computation per step.
+
+Each run keeps everything `finetune.finetune` gives it: its seed's data order (`task.train_batches(batch, seed)`),
+its head initialised from `Generator().manual_seed(seed)`, its LR times the protocol's warmup + linear decay, its
+own gradient clipping (global norm over its own parameters), its own AdamW state, and its own failure (a NaN/inf
+loss records the run as failed, exactly as `finetune` words it, and drops it from the group; the others go on).
+What is shared is the work: the parameters of the K runs are stacked along a leading K dimension and one
+`torch.func.vmap(grad_and_value(task.loss))` over `functional_call` computes the K losses and gradients, so any
+task that implements `EvalTask.loss` is batched without task-specific code. The result is one record body per run,
+in `finetune`'s format, so the sweep, aggregation and reports cannot tell the engines apart.
+
+Padding. Runs that share a seed share their batches. Runs with different seeds see different batches at the same
+step; a call pads them to a common length (padding is masked out of attention, pooling and losses, so a run's loss
+does not change, up to float rounding). Padding is computed work, so each step is split into calls by a small
+dynamic programme over the distinct batches sorted by length: a call costs its padded tokens plus a fixed overhead
+(`call_overhead_tokens`, large on GPU where launches dominate, small on CPU where matrix products do). Batches of
+different sizes (an epoch's short last batch) are never padded into one call: a padded row would change the mean.
+
+Memory. The K runs are split into groups that fit a budget (a fraction of free accelerator memory, or of available
+RAM): per run the fp32 weights, gradients and two AdamW moments, plus activations for a full-length batch.
+
+Not batched: evaluation (each run's weights are loaded into one backbone and scored with `task.evaluate`, as
+`finetune` does), which is a small part of a run.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, grad_and_value, vmap
+
+from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation.finetune import lr_factor, planned_steps
+from encoderlab.evaluation.protocol import Protocol
+from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import Transformer
+
+ENGINES = ("auto", "sequential", "batched")
+PAD_VALUES = {"labels": -100}  # every other batch tensor pads with 0 (token id, mask "absent", span "not allowed")
+CALL_OVERHEAD_TOKENS = {"cuda": 4096, "cpu": 64}  # see the module docstring; measured order of magnitude, not tuned
+MEMORY_FRACTION = {"cuda": 0.8, "cpu": 0.5}
+
+
+class _Run(nn.Module):
+    """Backbone and head of one run, so that `functional_call` can swap in any run's weights."""
+
+    def __init__(self, task: EvalTask, backbone: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.task, self.backbone, self.head = task, backbone, head
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.task.loss(self.backbone, self.head, batch)
+
+
+def _failed(reason: str, lr: float, seed: int, step: int, curve: list, seconds: float) -> dict:
+    return {"status": "failed", "reason": reason, "lr": lr, "seed": seed, "steps": step, "curve": curve,
+            "seconds": round(seconds, 2)}
+
+
+# ------------------------------------------------------------------------------------------------ the group
+
+
+class Group:
+    """The training state of K runs of one task: stacked parameters (K, ...), AdamW moments, data iterators."""
+
+    def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor],
+                 runs: list[tuple[float, int]], protocol: Protocol, device: torch.device) -> None:
+        if not runs:
+            raise ValueError("a group needs at least one run")
+        self.task, self.protocol, self.device = task, protocol, device
+        self.runs = sorted(runs, key=lambda r: (r[1], r[0]))  # same seed adjacent: their calls are slices, not copies
+        self.total = planned_steps(task, protocol)
+        self.step_no = 0
+        heads = []
+        for _, seed in self.runs:
+            torch.manual_seed(seed)  # as finetune does; the head itself draws from its own seeded generator
+            heads.append(task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(seed)))
+        with torch.device("meta"):  # structure only: functional_call swaps in every run's weights
+            template = _Run(task, Transformer(model_cfg), copy.deepcopy(heads[0]).to("meta"))
+        self.module = template
+        self.buffers = {f"head.{n}": b.to(device) for n, b in heads[0].named_buffers()}  # constants, not stacked
+        names = [n for n, _ in template.named_parameters()]
+        K = len(self.runs)
+        self.params: dict[str, Tensor] = {}
+        for name in names:
+            if name.startswith("backbone."):
+                w = weights[name[len("backbone."):]].to(device, torch.float32)
+                self.params[name] = w.unsqueeze(0).expand(K, *w.shape).clone()
+            else:
+                key = name[len("head."):]
+                self.params[name] = torch.stack([dict(h.named_parameters())[key].detach() for h in heads]).to(device)
+        missing = set(weights) - {n[len("backbone."):] for n in names if n.startswith("backbone.")}
+        if missing:
+            raise EncoderlabError(f"checkpoint weights not in the backbone: {sorted(missing)[:5]}")
+        self.decay = {n: template.get_parameter(n).ndim >= 2 for n in names}  # finetune's weight-decay groups
+        self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
+        self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
+        self.lrs = torch.tensor([lr for lr, _ in self.runs], dtype=torch.float64)
+        self.curves: list[list[list[float]]] = [[] for _ in self.runs]
+        self.windows: list[list[Tensor]] = [[] for _ in self.runs]
+        self.finished: dict[int, dict] = {}  # original run index -> failed record body
+        self.alive = list(range(K))  # original indices of the runs still in the stacks, in stack order
+        self.iterators = {seed: task.train_batches(protocol.batch_size, seed) for seed in {s for _, s in self.runs}}
+        self.started = time.perf_counter()
+        self.call_overhead = CALL_OVERHEAD_TOKENS.get(device.type, 64)
+        self._grad = vmap(grad_and_value(self._loss), in_dims=(0, None, 0))
+
+    def _loss(self, params: dict[str, Tensor], buffers: dict[str, Tensor], batch: dict[str, Tensor]) -> Tensor:
+        return functional_call(self.module, (params, buffers), (batch,))
+
+    def _autocast(self):
+        bf16 = self.protocol.dtype == "bf16"
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
+
+    def _attention(self):
+        # SDPA's fused CPU kernel has no vmap rule (vmap would loop over the K runs); its math form batches, and
+        # measured faster here. CUDA's fused kernels have vmap rules and keep their memory savings.
+        if self.device.type == "cpu":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            return sdpa_kernel(SDPBackend.MATH)
+        return nullcontext()
+
+    def _next_batch(self, seed: int) -> dict[str, Tensor]:
+        batch = next(self.iterators[seed], None)
+        while batch is None:  # epochs > 1: a new seeded order per epoch, exactly as finetune restarts it
+            self.iterators[seed] = self.task.train_batches(self.protocol.batch_size, seed + 1_000 * (self.step_no + 1))
+            batch = next(self.iterators[seed], None)
+        return batch
+
+    @property
+    def done(self) -> bool:
+        return not self.alive or self.step_no >= self.total
+
+    def step(self, batches: dict[int, dict[str, Tensor]] | None = None) -> list[int]:
+        """One optimizer step of every live run; returns the original indices of runs that failed at it.
+
+        `batches` (seed -> batch) replaces the data iterators (the engine probe times fixed batches)."""
+        seeds = [self.runs[i][1] for i in self.alive]
+        if batches is None:
+            batches = {s: self._next_batch(s) for s in dict.fromkeys(seeds)}
+        blocks = [([k for k, s in enumerate(seeds) if s == seed], batch) for seed, batch in batches.items()]
+        calls = plan_calls(blocks, self.call_overhead)
+        K = len(self.alive)
+        losses = torch.empty(K, device=self.device)
+        grads = self._run_calls(calls, losses, K)
+        finite = torch.isfinite(losses).tolist()
+        failed = []
+        if not all(finite):
+            for k in [k for k, ok in enumerate(finite) if not ok]:
+                i = self.alive[k]
+                lr, seed = self.runs[i]
+                failed.append(i)
+                self.finished[i] = _failed(f"training loss became {float(losses[k])} at step {self.step_no + 1} of "
+                                           f"{self.total}", lr, seed, self.step_no, self.curves[i],
+                                           (time.perf_counter() - self.started) / len(self.runs))
+            keep = [k for k, ok in enumerate(finite) if ok]
+            self._compact(keep)
+            grads = {n: g[keep] for n, g in grads.items()}
+            losses = losses[keep]
+            if not self.alive:
+                return failed
+        self._clip(grads)
+        factor = lr_factor(self.step_no, self.total, self.protocol)
+        self._adamw(grads, (self.lrs * factor).to(self.device, torch.float32))
+        self.step_no += 1
+        self._record_losses(losses)
+        return failed
+
+    def _run_calls(self, calls: list[tuple[list[int], dict[str, Tensor]]], losses: Tensor, K: int) -> dict:
+        if len(calls) == 1 and calls[0][0] == list(range(K)):
+            grads, value = self._call(self.params, calls[0][1])
+            losses.copy_(value)
+            return grads
+        grads = {n: torch.empty_like(p) for n, p in self.params.items()}
+        for idx, batch in calls:
+            span = slice(idx[0], idx[-1] + 1) if idx == list(range(idx[0], idx[-1] + 1)) else None
+            if span is not None:
+                sub = {n: p[span] for n, p in self.params.items()}  # views: no copy of the weights
+            else:
+                where = torch.tensor(idx, device=self.device)
+                sub = {n: p.index_select(0, where) for n, p in self.params.items()}
+            g, value = self._call(sub, batch)
+            for n in grads:
+                if span is not None:
+                    grads[n][span] = g[n]
+                else:
+                    grads[n].index_copy_(0, where, g[n])
+            losses[idx] = value
+        return grads
+
+    def _call(self, params: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        with self._autocast(), self._attention():
+            return self._grad(params, self.buffers, batch)
+
+    def _compact(self, keep: list[int]) -> None:
+        """Drop failed runs from every stack: they are frozen for good, and cost nothing more."""
+        where = torch.tensor(keep, device=self.device)
+        for d in (self.params, self.exp_avg, self.exp_avg_sq):
+            for n in d:
+                d[n] = d[n].index_select(0, where)
+        self.lrs = self.lrs[keep]
+        self.alive = [self.alive[k] for k in keep]
+
+    def _clip(self, grads: dict[str, Tensor]) -> None:
+        """Per-run global-norm clipping, as torch.nn.utils.clip_grad_norm_ does for one run (coefficient <= 1)."""
+        clip = self.protocol.optim.grad_clip if self.protocol.optim.grad_clip > 0 else math.inf
+        K = len(self.alive)
+        sq = torch.stack([g.reshape(K, -1).float().pow(2).sum(1) for g in grads.values()]).sum(0)  # (K,)
+        coef = (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        for g in grads.values():
+            g.mul_(coef.view(K, *([1] * (g.ndim - 1))).to(g.dtype))
+
+    def _adamw(self, grads: dict[str, Tensor], lr: Tensor) -> None:
+        """torch.optim.AdamW's update with a per-run LR; weight decay (decoupled) only on >=2-D weights."""
+        o = self.protocol.optim
+        beta1, beta2 = o.betas
+        t = self.step_no + 1
+        step_size = lr / (1 - beta1**t)  # (K,)
+        bias2_sqrt = math.sqrt(1 - beta2**t)
+        for n, p in self.params.items():
+            shape = (len(lr), *([1] * (p.ndim - 1)))
+            g, m, v = grads[n], self.exp_avg[n], self.exp_avg_sq[n]
+            if self.decay[n] and o.weight_decay:
+                p.mul_((1 - lr * o.weight_decay).view(shape))
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            p.sub_(step_size.view(shape) * m / (v.sqrt() / bias2_sqrt + o.eps))
+
+    def _record_losses(self, losses: Tensor) -> None:
+        losses = losses.detach().cpu()
+        for k, i in enumerate(self.alive):
+            self.windows[i].append(losses[k])
+            if self.step_no % self.protocol.curve_every == 0 or self.step_no == self.total:
+                self.curves[i].append([self.step_no, float(torch.stack(self.windows[i]).float().mean())])
+                self.windows[i] = []
+
+    def results(self, model_cfg: ModelConfig, evaluate_splits=("validation", "test")) -> list[dict]:
+        """Evaluate every live run (its weights loaded into one backbone) and return all record bodies, in the
+        order the runs were given."""
+        train_share = (time.perf_counter() - self.started) / len(self.runs)
+        backbone = Transformer(model_cfg).to(self.device)
+        bodies = dict(self.finished)
+        for k, i in enumerate(self.alive):
+            started = time.perf_counter()
+            lr, seed = self.runs[i]
+            head = self.task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(seed)).to(self.device)
+            with torch.no_grad():
+                for name, module in (("backbone.", backbone), ("head.", head)):
+                    for n, p in module.named_parameters():
+                        p.copy_(self.params[name + n][k])
+            backbone.eval(), head.eval()
+            scores = {}
+            with torch.no_grad(), self._autocast():
+                for split in evaluate_splits:
+                    scores[split] = self.task.evaluate(backbone, head, split, self.protocol.eval_batch_size)
+            seconds = train_share + time.perf_counter() - started
+            bad = [s for s, m in scores.items() if not math.isfinite(m["score"])]
+            if bad:
+                bodies[i] = _failed(f"{'/'.join(bad)} score is not finite", lr, seed, self.step_no, self.curves[i],
+                                    seconds)
+            else:
+                bodies[i] = {"status": "ok", "lr": lr, "seed": seed, "steps": self.step_no, "scores": scores,
+                             "curve": self.curves[i], "seconds": round(seconds, 2)}
+        return [bodies[i] for i in range(len(self.runs))]
+
+
+# ------------------------------------------------------------------------------------------------ padding
+
+
+def pad_to(t: Tensor, shape: tuple[int, ...], value: int) -> Tensor:
+    if tuple(t.shape) == shape:
+        return t
+    out = torch.full(shape, value, dtype=t.dtype)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
+def _tokens(shapes: dict[str, tuple[int, ...]]) -> int:
+    """Padded work of one example: its token-id tensors' sizes (all tensors' if none is named *ids)."""
+    ids = [s for k, s in shapes.items() if k.endswith("ids")] or list(shapes.values())
+    return sum(math.prod(s[1:]) for s in ids)
+
+
+def plan_calls(blocks: list[tuple[list[int], dict[str, Tensor]]],
+               overhead: float) -> list[tuple[list[int], dict[str, Tensor]]]:
+    """Split a step's batches into calls: (stack indices, stacked padded batch) each.
+
+    blocks: (the runs that train on this batch, the batch). Blocks sorted by size then length are cut into
+    consecutive calls minimising sum(runs x batch rows x padded tokens per row) + overhead per call; blocks of
+    different batch sizes never share a call.
+    """
+    keys = sorted(blocks[0][1])
+    for _, b in blocks:
+        if sorted(b) != keys:
+            raise ValueError(f"batches of one task differ in keys: {keys} vs {sorted(b)}")
+    shapes = [{k: tuple(b[k].shape) for k in keys} for _, b in blocks]
+    order = sorted(range(len(blocks)), key=lambda j: (shapes[j][keys[0]][0], _tokens(shapes[j])))
+
+    def merged(js: list[int]) -> dict[str, tuple[int, ...]] | None:
+        out = {}
+        for k in keys:
+            dims = [shapes[j][k] for j in js]
+            if len({len(d) for d in dims}) > 1 or len({d[0] for d in dims}) > 1:
+                return None  # another batch size (or rank): padding rows would change the loss
+            out[k] = tuple(max(d[i] for d in dims) for i in range(len(dims[0])))
+        return out
+
+    n = len(order)
+    best, cut = [0.0] + [math.inf] * n, [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):
+            js = order[i:j]
+            shape = merged(js)
+            if shape is None:
+                continue
+            rows = sum(len(blocks[x][0]) for x in js) * shape[keys[0]][0]
+            cost = best[i] + rows * _tokens(shape) + overhead
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    spans, j = [], n
+    while j > 0:
+        spans.append(order[cut[j] : j])
+        j = cut[j]
+    calls = []
+    for js in reversed(spans):
+        js = sorted(js, key=lambda x: blocks[x][0][0])  # stack order, so a call is a slice when it can be
+        shape = merged(js)
+        assert shape is not None
+        idx = [k for x in js for k in blocks[x][0]]
+        batch = {k: torch.cat([pad_to(blocks[x][1][k], shape[k], PAD_VALUES.get(k, 0)).unsqueeze(0)
+                               .expand(len(blocks[x][0]), *shape[k]) for x in js]) for k in keys}
+        calls.append((idx, batch))
+    return calls
+
+
+# ------------------------------------------------------------------------------------------------ groups and runs
+
+
+def run_bytes(model_cfg: ModelConfig, protocol: Protocol, family: str, device: torch.device) -> int:
+    """A generous estimate of one run's memory in a group: fp32 weights, gradients and AdamW moments (plus bf16
+    copies under autocast), and the activations of a full-length batch kept for the backward pass."""
+    n = model_cfg.num_parameters() - (0 if model_cfg.tie_word_embeddings else model_cfg.vocab_size
+                                      * model_cfg.hidden_size)  # the backbone: no LM head
+    state = n * (16 + (2 if protocol.dtype == "bf16" else 0))
+    T = protocol.length_for(family)
+    tokens = protocol.batch_size * T * (2 if family == "retrieval" else 1)
+    act = 2 if protocol.dtype == "bf16" else 4
+    per_token_layer = (16 * model_cfg.hidden_size + 4 * model_cfg.intermediate_size) * act
+    if device.type == "cpu":  # the math attention keeps scores and probabilities: (H, T) per token, fp32
+        per_token_layer += 2 * model_cfg.num_attention_heads * T * 4
+    return state + tokens * model_cfg.num_hidden_layers * per_token_layer
+
+
+def memory_budget(device: torch.device) -> int:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * MEMORY_FRACTION["cuda"])
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not every platform names available pages
+        available = 8 * 2**30
+    return int(available * MEMORY_FRACTION["cpu"])
+
+
+def split_groups(runs: list[tuple[float, int]], size: int) -> list[list[tuple[float, int]]]:
+    """Groups of at most `size` runs, as even as possible, each seed's runs together where they fit."""
+    runs = sorted(runs, key=lambda r: (r[1], r[0]))
+    count = math.ceil(len(runs) / max(1, size))
+    bounds = [round(i * len(runs) / count) for i in range(count + 1)]
+    return [runs[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def finetune_grid(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], runs: list[tuple[float, int]],
+                  *, protocol: Protocol, device: torch.device, evaluate_splits=("validation", "test"),
+                  max_group: int | None = None, budget: int | None = None,
+                  skip: Callable[[float, int], bool] | None = None,
+                  log: Callable[[str], None] = lambda m: None) -> Iterator[dict]:
+    """Train and score the (lr, seed) runs of one task, a memory-sized group at a time; yields finetune-format
+    record bodies as each group finishes. `skip(lr, seed)` is asked before each group (another sweep may have
+    recorded a run meanwhile). Progress (step, ETA) goes to `log` every tenth of a group's steps."""
+    size = max(1, (budget or memory_budget(device)) // run_bytes(model_cfg, protocol, task.family, device))
+    size = min(size, max_group or size)
+    groups = split_groups(runs, size)
+    for g, members in enumerate(groups):
+        members = [r for r in members if skip is None or not skip(*r)]
+        if not members:
+            continue
+        log(f"{task.name}: {len(members)} runs trained together (group {g + 1} of {len(groups)})")
+        group = Group(task, model_cfg, weights, members, protocol, device)
+        every = max(1, group.total // 10)
+        while not group.done:
+            group.step()
+            if group.step_no % every == 0 and not group.done:
+                spent = time.perf_counter() - group.started
+                log(f"{task.name}: step {group.step_no}/{group.total} of {len(group.alive)} runs, "
+                    f"eta {spent / group.step_no * (group.total - group.step_no) / 60:.1f} min before evaluation")
+        yield from group.results(model_cfg, evaluate_splits)
+
+
+# ------------------------------------------------------------------------------------------------ engine choice
+
+PROBE_MIN_STEPS = 100  # shorter grids: the probe would cost more than batching can save on a CPU
+PROBE_MARGIN = 1.1  # batched must measure this much faster: the sequential engine is the reference
+_probed: dict[tuple, float] = {}
+
+
+def choose_engine(requested: str, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor],
+                  runs: list[tuple[float, int]], protocol: Protocol, device: torch.device,
+                  log: Callable[[str], None] = lambda m: None) -> str:
+    """"sequential" or "batched" for the runs of one task. "auto": batched on CUDA (one small run leaves most of
+    the GPU idle); on a CPU, which one small run already keeps busy, whichever a short probe measures faster."""
+    if requested not in ENGINES:
+        raise EncoderlabError(f"engine {requested!r} is not one of {', '.join(ENGINES)}")
+    if requested != "auto":
+        return requested
+    if len(runs) < 2:
+        return "sequential"
+    if device.type == "cuda":
+        return "batched"
+    if device.type != "cpu" or planned_steps(task, protocol) < PROBE_MIN_STEPS:
+        return "sequential"
+    size = min(len(runs), max(1, memory_budget(device) // run_bytes(model_cfg, protocol, task.family, device)))
+    group = split_groups(runs, size)[0]
+    key = (task.name, model_cfg.model_dump_json(), protocol.model_dump_json(), len(group), torch.get_num_threads())
+    if key not in _probed:
+        _probed[key] = probe_speedup(task, model_cfg, weights, group, protocol, device)
+    speedup = _probed[key]
+    chosen = "batched" if speedup >= PROBE_MARGIN else "sequential"
+    log(f"{task.name}: {len(group)} runs batched measured {speedup:.2f}x the speed of sequential runs here: {chosen}")
+    return chosen
+
+
+def probe_speedup(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], runs: list[tuple[float, int]],
+                  protocol: Protocol, device: torch.device) -> float:
+    """K sequential steps over one batched step, timed on the runs' first batches (each after a warm-up step).
+
+    Throwaway copies are trained, so no run is affected; the cost is about three steps of every run."""
+    counts: dict[int, int] = {}
+    for _, seed in runs:
+        counts[seed] = counts.get(seed, 0) + 1
+    batches = {seed: next(task.train_batches(protocol.batch_size, seed)) for seed in counts}
+    sequential = _SequentialStep(task, model_cfg, weights, runs[0][0], protocol, device)
+    sequential(batches[runs[0][1]])
+    seconds_sequential = 0.0
+    for seed, batch in batches.items():
+        seconds_sequential += counts[seed] * _timed(lambda b=batch: sequential(b), device)
+    group = Group(task, model_cfg, weights, runs, protocol, device)
+    group.step(batches)
+    seconds_batched = _timed(lambda: group.step(batches), device)
+    return seconds_sequential / seconds_batched
+
+
+def _timed(fn: Callable[[], object], device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    started = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
+
+
+class _SequentialStep:
+    """One training step exactly as `finetune` takes it (for timing only)."""
+
+    def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], lr: float,
+                 protocol: Protocol, device: torch.device) -> None:
+        self.task, self.protocol, self.device = task, protocol, device
+        self.backbone = Transformer(model_cfg)
+        self.backbone.load_state_dict(weights)
+        self.backbone.to(device)
+        self.head = task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(0)).to(device)
+        self.params = [*self.backbone.parameters(), *self.head.parameters()]
+        o = protocol.optim
+        groups = [{"params": [p for p in self.params if p.ndim >= 2], "weight_decay": o.weight_decay},
+                  {"params": [p for p in self.params if p.ndim < 2], "weight_decay": 0.0}]
+        self.optimizer = torch.optim.AdamW(groups, lr=lr, betas=o.betas, eps=o.eps, fused=True)
+
+    def __call__(self, batch: dict[str, Tensor]) -> None:
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        bf16 = self.protocol.dtype == "bf16"
+        with torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
+            loss = self.task.loss(self.backbone, self.head, batch)
+        float(loss.detach())  # finetune checks every loss on the host
+        loss.backward()
+        clip = self.protocol.optim.grad_clip if self.protocol.optim.grad_clip > 0 else math.inf
+        torch.nn.utils.clip_grad_norm_(self.params, clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,174 @@
+"""The batched engine gives each run what the sequential one gives it: metrics, loss curves, failures.
+
+Tolerance. Both engines run the same arithmetic on the same data in fp32, but not in the same order: the batched
+engine pads a step's batches to a common length (masked keys add exact zeros, yet change how reductions are
+blocked), multiplies with batched instead of single matrix products, uses SDPA's math form instead of its fused
+CPU kernel, and writes AdamW's update as tensor expressions instead of the fused kernel. Each differs from the
+other by float rounding (~1e-7 relative per operation); over a few steps of Adam, whose update divides by the
+square root of the second moment, such differences grow to ~1e-6..1e-5 relative in the losses. LOSS_RTOL = 1e-5
+leaves an order of magnitude of room and still catches any real difference (a wrong LR, seed, schedule value,
+clipping or data order moves a loss by percents). Metrics are counts over a few examples and must be equal.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from encoderlab.data.tokenizer import train_bpe
+from encoderlab.evaluation import batched
+from encoderlab.evaluation.finetune import finetune
+from encoderlab.evaluation.protocol import Protocol
+from encoderlab.evaluation.tasks.classification import ClassificationTask
+from encoderlab.evaluation.tasks.qa import QATask
+from encoderlab.evaluation.tasks.retrieval import RetrievalTask
+from encoderlab.evaluation.tasks.tokens import TokenTask
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import Transformer
+
+LOSS_RTOL = 1e-5
+WORDS = ("the cat sat on a mat while dogs ran across green fields and birds sang in tall trees near the old river "
+         "where children played with boats good bad Oslo Zoe Kimberly").split()
+CPU = torch.device("cpu")
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
+
+
+@pytest.fixture(scope="module")
+def tok():
+    rng = random.Random(0)
+    return train_bpe([" ".join(rng.choice(WORDS) for _ in range(12)) for _ in range(300)]
+                     + ["Query: Document: Where did it happen?"], 300)
+
+
+def words(rng: random.Random, lo: int, hi: int) -> list[str]:
+    return [rng.choice(WORDS[:-5]) for _ in range(rng.randint(lo, hi))]
+
+
+def classification(rng: random.Random, n: int) -> ClassificationTask:
+    def rows(k):
+        out = []
+        for i in range(k):
+            y = rng.randint(0, 1)
+            out.append({"id": f"e{i}", "text": " ".join(words(rng, 1, 12) + ["good" if y else "bad"]), "label": y})
+        return out
+    return ClassificationTask("toy-cls", {"train": rows(n), "validation": rows(12), "test": rows(12)}, ["neg", "pos"])
+
+
+def tokens(rng: random.Random, n: int) -> TokenTask:
+    def rows(k):
+        out = []
+        for i in range(k):
+            ws = words(rng, 2, 10)
+            for _ in range(3):
+                ws.insert(rng.randrange(len(ws) + 1), rng.choice(["Oslo", "Zoe"]))
+            out.append({"id": f"s{i}", "tokens": ws, "tags": [{"Oslo": 0, "Zoe": 1}.get(w, 2) for w in ws]})
+        return out
+    return TokenTask("toy-ner", {"train": rows(n), "validation": rows(10), "test": rows(10)},
+                     ["B-LOC", "B-PER", "O"], "iob")
+
+
+def qa(rng: random.Random, n: int) -> QATask:
+    def rows(k, split):
+        out = []
+        for i in range(k):
+            ws = words(rng, 4, 16)
+            name = rng.choice(["Oslo", "Zoe", "Kimberly"])
+            ws.insert(rng.randrange(len(ws) + 1), name)
+            context = " ".join(ws) + "."
+            out.append({"id": f"{split}{i}", "context": context, "question": "Where did it happen?",
+                        "answers": {"text": [name], "answer_start": [context.index(name)]}})
+        return out
+    return QATask("toy-qa", {"train": rows(n, "t"), "validation": rows(8, "v"), "test": rows(8, "s")})
+
+
+def retrieval(rng: random.Random, n: int) -> RetrievalTask:
+    corpus = {f"d{i}": {"title": f"doc {i}", "text": " ".join(words(rng, 2, 20))} for i in range(n + 8)}
+    queries = {f"q{i}": " ".join(words(rng, 1, 6)) for i in range(n + 8)}
+    qrels = {"train": {f"q{i}": {f"d{i}": 1} for i in range(n)},
+             "validation": {f"q{i}": {f"d{i}": 1} for i in range(n, n + 4)},
+             "test": {f"q{i}": {f"d{i}": 1} for i in range(n + 4, n + 8)}}
+    return RetrievalTask("toy-ir", corpus, queries, qrels)
+
+
+FAMILIES = {"classification": classification, "tokens": tokens, "qa": qa, "retrieval": retrieval}
+
+
+def setup(family: str, tok, **over):
+    # 21 training examples in batches of 4: five full batches and a short one per epoch, so that a step mixes
+    # batch lengths (padding) and, at some step, batch sizes (separate calls); 8 steps cross into a second epoch.
+    task = FAMILIES[family](random.Random(1), 21)
+    task.prepare(tok, 48)
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1)
+    backbone = Transformer(cfg)
+    backbone.init_weights(0)
+    protocol = Protocol(**{"name": "t", "max_steps": 8, "epochs": 2, "batch_size": 4, "eval_batch_size": 8,
+                           "lrs": [1e-3, 3e-3], "seeds": [0, 1], "max_length": 48, "dtype": "fp32",
+                           "warmup_fraction": 0.25, "curve_every": 2, **over})
+    return task, cfg, backbone.state_dict(), protocol
+
+
+def compare(sequential: dict, grid: dict) -> float:
+    """Assert two record bodies agree; return the largest relative loss difference."""
+    assert {k: v for k, v in grid.items() if k not in ("curve", "scores", "seconds")} == \
+        {k: v for k, v in sequential.items() if k not in ("curve", "scores", "seconds")}
+    assert [s for s, _ in grid["curve"]] == [s for s, _ in sequential["curve"]]
+    worst = max((abs(a - b) / abs(b) for (_, a), (_, b) in zip(grid["curve"], sequential["curve"])), default=0.0)
+    assert worst <= LOSS_RTOL, (grid["curve"], sequential["curve"])
+    assert grid.get("scores") == sequential.get("scores")
+    return worst
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_batched_runs_equal_sequential_runs(family, tok):
+    task, cfg, weights, protocol = setup(family, tok)
+    runs = [(lr, seed) for lr in protocol.lrs for seed in protocol.seeds]
+    grid = list(batched.finetune_grid(task, cfg, weights, runs, protocol=protocol, device=CPU))
+    assert [(b["lr"], b["seed"]) for b in grid] == sorted(runs, key=lambda r: (r[1], r[0]))
+    for body in grid:
+        assert body["status"] == "ok" and body["steps"] == 8 and len(body["curve"]) == 4
+        compare(finetune(task, cfg, weights, lr=body["lr"], seed=body["seed"], protocol=protocol, device=CPU), body)
+
+
+@pytest.mark.parametrize("family", ["classification", "retrieval"])
+def test_a_diverging_run_fails_alone(family, tok):
+    task, cfg, weights, protocol = setup(family, tok, lrs=[1e-3, 1e30], seeds=[0])
+    grid = {b["lr"]: b for b in batched.finetune_grid(task, cfg, weights, [(1e-3, 0), (1e30, 0)], protocol=protocol,
+                                                      device=CPU)}
+    reference = {lr: finetune(task, cfg, weights, lr=lr, seed=0, protocol=protocol, device=CPU)
+                 for lr in (1e-3, 1e30)}
+    assert reference[1e30]["status"] == "failed"  # the premise: this LR diverges sequentially too
+    assert grid[1e30]["status"] == "failed" and grid[1e30]["steps"] == reference[1e30]["steps"]
+    assert grid[1e30]["reason"].startswith("training loss became")
+    assert not math.isfinite(float(grid[1e30]["reason"].split()[3]))
+    compare(reference[1e-3], grid[1e-3])
+
+
+def test_groups_respect_the_size_limit_and_keep_a_seed_together(tok):
+    runs = [(lr, seed) for lr in (1e-3, 2e-3, 3e-3) for seed in (0, 1)]
+    groups = batched.split_groups(runs, 3)
+    assert [[s for _, s in g] for g in groups] == [[0, 0, 0], [1, 1, 1]]
+    task, cfg, weights, protocol = setup("classification", tok, max_steps=2)
+    seen = []
+    bodies = list(batched.finetune_grid(task, cfg, weights, runs, protocol=protocol, device=CPU, max_group=4,
+                                        log=seen.append, skip=lambda lr, seed: lr == 2e-3))
+    assert [m for m in seen if "together" in m] == ["toy-cls: 2 runs trained together (group 1 of 2)",
+                                                    "toy-cls: 2 runs trained together (group 2 of 2)"]
+    assert sorted((b["lr"], b["seed"]) for b in bodies) == [(1e-3, 0), (1e-3, 1), (3e-3, 0), (3e-3, 1)]
+    assert all(b["status"] == "ok" and b["steps"] == 2 for b in bodies)
+
+
+def test_calls_split_where_padding_costs_more_than_a_call():
+    def block(runs, rows, length):
+        return runs, {"input_ids": torch.zeros(rows, length, dtype=torch.long),
+                      "labels": torch.zeros(rows, length, dtype=torch.long)}
+
+    blocks = [block([0, 1], 4, 10), block([2, 3], 4, 11), block([4, 5], 4, 40), block([6], 3, 12)]
+    calls = batched.plan_calls(blocks, overhead=64)
+    assert sorted(idx for idx, _ in calls) == [[0, 1, 2, 3], [4, 5], [6]]  # sizes never mix; 10 and 11 pad cheaply
+    (batch,) = [b for idx, b in calls if idx == [0, 1, 2, 3]]
+    assert batch["input_ids"].shape == (4, 4, 11) and (batch["labels"][:2, :, 10] == -100).all()
+    assert [idx for idx, _ in batched.plan_calls(blocks[:3], overhead=10**9)] == [[0, 1, 2, 3, 4, 5]]
