@@ -285,6 +285,8 @@ def sweep(
     overrides: list[str] = typer.Option([], "--set", help="Override a protocol key, e.g. --set max_steps=300"),
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where result records go."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    engine: str = typer.Option("auto", help="auto | sequential | batched: train a task's runs one after another or "
+                                            "together (same records); auto picks what is faster on this machine."),
 ) -> None:
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
     from encoderlab.evaluation.sweep import run_sweep
@@ -295,7 +297,7 @@ def sweep(
         raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
     proto = _protocol(protocol or _default_protocol(), overrides)
     summary = run_sweep(checkpoint, specs, proto, out_dir, log=_log, show_progress=not as_json,
-                        cache_dir=_cache_dir())
+                        cache_dir=_cache_dir(), engine=engine)
     _emit(summary, as_json, _render_sweep)
 
 

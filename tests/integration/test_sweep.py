@@ -126,3 +126,18 @@ def test_bad_input_fails_before_training(tmp_path, tiny_checkpoint, task_yaml):
     with pytest.raises(EncoderlabError, match="neutral"):
         run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, show_progress=False, log=lambda m: None)
     assert not list(tmp_path.rglob("lr*.json"))
+
+
+def test_the_batched_engine_writes_the_records_of_the_sequential_one(tmp_path, tiny_checkpoint, task_yaml):
+    summaries = {engine: run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path / engine, engine=engine,
+                                   show_progress=False, log=lambda m: None) for engine in ("sequential", "batched")}
+    assert summaries["batched"]["protocol_key"] == summaries["sequential"]["protocol_key"]  # same results, same key
+    assert summaries["batched"]["tasks"] == summaries["sequential"]["tasks"]
+    for path in sorted((tmp_path / "sequential").rglob("lr*.json")):
+        sequential = json.loads(path.read_text())
+        batched = json.loads((tmp_path / "batched" / path.relative_to(tmp_path / "sequential")).read_text())
+        assert batched.keys() == sequential.keys() and batched["scores"] == sequential["scores"]
+        for (step, loss), (step_b, loss_b) in zip(sequential["curve"], batched["curve"]):
+            assert step == step_b and loss_b == pytest.approx(loss, rel=1e-5)  # float rounding: tests/unit/test_batched
+    with pytest.raises(EncoderlabError, match="engine 'fast' is not one of auto, sequential, batched"):
+        run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, engine="fast", log=lambda m: None)

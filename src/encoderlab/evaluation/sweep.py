@@ -16,6 +16,7 @@ import torch
 from encoderlab.data.atomic import write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation import records
+from encoderlab.evaluation.batched import ENGINES, choose_engine, finetune_grid
 from encoderlab.evaluation.finetune import backbone_state, finetune, planned_steps
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.protocol import Protocol
@@ -53,9 +54,15 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
               cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None,
-              on_prepared: Callable[[str, EvalTask], None] | None = None) -> dict:
+              on_prepared: Callable[[str, EvalTask], None] | None = None, engine: str = "auto") -> dict:
     """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec (a
-    study's worker reuses them across checkpoints); the others are prepared here and handed to `on_prepared`."""
+    study's worker reuses them across checkpoints); the others are prepared here and handed to `on_prepared`.
+
+    `engine`: how a task's runs are trained: "sequential" (one after another), "batched" (together, one computation:
+    evaluation/batched.py) or "auto" (batched on CUDA; on a CPU what a short probe measures faster). It is not part
+    of the protocol: both give the same records, up to float rounding."""
+    if engine not in ENGINES:
+        raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
     device = device or default_device()
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
@@ -76,20 +83,41 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in tasks}
     progress = _progress(len(todo), show_progress)
     started = time.perf_counter()
+
+    def recorded(task: EvalTask, lr: float, seed: int) -> bool:
+        return records.read(records.record_path(out, tag, key, task.name, lr, seed)) is not None
+
+    def save(task: EvalTask, body: dict) -> None:
+        lr, seed = body["lr"], body["seed"]
+        record = {"checkpoint": str(path), "tag": tag, "task": task.name, "family": task.family,
+                  "metric": task.metric, "protocol": protocol.model_dump(mode="json"),
+                  "baseline": baselines[task.name], "device": str(device),
+                  "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
+        records.write(records.record_path(out, tag, key, task.name, lr, seed), record)
+        if body["status"] != "ok":
+            log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
+
+    k = 0
     try:
-        for k, (task, lr, seed) in enumerate(todo):
-            if records.read(records.record_path(out, tag, key, task.name, lr, seed)) is not None:
-                progress(k + 1, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
-                continue  # two sweeps over the same grid share the work instead of repeating it
-            body = finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=protocol, device=device)
-            record = {"checkpoint": str(path), "tag": tag, "task": task.name, "family": task.family,
-                      "metric": task.metric, "protocol": protocol.model_dump(mode="json"),
-                      "baseline": baselines[task.name], "device": str(device),
-                      "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
-            records.write(records.record_path(out, tag, key, task.name, lr, seed), record)
-            if body["status"] != "ok":
-                log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
-            progress(k + 1, f"{task.name} lr={lr:g} seed={seed}")
+        for task in tasks:
+            runs = [(lr, seed) for t, lr, seed in todo if t is task]
+            if runs and choose_engine(engine, task, model_cfg, weights, runs, protocol, device, log) == "batched":
+                first = k
+                for body in finetune_grid(task, model_cfg, weights, runs, protocol=protocol, device=device, log=log,
+                                          skip=lambda lr, seed, task=task: recorded(task, lr, seed)):
+                    save(task, body)
+                    k += 1
+                    progress(k, f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
+                k = first + len(runs)  # runs another sweep recorded meanwhile were skipped, not trained
+                progress(k, f"{task.name} done")
+                continue
+            for lr, seed in runs:
+                k += 1
+                if recorded(task, lr, seed):
+                    progress(k, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
+                    continue  # two sweeps over the same grid share the work instead of repeating it
+                save(task, finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=protocol, device=device))
+                progress(k, f"{task.name} lr={lr:g} seed={seed}")
     finally:
         progress(None, "")
     summary = summarize([r for r in records.load_all(out, tag, key) if r["task"] in {t.name for t in tasks}])
