@@ -11,10 +11,13 @@ import json
 import os
 import shutil
 import socket
+import subprocess
+import sys
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+import yaml
 from safetensors.torch import load_file
 
 from encoderlab.config import ConfigError, validate
@@ -165,3 +168,17 @@ def test_bad_parallel_settings_fail_clearly(tmp_path, packed_dir, monkeypatch):
         check_compatible(cfg, preset("tiny", vocab_size=320), meta, phases, world_size=3)
     with pytest.raises(EncoderlabError, match="micro_batch=2 does not divide the 1 sequences of each of the 4"):
         check_compatible(cfg, preset("tiny", vocab_size=320), meta, phases, world_size=4)
+
+
+def test_torchrun_launch_of_the_cli(tmp_path, packed_dir):
+    """The real launcher: torchrun's environment and rendezvous, rank 0 alone printing the plan and summary."""
+    cfg = make_config(tmp_path, packed_dir, "cli", steps=3, eval_every=0).model_dump(mode="json")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+               "encoderlab.cli", "pretrain", str(tmp_path / "run.yaml"), "--set", "train.parallel=fsdp2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("done    3 steps") == 1 and done.stdout.count("model   2 layers") == 1
+    assert (tmp_path / "cli" / "checkpoints" / "step-0000003" / "dcp" / ".metadata").exists()
+    assert [r["step"] for r in records(tmp_path / "cli")] == [1, 2, 3]
