@@ -28,6 +28,14 @@ test: setup
 test-all: setup
 	$(BIN)/python -m pytest -q -n 2 -m "slow or not slow" tests
 
+# Throughput against transformers (same process, alternating steps), MFU against the bf16 peak measured in the same
+# run, and peak memory; tiny and mini at 512 tokens (the shape of docs/benchmarks.md), the paper's 210M shape at 128.
+# On a GPU machine it measures the GPU. Override with e.g. `make bench BENCH_ARGS="--presets 210m:1024 --batch 16"`.
+BENCH_ARGS ?= --presets tiny mini 210m:128 --objectives mlm40 clm --reps 4 --warmup 1
+
+bench: setup
+	$(BIN)/python benchmarks/pretrain_throughput.py $(BENCH_ARGS)
+
 lint: setup
 	$(BIN)/ruff check src tests
 

@@ -5,16 +5,26 @@ optimizer (AdamW), and their training steps alternate so that machine noise hits
 obvious alternative: `EuroBertForMaskedLM` (MLM) or `LlamaForCausalLM` (CLM) called with `labels`, in a plain
 PyTorch loop. encoderlab additionally applies document masks (packed windows of several documents); the baseline
 attends across the whole window, which is less work. MFU is model FLOPs per second over the bf16 matrix-product peak
-measured here, in this run.
+measured here, in this run, on the same device.
 
-    python benchmarks/pretrain_throughput.py --presets tiny mini --objectives mlm40 clm
+Peak memory is measured apart from the timing, one implementation at a time: on CUDA the peak of
+`torch.cuda.max_memory_allocated` over two training steps, on CPU the growth of the peak resident set size
+(VmHWM, reset before the model is built; `getrusage` maxrss where /proc is missing) of a fresh process over two
+steps; both count from before the model is built (weights, AdamW state, gradients, activations).
+
+    python benchmarks/pretrain_throughput.py --presets tiny mini 210m:128 --objectives mlm40 clm
+    (PRESET:SEQ_LEN gives one preset its own sequence length; --seq-len is the others')
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import resource
 import statistics
+import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -23,14 +33,25 @@ from encoderlab.model.hf import hf_config
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 
+IMPLEMENTATIONS = ("encoderlab", "transformers")
+SPECIAL = [0, 1, 2, 3]  # bos, eos, pad, mask of the synthetic batches
 
-def bf16_peak_flops(n: int = 2048, reps: int = 20) -> float:
-    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bf16_peak_flops(device: torch.device, reps: int = 20) -> float:
+    n = 8192 if device.type == "cuda" else 2048
+    a, b = (torch.randn(n, n, dtype=torch.bfloat16, device=device) for _ in range(2))
     for _ in range(3):
         a @ b
+    synchronize(device)
     t = time.perf_counter()
     for _ in range(reps):
         a @ b
+    synchronize(device)
     return 2 * n**3 * reps / (time.perf_counter() - t)
 
 
@@ -48,98 +69,196 @@ def packed_batch(batch: int, seq_len: int, vocab: int, mean_doc: int, seed: int 
     return ids, docs
 
 
-def timed(fn, reps: int, warmup: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
+@dataclass(frozen=True)
+class Shape:
+    preset: str
+    objective: str
+    batch: int
+    seq_len: int
 
 
-def bench(name: str, objective_name: str, batch: int, seq_len: int, reps: int, warmup: int, peak: float) -> dict:
-    objective = objectives.parse_objective(objective_name)
-    cfg = preset(name, bos_token_id=0, eos_token_id=1, pad_token_id=2, mask_token_id=3)
-    torch.manual_seed(0)
-    ours = TransformerLM(cfg)
-    ours.init_weights(0)
-    kind = "llama" if objective.causal else "eurobert"
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+def parse_preset(text: str, default_seq_len: int) -> tuple[str, int]:
+    """'210m:128' -> ('210m', 128); 'tiny' -> ('tiny', default_seq_len)."""
+    name, _, seq_len = text.partition(":")
+    if seq_len and not seq_len.isdigit():
+        raise SystemExit(f"--presets {text!r}: write PRESET or PRESET:SEQ_LEN, e.g. 210m:128")
+    return name, int(seq_len) if seq_len else default_seq_len
 
-    auto = AutoModelForCausalLM if objective.causal else AutoModelForMaskedLM
-    hf = auto.from_config(hf_config(cfg, kind), attn_implementation="sdpa")
-    hf.load_state_dict(ours.state_dict(), strict=True)
-    ids, docs = packed_batch(batch, seq_len, cfg.vocab_size, mean_doc=128)
-    gen = torch.Generator().manual_seed(0)
-    special = [0, 1, 2, 3]
-    opt_ours = torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=True)
-    opt_hf = torch.optim.AdamW(hf.parameters(), lr=1e-4)
 
-    def step_ours():
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss, _ = objectives.objective_loss(ours, ids, docs, objective, special_ids=special, mask_id=3,
+def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = None):
+    """A model of `impl` on `device` and a function that makes one training step with it."""
+    objective = objectives.parse_objective(shape.objective)
+    cfg = preset(shape.preset, bos_token_id=0, eos_token_id=1, pad_token_id=2, mask_token_id=3)
+    if impl == "encoderlab":
+        torch.manual_seed(0)
+        model = TransformerLM(cfg)
+        model.init_weights(0)
+    else:
+        from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+        auto = AutoModelForCausalLM if objective.causal else AutoModelForMaskedLM
+        model = auto.from_config(hf_config(cfg, "llama" if objective.causal else "eurobert"),
+                                 attn_implementation="sdpa")
+        if weights is not None:
+            model.load_state_dict(weights, strict=True)
+    model.to(device)
+    ids, docs = (t.to(device) for t in packed_batch(shape.batch, shape.seq_len, cfg.vocab_size, mean_doc=128))
+    gen = torch.Generator(device).manual_seed(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=impl == "encoderlab")
+
+    def step_encoderlab():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss, _ = objectives.objective_loss(model, ids, docs, objective, special_ids=SPECIAL, mask_id=3,
                                                 vocab_size=cfg.vocab_size, generator=gen)
         loss.backward()
-        opt_ours.step()
-        opt_ours.zero_grad(set_to_none=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
-    def step_hf():
-        inputs = objectives.prepare(objective, ids, docs, special_ids=special, mask_id=3, vocab_size=cfg.vocab_size,
+    def step_transformers():
+        inputs = objectives.prepare(objective, ids, docs, special_ids=SPECIAL, mask_id=3, vocab_size=cfg.vocab_size,
                                     generator=gen)
         labels = ids if objective.causal else inputs.labels  # HF shifts CLM labels itself
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            loss = hf(input_ids=inputs.input_ids, labels=labels).loss
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = model(input_ids=inputs.input_ids, labels=labels).loss
         loss.backward()
-        opt_hf.step()
-        opt_hf.zero_grad(set_to_none=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
-    times: dict[str, list[float]] = {"encoderlab": [], "transformers": []}
+    return model, cfg, objective, step_encoderlab if impl == "encoderlab" else step_transformers
+
+
+def timed(step, device: torch.device) -> float:
+    synchronize(device)
+    t = time.perf_counter()
+    step()
+    synchronize(device)
+    return time.perf_counter() - t
+
+
+def bench(shape: Shape, reps: int, warmup: int, peak: float, device: torch.device) -> dict:
+    ours, cfg, objective, step_ours = build("encoderlab", shape, device)
+    _, _, _, step_hf = build("transformers", shape, device, weights=ours.state_dict())
+    steps = {"encoderlab": step_ours, "transformers": step_hf}
+    times: dict[str, list[float]] = {impl: [] for impl in IMPLEMENTATIONS}
     for _ in range(warmup):
         step_ours(), step_hf()
     for _ in range(reps):  # alternate, so drift in machine speed affects both
-        times["encoderlab"] += timed(step_ours, 1, 0)
-        times["transformers"] += timed(step_hf, 1, 0)
-    tokens = batch * seq_len
+        for impl in IMPLEMENTATIONS:
+            times[impl].append(timed(steps[impl], device))
+    tokens = shape.batch * shape.seq_len
     head_fraction = getattr(objective, "mask_rate", 1.0)
-    flops_per_token = cfg.flops_per_token(seq_len, objective.causal, training=True, head_fraction=head_fraction)
-    result = {"preset": name, "objective": objective.name, "batch": batch, "seq_len": seq_len,
-              "threads": torch.get_num_threads(), "parameters": cfg.num_parameters()}
-    for who, ts in times.items():
+    flops_per_token = cfg.flops_per_token(shape.seq_len, objective.causal, training=True, head_fraction=head_fraction)
+    result = {"preset": shape.preset, "objective": objective.name, "batch": shape.batch, "seq_len": shape.seq_len,
+              "device": str(device), "threads": torch.get_num_threads(), "parameters": cfg.num_parameters()}
+    for impl, ts in times.items():
         tps = tokens / statistics.median(ts)
-        result[who] = {"tokens_per_s": round(tps), "mfu": round(tps * flops_per_token / peak, 4)}
+        result[impl] = {"tokens_per_s": round(tps), "mfu": round(tps * flops_per_token / peak, 4)}
     result["ratio"] = round(result["encoderlab"]["tokens_per_s"] / result["transformers"]["tokens_per_s"], 3)
     return result
 
 
+def _peak_memory_here(impl: str, shape: Shape, device_name: str, threads: int) -> int:
+    """Bytes: peak memory of two training steps of `impl`, counted from before its model is built."""
+    import transformers  # noqa: F401  (before the baseline: its code is no part of either implementation's memory)
+
+    device = torch.device(device_name)
+    torch.set_num_threads(threads)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    else:
+        before = _reset_peak_rss()
+    model, _, _, step = build(impl, shape, device)
+    for _ in range(2):  # the second step holds AdamW's state as well as activations and gradients
+        step()
+    if device.type == "cuda":
+        synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device) - before
+        del model, step
+        torch.cuda.empty_cache()
+        return peak
+    return _peak_rss() - before
+
+
+def _reset_peak_rss() -> int:
+    """Bytes resident now. On Linux the peak (VmHWM) is reset to it first: the imports' own peak, often higher
+    than a small model's, would otherwise hide the model's. Elsewhere the peak since the process started stays."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _proc_status_bytes("VmRSS")
+    except OSError:
+        return _maxrss()
+
+
+def _peak_rss() -> int:
+    try:
+        return _proc_status_bytes("VmHWM")
+    except OSError:
+        return _maxrss()
+
+
+def _maxrss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def _proc_status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    raise OSError(f"no {field} in /proc/self/status")
+
+
+def peak_memory(impl: str, shape: Shape, device: torch.device) -> int:
+    if device.type == "cuda":
+        return _peak_memory_here(impl, shape, str(device), torch.get_num_threads())
+    # The peak resident set size only grows: a fresh process per measurement starts from the import baseline.
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_peak_memory_here, (impl, shape, str(device), torch.get_num_threads()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--presets", nargs="+", default=["tiny", "mini"])
+    parser.add_argument("--presets", nargs="+", default=["tiny", "mini"], help="PRESET or PRESET:SEQ_LEN")
     parser.add_argument("--objectives", nargs="+", default=["mlm40", "clm"])
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--seq-len", type=int, default=512, help="for presets given without :SEQ_LEN")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    peak = bf16_peak_flops()
-    results = [bench(p, o, args.batch, args.seq_len, args.reps, args.warmup, peak)
-               for p in args.presets for o in args.objectives]
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    peak = bf16_peak_flops(device)
+    shapes = [Shape(name, o, args.batch, seq_len) for name, seq_len in
+              (parse_preset(p, args.seq_len) for p in args.presets) for o in args.objectives]
+    results = []
+    for shape in shapes:
+        result = bench(shape, args.reps, args.warmup, peak, device)
+        if not args.no_memory:
+            for impl in IMPLEMENTATIONS:
+                result[impl]["peak_memory_mib"] = round(peak_memory(impl, shape, device) / 2**20)
+        results.append(result)
     if args.json:
-        print(json.dumps({"bf16_peak_tflops": round(peak / 1e12, 3), "results": results}, indent=2))
+        print(json.dumps({"bf16_peak_tflops": round(peak / 1e12, 3), "device": str(device), "results": results},
+                         indent=2))
         return
-    print(f"bf16 matmul peak measured: {peak / 1e12:.2f} TFLOP/s, {torch.get_num_threads()} threads, "
-          f"batch {args.batch} x {args.seq_len} tokens, median of {args.reps} alternating steps")
-    print(f"{'preset':<6} {'objective':<9} {'encoderlab tok/s':>17} {'MFU':>6} {'transformers tok/s':>19} {'MFU':>6} "
-          f"{'ratio':>6}")
+    print(f"bf16 matmul peak measured: {peak / 1e12:.2f} TFLOP/s on {device}, {torch.get_num_threads()} threads, "
+          f"batch {args.batch}, median of {args.reps} alternating steps")
+    print(f"{'preset':<6} {'seq':>5} {'objective':<9} {'encoderlab tok/s':>17} {'MFU':>6} {'peak MiB':>9} "
+          f"{'transformers tok/s':>19} {'MFU':>6} {'peak MiB':>9} {'ratio':>6}")
     for r in results:
         e, h = r["encoderlab"], r["transformers"]
-        print(f"{r['preset']:<6} {r['objective']:<9} {e['tokens_per_s']:>17,} {e['mfu']:>6.1%} "
-              f"{h['tokens_per_s']:>19,} {h['mfu']:>6.1%} {r['ratio']:>6.2f}x")
+        mem = {k: f"{v['peak_memory_mib']:,}" if "peak_memory_mib" in v else "-" for k, v in (("e", e), ("h", h))}
+        print(f"{r['preset']:<6} {r['seq_len']:>5} {r['objective']:<9} {e['tokens_per_s']:>17,} {e['mfu']:>6.1%} "
+              f"{mem['e']:>9} {h['tokens_per_s']:>19,} {h['mfu']:>6.1%} {mem['h']:>9} {r['ratio']:>6.2f}x")
 
 
 if __name__ == "__main__":
