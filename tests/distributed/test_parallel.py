@@ -182,3 +182,12 @@ def test_torchrun_launch_of_the_cli(tmp_path, packed_dir):
     assert done.stdout.count("done    3 steps") == 1 and done.stdout.count("model   2 layers") == 1
     assert (tmp_path / "cli" / "checkpoints" / "step-0000003" / "dcp" / ".metadata").exists()
     assert [r["step"] for r in records(tmp_path / "cli")] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_compiled_blocks_give_the_same_losses(runs, packed_dir, tmp_path):
+    """10 to 40 s on 2 busy cores (inductor compiling the block's forward and backward, less with its cache)."""
+    Trainer(make_config(tmp_path, packed_dir, "compiled", compile=True), show_progress=False,
+            log=lambda m: None).run()
+    assert_same_records(records(tmp_path / "compiled"), records(runs / "single"))
+    assert_same_weights(tmp_path / "compiled", runs / "single")

@@ -92,11 +92,11 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases,
     if global_batch % world_size:
         raise EncoderlabError(f"the global batch of {global_batch} sequences cannot be split evenly over "
                               f"{world_size} processes: use a multiple of {world_size}")
-    if micro and world_size == 1 and global_batch % micro:
-        raise EncoderlabError(f"train.micro_batch={micro} does not divide the global batch")
-    if micro and (global_batch // world_size) % micro:
-        raise EncoderlabError(f"train.micro_batch={micro} does not divide the {global_batch // world_size} sequences "
-                              f"of each of the {world_size} processes (global batch {global_batch})")
+    per_process = global_batch // world_size
+    if micro and per_process % micro:
+        what = ("the global batch" if world_size == 1 else
+                f"the {per_process} sequences of each of the {world_size} processes (global batch {global_batch})")
+        raise EncoderlabError(f"train.micro_batch={micro} does not divide {what}")
 
 
 class Trainer:
@@ -352,8 +352,9 @@ class Trainer:
 
 def _skip(gen: torch.Generator, rows: int, seq_len: int) -> torch.Generator:
     """Advance `gen` past the MLM mask draws of `rows` windows: rank r, whose rows follow those of ranks < r in the
-    global batch, then draws the masks a single process draws for its rows (exactly on CPU, whose generator draws
-    in sequence; CUDA's counter-based generator moves on to fresh numbers instead, as random but not the same)."""
+    global batch, then draws the masks a single process draws for its rows. Exact on CPU, whose generator draws in
+    sequence, for the paper's masking (one number per token); CUDA's counter-based generator, and BERT's 80-10-10
+    corruption (three draws per token), move on to fresh numbers instead: as random, not the same."""
     if rows:
         torch.rand((rows, seq_len), generator=gen, device=gen.device)
     return gen
