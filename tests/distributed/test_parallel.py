@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import yaml
+from filelock import FileLock
 from safetensors.torch import load_file
 
 from encoderlab.config import ConfigError, validate
@@ -56,10 +57,12 @@ def _two_process_runs(rank: int, world: int, port: int, packed_dir, out_dir) -> 
     Trainer(cut, **quiet).run(stop_at=3)
     # A DDP run's checkpoint (optimizer.pt) continued under FSDP2.
     Trainer(make_config(out_dir, packed_dir, "switch", parallel="ddp", save_every=2), **quiet).run(stop_at=2)
-    if rank == 0:  # copies for the single-process resumes, taken before the two-process resume writes on
-        for copy in ("cut-resumed-plain", "cut-resumed-fsdp2"):
+    if rank == 0:  # copies for the other resumes, taken before the two-process resume writes on
+        for copy in ("cut-resumed-plain", "cut-resumed-fsdp2", "cut-resumed-ddp"):
             shutil.copytree(out_dir / "cut", out_dir / copy)
     Trainer(cut, resume=True, **quiet).run()
+    Trainer(make_config(out_dir, packed_dir, "cut-resumed-ddp", parallel="ddp", save_every=2), resume=True,
+            **quiet).run()
     Trainer(make_config(out_dir, packed_dir, "switch", parallel="fsdp2", save_every=2), resume=True, **quiet).run()
 
 
@@ -71,8 +74,22 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, packed_dir):
-    """The run folders: two-process runs from the spawned workers, single-process ones from here."""
-    out = tmp_path_factory.mktemp("parallel")
+    """The run folders: two-process runs from the spawned workers, single-process ones from here. Under xdist the
+    workers share them (a lock and a folder beside theirs): the processes are spawned once, not once per worker."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out = shared / "parallel-runs"
+    with FileLock(str(shared / "parallel-runs.lock")):
+        if not (out / "complete").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            _train_all(out, packed_dir)
+            (out / "complete").touch()
+    return out
+
+
+def _train_all(out, packed_dir) -> None:
     mp.spawn(_two_process_runs, args=(2, _free_port(), packed_dir, out), nprocs=2, join=True)
     before = torch.get_num_threads()
     try:
@@ -84,7 +101,6 @@ def runs(tmp_path_factory, packed_dir):
                 show_progress=False, log=lambda m: None).run()
     finally:
         torch.set_num_threads(before)
-    return out
 
 
 def records(run_dir) -> list[dict]:
@@ -139,9 +155,10 @@ def test_fsdp2_checkpoint_holds_shards_and_consolidated_weights(runs):
     assert model.lm_head.weight is model.model.embed_tokens.weight and tok.vocab_size == cfg.vocab_size
 
 
-@pytest.mark.parametrize("name", ["cut", "cut-resumed-plain", "cut-resumed-fsdp2", "switch"])
+@pytest.mark.parametrize("name", ["cut", "cut-resumed-plain", "cut-resumed-fsdp2", "cut-resumed-ddp", "switch"])
 def test_resume_in_one_or_two_processes_equals_no_interruption(runs, name):
-    # cut: 2 processes -> 2; cut-resumed-*: 2 -> 1 (plain, or FSDP2 in a group of one); switch: DDP -> FSDP2.
+    # From FSDP2 on 2 processes, cut: to FSDP2 on 2; cut-resumed-plain / -fsdp2: to 1 process (plain, or FSDP2 in a
+    # group of one); cut-resumed-ddp: to DDP on 2. switch: from DDP to FSDP2, on 2 processes.
     assert checkpoint.load_state(runs / name / "checkpoints" / "step-0000002")["step"] == 2
     assert_same_records(records(runs / name), records(runs / "single"))
     assert_same_weights(runs / name, runs / "single")
