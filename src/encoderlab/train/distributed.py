@@ -127,13 +127,14 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     """Apply the trainer's speed switches and wrap for data parallelism, in the order that composes (torchtitan's):
     activation checkpointing inside compile inside FSDP2/DDP. Parameter names never change, so checkpoints of every
     combination load into every other."""
-    for block in model.model.layers:
-        forward = block.forward
-        if train.activation_checkpointing:
-            forward = _recomputed(forward)
-        if train.compile:
-            forward = torch.compile(forward)
-        block.forward = forward  # an instance attribute: nn.Module.__call__ and the hooks of FSDP2 run around it
+    if train.activation_checkpointing or train.compile:
+        for block in model.model.layers:
+            forward = block.forward
+            if train.activation_checkpointing:
+                forward = _recomputed(forward)
+            if train.compile:
+                forward = torch.compile(forward)
+            block.forward = forward  # an instance attribute: nn.Module.__call__ and FSDP2's hooks run around it
     if train.parallel == "ddp":
         return DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     if train.parallel == "fsdp2":
