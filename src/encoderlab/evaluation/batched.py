@@ -20,7 +20,12 @@ Memory. The K runs are split into groups that fit a budget (a fraction of free a
 RAM): per run the fp32 weights, gradients and two AdamW moments, plus activations for a full-length batch.
 
 Not batched: evaluation (each run's weights are loaded into one backbone and scored with `task.evaluate`, as
-`finetune` does), which is a small part of a run.
+`finetune` does), which is a small part of a run. A record's `seconds` is its share of its group's training time
+plus its own evaluation.
+
+Equality with `finetune`: the same arithmetic in another order (padding, batched products, SDPA's math form on CPU),
+so float rounding differs: ~1e-6 relative in fp32 losses (tests/unit/test_batched.py), and under bf16 autocast as
+much as switching the sequential engine's attention kernel does (1e-4..1e-2 on the test tasks).
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from contextlib import nullcontext
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
+from torch.optim.adamw import adamw
 
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation.finetune import lr_factor, planned_steps
@@ -102,7 +108,9 @@ class Group:
         self.decay = {n: template.get_parameter(n).ndim >= 2 for n in names}  # finetune's weight-decay groups
         self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
-        self.lrs = torch.tensor([lr for lr, _ in self.runs], dtype=torch.float64)
+        count = {decay: sum(d == decay for d in self.decay.values()) for decay in (True, False)}
+        self.steps = [{decay: [torch.zeros((), device=device) for _ in range(count[decay])] for decay in count}
+                      for _ in self.runs]  # the fused kernel's per-tensor step counters, per run
         self.curves: list[list[list[float]]] = [[] for _ in self.runs]
         self.windows: list[list[Tensor]] = [[] for _ in self.runs]
         self.finished: dict[int, dict] = {}  # original run index -> failed record body
@@ -168,8 +176,7 @@ class Group:
             if not self.alive:
                 return failed
         self._clip(grads)
-        factor = lr_factor(self.step_no, self.total, self.protocol)
-        self._adamw(grads, (self.lrs * factor).to(self.device, torch.float32))
+        self._adamw(grads, lr_factor(self.step_no, self.total, self.protocol))
         self.step_no += 1
         self._record_losses(losses)
         return failed
@@ -207,7 +214,6 @@ class Group:
         for d in (self.params, self.exp_avg, self.exp_avg_sq):
             for n in d:
                 d[n] = d[n].index_select(0, where)
-        self.lrs = self.lrs[keep]
         self.alive = [self.alive[k] for k in keep]
 
     def _clip(self, grads: dict[str, Tensor]) -> None:
@@ -219,21 +225,21 @@ class Group:
         for g in grads.values():
             g.mul_(coef.view(K, *([1] * (g.ndim - 1))).to(g.dtype))
 
-    def _adamw(self, grads: dict[str, Tensor], lr: Tensor) -> None:
-        """torch.optim.AdamW's update with a per-run LR; weight decay (decoupled) only on >=2-D weights."""
+    def _adamw(self, grads: dict[str, Tensor], factor: float) -> None:
+        """Each run's AdamW step by torch's own fused kernel (finetune's optimizer), on its slices of the stacks.
+
+        Per-run calls, because the kernel takes one LR; each is one multi-tensor pass, so K of them cost little
+        more than one. Weight decay goes to >=2-D weights only, as finetune groups them."""
         o = self.protocol.optim
-        beta1, beta2 = o.betas
-        t = self.step_no + 1
-        step_size = lr / (1 - beta1**t)  # (K,)
-        bias2_sqrt = math.sqrt(1 - beta2**t)
-        for n, p in self.params.items():
-            shape = (len(lr), *([1] * (p.ndim - 1)))
-            g, m, v = grads[n], self.exp_avg[n], self.exp_avg_sq[n]
-            if self.decay[n] and o.weight_decay:
-                p.mul_((1 - lr * o.weight_decay).view(shape))
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            p.sub_(step_size.view(shape) * m / (v.sqrt() / bias2_sqrt + o.eps))
+        for k, i in enumerate(self.alive):
+            for decay in (True, False):
+                names = [n for n in self.params if self.decay[n] == decay]
+                adamw(
+                    [self.params[n][k] for n in names], [grads[n][k] for n in names],
+                    [self.exp_avg[n][k] for n in names], [self.exp_avg_sq[n][k] for n in names], [],
+                    self.steps[i][decay], fused=True, amsgrad=False, beta1=o.betas[0], beta2=o.betas[1],
+                    lr=self.runs[i][0] * factor, weight_decay=o.weight_decay if decay else 0.0, eps=o.eps,
+                    maximize=False)
 
     def _record_losses(self, losses: Tensor) -> None:
         losses = losses.detach().cpu()
