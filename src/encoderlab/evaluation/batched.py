@@ -50,7 +50,9 @@ from encoderlab.model.transformer import Transformer
 
 ENGINES = ("auto", "sequential", "batched")
 PAD_VALUES = {"labels": -100}  # every other batch tensor pads with 0 (token id, mask "absent", span "not allowed")
-CALL_OVERHEAD_TOKENS = {"cuda": 4096, "cpu": 64}  # see the module docstring; measured order of magnitude, not tuned
+# A call's fixed cost in tokens of work (module docstring). CPU: ~10 ms of dispatch per forward and backward
+# against ~0.2 ms per token of the tiny preset, measured here; CUDA: an estimate for launch-bound small models.
+CALL_OVERHEAD_TOKENS = {"cuda": 4096, "cpu": 64}
 MEMORY_FRACTION = {"cuda": 0.8, "cpu": 0.5}
 
 
@@ -93,6 +95,11 @@ class Group:
         self.module = template
         self.buffers = {f"head.{n}": b.to(device) for n, b in heads[0].named_buffers()}  # constants, not stacked
         names = [n for n, _ in template.named_parameters()]
+        expected = {n[len("backbone."):] for n in names if n.startswith("backbone.")}
+        if set(weights) != expected:
+            missing, unexpected = sorted(expected - set(weights))[:5], sorted(set(weights) - expected)[:5]
+            raise EncoderlabError(f"backbone weights do not fit the model config: missing {missing}, "
+                                  f"unexpected {unexpected}")
         K = len(self.runs)
         self.params: dict[str, Tensor] = {}
         for name in names:
@@ -102,9 +109,6 @@ class Group:
             else:
                 key = name[len("head."):]
                 self.params[name] = torch.stack([dict(h.named_parameters())[key].detach() for h in heads]).to(device)
-        missing = set(weights) - {n[len("backbone."):] for n in names if n.startswith("backbone.")}
-        if missing:
-            raise EncoderlabError(f"checkpoint weights not in the backbone: {sorted(missing)[:5]}")
         self.decay = {n: template.get_parameter(n).ndim >= 2 for n in names}  # finetune's weight-decay groups
         self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
         self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
@@ -155,53 +159,41 @@ class Group:
         if batches is None:
             batches = {s: self._next_batch(s) for s in dict.fromkeys(seeds)}
         blocks = [([k for k, s in enumerate(seeds) if s == seed], batch) for seed, batch in batches.items()]
-        calls = plan_calls(blocks, self.call_overhead)
-        K = len(self.alive)
-        losses = torch.empty(K, device=self.device)
-        grads = self._run_calls(calls, losses, K)
+        outputs = []  # (stack indices, their gradients (len(idx), ...), their losses)
+        losses = torch.empty(len(self.alive), device=self.device)
+        for idx, batch in plan_calls(blocks, self.call_overhead):
+            grads, value = self._call(self._select(idx), batch)
+            losses[idx] = value.float()
+            outputs.append((idx, grads))
         finite = torch.isfinite(losses).tolist()
-        failed = []
-        if not all(finite):
-            for k in [k for k, ok in enumerate(finite) if not ok]:
-                i = self.alive[k]
-                lr, seed = self.runs[i]
-                failed.append(i)
-                self.finished[i] = _failed(f"training loss became {float(losses[k])} at step {self.step_no + 1} of "
-                                           f"{self.total}", lr, seed, self.step_no, self.curves[i],
-                                           (time.perf_counter() - self.started) / len(self.runs))
-            keep = [k for k, ok in enumerate(finite) if ok]
-            self._compact(keep)
-            grads = {n: g[keep] for n, g in grads.items()}
-            losses = losses[keep]
-            if not self.alive:
-                return failed
-        self._clip(grads)
-        self._adamw(grads, lr_factor(self.step_no, self.total, self.protocol))
-        self.step_no += 1
-        self._record_losses(losses)
+        failed = [self.alive[k] for k, ok in enumerate(finite) if not ok]
+        for k in [k for k, ok in enumerate(finite) if not ok]:  # finetune's check, before the update
+            i = self.alive[k]
+            self.finished[i] = _failed(f"training loss became {float(losses[k])} at step {self.step_no + 1} of "
+                                       f"{self.total}", *self.runs[i], self.step_no, self.curves[i],
+                                       (time.perf_counter() - self.started) / len(self.runs))
+        factor = lr_factor(self.step_no, self.total, self.protocol)
+        for idx, grads in outputs:
+            self._clip(grads)
+            for j, k in enumerate(idx):
+                if finite[k]:
+                    self._adamw(k, {n: g[j] for n, g in grads.items()}, factor)
+        if failed:
+            self._compact([k for k, ok in enumerate(finite) if ok])  # frozen for good, and cost nothing more
+            losses = losses[torch.tensor(finite, device=self.device)]
+        if self.alive:
+            self.step_no += 1
+            self._record_losses(losses)
         return failed
 
-    def _run_calls(self, calls: list[tuple[list[int], dict[str, Tensor]]], losses: Tensor, K: int) -> dict:
-        if len(calls) == 1 and calls[0][0] == list(range(K)):
-            grads, value = self._call(self.params, calls[0][1])
-            losses.copy_(value)
-            return grads
-        grads = {n: torch.empty_like(p) for n, p in self.params.items()}
-        for idx, batch in calls:
-            span = slice(idx[0], idx[-1] + 1) if idx == list(range(idx[0], idx[-1] + 1)) else None
-            if span is not None:
-                sub = {n: p[span] for n, p in self.params.items()}  # views: no copy of the weights
-            else:
-                where = torch.tensor(idx, device=self.device)
-                sub = {n: p.index_select(0, where) for n, p in self.params.items()}
-            g, value = self._call(sub, batch)
-            for n in grads:
-                if span is not None:
-                    grads[n][span] = g[n]
-                else:
-                    grads[n].index_copy_(0, where, g[n])
-            losses[idx] = value
-        return grads
+    def _select(self, idx: list[int]) -> dict[str, Tensor]:
+        """The stacked weights of some live runs: views when they are consecutive, else a copy (forward only)."""
+        if idx == list(range(idx[0], idx[-1] + 1)):
+            if len(idx) == len(self.alive):
+                return self.params
+            return {n: p[idx[0] : idx[-1] + 1] for n, p in self.params.items()}
+        where = torch.tensor(idx, device=self.device)
+        return {n: p.index_select(0, where) for n, p in self.params.items()}
 
     def _call(self, params: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
@@ -209,7 +201,6 @@ class Group:
             return self._grad(params, self.buffers, batch)
 
     def _compact(self, keep: list[int]) -> None:
-        """Drop failed runs from every stack: they are frozen for good, and cost nothing more."""
         where = torch.tensor(keep, device=self.device)
         for d in (self.params, self.exp_avg, self.exp_avg_sq):
             for n in d:
@@ -219,27 +210,26 @@ class Group:
     def _clip(self, grads: dict[str, Tensor]) -> None:
         """Per-run global-norm clipping, as torch.nn.utils.clip_grad_norm_ does for one run (coefficient <= 1)."""
         clip = self.protocol.optim.grad_clip if self.protocol.optim.grad_clip > 0 else math.inf
-        K = len(self.alive)
+        K = next(iter(grads.values())).shape[0]
         sq = torch.stack([g.reshape(K, -1).float().pow(2).sum(1) for g in grads.values()]).sum(0)  # (K,)
         coef = (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
         for g in grads.values():
             g.mul_(coef.view(K, *([1] * (g.ndim - 1))).to(g.dtype))
 
-    def _adamw(self, grads: dict[str, Tensor], factor: float) -> None:
-        """Each run's AdamW step by torch's own fused kernel (finetune's optimizer), on its slices of the stacks.
+    def _adamw(self, k: int, grads: dict[str, Tensor], factor: float) -> None:
+        """Run k's AdamW step by torch's own fused kernel (finetune's optimizer) on its slices of the stacks.
 
-        Per-run calls, because the kernel takes one LR; each is one multi-tensor pass, so K of them cost little
+        One call per run, because the kernel takes one LR; each is one multi-tensor pass, so K of them cost little
         more than one. Weight decay goes to >=2-D weights only, as finetune groups them."""
         o = self.protocol.optim
-        for k, i in enumerate(self.alive):
-            for decay in (True, False):
-                names = [n for n in self.params if self.decay[n] == decay]
-                adamw(
-                    [self.params[n][k] for n in names], [grads[n][k] for n in names],
-                    [self.exp_avg[n][k] for n in names], [self.exp_avg_sq[n][k] for n in names], [],
-                    self.steps[i][decay], fused=True, amsgrad=False, beta1=o.betas[0], beta2=o.betas[1],
-                    lr=self.runs[i][0] * factor, weight_decay=o.weight_decay if decay else 0.0, eps=o.eps,
-                    maximize=False)
+        i = self.alive[k]
+        for decay in (True, False):
+            names = [n for n in self.params if self.decay[n] == decay]
+            adamw([self.params[n][k] for n in names], [grads[n] for n in names],
+                  [self.exp_avg[n][k] for n in names], [self.exp_avg_sq[n][k] for n in names], [],
+                  self.steps[i][decay], fused=True, amsgrad=False, beta1=o.betas[0], beta2=o.betas[1],
+                  lr=self.runs[i][0] * factor, weight_decay=o.weight_decay if decay else 0.0, eps=o.eps,
+                  maximize=False)
 
     def _record_losses(self, losses: Tensor) -> None:
         losses = losses.detach().cpu()
@@ -308,6 +298,10 @@ def plan_calls(blocks: list[tuple[list[int], dict[str, Tensor]]],
     for _, b in blocks:
         if sorted(b) != keys:
             raise ValueError(f"batches of one task differ in keys: {keys} vs {sorted(b)}")
+        odd = [k for k, v in b.items() if not torch.is_tensor(v)]
+        if odd:
+            raise EncoderlabError(f"the batched engine stacks batches of tensors only; {odd} are not tensors "
+                                  "(use the sequential engine for this task)")
     shapes = [{k: tuple(b[k].shape) for k in keys} for _, b in blocks]
     order = sorted(range(len(blocks)), key=lambda j: (shapes[j][keys[0]][0], _tokens(shapes[j])))
 
@@ -351,19 +345,34 @@ def plan_calls(blocks: list[tuple[list[int], dict[str, Tensor]]],
 # ------------------------------------------------------------------------------------------------ groups and runs
 
 
-def run_bytes(model_cfg: ModelConfig, protocol: Protocol, family: str, device: torch.device) -> int:
+def run_bytes(model_cfg: ModelConfig, protocol: Protocol, family: str, device: torch.device,
+              longest: int | None = None) -> int:
     """A generous estimate of one run's memory in a group: fp32 weights, gradients and AdamW moments (plus bf16
-    copies under autocast), and the activations of a full-length batch kept for the backward pass."""
+    copies under autocast), and the activations of a batch of the longest training sequence (`longest`, else the
+    protocol's length) kept for the backward pass."""
     n = model_cfg.num_parameters() - (0 if model_cfg.tie_word_embeddings else model_cfg.vocab_size
                                       * model_cfg.hidden_size)  # the backbone: no LM head
     state = n * (16 + (2 if protocol.dtype == "bf16" else 0))
-    T = protocol.length_for(family)
+    T = protocol.length_for(family) if longest is None else min(longest, protocol.length_for(family))
     tokens = protocol.batch_size * T * (2 if family == "retrieval" else 1)
     act = 2 if protocol.dtype == "bf16" else 4
     per_token_layer = (16 * model_cfg.hidden_size + 4 * model_cfg.intermediate_size) * act
     if device.type == "cpu":  # the math attention keeps scores and probabilities: (H, T) per token, fp32
         per_token_layer += 2 * model_cfg.num_attention_heads * T * 4
     return state + tokens * model_cfg.num_hidden_layers * per_token_layer
+
+
+def longest_train_sequence(task: EvalTask) -> int | None:
+    """The longest tokenised training example of list-based tasks (classification, tokens); None for others."""
+    ids = getattr(task, "ids", None)
+    return max((len(x) for x in ids["train"]), default=None) if isinstance(ids, dict) and ids.get("train") else None
+
+
+def group_size(task: EvalTask, model_cfg: ModelConfig, protocol: Protocol, device: torch.device,
+               budget: int | None = None) -> int:
+    """How many runs of this task fit in memory together (at least one)."""
+    need = run_bytes(model_cfg, protocol, task.family, device, longest_train_sequence(task))
+    return max(1, (budget or memory_budget(device)) // need)
 
 
 def memory_budget(device: torch.device) -> int:
@@ -393,7 +402,7 @@ def finetune_grid(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Ten
     """Train and score the (lr, seed) runs of one task, a memory-sized group at a time; yields finetune-format
     record bodies as each group finishes. `skip(lr, seed)` is asked before each group (another sweep may have
     recorded a run meanwhile). Progress (step, ETA) goes to `log` every tenth of a group's steps."""
-    size = max(1, (budget or memory_budget(device)) // run_bytes(model_cfg, protocol, task.family, device))
+    size = group_size(task, model_cfg, protocol, device, budget)
     size = min(size, max_group or size)
     groups = split_groups(runs, size)
     for g, members in enumerate(groups):
@@ -434,7 +443,7 @@ def choose_engine(requested: str, task: EvalTask, model_cfg: ModelConfig, weight
         return "batched"
     if device.type != "cpu" or planned_steps(task, protocol) < PROBE_MIN_STEPS:
         return "sequential"
-    size = min(len(runs), max(1, memory_budget(device) // run_bytes(model_cfg, protocol, task.family, device)))
+    size = min(len(runs), group_size(task, model_cfg, protocol, device))
     group = split_groups(runs, size)[0]
     key = (task.name, model_cfg.model_dump_json(), protocol.model_dump_json(), len(group), torch.get_num_threads())
     if key not in _probed:
