@@ -172,3 +172,30 @@ def test_calls_split_where_padding_costs_more_than_a_call():
     (batch,) = [b for idx, b in calls if idx == [0, 1, 2, 3]]
     assert batch["input_ids"].shape == (4, 4, 11) and (batch["labels"][:2, :, 10] == -100).all()
     assert [idx for idx, _ in batched.plan_calls(blocks[:3], overhead=10**9)] == [[0, 1, 2, 3, 4, 5]]
+
+
+def test_auto_engine_batches_on_cuda_and_measures_on_a_cpu(tok, monkeypatch):
+    task, cfg, weights, protocol = setup("classification", tok)
+    runs = [(1e-3, 0), (3e-3, 0)]
+
+    def choose(requested, runs=runs, device=CPU, **over):
+        return batched.choose_engine(requested, task, cfg, weights, runs, protocol.model_copy(update=over), device)
+
+    assert choose("sequential") == "sequential" and choose("batched") == "batched"
+    assert choose("auto", device=torch.device("cuda")) == "batched"
+    assert choose("auto", runs=runs[:1], device=torch.device("cuda")) == "sequential"  # nothing to batch
+    assert choose("auto") == "sequential"  # 8 steps: a probe would cost more than batching could save
+    monkeypatch.setattr(batched, "planned_steps", lambda task, protocol: 1000)
+    for measured, chosen in ((2.0, "batched"), (1.05, "sequential")):
+        monkeypatch.setattr(batched, "_probed", {})  # the probe is remembered per task, model and protocol
+        monkeypatch.setattr(batched, "probe_speedup", lambda *a, measured=measured: measured)
+        assert choose("auto") == chosen
+    with pytest.raises(batched.EncoderlabError, match="engine 'fast' is not one of auto, sequential, batched"):
+        choose("fast")
+
+
+def test_the_probe_times_both_engines_without_training_any_run(tok):
+    task, cfg, weights, protocol = setup("classification", tok)
+    before = {k: v.clone() for k, v in weights.items()}
+    assert batched.probe_speedup(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU) > 0
+    assert all(torch.equal(before[k], weights[k]) for k in weights)

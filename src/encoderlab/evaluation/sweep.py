@@ -108,8 +108,9 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
                     save(task, body)
                     k += 1
                     progress(k, f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
-                k = first + len(runs)  # runs another sweep recorded meanwhile were skipped, not trained
-                progress(k, f"{task.name} done")
+                if k < first + len(runs):  # runs another sweep recorded meanwhile were skipped, not trained
+                    k = first + len(runs)
+                    progress(k, f"{task.name}: the other runs recorded by another sweep")
                 continue
             for lr, seed in runs:
                 k += 1
