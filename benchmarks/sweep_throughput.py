@@ -186,7 +186,8 @@ def main(argv=None) -> None:
             (task,) = prepare_tasks([spec], tokenizer, protocol, cache_dir=None, log=lambda m: None)
             data = write_hf_data(task, work / "data" / task.name)
             row = {"task": task.name, "family": task.family}
-            for engine in args.engines:  # the sides take turns per task, so drift in machine speed hits all
+            order = args.engines if len(rows) % 2 == 0 else args.engines[::-1]  # neither engine always goes first
+            for engine in order:  # the sides take turns per task, so drift in machine speed hits all
                 row[engine] = time_encoderlab(args, spec, protocol, work, engine)
                 print(f"  {task.name}: encoderlab {engine}: {row[engine]}", flush=True)
             row["transformers"] = time_transformers(args, protocol, task.family, export, data)
