@@ -182,7 +182,9 @@ def test_auto_engine_batches_on_cuda_and_measures_on_a_cpu(tok, monkeypatch):
         return batched.choose_engine(requested, task, cfg, weights, runs, protocol.model_copy(update=over), device)
 
     assert choose("sequential") == "sequential" and choose("batched") == "batched"
-    assert choose("auto", device=torch.device("cuda")) == "batched"
+    for problem, chosen in ((None, "batched"), ("NotImplementedError: no batching rule", "sequential")):
+        monkeypatch.setattr(batched, "batched_step_fails", lambda *a, problem=problem: problem)
+        assert choose("auto", device=torch.device("cuda")) == chosen
     assert choose("auto", runs=runs[:1], device=torch.device("cuda")) == "sequential"  # nothing to batch
     assert choose("auto") == "sequential"  # 8 steps: a probe would cost more than batching could save
     monkeypatch.setattr(batched, "planned_steps", lambda task, protocol: 1000)
@@ -194,8 +196,15 @@ def test_auto_engine_batches_on_cuda_and_measures_on_a_cpu(tok, monkeypatch):
         choose("fast")
 
 
-def test_the_probe_times_both_engines_without_training_any_run(tok):
+def test_the_probe_and_the_trial_step_train_no_run(tok, monkeypatch):
     task, cfg, weights, protocol = setup("classification", tok)
     before = {k: v.clone() for k, v in weights.items()}
     assert batched.probe_speedup(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU) > 0
+    assert batched.batched_step_fails(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU) is None
     assert all(torch.equal(before[k], weights[k]) for k in weights)
+
+    def unbatchable(*args, **kwargs):
+        raise NotImplementedError("Batching rule not implemented for aten::something")
+
+    monkeypatch.setattr(batched.Group, "step", unbatchable)
+    assert "aten::something" in batched.batched_step_fails(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU)

@@ -432,7 +432,8 @@ def choose_engine(requested: str, task: EvalTask, model_cfg: ModelConfig, weight
                   runs: list[tuple[float, int]], protocol: Protocol, device: torch.device,
                   log: Callable[[str], None] = lambda m: None) -> str:
     """"sequential" or "batched" for the runs of one task. "auto": batched on CUDA (one small run leaves most of
-    the GPU idle); on a CPU, which one small run already keeps busy, whichever a short probe measures faster."""
+    the GPU idle) once one batched step of two runs has worked there; on a CPU, which one small run already keeps
+    busy, whichever a short probe measures faster."""
     if requested not in ENGINES:
         raise EncoderlabError(f"engine {requested!r} is not one of {', '.join(ENGINES)}")
     if requested != "auto":
@@ -440,7 +441,10 @@ def choose_engine(requested: str, task: EvalTask, model_cfg: ModelConfig, weight
     if len(runs) < 2:
         return "sequential"
     if device.type == "cuda":
-        return "batched"
+        problem = batched_step_fails(task, model_cfg, weights, runs[:2], protocol, device)
+        if problem:
+            log(f"{task.name}: the batched engine failed a trial step on {device} ({problem}); runs go sequentially")
+        return "sequential" if problem else "batched"
     if device.type != "cpu" or planned_steps(task, protocol) < PROBE_MIN_STEPS:
         return "sequential"
     size = min(len(runs), group_size(task, model_cfg, protocol, device))
@@ -452,6 +456,21 @@ def choose_engine(requested: str, task: EvalTask, model_cfg: ModelConfig, weight
     chosen = "batched" if speedup >= PROBE_MARGIN else "sequential"
     log(f"{task.name}: {len(group)} runs batched measured {speedup:.2f}x the speed of sequential runs here: {chosen}")
     return chosen
+
+
+def batched_step_fails(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor],
+                       runs: list[tuple[float, int]], protocol: Protocol, device: torch.device) -> str | None:
+    """Why one batched step of these runs fails on this device (an operation vmap cannot batch there), or None.
+
+    A trial on throwaway copies: `auto` must never make a sweep fail that the sequential engine would finish."""
+    try:
+        Group(task, model_cfg, weights, runs, protocol, device).step()
+    except (RuntimeError, NotImplementedError) as e:
+        return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return None
 
 
 def probe_speedup(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], runs: list[tuple[float, int]],
@@ -467,7 +486,8 @@ def probe_speedup(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Ten
     sequential(batches[runs[0][1]])
     seconds_sequential = 0.0
     for seed, batch in batches.items():
-        seconds_sequential += counts[seed] * _timed(lambda b=batch: sequential(b), device)
+        seconds_sequential += counts[seed] * _timed(lambda b=batch, step=sequential: step(b), device)
+    del sequential  # its memory goes back before the group takes its share
     group = Group(task, model_cfg, weights, runs, protocol, device)
     group.step(batches)
     seconds_batched = _timed(lambda: group.step(batches), device)
