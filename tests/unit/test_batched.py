@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.evaluation import batched
+from encoderlab.evaluation import batched, engines
 from encoderlab.evaluation.finetune import finetune
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.classification import ClassificationTask
@@ -179,32 +179,32 @@ def test_auto_engine_batches_on_cuda_and_measures_on_a_cpu(tok, monkeypatch):
     runs = [(1e-3, 0), (3e-3, 0)]
 
     def choose(requested, runs=runs, device=CPU, **over):
-        return batched.choose_engine(requested, task, cfg, weights, runs, protocol.model_copy(update=over), device)
+        return engines.choose_engine(requested, task, cfg, weights, runs, protocol.model_copy(update=over), device)
 
     assert choose("sequential") == "sequential" and choose("batched") == "batched"
     for problem, chosen in ((None, "batched"), ("NotImplementedError: no batching rule", "sequential")):
-        monkeypatch.setattr(batched, "batched_step_fails", lambda *a, problem=problem: problem)
+        monkeypatch.setattr(engines, "batched_step_fails", lambda *a, problem=problem: problem)
         assert choose("auto", device=torch.device("cuda")) == chosen
     assert choose("auto", runs=runs[:1], device=torch.device("cuda")) == "sequential"  # nothing to batch
     assert choose("auto") == "sequential"  # 8 steps: a probe would cost more than batching could save
-    monkeypatch.setattr(batched, "planned_steps", lambda task, protocol: 1000)
+    monkeypatch.setattr(engines, "planned_steps", lambda task, protocol: 1000)
     for measured, chosen in ((2.0, "batched"), (1.05, "sequential")):
-        monkeypatch.setattr(batched, "_probed", {})  # the probe is remembered per task, model and protocol
-        monkeypatch.setattr(batched, "probe_speedup", lambda *a, measured=measured: measured)
+        monkeypatch.setattr(engines, "_probed", {})  # the probe is remembered per task, model and protocol
+        monkeypatch.setattr(engines, "probe_speedup", lambda *a, measured=measured: measured)
         assert choose("auto") == chosen
-    with pytest.raises(batched.EncoderlabError, match="engine 'fast' is not one of auto, sequential, batched"):
+    with pytest.raises(engines.EncoderlabError, match="engine 'fast' is not one of auto, sequential, batched"):
         choose("fast")
 
 
 def test_the_probe_and_the_trial_step_train_no_run(tok, monkeypatch):
     task, cfg, weights, protocol = setup("classification", tok)
     before = {k: v.clone() for k, v in weights.items()}
-    assert batched.probe_speedup(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU) > 0
-    assert batched.batched_step_fails(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU) is None
+    assert engines.probe_speedup(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU) > 0
+    assert engines.batched_step_fails(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU) is None
     assert all(torch.equal(before[k], weights[k]) for k in weights)
 
     def unbatchable(*args, **kwargs):
         raise NotImplementedError("Batching rule not implemented for aten::something")
 
     monkeypatch.setattr(batched.Group, "step", unbatchable)
-    assert "aten::something" in batched.batched_step_fails(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU)
+    assert "aten::something" in engines.batched_step_fails(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU)

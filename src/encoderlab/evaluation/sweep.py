@@ -16,7 +16,8 @@ import torch
 from encoderlab.data.atomic import write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation import records
-from encoderlab.evaluation.batched import ENGINES, choose_engine, finetune_grid
+from encoderlab.evaluation.batched import finetune_grid
+from encoderlab.evaluation.engines import ENGINES, choose_engine
 from encoderlab.evaluation.finetune import backbone_state, finetune, planned_steps
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.protocol import Protocol
