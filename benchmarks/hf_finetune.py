@@ -320,10 +320,11 @@ def main() -> None:
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from transformers import AutoTokenizer, TrainingArguments
+    from transformers import AutoTokenizer, TrainingArguments, set_seed
     from transformers.utils import logging
 
     logging.set_verbosity_error()
+    set_seed(args.seed)  # before the model is built, so that the seed decides the new head (as run_glue.py does)
     meta = json.loads((args.data / "task.json").read_text())
     tok = AutoTokenizer.from_pretrained(args.model)
     with tempfile.TemporaryDirectory() as scratch:

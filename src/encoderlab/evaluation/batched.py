@@ -161,7 +161,7 @@ class Group:
         if batches is None:
             batches = {s: self._next_batch(s) for s in dict.fromkeys(seeds)}
         blocks = [([k for k, s in enumerate(seeds) if s == seed], batch) for seed, batch in batches.items()]
-        outputs = []  # (stack indices, their gradients (len(idx), ...), their losses)
+        outputs = []  # (stack indices, their gradients (len(idx), ...)) per call
         losses = torch.empty(len(self.alive), device=self.device)
         for idx, batch in plan_calls(blocks, self.call_overhead):
             grads, value = self._call(self._select(idx), batch)
