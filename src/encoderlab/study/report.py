@@ -5,7 +5,7 @@ import csv
 import math
 from pathlib import Path
 
-from encoderlab.study.results import CATEGORIES, StudyResults, compare, verdict
+from encoderlab.study.results import CATEGORIES, StudyResults, category_scores, compare, verdict
 
 
 def _fmt(x: float | None, ci: float | None = None) -> str:
@@ -98,10 +98,16 @@ class Report:
         rows = []
         for ax, cat in zip(axes[0], cats):
             for model in models:
-                points = sorted((e["step"], self.res.categories[lb][cat])
-                                for lb, e in self.res.evaluations.items()
-                                if e["model"] == model and e["kind"] in ("intermediate", "final")
-                                and cat in self.res.categories.get(lb, {}))
+                labels = [lb for lb, e in self.res.evaluations.items()
+                          if e["model"] == model and e["kind"] in ("intermediate", "final")]
+                # the same datasets at every point: finals may have more tasks than intermediates
+                common = set.intersection(*(set(self.res.tasks.get(lb, {})) for lb in labels)) if labels else set()
+                points = []
+                for lb in labels:
+                    scores = category_scores({t: s for t, s in self.res.tasks[lb].items() if t in common})
+                    if cat in scores:
+                        points.append((self.res.evaluations[lb]["step"], scores[cat]))
+                points.sort(key=lambda p: p[0])
                 if not points:
                     continue
                 xs = [p[0] for p in points]
@@ -114,7 +120,7 @@ class Report:
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("score (mean ± 95% CI over seeds)")
         axes[0][-1].legend(fontsize=7)
-        fig.suptitle("Data efficiency: fine-tuned score of intermediate checkpoints")
+        fig.suptitle("Data efficiency: fine-tuned score vs pretraining steps (datasets evaluated at every step)")
         fig.tight_layout()
         fig.savefig(self.out / "data_efficiency.png", dpi=110)
         plt.close(fig)

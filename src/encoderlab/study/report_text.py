@@ -130,7 +130,8 @@ def compose(report, compare, verdict) -> str:
              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{res.root}`. "
              f"{len(res.runs)} pretrained models, {len(res.evaluations)} evaluated checkpoints, {done} fine-tuning "
              f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
-             f"{proto['max_steps']} steps).\n",
+             f"{proto['max_steps']} steps). The full-budget models saw {_tokens(plan):,} pretraining tokens each: "
+             "read every verdict below at that scale.\n",
              findings(report, compare, verdict),
              "## Category scores per model (PAPER.md Tables 2-5 layout)\n",
              report.category_table(finals, "categories", "Final models and the random-init baseline"),
@@ -167,6 +168,10 @@ def compose(report, compare, verdict) -> str:
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
                  "Plan (steps and FLOPs): " + _plan_line(plan) + "\n")
     return "\n".join(parts)
+
+
+def _tokens(plan: dict) -> int:
+    return max((r["steps"] * r["tokens_per_step"] for r in plan["runs"] if r["init"] is None), default=0)
 
 
 def _share_name(label: str, shares: dict) -> str:

@@ -57,7 +57,8 @@ def task_scores(recs: list[dict]) -> TaskScore:
     centre = sum(tests) / len(tests)
     per_lr = [sum(r["scores"]["test"]["score"] for r in g) / len(g) for g in by_lr.values()]
     return TaskScore(first["task"], cat, first["metric"], best, mean, half if half == half else None, val[best], base,
-                     by_seed, [t - centre for t in tests], std(list(by_seed.values())), std(per_lr), len(recs),
+                     by_seed, [t - centre for t in tests], std(list(by_seed.values())) if len(by_seed) > 1 else None,
+                     std(per_lr) if len(per_lr) > 1 else None, len(recs),
                      len(recs) - len(ok))
 
 
