@@ -355,6 +355,11 @@ def _name_and_length(part: str) -> tuple[str, str | None]:
     return name.strip(), length.strip().lower()
 
 
+def parse_phase_objective(name: str) -> Objective | Mix:
+    """What one phase trains: an objective ('mlm40') or a per-batch mix ('mix(clm=1,mlm40=3)')."""
+    return parse_mix(name) if name.lower().startswith("mix(") else parse_objective(name)
+
+
 def parse_schedule(text: str, total_steps: int) -> list[Phase]:
     """'mlm40' or 'clm:25%,mlm40:75%' or 'clm:10000,mlm40:rest' -> consecutive phases covering every step.
 
@@ -385,7 +390,7 @@ def parse_schedule(text: str, total_steps: int) -> list[Phase]:
                              f"run's {total_steps} steps")
     phases, start = [], 0
     for k, ((name, _), n) in enumerate(zip(parts, lengths)):
-        objective = parse_mix(name) if name.lower().startswith("mix(") else parse_objective(name)
+        objective = parse_phase_objective(name)
         phases.append(Phase(k, objective, start, start + n))  # type: ignore[operator]
         start += n  # type: ignore[operator]
     return phases

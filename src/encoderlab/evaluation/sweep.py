@@ -70,23 +70,24 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     weights = backbone_state(model.state_dict())
     del model
     tag = records.checkpoint_tag(path)
-    prepared = prepared or {}
-    fresh = prepare_tasks([s for s in specs if s not in prepared], tokenizer, protocol, cache_dir=cache_dir, log=log)
-    by_spec = dict(zip([s for s in specs if s not in prepared], fresh))
-    for spec, task in by_spec.items():
+    prepared = dict(prepared or {})
+    missing = [s for s in specs if s not in prepared]
+    for spec, task in zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)):
+        prepared[spec] = task
         if on_prepared is not None:
             on_prepared(spec, task)
-    tasks = [prepared.get(s) or by_spec[s] for s in specs]
-    jobs = [(task, lr, seed) for task in tasks for lr in protocol.lrs for seed in protocol.seeds]
+    tasks = [prepared[s] for s in specs]
     key = records.protocol_key(protocol.model_dump(mode="json"))
-    todo = [j for j in jobs if records.read(records.record_path(out, tag, key, j[0].name, j[1], j[2])) is None]
+
+    def recorded(task: EvalTask, lr: float, seed: int) -> bool:
+        return records.read(records.record_path(out, tag, key, task.name, lr, seed)) is not None
+
+    jobs = [(task, lr, seed) for task in tasks for lr in protocol.lrs for seed in protocol.seeds]
+    todo = [j for j in jobs if not recorded(*j)]
     log(f"{len(jobs)} runs in the grid, {len(jobs) - len(todo)} already recorded, {len(todo)} to do")
     baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in tasks}
     progress = _progress(len(todo), show_progress)
     started = time.perf_counter()
-
-    def recorded(task: EvalTask, lr: float, seed: int) -> bool:
-        return records.read(records.record_path(out, tag, key, task.name, lr, seed)) is not None
 
     def save(task: EvalTask, body: dict) -> None:
         lr, seed = body["lr"], body["seed"]
@@ -151,6 +152,9 @@ def summarize(recs: list[dict]) -> dict:
             per_lr_test = [sum(r["scores"]["test"]["score"] for r in g) / len(g) for g in by_lr.values()]
             entry.update({"best_lr": best, "validation": round(val[best], 3), "test": round(mean, 3),
                           "ci95": round(half, 3) if half == half else None, "seeds": len(test),
+                          # per seed at the chosen LR (category scores average them), and every ok run (spread)
+                          "test_by_seed": {r["seed"]: r["scores"]["test"]["score"] for r in by_lr[best]},
+                          "test_all_runs": [r["scores"]["test"]["score"] for r in ok],
                           "std_over_seeds": round(std(test), 3), "std_over_lrs": round(std(per_lr_test), 3),
                           "validation_by_lr": {f"{lr:g}": round(v, 3) for lr, v in sorted(val.items())}})
         tasks[name] = entry

@@ -87,12 +87,9 @@ class Plan:
 
     def config(self, run: Run) -> dict:
         """The pretraining config of a run, as `encoderlab pretrain` takes it."""
-        data = deep_merge(self.base_config, self.spec.size_overrides.get(run.size, {}))
-        if run.kind == "cpt" and self.spec.cpt:
-            data = deep_merge(data, {"lr_schedule": self.spec.cpt.lr_schedule})
-        data = deep_merge(data, {"name": run.name, "out_dir": str(self.root / "pretrain"),
-                                 "model": {"preset": run.size}, "objective": run.objective,
-                                 "train": {"steps": run.steps, "save_at": sorted(run.save_at)}})
+        data = deep_merge(shared_config(self.spec, self.base_config, run.size, run.kind == "cpt"), {
+            "name": run.name, "out_dir": str(self.root / "pretrain"), "model": {"preset": run.size},
+            "objective": run.objective, "train": {"steps": run.steps, "save_at": sorted(run.save_at)}})
         init = {}
         if run.parent:
             init["branch_from"] = str(self.checkpoint(run.parent, run.branch_step))
@@ -106,6 +103,12 @@ class Plan:
 
     def checkpoint(self, run: str, step: int) -> Path:
         return self.run_dir(run) / "checkpoints" / checkpoint_name(step)
+
+    def eval_checkpoint(self, e: Evaluation) -> Path:
+        """Where an evaluation's checkpoint is: a run's, or the random-init one the runner writes."""
+        if e.run:
+            return self.checkpoint(e.run, e.step)
+        return self.root / "random-init" / e.size / "checkpoints" / checkpoint_name(0)
 
     def order(self) -> list[Run]:
         """Runs in an order where every run comes after the runs it starts from."""
@@ -134,8 +137,7 @@ class Plan:
             paper = load_yaml(resolve_path(base_dir, self.spec.paper_results))
         evaluations = []
         for e in self.evaluations:
-            ckpt = self.checkpoint(e.run, e.step) if e.run else self.root / "random-init" / e.size / "checkpoints" / \
-                checkpoint_name(0)
+            ckpt = self.eval_checkpoint(e)
             evaluations.append({"label": e.label, "model": e.model, "step": e.step, "kind": e.kind, "size": e.size,
                                 "checkpoint": str(ckpt), "tag": checkpoint_tag(ckpt), "tasks": e.tasks})
         runs = [{"name": r.name, "size": r.size, "kind": r.kind, "objective": r.objective,
@@ -166,7 +168,7 @@ class Plan:
                       "trains": r.steps - r.branch_step, "flops": r.flops,
                       "checkpoints": sorted(r.save_at)} for r in self.order()],
             "evaluations": [{"label": e.label, "kind": e.kind, "tasks": len(e.tasks),
-                             "checkpoint": (str(self.checkpoint(e.run, e.step)) if e.run else "random init")}
+                             "checkpoint": str(self.eval_checkpoint(e))}
                             for e in self.evaluations],
         }
         if gpu:
@@ -179,10 +181,10 @@ class Plan:
         return out
 
 
-def _schedule_shape(spec: StudySpec, base: dict) -> tuple:
-    """The base config's validated LR schedule and batch, for decay starts and token counts."""
-    cfg = validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}), where=spec.pretrain)
-    return cfg
+def shared_config(spec: StudySpec, base: dict, size: str, cpt: bool) -> dict:
+    """What every run of a size shares: the base recipe, that size's overrides, and CPT's own LR schedule."""
+    data = deep_merge(base, spec.size_overrides.get(size, {}))
+    return deep_merge(data, {"lr_schedule": spec.cpt.lr_schedule}) if cpt and spec.cpt else data
 
 
 def _stable_end(cfg: PretrainConfig, steps: int) -> int:
@@ -225,7 +227,7 @@ def _flops(run: Run, start: int, vocab: int, seq_len: int) -> float:
         lo, hi = max(a, start), b
         if hi <= lo:
             continue
-        o = objectives.parse_mix(obj) if obj.lower().startswith("mix(") else objectives.parse_objective(obj)
+        o = objectives.parse_phase_objective(obj)
         members = [m for m, _ in o.parts] if isinstance(o, objectives.Mix) else [o]  # mixes: unweighted mean
         per_token = sum(cfg.flops_per_token(seq_len, causal=isinstance(m, objectives.CLM),
                                             head_fraction=getattr(m, "mask_rate", 1.0)) for m in members) / len(members)
@@ -236,9 +238,15 @@ def _flops(run: Run, start: int, vocab: int, seq_len: int) -> float:
 def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     base = load_yaml(resolve_path(base_dir, spec.pretrain))
     base = deep_merge(base, spec.pretrain_overrides)
-    cfg = _schedule_shape(spec, base)
-    vocab, seq_len = _data_shape(spec, cfg)
-    tokens_per_step = cfg.train.sequences_per_step(seq_len) * seq_len
+
+    def run_config(size: str, steps: int, cpt: bool = False) -> PretrainConfig:
+        """A run's validated schedule and batch (for its decay start and tokens per step)."""
+        data = shared_config(spec, base, size, cpt)
+        return validate(PretrainConfig, deep_merge(data, {"train": {"steps": steps}}),
+                        where=f"study {spec.name}: pretraining config of {size}{' CPT' if cpt else ''}")
+
+    vocab, seq_len = _data_shape(spec, validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}),
+                                                where=spec.pretrain))
     for size in _sizes(spec):
         try:
             preset(size, vocab_size=vocab)
@@ -251,17 +259,15 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
             init: str | None = None) -> str:
         for obj, _ in schedule:
             try:
-                objectives.parse_mix(obj) if obj.lower().startswith("mix(") else objectives.parse_objective(obj)
+                objectives.parse_phase_objective(obj)
             except Exception as exc:
                 raise ConfigError(f"study {spec.name}: objective {obj!r}: {exc}") from None
-        sched_cfg = cfg if kind != "cpt" or not spec.cpt else validate(
-            PretrainConfig, deep_merge(base, {"train": {"steps": steps}, "lr_schedule": spec.cpt.lr_schedule}),
-            where=f"{spec.name}: cpt.lr_schedule")
+        cfg = run_config(size, steps, cpt=kind == "cpt")
         for other in wanted.values():  # the same model asked for twice (a 0% split is the MLM model) is one run
             if (other.size, other.init, other.schedule, other.steps) == (size, init, schedule, steps):
                 return other.name
-        wanted[name] = Run(name, size, kind, schedule, steps, _stable_end(sched_cfg, steps), init=init,
-                           tokens_per_step=tokens_per_step)
+        wanted[name] = Run(name, size, kind, schedule, steps, _stable_end(cfg, steps), init=init,
+                           tokens_per_step=cfg.train.sequences_per_step(seq_len) * seq_len)
         return name
 
     full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
@@ -274,7 +280,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
         sp = spec.splits
         for size in sp.sizes:
             for budget in sp.budgets:
-                span = _stable_end(cfg, budget) if sp.share_of == "stable" else budget
+                span = _stable_end(run_config(size, budget), budget) if sp.share_of == "stable" else budget
                 for share in sp.shares:
                     switch = round(share / 100 * span)
                     if share <= 0 or switch <= 0:

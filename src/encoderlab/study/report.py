@@ -5,7 +5,7 @@ import csv
 import math
 from pathlib import Path
 
-from encoderlab.study.results import CATEGORIES, StudyResults, category_scores, compare, verdict
+from encoderlab.study.results import CATEGORIES, StudyResults, category_scores
 
 
 def _fmt(x: float | None, ci: float | None = None) -> str:
@@ -205,7 +205,7 @@ def write_report(root: Path) -> Path:
     from encoderlab.study.report_text import compose
 
     report = Report(root)
-    text = compose(report, compare, verdict)
+    text = compose(report)
     path = report.out / "report.md"
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text)

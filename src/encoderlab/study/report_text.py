@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 import yaml
 from scipy import stats
 
-from encoderlab.study.results import CATEGORIES, Comparison
+from encoderlab.study.results import CATEGORIES, Comparison, compare, verdict
 
 
 def _models(res) -> dict:
@@ -38,14 +38,14 @@ def _cmp_rows(comps: list[Comparison]) -> str:
     return "| category | A | B | A - B | 95% CI of A - B | p (Welch) |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
 
 
-def _pair(res, compare, a: str | None, b: str | None) -> list[Comparison]:
+def _pair(res, a: str | None, b: str | None) -> list[Comparison]:
     if not a or not b:
         return []
     ca, cb = res.categories.get(a, {}), res.categories.get(b, {})
     return [compare(ca[c], cb[c], c) for c in CATEGORIES if c in ca and c in cb]
 
 
-def findings(report, compare, verdict) -> str:
+def findings(report) -> str:
     res = report.res
     out = ["## The paper's five findings at this scale\n",
            "Each compares category scores (mean over the category's datasets, per fine-tuning seed) with Welch's "
@@ -54,7 +54,7 @@ def findings(report, compare, verdict) -> str:
            "difference is significant.\n"]
     for size, a in _models(res).items():
         clm, mlm = a.get("clm"), a.get("mlm")
-        comps = _pair(res, compare, mlm, clm)
+        comps = _pair(res, mlm, clm)
         out.append(f"### {size}\n\n**1. MLM beats CLM on most tasks** (A = {mlm}, B = {clm}): "
                    f"{verdict(comps)}.\n\n{_cmp_rows(comps) if comps else ''}\n")
         early = sorted({e["step"] for e in res.evaluations.values() if e["kind"] == "intermediate"
@@ -63,7 +63,7 @@ def findings(report, compare, verdict) -> str:
         if early and clm and mlm:
             la = next((lb for lb, e in res.evaluations.items() if e["model"] == clm and e["step"] == early[0]), None)
             lb_ = next((lb for lb, e in res.evaluations.items() if e["model"] == mlm and e["step"] == early[0]), None)
-            comps = _pair(res, compare, la, lb_)
+            comps = _pair(res, la, lb_)
         out.append(f"**2. CLM learns faster early** (A = CLM, B = MLM at step {early[0] if early else '-'}): "
                    f"{verdict(comps)}.\n\n{_cmp_rows(comps) if comps else ''}\n")
         out.append(_stability_finding(res, clm, mlm))
@@ -75,7 +75,7 @@ def findings(report, compare, verdict) -> str:
             if mids and 0.0 in shares:
                 pick = min(mids, key=lambda s: abs(s - 25))  # the paper's best split, 25% CLM, chosen beforehand
                 which = (shares[pick], shares[0.0], budget, pick)
-                comps = _pair(res, compare, shares[pick], shares[0.0])
+                comps = _pair(res, shares[pick], shares[0.0])
                 break
         label = f"A = {which[0]} ({which[3]:g}% CLM), B = {which[1]}" if which else "no split and MLM pair"
         out.append(f"**4. CLM then MLM beats MLM alone at the same budget** ({label}): {verdict(comps)}.\n\n"
@@ -84,7 +84,7 @@ def findings(report, compare, verdict) -> str:
         comps, label = [], "no CPT pair"
         if "clm" in cpt and "mlm" in cpt:
             longest = max(set(cpt["clm"]) & set(cpt["mlm"]))
-            comps = _pair(res, compare, cpt["clm"][longest], cpt["mlm"][longest])
+            comps = _pair(res, cpt["clm"][longest], cpt["mlm"][longest])
             label = f"A = {cpt['clm'][longest]}, B = {cpt['mlm'][longest]}"
         out.append(f"**5. CPT with MLM works better from a CLM model than from an MLM one** ({label}): "
                    f"{verdict(comps)}.\n\n{_cmp_rows(comps) if comps else ''}\n")
@@ -120,7 +120,7 @@ def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
             f"dataset): {text}.\n\n{table}\n")
 
 
-def compose(report, compare, verdict) -> str:
+def compose(report) -> str:
     res = report.res
     plan, proto = res.plan, res.plan["protocol"]
     finals = [lb for lb, e in res.evaluations.items() if e["kind"] in ("final", "random")]
@@ -132,7 +132,7 @@ def compose(report, compare, verdict) -> str:
              f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
              f"{proto['max_steps']} steps). The full-budget models saw {_tokens(plan):,} pretraining tokens each: "
              "read every verdict below at that scale.\n",
-             findings(report, compare, verdict),
+             findings(report),
              "## Category scores per model (PAPER.md Tables 2-5 layout)\n",
              report.category_table(finals, "categories", "Final models and the random-init baseline"),
              "## Per-dataset scores\n", report.dataset_tables(everything)]

@@ -15,6 +15,7 @@ from scipy import stats
 
 from encoderlab.evaluation import records
 from encoderlab.evaluation.metrics import mean_ci95, std
+from encoderlab.evaluation.sweep import summarize
 
 CATEGORY = {"classification": "SC", "tokens": "TC", "qa": "QA", "retrieval": "IR"}
 CATEGORIES = ["SC", "TC", "QA", "IR"]
@@ -39,27 +40,15 @@ class TaskScore:
 
 
 def task_scores(recs: list[dict]) -> TaskScore:
-    ok = [r for r in recs if r["status"] == "ok"]
-    first = recs[0]
-    base = first["baseline"]["test"]["score"]
-    cat = CATEGORY.get(first["family"], first["family"])
-    if not ok:
-        return TaskScore(first["task"], cat, first["metric"], None, None, None, None, base, {}, [], None, None,
-                         len(recs), len(recs))
-    by_lr: dict[float, list[dict]] = {}
-    for r in ok:
-        by_lr.setdefault(r["lr"], []).append(r)
-    val = {lr: sum(r["scores"]["validation"]["score"] for r in g) / len(g) for lr, g in by_lr.items()}
-    best = max(sorted(val), key=lambda lr: val[lr])  # ties: the smallest LR, as sweep.summarize
-    by_seed = {r["seed"]: r["scores"]["test"]["score"] for r in by_lr[best]}
-    mean, half = mean_ci95(list(by_seed.values()))
-    tests = [r["scores"]["test"]["score"] for r in ok]
-    centre = sum(tests) / len(tests)
-    per_lr = [sum(r["scores"]["test"]["score"] for r in g) / len(g) for g in by_lr.values()]
-    return TaskScore(first["task"], cat, first["metric"], best, mean, half if half == half else None, val[best], base,
-                     by_seed, [t - centre for t in tests], std(list(by_seed.values())) if len(by_seed) > 1 else None,
-                     std(per_lr) if len(per_lr) > 1 else None, len(recs),
-                     len(recs) - len(ok))
+    """One task's records, aggregated by the sweep's own rule (best LR on validation, test over seeds there)."""
+    [(name, e)] = summarize(recs)["tasks"].items()
+    cat = CATEGORY.get(e["family"], e["family"])
+    runs = e.get("test_all_runs", [])
+    centre = sum(runs) / len(runs) if runs else 0.0
+    return TaskScore(name, cat, e["metric"], e.get("best_lr"), e.get("test"), e.get("ci95"), e.get("validation"),
+                     e["baseline"], e.get("test_by_seed", {}), [t - centre for t in runs],
+                     e["std_over_seeds"] if e.get("seeds", 0) > 1 else None,
+                     e["std_over_lrs"] if len(e.get("validation_by_lr", {})) > 1 else None, e["runs"], e["failed"])
 
 
 @dataclass

@@ -5,8 +5,8 @@ Nothing is remembered but what is on disk: a pretraining run is done when its fi
 study started again redoes nothing finished. A job that raises is written to `status/` with its reason and its
 dependents are skipped; the rest goes on, and the next start retries it.
 
-Parallelism: independent jobs go to `workers` processes (spawned, so each sets its own thread count), on CPU each
-with cores / workers threads, on GPU one worker per device (CUDA_VISIBLE_DEVICES).
+Parallelism: independent jobs go to `workers` processes (spawned, so each sets its own thread count), each with
+cores / workers threads. On a multi-GPU machine, run one `study run --job ...` per GPU (docs/studies.md).
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from encoderlab.data.atomic import write_json
 from encoderlab.evaluation import records
-from encoderlab.study.plan import Evaluation, Plan, expand_tasks, load_protocol
+from encoderlab.train.checkpoint import checkpoint_name
+from encoderlab.study.plan import Plan, expand_tasks, load_protocol
 
 
 @dataclass
@@ -34,14 +35,6 @@ class Job:
     dependents: list[str] = field(default_factory=list)
 
 
-def random_checkpoint(plan: Plan, size: str) -> Path:
-    return plan.root / "random-init" / size / "checkpoints" / "step-0000000"
-
-
-def eval_checkpoint(plan: Plan, e: Evaluation) -> Path:
-    return plan.checkpoint(e.run, e.step) if e.run else random_checkpoint(plan, e.size)
-
-
 def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
     protocol = load_protocol(plan.spec, base_dir)
     jobs: list[Job] = []
@@ -51,16 +44,16 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
         deps += [f"pretrain:{run.init}"] if run.init else []
         jobs.append(Job(f"pretrain:{run.name}", "pretrain", deps, {"config": plan.config(run)},
                         cost=float(run.steps - run.branch_step)))
-    for size in sorted({e.size for e in plan.evaluations if e.kind == "random"}):
-        config = plan.config(next(r for r in plan.runs.values() if r.size == size)) if any(
-            r.size == size for r in plan.runs.values()) else None
-        jobs.append(Job(f"random:{size}", "random", [], {"size": size, "config": config,
-                                                        "checkpoint": str(random_checkpoint(plan, size))}))
+    for e in {e.size: e for e in plan.evaluations if e.kind == "random"}.values():  # one per size
+        same_size = next((r for r in plan.runs.values() if r.size == e.size), None)  # its model, before any step
+        jobs.append(Job(f"random:{e.size}", "random", [], {
+            "size": e.size, "config": plan.config(same_size) if same_size else None,
+            "checkpoint": str(plan.eval_checkpoint(e))}))
     for e in plan.evaluations:
         dep = f"pretrain:{e.run}" if e.run else f"random:{e.size}"
         for task in expand_tasks(e.tasks):
             jobs.append(Job(f"eval:{e.label}:{task}", "eval", [dep],
-                            {"checkpoint": str(eval_checkpoint(plan, e)), "task": task,
+                            {"checkpoint": str(plan.eval_checkpoint(e)), "task": task,
                              "protocol": protocol.model_dump(mode="json"), "out": str(plan.root / "evals")}))
     by_id = {j.id: j for j in jobs}
     for j in jobs:
@@ -74,7 +67,7 @@ def is_done(job: Job) -> bool:
         cfg = job.args["config"]
         run_dir = Path(cfg["out_dir"]) / cfg["name"]
         step = cfg["train"]["steps"]
-        return (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / f"step-{step:07d}").exists()
+        return (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / checkpoint_name(step)).exists()
     if job.kind == "random":
         return (Path(job.args["checkpoint"]) / "state.json").exists()
     protocol = job.args["protocol"]
@@ -90,11 +83,9 @@ def is_done(job: Job) -> bool:
 _PREPARED: dict[tuple, object] = {}  # per worker process: tasks tokenised once, reused for every checkpoint
 
 
-def _init_worker(threads: int, device: str | None) -> None:
+def _init_worker(threads: int) -> None:
     import torch
 
-    if device is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = device
     torch.set_num_threads(threads)
 
 
@@ -265,7 +256,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         threads = max(1, (os.cpu_count() or 1) // workers)
         ctx = get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(threads, None)) as pool:
+                                 initargs=(threads,)) as pool:
             running: dict[Future, Job] = {}
             while True:
                 busy = {j.id for j in running.values()}
