@@ -32,12 +32,17 @@ def render_plan(s: dict) -> None:
     for r in s["runs"]:
         table.add_row(r["name"], r["objective"], f"{r['steps']:,}", r["from"], f"{r['trains']:,}",
                       _flops(r["flops"]), ", ".join(map(str, r["checkpoints"])) or "-")
+    for i in s.get("imports", []):
+        out.print(f"[bold]import[/bold]      {i['name']} ({i['source']}) -> {i['checkpoint']}, text packed with its "
+                  f"tokenizer into windows of {i['seq_len']} -> {i['data']}: "
+                  + ("done" if i["done"] else "the first thing `study run` does (until then, the shapes planned with "
+                                         "come from the study's shape or the source's config.json)"))
     out.print(table)
-    finals = sum(e["kind"] == "final" for e in s["evaluations"])
-    inter = sum(e["kind"] == "intermediate" for e in s["evaluations"])
-    rand = sum(e["kind"] == "random" for e in s["evaluations"])
-    out.print(f"[bold]evaluation[/bold] {len(s['evaluations'])} checkpoints ({finals} models, {inter} intermediate, "
-              f"{rand} random-init) -> {s['finetuning_runs']:,} fine-tuning runs")
+    kinds = [e["kind"] for e in s["evaluations"]]
+    imported = f", {kinds.count('imported')} imported" if "imported" in kinds else ""
+    out.print(f"[bold]evaluation[/bold] {len(s['evaluations'])} checkpoints ({kinds.count('final')} models, "
+              f"{kinds.count('intermediate')} intermediate, {kinds.count('random')} random-init{imported}) -> "
+              f"{s['finetuning_runs']:,} fine-tuning runs")
     out.print(f"[bold]pretraining[/bold] {s['steps']:,} steps, {s['tokens']:,} tokens, {_flops(s['flops'])}; "
               f"trained independently: {s['naive_steps']:,} steps, {_flops(s['naive_flops'])} "
               f"(trunk sharing saves {100 * s['saving']:.1f}% of the FLOPs)")

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from encoderlab import objectives
 from encoderlab.config import ConfigError, deep_merge, load_yaml, validate
-from encoderlab.model.presets import preset
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.presets import preset, preset_names
+from encoderlab.study import imported as imp
 from encoderlab.study.spec import StudySpec, resolve_path
 from encoderlab.train.checkpoint import checkpoint_name
 from encoderlab.train.config import PretrainConfig
@@ -40,6 +42,7 @@ class Run:
     steps: int
     stable_end: int  # steps before this is where the LR is the same for any budget (WSD: the decay start)
     init: str | None = None  # CPT: the model whose final weights it starts from
+    imported: str | None = None  # CPT of an imported model: its name (the weights of STUDY/imported/NAME)
     parent: str | None = None
     branch_step: int = 0
     save_at: set[int] = field(default_factory=set)
@@ -59,7 +62,7 @@ class Run:
         return [obj for obj, start in self.schedule if start <= step][-1]
 
     def group(self) -> tuple:
-        return (self.size, self.init)
+        return (self.size, self.init, self.imported)
 
 
 @dataclass
@@ -69,8 +72,8 @@ class Evaluation:
     label: str
     model: str  # the model it belongs to (for intermediates: whose schedule)
     step: int
-    kind: str  # "final", "intermediate" or "random"
-    run: str | None  # the run folder that writes the checkpoint (None: random init)
+    kind: str  # "final", "intermediate", "random" or "imported"
+    run: str | None  # the run folder that writes the checkpoint (None: random init, imported)
     size: str
     tasks: list[str]
 
@@ -84,17 +87,24 @@ class Plan:
     base_config: dict
     seq_len: int
     eval_runs: int  # fine-tuning runs (checkpoints x tasks x LRs x seeds)
+    shapes: dict[str, dict] = field(default_factory=dict)  # imported name -> its ModelConfig fields
 
     def config(self, run: Run) -> dict:
         """The pretraining config of a run, as `encoderlab pretrain` takes it."""
+        own: dict = {"model": {"preset": run.size}}
+        if run.size in self.shapes:  # every field given, so the preset only fills what nothing else would
+            own = {"model": {"preset": "tiny", **self.shapes[run.size]},
+                   "data": {"path": str(imp.data_dir(self.root, run.size))}}
         data = deep_merge(shared_config(self.spec, self.base_config, run.size, run.kind == "cpt"), {
-            "name": run.name, "out_dir": str(self.root / "pretrain"), "model": {"preset": run.size},
+            "name": run.name, "out_dir": str(self.root / "pretrain"), **own,
             "objective": run.objective, "train": {"steps": run.steps, "save_at": sorted(run.save_at)}})
         init = {}
         if run.parent:
             init["branch_from"] = str(self.checkpoint(run.parent, run.branch_step))
         elif run.init:
             init["from_weights"] = str(self.checkpoint(run.init, self.runs[run.init].steps))
+        elif run.imported:
+            init["from_weights"] = str(imp.checkpoint_dir(self.root, run.imported))
         data["init"] = init
         return data
 
@@ -105,9 +115,11 @@ class Plan:
         return self.run_dir(run) / "checkpoints" / checkpoint_name(step)
 
     def eval_checkpoint(self, e: Evaluation) -> Path:
-        """Where an evaluation's checkpoint is: a run's, or the random-init one the runner writes."""
+        """Where an evaluation's checkpoint is: a run's, an import, or the random-init one the runner writes."""
         if e.run:
             return self.checkpoint(e.run, e.step)
+        if e.kind == "imported":
+            return imp.checkpoint_dir(self.root, e.size)
         return self.root / "random-init" / e.size / "checkpoints" / checkpoint_name(0)
 
     def order(self) -> list[Run]:
@@ -141,7 +153,8 @@ class Plan:
             evaluations.append({"label": e.label, "model": e.model, "step": e.step, "kind": e.kind, "size": e.size,
                                 "checkpoint": str(ckpt), "tag": checkpoint_tag(ckpt), "tasks": e.tasks})
         runs = [{"name": r.name, "size": r.size, "kind": r.kind, "objective": r.objective,
-                 "schedule": [list(x) for x in r.schedule], "steps": r.steps, "init": r.init, "parent": r.parent,
+                 "schedule": [list(x) for x in r.schedule], "steps": r.steps, "init": r.init,
+                 "imported": r.imported, "parent": r.parent,
                  "branch_step": r.branch_step, "tokens_per_step": r.tokens_per_step, "flops": r.naive_flops,
                  "split_share": r.split_share}
                 for r in self.order()]
@@ -164,12 +177,16 @@ class Plan:
             "saving": round(1 - flops / naive_flops, 4) if naive_flops else 0.0,
             "runs": [{"name": r.name, "size": r.size, "objective": r.objective, "steps": r.steps,
                       "from": (f"{r.parent}@{r.branch_step}" if r.parent else
-                               f"{r.init} (weights)" if r.init else "scratch"),
+                               f"{r.init} (weights)" if r.init else
+                               f"imported {r.imported} (weights)" if r.imported else "scratch"),
                       "trains": r.steps - r.branch_step, "flops": r.flops,
                       "checkpoints": sorted(r.save_at)} for r in self.order()],
             "evaluations": [{"label": e.label, "kind": e.kind, "tasks": len(e.tasks),
                              "checkpoint": str(self.eval_checkpoint(e))}
                             for e in self.evaluations],
+            "imports": [{"name": name, "source": entry.source, "checkpoint": str(imp.checkpoint_dir(self.root, name)),
+                         "data": str(imp.data_dir(self.root, name)), "seq_len": entry.seq_len,
+                         "done": imp.is_imported(self.root, name)} for name, entry in self.spec.imported.items()],
         }
         if gpu:
             peak = GPU_PEAK_TFLOPS.get(gpu.lower())
@@ -184,7 +201,8 @@ class Plan:
 def shared_config(spec: StudySpec, base: dict, size: str, cpt: bool) -> dict:
     """What every run of a size shares: the base recipe, that size's overrides, and CPT's own LR schedule."""
     data = deep_merge(base, spec.size_overrides.get(size, {}))
-    return deep_merge(data, {"lr_schedule": spec.cpt.lr_schedule}) if cpt and spec.cpt else data
+    return deep_merge(data, {"lr_schedule": spec.cpt.lr_schedule, "optim": spec.cpt.optim}) if cpt and spec.cpt \
+        else data
 
 
 def _stable_end(cfg: PretrainConfig, steps: int) -> int:
@@ -219,8 +237,7 @@ def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> tuple[int, int]:
         return spec.data_shape.vocab_size, spec.data_shape.seq_len
 
 
-def _flops(run: Run, start: int, vocab: int, seq_len: int) -> float:
-    cfg = preset(run.size, vocab_size=vocab)
+def _flops(run: Run, start: int, cfg: ModelConfig, seq_len: int) -> float:
     total = 0.0
     bounds = [s for _, s in run.schedule] + [run.steps]
     for (obj, a), b in zip(run.schedule, bounds[1:]):
@@ -245,18 +262,26 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
         return validate(PretrainConfig, deep_merge(data, {"train": {"steps": steps}}),
                         where=f"study {spec.name}: pretraining config of {size}{' CPT' if cpt else ''}")
 
-    vocab, seq_len = _data_shape(spec, validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}),
-                                                where=spec.pretrain))
-    for size in _sizes(spec):
-        try:
-            preset(size, vocab_size=vocab)
-        except Exception as exc:
-            raise ConfigError(f"study {spec.name}: unknown model size {size!r}: {exc}") from None
+    root = resolve_path(Path.cwd(), spec.out_dir) / spec.name
+    shapes = {name: imp.architecture(spec, base_dir, root, name) for name in spec.imported}
+    unknown = sorted(s for s in _sizes(spec) - set(shapes) if s.lower() not in preset_names())
+    if unknown:
+        raise ConfigError(f"study {spec.name}: unknown model size {unknown[0]!r}: the sizes are the presets "
+                          f"({', '.join(preset_names())}) and the imported models ({', '.join(shapes) or 'none'})")
+    vocab, seq_len = 0, 0
+    if _sizes(spec) - set(shapes):  # imported sizes bring their own vocabulary and windows
+        vocab, seq_len = _data_shape(spec, validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}),
+                                                    where=spec.pretrain))
+    model_cfgs = {size: ModelConfig(**shapes[size]) if size in shapes else preset(size, vocab_size=vocab)
+                  for size in _sizes(spec)}
+
+    def window(size: str) -> int:
+        return spec.imported[size].seq_len if size in shapes else seq_len
 
     wanted: dict[str, Run] = {}
 
     def add(name: str, size: str, kind: str, schedule: list[tuple[str, int]], steps: int,
-            init: str | None = None) -> str:
+            init: str | None = None, imported: str | None = None) -> str:
         for obj, _ in schedule:
             try:
                 objectives.parse_phase_objective(obj)
@@ -264,10 +289,11 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
                 raise ConfigError(f"study {spec.name}: objective {obj!r}: {exc}") from None
         cfg = run_config(size, steps, cpt=kind == "cpt")
         for other in wanted.values():  # the same model asked for twice (a 0% split is the MLM model) is one run
-            if (other.size, other.init, other.schedule, other.steps) == (size, init, schedule, steps):
+            if (other.size, other.init, other.imported, other.schedule, other.steps) == \
+                    (size, init, imported, schedule, steps):
                 return other.name
-        wanted[name] = Run(name, size, kind, schedule, steps, _stable_end(cfg, steps), init=init,
-                           tokens_per_step=cfg.train.sequences_per_step(seq_len) * seq_len)
+        wanted[name] = Run(name, size, kind, schedule, steps, _stable_end(cfg, steps), init=init, imported=imported,
+                           tokens_per_step=cfg.train.sequences_per_step(window(size)) * window(size))
         return name
 
     full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
@@ -297,6 +323,11 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     if spec.cpt:
         for size in spec.cpt.sizes:
             for src in spec.cpt.sources:
+                if src == "imported":  # the spec checked that the size names an imported model
+                    for steps in spec.cpt.steps:
+                        add(f"{size}-imported-{spec.cpt.objective}-{steps_label(steps)}", size, "cpt",
+                            [(spec.cpt.objective, 0)], steps, imported=size)
+                    continue
                 source = full.get((size, src)) or add(f"{size}-{src}-{steps_label(spec.budget)}", size, "model",
                                                       [(src, 0)], spec.budget)
                 full[(size, src)] = source
@@ -307,10 +338,10 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
 
     runs = _share_trunks(wanted)
     for run in runs.values():
-        run.flops = _flops(run, run.branch_step, vocab, seq_len)
-        run.naive_flops = _flops(run, 0, vocab, seq_len)
+        run.flops = _flops(run, run.branch_step, model_cfgs[run.size], window(run.size))
+        run.naive_flops = _flops(run, 0, model_cfgs[run.size], window(run.size))
     evaluations = _evaluations(spec, runs, full)
-    plan = Plan(spec, resolve_path(Path.cwd(), spec.out_dir) / spec.name, runs, evaluations, base, seq_len, 0)
+    plan = Plan(spec, root, runs, evaluations, base, seq_len, 0, shapes)
     for run in runs.values():  # every config must be valid before anything runs
         validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
     protocol = load_protocol(spec, base_dir)
@@ -321,7 +352,10 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
 
 def _share_trunks(wanted: dict[str, Run]) -> dict[str, Run]:
     placed: dict[str, Run] = {}
-    for run in sorted(wanted.values(), key=lambda r: (r.init is not None, -r.steps, r.kind != "model", r.name)):
+    def key(r: Run) -> tuple:  # models before CPT arms, longest first
+        return (r.init is not None or r.imported is not None, -r.steps, r.kind != "model", r.name)
+
+    for run in sorted(wanted.values(), key=key):
         best, best_shared = None, 0
         for other in placed.values():
             if other.group() == run.group():
@@ -363,6 +397,8 @@ def _evaluations(spec: StudySpec, runs: dict[str, Run], full: dict[tuple[str, st
                                   inter_tasks))
     out += [Evaluation(f"{size}-random", f"{size}-random", 0, "random", None, size, inter_tasks)
             for size in spec.random_init]
+    out += [Evaluation(f"{name}-imported", f"{name}-imported", 0, "imported", None, name, ev.tasks)
+            for name in spec.imported]
     return out
 
 

@@ -23,7 +23,7 @@ def _models(res) -> dict:
                 a["mlm"] = r["name"]
         if r.get("split_share") is not None:
             a["splits"].setdefault(r["steps"], {})[r["split_share"]] = r["name"]
-        if r["kind"] == "cpt":
+        if r["kind"] == "cpt" and r["init"]:  # CPT of an imported model: imported_section
             source = res.runs[r["init"]]
             kind = "clm" if [o for o, _ in source["schedule"]] == ["clm"] else "mlm"
             a["cpt"].setdefault(kind, {})[r["steps"]] = r["name"]
@@ -52,7 +52,11 @@ def findings(report) -> str:
            "t-test over seeds; 'significant' means p < 0.05. Few seeds and small models make wide intervals: a "
            "finding is called reproduced only when the direction matches in most categories *and* at least one "
            "difference is significant.\n"]
-    for size, a in _models(res).items():
+    compared = {size: a for size, a in _models(res).items() if (a.get("clm") and a.get("mlm")) or a["splits"]
+                or a["cpt"]}
+    if not compared:
+        return ""
+    for size, a in compared.items():
         clm, mlm = a.get("clm"), a.get("mlm")
         comps = _pair(res, mlm, clm)
         out.append(f"### {size}\n\n**1. MLM beats CLM on most tasks** (A = {mlm}, B = {clm}): "
@@ -120,10 +124,56 @@ def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
             f"dataset): {text}.\n\n{table}\n")
 
 
+def _higher(comps: list[Comparison]) -> str:
+    up = [c for c in comps if c.diff > 0]
+    down = [c for c in comps if c.diff < 0 and c.significant]
+    sig = sum(c.significant for c in up)
+    return (f"higher in {len(up)}/{len(comps)} categories, significantly in {sig}"
+            + (f", significantly lower in {len(down)}" if down else ""))
+
+
+def imported_section(report) -> str:
+    """Each imported model, the from-scratch model of its architecture and its CPT arms, side by side."""
+    res = report.res
+    parts = []
+    for label, e in res.evaluations.items():
+        if e["kind"] != "imported":
+            continue
+        name = e["size"]
+        cpt = sorted((r for r in res.runs.values() if r.get("imported") == name), key=lambda r: r["steps"])
+        obj = cpt[-1]["schedule"][0][0] if cpt else None
+        scratch = [r for r in res.runs.values() if r["size"] == name and r["kind"] == "model" and r["init"] is None
+                   and (obj is None or [o for o, _ in r["schedule"]] == [obj])]
+        scratch = sorted(scratch, key=lambda r: abs(r["steps"] - cpt[-1]["steps"]) if cpt else 0)[:1]
+        parts.append(report.category_table([label] + [r["name"] for r in scratch + cpt], f"imported-{name}",
+                                           f"{name}: imported, from scratch with its architecture, and continued "
+                                           "pretraining (CPT)"))
+        if not cpt:
+            continue
+        arm = cpt[-1]
+        baselines = {label: "no CPT"} | {r["name"]: f"from scratch, {r['steps']} steps against {arm['steps']}"
+                                         for r in scratch}
+        comps = {b: _pair(res, arm["name"], b) for b in baselines}
+        if len(comps) < 2:
+            head = "no from-scratch model of this architecture to compare with"
+        elif not all(comps.values()):
+            head = "not measured (missing evaluations)"
+        elif not all(sum(c.diff > 0 for c in cs) * 2 > len(cs) for cs in comps.values()):
+            head = "CPT did not beat both baselines"
+        elif all(any(c.diff > 0 and c.significant for c in cs) for cs in comps.values()):
+            head = "CPT beat both baselines"
+        else:
+            head = "CPT beat both baselines in most categories, but not significantly against both"
+        detail = "; ".join(f"vs {b} ({why}): {_higher(comps[b])}" for b, why in baselines.items())
+        parts.append(f"**Verdict ({arm['name']}): {head}.** {detail}. (Welch's t-test on per-seed category "
+                     "scores, p < 0.05.)\n")
+    return "## Continued pretraining of imported models\n\n" + "\n".join(parts) if parts else ""
+
+
 def compose(report) -> str:
     res = report.res
     plan, proto = res.plan, res.plan["protocol"]
-    finals = [lb for lb, e in res.evaluations.items() if e["kind"] in ("final", "random")]
+    finals = [lb for lb, e in res.evaluations.items() if e["kind"] in ("final", "random", "imported")]
     everything = list(res.evaluations)
     done = sum(1 for ts in res.tasks.values() for t in ts.values() for _ in range(t.runs))
     parts = [f"# Study `{plan['study']}`: report\n",
@@ -132,6 +182,7 @@ def compose(report) -> str:
              f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
              f"{proto['max_steps']} steps). The full-budget models saw {_tokens(plan):,} pretraining tokens each: "
              "read every verdict below at that scale.\n",
+             imported_section(report),
              findings(report),
              "## Category scores per model (PAPER.md Tables 2-5 layout)\n",
              report.category_table(finals, "categories", "Final models and the random-init baseline"),
@@ -171,7 +222,8 @@ def compose(report) -> str:
 
 
 def _tokens(plan: dict) -> int:
-    return max((r["steps"] * r["tokens_per_step"] for r in plan["runs"] if r["init"] is None), default=0)
+    return max((r["steps"] * r["tokens_per_step"] for r in plan["runs"] if r["init"] is None
+                and not r.get("imported")), default=0)
 
 
 def _share_name(label: str, shares: dict) -> str:

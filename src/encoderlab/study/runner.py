@@ -3,7 +3,8 @@
 Nothing is remembered but what is on disk: a pretraining run is done when its final checkpoint and summary exist
 (a partial one resumes from its last checkpoint), an evaluation when every (LR, seed) record exists. So a killed
 study started again redoes nothing finished. A job that raises is written to `status/` with its reason and its
-dependents are skipped; the rest goes on, and the next start retries it.
+dependents are skipped; the rest goes on, and the next start retries it. Imported models (study/imported.py) are
+imported and their text packed before any job starts.
 
 Parallelism: independent jobs go to `workers` processes (spawned, so each sets its own thread count), each with
 cores / workers threads. On a multi-GPU machine, run one `study run --job ...` per GPU (docs/studies.md).
@@ -22,7 +23,8 @@ from pathlib import Path
 from encoderlab.data.atomic import write_json
 from encoderlab.evaluation import records
 from encoderlab.train.checkpoint import checkpoint_name
-from encoderlab.study.plan import Plan, expand_tasks, load_protocol
+from encoderlab.study.imported import prepare_imports
+from encoderlab.study.plan import Plan, build_plan, expand_tasks, load_protocol
 
 
 @dataclass
@@ -50,9 +52,9 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
             "size": e.size, "config": plan.config(same_size) if same_size else None,
             "checkpoint": str(plan.eval_checkpoint(e))}))
     for e in plan.evaluations:
-        dep = f"pretrain:{e.run}" if e.run else f"random:{e.size}"
+        deps = [f"pretrain:{e.run}" if e.run else f"random:{e.size}"] if e.kind != "imported" else []
         for task in expand_tasks(e.tasks):
-            jobs.append(Job(f"eval:{e.label}:{task}", "eval", [dep],
+            jobs.append(Job(f"eval:{e.label}:{task}", "eval", deps,
                             {"checkpoint": str(plan.eval_checkpoint(e)), "task": task,
                              "protocol": protocol.model_dump(mode="json"), "out": str(plan.root / "evals")}))
     by_id = {j.id: j for j in jobs}
@@ -181,6 +183,10 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     dependencies must be done: a cluster scheduler orders them). Returns counts and failures."""
     from encoderlab.errors import EncoderlabError
 
+    if plan.spec.imported:  # before anything trains; then the plan has the imports' own shapes, not a hint's
+        prepare_imports(plan.spec, base_dir, plan.root, plan.base_config.get("data", {}).get("path", "offline"),
+                        log=log)
+        plan = build_plan(plan.spec, base_dir)
     all_jobs = jobs_of(plan, base_dir)
     plan.root.mkdir(parents=True, exist_ok=True)
     write_json(plan.root / "plan.json", plan.record(base_dir))

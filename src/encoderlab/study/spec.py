@@ -6,10 +6,11 @@ their stable-LR prefixes, as the paper trained them; the runner executes it; the
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from encoderlab.config import ConfigError, load_yaml, validate
 
@@ -54,13 +55,25 @@ class Splits(_Section):
 
 
 class CPT(_Section):
-    """Continued pretraining of decayed full-budget models (weights only: new optimizer, warmup and decay)."""
+    """Continued pretraining (weights only: new optimizer, warmup and decay) of decayed full-budget models, or of
+    an imported decoder (source `imported`, for a size that names one)."""
 
     sizes: list[str] = Field(..., min_length=1)
-    sources: list[str] = Field(..., min_length=1, description="objectives of the full-budget models to continue")
+    sources: list[str] = Field(..., min_length=1, description="objectives of the full-budget models to continue, "
+                               "or 'imported': the imported model of that name")
     objective: str = "mlm40"
     steps: list[int] = Field(..., min_length=1)
     lr_schedule: dict = Field(default_factory=dict, description="overrides of the base lr_schedule for CPT runs")
+    optim: dict = Field(default_factory=dict, description="overrides of the base optim for CPT runs (e.g. lr)")
+
+
+class Imported(_Section):
+    """A decoder imported with `encoderlab import-hf` before anything trains; its name is a size of the study."""
+
+    source: str = Field(..., description="import-hf SRC: a transformers folder, a .gguf file or 'smollm2'")
+    seq_len: int = Field(512, gt=0, description="windows of the pretraining text packed with its tokenizer")
+    shape: dict | None = Field(None, description="its model_config.json fields, only to plan before the import "
+                               "(a folder's config.json is read instead when there is one)")
 
 
 class Evaluation(_Section):
@@ -89,17 +102,38 @@ class StudySpec(_Section):
     splits: Splits | None = None
     cpt: CPT | None = None
     random_init: list[str] = Field(default_factory=list, description="sizes evaluated from random weights")
+    imported: dict[str, Imported] = Field(default_factory=dict, description="name -> import-hf SRC (or a mapping "
+                                          "with source, seq_len, shape); each is also evaluated as it is")
     evaluation: Evaluation
     data_shape: DataShape | None = None
     paper_results: str | None = Field(None, description="published numbers to print beside ours (YAML)")
+
+    @field_validator("imported", mode="before")
+    @classmethod
+    def _sources(cls, value):
+        if isinstance(value, dict):
+            return {k: {"source": v} if isinstance(v, str) else v for k, v in value.items()}
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> StudySpec:
         late = [s for s in (self.intermediate.steps if self.intermediate else []) if not 0 < s <= self.budget]
         if late:
             raise ValueError(f"intermediate_steps {late} must be within (0, budget={self.budget}]")
-        if not (self.models or self.splits or self.cpt):
-            raise ValueError("a study needs at least one of models, splits, cpt")
+        if not (self.models or self.splits or self.cpt or self.imported):
+            raise ValueError("a study needs at least one of models, splits, cpt, imported")
+        from encoderlab.model.presets import preset_names
+
+        for name in self.imported:
+            if name.lower() in preset_names() or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                raise ValueError(f"imported name {name!r} must be a folder name (letters, digits, _ . -) that is "
+                                 f"not a model preset ({', '.join(preset_names())})")
+        if self.cpt and "imported" in self.cpt.sources:
+            unknown = [s for s in self.cpt.sizes if s not in self.imported]
+            if unknown:
+                raise ValueError(f"cpt.sources 'imported' needs every cpt size to name an imported model: "
+                                 f"{unknown} {'is' if len(unknown) == 1 else 'are'} not in imported "
+                                 f"({', '.join(self.imported) or 'none'})")
         return self
 
 

@@ -1,0 +1,110 @@
+"""Imported decoders in a study: where they go, their shapes for the planner, and the work done before training.
+
+A study's `imported: {NAME: SRC}` names decoders that `encoderlab import-hf` can read. NAME is then a model size
+of the study: a model of that size has exactly the imported shapes (from scratch: same architecture, new weights)
+and trains on the study's text packed with the imported tokenizer; a CPT arm with source `imported` starts from the
+imported weights; the import itself is evaluated as a checkpoint. Before anything trains the runner imports each
+one into STUDY/imported/NAME and packs the text into STUDY/data/NAME (both skipped when already done).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from encoderlab.config import ConfigError
+from encoderlab.study.spec import StudySpec, resolve_path
+
+DATA_KEY = "study-data.json"  # in STUDY/data/NAME: what the packed windows were made from
+
+
+def checkpoint_dir(root: Path, name: str) -> Path:
+    return root / "imported" / name
+
+
+def data_dir(root: Path, name: str) -> Path:
+    return root / "data" / name
+
+
+def source(spec: StudySpec, base_dir: Path, name: str) -> str:
+    """The import-hf SRC of NAME: a path (relative to the study file) that exists, or the word 'smollm2'."""
+    given = spec.imported[name].source
+    path = resolve_path(base_dir, given).expanduser()
+    if path.exists():
+        return str(path)
+    if given.lower() == "smollm2":
+        return "smollm2"
+    raise ConfigError(f"study {spec.name}: imported.{name}: source {given!r} not found (looked for {path}); give "
+                      "a Hugging Face model folder, a .gguf file, or 'smollm2'")
+
+
+def is_imported(root: Path, name: str) -> bool:
+    return (checkpoint_dir(root, name) / "state.json").exists()
+
+
+def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict:
+    """NAME's ModelConfig fields: the import's model_config.json once imported; before, the spec's `shape`, else
+    the source folder's config.json (vocab_size without a mask row the import may add)."""
+    from encoderlab.model.config import ModelConfig
+
+    done = checkpoint_dir(root, name) / "model_config.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    src, shape = source(spec, base_dir, name), spec.imported[name].shape
+    if shape is None and (Path(src) / "config.json").exists():
+        from encoderlab.model.hf_import import architecture_fields
+        from encoderlab.model.hf_source import read_config
+
+        config = read_config(Path(src))
+        shape = {**architecture_fields(config, Path(src), []), "vocab_size": config.vocab_size}
+    if shape is None:
+        raise ConfigError(f"study {spec.name}: imported.{name} ({src}) is not imported yet, so its shapes are "
+                          f"unknown: give imported.{name}.shape (its model_config.json fields) to plan before the "
+                          f"import, or import it first: encoderlab import-hf {src} --out {checkpoint_dir(root, name)}")
+    try:
+        return ModelConfig(**shape).model_dump()
+    except Exception as exc:
+        raise ConfigError(f"study {spec.name}: imported.{name}.shape is not a valid model: {exc}") from None
+
+
+def corpus_file(data_path: str) -> Path:
+    """The documents behind the base config's data: `data prepare` keeps them in corpus/documents.jsonl."""
+    from encoderlab.data.wheels import encoderlab_home
+
+    root = encoderlab_home() / "data" / "offline" if data_path == "offline" else Path(data_path)
+    for folder in (root, root.parent):  # the folder `data prepare` wrote, or its packed/ child
+        if (folder / "corpus" / "documents.jsonl").exists():
+            return folder / "corpus" / "documents.jsonl"
+    hint = "encoderlab data prepare offline" if data_path == "offline" else f"encoderlab data prepare SRC --out {root}"
+    raise ConfigError(f"no text to pack with the imported tokenizers: {root} has no corpus/documents.jsonl (the "
+                      f"base config's data.path must be a folder that `{hint}` wrote)")
+
+
+def prepare_imports(spec: StudySpec, base_dir: Path, root: Path, data_path: str,
+                    log: Callable[[str], None] = print) -> None:
+    """Import every model not yet imported, then pack the base config's text with its tokenizer (when the text,
+    the tokenizer or the window length changed). Both outputs are written whole, then renamed."""
+    from encoderlab.data.prepare import PrepareOptions, prepare
+    from encoderlab.model.hf_import import import_hf
+
+    for name, entry in spec.imported.items():
+        ckpt = checkpoint_dir(root, name)
+        if not is_imported(root, name):
+            src = source(spec, base_dir, name)
+            log(f"importing {name} from {src}")
+            import_hf(src, ckpt, log=log)
+        corpus = corpus_file(data_path)
+        tokenizer = ckpt / "tokenizer"
+        key = hashlib.sha1(b"\n".join([(corpus.parent / "manifest.json").read_bytes(),
+                                       (tokenizer / "tokenizer.json").read_bytes(),
+                                       str(entry.seq_len).encode()])).hexdigest()
+        out = data_dir(root, name)
+        marker = out / DATA_KEY
+        if marker.exists() and json.loads(marker.read_text()).get("key") == key:
+            continue
+        log(f"packing {corpus} with {name}'s tokenizer into windows of {entry.seq_len} tokens -> {out}")
+        prepare(str(corpus), out, PrepareOptions(tokenizer=str(tokenizer), seq_len=entry.seq_len), log=log)
+        from encoderlab.data.atomic import write_json
+
+        write_json(marker, {"key": key, "corpus": str(corpus), "tokenizer": str(tokenizer), "seq_len": entry.seq_len})
