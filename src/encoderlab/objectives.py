@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from encoderlab.errors import EncoderlabError
@@ -233,21 +232,21 @@ def objective_loss(
     The model runs with the objective's attention (`causal`), document masks (`doc_ids`) and the LM head only at
     the predicted positions. Cross-entropy is in fp32 whatever the logits' dtype. A batch with nothing to predict
     gives a loss of 0 (not NaN). Stats (detached tensors): `tokens` (int64 count of predicted tokens), `accuracy`
-    (fraction of them whose argmax is the target) and `loss`. For a global mean over ranks or micro-batches, weight
-    each loss by its `tokens`.
+    (fraction of them whose target has the largest logit) and `loss`. For a global mean over ranks or
+    micro-batches, weight each loss by its `tokens`.
     """
     inputs = prepare(
         objective, input_ids, doc_ids, special_ids=special_ids, mask_id=mask_id, vocab_size=vocab_size,
         generator=generator,
     )
-    logits = model(
-        inputs.input_ids, causal=objective.causal, doc_ids=doc_ids, output_positions=inputs.positions
-    )  # (N, V)
+    loss_sum, correct = model(
+        inputs.input_ids, causal=objective.causal, doc_ids=doc_ids, output_positions=inputs.positions,
+        targets=inputs.targets,
+    )  # the LM head and its cross-entropy fused (model/lm_loss.py): no (N, V) logits kept
     tokens = (inputs.labels != IGNORE_INDEX).sum()  # on device: no sync
     denom = tokens.clamp_min(1).float()
-    loss = F.cross_entropy(logits.float(), inputs.targets, reduction="sum") / denom
-    with torch.no_grad():
-        accuracy = (logits.argmax(dim=-1) == inputs.targets).sum().float() / denom
+    loss = loss_sum / denom
+    accuracy = correct.float() / denom
     return loss, {"loss": loss.detach(), "tokens": tokens, "accuracy": accuracy}
 
 

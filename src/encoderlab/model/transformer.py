@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from encoderlab.model.config import ModelConfig
+from encoderlab.model.lm_loss import fused_linear_cross_entropy
 
 
 class RMSNorm(nn.Module):
@@ -272,12 +273,15 @@ class TransformerLM(nn.Module):
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
         output_positions: Tensor | None = None,
-    ) -> Tensor:
+        targets: Tensor | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """Logits (B, T, V), or (N, V) at `output_positions` only.
 
         output_positions: a bool mask (B, T) or a 1-D index into the flattened B*T positions. The vocabulary
         projection, the largest matmul of small models, then runs only where a loss is taken (MLM's masked
         tokens). The index form avoids the host sync that boolean indexing costs on GPU.
+        targets (N,), with `output_positions`: return (summed cross-entropy, rows predicted right) instead of the
+        logits, through the fused head + loss of `lm_loss` (no (N, V) logits kept for the backward).
         """
         hidden = self.model(
             input_ids,
@@ -288,6 +292,10 @@ class TransformerLM(nn.Module):
         )  # (B, T, C)
         if output_positions is not None:
             hidden = gather_positions(hidden, output_positions)  # (N, C)
+        if targets is not None:
+            if output_positions is None:
+                raise ValueError("targets need output_positions (the rows they belong to)")
+            return fused_linear_cross_entropy(hidden, self.lm_head.weight, targets)
         return self.lm_head(hidden)
 
 

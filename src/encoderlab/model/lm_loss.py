@@ -1,0 +1,82 @@
+"""Cross-entropy of the LM head without materialising the logits' autograd graph: a fused linear + cross-entropy.
+
+The plain way, `F.cross_entropy(lm_head(h).float(), t)`, keeps the (N, V) logits, writes an fp32 copy of them,
+runs log-softmax, and in the backward writes the fp32 gradient of the log-softmax and its bf16 copy before the two
+matrix products. With a 32K vocabulary and 4K predicted tokens each of those is 0.3-0.5 GB of memory traffic per
+step; with the paper's 128K vocabulary on GPU they are the largest tensors of the step.
+
+Here the gradient is computed in the forward, chunk by chunk of rows, while the chunk's logits are at hand
+(the approach of Liger-Kernel's fused linear cross-entropy): logits = h_c W^T in the compute dtype, log-sum-exp and
+softmax in fp32, then d/dlogits = softmax - onehot is multiplied into dh_c = g_c W and dW += g_c^T h_c. Only dh
+(N, C) and dW (V, C) are kept for the backward, which scales them by the incoming gradient. Chunks bound the fp32
+logits to `CHUNK_BYTES` whatever the batch.
+
+Returns the *summed* loss over rows and the number of rows whose target has the largest logit (accuracy; a tie
+with another token counts as correct, where `argmax` would pick the lower id). Used by `TransformerLM.forward`
+when it is given `targets`, so that FSDP's and DDP's forward hooks see the head's weight being used.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+CHUNK_BYTES = 1 << 28  # fp32 logits per chunk: 256 MiB (2,048 rows of a 32K vocabulary)
+
+
+def _compute_dtype(h: Tensor) -> torch.dtype:
+    if torch.is_autocast_enabled(h.device.type):
+        return torch.get_autocast_dtype(h.device.type)
+    return h.dtype
+
+
+class _FusedLinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h: Tensor, weight: Tensor, targets: Tensor, dtype: torch.dtype, want_grad: bool):
+        hc_all, w = h.to(dtype), weight.to(dtype)
+        n, vocab = h.shape[0], weight.shape[0]
+        rows = max(1, CHUNK_BYTES // (4 * vocab))
+        loss = torch.zeros((), dtype=torch.float32, device=h.device)
+        correct = torch.zeros((), dtype=torch.int64, device=h.device)
+        grad_h = torch.empty_like(hc_all) if want_grad else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=h.device) if want_grad else None
+        for start in range(0, n, rows):
+            hc, tc = hc_all[start:start + rows], targets[start:start + rows, None]
+            logits = (hc @ w.T).float()  # (n_c, V)
+            lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n_c, 1)
+            target_logit = logits.gather(1, tc)  # (n_c, 1)
+            loss += (lse - target_logit).sum()
+            correct += (target_logit >= logits.amax(dim=-1, keepdim=True)).sum()
+            if want_grad:
+                probs = logits.sub_(lse).exp_()  # softmax, in place of the logits
+                probs.scatter_add_(1, tc, torch.full_like(target_logit, -1.0))  # minus the one-hot target
+                g = probs.to(dtype)
+                grad_h[start:start + rows] = g @ w
+                grad_w += g.T @ hc
+        if want_grad:
+            ctx.save_for_backward(grad_h, grad_w)
+            ctx.dtypes = h.dtype, weight.dtype
+        ctx.mark_non_differentiable(correct)
+        return loss, correct
+
+    @staticmethod
+    def backward(ctx, grad_loss: Tensor, _grad_correct):
+        grad_h, grad_w = ctx.saved_tensors
+        h_dtype, w_dtype = ctx.dtypes
+        return (grad_h * grad_loss).to(h_dtype), (grad_w * grad_loss).to(w_dtype), None, None, None
+
+
+def fused_linear_cross_entropy(h: Tensor, weight: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    """(summed cross-entropy, number of rows predicted right) of `h @ weight.T` against `targets`.
+
+    h (N, C) hidden states, weight (V, C) the LM head, targets (N,) token ids (no ignore index: pass only the rows
+    that are predicted). The matrix products run in the autocast dtype when autocast is on, else in h's dtype;
+    softmax statistics are fp32. Under torch.compile the plain expression is used (inductor fuses it itself).
+    """
+    if torch.compiler.is_compiling():
+        logits = (h @ weight.T).float()
+        loss = torch.nn.functional.cross_entropy(logits, targets, reduction="sum")
+        target_logit = logits.gather(1, targets[:, None])
+        return loss, (target_logit >= logits.amax(dim=-1, keepdim=True)).sum()
+    want_grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    loss, correct = _FusedLinearCrossEntropy.apply(h, weight, targets, _compute_dtype(h), want_grad)
+    return loss, correct

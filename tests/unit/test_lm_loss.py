@@ -1,0 +1,64 @@
+"""The fused LM head + cross-entropy equals the plain expression: loss, accuracy and both gradients."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from encoderlab.model import lm_loss
+from encoderlab.model.lm_loss import fused_linear_cross_entropy
+
+
+def _inputs(n=37, c=16, v=101, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(n, c, generator=g, requires_grad=True)
+    w = (torch.randn(v, c, generator=g) * 0.5).requires_grad_()
+    t = torch.randint(0, v, (n,), generator=g)
+    t[::3] = (h @ w.T).argmax(-1)[::3].detach()  # some rows predicted right, so accuracy is tested too
+    return h, w, t
+
+
+def _plain(h, w, t):
+    logits = (h @ w.T).float()
+    return F.cross_entropy(logits, t, reduction="sum"), (logits.argmax(-1) == t).sum()
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 1000])  # one row per chunk, uneven chunks, a single chunk
+def test_fp32_equals_the_plain_expression(monkeypatch, chunk_rows):
+    monkeypatch.setattr(lm_loss, "CHUNK_BYTES", chunk_rows * 4 * 101)
+    h, w, t = _inputs()
+    loss, correct = fused_linear_cross_entropy(h, w, t)
+    (loss * 0.37).backward()  # a non-unit incoming gradient, as the mean over tokens gives
+    gh, gw = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    ref_loss, ref_correct = _plain(h, w, t)
+    (ref_loss * 0.37).backward()
+    assert torch.allclose(loss, ref_loss, rtol=1e-6, atol=1e-5)
+    assert int(correct) == int(ref_correct) > 0
+    assert torch.allclose(gh, h.grad, rtol=1e-5, atol=1e-6) and torch.allclose(gw, w.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_autocast_is_as_close_as_autocast_itself():
+    h, w, t = _inputs(n=64, c=32, v=257)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = fused_linear_cross_entropy(h, w, t)
+    loss.backward()
+    gh, gw = h.grad.clone(), w.grad.clone()
+    h.grad = w.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = h @ w.T
+    ref = F.cross_entropy(logits.float(), t, reduction="sum")
+    ref.backward()
+    assert gh.dtype == torch.float32 and gw.dtype == torch.float32  # the inputs' dtypes
+    assert abs(loss.item() - ref.item()) / ref.item() < 1e-3
+    for ours, theirs in ((gh, h.grad), (gw, w.grad)):
+        assert (ours - theirs).norm() / theirs.norm() < 2e-2  # bf16 products either way
+
+
+def test_without_grad_nothing_is_kept_and_no_rows_give_zero():
+    h, w, t = _inputs()
+    with torch.no_grad():
+        loss, correct = fused_linear_cross_entropy(h, w, t)
+    assert not loss.requires_grad and torch.allclose(loss, _plain(h, w, t)[0], rtol=1e-6)
+    empty, none = fused_linear_cross_entropy(h[:0], w, t[:0])
+    assert empty.item() == 0 and none.item() == 0
