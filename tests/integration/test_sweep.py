@@ -141,3 +141,24 @@ def test_the_batched_engine_writes_the_records_of_the_sequential_one(tmp_path, t
             assert step == step_b and loss_b == pytest.approx(loss, rel=1e-5)  # float rounding: tests/unit/test_batched
     with pytest.raises(EncoderlabError, match="engine 'fast' is not one of auto, sequential, batched"):
         run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, engine="fast", log=lambda m: None)
+
+
+def test_a_task_can_override_steps_and_length(tmp_path, tiny_checkpoint, task_yaml):
+    from encoderlab.evaluation.tasks import load_task
+
+    name = load_task(str(task_yaml)).name
+    own = protocol(lrs=[1e-3], seeds=[0], task_overrides={name: {"max_steps": 3, "max_length": 16}})
+    assert own.for_task(name).max_steps == 3 and own.for_task(name).length_for("classification") == 16
+    assert own.for_task("another-task") is own
+    summary = run_sweep(tiny_checkpoint, [str(task_yaml)], own, tmp_path, show_progress=False, log=lambda m: None)
+    (record_path,) = tmp_path.rglob("lr*.json")
+    record = json.loads(record_path.read_text())
+    assert record["steps"] == 3 and record["protocol"]["task_overrides"] == {name: {"max_steps": 3, "max_length": 16}}
+    assert summary["tasks"][name]["runs"] == 1
+
+
+def test_task_overrides_are_checked():
+    with pytest.raises(ValueError, match="lrs cannot be set per task"):
+        protocol(task_overrides={"rt-polarity": {"lrs": [1.0]}})
+    with pytest.raises(ValueError, match="max_steps"):
+        protocol(task_overrides={"rt-polarity": {"max_steps": 0}})

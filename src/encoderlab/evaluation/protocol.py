@@ -1,9 +1,13 @@
 """The evaluation protocol as data (DESIGN.md convention 10): printed in every report, stored in every record."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),
+# the optimizer and the selection rule stay the same for every task, or the tasks' scores would not compare.
+TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_fraction")
 
 
 class EvalOptim(BaseModel):
@@ -38,6 +42,32 @@ class Protocol(BaseModel):
     max_corpus_documents: int | None = Field(None, gt=0, description="retrieval: judged documents plus random "
                                              "others up to this many (CPU demos; scores rise as the corpus shrinks)")
     curve_every: int = Field(10, gt=0, description="training loss recorded every N steps")
+    task_overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per task name: its own " + ", ".join(TASK_OVERRIDABLE) +
+        " (e.g. more epochs for a small training set, longer inputs for long documents)")
+
+    @model_validator(mode="after")
+    def _check_overrides(self) -> Protocol:
+        for task, keys in self.task_overrides.items():
+            bad = sorted(set(keys) - set(TASK_OVERRIDABLE))
+            if bad:
+                raise ValueError(f"task_overrides.{task}: {', '.join(bad)} cannot be set per task "
+                                 f"(allowed: {', '.join(TASK_OVERRIDABLE)})")
+            self.for_task(task)  # the values are checked like the protocol's own
+        return self
+
+    def for_task(self, task: str) -> Protocol:
+        """The protocol one task runs under: this one with the task's overrides applied (max_length set for a
+        task wins over max_length_by_family)."""
+        keys = self.task_overrides.get(task)
+        if not keys:
+            return self
+        data = self.model_dump()
+        data.update(keys)
+        if "max_length" in keys:
+            data["max_length_by_family"] = {}
+        data["task_overrides"] = {}
+        return Protocol.model_validate(data)
 
     def length_for(self, family: str) -> int:
         return self.max_length_by_family.get(family, self.max_length)

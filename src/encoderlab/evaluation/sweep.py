@@ -46,9 +46,10 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
         if protocol.max_corpus_documents and hasattr(task, "limit_corpus"):
             task.limit_corpus(protocol.max_corpus_documents, seed=0)
         t0 = time.perf_counter()
-        task.prepare(tokenizer, protocol.length_for(task.family), cache_dir)
+        own = protocol.for_task(task.name)
+        task.prepare(tokenizer, own.length_for(task.family), cache_dir)
         log(f"{task.name} ({task.family}): {task.num_train_examples():,} training examples, "
-            f"{planned_steps(task, protocol)} steps per run, prepared in {time.perf_counter() - t0:.1f}s")
+            f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s")
     return tasks
 
 
@@ -103,9 +104,10 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     try:
         for task in tasks:
             runs = [(lr, seed) for t, lr, seed in todo if t is task]
-            if runs and choose_engine(engine, task, model_cfg, weights, runs, protocol, device, log) == "batched":
+            own = protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
+            if runs and choose_engine(engine, task, model_cfg, weights, runs, own, device, log) == "batched":
                 first = k
-                for body in finetune_grid(task, model_cfg, weights, runs, protocol=protocol, device=device, log=log,
+                for body in finetune_grid(task, model_cfg, weights, runs, protocol=own, device=device, log=log,
                                           skip=lambda lr, seed, task=task: recorded(task, lr, seed)):
                     save(task, body)
                     k += 1
@@ -119,7 +121,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
                 if recorded(task, lr, seed):
                     progress(k, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
                     continue  # two sweeps over the same grid share the work instead of repeating it
-                save(task, finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=protocol, device=device))
+                save(task, finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=own, device=device))
                 progress(k, f"{task.name} lr={lr:g} seed={seed}")
     finally:
         progress(None, "")
