@@ -157,7 +157,8 @@ def test_bad_imported_specs_are_clear(tmp_path, llama_dir, corpus_dir):
         run_study(plan, base, log=lambda m: None)
 
 
-def test_imported_study_runs_and_reports(tmp_path, llama_dir, corpus_dir, task_yaml, one_thread):
+def test_imported_study_runs_and_reports(tmp_path, llama_dir, corpus_dir, task_yaml, one_thread, monkeypatch):
+    monkeypatch.setenv("ENCODERLAB_HOME", str(tmp_path / "home"))  # the sweep's task cache
     plan, _, base = plan_of(write_study(tmp_path, str(llama_dir), str(corpus_dir), task=str(task_yaml), steps=2))
     result = run_study(plan, base, log=lambda m: None)
     assert not result["failed"] and result["done"] == result["jobs"] == 2 + 3  # 2 runs, 3 checkpoints x 1 task
@@ -198,7 +199,7 @@ def test_verdict_says_whether_cpt_beat_both_baselines(tmp_path, llama_dir, corpu
                     "scores": {"validation": {"score": score}, "test": {"score": score}}})
     text = write_report(plan.root).read_text()
     assert "**Verdict (tinyllama-imported-mlm40-3): CPT beat both baselines.** vs tinyllama-imported (no CPT): " \
-           "higher in 4/4 categories, significantly in 4; vs tinyllama-mlm40-3 (from scratch, 3 steps against 3): " \
+           "higher in 4/4 categories, significantly in 4; vs tinyllama-mlm40-3 (from scratch, the same 3 steps): " \
            "higher in 4/4 categories, significantly in 4." in text
     table = text.split("## Continued pretraining of imported models")[1].split("CSV:")[0]
     assert table.count("| tinyllama-") == 3 and "±" in table

@@ -151,7 +151,8 @@ def imported_section(report) -> str:
         if not cpt:
             continue
         arm = cpt[-1]
-        baselines = {label: "no CPT"} | {r["name"]: f"from scratch, {r['steps']} steps against {arm['steps']}"
+        baselines = {label: "no CPT"} | {r["name"]: "from scratch, " + (f"the same {r['steps']} steps" if r["steps"]
+                                         == arm["steps"] else f"{r['steps']} steps against CPT's {arm['steps']}")
                                          for r in scratch}
         comps = {b: _pair(res, arm["name"], b) for b in baselines}
         if len(comps) < 2:
