@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from encoderlab.config import ConfigError
+from encoderlab.data.atomic import write_json
 from encoderlab.study.spec import StudySpec, resolve_path
 
 DATA_KEY = "study-data.json"  # in STUDY/data/NAME: what the packed windows were made from
@@ -70,9 +71,9 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
 
 def corpus_file(data_path: str) -> Path:
     """The documents behind the base config's data: `data prepare` keeps them in corpus/documents.jsonl."""
-    from encoderlab.data.wheels import encoderlab_home
+    from encoderlab.data.prepare import default_out
 
-    root = encoderlab_home() / "data" / "offline" if data_path == "offline" else Path(data_path)
+    root = default_out(data_path) if data_path == "offline" else Path(data_path)
     for folder in (root, root.parent):  # the folder `data prepare` wrote, or its packed/ child
         if (folder / "corpus" / "documents.jsonl").exists():
             return folder / "corpus" / "documents.jsonl"
@@ -105,6 +106,4 @@ def prepare_imports(spec: StudySpec, base_dir: Path, root: Path, data_path: str,
             continue
         log(f"packing {corpus} with {name}'s tokenizer into windows of {entry.seq_len} tokens -> {out}")
         prepare(str(corpus), out, PrepareOptions(tokenizer=str(tokenizer), seq_len=entry.seq_len), log=log)
-        from encoderlab.data.atomic import write_json
-
         write_json(marker, {"key": key, "corpus": str(corpus), "tokenizer": str(tokenizer), "seq_len": entry.seq_len})
