@@ -162,3 +162,36 @@ def test_task_overrides_are_checked():
         protocol(task_overrides={"rt-polarity": {"lrs": [1.0]}})
     with pytest.raises(ValueError, match="max_steps"):
         protocol(task_overrides={"rt-polarity": {"max_steps": 0}})
+
+
+def test_worker_processes_write_the_records_of_one_process(tmp_path, tiny_checkpoint, task_yaml):
+    import torch
+
+    from encoderlab.evaluation.tasks import load_task
+
+    name = load_task(str(task_yaml)).name
+    own = protocol(task_overrides={name: {"max_steps": 4}})  # the workers apply a task's overrides too
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # both sides on one thread each: the same float reductions, bit for bit
+    try:
+        summaries = {n: run_sweep(tiny_checkpoint, [str(task_yaml)], own, tmp_path / str(n), engine="sequential",
+                                  workers=n, show_progress=False, log=lambda m: None) for n in (1, 2)}
+    finally:
+        torch.set_num_threads(threads)
+    assert summaries[2]["tasks"] == summaries[1]["tasks"] and summaries[2]["runs_done_this_time"] == 4
+    for path in sorted((tmp_path / "1").rglob("lr*.json")):
+        one = json.loads(path.read_text())
+        two = json.loads((tmp_path / "2" / path.relative_to(tmp_path / "1")).read_text())
+        assert one["steps"] == two["steps"] == 4
+        assert (one["scores"], one["curve"]) == (two["scores"], two["curve"])
+    again = run_sweep(tiny_checkpoint, [str(task_yaml)], own, tmp_path / "2", workers=2, show_progress=False,
+                      log=lambda m: None)
+    assert again["runs_done_this_time"] == 0  # resumable like any sweep
+
+
+def test_workers_are_refused_where_they_do_not_apply(tmp_path, tiny_checkpoint, task_yaml):
+    with pytest.raises(EncoderlabError, match="with --workers 1"):
+        run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, engine="batched", workers=2,
+                  log=lambda m: None)
+    with pytest.raises(EncoderlabError, match="workers must be 1 or more"):
+        run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, workers=0, log=lambda m: None)

@@ -20,6 +20,7 @@ from encoderlab.evaluation.batched import finetune_grid
 from encoderlab.evaluation.engines import ENGINES, choose_engine
 from encoderlab.evaluation.finetune import backbone_state, finetune, planned_steps
 from encoderlab.evaluation.metrics import mean_ci95, std
+from encoderlab.evaluation.parallel import run_parallel, threads_per_worker
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks import load_task
 from encoderlab.evaluation.tasks.base import EvalTask
@@ -56,16 +57,28 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
               cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None,
-              on_prepared: Callable[[str, EvalTask], None] | None = None, engine: str = "auto") -> dict:
+              on_prepared: Callable[[str, EvalTask], None] | None = None, engine: str = "auto",
+              workers: int = 1) -> dict:
     """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec (a
     study's worker reuses them across checkpoints); the others are prepared here and handed to `on_prepared`.
 
     `engine`: how a task's runs are trained: "sequential" (one after another), "batched" (together, one computation:
     evaluation/batched.py) or "auto" (batched on CUDA; on a CPU what a short probe measures faster). It is not part
-    of the protocol: both give the same records, up to float rounding."""
+    of the protocol: both give the same records, up to float rounding.
+
+    `workers` > 1 (CPU): the runs are spread over that many processes, each with its share of the threads
+    (evaluation/parallel.py), every one of them a sequential run."""
     if engine not in ENGINES:
         raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
     device = device or default_device()
+    if workers < 1:
+        raise EncoderlabError(f"workers must be 1 or more, not {workers}")
+    if workers > 1 and device.type != "cpu":
+        raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched engine "
+                              "trains a task's runs together instead (--engine auto or batched, --workers 1)")
+    if workers > 1 and engine == "batched":
+        raise EncoderlabError("--engine batched trains a task's runs together in one process: use it with "
+                              "--workers 1, or --engine sequential/auto with several workers")
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     weights = backbone_state(model.state_dict())
@@ -100,29 +113,41 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         if body["status"] != "ok":
             log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
 
-    k = 0
-    try:
-        for task in tasks:
-            runs = [(lr, seed) for t, lr, seed in todo if t is task]
-            own = protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
-            if runs and choose_engine(engine, task, model_cfg, weights, runs, own, device, log) == "batched":
-                first = k
-                for body in finetune_grid(task, model_cfg, weights, runs, protocol=own, device=device, log=log,
-                                          skip=lambda lr, seed, task=task: recorded(task, lr, seed)):
-                    save(task, body)
-                    k += 1
-                    progress(k, f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
-                if k < first + len(runs):  # runs another sweep recorded meanwhile were skipped, not trained
-                    k = first + len(runs)
-                    progress(k, f"{task.name}: the other runs recorded by another sweep")
+    done = 0
+
+    def finished(task: EvalTask, body: dict, how: str = "") -> None:
+        nonlocal done
+        save(task, body)
+        done += 1
+        progress(done, f"{task.name} lr={body['lr']:g} seed={body['seed']}{how}")
+
+    def run_task(task: EvalTask, runs: list[tuple[float, int]]) -> None:
+        """The task's runs in this process, batched or one after another."""
+        nonlocal done
+        own = protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
+        if runs and choose_engine(engine, task, model_cfg, weights, runs, own, device, log) == "batched":
+            first = done
+            for body in finetune_grid(task, model_cfg, weights, runs, protocol=own, device=device, log=log,
+                                      skip=lambda lr, seed: recorded(task, lr, seed)):
+                finished(task, body, " (batched)")
+            if done < first + len(runs):  # runs another sweep recorded meanwhile were skipped, not trained
+                done = first + len(runs)
+                progress(done, f"{task.name}: the other runs recorded by another sweep")
+            return
+        for lr, seed in runs:
+            if recorded(task, lr, seed):  # two sweeps over the same grid share the work instead of repeating it
+                done += 1
+                progress(done, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
                 continue
-            for lr, seed in runs:
-                k += 1
-                if recorded(task, lr, seed):
-                    progress(k, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
-                    continue  # two sweeps over the same grid share the work instead of repeating it
-                save(task, finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=own, device=device))
-                progress(k, f"{task.name} lr={lr:g} seed={seed}")
+            finished(task, finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=own, device=device))
+
+    try:
+        if workers > 1:
+            log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
+            run_parallel(todo, model_cfg, weights, protocol, workers, finished)
+        else:
+            for task in tasks:
+                run_task(task, [(lr, seed) for t, lr, seed in todo if t is task])
     finally:
         progress(None, "")
     summary = summarize([r for r in records.load_all(out, tag, key) if r["task"] in {t.name for t in tasks}])

@@ -1,0 +1,77 @@
+"""Runs of a sweep spread over worker processes, each with its share of the CPU threads (`--workers`).
+
+One fine-tuning run of a small model does not keep several cores busy with one intra-op thread pool: its matrix
+products are small and the elementwise work between them runs on one thread. N processes with 1/N of the threads
+each keep them busy (measured in docs/benchmarks.md). The parent loads the checkpoint, prepares and checks every task
+before anything trains, hands both to the workers once (spawned, so no thread pool is inherited half-initialised),
+and writes every record itself, as the sequential sweep does: the records are the same, run for run.
+"""
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+
+import torch
+
+from encoderlab.evaluation.finetune import finetune, planned_steps
+from encoderlab.evaluation.protocol import Protocol
+from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.model.config import ModelConfig
+
+_WORKER: dict = {}  # in a worker process: what every run needs, received once
+
+
+def threads_per_worker(workers: int) -> int:
+    return max(1, torch.get_num_threads() // workers)
+
+
+def _init_worker(tasks: dict[str, EvalTask], model_cfg: ModelConfig, weights: dict[str, torch.Tensor],
+                 protocol: Protocol, threads: int) -> None:
+    torch.set_num_threads(threads)
+    _WORKER.update(tasks=tasks, model_cfg=model_cfg, weights=weights, protocol=protocol)
+
+
+def _run(task_name: str, lr: float, seed: int) -> dict:
+    w = _WORKER
+    return finetune(w["tasks"][task_name], w["model_cfg"], w["weights"], lr=lr, seed=seed,
+                    protocol=w["protocol"].for_task(task_name), device=torch.device("cpu"))
+
+
+def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelConfig,
+                 weights: dict[str, torch.Tensor], protocol: Protocol, workers: int,
+                 on_done: Callable[[EvalTask, dict], None]) -> None:
+    """Train `runs` on `workers` processes; `on_done(task, record body)` in this process as each finishes.
+
+    The longest runs start first (steps x length), so that no long run is left alone at the end. An exception in
+    a worker (a bug, not a diverged run: those come back as failed records) is raised once the runs under way have
+    finished and been handed to `on_done`; the runs not started are left for the next sweep."""
+    runs = sorted(runs, key=lambda r: -planned_steps(r[0], protocol.for_task(r[0].name))
+                  * protocol.for_task(r[0].name).length_for(r[0].family))
+    if not runs:
+        return
+    tasks = {t.name: t for t, _, _ in runs}
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_init_worker,
+                               initargs=(tasks, model_cfg, weights, protocol, threads_per_worker(workers)))
+    error: BaseException | None = None
+    try:
+        pending: dict[Future, EvalTask] = {pool.submit(_run, t.name, lr, seed): t for t, lr, seed in runs}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                task = pending.pop(future)
+                if future.cancelled():
+                    continue
+                if future.exception() is not None:
+                    # A bug, not a diverged run: start nothing new, but keep what the running ones finish.
+                    error = error or future.exception()
+                    for other in pending:
+                        other.cancel()
+                    continue
+                on_done(task, future.result())
+    finally:
+        # Ctrl-C reaches the workers too: nothing is waited for, and runs without a record are redone next time.
+        pool.shutdown(wait=False, cancel_futures=True)
+    if error is not None:
+        raise error
