@@ -88,8 +88,11 @@ def write_hf_data(task: EvalTask, folder: Path) -> Path:
 
 def time_encoderlab(args, spec: str, protocol: Protocol, work: Path, engine: str) -> dict:
     out, cache = work / "evals" / engine, work / "cache" / engine / spec  # a fresh cache: tokenisation counts
+    # "workers": sequential runs spread over --workers processes, each with its share of the threads.
+    workers = args.workers if engine == "workers" else 1
     started = time.perf_counter()
-    summary = run_sweep(args.checkpoint, [spec], protocol, out, engine=engine, cache_dir=cache, show_progress=False,
+    summary = run_sweep(args.checkpoint, [spec], protocol, out, engine="sequential" if engine == "workers" else engine,
+                        workers=workers, cache_dir=cache, show_progress=False,
                         log=lambda m: print(f"    {m}", file=sys.stderr) if args.verbose else None)
     seconds = time.perf_counter() - started
     (entry,) = summary["tasks"].values()
@@ -149,7 +152,10 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: the protocol's")
     p.add_argument("--max-eval-examples", type=int, default=500, help="validation/test examples scored per run")
     p.add_argument("--max-corpus-documents", type=int, default=2000, help="retrieval: documents searched")
-    p.add_argument("--engines", nargs="+", default=["sequential", "batched"], choices=["sequential", "batched"])
+    p.add_argument("--engines", nargs="+", default=["sequential", "batched", "workers"],
+                   choices=["sequential", "batched", "workers"],
+                   help="'workers': sequential runs on --workers processes sharing the threads")
+    p.add_argument("--workers", type=int, default=2, help="processes of the 'workers' engine")
     p.add_argument("--hf-runs", type=int, default=None,
                    help="time only this many Trainer runs per task, spread over the grid (runs/hour is a rate)")
     p.add_argument("--hf-sampling", default="group_by_length",
@@ -186,7 +192,7 @@ def main(argv=None) -> None:
             (task,) = prepare_tasks([spec], tokenizer, protocol, cache_dir=None, log=lambda m: None)
             data = write_hf_data(task, work / "data" / task.name)
             row = {"task": task.name, "family": task.family}
-            order = args.engines if len(rows) % 2 == 0 else args.engines[::-1]  # neither engine always goes first
+            order = args.engines if len(rows) % 2 == 0 else args.engines[::-1]  # no engine always goes first
             for engine in order:  # the sides take turns per task, so drift in machine speed hits all
                 row[engine] = time_encoderlab(args, spec, protocol, work, engine)
                 print(f"  {task.name}: encoderlab {engine}: {row[engine]}", flush=True)
@@ -221,9 +227,13 @@ def report(args, rows: list[dict]) -> None:
     print()
     for line in lines:
         print("  ".join(str(cell).ljust(w) for cell, w in zip(line, widths)))
-    if len(engines) == 2:
+    if {"batched", "sequential"} <= set(engines):
         ratios = [per_hour(r["batched"]) / per_hour(r["sequential"]) for r in rows]
         print("batched / sequential: " + ", ".join(f"{r['task']} {x:.2f}x" for r, x in zip(rows, ratios)))
+    if {"workers", "sequential"} <= set(engines):
+        ratios = [per_hour(r["workers"]) / per_hour(r["sequential"]) for r in rows]
+        print(f"{args.workers} workers / sequential: "
+              + ", ".join(f"{r['task']} {x:.2f}x" for r, x in zip(rows, ratios)))
     failed = {side: sum(r[side]["failed"] for r in rows) for side in totals}
     if any(failed.values()):
         print(f"WARNING: failed runs (counted in the rates above): {failed}")

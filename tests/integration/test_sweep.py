@@ -164,27 +164,51 @@ def test_task_overrides_are_checked():
         protocol(task_overrides={"rt-polarity": {"max_steps": 0}})
 
 
-def test_worker_processes_write_the_records_of_one_process(tmp_path, tiny_checkpoint, task_yaml):
+@pytest.fixture
+def beir_yaml(tmp_path):
+    """A small retrieval task (BEIR layout): its prepared tokens are tensors with NumPy views, the state that
+    multiprocessing's shared-memory pickling once corrupted for every worker after the first."""
+    rng = random.Random(1)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    docs = {f"d{i}": " ".join(rng.choices(words, k=12)) for i in range(40)}
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": t}) + "\n" for d, t in docs.items()))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": docs[f"d{i}"][:20]}) + "\n"
+                                                  for i in range(40)))
+    for split, ids in (("train", range(0, 24)), ("dev", range(24, 32)), ("test", range(32, 40))):
+        (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+            f"q{i}\td{i}\t1\n" for i in ids))
+    (tmp_path / "beir.yaml").write_text("family: retrieval\nfolder: beir\n")
+    return tmp_path / "beir.yaml"
+
+
+def test_worker_processes_write_the_records_of_one_process(tmp_path, tiny_checkpoint, task_yaml, beir_yaml):
     import torch
 
     from encoderlab.evaluation.tasks import load_task
 
     name = load_task(str(task_yaml)).name
     own = protocol(task_overrides={name: {"max_steps": 4}})  # the workers apply a task's overrides too
+    specs = [str(task_yaml), str(beir_yaml)]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # both sides on one thread each: the same float reductions, bit for bit
     try:
-        summaries = {n: run_sweep(tiny_checkpoint, [str(task_yaml)], own, tmp_path / str(n), engine="sequential",
-                                  workers=n, show_progress=False, log=lambda m: None) for n in (1, 2)}
+        summaries = {n: run_sweep(tiny_checkpoint, specs, own, tmp_path / str(n), engine="sequential", workers=n,
+                                  show_progress=False, log=lambda m: None) for n in (1, 2)}
     finally:
         torch.set_num_threads(threads)
-    assert summaries[2]["tasks"] == summaries[1]["tasks"] and summaries[2]["runs_done_this_time"] == 4
-    for path in sorted((tmp_path / "1").rglob("lr*.json")):
+    assert summaries[2]["tasks"] == summaries[1]["tasks"] and summaries[2]["runs_done_this_time"] == 8
+    paths = sorted((tmp_path / "1").rglob("lr*.json"))
+    assert len(paths) == 8
+    for path in paths:
         one = json.loads(path.read_text())
         two = json.loads((tmp_path / "2" / path.relative_to(tmp_path / "1")).read_text())
-        assert one["steps"] == two["steps"] == 4
+        assert one["status"] == two["status"] == "ok" and one["steps"] == two["steps"]
         assert (one["scores"], one["curve"]) == (two["scores"], two["curve"])
-    again = run_sweep(tiny_checkpoint, [str(task_yaml)], own, tmp_path / "2", workers=2, show_progress=False,
+    steps = {(r["task"], r["steps"]) for r in (json.loads(p.read_text()) for p in paths)}
+    assert steps == {(name, 4), ("beir", 3)}  # 24 training queries in batches of 8: one epoch is 3 steps
+    again = run_sweep(tiny_checkpoint, specs, own, tmp_path / "2", workers=2, show_progress=False,
                       log=lambda m: None)
     assert again["runs_done_this_time"] == 0  # resumable like any sweep
 

@@ -9,6 +9,7 @@ and writes every record itself, as the sequential sweep does: the records are th
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
@@ -26,9 +27,9 @@ def threads_per_worker(workers: int) -> int:
     return max(1, torch.get_num_threads() // workers)
 
 
-def _init_worker(tasks: dict[str, EvalTask], model_cfg: ModelConfig, weights: dict[str, torch.Tensor],
-                 protocol: Protocol, threads: int) -> None:
+def _init_worker(payload: bytes, threads: int) -> None:
     torch.set_num_threads(threads)
+    tasks, model_cfg, weights, protocol = pickle.loads(payload)
     _WORKER.update(tasks=tasks, model_cfg=model_cfg, weights=weights, protocol=protocol)
 
 
@@ -51,9 +52,12 @@ def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelCo
     if not runs:
         return
     tasks = {t.name: t for t, _, _ in runs}
+    # Plain pickle, as bytes: multiprocessing's own pickler would move every tensor to shared memory *in place*,
+    # leaving the parent's NumPy views of those tensors (tasks keep some) pointing at freed memory, which the next
+    # worker would then receive. Plain pickle copies and changes nothing here.
+    payload = pickle.dumps((tasks, model_cfg, weights, protocol), protocol=pickle.HIGHEST_PROTOCOL)
     pool = ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker,
-                               initargs=(tasks, model_cfg, weights, protocol, threads_per_worker(workers)))
+                               initializer=_init_worker, initargs=(payload, threads_per_worker(workers)))
     error: BaseException | None = None
     try:
         pending: dict[Future, EvalTask] = {pool.submit(_run, t.name, lr, seed): t for t, lr, seed in runs}
