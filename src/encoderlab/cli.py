@@ -287,8 +287,8 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     engine: str = typer.Option("auto", help="auto | sequential | batched: train a task's runs one after another or "
                                             "together (same records); auto picks what is faster on this machine."),
-    workers: int = typer.Option(1, min=1, help="CPU: spread the runs over this many processes, each with its "
-                                               "share of the threads (same records)."),
+    workers: str = typer.Option("1", help="CPU: spread the runs over this many processes, each with its share of "
+                                          "the threads (same records); 'auto': one per thread, as memory allows."),
 ) -> None:
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
     from encoderlab.evaluation.sweep import run_sweep
@@ -299,7 +299,7 @@ def sweep(
         raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
     proto = _protocol(protocol or _default_protocol(), overrides)
     summary = run_sweep(checkpoint, specs, proto, out_dir, log=_log, show_progress=not as_json,
-                        cache_dir=_cache_dir(), engine=engine, workers=workers)
+                        cache_dir=_cache_dir(), engine=engine, workers=_workers(workers))
     _emit(summary, as_json, _render_sweep)
 
 
@@ -320,6 +320,14 @@ def finetune_cmd(
     proto = _protocol(protocol or _default_protocol(), [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
     summary = run_sweep(checkpoint, [task], proto, out_dir, log=_log, show_progress=False, cache_dir=_cache_dir())
     _emit(summary, as_json, _render_sweep)
+
+
+def _workers(value: str) -> int | str:
+    if value == "auto":
+        return value
+    if not value.isdigit() or int(value) < 1:
+        raise EncoderlabError(f"--workers {value!r}: give 'auto' or a whole number, 1 or more")
+    return int(value)
 
 
 def _cache_dir() -> Path:

@@ -217,5 +217,22 @@ def test_workers_are_refused_where_they_do_not_apply(tmp_path, tiny_checkpoint, 
     with pytest.raises(EncoderlabError, match="with --workers 1"):
         run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, engine="batched", workers=2,
                   log=lambda m: None)
-    with pytest.raises(EncoderlabError, match="workers must be 1 or more"):
+    with pytest.raises(EncoderlabError, match="workers must be 'auto' or a whole number"):
         run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, workers=0, log=lambda m: None)
+
+
+def test_auto_workers_one_per_thread_on_cpu_only(monkeypatch):
+    import torch
+
+    from encoderlab.evaluation import parallel
+    from encoderlab.model.presets import preset
+
+    cfg = preset("tiny")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    cpu = torch.device("cpu")
+    assert parallel.auto_workers(cpu, "auto", cfg, runs=30) == 4
+    assert parallel.auto_workers(cpu, "auto", cfg, runs=3) == 3  # never more processes than runs
+    assert parallel.auto_workers(cpu, "batched", cfg, runs=30) == 1
+    assert parallel.auto_workers(torch.device("cuda"), "auto", cfg, runs=30) == 1
+    monkeypatch.setattr(parallel.os, "sysconf", lambda name: 1024 if name == "SC_PAGE_SIZE" else 10_000)
+    assert parallel.auto_workers(cpu, "auto", cfg, runs=30) == 1  # 10 MB of memory: one at a time

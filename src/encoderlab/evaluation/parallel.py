@@ -9,6 +9,7 @@ and writes every record itself, as the sequential sweep does: the records are th
 from __future__ import annotations
 
 import multiprocessing
+import os
 import pickle
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -25,6 +26,20 @@ _WORKER: dict = {}  # in a worker process: what every run needs, received once
 
 def threads_per_worker(workers: int) -> int:
     return max(1, torch.get_num_threads() // workers)
+
+
+def auto_workers(device: torch.device, engine: str, model_cfg: ModelConfig, runs: int) -> int:
+    """`--workers auto`: on a CPU, one single-threaded process per thread torch would use, no more than there are
+    runs and than half the memory holds (a run: fp32 weights, gradients and two AdamW moments, doubled for
+    activations); 1 on a GPU, where the batched engine is the fast path, and with `--engine batched`."""
+    if device.type != "cpu" or engine == "batched":
+        return 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): trust the thread count
+        memory = None
+    fits = memory // (32 * model_cfg.num_parameters()) if memory else torch.get_num_threads()
+    return max(1, min(torch.get_num_threads(), runs, fits))
 
 
 def _init_worker(payload: bytes, threads: int) -> None:

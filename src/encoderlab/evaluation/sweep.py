@@ -20,7 +20,7 @@ from encoderlab.evaluation.batched import finetune_grid
 from encoderlab.evaluation.engines import ENGINES, choose_engine
 from encoderlab.evaluation.finetune import backbone_state, finetune, planned_steps
 from encoderlab.evaluation.metrics import mean_ci95, std
-from encoderlab.evaluation.parallel import run_parallel, threads_per_worker
+from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks import load_task
 from encoderlab.evaluation.tasks.base import EvalTask
@@ -58,7 +58,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
               cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None,
               on_prepared: Callable[[str, EvalTask], None] | None = None, engine: str = "auto",
-              workers: int = 1) -> dict:
+              workers: int | str = 1) -> dict:
     """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec (a
     study's worker reuses them across checkpoints); the others are prepared here and handed to `on_prepared`.
 
@@ -67,16 +67,16 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     of the protocol: both give the same records, up to float rounding.
 
     `workers` > 1 (CPU): the runs are spread over that many processes, each with its share of the threads
-    (evaluation/parallel.py), every one of them a sequential run."""
+    (evaluation/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows."""
     if engine not in ENGINES:
         raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
     device = device or default_device()
-    if workers < 1:
-        raise EncoderlabError(f"workers must be 1 or more, not {workers}")
-    if workers > 1 and device.type != "cpu":
+    if workers != "auto" and (not isinstance(workers, int) or workers < 1):
+        raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
+    if workers != "auto" and workers > 1 and device.type != "cpu":
         raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched engine "
                               "trains a task's runs together instead (--engine auto or batched, --workers 1)")
-    if workers > 1 and engine == "batched":
+    if workers != "auto" and workers > 1 and engine == "batched":
         raise EncoderlabError("--engine batched trains a task's runs together in one process: use it with "
                               "--workers 1, or --engine sequential/auto with several workers")
     path = ckpt.resolve(checkpoint)
@@ -99,6 +99,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     jobs = [(task, lr, seed) for task in tasks for lr in protocol.lrs for seed in protocol.seeds]
     todo = [j for j in jobs if not recorded(*j)]
     log(f"{len(jobs)} runs in the grid, {len(jobs) - len(todo)} already recorded, {len(todo)} to do")
+    if workers == "auto":
+        workers = auto_workers(device, engine, model_cfg, len(todo))
     baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in tasks}
     progress = _progress(len(todo), show_progress)
     started = time.perf_counter()
@@ -142,7 +144,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
             finished(task, finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=own, device=device))
 
     try:
-        if workers > 1:
+        if workers > 1 and len(todo) > 1:
             log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
             run_parallel(todo, model_cfg, weights, protocol, workers, finished)
         else:
