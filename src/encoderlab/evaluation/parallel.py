@@ -54,6 +54,12 @@ def _run(task_name: str, lr: float, seed: int) -> dict:
                     protocol=w["protocol"].for_task(task_name), device=torch.device("cpu"))
 
 
+def _cost(task: EvalTask, protocol: Protocol) -> float:
+    """A run's relative cost, to start the longest first: tokens trained on, twice for retrieval (a query and a
+    document per example, and a corpus to encode for scoring)."""
+    return planned_steps(task, protocol) * protocol.length_for(task.family) * (2 if task.family == "retrieval" else 1)
+
+
 def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelConfig,
                  weights: dict[str, torch.Tensor], protocol: Protocol, workers: int,
                  on_done: Callable[[EvalTask, dict], None]) -> None:
@@ -62,8 +68,7 @@ def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelCo
     The longest runs start first (steps x length), so that no long run is left alone at the end. An exception in
     a worker (a bug, not a diverged run: those come back as failed records) is raised once the runs under way have
     finished and been handed to `on_done`; the runs not started are left for the next sweep."""
-    runs = sorted(runs, key=lambda r: -planned_steps(r[0], protocol.for_task(r[0].name))
-                  * protocol.for_task(r[0].name).length_for(r[0].family))
+    runs = sorted(runs, key=lambda r: -_cost(r[0], protocol.for_task(r[0].name)))
     if not runs:
         return
     tasks = {t.name: t for t, _, _ in runs}
