@@ -287,8 +287,9 @@ def sweep(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     engine: str = typer.Option("auto", help="auto | sequential | batched: train a task's runs one after another or "
                                             "together (same records); auto picks what is faster on this machine."),
-    workers: str = typer.Option("1", help="CPU: spread the runs over this many processes, each with its share of "
-                                          "the threads (same records); 'auto': one per thread, as memory allows."),
+    workers: str = typer.Option("auto", help="CPU: spread the runs over this many processes, each with its share "
+                                             "of the threads (same records); auto: one per thread, as memory "
+                                             "allows (1 on a GPU)."),
 ) -> None:
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
     from encoderlab.evaluation.sweep import run_sweep

@@ -1,8 +1,9 @@
 """Runs of a sweep spread over worker processes, each with its share of the CPU threads (`--workers`).
 
-One fine-tuning run of a small model does not keep several cores busy with one intra-op thread pool: its matrix
-products are small and the elementwise work between them runs on one thread. N processes with 1/N of the threads
-each keep them busy (measured in docs/benchmarks.md). The parent loads the checkpoint, prepares and checks every task
+One fine-tuning run of a small model does not use several cores fully through one intra-op thread pool: its matrix
+products are small, and the Python, optimizer and small kernels between them scale poorly with threads. N processes
+with 1/N of the threads each do better: 1.09-1.26x on the project's 2-core CPU, more on the long-input tasks
+(docs/benchmarks.md). The parent loads the checkpoint, prepares and checks every task
 before anything trains, hands both to the workers once (spawned, so no thread pool is inherited half-initialised),
 and writes every record itself, as the sequential sweep does: the records are the same, run for run.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
@@ -43,6 +45,9 @@ def auto_workers(device: torch.device, engine: str, model_cfg: ModelConfig, runs
 
 
 def _init_worker(payload: bytes, threads: int) -> None:
+    # Ctrl-C ends a worker at once. Python's default would raise KeyboardInterrupt inside the run, which the pool
+    # hands back as that run's result before taking the next one, so a sweep took its queued runs to stop.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     torch.set_num_threads(threads)
     tasks, model_cfg, weights, protocol = pickle.loads(payload)
     _WORKER.update(tasks=tasks, model_cfg=model_cfg, weights=weights, protocol=protocol)
