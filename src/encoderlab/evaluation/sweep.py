@@ -71,14 +71,16 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     if engine not in ENGINES:
         raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
     device = device or default_device()
-    if workers != "auto" and (not isinstance(workers, int) or workers < 1):
-        raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
-    if workers != "auto" and workers > 1 and device.type != "cpu":
-        raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched engine "
-                              "trains a task's runs together instead (--engine auto or batched, --workers 1)")
-    if workers != "auto" and workers > 1 and engine == "batched":
-        raise EncoderlabError("--engine batched trains a task's runs together in one process: use it with "
-                              "--workers 1, or --engine sequential/auto with several workers")
+    if workers != "auto":  # "auto" is resolved below, once the runs left to do are known
+        if not isinstance(workers, int) or workers < 1:
+            raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
+        if workers > 1 and device.type != "cpu":
+            raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched "
+                                  "engine trains a task's runs together instead (--engine auto or batched, "
+                                  "--workers 1)")
+        if workers > 1 and engine == "batched":
+            raise EncoderlabError("--engine batched trains a task's runs together in one process: use it with "
+                                  "--workers 1, or --engine sequential/auto with several workers")
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     weights = backbone_state(model.state_dict())
@@ -104,8 +106,11 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in tasks}
     progress = _progress(len(todo), show_progress)
     started = time.perf_counter()
+    done = 0
 
-    def save(task: EvalTask, body: dict) -> None:
+    def finished(task: EvalTask, body: dict, how: str = "") -> None:
+        """Write the run's record, then count it."""
+        nonlocal done
         lr, seed = body["lr"], body["seed"]
         record = {"checkpoint": str(path), "tag": tag, "task": task.name, "family": task.family,
                   "metric": task.metric, "protocol": protocol.model_dump(mode="json"),
@@ -114,14 +119,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         records.write(records.record_path(out, tag, key, task.name, lr, seed), record)
         if body["status"] != "ok":
             log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
-
-    done = 0
-
-    def finished(task: EvalTask, body: dict, how: str = "") -> None:
-        nonlocal done
-        save(task, body)
         done += 1
-        progress(done, f"{task.name} lr={body['lr']:g} seed={body['seed']}{how}")
+        progress(done, f"{task.name} lr={lr:g} seed={seed}{how}")
 
     def run_task(task: EvalTask, runs: list[tuple[float, int]]) -> None:
         """The task's runs in this process, batched or one after another."""
