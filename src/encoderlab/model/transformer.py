@@ -141,11 +141,17 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or Hkv, T, D)
-        if self.n_kv != self.n_heads:
-            # Each KV head serves n_heads / n_kv consecutive query heads (HF's repeat_kv order).
+        gqa = self.n_kv != self.n_heads
+        if gqa and x.device.type != "cpu":
+            # Each KV head serves n_heads / n_kv consecutive query heads (HF's repeat_kv order). On CUDA the
+            # memory-efficient kernel (the one that takes a mask) has no GQA, so SDPA's enable_gqa would fall back
+            # to the math kernel there.
             k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)  # (B, H, T, D)
             v = v.repeat_interleave(self.n_heads // self.n_kv, dim=1)  # (B, H, T, D)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)  # (B, H, T, D)
+            gqa = False
+        # On CPU the flash kernel reads each KV head for its query heads itself, the same order as repeat_kv:
+        # equal outputs, no copies (attention fwd+bwd 15% faster at the tiny fine-tuning shape, 5% at mini).
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, C)
 
 
