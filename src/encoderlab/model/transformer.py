@@ -21,7 +21,9 @@ and gradient of that row, not the forward, so it is not reproduced here.
 
 Attention goes through `torch.nn.functional.scaled_dot_product_attention`. The boolean mask (documents,
 causality, padding) is built once per forward and shared by all layers; with no documents and no padding it is
-not built at all and SDPA runs its fused causal or unmasked kernels.
+not built at all and SDPA runs its fused causal or unmasked kernels. Packed documents on CPU go through
+`model/varlen.py` instead when that saves work: each document attends to itself in a few bucketed SDPA calls
+(the CPU kernels do not skip masked blocks).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from torch import Tensor, nn
 
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.lm_loss import fused_linear_cross_entropy
+from encoderlab.model.varlen import WORTH_IT, VarlenPlan, plan_segments, varlen_attention
 
 
 class RMSNorm(nn.Module):
@@ -134,12 +137,15 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | VarlenPlan | None, is_causal: bool) -> Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if isinstance(mask, VarlenPlan):  # packed documents on CPU: each attends to itself only
+            y = varlen_attention(q, k, v, mask)  # (B, T, H, D)
+            return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or Hkv, T, D)
         gqa = self.n_kv != self.n_heads
         if gqa and x.device.type != "cpu":
@@ -176,7 +182,7 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | VarlenPlan | None, is_causal: bool) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, is_causal)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -205,6 +211,9 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
+        # Packed documents on CPU go through model/varlen.py when that saves work. The trainer turns this off when
+        # it compiles the blocks: a bucket layout that changes every batch would recompile them every step.
+        self.varlen_attention = True
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -241,7 +250,13 @@ class Transformer(nn.Module):
                 position_ids = positions_from_doc_ids(doc_ids)  # (B, T)
             else:
                 position_ids = torch.arange(T, device=input_ids.device)[None]  # (1, T)
-        mask = build_attention_mask(causal, doc_ids, attention_mask)  # (B, 1, T, T) or None
+        mask: Tensor | VarlenPlan | None = None
+        if self.varlen_attention and doc_ids is not None and attention_mask is None and doc_ids.device.type == "cpu":
+            mask = plan_segments(doc_ids, causal)
+            if mask.work >= WORTH_IT:  # long documents: the dense masked kernel is as fast
+                mask = None
+        if mask is None:
+            mask = build_attention_mask(causal, doc_ids, attention_mask)  # (B, 1, T, T) or None
         is_causal = causal and mask is None
 
         x = self.embed_tokens(input_ids)  # (B, T, C)

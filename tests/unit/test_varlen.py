@@ -1,0 +1,72 @@
+"""Document-sparse attention on CPU (model/varlen.py) computes what the dense block-diagonal mask computes."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import TransformerLM
+from encoderlab.model.varlen import WORTH_IT, plan_segments
+from encoderlab.train.distributed import World, prepare_model
+
+CFG = ModelConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2)
+
+
+def packed_docs(B: int, T: int, mean: float, seed: int) -> torch.Tensor:
+    """Document ids of packed windows: random lengths, one-token documents included."""
+    starts = torch.rand(B, T, generator=torch.Generator().manual_seed(seed)) < 1 / mean
+    starts[:, 0] = True
+    starts[0, 1:4] = True  # three one-token documents in a row
+    return starts.long().cumsum(1) - 1
+
+
+def run(model: TransformerLM, x: torch.Tensor, docs: torch.Tensor, causal: bool, varlen: bool):
+    model.model.varlen_attention = varlen
+    model.zero_grad()
+    out = model(x, causal=causal, doc_ids=docs)
+    out.square().mean().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["block-causal", "block-diagonal"])
+def test_varlen_equals_dense_mask_outputs_and_gradients(causal):
+    torch.manual_seed(0)
+    model = TransformerLM(CFG)
+    model.init_weights(0)
+    docs = packed_docs(2, 256, mean=20, seed=1)
+    assert plan_segments(docs, causal).work < WORTH_IT  # the varlen path is taken
+    x = torch.randint(0, CFG.vocab_size, docs.shape, generator=torch.Generator().manual_seed(2))
+    out_v, grads_v = run(model, x, docs, causal, varlen=True)
+    out_d, grads_d = run(model, x, docs, causal, varlen=False)
+    torch.testing.assert_close(out_v, out_d, rtol=1e-5, atol=1e-5)  # fp32: only the summation order differs
+    for name in grads_d:
+        torch.testing.assert_close(grads_v[name], grads_d[name], rtol=1e-4, atol=1e-6, msg=name)
+    with torch.no_grad():  # the no-grad path (flash forward) agrees as well
+        model.model.varlen_attention = True
+        torch.testing.assert_close(model(x, causal=causal, doc_ids=docs), out_d, rtol=1e-5, atol=1e-5)
+
+
+def test_plan_puts_every_position_back_once():
+    docs = packed_docs(4, 96, mean=10, seed=3)
+    plan = plan_segments(docs, causal=True)
+    assert torch.equal(plan.gather[plan.scatter], torch.arange(docs.numel()))
+    assert sum(n * L for n, L, _ in plan.buckets) == len(plan.gather)
+    lengths = sorted(torch.unique_consecutive(docs.flatten() + 1000 * torch.arange(4).repeat_interleave(96),
+                                              return_counts=True)[1].tolist())
+    assert plan.work == pytest.approx(sum(n * L * L for n, L, _ in plan.buckets) / (4 * 96 * 96))
+    assert plan.work >= sum(x * x for x in lengths) / (4 * 96 * 96)  # padding inside buckets only adds work
+
+
+def test_one_long_document_keeps_the_dense_kernel():
+    docs = torch.zeros(2, 32, dtype=torch.long)
+    assert plan_segments(docs, causal=False).work == 1.0 >= WORTH_IT
+
+
+def test_compile_switches_varlen_off():
+    model = TransformerLM(CFG)
+    train = SimpleNamespace(compile=True, activation_checkpointing=False, parallel="none", dtype="fp32")
+    prepare_model(model, train, World(), torch.device("cpu"))  # torch.compile is lazy: nothing compiles here
+    assert model.model.varlen_attention is False
