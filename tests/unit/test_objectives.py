@@ -314,7 +314,9 @@ def test_loss_is_fp32_under_bf16_logits():
                               generator=gen()))
         logits = m(inputs.input_ids, causal=objective.causal, doc_ids=docs, output_positions=inputs.positions)
         assert logits.dtype == torch.bfloat16
-        assert abs(loss.item() - F.cross_entropy(logits.float(), inputs.targets).item()) < 1e-5
+        # fp32 statistics: off by the rounding of one bf16 probability per row at most (model/lm_loss.py), where a
+        # bf16 log-softmax would be off by ~1e-2.
+        assert abs(loss.item() - F.cross_entropy(logits.float(), inputs.targets).item()) < 2**-8
 
 
 @pytest.mark.parametrize("objective", [MLM(0.4), CLM()], ids=lambda o: o.name)
