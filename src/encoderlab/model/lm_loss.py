@@ -54,7 +54,10 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             loss += (lse - target_logit.float()).sum()
             correct += (target_logit >= top_logit).sum()
             if want_grad:
-                probs.scatter_add_(1, tc, torch.full_like(target_logit, -1.0))  # softmax minus the one-hot target
+                # Softmax minus the one-hot target, written at the n_c target entries only: scatter_add_ on a bf16
+                # (n_c, V) tensor converts all of it to fp32 and back on CPU (0.1 s a chunk at mini).
+                at = (torch.arange(len(tc), device=tc.device), tc[:, 0])
+                probs.index_put_(at, probs[at] - 1)
                 grad_h[start:start + rows] = probs @ w
                 grad_w += probs.T @ hc
         if want_grad:
