@@ -70,3 +70,23 @@ def test_compile_switches_varlen_off():
     train = SimpleNamespace(compile=True, activation_checkpointing=False, parallel="none", dtype="fp32")
     prepare_model(model, train, World(), torch.device("cpu"))  # torch.compile is lazy: nothing compiles here
     assert model.model.varlen_attention is False
+
+
+@pytest.mark.parametrize("T", [24, 200], ids=["math-kernel", "flash-kernel"])
+def test_sdpa_cpu_equals_sdpa_with_repeated_kv_heads(T):
+    """Both kernels sdpa_cpu picks (math for short sequences under grad, flash otherwise) match the plain call."""
+    from encoderlab.model.varlen import MATH_MAX_LEN, sdpa_cpu
+
+    assert (T <= MATH_MAX_LEN) == (T == 24)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, T, 16, generator=g, requires_grad=True)
+    k, v = (torch.randn(2, 2, T, 16, generator=g, requires_grad=True) for _ in range(2))
+    mask = (torch.arange(T) < torch.tensor([[T], [T - 5]]))[:, None, None, :]  # padding in the second row
+    got = sdpa_cpu(q, k, v, mask, False)
+    grads = torch.autograd.grad(got.square().sum(), (q, k, v))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
+                                                            attn_mask=mask)
+    want_grads = torch.autograd.grad(want.square().sum(), (q, k, v))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -29,6 +29,27 @@ CALL_COST = 128 * 128
 WORTH_IT = 0.6
 
 
+# Longest sequence for which SDPA's math kernel beats the CPU flash kernel forward + backward. Measured (bf16,
+# padding mask, GQA 2:1): 1 thread, batch 32, 4 heads: math/flash 0.19 at 16 tokens, 0.43 at 48, 0.85 at 96, 0.97 at
+# 160, 1.78 at 256; 2 threads, batch 8, 8 heads: 0.21, 0.37, 0.48, 0.84, 1.37. Forward only, flash wins everywhere
+# (math 1.7-3.7x slower), so the math kernel is used only where a backward follows.
+MATH_MAX_LEN = 160
+
+
+def sdpa_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    """SDPA on CPU, (B, H, T, D) queries and (B, Hkv, T, D) keys/values, with the faster kernel for the length.
+
+    The math kernel computes in fp32 inside (as the flash kernel's accumulators do) and keeps the probabilities for
+    the backward, which is what makes it faster on short sequences: the flash backward recomputes them in blocks
+    whose fixed cost dominates there.
+    """
+    training = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    backend = SDPBackend.MATH if training and q.shape[-2] <= MATH_MAX_LEN else SDPBackend.FLASH_ATTENTION
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                              enable_gqa=k.shape[1] != q.shape[1])
+
+
 @dataclass
 class VarlenPlan:
     gather: Tensor  # (P,) flat B*T position of every bucket slot (padding slots repeat a slot's first position)
@@ -94,22 +115,15 @@ def varlen_attention(q: Tensor, k: Tensor, v: Tensor, plan: VarlenPlan) -> Tenso
     """q (B, T, H, D), k and v (B, T, Hkv, D) -> (B, T, H, D), attention inside each planned segment only."""
     B, T, H, D = q.shape
     Hkv = k.shape[2]
-    gqa = Hkv != H
     qs = q.reshape(B * T, H, D).index_select(0, plan.gather)  # (P, H, D)
     ks = k.reshape(B * T, Hkv, D).index_select(0, plan.gather)
     vs = v.reshape(B * T, Hkv, D).index_select(0, plan.gather)
-    # With gradients, SDPA's math kernel (fp32 inside, like the flash kernel's accumulators): the CPU flash
-    # backward costs about as much for a small bucket as for a full window. Without, the flash forward is faster.
-    training = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-    backend = SDPBackend.MATH if training else SDPBackend.FLASH_ATTENTION
     outs, at = [], 0
     for n, L, pad_mask in plan.buckets:
         part = slice(at, at + n * L)
         at += n * L
         qb, kb, vb = (x[part].view(n, L, -1, D).transpose(1, 2) for x in (qs, ks, vs))  # (n, heads, L, D)
         # Causal: a real query never sees the right padding after it, so the flag alone is exact for real tokens.
-        mask = None if plan.causal else pad_mask
-        with sdpa_kernel(backend):
-            y = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=mask, is_causal=plan.causal, enable_gqa=gqa)
+        y = sdpa_cpu(qb, kb, vb, None if plan.causal else pad_mask, plan.causal)
         outs.append(y.transpose(1, 2).reshape(n * L, H, D))
     return torch.cat(outs).index_select(0, plan.scatter).view(B, T, H, D)
