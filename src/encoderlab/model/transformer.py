@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.lm_loss import fused_linear_cross_entropy
+from encoderlab.model.flex import FlexPlan, flex_attention, plan_flex
 from encoderlab.model.varlen import WORTH_IT, VarlenPlan, plan_segments, sdpa_cpu, varlen_attention
 
 
@@ -123,6 +124,10 @@ def build_attention_mask(
     return allowed[:, None]  # (B, 1, T, T), broadcast over heads
 
 
+Plan = VarlenPlan | FlexPlan  # a document layout planned once per forward, in place of a dense mask
+DOC_ATTENTION = ("auto", "dense", "varlen", "flex")
+
+
 # ---- blocks ------------------------------------------------------------------------------------------------
 
 
@@ -137,7 +142,7 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | VarlenPlan | None, is_causal: bool) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | Plan | None, is_causal: bool) -> Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
@@ -146,6 +151,9 @@ class Attention(nn.Module):
         if isinstance(mask, VarlenPlan):  # packed documents on CPU: each attends to itself only
             y = varlen_attention(q, k, v, mask)  # (B, T, H, D)
             return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))
+        if isinstance(mask, FlexPlan):  # packed documents on GPU: block-sparse kernel
+            y = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)  # (B, H, T, D)
+            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or Hkv, T, D)
         if x.device.type == "cpu":
             # The kernel for the length (varlen.sdpa_cpu); both read each KV head for its query heads themselves,
@@ -182,7 +190,7 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | VarlenPlan | None, is_causal: bool) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | Plan | None, is_causal: bool) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, is_causal)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -211,9 +219,10 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        # Packed documents on CPU go through model/varlen.py when that saves work. The trainer turns this off when
-        # it compiles the blocks: a bucket layout that changes every batch would recompile them every step.
-        self.varlen_attention = True
+        # How packed documents (doc_ids without padding) attend: "auto" = model/varlen.py on CPU when that saves
+        # work, model/flex.py on CUDA, else the dense mask; or one of them by name. The trainer picks "dense" on CPU
+        # when it compiles the blocks: a bucket layout that changes every batch would recompile them every step.
+        self.doc_attention = "auto"
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -250,11 +259,9 @@ class Transformer(nn.Module):
                 position_ids = positions_from_doc_ids(doc_ids)  # (B, T)
             else:
                 position_ids = torch.arange(T, device=input_ids.device)[None]  # (1, T)
-        mask: Tensor | VarlenPlan | None = None
-        if self.varlen_attention and doc_ids is not None and attention_mask is None and doc_ids.device.type == "cpu":
-            mask = plan_segments(doc_ids, causal)
-            if mask.work >= WORTH_IT:  # long documents: the dense masked kernel is as fast
-                mask = None
+        mask: Tensor | Plan | None = None
+        if doc_ids is not None and attention_mask is None:
+            mask = self._plan_documents(doc_ids, causal)
         if mask is None:
             mask = build_attention_mask(causal, doc_ids, attention_mask)  # (B, 1, T, T) or None
         is_causal = causal and mask is None
@@ -264,6 +271,21 @@ class Transformer(nn.Module):
         for layer in self.layers:
             x = layer(x, cos, sin, mask, is_causal)
         return self.norm(x)
+
+    def _plan_documents(self, doc_ids: Tensor, causal: bool) -> Plan | None:
+        kind = self.doc_attention
+        if kind not in DOC_ATTENTION:
+            raise ValueError(f"doc_attention must be one of {DOC_ATTENTION}, not {kind!r}")
+        if kind == "auto":
+            kind = {"cpu": "varlen", "cuda": "flex"}.get(doc_ids.device.type, "dense")
+            if kind == "varlen":
+                plan = plan_segments(doc_ids, causal)
+                return plan if plan.work < WORTH_IT else None  # long documents: the dense kernel is as fast
+        if kind == "varlen":
+            return plan_segments(doc_ids, causal)
+        if kind == "flex":
+            return plan_flex(doc_ids, causal)
+        return None
 
 
 class TransformerLM(nn.Module):

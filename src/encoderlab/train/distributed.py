@@ -127,8 +127,8 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     """Apply the trainer's speed switches and wrap for data parallelism, in the order that composes (torchtitan's):
     activation checkpointing inside compile inside FSDP2/DDP. Parameter names never change, so checkpoints of every
     combination load into every other."""
-    if train.compile:
-        model.model.varlen_attention = False  # its per-batch bucket layout would recompile the blocks every step
+    if train.compile and device.type == "cpu":
+        model.model.doc_attention = "dense"  # varlen's per-batch bucket layout would recompile the blocks every step
     if train.activation_checkpointing or train.compile:
         for block in model.model.layers:
             forward = block.forward

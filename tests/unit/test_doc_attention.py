@@ -1,4 +1,4 @@
-"""Document-sparse attention on CPU (model/varlen.py) computes what the dense block-diagonal mask computes."""
+"""How packed documents attend: varlen buckets (CPU) and flex_attention (GPU) compute what the dense mask does."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -24,7 +24,7 @@ def packed_docs(B: int, T: int, mean: float, seed: int) -> torch.Tensor:
 
 
 def run(model: TransformerLM, x: torch.Tensor, docs: torch.Tensor, causal: bool, varlen: bool):
-    model.model.varlen_attention = varlen
+    model.model.doc_attention = "varlen" if varlen else "dense"
     model.zero_grad()
     out = model(x, causal=causal, doc_ids=docs)
     out.square().mean().backward()
@@ -45,7 +45,7 @@ def test_varlen_equals_dense_mask_outputs_and_gradients(causal):
     for name in grads_d:
         torch.testing.assert_close(grads_v[name], grads_d[name], rtol=1e-4, atol=1e-6, msg=name)
     with torch.no_grad():  # the no-grad path (flash forward) agrees as well
-        model.model.varlen_attention = True
+        model.model.doc_attention = "varlen"
         torch.testing.assert_close(model(x, causal=causal, doc_ids=docs), out_d, rtol=1e-5, atol=1e-5)
 
 
@@ -69,7 +69,7 @@ def test_compile_switches_varlen_off():
     model = TransformerLM(CFG)
     train = SimpleNamespace(compile=True, activation_checkpointing=False, parallel="none", dtype="fp32")
     prepare_model(model, train, World(), torch.device("cpu"))  # torch.compile is lazy: nothing compiles here
-    assert model.model.varlen_attention is False
+    assert model.model.doc_attention == "dense"
 
 
 @pytest.mark.parametrize("T", [24, 200], ids=["math-kernel", "flash-kernel"])
@@ -90,3 +90,25 @@ def test_sdpa_cpu_equals_sdpa_with_repeated_kv_heads(T):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for a, b in zip(grads, want_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["block-causal", "block-diagonal"])
+@torch.no_grad()
+def test_flex_block_mask_equals_dense_mask(causal):
+    """The GPU path's BlockMask (model/flex.py) allows what the dense mask allows. Checked with flex_attention's
+    eager reference, forward only: CPU has no flex backward, and the compiled kernel needs a GPU to be worth it."""
+    model = TransformerLM(CFG).eval()
+    model.init_weights(0)
+    docs = packed_docs(2, 96, mean=16, seed=4)
+    x = torch.randint(0, CFG.vocab_size, docs.shape, generator=torch.Generator().manual_seed(5))
+    model.model.doc_attention = "flex"
+    flex = model(x, causal=causal, doc_ids=docs)
+    model.model.doc_attention = "dense"
+    torch.testing.assert_close(flex, model(x, causal=causal, doc_ids=docs), rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_doc_attention_is_refused():
+    model = TransformerLM(CFG)
+    model.model.doc_attention = "fast"
+    with pytest.raises(ValueError, match="doc_attention must be one of"):
+        model(torch.zeros(1, 8, dtype=torch.long), causal=True, doc_ids=torch.zeros(1, 8, dtype=torch.long))
