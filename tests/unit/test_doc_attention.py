@@ -67,7 +67,8 @@ def test_one_long_document_keeps_the_dense_kernel():
 
 def test_compile_switches_varlen_off():
     model = TransformerLM(CFG)
-    train = SimpleNamespace(compile=True, activation_checkpointing=False, parallel="none", dtype="fp32")
+    train = SimpleNamespace(compile=True, activation_checkpointing=False, parallel="none", dtype="fp32",
+                            attention="auto")
     prepare_model(model, train, World(), torch.device("cpu"))  # torch.compile is lazy: nothing compiles here
     assert model.model.doc_attention == "dense"
 
@@ -112,3 +113,19 @@ def test_unknown_doc_attention_is_refused():
     model.model.doc_attention = "fast"
     with pytest.raises(ValueError, match="doc_attention must be one of"):
         model(torch.zeros(1, 8, dtype=torch.long), causal=True, doc_ids=torch.zeros(1, 8, dtype=torch.long))
+
+
+def test_trainer_refuses_attention_kernels_the_device_or_compile_cannot_run():
+    from pydantic import ValidationError
+
+    from encoderlab.errors import EncoderlabError
+    from encoderlab.train.config import TrainSection
+
+    with pytest.raises(ValidationError, match="recompile the blocks every step"):
+        TrainSection(steps=10, global_batch=8, attention="varlen", compile=True)
+    train = TrainSection(steps=10, global_batch=8, attention="flex")
+    with pytest.raises(EncoderlabError, match="flex needs a CUDA device"):
+        prepare_model(TransformerLM(CFG), train, World(), torch.device("cpu"))
+    model = TransformerLM(CFG)
+    prepare_model(model, TrainSection(steps=10, global_batch=8, attention="varlen"), World(), torch.device("cpu"))
+    assert model.model.doc_attention == "varlen"

@@ -220,9 +220,10 @@ class Transformer(nn.Module):
         super().__init__()
         self.config = cfg
         # How packed documents (doc_ids without padding) attend: "auto" = model/varlen.py on CPU when that saves
-        # work, model/flex.py on CUDA, else the dense mask; or one of them by name. The trainer picks "dense" on CPU
-        # when it compiles the blocks: a bucket layout that changes every batch would recompile them every step.
+        # work, else the dense mask; or "dense", "varlen", "flex" (model/flex.py, with `flex_kernel`). The trainer
+        # sets both (train.attention, train/distributed.py).
         self.doc_attention = "auto"
+        self.flex_kernel = None  # the compiled flex_attention, given by the trainer; None: the eager reference
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -277,14 +278,14 @@ class Transformer(nn.Module):
         if kind not in DOC_ATTENTION:
             raise ValueError(f"doc_attention must be one of {DOC_ATTENTION}, not {kind!r}")
         if kind == "auto":
-            kind = {"cpu": "varlen", "cuda": "flex"}.get(doc_ids.device.type, "dense")
-            if kind == "varlen":
-                plan = plan_segments(doc_ids, causal)
-                return plan if plan.work < WORTH_IT else None  # long documents: the dense kernel is as fast
+            if doc_ids.device.type != "cpu":
+                return None
+            plan = plan_segments(doc_ids, causal)
+            return plan if plan.work < WORTH_IT else None  # long documents: the dense kernel is as fast
         if kind == "varlen":
             return plan_segments(doc_ids, causal)
         if kind == "flex":
-            return plan_flex(doc_ids, causal)
+            return plan_flex(doc_ids, causal, self.flex_kernel)
         return None
 
 

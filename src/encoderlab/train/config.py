@@ -72,6 +72,10 @@ class TrainSection(_Section):
     compile: bool = Field(False, description="torch.compile each transformer block")
     activation_checkpointing: bool = Field(
         False, description="recompute each block's activations in the backward pass: less memory, more compute")
+    attention: Literal["auto", "dense", "varlen", "flex"] = Field(
+        "auto", description="how packed documents attend: auto (flex on CUDA; varlen on CPU where it saves work, "
+        "dense under compile), dense (SDPA with a block mask), varlen (CPU: per-document buckets), flex (CUDA: "
+        "compiled flex_attention)")
 
     @model_validator(mode="after")
     def _batch(self) -> TrainSection:
@@ -79,6 +83,9 @@ class TrainSection(_Section):
             raise ValueError("give exactly one of global_batch (sequences) and global_batch_tokens")
         if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
             raise ValueError(f"micro_batch {self.micro_batch} must divide global_batch {self.global_batch}")
+        if self.attention == "varlen" and self.compile:
+            raise ValueError("attention: varlen changes its bucket layout every batch, which would recompile the "
+                             "blocks every step under compile: true; use attention: dense or auto with compile")
         return self
 
     def sequences_per_step(self, seq_len: int) -> int:

@@ -127,8 +127,7 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     """Apply the trainer's speed switches and wrap for data parallelism, in the order that composes (torchtitan's):
     activation checkpointing inside compile inside FSDP2/DDP. Parameter names never change, so checkpoints of every
     combination load into every other."""
-    if train.compile and device.type == "cpu":
-        model.model.doc_attention = "dense"  # varlen's per-batch bucket layout would recompile the blocks every step
+    _choose_attention(model.model, train, device)
     if train.activation_checkpointing or train.compile:
         for block in model.model.layers:
             forward = block.forward
@@ -150,6 +149,24 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
         # parameter, so it must be sharded once, here, with it.
         fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
+
+
+def _choose_attention(backbone: nn.Module, train, device: torch.device) -> None:
+    """Set how packed documents attend (`train.attention`; model/transformer.py `doc_attention`)."""
+    kind = train.attention
+    if kind == "auto":
+        # varlen's bucket layout changes every batch: under compile it would recompile the blocks every step
+        kind = "flex" if device.type == "cuda" else "dense" if train.compile else "auto"
+    if kind == "flex":
+        if device.type != "cuda":
+            raise EncoderlabError(f"train.attention: flex needs a CUDA device (flex_attention has no backward on "
+                                  f"{device.type}); use auto, dense or varlen")
+        from torch.nn.attention.flex_attention import flex_attention
+
+        backbone.flex_kernel = torch.compile(flex_attention, dynamic=False)  # the fused kernel, once per shape
+    if kind == "varlen" and device.type != "cpu":
+        raise EncoderlabError(f"train.attention: varlen is the CPU path; on {device.type} use auto or flex")
+    backbone.doc_attention = kind
 
 
 def _recomputed(forward):
