@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 
@@ -32,6 +33,7 @@ from encoderlab import objectives
 from encoderlab.model.hf import hf_config
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
+from encoderlab.train.distributed import choose_attention
 
 IMPLEMENTATIONS = ("encoderlab", "transformers")
 SPECIAL = [0, 1, 2, 3]  # bos, eos, pad, mask of the synthetic batches
@@ -93,6 +95,8 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
         torch.manual_seed(0)
         model = TransformerLM(cfg)
         model.init_weights(0)
+        # The trainer's default document attention (train.attention: auto): varlen on CPU, flex on CUDA.
+        choose_attention(model.model, SimpleNamespace(attention="auto", compile=False), device)
     else:
         from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 

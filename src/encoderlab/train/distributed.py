@@ -127,7 +127,7 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     """Apply the trainer's speed switches and wrap for data parallelism, in the order that composes (torchtitan's):
     activation checkpointing inside compile inside FSDP2/DDP. Parameter names never change, so checkpoints of every
     combination load into every other."""
-    _choose_attention(model.model, train, device)
+    choose_attention(model.model, train, device)
     if train.activation_checkpointing or train.compile:
         for block in model.model.layers:
             forward = block.forward
@@ -151,7 +151,7 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     return model
 
 
-def _choose_attention(backbone: nn.Module, train, device: torch.device) -> None:
+def choose_attention(backbone: nn.Module, train, device: torch.device) -> None:
     """Set how packed documents attend (`train.attention`; model/transformer.py `doc_attention`)."""
     kind = train.attention
     if kind == "auto":
