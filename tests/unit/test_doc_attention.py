@@ -73,12 +73,12 @@ def test_compile_switches_varlen_off():
     assert model.model.doc_attention == "dense"
 
 
-@pytest.mark.parametrize("T", [24, 200], ids=["math-kernel", "flash-kernel"])
+@pytest.mark.parametrize("T", [24, 200], ids=["eager-form", "flash-kernel"])
 def test_sdpa_cpu_equals_sdpa_with_repeated_kv_heads(T):
-    """Both kernels sdpa_cpu picks (math for short sequences under grad, flash otherwise) match the plain call."""
-    from encoderlab.model.varlen import MATH_MAX_LEN, sdpa_cpu
+    """Both forms sdpa_cpu picks (eager for short sequences under grad, flash otherwise) match the plain call."""
+    from encoderlab.model.varlen import EAGER_MAX_LEN, sdpa_cpu
 
-    assert (T <= MATH_MAX_LEN) == (T == 24)
+    assert (T <= EAGER_MAX_LEN) == (T == 24)
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, T, 16, generator=g, requires_grad=True)
     k, v = (torch.randn(2, 2, T, 16, generator=g, requires_grad=True) for _ in range(2))

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 # Cost of one more SDPA call, in units of attention work (query x key pairs): with H=8, D=64 on 2 cores a call
 # costs about as much as 128 x 128 pairs of work, so two buckets merge when padding them together is cheaper.
@@ -29,25 +28,40 @@ CALL_COST = 128 * 128
 WORTH_IT = 0.6
 
 
-# Longest sequence for which SDPA's math kernel beats the CPU flash kernel forward + backward. Measured (bf16,
-# padding mask, GQA 2:1): 1 thread, batch 32, 4 heads: math/flash 0.19 at 16 tokens, 0.43 at 48, 0.85 at 96, 0.97 at
-# 160, 1.78 at 256; 2 threads, batch 8, 8 heads: 0.21, 0.37, 0.48, 0.84, 1.37. Forward only, flash wins everywhere
-# (math 1.7-3.7x slower), so the math kernel is used only where a backward follows.
-MATH_MAX_LEN = 160
+# Longest sequence for which attention written out as matrix products (transformers' "eager" attention) beats
+# the CPU flash kernel forward + backward. Measured (bf16, padding mask, GQA 2:1), milliseconds flash / SDPA math /
+# eager: 1 thread, batch 32, 4 heads: 20 / 11 / 4.8 at 48 tokens, 76 / 71 / 42 at 160, 121 / 192 / 149 at 256;
+# 2 threads, batch 8, 8 heads: 28 / 27 / 17 at 192, 84 / 107 / 120 at 384. The flash backward recomputes the
+# probabilities in blocks whose fixed cost dominates short sequences. Forward only, flash wins everywhere (SDPA
+# math 1.7-3.7x slower), so the eager form is used only where a backward follows.
+EAGER_MAX_LEN = 192
 
 
 def sdpa_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
-    """SDPA on CPU, (B, H, T, D) queries and (B, Hkv, T, D) keys/values, with the faster kernel for the length.
+    """Attention on CPU, (B, H, T, D) queries and (B, Hkv, T, D) keys/values, with the faster form for the length.
 
-    The math kernel computes in fp32 inside (as the flash kernel's accumulators do) and keeps the probabilities for
-    the backward, which is what makes it faster on short sequences: the flash backward recomputes them in blocks
-    whose fixed cost dominates there.
+    The eager form is transformers' `eager_attention_forward`: scores and the product with the values in the input
+    dtype, softmax in fp32 (in bf16 the output's relative error to an fp32 reference measured 4e-3, against 2e-3 for
+    the flash kernel, whose scores stay fp32).
     """
     training = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-    backend = SDPBackend.MATH if training and q.shape[-2] <= MATH_MAX_LEN else SDPBackend.FLASH_ATTENTION
-    with sdpa_kernel(backend):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                              enable_gqa=k.shape[1] != q.shape[1])
+    if training and q.shape[-2] <= EAGER_MAX_LEN:
+        return _eager_attention(q, k, v, mask, is_causal)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                          enable_gqa=k.shape[1] != q.shape[1])  # the flash kernel on CPU
+
+
+def _eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    groups = q.shape[1] // k.shape[1]
+    if groups > 1:  # repeat_kv's order: KV head j serves query heads j*groups .. (j+1)*groups - 1
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # (B, H, T, T)
+    if is_causal:
+        T = q.shape[-2]
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))  # every row keeps a visible key (build_attention_mask)
+    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype) @ v
 
 
 @dataclass
