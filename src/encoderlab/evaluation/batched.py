@@ -45,7 +45,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.optim.adamw import adamw
 
 from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation.finetune import lr_factor, planned_steps
+from encoderlab.evaluation.finetune import lr_factor, planned_steps, scoring_batch_size
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
@@ -259,7 +259,8 @@ class Group:
             scores = {}
             with torch.no_grad(), self._autocast():
                 for split in evaluate_splits:
-                    scores[split] = self.task.evaluate(backbone, head, split, self.protocol.eval_batch_size)
+                    scores[split] = self.task.evaluate(backbone, head, split,
+                                                        scoring_batch_size(self.protocol, self.device))
             seconds = train_share + time.perf_counter() - started
             bad = [s for s, m in scores.items() if not math.isfinite(m["score"])]
             if bad:

@@ -24,6 +24,18 @@ def planned_steps(task: EvalTask, protocol: Protocol) -> int:
     return max(1, min(protocol.max_steps, math.floor(per_epoch * protocol.epochs)))
 
 
+# Scoring batches on CPU: elementwise ops over activations that fit in cache run 2-4x faster per element (SwiGLU's
+# silu * up: 0.17 ms a row at 8 rows of 212 tokens, 0.61 at 128 rows), while the matrix products keep their speed.
+# Measured, tiny preset, 1 thread: wiki-title scoring 14.9 s at 128, 10.5 s at 32; wiki-cloze 9.0 / 4.8 s; conll-ner
+# 2.9 / 0.9 s, with the same scores. eval_batch_size is not part of the protocol's key for this reason.
+CPU_SCORING_BATCH = 32
+
+
+def scoring_batch_size(protocol: Protocol, device: torch.device) -> int:
+    """The protocol's eval_batch_size, capped on CPU (CPU_SCORING_BATCH)."""
+    return min(protocol.eval_batch_size, CPU_SCORING_BATCH) if device.type == "cpu" else protocol.eval_batch_size
+
+
 def lr_factor(step: int, total: int, protocol: Protocol) -> float:
     warmup = round(protocol.warmup_fraction * total)
     if step < warmup:
@@ -82,7 +94,7 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
     scores = {}
     with torch.no_grad(), autocast():
         for split in evaluate_splits:
-            scores[split] = task.evaluate(backbone, head, split, protocol.eval_batch_size)
+            scores[split] = task.evaluate(backbone, head, split, scoring_batch_size(protocol, device))
     bad = [s for s, m in scores.items() if not math.isfinite(m["score"])]
     if bad:
         return _failed(f"{'/'.join(bad)} score is not finite", lr, seed, step, curve, started)
