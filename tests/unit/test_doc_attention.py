@@ -63,6 +63,7 @@ def test_plan_puts_every_position_back_once():
 def test_one_long_document_keeps_the_dense_kernel():
     docs = torch.zeros(2, 32, dtype=torch.long)
     assert plan_segments(docs, causal=False).work == 1.0 >= WORTH_IT
+    assert TransformerLM(CFG).model._plan_documents(docs, causal=False) is None  # auto: the dense mask path
 
 
 def test_compile_switches_varlen_off():

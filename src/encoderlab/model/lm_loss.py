@@ -8,8 +8,8 @@ step; with the paper's 128K vocabulary on GPU they are the largest tensors of th
 Here the gradient is computed in the forward, chunk by chunk of rows, while the chunk's logits are at hand
 (the approach of Liger-Kernel's fused linear cross-entropy): logits = h_c W^T in the compute dtype, softmax with
 fp32 statistics, then d/dlogits = softmax - onehot is multiplied into dh_c = g_c W and dW += g_c^T h_c. Only dh
-(N, C) and dW (V, C) are kept for the backward, which scales them by the incoming gradient. Chunks bound the fp32
-logits to `CHUNK_BYTES` whatever the batch.
+(N, C) and dW (V, C) are kept for the backward, which scales them by the incoming gradient. Chunks bound the
+logits and probabilities to `CHUNK_BYTES` whatever the batch.
 
 Returns the *summed* loss over rows and the number of rows whose target has the largest logit (accuracy; a tie
 with another token counts as correct, where `argmax` would pick the lower id). Used by `TransformerLM.forward`

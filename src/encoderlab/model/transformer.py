@@ -21,9 +21,11 @@ and gradient of that row, not the forward, so it is not reproduced here.
 
 Attention goes through `torch.nn.functional.scaled_dot_product_attention`. The boolean mask (documents,
 causality, padding) is built once per forward and shared by all layers; with no documents and no padding it is
-not built at all and SDPA runs its fused causal or unmasked kernels. Packed documents on CPU go through
-`model/varlen.py` instead when that saves work: each document attends to itself in a few bucketed SDPA calls
-(the CPU kernels do not skip masked blocks).
+not built at all and SDPA runs its fused causal or unmasked kernels. On CPU every attention call goes through
+`varlen.sdpa_cpu` (the eager form for short sequences under a backward, else the flash kernel). Packed documents
+(`doc_attention`) skip the mask instead where that saves work: on CPU through `model/varlen.py`, each document
+attending to itself in a few length buckets (the CPU kernels do not skip masked blocks); on CUDA through
+`model/flex.py`'s block-sparse `flex_attention`.
 """
 from __future__ import annotations
 

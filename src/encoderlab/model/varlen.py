@@ -62,7 +62,7 @@ def _eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_ca
         T = q.shape[-2]
         mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))  # every row keeps a visible key (build_attention_mask)
+        scores = torch.where(mask, scores, float("-inf"))  # every row keeps a visible key (build_attention_mask)
     return torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype) @ v
 
 
@@ -86,21 +86,18 @@ def plan_segments(doc_ids: Tensor, causal: bool) -> VarlenPlan:
     order = torch.argsort(lengths, descending=True, stable=True)
     seg_len, seg_start = lengths[order].tolist(), flat_starts[order].tolist()
     groups = _partition(seg_len)
-    gather_parts, buckets, work = [], [], 0
+    gather_parts, valid_parts, buckets, work = [], [], [], 0
     for lo, hi in groups:
         L, n = seg_len[lo], hi - lo
         offs = torch.arange(L)
         starts_b = torch.tensor(seg_start[lo:hi])[:, None]
-        lens_b = torch.tensor(seg_len[lo:hi])[:, None]
-        valid = offs[None, :] < lens_b  # (n, L)
+        valid = offs[None, :] < torch.tensor(seg_len[lo:hi])[:, None]  # (n, L)
         gather_parts.append(torch.where(valid, starts_b + offs, starts_b).reshape(-1))
-        pad_mask = None if bool(valid.all()) else valid[:, None, None, :]
-        buckets.append((n, L, pad_mask))
+        valid_parts.append(valid.reshape(-1))
+        buckets.append((n, L, None if bool(valid.all()) else valid[:, None, None, :]))
         work += n * L * L
-    gather = torch.cat(gather_parts)
+    gather, valid_slots = torch.cat(gather_parts), torch.cat(valid_parts)
     slots = torch.arange(len(gather))
-    valid_slots = torch.cat([(torch.arange(L)[None, :] < torch.tensor(seg_len[lo:hi])[:, None]).reshape(-1)
-                             for (lo, hi), (_, L, _) in zip(groups, buckets)])
     scatter = torch.empty(B * T, dtype=torch.long)
     scatter[gather[valid_slots]] = slots[valid_slots]
     device = doc_ids.device
