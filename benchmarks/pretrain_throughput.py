@@ -30,7 +30,7 @@ from types import SimpleNamespace
 import torch
 
 from encoderlab import objectives
-from encoderlab.model.hf import hf_config
+from encoderlab.hub.hf import hf_config
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.train.distributed import choose_attention

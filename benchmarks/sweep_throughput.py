@@ -30,7 +30,7 @@ from encoderlab.config import load_yaml
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.sweep import prepare_tasks, run_sweep
 from encoderlab.evaluation.tasks.base import EvalTask
-from encoderlab.model.hf_export import export_checkpoint
+from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.train import checkpoint as ckpt
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from encoderlab.config import validate
 from encoderlab.data.documents import Document
 from encoderlab.data.packing import pack
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.model.hf_export import export_checkpoint
+from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.train import checkpoint
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.loop import Trainer

@@ -30,9 +30,9 @@ from transformers import (
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
-from encoderlab.model.hf_export import export_checkpoint
-from encoderlab.model.hf_import import import_hf
-from encoderlab.model.hf_io import save_weights_only
+from encoderlab.hub.exporter import export_checkpoint
+from encoderlab.hub.importer import import_hf
+from encoderlab.hub.folders import save_weights_only
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.train.checkpoint import load_model
 

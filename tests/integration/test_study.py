@@ -187,7 +187,7 @@ FAMILIES = {"rt-polarity": ("classification", "accuracy", 50.0), "conll-ner": ("
 
 def fake_records(plan, base) -> None:
     """Records in the sweep's format for every evaluation: MLM better than CLM, CLM steadier, 25% split best."""
-    from encoderlab.data.atomic import write_json
+    from encoderlab.io import write_json
 
     rec = plan.record(base)
     plan.root.mkdir(parents=True)

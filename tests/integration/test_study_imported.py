@@ -179,7 +179,7 @@ def test_imported_study_runs_and_reports(tmp_path, llama_dir, corpus_dir, task_y
 
 
 def test_verdict_says_whether_cpt_beat_both_baselines(tmp_path, llama_dir, corpus_dir):
-    from encoderlab.data.atomic import write_json
+    from encoderlab.io import write_json
 
     plan, _, base = plan_of(write_study(tmp_path, str(llama_dir), str(corpus_dir)))
     rec = plan.record(base)

@@ -20,7 +20,7 @@ from transformers import (
 )
 
 from encoderlab.model.config import ModelConfig
-from encoderlab.model.hf import hf_config_kwargs
+from encoderlab.hub.hf import hf_config_kwargs
 from encoderlab.model.transformer import TransformerLM
 
 TOL = 1e-4

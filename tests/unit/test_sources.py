@@ -389,7 +389,7 @@ def test_hub_unreachable_host_fails_before_load_dataset(
 def test_hub_rows_become_documents(
     fake_datasets: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sources, "_probe_hub", lambda spec: None)
+    monkeypatch.setattr(sources, "probe_hub", lambda spec: None)
     fake_datasets.result = [{"content": " a "}, {"content": ""}, {"content": None}, {"content": "b"}]
     got = list(iter_documents("org/corpus", text_column="content", hf_config="en", hf_split="validation"))
     assert got == [
@@ -402,7 +402,7 @@ def test_hub_rows_become_documents(
 def test_hub_connection_errors_become_one_line_data_errors(
     fake_datasets: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sources, "_probe_hub", lambda spec: None)
+    monkeypatch.setattr(sources, "probe_hub", lambda spec: None)
     fake_datasets.result = ConnectionError("Couldn't reach 'org/corpus' on the Hub (LocalEntryNotFoundError)")
     with pytest.raises(DataError, match=r"cannot be reached \(ConnectionError: Couldn't reach"):
         iter_documents("org/corpus")
@@ -419,7 +419,7 @@ def test_hub_connection_errors_become_one_line_data_errors(
 
 
 def test_hub_missing_column(fake_datasets: types.SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sources, "_probe_hub", lambda spec: None)
+    monkeypatch.setattr(sources, "probe_hub", lambda spec: None)
     fake_datasets.result = types.SimpleNamespace(column_names=["content", "url"])
     with pytest.raises(DataError, match=r"'org/corpus' has no column 'text' \(it has: content, url\)"):
         iter_documents("org/corpus")

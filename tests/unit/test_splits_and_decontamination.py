@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from encoderlab.data import decontaminate as dc
-from encoderlab.data.offline import SPLITS, assign_splits, classification_task, stable_key
+from encoderlab.data.offline.build import SPLITS, assign_splits, classification_task, stable_key
 
 # ----------------------------------------------------------------------------------------------- splits
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoderlab.data import offline_qa
+from encoderlab.data.offline import qa as offline_qa
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.errors import DataError
 from encoderlab.evaluation.tasks.qa import (

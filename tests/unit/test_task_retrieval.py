@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from encoderlab.data import offline, offline_ir
+from encoderlab.data.offline import build as offline, ir as offline_ir, units
 from encoderlab.data.decontaminate import normalize
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.errors import DataError
@@ -338,7 +338,7 @@ def test_offline_builders_follow_unit_splits_and_are_deterministic(tmp_path, mon
     assert offline_ir.build_ir_tasks(reversed_raw, tmp_path / "b") == (stats, texts)
     assert read_tree(tmp_path / "a") == read_tree(tmp_path / "b")  # byte-identical, whatever the input order
 
-    article_of = {f"wiki-{offline.stable_key(a['title'])[:12]}": a for a in raw["wiki"]}
+    article_of = {f"wiki-{units.stable_key(a['title'])[:12]}": a for a in raw["wiki"]}
     split_of = raw["units"]["wikipedia"]
     (polarity,) = [t for t in tasks if t.name == "imdb-polarity"]
     review_split = {ex["id"]: s for s, exs in polarity.splits.items() for ex in exs}

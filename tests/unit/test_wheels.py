@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from encoderlab.data import wheels
-from encoderlab.data.wheels import PinnedFile, fetch, sha256_of
+from encoderlab.data.wheels import PinnedFile, fetch
+from encoderlab.io import sha256_of
 from encoderlab.errors import ChecksumError, DataError
 
 PAYLOAD = b"PK\x03\x04 not really a wheel, but bytes with a known hash\n" * 100

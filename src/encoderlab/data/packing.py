@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.data.atomic import atomic_dir, write_json
+from encoderlab.io import atomic_dir, write_json
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError

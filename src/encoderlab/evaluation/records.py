@@ -11,7 +11,7 @@ import json
 import re
 from pathlib import Path
 
-from encoderlab.data.atomic import write_json
+from encoderlab.io import write_json
 
 
 def checkpoint_tag(checkpoint: str | Path) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.data.atomic import write_json
+from encoderlab.io import write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation import records
 from encoderlab.evaluation.batched import finetune_grid

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from encoderlab.config import ConfigError
-from encoderlab.data.atomic import write_json
+from encoderlab.io import write_json
 from encoderlab.study.spec import StudySpec, resolve_path
 
 DATA_KEY = "study-data.json"  # in STUDY/data/NAME: what the packed windows were made from
@@ -54,8 +54,8 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
         return json.loads(done.read_text())
     src, shape = source(spec, base_dir, name), spec.imported[name].shape
     if shape is None and (Path(src) / "config.json").exists():
-        from encoderlab.model.hf_import import architecture_fields
-        from encoderlab.model.hf_source import read_config
+        from encoderlab.hub.importer import architecture_fields
+        from encoderlab.hub.source import read_config
 
         config = read_config(Path(src))
         shape = {**architecture_fields(config, Path(src), []), "vocab_size": config.vocab_size}
@@ -87,7 +87,7 @@ def prepare_imports(spec: StudySpec, base_dir: Path, root: Path, data_path: str,
     """Import every model not yet imported, then pack the base config's text with its tokenizer (when the text,
     the tokenizer or the window length changed). Both outputs are written whole, then renamed."""
     from encoderlab.data.prepare import PrepareOptions, prepare
-    from encoderlab.model.hf_import import import_hf
+    from encoderlab.hub.importer import import_hf
 
     for name, entry in spec.imported.items():
         ckpt = checkpoint_dir(root, name)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
-from encoderlab.data.atomic import write_json
+from encoderlab.io import write_json
 from encoderlab.evaluation import records
 from encoderlab.train.checkpoint import checkpoint_name
 from encoderlab.study.imported import prepare_imports
@@ -134,7 +134,7 @@ def _random_init(job: Job) -> dict:
 
 def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
     from encoderlab.config import validate
-    from encoderlab.data.wheels import encoderlab_home
+    from encoderlab.io import encoderlab_home
     from encoderlab.evaluation.protocol import Protocol
     from encoderlab.evaluation.sweep import run_sweep
     from encoderlab.train import checkpoint

@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from encoderlab.data.atomic import atomic_dir, write_json
+from encoderlab.io import atomic_dir, write_json
 from encoderlab.errors import EncoderlabError
 
 LATEST = "LATEST"

@@ -37,7 +37,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint as recompute
 
-from encoderlab.data.atomic import atomic_dir, write_json
+from encoderlab.io import atomic_dir, write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.train import checkpoint
 

@@ -18,7 +18,7 @@ import yaml
 
 from encoderlab import objectives
 from encoderlab.data.loader import PackedDataset, PackedLoader
-from encoderlab.data.wheels import encoderlab_home
+from encoderlab.io import encoderlab_home
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset

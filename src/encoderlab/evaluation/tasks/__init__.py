@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from encoderlab.config import load_yaml
-from encoderlab.data.wheels import encoderlab_home
+from encoderlab.io import encoderlab_home
 from encoderlab.errors import DataError
-from encoderlab.evaluation.tasks.base import FAMILIES, EvalTask
+from encoderlab.data.offline.taskfiles import FAMILIES, read_task, task_names
+from encoderlab.evaluation.tasks.base import EvalTask
 
 PAPER_TASKS = {
     "sst2": "classification", "mnli": "classification", "qqp": "classification",
@@ -27,8 +28,7 @@ def offline_root() -> Path:
 
 
 def offline_task_names(root: Path | None = None) -> list[str]:
-    root = root or offline_root()
-    return sorted(p.parent.name for p in root.glob("*/task.json")) if root.exists() else []
+    return task_names(root or offline_root())
 
 
 def load_task(spec: str, *, root: Path | None = None) -> EvalTask:
@@ -40,10 +40,8 @@ def load_task(spec: str, *, root: Path | None = None) -> EvalTask:
     root = root or offline_root()
     folder = root / name
     if (folder / "task.json").exists():
-        import json
-
-        family = json.loads((folder / "task.json").read_text())["family"]
-        return _offline_task(root, name, family)
+        _, meta = read_task(root, name)
+        return _offline_task(root, name, meta["family"])
     available = offline_task_names(root)
     hint = ("offline: " + ", ".join(available)) if available else "none offline (`encoderlab data prepare offline`)"
     raise DataError(f"unknown task {spec!r}; known: {hint}; paper: {', '.join(PAPER_TASKS)}; or a task YAML file")

@@ -15,12 +15,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
-
-FAMILIES = ("classification", "tokens", "qa", "retrieval")
-SPLITS = ("train", "validation", "test")
-
 
 class EvalTask(ABC):
     name: str  # e.g. "rt-polarity"
@@ -69,7 +66,6 @@ class EvalTask(ABC):
     def _subsampled(self, split: str, keep: list[int]) -> None:  # noqa: B027 - an optional hook, not abstract
         """Hook for tasks that derive per-example state at construction (called by `subsample`)."""
 
-
 class ListTask(EvalTask, ABC):
     """Shared plumbing of tasks whose examples are lists per split (`self.splits`) tokenised into `self.ids`."""
 
@@ -86,7 +82,6 @@ class ListTask(EvalTask, ABC):
             raise RuntimeError(f"task {self.name!r}: call prepare(tokenizer, max_length) first")
         return self.ids[split]
 
-
 def linear_head(hidden_size: int, outputs: int, generator: torch.Generator) -> nn.Linear:
     """A linear head with normal(0, 0.02) weights drawn from the run's generator and zero bias."""
     head = nn.Linear(hidden_size, outputs)
@@ -95,12 +90,10 @@ def linear_head(hidden_size: int, outputs: int, generator: torch.Generator) -> n
         nn.init.zeros_(head.bias)
     return head
 
-
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
     """Mean over non-padding tokens: (B, T, C), (B, T) -> (B, C)."""
     mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
     return (hidden * mask).sum(1) / mask.sum(1).clamp_min(1.0)
-
 
 def bucketed_order(lengths: list[int], batch_size: int, seed: int, bucket_factor: int = 50) -> list[list[int]]:
     """Batches of example indices with similar lengths, in a seeded random order.
@@ -117,7 +110,6 @@ def bucketed_order(lengths: list[int], batch_size: int, seed: int, bucket_factor
         batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
     perm = torch.randperm(len(batches), generator=g).tolist()
     return [batches[i] for i in perm]
-
 
 def pad(sequences: list[list[int]], pad_id: int, value_for_mask: bool = True) -> tuple[Tensor, Tensor]:
     """Right-pad to the longest: (input_ids (B, T) int64, attention_mask (B, T) int64)."""

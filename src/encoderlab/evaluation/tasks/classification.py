@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import accuracy, macro_f1
+from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, mean_pool, pad
 from encoderlab.evaluation.tasks.common import (
     cache_path,
@@ -34,7 +35,6 @@ from encoderlab.evaluation.tasks.common import (
     holdout,
     load_cache,
     load_hf_splits,
-    offline_task_dir,
     pack_lists,
     read_jsonl,
     read_table,
@@ -190,7 +190,7 @@ def fit_pair(la: int, lb: int, budget: int) -> tuple[int, int]:
 
 
 def load_offline_classification(root: Path, name: str) -> ClassificationTask:
-    folder, meta = offline_task_dir(root, name, "classification")
+    folder, meta = read_task(root, name, "classification")
     splits = {s: read_jsonl(folder / f"{s}.jsonl") for s in SPLITS}
     return ClassificationTask(name, splits, meta["labels"], tuple(meta.get("text_fields", ["text"])))
 

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from encoderlab.data.sources import is_network_error, offline_variable, probe_hub
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.tasks.base import SPLITS
@@ -103,21 +104,6 @@ def unpack_lists(packed: dict[str, Tensor]) -> list[list[int]]:
     return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
-def offline_task_dir(root: Path, name: str, family: str) -> tuple[Path, dict]:
-    """`root/name` (root = `.../offline/tasks`, or the `.../offline` folder above it) and its task.json."""
-    root = Path(root)
-    folder = next((f for f in (root / name, root / "tasks" / name) if (f / "task.json").exists()), root / name)
-    missing = [f for f in ("task.json", *(f"{s}.jsonl" for s in SPLITS)) if not (folder / f).exists()]
-    if missing:
-        raise DataError(f"offline task {name!r}: {folder} lacks {', '.join(missing)}; build the offline suite "
-                        "with `encoderlab data prepare offline`")
-    meta = json.loads((folder / "task.json").read_text())
-    if meta.get("family") != family:
-        raise DataError(f"offline task {name!r} is a {meta.get('family')!r} task ({folder / 'task.json'}), "
-                        f"not {family!r}")
-    return folder, meta
-
-
 def read_jsonl(path: Path) -> list[dict]:
     rows = []
     with open(path, encoding="utf-8") as f:
@@ -164,13 +150,11 @@ def load_hf_splits(source: str, config: str | None, wanted: dict[str, tuple[str,
         return out
     if folder.exists():
         raise DataError(f"{folder} is a file; give a folder holding one file per split ({schema})")
-    _check_hub(source, schema)
+    check_hub(source, schema)
     try:
         ds = datasets.load_dataset(source, config)
     except Exception as e:
-        from encoderlab.data.sources import _is_network_error
-
-        if _is_network_error(e):
+        if is_network_error(e):
             raise _hub_error(source, f"{type(e).__name__}", schema) from e
         message = " ".join(str(e).split())[:300]
         raise DataError(f"{source!r} is neither a local folder nor a loadable hub dataset ({message}); "
@@ -197,14 +181,13 @@ def _read_local(file: Path) -> Any:
         raise DataError(f"{file}: cannot be read as {kind} ({' '.join(str(e).split())[:300]})") from e
 
 
-def _check_hub(source: str, schema: str) -> None:
-    from encoderlab.data.sources import _OFFLINE_VARS, _probe_hub
-
-    offline = [v for v in _OFFLINE_VARS if os.environ.get(v, "").upper() in {"1", "ON", "YES", "TRUE"}]
+def check_hub(source: str, schema: str) -> None:
+    """Fail in seconds, not after huggingface_hub's retries, when the hub cannot be reached for `source`."""
+    offline = offline_variable()
     if offline:
-        raise _hub_error(source, f"{offline[0]} is set", schema)
+        raise _hub_error(source, f"{offline} is set", schema)
     try:
-        _probe_hub(source)
+        probe_hub(source)
     except DataError as e:
         raise _hub_error(source, "no connection", schema) from e
 

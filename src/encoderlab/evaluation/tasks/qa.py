@@ -16,23 +16,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.data.atomic import read_jsonl
+from encoderlab.io import read_jsonl
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores
+from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order
+from encoderlab.evaluation.tasks.common import check_hub
 from encoderlab.model.transformer import Transformer
 
 CACHE_VERSION = 1
@@ -290,12 +290,7 @@ class QATask(EvalTask):
 
 
 def load_offline_qa(root: Path, name: str) -> QATask:
-    folder = Path(root) / name
-    if not (folder / "task.json").exists():
-        raise DataError(f"no offline QA task {name!r} under {root} (run `encoderlab data prepare offline`)")
-    family = json.loads((folder / "task.json").read_text())["family"]
-    if family != "qa":
-        raise DataError(f"{folder}/task.json names family {family!r}, not 'qa'")
+    folder, _ = read_task(root, name, "qa")
     return QATask(name, {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS})
 
 
@@ -385,20 +380,6 @@ def _hub_unreachable(spec: str, reason: str) -> DataError:
                      "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
 
 
-def _probe_hub(spec: str) -> None:
-    """Fail in seconds, not after huggingface_hub's retries, when the hub cannot be reached (skipped behind proxies)."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").upper() in {"1", "ON", "YES", "TRUE"}:
-            raise _hub_unreachable(spec, f"{var} is set")
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return
-    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    try:
-        socket.create_connection((url.hostname, url.port or 443), timeout=5).close()
-    except OSError as e:
-        raise _hub_unreachable(spec, f"cannot connect to {url.hostname}: {e}") from e
-
-
 def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None = None) -> QATask:
     """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
 
@@ -410,7 +391,7 @@ def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None
     spec = source or HUB[kind]
     local = Path(spec).expanduser()
     if not local.exists():
-        _probe_hub(spec)
+        check_hub(spec, "train and validation files in the hub schema, e.g. squad=DIR")
     import datasets  # deferred: heavy, and only these loaders need it
 
     try:

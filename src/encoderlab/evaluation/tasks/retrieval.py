@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import ndcg_at_k, recall_at_k
@@ -414,15 +415,8 @@ def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
 
 
 def load_offline_retrieval(root: Path, name: str) -> RetrievalTask:
-    """A retrieval task of the offline suite (`encoderlab data prepare offline`), written by data/offline_ir.py."""
-    folder = Path(root) / name
-    if not (folder / "task.json").is_file():
-        known = sorted(p.parent.name for p in Path(root).glob("*/task.json")) if Path(root).exists() else []
-        raise DataError(f"no offline task {name!r} under {root} (known: {', '.join(known) or 'none'}); run "
-                        "`encoderlab data prepare offline`")
-    family = json.loads((folder / "task.json").read_text()).get("family")
-    if family != "retrieval":
-        raise DataError(f"{folder}/task.json: family is {family!r}, not 'retrieval'")
+    """A retrieval task of the offline suite (`encoderlab data prepare offline`), written by data/offline/ir.py."""
+    folder, _ = read_task(root, name, "retrieval")
     return load_beir(folder, name)
 
 

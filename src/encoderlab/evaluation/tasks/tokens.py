@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import entity_f1, token_accuracy
+from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, pad
 from encoderlab.evaluation.tasks.common import (
     cache_path,
@@ -41,7 +42,6 @@ from encoderlab.evaluation.tasks.common import (
     holdout,
     load_cache,
     load_hf_splits,
-    offline_task_dir,
     pack_lists,
     read_jsonl,
     save_cache,
@@ -216,7 +216,7 @@ def infer_scheme(labels: Sequence[str]) -> Scheme:
 
 
 def load_offline_tokens(root: Path, name: str) -> TokenTask:
-    folder, meta = offline_task_dir(root, name, "tokens")
+    folder, meta = read_task(root, name, "tokens")
     splits = {s: read_jsonl(folder / f"{s}.jsonl") for s in SPLITS}
     return TokenTask(name, splits, meta["labels"], meta.get("scheme") or infer_scheme(meta["labels"]))
 

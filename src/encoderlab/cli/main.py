@@ -1,35 +1,20 @@
 """The command line: thin typer commands that parse, build and run. Errors the user can fix print one line."""
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from encoderlab.cli.console import emit, err, log, out
+from encoderlab.cli.study import study_app
 from encoderlab.errors import EncoderlabError
-from encoderlab.study.commands import study_app
 
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(study_app, name="study")
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-
-
-def _log(message: str) -> None:
-    err.print(f"[dim]·[/dim] {message}")
-
-
-def _emit(summary: dict, as_json: bool, render) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
-    else:
-        render(summary)
 
 
 @data_app.command("prepare")
@@ -57,8 +42,8 @@ def data_prepare(
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction, tokenizer=tokenizer,
                           text_column=text_column, txt_unit=txt_unit, on_invalid_utf8=on_invalid_utf8,
                           hf_config=hf_config, hf_split=hf_split, max_documents=max_documents, force=force)
-    summary = prepare(source, out_dir, opts, log=_log)
-    _emit(summary, as_json, _render_prepare)
+    summary = prepare(source, out_dir, opts, log=log)
+    emit(summary, as_json, _render_prepare)
 
 
 def _render_prepare(s: dict) -> None:
@@ -112,7 +97,7 @@ def data_inspect(
         for p in s["documents"]:
             out.print(f"[bold]document {p['document']}[/bold] ({p['tokens']} tokens): {p['text'][:300]!r}")
 
-    _emit(summary, as_json, render)
+    emit(summary, as_json, render)
 
 
 def _load_pretrain_config(config: Path, overrides: list[str]):
@@ -140,13 +125,13 @@ def pretrain(
     main = is_main_process()  # under torchrun, rank 0 prints for all
     if dry_run:
         if main:
-            _emit(plan, as_json, _render_plan)
+            emit(plan, as_json, _render_plan)
         return
     if not as_json and main:
         _render_plan(plan)
-    summary = Trainer(cfg, resume=resume, log=_log, show_progress=not as_json).run()
+    summary = Trainer(cfg, resume=resume, log=log, show_progress=not as_json).run()
     if main:
-        _emit(summary, as_json, _render_pretrain)
+        emit(summary, as_json, _render_pretrain)
 
 
 def _render_plan(p: dict) -> None:
@@ -189,7 +174,7 @@ def demo(
     from encoderlab.study.spec import load_study
 
     started = time.perf_counter()
-    summary = prepare("offline", log=_log)
+    summary = prepare("offline", log=log)
     _render_prepare(summary)
     study = study or Path(__file__).resolve().parents[2] / "configs" / "studies" / "demo.yaml"
     if not study.exists():
@@ -198,10 +183,10 @@ def demo(
     plan = build_plan(spec, base)
     if fresh and plan.root.exists():
         shutil.rmtree(plan.root)
-    from encoderlab.study.commands import render_plan
+    from encoderlab.cli.study import render_plan
 
     render_plan(plan.summary())
-    result = run_study(plan, base, workers=workers or min(2, os.cpu_count() or 1), log=_log)
+    result = run_study(plan, base, workers=workers or min(2, os.cpu_count() or 1), log=log)
     report = write_report(plan.root)
     minutes = (time.perf_counter() - started) / 60
     for job, reason in result["failed"].items():
@@ -219,9 +204,9 @@ def import_hf_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Turn an existing model into an encoderlab checkpoint (e.g. for init.from_weights); refuses what differs."""
-    from encoderlab.model.hf_import import import_hf
+    from encoderlab.hub.importer import import_hf
 
-    summary = import_hf(source, out_dir, force=force, log=_log)
+    summary = import_hf(source, out_dir, force=force, log=log)
 
     def render(s: dict) -> None:
         m = s["model"]
@@ -232,7 +217,7 @@ def import_hf_cmd(
             out.print(f"         {note}")
         out.print(f"[bold]checkpoint[/bold] {s['checkpoint']} ({s['seconds']}s)")
 
-    _emit(summary, as_json, render)
+    emit(summary, as_json, render)
 
 
 @app.command("export")
@@ -247,9 +232,9 @@ def export_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Write a native transformers folder (safetensors, tokenizer with mask token, model card)."""
-    from encoderlab.model.hf_export import export_checkpoint
+    from encoderlab.hub.exporter import export_checkpoint
 
-    summary = export_checkpoint(checkpoint, out_dir, kind, evaluation=evaluation, force=force, log=_log)
+    summary = export_checkpoint(checkpoint, out_dir, kind, evaluation=evaluation, force=force, log=log)
 
     def render(s: dict) -> None:
         t = s["training"]
@@ -260,7 +245,7 @@ def export_cmd(
         out.print(f"[bold]model card[/bold] {Path(s['export']) / 'README.md'} ({evaluated}); tokenizer frames input "
                   f"as {s['tokenizer_framing']}")
 
-    _emit(summary, as_json, render)
+    emit(summary, as_json, render)
 
 
 def _protocol(path: Path | None, overrides: list[str]):
@@ -299,9 +284,9 @@ def sweep(
     if not specs:
         raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
     proto = _protocol(protocol or _default_protocol(), overrides)
-    summary = run_sweep(checkpoint, specs, proto, out_dir, log=_log, show_progress=not as_json,
+    summary = run_sweep(checkpoint, specs, proto, out_dir, log=log, show_progress=not as_json,
                         cache_dir=_cache_dir(), engine=engine, workers=_workers(workers))
-    _emit(summary, as_json, _render_sweep)
+    emit(summary, as_json, _render_sweep)
 
 
 @app.command("finetune")
@@ -319,8 +304,8 @@ def finetune_cmd(
     from encoderlab.evaluation.sweep import run_sweep
 
     proto = _protocol(protocol or _default_protocol(), [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
-    summary = run_sweep(checkpoint, [task], proto, out_dir, log=_log, show_progress=False, cache_dir=_cache_dir())
-    _emit(summary, as_json, _render_sweep)
+    summary = run_sweep(checkpoint, [task], proto, out_dir, log=log, show_progress=False, cache_dir=_cache_dir())
+    emit(summary, as_json, _render_sweep)
 
 
 def _workers(value: str) -> int | str:
@@ -332,7 +317,7 @@ def _workers(value: str) -> int | str:
 
 
 def _cache_dir() -> Path:
-    from encoderlab.data.wheels import encoderlab_home
+    from encoderlab.io import encoderlab_home
 
     return encoderlab_home() / "cache" / "tasks"
 
@@ -373,6 +358,3 @@ def main() -> None:
         err.print("interrupted")
         raise SystemExit(130) from None
 
-
-if __name__ == "__main__":
-    main()

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.data.atomic import atomic_dir, write_json, write_jsonl
-from encoderlab.data.offline import SPLIT_SEED, SPLITS, detokenize, stable_key
+from encoderlab.data.offline.taskfiles import SPLITS, write_task_folder
+from encoderlab.data.offline.units import SPLIT_SEED, detokenize, stable_key
 
 RECIPE = 1
 SEED = SPLIT_SEED
@@ -309,12 +309,8 @@ def build_qa_tasks(raw: dict, root: Path) -> tuple[dict[str, dict], list[str]]:
     for name, (splits, extra) in tasks.items():
         stats = qa_stats(name, splits, extra)
         description, construction = DESCRIPTIONS[name]
-        with atomic_dir(root / name) as tmp:
-            for split in SPLITS:
-                write_jsonl(tmp / f"{split}.jsonl", splits[split])
-            write_json(tmp / "stats.json", stats)
-            write_json(tmp / "task.json", {"name": name, "family": "qa", "description": description,
-                                           "construction": construction, "recipe": RECIPE})
+        write_task_folder(root, {"name": name, "family": "qa", "description": description,
+                                 "construction": construction, "recipe": RECIPE}, stats, splits=splits)
         all_stats[name] = stats
         for split in ("validation", "test"):
             for ex in splits[split]:

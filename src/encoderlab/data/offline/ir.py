@@ -20,12 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.data import decontaminate, offline
-from encoderlab.data.atomic import atomic_dir, write_json, write_jsonl
+from encoderlab.data import decontaminate
+from encoderlab.data.offline.taskfiles import SPLITS, write_task_folder
+from encoderlab.data.offline.units import classification_task, stable_key
+from encoderlab.io import write_jsonl
 from encoderlab.errors import DataError
 
 RECIPE = 1  # bump when a change alters the built files
-SPLITS = ("train", "validation", "test")
 LONG_MIN_WORDS = 400  # a review this long is longer than a 512-token window of the default BPE
 QUERY_WORDS = (12, 60)  # the sentence taken out of a long review as its query
 QUERY_SEED = 4321
@@ -35,7 +36,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(A-Z0-9])")
 
 
 def _wiki_id(title: str) -> str:
-    return f"wiki-{offline.stable_key(title)[:12]}"
+    return f"wiki-{stable_key(title)[:12]}"
 
 
 def _unique(ids: list[str], what: str) -> None:
@@ -80,21 +81,21 @@ class _Dataset:
                 "max_doc_words": max(words.values()), "queries": len(self.queries), "splits": per_split,
                 "dropped": self.dropped}
 
+    def _write_beir(self, folder: Path) -> None:
+        write_jsonl(folder / "corpus.jsonl", self.corpus)
+        write_jsonl(folder / "queries.jsonl", self.queries)
+        (folder / "qrels").mkdir()
+        for split, pairs in self.qrels.items():
+            lines = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t1" for q, d in pairs]
+            (folder / "qrels" / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
     def write(self, root: Path) -> dict:
         _unique([d["_id"] for d in self.corpus], f"{self.name} corpus")
         _unique([q["_id"] for q in self.queries], f"{self.name} queries")
         stats = self.stats()
-        with atomic_dir(root / self.name) as tmp:
-            write_jsonl(tmp / "corpus.jsonl", self.corpus)
-            write_jsonl(tmp / "queries.jsonl", self.queries)
-            (tmp / "qrels").mkdir()
-            for split, pairs in self.qrels.items():
-                lines = ["query-id\tcorpus-id\tscore"] + [f"{q}\t{d}\t1" for q, d in pairs]
-                (tmp / "qrels" / f"{split}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-            write_json(tmp / "stats.json", stats)
-            write_json(tmp / "task.json", {"name": self.name, "family": "retrieval",
-                                           "description": self.description, "construction": self.construction,
-                                           "recipe": RECIPE})
+        write_task_folder(root, {"name": self.name, "family": "retrieval", "description": self.description,
+                                 "construction": self.construction, "recipe": RECIPE}, stats,
+                          write_data=self._write_beir)
         return stats
 
 
@@ -204,7 +205,7 @@ def imdb_long(raw: dict) -> _Dataset:
         "the evidence. A query's split is its review's split in imdb-polarity; documents have no title.")
     # The exact assignment of imdb-polarity (same rows, same seeded stratified split), so held-out reviews here
     # are held-out reviews there, absent from the pretraining corpus.
-    polarity = offline.classification_task("imdb-polarity", "", ["negative", "positive"], raw["reviews"]["imdb"],
+    polarity = classification_task("imdb-polarity", "", ["negative", "positive"], raw["reviews"]["imdb"],
                                            "imdb")
     reviews = [(split, ex) for split in SPLITS for ex in polarity.splits[split]]
     long = [(split, ex) for split, ex in reviews if len(ex["text"].split()) >= LONG_MIN_WORDS]
@@ -248,7 +249,7 @@ def imdb_long(raw: dict) -> _Dataset:
 def build_ir_tasks(raw: dict, root: Path) -> tuple[dict[str, dict], list[str]]:
     """Write wiki-description, wiki-title and imdb-long under `root`.
 
-    `raw` is the second value of `offline.build_tasks`. Returns (stats per task, the validation and test texts:
+    `raw` is the second value of `build.build_tasks`. Returns (stats per task, the validation and test texts:
     queries and relevant documents, sorted and de-duplicated) so the caller can prove them absent from the
     pretraining corpus.
     """

@@ -1,6 +1,8 @@
-"""Write files and folders so that a reader sees either the old complete version or the new complete one."""
+"""The bottom layer every package may use: atomic files and folders (a reader sees either the old complete version
+or the new complete one), JSON and JSON lines, checksums, and the home folder where data and caches live."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -8,6 +10,18 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def encoderlab_home() -> Path:
+    return Path(os.environ.get("ENCODERLAB_HOME", Path.home() / ".cache" / "encoderlab")).expanduser()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 @contextmanager

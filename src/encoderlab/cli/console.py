@@ -1,0 +1,22 @@
+"""The one console of the command line: results on stdout (a table, or JSON with --json), logs on stderr."""
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+
+
+def log(message: str) -> None:
+    err.print(f"[dim]·[/dim] {message}")
+
+
+def emit(summary: dict, as_json: bool, render) -> None:
+    """A command's result: the summary as JSON on stdout (for scripts), or rendered for a reader."""
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    else:
+        render(summary)
