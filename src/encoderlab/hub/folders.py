@@ -1,4 +1,4 @@
-"""What import (hf_import.py) and export (hf_export.py) share: output folders and weights-only checkpoints."""
+"""What import (importer.py) and export (exporter.py) share: output folders and weights-only checkpoints."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,7 +1,7 @@
 """Reading a Hugging Face model: a transformers folder, a GGUF file, or the pinned SmolLM2 GGUF (DATA.md).
 
 Only the model_type is judged here (`check_model_type`); whether the configuration and weights are exactly our
-architecture is hf_import.py's business.
+architecture is importer.py's business.
 """
 from __future__ import annotations
 
