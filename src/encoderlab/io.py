@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from encoderlab.errors import DataError
+
 
 def encoderlab_home() -> Path:
     return Path(os.environ.get("ENCODERLAB_HOME", Path.home() / ".cache" / "encoderlab")).expanduser()
@@ -60,8 +62,19 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
     return n
 
 
-def read_jsonl(path: Path) -> Iterator[dict]:
+def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
+    """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON, or lacks a `required` key,
+    fails naming the file and the line."""
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg}); JSON Lines expected, one object a "
+                                "line") from e
+            missing = [key for key in required if key not in row]
+            if missing:
+                raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
+            yield row

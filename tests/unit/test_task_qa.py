@@ -14,14 +14,13 @@ from encoderlab.data.tokenizer import train_bpe
 from encoderlab.errors import DataError
 from encoderlab.evaluation.tasks.qa import (
     QATask,
-    _record_rows,
     best_span,
     char_span_to_tokens,
     hold_out,
-    load_hub_qa,
     load_offline_qa,
     load_squad_json,
 )
+from encoderlab.evaluation.tasks.loaders import _record_rows, load_hub_qa
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 

@@ -13,6 +13,7 @@ from encoderlab.data.decontaminate import normalize
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import ndcg_at_k
+from encoderlab.evaluation.tasks import loaders
 from encoderlab.evaluation.tasks import retrieval as R
 from encoderlab.evaluation.tasks.base import mean_pool
 from encoderlab.model.config import ModelConfig
@@ -237,19 +238,19 @@ def test_beir_folder_dev_split_and_file_named_in_errors(tmp_path):
     (folder / "queries.jsonl").write_text('{"_id": "q", "text": "what"}\n')
     (folder / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq\ta\t1\n")
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\t2\t1\n")
-    task = R.load_beir(folder)
+    task = loaders.load_beir(folder)
     assert task.splits == ["test", "validation"] and not task.has_train
     with pytest.raises(DataError, match="zero-shot"):
         next(task.train_batches(2, 0))
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\tmissing\t1\n")
     with pytest.raises(DataError, match=r"test\.tsv.*'missing'"):
-        R.load_beir(folder)
+        loaders.load_beir(folder)
 
 
 def test_hub_unreachable_is_one_line(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataError) as err:
-        R.load_hub_retrieval("nq")
+        loaders.load_hub_retrieval("nq")
     assert "\n" not in str(err.value) and "BEIR layout" in str(err.value) and "HF_HUB_OFFLINE" in str(err.value)
 
 
@@ -343,7 +344,7 @@ def test_offline_builders_follow_unit_splits_and_are_deterministic(tmp_path, mon
     (polarity,) = [t for t in tasks if t.name == "imdb-polarity"]
     review_split = {ex["id"]: s for s, exs in polarity.splits.items() for ex in exs}
     for name in ("wiki-description", "wiki-title", "imdb-long"):
-        task = R.load_offline_retrieval(tmp_path / "a", name)
+        task = loaders.load_offline_retrieval(tmp_path / "a", name)
         assert task.splits == ["test", "train", "validation"]
         for split, judged in task.qrels.items():
             assert len(judged) == stats[name]["splits"][split]["queries"] > 0
@@ -351,10 +352,10 @@ def test_offline_builders_follow_unit_splits_and_are_deterministic(tmp_path, mon
                 (did,) = rel
                 unit_split = review_split[did] if name == "imdb-long" else split_of[article_of[did]["title"]]
                 assert unit_split == split
-    desc = R.load_offline_retrieval(tmp_path / "a", "wiki-description")
+    desc = loaders.load_offline_retrieval(tmp_path / "a", "wiki-description")
     assert len(desc.doc_ids) == 80 and len(desc.query_ids) == 80 - 4 - 1  # 4 shared, 1 empty description dropped
     assert stats["wiki-description"]["dropped"] == {"shared_description": 4, "empty_description": 1}
-    long = R.load_offline_retrieval(tmp_path / "a", "imdb-long")
+    long = loaders.load_offline_retrieval(tmp_path / "a", "imdb-long")
     assert len(long.doc_ids) == 75 and len(long.query_ids) == 3 * 75
     corpus = [f" {normalize(t)} " for t in long._doc_texts]
     for text in long._query_texts:  # never a verbatim part of any document, its own or a near-duplicate's

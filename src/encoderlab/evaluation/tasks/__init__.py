@@ -61,7 +61,7 @@ def _offline_task(root: Path, name: str, family: str) -> EvalTask:
 
         return load_offline_qa(root, name)
     if family == "retrieval":
-        from encoderlab.evaluation.tasks.retrieval import load_offline_retrieval
+        from encoderlab.evaluation.tasks.loaders import load_offline_retrieval
 
         return load_offline_retrieval(root, name)
     raise DataError(f"{root / name}/task.json names family {family!r}; known: {', '.join(FAMILIES)}")
@@ -78,10 +78,10 @@ def _paper_task(name: str, source: str | None) -> EvalTask:
 
         return load_conll_like(name, source)  # type: ignore[arg-type]
     if family == "qa":
-        from encoderlab.evaluation.tasks.qa import load_hub_qa
+        from encoderlab.evaluation.tasks.loaders import load_hub_qa
 
         return load_hub_qa(name, source)  # type: ignore[arg-type]
-    from encoderlab.evaluation.tasks.retrieval import load_hub_retrieval
+    from encoderlab.evaluation.tasks.loaders import load_hub_retrieval
 
     return load_hub_retrieval(name, source)  # type: ignore[arg-type]
 

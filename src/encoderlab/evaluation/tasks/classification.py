@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
+from encoderlab.io import read_jsonl
 from encoderlab.evaluation.metrics import accuracy, macro_f1
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, mean_pool, pad
@@ -36,7 +37,6 @@ from encoderlab.evaluation.tasks.common import (
     load_cache,
     load_hf_splits,
     pack_lists,
-    read_jsonl,
     read_table,
     save_cache,
     unpack_lists,
@@ -191,7 +191,7 @@ def fit_pair(la: int, lb: int, budget: int) -> tuple[int, int]:
 
 def load_offline_classification(root: Path, name: str) -> ClassificationTask:
     folder, meta = read_task(root, name, "classification")
-    splits = {s: read_jsonl(folder / f"{s}.jsonl") for s in SPLITS}
+    splits = {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}
     return ClassificationTask(name, splits, meta["labels"], tuple(meta.get("text_fields", ["text"])))
 
 

@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from encoderlab.data.sources import is_network_error, offline_variable, probe_hub
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
+from encoderlab.io import read_jsonl
 from encoderlab.evaluation.tasks.base import SPLITS
 
 HOLDOUT_FRACTION = 0.05
@@ -104,26 +105,13 @@ def unpack_lists(packed: dict[str, Tensor]) -> list[list[int]]:
     return [flat[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataError(f"{path}: line {n} is not valid JSON ({e.msg}); JSON Lines expected, "
-                                    "one object a line") from e
-    return rows
-
-
 def read_table(path: str | Path) -> list[dict]:
     """Rows of a .csv / .tsv (header line) or .jsonl / .json (one object a line) file, as dicts."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"file not found: {path}")
     if path.suffix in (".jsonl", ".json"):
-        return read_jsonl(path)
+        return list(read_jsonl(path))
     if path.suffix in (".csv", ".tsv"):
         with open(path, encoding="utf-8", newline="") as f:
             return list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))

@@ -19,7 +19,6 @@ import os
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -32,14 +31,13 @@ from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order
-from encoderlab.evaluation.tasks.common import check_hub
 from encoderlab.model.transformer import Transformer
 
 CACHE_VERSION = 1
 TOP_K = 20
 MASKED = -1e9  # logit of positions that cannot be a start or end (finite: no inf - inf in the loss)
 HOLDOUT_FRACTION, HOLDOUT_SEED = 0.05, 1234  # validation = 5% of train where the test set is hidden (PAPER.md)
-HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "record": "aps/super_glue:record"}
+
 
 
 class SpanHead(nn.Module):
@@ -352,64 +350,3 @@ def load_squad_json(train: str, validation: str, test: str | None = None, *, nam
     name = name or (Path(train).parent.name if stem in ("train", "training") else stem)
     unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)
     return QATask(name, rows, allow_unanswerable=unanswerable)
-
-
-def _record_rows(ds) -> list[dict]:
-    """ReCoRD rows (passage, query, entity_spans, answers, idx) in the cloze schema with answer spans."""
-    rows = []
-    for row in ds:
-        context, spans = row["passage"], row.get("entity_spans") or {"text": [], "start": []}
-        texts, starts = [], []
-        for answer in dict.fromkeys(row["answers"]):
-            found = [s for t, s in zip(spans["text"], spans["start"]) if t == answer and context[s:].startswith(t)]
-            if not found:  # no entity span recorded for it: every occurrence of the string
-                at = context.find(answer)
-                while at >= 0 and answer:
-                    found.append(at)
-                    at = context.find(answer, at + 1)
-            found = sorted(set(found))
-            texts, starts = texts + [answer] * len(found), starts + found
-        if texts:
-            idx = row["idx"]
-            rows.append(_row(f"record-{idx['passage']}-{idx['query']}", context, row["query"], texts, starts))
-    return rows
-
-
-def _hub_unreachable(spec: str, reason: str) -> DataError:
-    return DataError(f"cannot load {spec!r} from the Hugging Face Hub ({' '.join(reason.split())[:200]}); give a "
-                     "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
-
-
-def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None = None) -> QATask:
-    """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
-
-    SQuAD and ReCoRD test answers are hidden: test = the official validation split, validation = 5% of train held
-    out (whole articles for SQuAD, whole passages for ReCoRD) with a fixed seed.
-    """
-    if kind not in HUB:
-        raise DataError(f"unknown QA dataset {kind!r}; known: {', '.join(HUB)}")
-    spec = source or HUB[kind]
-    local = Path(spec).expanduser()
-    if not local.exists():
-        check_hub(spec, "train and validation files in the hub schema, e.g. squad=DIR")
-    import datasets  # deferred: heavy, and only these loaders need it
-
-    try:
-        hub_id, _, config = spec.partition(":")
-        ds = datasets.load_dataset(str(local)) if local.exists() else datasets.load_dataset(hub_id, config or None)
-    except Exception as e:
-        if local.exists():
-            raise DataError(f"{local}: not readable as a {kind} dataset in the hub schema ({type(e).__name__}: "
-                            f"{' '.join(str(e).split())[:200]})") from e
-        raise _hub_unreachable(spec, f"{type(e).__name__}: {e}") from e
-    missing = [s for s in ("train", "validation") if s not in ds]
-    if missing:
-        raise DataError(f"{spec!r} has no {' or '.join(missing)} split (it has {', '.join(ds)})")
-    if kind == "record":
-        train, test = _record_rows(ds["train"]), _record_rows(ds["validation"])
-    else:
-        train, test = ([_row(r["id"], r["context"], r["question"], r["answers"]["text"], r["answers"]["answer_start"],
-                             r.get("title", "")) for r in ds[s]] for s in ("train", "validation"))
-    train, validation = hold_out(train)
-    return QATask(kind, {"train": train, "validation": validation, "test": test},
-                  allow_unanswerable=kind == "squad_v2")

@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import math
 import os
-import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal
-from urllib.parse import urlsplit
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import ndcg_at_k, recall_at_k
@@ -356,128 +351,3 @@ def _validate(corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str,
         blank = sorted(q for q in judged if not str(queries[q] or "").strip())
         if blank:
             raise DataError(f"{where['queries']}: {len(blank)} queries of split {split!r} are empty: {listed(blank)}")
-
-
-# ----------------------------------------------------------------------------------------------- loaders
-
-
-def _jsonl(path: Path, required: tuple[str, ...]) -> Iterator[dict]:
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg})") from e
-            missing = [key for key in required if key not in row]
-            if missing:
-                raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
-            yield row
-
-
-def _qrels_tsv(path: Path) -> Split:
-    out: Split = {}
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        cols = line.split("\t")
-        if not line.strip() or (line_no == 1 and cols[-1].strip().lower() == "score"):
-            continue
-        if len(cols) != 3 or not cols[2].strip().lstrip("-").isdigit():
-            raise DataError(f"{path}:{line_no}: expected 'query-id<TAB>corpus-id<TAB>integer score', got {line!r}")
-        out.setdefault(cols[0].strip(), {})[cols[1].strip()] = int(cols[2])
-    return out
-
-
-def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
-    """A BEIR-layout folder: corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv (dev is validation).
-
-    Without qrels/train.tsv the task is zero-shot only (`has_train` is False).
-    """
-    folder = Path(folder)
-    files = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl"}
-    for path in files.values():
-        if not path.is_file():
-            raise DataError(f"{folder} is not a BEIR-layout folder: {path.name} is missing (expected corpus.jsonl, "
-                            "queries.jsonl, qrels/{train,dev,test}.tsv)")
-    for split, names in (("train", ("train",)), ("validation", ("dev", "validation")), ("test", ("test",))):
-        found = [folder / "qrels" / f"{n}.tsv" for n in names if (folder / "qrels" / f"{n}.tsv").is_file()]
-        if len(found) > 1:
-            raise DataError(f"{folder}/qrels holds both dev.tsv and validation.tsv: keep one")
-        if found:
-            files[split] = found[0]
-    if len(files) == 2:
-        raise DataError(f"{folder}/qrels holds none of train.tsv, dev.tsv (or validation.tsv), test.tsv")
-    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r.get("text") or ""}
-              for r in _jsonl(files["corpus"], ("_id", "text"))}
-    queries = {str(r["_id"]): r["text"] for r in _jsonl(files["queries"], ("_id", "text"))}
-    qrels = {split: _qrels_tsv(path) for split, path in files.items() if split not in ("corpus", "queries")}
-    return RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
-
-
-def load_offline_retrieval(root: Path, name: str) -> RetrievalTask:
-    """A retrieval task of the offline suite (`encoderlab data prepare offline`), written by data/offline/ir.py."""
-    folder, _ = read_task(root, name, "retrieval")
-    return load_beir(folder, name)
-
-
-HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "Shitao/MLDR"}
-
-
-def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:
-    """MS MARCO or NQ (BEIR schema: `ID` corpus/queries + `ID-qrels`) or MLDR (English), from the hub or a folder.
-
-    `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). BEIR's NQ has test qrels only.
-    """
-    if kind not in HUB_IDS:
-        raise DataError(f"unknown retrieval dataset {kind!r}; known: {', '.join(HUB_IDS)}")
-    if source and Path(source).exists():
-        return load_beir(source, kind)
-    hub_id = source or HUB_IDS[kind]
-    if (reason := _hub_problem()) is not None:
-        raise _unreachable(kind, hub_id, reason)
-    try:
-        import datasets  # deferred: heavy, and only hub ids need it
-
-        if kind == "mldr":
-            corpus = {r["docid"]: {"title": "", "text": r["text"]}
-                      for r in datasets.load_dataset(hub_id, "corpus-en", split="corpus")}
-            queries, qrels = {}, {}
-            for split, hub_split in (("train", "train"), ("validation", "dev"), ("test", "test")):
-                for r in datasets.load_dataset(hub_id, "en", split=hub_split):
-                    queries[r["query_id"]] = r["query"]
-                    qrels.setdefault(split, {})[r["query_id"]] = {p["docid"]: 1 for p in r["positive_passages"]}
-        else:
-            corpus = {str(r["_id"]): {"title": r["title"], "text": r["text"]}
-                      for r in datasets.load_dataset(hub_id, "corpus", split="corpus")}
-            queries = {str(r["_id"]): r["text"] for r in datasets.load_dataset(hub_id, "queries", split="queries")}
-            qrels = {}
-            for split, rows in datasets.load_dataset(f"{hub_id}-qrels").items():
-                for r in rows:
-                    qrels.setdefault("validation" if split == "dev" else split, {}).setdefault(
-                        str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
-    except Exception as e:
-        raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
-    return RetrievalTask(kind, corpus, queries, qrels, files={"corpus": hub_id, "queries": hub_id})
-
-
-def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:
-    reason = " ".join(reason.split())[:200]
-    return DataError(f"{kind}: cannot load {hub_id!r} from the Hugging Face Hub ({reason}); give a local folder in "
-                     f"the BEIR layout instead (corpus.jsonl, queries.jsonl, qrels/{{train,dev,test}}.tsv), "
-                     f"e.g. `{kind}=/path/to/folder`")
-
-
-def _hub_problem(timeout_s: float = 2.0) -> str | None:
-    """Why the hub cannot be used, found at once (huggingface_hub would retry for ~24 s); None if it may be."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").upper() in {"1", "ON", "YES", "TRUE"}:
-            return f"{var}={os.environ[var]} is set"
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
-        return None  # behind a proxy a failing direct connection says nothing
-    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-    try:
-        socket.create_connection((host, port), timeout=timeout_s).close()
-    except OSError as e:
-        return f"cannot connect to {host}:{port}: {e}"
-    return None

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
+from encoderlab.io import read_jsonl
 from encoderlab.evaluation.metrics import entity_f1, token_accuracy
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, pad
@@ -43,7 +44,6 @@ from encoderlab.evaluation.tasks.common import (
     load_cache,
     load_hf_splits,
     pack_lists,
-    read_jsonl,
     save_cache,
     unpack_lists,
 )
@@ -217,7 +217,7 @@ def infer_scheme(labels: Sequence[str]) -> Scheme:
 
 def load_offline_tokens(root: Path, name: str) -> TokenTask:
     folder, meta = read_task(root, name, "tokens")
-    splits = {s: read_jsonl(folder / f"{s}.jsonl") for s in SPLITS}
+    splits = {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}
     return TokenTask(name, splits, meta["labels"], meta.get("scheme") or infer_scheme(meta["labels"]))
 
 

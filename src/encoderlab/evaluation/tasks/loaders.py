@@ -1,0 +1,169 @@
+"""Loading QA and retrieval datasets that are not plain tables: retrieval folders in the BEIR layout (the offline
+suite's and local copies), and the paper's sets from the Hugging Face Hub or a local copy in the hub schema (SQuAD,
+SQuAD v2, ReCoRD, MS MARCO, NQ, MLDR). One reachability check for all (`common.check_hub`), so an offline machine
+fails in seconds with one line saying which local layout to give instead."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from encoderlab.data.offline.taskfiles import read_task
+from encoderlab.errors import DataError
+from encoderlab.io import read_jsonl
+from encoderlab.evaluation.tasks.common import check_hub
+from encoderlab.evaluation.tasks.qa import QATask, _row, hold_out
+from encoderlab.evaluation.tasks.retrieval import RetrievalTask, Split
+
+HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "record": "aps/super_glue:record"}
+
+
+def _record_rows(ds) -> list[dict]:
+    """ReCoRD rows (passage, query, entity_spans, answers, idx) in the cloze schema with answer spans."""
+    rows = []
+    for row in ds:
+        context, spans = row["passage"], row.get("entity_spans") or {"text": [], "start": []}
+        texts, starts = [], []
+        for answer in dict.fromkeys(row["answers"]):
+            found = [s for t, s in zip(spans["text"], spans["start"]) if t == answer and context[s:].startswith(t)]
+            if not found:  # no entity span recorded for it: every occurrence of the string
+                at = context.find(answer)
+                while at >= 0 and answer:
+                    found.append(at)
+                    at = context.find(answer, at + 1)
+            found = sorted(set(found))
+            texts, starts = texts + [answer] * len(found), starts + found
+        if texts:
+            idx = row["idx"]
+            rows.append(_row(f"record-{idx['passage']}-{idx['query']}", context, row["query"], texts, starts))
+    return rows
+
+
+def _hub_unreachable(spec: str, reason: str) -> DataError:
+    return DataError(f"cannot load {spec!r} from the Hugging Face Hub ({' '.join(reason.split())[:200]}); give a "
+                     "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
+
+
+def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None = None) -> QATask:
+    """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
+
+    SQuAD and ReCoRD test answers are hidden: test = the official validation split, validation = 5% of train held
+    out (whole articles for SQuAD, whole passages for ReCoRD) with a fixed seed.
+    """
+    if kind not in HUB:
+        raise DataError(f"unknown QA dataset {kind!r}; known: {', '.join(HUB)}")
+    spec = source or HUB[kind]
+    local = Path(spec).expanduser()
+    if not local.exists():
+        check_hub(spec, "train and validation files in the hub schema, e.g. squad=DIR")
+    import datasets  # deferred: heavy, and only these loaders need it
+
+    try:
+        hub_id, _, config = spec.partition(":")
+        ds = datasets.load_dataset(str(local)) if local.exists() else datasets.load_dataset(hub_id, config or None)
+    except Exception as e:
+        if local.exists():
+            raise DataError(f"{local}: not readable as a {kind} dataset in the hub schema ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]})") from e
+        raise _hub_unreachable(spec, f"{type(e).__name__}: {e}") from e
+    missing = [s for s in ("train", "validation") if s not in ds]
+    if missing:
+        raise DataError(f"{spec!r} has no {' or '.join(missing)} split (it has {', '.join(ds)})")
+    if kind == "record":
+        train, test = _record_rows(ds["train"]), _record_rows(ds["validation"])
+    else:
+        train, test = ([_row(r["id"], r["context"], r["question"], r["answers"]["text"], r["answers"]["answer_start"],
+                             r.get("title", "")) for r in ds[s]] for s in ("train", "validation"))
+    train, validation = hold_out(train)
+    return QATask(kind, {"train": train, "validation": validation, "test": test},
+                  allow_unanswerable=kind == "squad_v2")
+
+
+HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "Shitao/MLDR"}
+
+
+def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:
+    """MS MARCO or NQ (BEIR schema: `ID` corpus/queries + `ID-qrels`) or MLDR (English), from the hub or a folder.
+
+    `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). BEIR's NQ has test qrels only.
+    """
+    if kind not in HUB_IDS:
+        raise DataError(f"unknown retrieval dataset {kind!r}; known: {', '.join(HUB_IDS)}")
+    if source and Path(source).exists():
+        return load_beir(source, kind)
+    hub_id = source or HUB_IDS[kind]
+    check_hub(hub_id, f"the BEIR layout (corpus.jsonl, queries.jsonl, qrels/{{train,dev,test}}.tsv), e.g. "
+                      f"`{kind}=/path/to/folder`")
+    try:
+        import datasets  # deferred: heavy, and only hub ids need it
+
+        if kind == "mldr":
+            corpus = {r["docid"]: {"title": "", "text": r["text"]}
+                      for r in datasets.load_dataset(hub_id, "corpus-en", split="corpus")}
+            queries, qrels = {}, {}
+            for split, hub_split in (("train", "train"), ("validation", "dev"), ("test", "test")):
+                for r in datasets.load_dataset(hub_id, "en", split=hub_split):
+                    queries[r["query_id"]] = r["query"]
+                    qrels.setdefault(split, {})[r["query_id"]] = {p["docid"]: 1 for p in r["positive_passages"]}
+        else:
+            corpus = {str(r["_id"]): {"title": r["title"], "text": r["text"]}
+                      for r in datasets.load_dataset(hub_id, "corpus", split="corpus")}
+            queries = {str(r["_id"]): r["text"] for r in datasets.load_dataset(hub_id, "queries", split="queries")}
+            qrels = {}
+            for split, rows in datasets.load_dataset(f"{hub_id}-qrels").items():
+                for r in rows:
+                    qrels.setdefault("validation" if split == "dev" else split, {}).setdefault(
+                        str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
+    except Exception as e:
+        raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
+    return RetrievalTask(kind, corpus, queries, qrels, files={"corpus": hub_id, "queries": hub_id})
+
+
+def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:
+    reason = " ".join(reason.split())[:200]
+    return DataError(f"{kind}: cannot load {hub_id!r} from the Hugging Face Hub ({reason}); give a local folder in "
+                     f"the BEIR layout instead (corpus.jsonl, queries.jsonl, qrels/{{train,dev,test}}.tsv), "
+                     f"e.g. `{kind}=/path/to/folder`")
+
+
+def _qrels_tsv(path: Path) -> Split:
+    out: Split = {}
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        cols = line.split("\t")
+        if not line.strip() or (line_no == 1 and cols[-1].strip().lower() == "score"):
+            continue
+        if len(cols) != 3 or not cols[2].strip().lstrip("-").isdigit():
+            raise DataError(f"{path}:{line_no}: expected 'query-id<TAB>corpus-id<TAB>integer score', got {line!r}")
+        out.setdefault(cols[0].strip(), {})[cols[1].strip()] = int(cols[2])
+    return out
+
+
+def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
+    """A BEIR-layout folder: corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv (dev is validation).
+
+    Without qrels/train.tsv the task is zero-shot only (`has_train` is False).
+    """
+    folder = Path(folder)
+    files = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl"}
+    for path in files.values():
+        if not path.is_file():
+            raise DataError(f"{folder} is not a BEIR-layout folder: {path.name} is missing (expected corpus.jsonl, "
+                            "queries.jsonl, qrels/{train,dev,test}.tsv)")
+    for split, names in (("train", ("train",)), ("validation", ("dev", "validation")), ("test", ("test",))):
+        found = [folder / "qrels" / f"{n}.tsv" for n in names if (folder / "qrels" / f"{n}.tsv").is_file()]
+        if len(found) > 1:
+            raise DataError(f"{folder}/qrels holds both dev.tsv and validation.tsv: keep one")
+        if found:
+            files[split] = found[0]
+    if len(files) == 2:
+        raise DataError(f"{folder}/qrels holds none of train.tsv, dev.tsv (or validation.tsv), test.tsv")
+    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r.get("text") or ""}
+              for r in read_jsonl(files["corpus"], ("_id", "text"))}
+    queries = {str(r["_id"]): r["text"] for r in read_jsonl(files["queries"], ("_id", "text"))}
+    qrels = {split: _qrels_tsv(path) for split, path in files.items() if split not in ("corpus", "queries")}
+    return RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+
+
+def load_offline_retrieval(root: Path, name: str) -> RetrievalTask:
+    """A retrieval task of the offline suite (`encoderlab data prepare offline`), written by data/offline/ir.py."""
+    folder, _ = read_task(root, name, "retrieval")
+    return load_beir(folder, name)
