@@ -9,15 +9,14 @@ of all schedules' prefixes (a trie), the least any plan can train.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from encoderlab import objectives
 from encoderlab.config import ConfigError, deep_merge, load_yaml, validate
 from encoderlab.model.config import ModelConfig
-from encoderlab.model.presets import preset, preset_names
 from encoderlab.study import imported as imp
+from encoderlab.study.grid import Grid, Run, shared_config, steps_label
 from encoderlab.study.spec import StudySpec, resolve_path
 from encoderlab.train.checkpoint import checkpoint_name
 from encoderlab.train.config import PretrainConfig
@@ -25,44 +24,6 @@ from encoderlab.train.config import PretrainConfig
 # Dense bf16 matrix-product peaks (vendor datasheets, TFLOP/s, without sparsity) for --gpu estimates.
 GPU_PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "l40s": 362.0, "mi250x": 383.0,
                    "mi300x": 1307.0, "rtx4090": 165.0}
-
-
-def steps_label(n: int) -> str:
-    return f"{n // 1000}k" if n % 1000 == 0 and n >= 1000 else str(n)
-
-
-@dataclass
-class Run:
-    """One pretraining run folder: a model of the study, trained from `branch_step` (0: from its init) to `steps`."""
-
-    name: str
-    size: str
-    kind: str  # "model" (one objective), "split" (first then second) or "cpt"
-    schedule: list[tuple[str, int]]  # (objective, first step), absolute, covering [0, steps)
-    steps: int
-    stable_end: int  # steps before this is where the LR is the same for any budget (WSD: the decay start)
-    init: str | None = None  # CPT: the model whose final weights it starts from
-    imported: str | None = None  # CPT of an imported model: its name (the weights of STUDY/imported/NAME)
-    parent: str | None = None
-    branch_step: int = 0
-    save_at: set[int] = field(default_factory=set)
-    tokens_per_step: int = 0
-    split_share: float | None = None  # a split arm: percent of the schedule in the splits' first objective
-    flops: float = 0.0  # of the steps this run trains itself
-    naive_flops: float = 0.0  # were it trained alone from its init
-
-    @property
-    def objective(self) -> str:
-        if len(self.schedule) == 1:
-            return self.schedule[0][0]
-        parts = [f"{obj}:{nxt - start}" for (obj, start), (_, nxt) in zip(self.schedule, self.schedule[1:])]
-        return ",".join(parts + [f"{self.schedule[-1][0]}:rest"])
-
-    def objective_at(self, step: int) -> str:
-        return [obj for obj, start in self.schedule if start <= step][-1]
-
-    def group(self) -> tuple:
-        return (self.size, self.init, self.imported)
 
 
 @dataclass
@@ -198,20 +159,6 @@ class Plan:
         return out
 
 
-def shared_config(spec: StudySpec, base: dict, size: str, cpt: bool) -> dict:
-    """What every run of a size shares: the base recipe, that size's overrides, and CPT's own LR schedule."""
-    data = deep_merge(base, spec.size_overrides.get(size, {}))
-    return deep_merge(data, {"lr_schedule": spec.cpt.lr_schedule, "optim": spec.cpt.optim}) if cpt and spec.cpt \
-        else data
-
-
-def _stable_end(cfg: PretrainConfig, steps: int) -> int:
-    sched = cfg.lr_schedule
-    if sched.kind == "wsd":
-        return sched.decay_start(steps) or 0
-    return steps if sched.kind == "constant" else 0  # cosine: the LR depends on the budget from the first step
-
-
 def _shared(a: Run, b: Run) -> int:
     """Steps at the start that two runs train identically (same objective, stable LR)."""
     limit = min(a.stable_end, b.stable_end)
@@ -221,20 +168,6 @@ def _shared(a: Run, b: Run) -> int:
         if a.objective_at(step) != b.objective_at(step):
             return step
     return limit
-
-
-def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> tuple[int, int]:
-    """(vocab size, window length): from the prepared data when it exists, else the study's `data_shape`."""
-    from encoderlab.train.loop import resolve_data
-
-    try:
-        meta = json.loads((resolve_data(cfg.data.path) / "meta.json").read_text())
-        return meta["tokenizer"]["vocab_size"], meta["seq_len"]
-    except Exception:
-        if spec.data_shape is None:
-            raise ConfigError(f"the data {cfg.data.path!r} is not prepared and the study gives no data_shape "
-                              "(vocab_size, seq_len) to plan with: prepare the data or add data_shape") from None
-        return spec.data_shape.vocab_size, spec.data_shape.seq_len
 
 
 def _flops(run: Run, start: int, cfg: ModelConfig, seq_len: int) -> float:
@@ -253,100 +186,22 @@ def _flops(run: Run, start: int, cfg: ModelConfig, seq_len: int) -> float:
 
 
 def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
-    base = load_yaml(resolve_path(base_dir, spec.pretrain))
-    base = deep_merge(base, spec.pretrain_overrides)
-
-    def run_config(size: str, steps: int, cpt: bool = False) -> PretrainConfig:
-        """A run's validated schedule and batch (for its decay start and tokens per step)."""
-        data = shared_config(spec, base, size, cpt)
-        return validate(PretrainConfig, deep_merge(data, {"train": {"steps": steps}}),
-                        where=f"study {spec.name}: pretraining config of {size}{' CPT' if cpt else ''}")
-
+    base = deep_merge(load_yaml(resolve_path(base_dir, spec.pretrain)), spec.pretrain_overrides)
     root = resolve_path(Path.cwd(), spec.out_dir) / spec.name
-    shapes = {name: imp.architecture(spec, base_dir, root, name) for name in spec.imported}
-    unknown = sorted(s for s in _sizes(spec) - set(shapes) if s.lower() not in preset_names())
-    if unknown:
-        raise ConfigError(f"study {spec.name}: unknown model size {unknown[0]!r}: the sizes are the presets "
-                          f"({', '.join(preset_names())}) and the imported models ({', '.join(shapes) or 'none'})")
-    vocab, seq_len = 0, 0
-    if _sizes(spec) - set(shapes):  # imported sizes bring their own vocabulary and windows
-        vocab, seq_len = _data_shape(spec, validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}),
-                                                    where=spec.pretrain))
-    model_cfgs = {size: ModelConfig(**shapes[size]) if size in shapes else preset(size, vocab_size=vocab)
-                  for size in _sizes(spec)}
-
-    def window(size: str) -> int:
-        return spec.imported[size].seq_len if size in shapes else seq_len
-
-    wanted: dict[str, Run] = {}
-
-    def add(name: str, size: str, kind: str, schedule: list[tuple[str, int]], steps: int,
-            init: str | None = None, imported: str | None = None) -> str:
-        for obj, _ in schedule:
-            try:
-                objectives.parse_phase_objective(obj)
-            except Exception as exc:
-                raise ConfigError(f"study {spec.name}: objective {obj!r}: {exc}") from None
-        cfg = run_config(size, steps, cpt=kind == "cpt")
-        for other in wanted.values():  # the same model asked for twice (a 0% split is the MLM model) is one run
-            if (other.size, other.init, other.imported, other.schedule, other.steps) == \
-                    (size, init, imported, schedule, steps):
-                return other.name
-        wanted[name] = Run(name, size, kind, schedule, steps, _stable_end(cfg, steps), init=init, imported=imported,
-                           tokens_per_step=cfg.train.sequences_per_step(window(size)) * window(size))
-        return name
-
-    full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
-    for group in spec.models:
-        for size in group.sizes:
-            for obj in group.objectives:
-                full[(size, obj)] = add(f"{size}-{obj}-{steps_label(spec.budget)}", size, "model", [(obj, 0)],
-                                        spec.budget)
-    if spec.splits:
-        sp = spec.splits
-        for size in sp.sizes:
-            for budget in sp.budgets:
-                span = _stable_end(run_config(size, budget), budget) if sp.share_of == "stable" else budget
-                for share in sp.shares:
-                    switch = round(share / 100 * span)
-                    if share <= 0 or switch <= 0:
-                        sched, label = [(sp.then, 0)], f"{size}-{sp.then}-{steps_label(budget)}"
-                    elif share >= 100 or switch >= budget:  # 100%: the first objective decays too
-                        sched, label = [(sp.first, 0)], f"{size}-{sp.first}-{steps_label(budget)}"
-                    else:
-                        sched = [(sp.first, 0), (sp.then, switch)]
-                        label = f"{size}-{sp.first}-{steps_label(switch)}-{sp.then}-{steps_label(budget)}"
-                    name = add(label, size, "model" if len(sched) == 1 else "split", sched, budget)
-                    wanted[name].split_share = float(share)
-                    if budget == spec.budget and len(sched) == 1:
-                        full.setdefault((size, sched[0][0]), name)
-    if spec.cpt:
-        for size in spec.cpt.sizes:
-            for src in spec.cpt.sources:
-                if src == "imported":  # the spec checked that the size names an imported model
-                    for steps in spec.cpt.steps:
-                        add(f"{size}-imported-{spec.cpt.objective}-{steps_label(steps)}", size, "cpt",
-                            [(spec.cpt.objective, 0)], steps, imported=size)
-                    continue
-                source = full.get((size, src)) or add(f"{size}-{src}-{steps_label(spec.budget)}", size, "model",
-                                                      [(src, 0)], spec.budget)
-                full[(size, src)] = source
-                for steps in spec.cpt.steps:
-                    add(f"{size}-{src}-dec{steps_label(spec.budget)}-{spec.cpt.objective}-"
-                        f"{steps_label(spec.budget + steps)}", size, "cpt", [(spec.cpt.objective, 0)], steps,
-                        init=source)
-
-    runs = _share_trunks(wanted)
+    grid = Grid(spec, base, {name: imp.architecture(spec, base_dir, root, name) for name in spec.imported})
+    grid.add_models()
+    grid.add_splits()
+    grid.add_cpt()
+    runs = _share_trunks(grid.wanted)
     for run in runs.values():
-        run.flops = _flops(run, run.branch_step, model_cfgs[run.size], window(run.size))
-        run.naive_flops = _flops(run, 0, model_cfgs[run.size], window(run.size))
-    evaluations = _evaluations(spec, runs, full)
-    plan = Plan(spec, root, runs, evaluations, base, seq_len, 0, shapes)
+        run.flops = _flops(run, run.branch_step, grid.model_cfgs[run.size], grid.window(run.size))
+        run.naive_flops = _flops(run, 0, grid.model_cfgs[run.size], grid.window(run.size))
+    evaluations = _evaluations(spec, runs, grid.full)
+    plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes)
     for run in runs.values():  # every config must be valid before anything runs
         validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
     protocol = load_protocol(spec, base_dir)
-    per_task = len(protocol.lrs) * len(protocol.seeds)
-    plan.eval_runs = sum(_task_count(e.tasks) for e in evaluations) * per_task
+    plan.eval_runs = sum(_task_count(e.tasks) for e in evaluations) * len(protocol.lrs) * len(protocol.seeds)
     return plan
 
 
@@ -400,12 +255,6 @@ def _evaluations(spec: StudySpec, runs: dict[str, Run], full: dict[tuple[str, st
     out += [Evaluation(f"{name}-imported", f"{name}-imported", 0, "imported", None, name, ev.tasks)
             for name in spec.imported]
     return out
-
-
-def _sizes(spec: StudySpec) -> set[str]:
-    sizes = {s for g in spec.models for s in g.sizes} | set(spec.random_init)
-    sizes |= set(spec.splits.sizes if spec.splits else []) | set(spec.cpt.sizes if spec.cpt else [])
-    return sizes
 
 
 def expand_tasks(tasks: list[str]) -> list[str]:

@@ -1,0 +1,183 @@
+"""The models a study asks for, before any sharing: the full-budget models, the CLM/MLM split arms and the CPT
+arms, each a `Run` with its objective schedule and step budget (plan.py then shares their trunks).
+The same model asked for twice (a 0% split is the MLM model) is one run.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from encoderlab import objectives
+from encoderlab.config import ConfigError, deep_merge, validate
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.presets import preset, preset_names
+from encoderlab.study.spec import StudySpec
+from encoderlab.train.config import PretrainConfig
+
+
+def steps_label(n: int) -> str:
+    return f"{n // 1000}k" if n % 1000 == 0 and n >= 1000 else str(n)
+
+
+@dataclass
+class Run:
+    """One pretraining run folder: a model of the study, trained from `branch_step` (0: from its init) to `steps`."""
+
+    name: str
+    size: str
+    kind: str  # "model" (one objective), "split" (first then second) or "cpt"
+    schedule: list[tuple[str, int]]  # (objective, first step), absolute, covering [0, steps)
+    steps: int
+    stable_end: int  # steps before this is where the LR is the same for any budget (WSD: the decay start)
+    init: str | None = None  # CPT: the model whose final weights it starts from
+    imported: str | None = None  # CPT of an imported model: its name (the weights of STUDY/imported/NAME)
+    parent: str | None = None
+    branch_step: int = 0
+    save_at: set[int] = field(default_factory=set)
+    tokens_per_step: int = 0
+    split_share: float | None = None  # a split arm: percent of the schedule in the splits' first objective
+    flops: float = 0.0  # of the steps this run trains itself
+    naive_flops: float = 0.0  # were it trained alone from its init
+
+    @property
+    def objective(self) -> str:
+        if len(self.schedule) == 1:
+            return self.schedule[0][0]
+        parts = [f"{obj}:{nxt - start}" for (obj, start), (_, nxt) in zip(self.schedule, self.schedule[1:])]
+        return ",".join(parts + [f"{self.schedule[-1][0]}:rest"])
+
+    def objective_at(self, step: int) -> str:
+        return [obj for obj, start in self.schedule if start <= step][-1]
+
+    def group(self) -> tuple:
+        return (self.size, self.init, self.imported)
+
+
+class Grid:
+    """Collects the runs of a study (`wanted`) and the full-budget model of each (size, objective) (`full`)."""
+
+    def __init__(self, spec: StudySpec, base: dict, shapes: dict[str, dict]) -> None:
+        self.spec, self.base, self.shapes = spec, base, shapes
+        unknown = sorted(s for s in study_sizes(spec) - set(shapes) if s.lower() not in preset_names())
+        if unknown:
+            raise ConfigError(f"study {spec.name}: unknown model size {unknown[0]!r}: the sizes are the presets "
+                              f"({', '.join(preset_names())}) and the imported models ({', '.join(shapes) or 'none'})")
+        self.vocab, self.seq_len = 0, 0
+        if study_sizes(spec) - set(shapes):  # imported sizes bring their own vocabulary and windows
+            cfg = validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}), where=spec.pretrain)
+            self.vocab, self.seq_len = _data_shape(spec, cfg)
+        self.model_cfgs = {size: ModelConfig(**shapes[size]) if size in shapes else preset(size, vocab_size=self.vocab)
+                           for size in study_sizes(spec)}
+        self.wanted: dict[str, Run] = {}
+        self.full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
+
+    def window(self, size: str) -> int:
+        return self.spec.imported[size].seq_len if size in self.shapes else self.seq_len
+
+    def run_config(self, size: str, steps: int, cpt: bool = False) -> PretrainConfig:
+        """A run's validated schedule and batch (for its decay start and tokens per step)."""
+        data = shared_config(self.spec, self.base, size, cpt)
+        return validate(PretrainConfig, deep_merge(data, {"train": {"steps": steps}}),
+                        where=f"study {self.spec.name}: pretraining config of {size}{' CPT' if cpt else ''}")
+
+    def add(self, name: str, size: str, kind: str, schedule: list[tuple[str, int]], steps: int,
+            init: str | None = None, imported: str | None = None) -> str:
+        for obj, _ in schedule:
+            try:
+                objectives.parse_phase_objective(obj)
+            except Exception as exc:
+                raise ConfigError(f"study {self.spec.name}: objective {obj!r}: {exc}") from None
+        cfg = self.run_config(size, steps, cpt=kind == "cpt")
+        for other in self.wanted.values():
+            if (other.size, other.init, other.imported, other.schedule, other.steps) == \
+                    (size, init, imported, schedule, steps):
+                return other.name
+        window = self.window(size)
+        self.wanted[name] = Run(name, size, kind, schedule, steps, stable_end(cfg, steps), init=init,
+                                imported=imported, tokens_per_step=cfg.train.sequences_per_step(window) * window)
+        return name
+
+    def add_models(self) -> None:
+        spec = self.spec
+        for group in spec.models:
+            for size in group.sizes:
+                for obj in group.objectives:
+                    self.full[(size, obj)] = self.add(f"{size}-{obj}-{steps_label(spec.budget)}", size, "model",
+                                                      [(obj, 0)], spec.budget)
+
+    def add_splits(self) -> None:
+        sp = self.spec.splits
+        if sp is None:
+            return
+        for size in sp.sizes:
+            for budget in sp.budgets:
+                span = stable_end(self.run_config(size, budget), budget) if sp.share_of == "stable" else budget
+                for share in sp.shares:
+                    self._add_split(size, budget, share, round(share / 100 * span))
+
+    def _add_split(self, size: str, budget: int, share: float, switch: int) -> None:
+        sp = self.spec.splits
+        if share <= 0 or switch <= 0:
+            sched, label = [(sp.then, 0)], f"{size}-{sp.then}-{steps_label(budget)}"
+        elif share >= 100 or switch >= budget:  # 100%: the first objective decays too
+            sched, label = [(sp.first, 0)], f"{size}-{sp.first}-{steps_label(budget)}"
+        else:
+            sched = [(sp.first, 0), (sp.then, switch)]
+            label = f"{size}-{sp.first}-{steps_label(switch)}-{sp.then}-{steps_label(budget)}"
+        name = self.add(label, size, "model" if len(sched) == 1 else "split", sched, budget)
+        self.wanted[name].split_share = float(share)
+        if budget == self.spec.budget and len(sched) == 1:
+            self.full.setdefault((size, sched[0][0]), name)
+
+    def add_cpt(self) -> None:
+        spec, cpt = self.spec, self.spec.cpt
+        if cpt is None:
+            return
+        for size in cpt.sizes:
+            for src in cpt.sources:
+                if src == "imported":  # the spec checked that the size names an imported model
+                    for steps in cpt.steps:
+                        self.add(f"{size}-imported-{cpt.objective}-{steps_label(steps)}", size, "cpt",
+                                 [(cpt.objective, 0)], steps, imported=size)
+                    continue
+                source = self.full.get((size, src)) or self.add(f"{size}-{src}-{steps_label(spec.budget)}", size,
+                                                                "model", [(src, 0)], spec.budget)
+                self.full[(size, src)] = source
+                for steps in cpt.steps:
+                    self.add(f"{size}-{src}-dec{steps_label(spec.budget)}-{cpt.objective}-"
+                             f"{steps_label(spec.budget + steps)}", size, "cpt", [(cpt.objective, 0)], steps,
+                             init=source)
+
+
+def shared_config(spec: StudySpec, base: dict, size: str, cpt: bool) -> dict:
+    """What every run of a size shares: the base recipe, that size's overrides, and CPT's own LR schedule."""
+    data = deep_merge(base, spec.size_overrides.get(size, {}))
+    return deep_merge(data, {"lr_schedule": spec.cpt.lr_schedule, "optim": spec.cpt.optim}) if cpt and spec.cpt \
+        else data
+
+
+def stable_end(cfg: PretrainConfig, steps: int) -> int:
+    sched = cfg.lr_schedule
+    if sched.kind == "wsd":
+        return sched.decay_start(steps) or 0
+    return steps if sched.kind == "constant" else 0  # cosine: the LR depends on the budget from the first step
+
+
+def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> tuple[int, int]:
+    """(vocab size, window length): from the prepared data when it exists, else the study's `data_shape`."""
+    from encoderlab.train.loop import resolve_data
+
+    try:
+        meta = json.loads((resolve_data(cfg.data.path) / "meta.json").read_text())
+        return meta["tokenizer"]["vocab_size"], meta["seq_len"]
+    except Exception:
+        if spec.data_shape is None:
+            raise ConfigError(f"the data {cfg.data.path!r} is not prepared and the study gives no data_shape "
+                              "(vocab_size, seq_len) to plan with: prepare the data or add data_shape") from None
+        return spec.data_shape.vocab_size, spec.data_shape.seq_len
+
+
+def study_sizes(spec: StudySpec) -> set[str]:
+    sizes = {s for g in spec.models for s in g.sizes} | set(spec.random_init)
+    sizes |= set(spec.splits.sizes if spec.splits else []) | set(spec.cpt.sizes if spec.cpt else [])
+    return sizes
