@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from encoderlab.data import sources
+from encoderlab.data import hub_access, sources
 from encoderlab.data.documents import Document
 from encoderlab.data.sources import SUPPORTED_SUFFIXES, describe_spec, iter_documents
 from encoderlab.errors import DataError
@@ -350,7 +350,7 @@ def fake_datasets(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
         return state.result
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    for var in (*sources._OFFLINE_VARS, *sources._PROXY_VARS, "HF_ENDPOINT"):
+    for var in (*hub_access._OFFLINE_VARS, *hub_access._PROXY_VARS, "HF_ENDPOINT"):
         monkeypatch.delenv(var, raising=False)
     return state
 

@@ -177,14 +177,9 @@ def _mask_row(weights: dict[str, torch.Tensor], mask_id: int, n_tokens: int, tie
 # ---- the whole import --------------------------------------------------------------------------------------
 
 
-def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = None,
-              log: Callable[[str], None] = lambda message: None) -> dict:
-    """Write the checkpoint `out` from SRC (see the module docstring); returns a summary, also in import.json."""
-    started = time.perf_counter()
-    folder, gguf = resolve_source(src, home=home)
-    where = folder / gguf if gguf else folder
-    prepare_out(out, force, keep=where)
-    notes: list[str] = []
+def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], log: Callable[[str], None]):
+    """(config, our architecture fields, our weights, tokenizer, added tokens, source dtype), refusing an
+    architecture that is not ours before reading any weights of a folder."""
     tok_dir = None
     try:
         if gguf:
@@ -204,6 +199,18 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
     finally:
         if tok_dir is not None:
             shutil.rmtree(tok_dir, ignore_errors=True)
+    return config, fields, weights, tok, added, source_dtype
+
+
+def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = None,
+              log: Callable[[str], None] = lambda message: None) -> dict:
+    """Write the checkpoint `out` from SRC (see the module docstring); returns a summary, also in import.json."""
+    started = time.perf_counter()
+    folder, gguf = resolve_source(src, home=home)
+    where = folder / gguf if gguf else folder
+    prepare_out(out, force, keep=where)
+    notes: list[str] = []
+    config, fields, weights, tok, added, source_dtype = _read_source(folder, gguf, where, notes, log)
     tok.origin = f"{where} (imported)"
     rows = weights["model.embed_tokens.weight"].shape[0]
     n_source_tokens = max(tok.tokenizer.get_vocab(with_added_tokens=True).values()) + 1 - len(added)

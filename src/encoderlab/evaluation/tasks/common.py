@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from encoderlab.data.sources import is_network_error, offline_variable, probe_hub
+from encoderlab.data.hub_access import is_network_error, offline_variable, probe_hub
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.io import read_jsonl
