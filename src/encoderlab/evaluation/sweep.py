@@ -30,10 +30,6 @@ from encoderlab.model.config import ModelConfig
 from encoderlab.train import checkpoint as ckpt
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
                   log: Callable[[str], None]) -> list[EvalTask]:
     """Load every task first, so bad input fails before any training, then tokenise each once."""
@@ -70,9 +66,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
 
     `workers` > 1 (CPU): the runs are spread over that many processes, each with its share of the threads
     (evaluation/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows.
-
-    The pipeline: the grid's runs not yet recorded -> `_execute` yields each as it ends -> its record -> summary."""
-    device = device or default_device()
+    The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary."""
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_execution(engine, workers, device)
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
@@ -81,22 +76,21 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     prepared = {} if prepared is None else prepared
     missing = [s for s in specs if s not in prepared]
     prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
-    grid = Grid(path, [prepared[s] for s in specs], protocol, out, device)
-    todo = [run for run in grid.runs if not grid.recorded(*run)]
-    log(f"{len(grid.runs)} runs in the grid, {len(grid.runs) - len(todo)} already recorded, {len(todo)} to do")
-    if workers == "auto":
-        workers = auto_workers(device, engine, model_cfg, len(todo))
+    sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log)
+    todo = [run for run in sweep.runs if not sweep.recorded(*run)]
+    log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
+    workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
     progress = _progress(len(todo), show_progress)
     started, done = time.perf_counter(), 0
     try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
-        for outcome in _execute(todo, grid, model_cfg, weights, engine=engine, workers=workers, log=log):
+        for outcome in sweep.execute(todo, workers):
             if outcome.body is not None:
-                grid.write(outcome.task, outcome.body, log)
+                sweep.write(outcome.task, outcome.body)
             done += outcome.runs
             progress(done, outcome.note)
     finally:
         progress(None, "")
-    return grid.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
+    return sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
 
 
 def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
@@ -112,15 +106,27 @@ def check_execution(engine: str, workers: int | str, device: torch.device) -> No
                               "--workers 1, or --engine sequential/auto with several workers")
 
 
+class Outcome(NamedTuple):
+    """A finished run's record body, or None for `runs` runs that another sweep recorded meanwhile (skipped)."""
+    task: EvalTask
+    body: dict | None
+    note: str  # for the progress display
+    runs: int = 1
+
+
 @dataclass
-class Grid:
-    """One checkpoint's LR x seed grid over tasks under one protocol. Its records on disk are all a sweep knows,
-    so a killed sweep resumes and two sweeps over one grid share the work."""
+class Sweep:
+    """One checkpoint's LR x seed grid over tasks under one protocol, and how its runs are trained. Its records on
+    disk are all it knows: a killed sweep resumes, and two sweeps over one grid share the work."""
     checkpoint: Path
     tasks: list[EvalTask]
     protocol: Protocol
     out: Path
     device: torch.device
+    model_cfg: ModelConfig
+    weights: dict[str, torch.Tensor]
+    engine: str
+    log: Callable[[str], None]
 
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
@@ -131,7 +137,39 @@ class Grid:
     def recorded(self, task: EvalTask, lr: float, seed: int) -> bool:
         return records.read(records.record_path(self.out, self.tag, self.key, task.name, lr, seed)) is not None
 
-    def write(self, task: EvalTask, body: dict, log: Callable[[str], None]) -> None:
+    def execute(self, todo: list[tuple[EvalTask, float, int]], workers: int) -> Iterator[Outcome]:
+        """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
+        if workers > 1 and len(todo) > 1:
+            self.log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
+            for task, body in run_parallel(todo, self.model_cfg, self.weights, self.protocol, workers):
+                yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']}")
+            return
+        for task in self.tasks:
+            if runs := [(lr, seed) for t, lr, seed in todo if t is task]:
+                yield from self._execute_task(task, runs)
+
+    def _execute_task(self, task: EvalTask, runs: list[tuple[float, int]]) -> Iterator[Outcome]:
+        """Batched or one after another; each run is looked up on disk just before it starts (another sweep over
+        the grid may have recorded it meanwhile)."""
+        own = self.protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
+        args = (task, self.model_cfg, self.weights)
+        if choose_engine(self.engine, *args, runs, own, self.device, self.log) == "batched":
+            trained = 0
+            for body in finetune_grid(*args, runs, protocol=own, device=self.device, log=self.log,
+                                      skip=lambda lr, seed: self.recorded(task, lr, seed)):
+                trained += 1
+                yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
+            if trained < len(runs):
+                yield Outcome(task, None, f"{task.name}: the other runs recorded by another sweep", len(runs) - trained)
+            return
+        for lr, seed in runs:
+            if self.recorded(task, lr, seed):
+                yield Outcome(task, None, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
+            else:
+                body = finetune(*args, lr=lr, seed=seed, protocol=own, device=self.device)
+                yield Outcome(task, body, f"{task.name} lr={lr:g} seed={seed}")
+
+    def write(self, task: EvalTask, body: dict) -> None:
         """A finished run's record: its results (`body`, ok or failed) and what it was a run of."""
         lr, seed = body["lr"], body["seed"]
         record = {"checkpoint": str(self.checkpoint), "tag": self.tag, "task": task.name, "family": task.family,
@@ -140,7 +178,7 @@ class Grid:
                   "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
         records.write(records.record_path(self.out, self.tag, self.key, task.name, lr, seed), record)
         if body["status"] != "ok":
-            log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
+            self.log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
 
     def summarize(self, *, runs_done: int, seconds: float) -> dict:
         """Every record of the grid, earlier sweeps' included, aggregated; also written to summary.json."""
@@ -151,52 +189,6 @@ class Grid:
                         "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1)})
         write_json(self.out / self.tag / self.key / "summary.json", summary)
         return summary
-
-
-class Outcome(NamedTuple):
-    """A finished run's record body, or None for `runs` runs that another sweep recorded meanwhile (skipped)."""
-    task: EvalTask
-    body: dict | None
-    note: str  # for the progress display
-    runs: int = 1
-
-
-def _execute(todo: list[tuple[EvalTask, float, int]], grid: Grid, model_cfg: ModelConfig,
-             weights: dict[str, torch.Tensor], *, engine: str, workers: int,
-             log: Callable[[str], None]) -> Iterator[Outcome]:
-    """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
-    if workers > 1 and len(todo) > 1:
-        log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
-        for task, body in run_parallel(todo, model_cfg, weights, grid.protocol, workers):
-            yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']}")
-        return
-    for task in grid.tasks:
-        runs = [(lr, seed) for t, lr, seed in todo if t is task]
-        if runs:
-            yield from _execute_task(task, runs, grid, model_cfg, weights, engine=engine, log=log)
-
-
-def _execute_task(task: EvalTask, runs: list[tuple[float, int]], grid: Grid, model_cfg: ModelConfig,
-                  weights: dict[str, torch.Tensor], *, engine: str, log: Callable[[str], None]) -> Iterator[Outcome]:
-    """A task's runs in this process, batched or one after another, each looked up on disk just before it starts
-    (another sweep over the grid may have recorded it)."""
-    own, device = grid.protocol.for_task(task.name), grid.device  # a record keeps the whole protocol, overrides too
-    if choose_engine(engine, task, model_cfg, weights, runs, own, device, log) == "batched":
-        bodies = finetune_grid(task, model_cfg, weights, runs, protocol=own, device=device, log=log,
-                               skip=lambda lr, seed: grid.recorded(task, lr, seed))
-        trained = 0
-        for body in bodies:
-            trained += 1
-            yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
-        if trained < len(runs):
-            yield Outcome(task, None, f"{task.name}: the other runs recorded by another sweep", len(runs) - trained)
-        return
-    for lr, seed in runs:
-        if grid.recorded(task, lr, seed):
-            yield Outcome(task, None, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
-        else:
-            body = finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=own, device=device)
-            yield Outcome(task, body, f"{task.name} lr={lr:g} seed={seed}")
 
 
 def summarize(recs: list[dict]) -> dict:

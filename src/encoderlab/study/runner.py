@@ -16,7 +16,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -34,10 +34,10 @@ class Job:
     deps: list[str]  # job ids, or "JOB@PATH": that job's checkpoint at PATH exists (a branch needs no more)
     args: dict
     cost: float = 1.0  # ordering hint: big jobs first keep the workers busy to the end
-    dependents: list[str] = field(default_factory=list)
 
 
 def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
+    """Every job of the plan, each after the jobs it depends on."""
     protocol = load_protocol(plan.spec, base_dir)
     jobs: list[Job] = []
     for run in plan.order():
@@ -57,10 +57,6 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
             jobs.append(Job(f"eval:{e.label}:{task}", "eval", deps,
                             {"checkpoint": str(plan.eval_checkpoint(e)), "task": task,
                              "protocol": protocol.model_dump(mode="json"), "out": str(plan.root / "evals")}))
-    by_id = {j.id: j for j in jobs}
-    for j in jobs:
-        for d in j.deps:
-            by_id[d.split("@")[0]].dependents.append(j.id)
     return jobs
 
 
@@ -188,7 +184,8 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     plan.root.mkdir(parents=True, exist_ok=True)
     write_json(plan.root / "plan.json", plan.record(base_dir))
     write_configs(plan, all_jobs)
-    jobs = select(all_jobs, only, job_id, plan)
+    jobs = [j for j in all_jobs if only is None or j.kind != "eval"]
+    jobs = jobs if job_id is None else [_one_job(all_jobs, job_id, plan)]
     board = Board(jobs, done={j.id for j in jobs if is_done(j)})
     log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(board.done)} already done, {len(board.pending)} to do "
         f"({workers} worker{'s' if workers > 1 else ''})")
@@ -209,11 +206,9 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
             "skipped": sorted(board.skipped), "seconds": round(time.perf_counter() - started, 1)}
 
 
-def select(jobs: list[Job], only: str | None, job_id: str | None, plan: Plan) -> list[Job]:
+def _one_job(jobs: list[Job], job_id: str, plan: Plan) -> Job:
     from encoderlab.errors import EncoderlabError
 
-    if job_id is None:
-        return [j for j in jobs if only is None or j.kind != "eval"]
     known = {j.id: j for j in jobs}
     if job_id not in known:
         raise EncoderlabError(f"no job {job_id!r} in study {plan.spec.name}: see {plan.root}/configs/jobs.tsv")
@@ -221,33 +216,29 @@ def select(jobs: list[Job], only: str | None, job_id: str | None, plan: Plan) ->
                                                      else is_done(known[d]))]
     if missing:
         raise EncoderlabError(f"job {job_id} needs {', '.join(missing)} to finish first")
-    return [known[job_id]]
+    return known[job_id]
 
 
-@dataclass
 class Board:
     """Where each job of one start stands: done, failed, skipped (a dependency failed) or pending. A dependency
     not among `jobs` (not selected this time) counts as done."""
-    jobs: list[Job]
-    done: set[str]
-    failed: dict[str, str] = field(default_factory=dict)
-    skipped: set[str] = field(default_factory=set)
-    done_now: int = 0
 
-    def __post_init__(self) -> None:
-        self.by_id = {j.id: j for j in self.jobs}
-        self.pending = [j for j in self.jobs if j.id not in self.done]
+    def __init__(self, jobs: list[Job], done: set[str]):
+        self.ids, self.done, self.done_now = {j.id for j in jobs}, done, 0
+        self.pending = [j for j in jobs if j.id not in done]
+        self.failed: dict[str, str] = {}
+        self.skipped: set[str] = set()
 
     def ready(self) -> list[Job]:
         """Pending jobs whose dependencies are met, pretraining and the biggest first."""
-        def met(dep: str) -> bool:
-            job, _, path = dep.partition("@")
-            if path:  # a branch point: that checkpoint is written, by a run that has not failed
-                return job not in self.failed and (job in self.done or Path(path).exists())
-            return job in self.done or job not in self.by_id
-
-        out = [j for j in self.pending if all(met(d) for d in j.deps)]
+        out = [j for j in self.pending if all(self._met(d) for d in j.deps)]
         return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
+
+    def _met(self, dep: str) -> bool:
+        job, _, path = dep.partition("@")
+        if path:  # a branch point: that checkpoint is written, by a run that has not failed
+            return job not in self.failed and (job in self.done or Path(path).exists())
+        return job in self.done or job not in self.ids
 
     def finish(self, job: Job) -> None:
         self.pending.remove(job)
@@ -257,13 +248,12 @@ class Board:
     def fail(self, job: Job, error: str) -> None:
         self.pending.remove(job)
         self.failed[job.id] = error
-        dependents = list(job.dependents)
-        while dependents:
-            dep = self.by_id.get(dependents.pop(0))
-            if dep is not None and dep in self.pending:
-                self.pending.remove(dep)
-                self.skipped.add(dep.id)
-                dependents += dep.dependents
+        blocked = {job.id}
+        for other in list(self.pending):  # in `jobs_of` order: a job comes after the jobs it depends on
+            if any(d.partition("@")[0] in blocked for d in other.deps):
+                self.pending.remove(other)
+                self.skipped.add(other.id)
+                blocked.add(other.id)
 
 
 class _InProcess(Executor):
@@ -281,6 +271,7 @@ class _InProcess(Executor):
 def _execute(board: Board, workers: int) -> Iterator[tuple[Job, dict | None, str | None]]:
     """Runs what the board has ready until nothing is; yields (job, result, error) as each job ends. The caller
     records each on the board before asking for the next, so what is ready follows."""
+    workers = max(1, workers)
     threads = max(1, (os.cpu_count() or 1) // workers)
     with (_InProcess() if workers <= 1 else ProcessPoolExecutor(
             workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=(threads,))) as pool:
@@ -305,8 +296,8 @@ def _execute(board: Board, workers: int) -> Iterator[tuple[Job, dict | None, str
 
 def _reason(exc: BaseException) -> str:
     """A failed job's reason: the error, then (a job run in this process) where it was raised."""
-    where = "".join(traceback.format_exception(exc, limit=4)) if exc.__traceback__ else ""
-    return f"{type(exc).__name__}: {exc}" + (f"\n{where}" if where else "")
+    where = "\n" + "".join(traceback.format_exception(exc, limit=4)) if exc.__traceback__ else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _brief(result: dict | None) -> str:
