@@ -51,7 +51,7 @@ def test_budgets_and_splits_branch_off_shared_trunks(tmp_path):
                                                              "steps": [6, 10],
                                                              "lr_schedule": {"warmup_steps": 1, "decay_steps": 2}},
                         random_init=["micro"])
-    plan, _ = plan_of(study)
+    plan, base = plan_of(study)
     runs = plan.runs
     # 0% and 100% splits at the full budget are the MLM and CLM models themselves, not new runs
     assert "micro-clm-20" in runs and "micro-mlm40-20" in runs and "micro-clm-0-mlm40-20" not in runs
@@ -78,6 +78,9 @@ def test_budgets_and_splits_branch_off_shared_trunks(tmp_path):
     order = [r.name for r in plan.order()]
     assert all(order.index(r.parent) < order.index(r.name) for r in runs.values() if r.parent)
     assert all(order.index(r.init) < order.index(r.name) for r in runs.values() if r.init)
+    jobs = runner_module.jobs_of(plan, base)  # the runner skips a failed job's dependents in one pass over this
+    ids = [j.id for j in jobs]
+    assert all(ids.index(d.partition("@")[0]) < ids.index(j.id) for j in jobs for d in j.deps)
 
 
 def test_bad_study_files_are_clear(tmp_path):

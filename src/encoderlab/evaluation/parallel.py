@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import pickle
 import signal
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
 import torch
@@ -66,13 +66,12 @@ def _cost(task: EvalTask, protocol: Protocol) -> float:
 
 
 def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelConfig,
-                 weights: dict[str, torch.Tensor], protocol: Protocol, workers: int,
-                 on_done: Callable[[EvalTask, dict], None]) -> None:
-    """Train `runs` on `workers` processes; `on_done(task, record body)` in this process as each finishes.
+                 weights: dict[str, torch.Tensor], protocol: Protocol, workers: int) -> Iterator[tuple[EvalTask, dict]]:
+    """Train `runs` on `workers` processes; yields (task, record body) in this process as each finishes.
 
     The longest runs start first (steps x length), so that no long run is left alone at the end. An exception in
     a worker (a bug, not a diverged run: those come back as failed records) is raised once the runs under way have
-    finished and been handed to `on_done`; the runs not started are left for the next sweep."""
+    finished and been yielded; the runs not started are left for the next sweep."""
     runs = sorted(runs, key=lambda r: -_cost(r[0], protocol.for_task(r[0].name)))
     if not runs:
         return
@@ -98,9 +97,10 @@ def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelCo
                     for other in pending:
                         other.cancel()
                     continue
-                on_done(task, future.result())
+                yield task, future.result()
     finally:
-        # Ctrl-C reaches the workers too: nothing is waited for, and runs without a record are redone next time.
+        # Ctrl-C (or the caller closing this generator) reaches the workers too: nothing is waited for, and runs
+        # without a record are redone next time.
         pool.shutdown(wait=False, cancel_futures=True)
     if error is not None:
         raise error

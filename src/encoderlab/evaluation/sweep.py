@@ -7,9 +7,11 @@ as the standard deviation over seeds (at the chosen LR) and over LRs (of the per
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -24,11 +26,8 @@ from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_p
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks import load_task
 from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.model.config import ModelConfig
 from encoderlab.train import checkpoint as ckpt
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
@@ -56,107 +55,140 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
 
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
-              cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None,
-              on_prepared: Callable[[str, EvalTask], None] | None = None, engine: str = "auto",
+              cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None, engine: str = "auto",
               workers: int | str = 1) -> dict:
-    """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec (a
-    study's worker reuses them across checkpoints); the others are prepared here and handed to `on_prepared`.
+    """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec; the
+    others are prepared here and added to it (a study's worker keeps it across checkpoints).
 
     `engine`: how a task's runs are trained: "sequential" (one after another), "batched" (together, one computation:
     evaluation/batched.py) or "auto" (batched on CUDA; on a CPU what a short probe measures faster). It is not part
     of the protocol: both give the same records, up to float rounding.
 
     `workers` > 1 (CPU): the runs are spread over that many processes, each with its share of the threads
-    (evaluation/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows."""
-    if engine not in ENGINES:
-        raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
-    device = device or default_device()
-    if workers != "auto":  # "auto" is resolved below, once the runs left to do are known
-        if not isinstance(workers, int) or workers < 1:
-            raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
-        if workers > 1 and device.type != "cpu":
-            raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched "
-                                  "engine trains a task's runs together instead (--engine auto or batched, "
-                                  "--workers 1)")
-        if workers > 1 and engine == "batched":
-            raise EncoderlabError("--engine batched trains a task's runs together in one process: use it with "
-                                  "--workers 1, or --engine sequential/auto with several workers")
+    (evaluation/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows.
+    The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary."""
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_execution(engine, workers, device)
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     weights = backbone_state(model.state_dict())
     del model
-    tag = records.checkpoint_tag(path)
-    prepared = dict(prepared or {})
+    prepared = {} if prepared is None else prepared
     missing = [s for s in specs if s not in prepared]
-    for spec, task in zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)):
-        prepared[spec] = task
-        if on_prepared is not None:
-            on_prepared(spec, task)
-    tasks = [prepared[s] for s in specs]
-    key = records.protocol_key(protocol.model_dump(mode="json"))
-
-    def recorded(task: EvalTask, lr: float, seed: int) -> bool:
-        return records.read(records.record_path(out, tag, key, task.name, lr, seed)) is not None
-
-    jobs = [(task, lr, seed) for task in tasks for lr in protocol.lrs for seed in protocol.seeds]
-    todo = [j for j in jobs if not recorded(*j)]
-    log(f"{len(jobs)} runs in the grid, {len(jobs) - len(todo)} already recorded, {len(todo)} to do")
-    if workers == "auto":
-        workers = auto_workers(device, engine, model_cfg, len(todo))
-    baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in tasks}
+    prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
+    sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log)
+    todo = [run for run in sweep.runs if not sweep.recorded(*run)]
+    log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
+    workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
     progress = _progress(len(todo), show_progress)
-    started = time.perf_counter()
-    done = 0
-
-    def finished(task: EvalTask, body: dict, how: str = "") -> None:
-        """Write the run's record, then count it."""
-        nonlocal done
-        lr, seed = body["lr"], body["seed"]
-        record = {"checkpoint": str(path), "tag": tag, "task": task.name, "family": task.family,
-                  "metric": task.metric, "protocol": protocol.model_dump(mode="json"),
-                  "baseline": baselines[task.name], "device": str(device),
-                  "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
-        records.write(records.record_path(out, tag, key, task.name, lr, seed), record)
-        if body["status"] != "ok":
-            log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
-        done += 1
-        progress(done, f"{task.name} lr={lr:g} seed={seed}{how}")
-
-    def run_task(task: EvalTask, runs: list[tuple[float, int]]) -> None:
-        """The task's runs in this process, batched or one after another."""
-        nonlocal done
-        own = protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
-        if runs and choose_engine(engine, task, model_cfg, weights, runs, own, device, log) == "batched":
-            first = done
-            for body in finetune_grid(task, model_cfg, weights, runs, protocol=own, device=device, log=log,
-                                      skip=lambda lr, seed: recorded(task, lr, seed)):
-                finished(task, body, " (batched)")
-            if done < first + len(runs):  # runs another sweep recorded meanwhile were skipped, not trained
-                done = first + len(runs)
-                progress(done, f"{task.name}: the other runs recorded by another sweep")
-            return
-        for lr, seed in runs:
-            if recorded(task, lr, seed):  # two sweeps over the same grid share the work instead of repeating it
-                done += 1
-                progress(done, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
-                continue
-            finished(task, finetune(task, model_cfg, weights, lr=lr, seed=seed, protocol=own, device=device))
-
-    try:
-        if workers > 1 and len(todo) > 1:
-            log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
-            run_parallel(todo, model_cfg, weights, protocol, workers, finished)
-        else:
-            for task in tasks:
-                run_task(task, [(lr, seed) for t, lr, seed in todo if t is task])
+    started, done = time.perf_counter(), 0
+    try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
+        for outcome in sweep.execute(todo, workers):
+            if outcome.body is not None:
+                sweep.write(outcome.task, outcome.body)
+            done += outcome.runs
+            progress(done, outcome.note)
     finally:
         progress(None, "")
-    summary = summarize([r for r in records.load_all(out, tag, key) if r["task"] in {t.name for t in tasks}])
-    summary.update({"checkpoint": str(path), "tag": tag, "protocol_key": key,
-                    "protocol": protocol.model_dump(mode="json"),
-                    "runs_done_this_time": len(todo), "seconds_this_time": round(time.perf_counter() - started, 1)})
-    write_json(out / tag / key / "summary.json", summary)
-    return summary
+    return sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
+
+
+def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
+    if engine not in ENGINES:
+        raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if workers != "auto" and (not isinstance(workers, int) or workers < 1):
+        raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
+    if workers != "auto" and workers > 1 and device.type != "cpu":
+        raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched "
+                              "engine trains a task's runs together instead (--engine auto or batched, --workers 1)")
+    if workers != "auto" and workers > 1 and engine == "batched":
+        raise EncoderlabError("--engine batched trains a task's runs together in one process: use it with "
+                              "--workers 1, or --engine sequential/auto with several workers")
+
+
+class Outcome(NamedTuple):
+    """A finished run's record body, or None for `runs` runs that another sweep recorded meanwhile (skipped)."""
+    task: EvalTask
+    body: dict | None
+    note: str  # for the progress display
+    runs: int = 1
+
+
+@dataclass
+class Sweep:
+    """One checkpoint's LR x seed grid over tasks under one protocol, and how its runs are trained. Its records on
+    disk are all it knows: a killed sweep resumes, and two sweeps over one grid share the work."""
+    checkpoint: Path
+    tasks: list[EvalTask]
+    protocol: Protocol
+    out: Path
+    device: torch.device
+    model_cfg: ModelConfig
+    weights: dict[str, torch.Tensor]
+    engine: str
+    log: Callable[[str], None]
+
+    def __post_init__(self) -> None:
+        self.tag = records.checkpoint_tag(self.checkpoint)
+        self.key = records.protocol_key(self.protocol.model_dump(mode="json"))
+        self.runs = [(t, lr, seed) for t in self.tasks for lr in self.protocol.lrs for seed in self.protocol.seeds]
+        self.baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in self.tasks}
+
+    def recorded(self, task: EvalTask, lr: float, seed: int) -> bool:
+        return records.read(records.record_path(self.out, self.tag, self.key, task.name, lr, seed)) is not None
+
+    def execute(self, todo: list[tuple[EvalTask, float, int]], workers: int) -> Iterator[Outcome]:
+        """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
+        if workers > 1 and len(todo) > 1:
+            self.log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
+            for task, body in run_parallel(todo, self.model_cfg, self.weights, self.protocol, workers):
+                yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']}")
+            return
+        for task in self.tasks:
+            if runs := [(lr, seed) for t, lr, seed in todo if t is task]:
+                yield from self._execute_task(task, runs)
+
+    def _execute_task(self, task: EvalTask, runs: list[tuple[float, int]]) -> Iterator[Outcome]:
+        """Batched or one after another; each run is looked up on disk just before it starts (another sweep over
+        the grid may have recorded it meanwhile)."""
+        own = self.protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
+        args = (task, self.model_cfg, self.weights)
+        if choose_engine(self.engine, *args, runs, own, self.device, self.log) == "batched":
+            trained = 0
+            for body in finetune_grid(*args, runs, protocol=own, device=self.device, log=self.log,
+                                      skip=lambda lr, seed: self.recorded(task, lr, seed)):
+                trained += 1
+                yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
+            if trained < len(runs):
+                yield Outcome(task, None, f"{task.name}: the other runs recorded by another sweep", len(runs) - trained)
+            return
+        for lr, seed in runs:
+            if self.recorded(task, lr, seed):
+                yield Outcome(task, None, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
+            else:
+                body = finetune(*args, lr=lr, seed=seed, protocol=own, device=self.device)
+                yield Outcome(task, body, f"{task.name} lr={lr:g} seed={seed}")
+
+    def write(self, task: EvalTask, body: dict) -> None:
+        """A finished run's record: its results (`body`, ok or failed) and what it was a run of."""
+        lr, seed = body["lr"], body["seed"]
+        record = {"checkpoint": str(self.checkpoint), "tag": self.tag, "task": task.name, "family": task.family,
+                  "metric": task.metric, "protocol": self.protocol.model_dump(mode="json"),
+                  "baseline": self.baselines[task.name], "device": str(self.device),
+                  "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
+        records.write(records.record_path(self.out, self.tag, self.key, task.name, lr, seed), record)
+        if body["status"] != "ok":
+            self.log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
+
+    def summarize(self, *, runs_done: int, seconds: float) -> dict:
+        """Every record of the grid, earlier sweeps' included, aggregated; also written to summary.json."""
+        names = {t.name for t in self.tasks}
+        summary = summarize([r for r in records.load_all(self.out, self.tag, self.key) if r["task"] in names])
+        summary.update({"checkpoint": str(self.checkpoint), "tag": self.tag, "protocol_key": self.key,
+                        "protocol": self.protocol.model_dump(mode="json"),
+                        "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1)})
+        write_json(self.out / self.tag / self.key / "summary.json", summary)
+        return summary
 
 
 def summarize(recs: list[dict]) -> dict:
@@ -203,13 +235,7 @@ def _progress(total: int, enabled: bool):
                        TextColumn("eta"), TimeRemainingColumn(), console=console)
         bar.start()
         task = bar.add_task("", total=total)
-
-        def update(done, what):
-            if done is None:
-                bar.stop()
-            else:
-                bar.update(task, completed=done, description=what)
-        return update
+        return lambda done, what: bar.stop() if done is None else bar.update(task, completed=done, description=what)
 
     def line(done, what):
         if done is not None:

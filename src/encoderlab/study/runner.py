@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -34,10 +34,10 @@ class Job:
     deps: list[str]  # job ids, or "JOB@PATH": that job's checkpoint at PATH exists (a branch needs no more)
     args: dict
     cost: float = 1.0  # ordering hint: big jobs first keep the workers busy to the end
-    dependents: list[str] = field(default_factory=list)
 
 
 def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
+    """Every job of the plan, each after the jobs it depends on."""
     protocol = load_protocol(plan.spec, base_dir)
     jobs: list[Job] = []
     for run in plan.order():
@@ -57,10 +57,6 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
             jobs.append(Job(f"eval:{e.label}:{task}", "eval", deps,
                             {"checkpoint": str(plan.eval_checkpoint(e)), "task": task,
                              "protocol": protocol.model_dump(mode="json"), "out": str(plan.root / "evals")}))
-    by_id = {j.id: j for j in jobs}
-    for j in jobs:
-        for d in j.deps:
-            by_id[d.split("@")[0]].dependents.append(j.id)
     return jobs
 
 
@@ -82,7 +78,7 @@ def is_done(job: Job) -> bool:
 
 # ------------------------------------------------------------------------------------------------ in a worker
 
-_PREPARED: dict[tuple, object] = {}  # per worker process: tasks tokenised once, reused for every checkpoint
+_PREPARED: dict[tuple, dict] = {}  # per process, by protocol and tokenizer: tasks by spec, tokenised once
 
 
 def _init_worker(threads: int) -> None:
@@ -142,11 +138,9 @@ def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
     protocol = validate(Protocol, job.args["protocol"], where=job.id)
     task = job.args["task"]
     tok = (checkpoint.resolve(job.args["checkpoint"]) / "tokenizer" / "tokenizer.json").read_bytes()
-    key = (task, records.protocol_key(job.args["protocol"]), hash(tok))
-    prepared = {task: _PREPARED[key]} if key in _PREPARED else None
+    prepared = _PREPARED.setdefault((records.protocol_key(job.args["protocol"]), hash(tok)), {})
     summary = run_sweep(job.args["checkpoint"], [task], protocol, Path(job.args["out"]), log=lambda m: None,
-                        show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks", prepared=prepared,
-                        on_prepared=lambda _, t: _PREPARED.__setitem__(key, t))
+                        show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks", prepared=prepared)
     entry = summary["tasks"].get(task, {})
     return {"seconds": round(time.perf_counter() - started, 1), "test": entry.get("test"),
             "failed": entry.get("failed", 0)}
@@ -180,9 +174,8 @@ def write_configs(plan: Plan, jobs: list[Job]) -> None:
 def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[str], None] = print,
               only: str | None = None, job_id: str | None = None) -> dict:
     """Run every job not yet done. `only`: 'pretrain' stops before evaluation; `job_id`: that job alone (its
-    dependencies must be done: a cluster scheduler orders them). Returns counts and failures."""
-    from encoderlab.errors import EncoderlabError
-
+    dependencies must be done: a cluster scheduler orders them). Returns counts and failures.
+    The pipeline: the jobs and what is done (`Board`) -> `_execute` yields each job as it ends -> record it."""
     if plan.spec.imported:  # before anything trains; then the plan has the imports' own shapes, not a hint's
         prepare_imports(plan.spec, base_dir, plan.root, plan.base_config.get("data", {}).get("path", "offline"),
                         log=log)
@@ -192,97 +185,119 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     write_json(plan.root / "plan.json", plan.record(base_dir))
     write_configs(plan, all_jobs)
     jobs = [j for j in all_jobs if only is None or j.kind != "eval"]
-    if job_id is not None:
-        known = {j.id: j for j in all_jobs}
-        if job_id not in known:
-            raise EncoderlabError(f"no job {job_id!r} in study {plan.spec.name}: see {plan.root}/configs/jobs.tsv")
-        missing = [d for d in known[job_id].deps if not (Path(d.split("@", 1)[1]).exists() if "@" in d
-                                                         else is_done(known[d]))]
-        if missing:
-            raise EncoderlabError(f"job {job_id} needs {', '.join(missing)} to finish first")
-        jobs = [known[job_id]]
-    by_id = {j.id: j for j in jobs}
-    status_dir = plan.root / "status"
-    done = {j.id for j in jobs if is_done(j)}
-    failed: dict[str, str] = {}
-    skipped: set[str] = set()
-    pending = [j for j in jobs if j.id not in done]
-    log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(done)} already done, {len(pending)} to do "
+    jobs = jobs if job_id is None else [_one_job(all_jobs, job_id, plan)]
+    board = Board(jobs, done={j.id for j in jobs if is_done(j)})
+    log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(board.done)} already done, {len(board.pending)} to do "
         f"({workers} worker{'s' if workers > 1 else ''})")
     started = time.perf_counter()
-    finished_now = 0
-
-    def _satisfied(dep: str) -> bool:
-        job, _, path = dep.partition("@")
-        if path:
-            return job not in failed and (job in done or Path(path).exists())
-        return job in done or job not in by_id
-
-    def ready() -> list[Job]:
-        out = [j for j in pending if all(_satisfied(d) for d in j.deps)]
-        return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
-
-    def settle(job: Job, result: dict | None, error: str | None) -> None:
-        nonlocal finished_now
-        pending.remove(job)
-        marker = status_dir / f"{job.id.replace(':', '__').replace('/', '_')}.json"
+    (plan.root / "status").mkdir(parents=True, exist_ok=True)
+    for job, result, error in _execute(board, workers):
+        marker = plan.root / "status" / f"{job.id.replace(':', '__').replace('/', '_')}.json"
         if error is None:
-            done.add(job.id)
-            finished_now += 1
+            board.finish(job)
             marker.unlink(missing_ok=True)
-            log(f"done {job.id} {_brief(result)}; {len(done)}/{len(jobs)} done, {len(pending)} left, "
+            log(f"done {job.id} {_brief(result)}; {len(board.done)}/{len(jobs)} done, {len(board.pending)} left, "
                 f"{time.perf_counter() - started:.0f}s")
         else:
-            failed[job.id] = error
+            board.fail(job, error)
             write_json(marker, {"job": job.id, "status": "failed", "reason": error})
             log(f"FAILED {job.id}: {error.splitlines()[-1] if error else ''} (recorded in {marker})")
-            _skip_dependents(job)
+    return {"jobs": len(jobs), "done": len(board.done), "done_now": board.done_now, "failed": board.failed,
+            "skipped": sorted(board.skipped), "seconds": round(time.perf_counter() - started, 1)}
 
-    def _skip_dependents(job: Job) -> None:
-        for d in job.dependents:
-            dep = by_id.get(d)
-            if dep is not None and dep in pending:
-                pending.remove(dep)
-                skipped.add(dep.id)
-                _skip_dependents(dep)
 
-    status_dir.mkdir(parents=True, exist_ok=True)
-    if workers <= 1:
+def _one_job(jobs: list[Job], job_id: str, plan: Plan) -> Job:
+    from encoderlab.errors import EncoderlabError
+
+    known = {j.id: j for j in jobs}
+    if job_id not in known:
+        raise EncoderlabError(f"no job {job_id!r} in study {plan.spec.name}: see {plan.root}/configs/jobs.tsv")
+    missing = [d for d in known[job_id].deps if not (Path(d.split("@", 1)[1]).exists() if "@" in d
+                                                     else is_done(known[d]))]
+    if missing:
+        raise EncoderlabError(f"job {job_id} needs {', '.join(missing)} to finish first")
+    return known[job_id]
+
+
+class Board:
+    """Where each job of one start stands: done, failed, skipped (a dependency failed) or pending. A dependency
+    not among `jobs` (not selected this time) counts as done."""
+
+    def __init__(self, jobs: list[Job], done: set[str]):
+        self.ids, self.done, self.done_now = {j.id for j in jobs}, done, 0
+        self.pending = [j for j in jobs if j.id not in done]
+        self.failed: dict[str, str] = {}
+        self.skipped: set[str] = set()
+
+    def ready(self) -> list[Job]:
+        """Pending jobs whose dependencies are met, pretraining and the biggest first."""
+        out = [j for j in self.pending if all(self._met(d) for d in j.deps)]
+        return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
+
+    def _met(self, dep: str) -> bool:
+        job, _, path = dep.partition("@")
+        if path:  # a branch point: that checkpoint is written, by a run that has not failed
+            return job not in self.failed and (job in self.done or Path(path).exists())
+        return job in self.done or job not in self.ids
+
+    def finish(self, job: Job) -> None:
+        self.pending.remove(job)
+        self.done.add(job.id)
+        self.done_now += 1
+
+    def fail(self, job: Job, error: str) -> None:
+        self.pending.remove(job)
+        self.failed[job.id] = error
+        blocked = {job.id}
+        for other in list(self.pending):  # in `jobs_of` order: a job comes after the jobs it depends on
+            if any(d.partition("@")[0] in blocked for d in other.deps):
+                self.pending.remove(other)
+                self.skipped.add(other.id)
+                blocked.add(other.id)
+
+
+class _InProcess(Executor):
+    """`workers` 1: a job runs in this process as it is submitted, so a Ctrl-C stops it where it is."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - any failure of one job is recorded, the study goes on
+            future.set_exception(exc)
+        return future
+
+
+def _execute(board: Board, workers: int) -> Iterator[tuple[Job, dict | None, str | None]]:
+    """Runs what the board has ready until nothing is; yields (job, result, error) as each job ends. The caller
+    records each on the board before asking for the next, so what is ready follows."""
+    workers = max(1, workers)
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    with (_InProcess() if workers <= 1 else ProcessPoolExecutor(
+            workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=(threads,))) as pool:
+        running: dict[Future, Job] = {}
         while True:
-            batch = ready()
-            if not batch:
-                break
-            job = batch[0]
-            try:
-                result = execute(job, log=lambda m: None)
-                settle(job, result, None)
-            except Exception as exc:  # noqa: BLE001 - any failure of one job is recorded, the study goes on
-                settle(job, None, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}")
-    else:
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        ctx = get_context("spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                 initargs=(threads,)) as pool:
-            running: dict[Future, Job] = {}
-            while True:
-                busy = {j.id for j in running.values()}
-                for job in ready():
-                    if len(running) >= workers:
-                        break
-                    if job.id not in busy:
-                        running[pool.submit(_run_in_worker, job)] = job
-                if not running:
-                    break
-                # a timeout, so branches start when their checkpoint appears, not only when a job ends
-                finished, _ = wait(running, timeout=2.0, return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    job = running.pop(fut)
-                    try:
-                        settle(job, fut.result(), None)
-                    except Exception as exc:  # noqa: BLE001
-                        settle(job, None, f"{type(exc).__name__}: {exc}")
-    return {"jobs": len(jobs), "done": len(done), "done_now": finished_now, "failed": failed,
-            "skipped": sorted(skipped), "seconds": round(time.perf_counter() - started, 1)}
+            busy = {j.id for j in running.values()}
+            for job in [j for j in board.ready() if j.id not in busy][:workers - len(running)]:
+                running[pool.submit(_run_in_worker, job)] = job
+            if not running:
+                return
+            # a timeout, so branches start when their checkpoint appears, not only when a job ends
+            finished, _ = wait(running, timeout=2.0, return_when=FIRST_COMPLETED)
+            for future in finished:
+                job, exc = running.pop(future), future.exception()
+                if exc is None:
+                    yield job, future.result(), None
+                elif isinstance(exc, Exception):
+                    yield job, None, _reason(exc)
+                else:  # a Ctrl-C in a worker stops the study, as one in this process does
+                    raise exc
+
+
+def _reason(exc: BaseException) -> str:
+    """A failed job's reason: the error, then (a job run in this process) where it was raised."""
+    where = "\n" + "".join(traceback.format_exception(exc, limit=4)) if exc.__traceback__ else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _brief(result: dict | None) -> str:
