@@ -1,19 +1,16 @@
-"""Attention backends: how the model's layers compute softmax(q k^T / sqrt(D)) v, chosen once per run by its caller.
+"""Attention backends: how the layers compute softmax(q k^T / sqrt(D)) v, chosen once per run by the model's caller.
 
-The trainer (`train.attention`, train/distributed.py `choose_attention`) and the fine-tuner
-(evaluation/finetune.py `attention_for`) build one backend per run and give it to the model
-(`Transformer(cfg, attention=...)`), which only calls it: once per forward `backend.plan(causal, doc_ids,
-attention_mask)` lays the batch out (a dense mask, a document plan, a BlockMask), and every layer then calls that
-plan with its q (B, T, H, D), k and v (B, T, Hkv, D). The model never picks a kernel by device, length or whether
-gradients are on (DESIGN.md convention 5), so a run's training steps and its scoring use the same numerics.
+The trainer (`train.attention`, train/distributed.py) and the fine-tuner (evaluation/finetune.py `attention_for`)
+build one backend per run and give it to the model, which only calls it: once per forward `backend.plan(causal,
+doc_ids, attention_mask)` lays the batch out, and every layer calls that plan with its q (B, T, H, D), k and v
+(B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on (DESIGN.md convention 5), so a
+run's training steps and its scoring share their numerics.
 
-- `Dense(form)`: a dense boolean mask (documents, causality, padding), built once per forward, or none at all
-  (SDPA's own causal flag) when there are no documents and no padding. `form` is the kernel, chosen by the caller:
-  "eager" (transformers' `eager_attention_forward`), "flash" (SDPA given the KV heads as they are: the flash kernel
-  on CPU) or "repeat-kv" (KV heads repeated first: CUDA's memory-efficient kernel, the one that takes a mask, has
-  no GQA). `dense_for(device, length)` is the form measured fastest.
-- `Varlen(dense)`: packed documents on CPU, each attending to itself in a few length buckets (the CPU kernels do
-  not skip masked blocks); the dense path for padded batches and, unless told otherwise, where buckets save little.
+- `Dense(form)`: a dense boolean mask (documents, causality, padding), or none (SDPA's own causal flag) without
+  documents and padding. Forms: "eager" (transformers' `eager_attention_forward`), "flash" (SDPA given the KV
+  heads as they are: the flash kernel on CPU), "repeat-kv" (KV heads repeated first: CUDA's memory-efficient
+  kernel, the one that takes a mask, has no GQA). `dense_for(device, length)`: the form measured fastest.
+- `Varlen(dense)`: packed documents on CPU, each attending to itself in a few length buckets.
 - `Flex(kernel, dense)`: packed documents on CUDA through the block-sparse `flex_attention`.
 """
 from __future__ import annotations
@@ -37,20 +34,15 @@ EAGER_MAX_LEN = 192
 
 
 def dense_for(device: torch.device, length: int) -> Dense:
-    """The dense backend measured fastest for training on sequences of up to `length` tokens on `device`.
-
-    For the trainer and the fine-tuner, which call it once per run; the model never does."""
+    """The dense backend measured fastest to train on up to `length` tokens on `device` (for callers, once a run)."""
     if device.type != "cpu":
         return Dense("repeat-kv")
     return Dense("eager" if length <= EAGER_MAX_LEN else "flash")
 
 
 def attend(form: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
-    """(B, H, T, D) queries and (B, Hkv, T, D) keys/values -> (B, H, T, D), with the kernel `form`.
-
-    The eager form computes the scores and the product with the values in the input dtype and the softmax in fp32
-    (in bf16 its output's relative error to an fp32 reference measured 4e-3, against 2e-3 for the flash kernel,
-    whose scores stay fp32)."""
+    """q (B, H, T, D), k and v (B, Hkv, T, D) -> (B, H, T, D). The eager form keeps the scores in the input dtype
+    (bf16 output error to fp32 measured 4e-3; 2e-3 for the flash kernel, whose scores stay fp32), softmax in fp32."""
     groups = q.shape[1] // k.shape[1]
     if form == "flash":  # the kernel reads each KV head for its query heads itself (15% faster than copies)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=groups > 1)
@@ -67,11 +59,8 @@ def attend(form: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_c
     return torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype) @ v
 
 
-def build_attention_mask(
-    causal: bool,
-    doc_ids: Tensor | None = None,
-    attention_mask: Tensor | None = None,
-) -> Tensor | None:
+def build_attention_mask(causal: bool, doc_ids: Tensor | None = None,
+                         attention_mask: Tensor | None = None) -> Tensor | None:
     """Boolean SDPA mask (B, 1, T, T), True = may attend; None when SDPA's causal flag or no mask suffices.
 
     - `doc_ids` (B, T): a query sees only keys of its own document (block-diagonal; block-causal if `causal`).
@@ -109,8 +98,7 @@ class DensePlan:
     mask: Tensor | None  # (B, 1, T, T), or None: no mask at all (SDPA's fused causal or unmasked kernels)
     is_causal: bool
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """q (B, T, H, D), k and v (B, T, Hkv, D) -> (B, T, H, D)."""
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (B, T, H, D), (B, T, Hkv, D) -> (B, T, H, D)
         y = attend(self.form, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.mask, self.is_causal)
         return y.transpose(1, 2)
 
@@ -130,13 +118,10 @@ class Dense:
 
 # ---- varlen: document-sparse attention on CPU --------------------------------------------------------------
 #
-# SDPA's CPU flash kernel does the full (T, T) work whatever the mask (and whatever `is_causal`): measured at the
-# mini shape, an explicit causal mask, `is_causal` and no mask at all cost the same. FlashAttention's varlen kernels
-# and flex_attention skip the masked blocks on GPU; this is the CPU equivalent. The documents of the batch are
-# gathered into a few buckets of similar length, each bucket runs one attention call over its own (n, H, L, D)
-# tensor with the causal flag (right padding inside a bucket needs no mask under causality) or a key-padding mask,
-# and the outputs are put back in place. The work falls from B * T^2 to about sum(L^2) over documents: a third of
-# it for documents of 128 tokens on average in 512-token windows (measured: 0.35).
+# SDPA's CPU kernels do the full (T, T) work whatever the mask (measured: an explicit causal mask, `is_causal` and
+# no mask cost the same). Here the documents of a batch are gathered into a few buckets of similar length, each
+# bucket runs one call over its own (n, H, L, D) tensor with the causal flag or a key-padding mask, and the outputs
+# are put back: the work falls from B * T^2 to about sum(L^2), 0.35 of it for 128-token documents in 512 tokens.
 
 # Cost of one more SDPA call, in units of attention work (query x key pairs): with H=8, D=64 on 2 cores a call
 # costs about as much as 128 x 128 pairs of work, so two buckets merge when padding them together is cheaper.
@@ -229,21 +214,17 @@ class Varlen:
     fallback: bool = True  # the dense path where the buckets keep WORTH_IT or more of the dense work
 
     def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None) -> VarlenPlan | DensePlan:
-        if doc_ids is None or attention_mask is not None:
-            return self.dense.plan(causal, doc_ids, attention_mask)
-        plan = plan_segments(doc_ids, causal)
-        if self.fallback and plan.work >= WORTH_IT:  # long documents: the dense kernel is as fast
+        plan = None if doc_ids is None or attention_mask is not None else plan_segments(doc_ids, causal)
+        if plan is None or (self.fallback and plan.work >= WORTH_IT):  # long documents: the dense kernel is as fast
             return self.dense.plan(causal, doc_ids, attention_mask)
         return plan
 
 
 # ---- flex: document masks on CUDA --------------------------------------------------------------------------
 #
-# SDPA's CUDA kernels either take no arbitrary mask (flash) or compute every block of one (memory-efficient), so a
-# packed window of many short documents costs the full T^2. `flex_attention` with a `BlockMask` built from the
-# document ids computes only the blocks on the block diagonal (and below it, for causal attention). Its fused
-# kernel comes from compiling flex_attention, which the model never does itself: the trainer passes the compiled
-# function in. Without it flex_attention runs its slow eager reference, used in tests.
+# SDPA's CUDA kernels take no arbitrary mask (flash) or compute every block of one (memory-efficient); flex_attention
+# with a BlockMask computes only the blocks a document spans. Its fused kernel comes from compiling it, which the
+# model never does: the trainer passes the compiled function in (without it: the slow eager reference, for tests).
 
 
 @dataclass
@@ -251,8 +232,7 @@ class FlexPlan:
     block_mask: object  # torch.nn.attention.flex_attention.BlockMask
     kernel: Callable
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """q (B, T, H, D), k and v (B, T, Hkv, D) -> (B, T, H, D)."""
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (B, T, H, D), (B, T, Hkv, D) -> (B, T, H, D)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or Hkv, T, D)
         y = self.kernel(q, k, v, block_mask=self.block_mask, enable_gqa=k.shape[1] != q.shape[1])
         return y.transpose(1, 2)

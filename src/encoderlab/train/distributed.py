@@ -155,13 +155,10 @@ def choose_attention(train, device: torch.device, seq_len: int) -> Backend:
     """The attention backend of a pretraining run (`train.attention`), chosen once and given to the model."""
     dense = dense_for(device, seq_len)  # every window has seq_len tokens
     kind = train.attention
-    if kind == "auto":  # what was measured: flex on CUDA; varlen on CPU where it saves work, not under compile
-        if device.type == "cuda":
-            kind = "flex"
-        elif device.type == "cpu" and not train.compile:  # a new bucket layout every batch would recompile blocks
+    if kind == "auto":  # measured: flex on CUDA, varlen on CPU where it saves work (under compile a new bucket
+        if device.type == "cpu" and not train.compile:  # layout every batch would recompile the blocks)
             return Varlen(dense, fallback=True)
-        else:
-            return dense
+        kind = "flex" if device.type == "cuda" else "dense"
     if kind == "flex":
         if device.type != "cuda":
             raise EncoderlabError(f"train.attention: flex needs a CUDA device (flex_attention has no backward on "
