@@ -93,10 +93,10 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
     cfg = preset(shape.preset, bos_token_id=0, eos_token_id=1, pad_token_id=2, mask_token_id=3)
     if impl == "encoderlab":
         torch.manual_seed(0)
-        model = TransformerLM(cfg)
-        model.init_weights(0)
         # The trainer's default document attention (train.attention: auto): varlen on CPU, flex on CUDA.
-        choose_attention(model.model, SimpleNamespace(attention="auto", compile=False), device)
+        attention = choose_attention(SimpleNamespace(attention="auto", compile=False), device, shape.seq_len)
+        model = TransformerLM(cfg, attention)
+        model.init_weights(0)
     else:
         from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 

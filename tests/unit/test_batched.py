@@ -208,3 +208,27 @@ def test_the_probe_and_the_trial_step_train_no_run(tok, monkeypatch):
 
     monkeypatch.setattr(batched.Group, "step", unbatchable)
     assert "aten::something" in engines.batched_step_fails(task, cfg, weights, [(1e-3, 0), (3e-3, 1)], protocol, CPU)
+
+
+@pytest.mark.parametrize("max_length, form", [(48, "eager"), (256, "flash")])
+def test_a_run_trains_and_scores_with_one_attention_form(max_length, form, tok, monkeypatch):
+    """Both engines give a run one attention backend, chosen from the protocol's length, for its training steps
+    (gradients on) and its scoring (off): no kernel is picked by whether gradients are on."""
+    from encoderlab.model.attention import Dense
+
+    seen = []
+    plan = Dense.plan
+
+    def recording(self, causal, doc_ids, attention_mask):
+        seen.append((self.form, torch.is_grad_enabled()))
+        return plan(self, causal, doc_ids, attention_mask)
+
+    monkeypatch.setattr(Dense, "plan", recording)
+    task, cfg, weights, protocol = setup("classification", tok, max_length=max_length, max_steps=2)
+    engines = {"sequential": lambda: finetune(task, cfg, weights, lr=1e-3, seed=0, protocol=protocol, device=CPU),
+               "batched": lambda: list(batched.finetune_grid(task, cfg, weights, [(1e-3, 0)], protocol=protocol,
+                                                             device=CPU))}
+    for name, run in engines.items():
+        seen.clear()
+        run()
+        assert set(seen) == {(form, True), (form, False)}, name

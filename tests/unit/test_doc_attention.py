@@ -1,4 +1,5 @@
-"""How packed documents attend: varlen buckets (CPU) and flex_attention (GPU) compute what the dense mask does."""
+"""Attention backends (model/attention.py): varlen buckets (CPU) and flex_attention (GPU) compute what the dense mask
+does, each form of the dense backend computes what SDPA does, and the trainer chooses the backend once per run."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -6,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from encoderlab.model.attention import WORTH_IT, Dense, DensePlan, Flex, Varlen, attend, plan_segments
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.model.varlen import WORTH_IT, plan_segments
-from encoderlab.train.distributed import World, prepare_model
+from encoderlab.train.distributed import choose_attention
 
 CFG = ModelConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2)
@@ -24,7 +25,7 @@ def packed_docs(B: int, T: int, mean: float, seed: int) -> torch.Tensor:
 
 
 def run(model: TransformerLM, x: torch.Tensor, docs: torch.Tensor, causal: bool, varlen: bool):
-    model.model.doc_attention = "varlen" if varlen else "dense"
+    model.model.attention = Varlen(Dense("flash"), fallback=False) if varlen else Dense("flash")
     model.zero_grad()
     out = model(x, causal=causal, doc_ids=docs)
     out.square().mean().backward()
@@ -44,8 +45,8 @@ def test_varlen_equals_dense_mask_outputs_and_gradients(causal):
     torch.testing.assert_close(out_v, out_d, rtol=1e-5, atol=1e-5)  # fp32: only the summation order differs
     for name in grads_d:
         torch.testing.assert_close(grads_v[name], grads_d[name], rtol=1e-4, atol=1e-6, msg=name)
-    with torch.no_grad():  # the no-grad path (flash forward) agrees as well
-        model.model.doc_attention = "varlen"
+    with torch.no_grad():  # without gradients as well
+        model.model.attention = Varlen(Dense("flash"), fallback=False)
         torch.testing.assert_close(model(x, causal=causal, doc_ids=docs), out_d, rtol=1e-5, atol=1e-5)
 
 
@@ -63,28 +64,24 @@ def test_plan_puts_every_position_back_once():
 def test_one_long_document_keeps_the_dense_kernel():
     docs = torch.zeros(2, 32, dtype=torch.long)
     assert plan_segments(docs, causal=False).work == 1.0 >= WORTH_IT
-    assert TransformerLM(CFG).model._plan_documents(docs, causal=False) is None  # auto: the dense mask path
+    auto = Varlen(Dense("flash"), fallback=True)  # train.attention: auto on CPU
+    assert isinstance(auto.plan(False, docs, None), DensePlan)  # the dense mask path
 
 
 def test_compile_switches_varlen_off():
-    model = TransformerLM(CFG)
-    train = SimpleNamespace(compile=True, activation_checkpointing=False, parallel="none", dtype="fp32",
-                            attention="auto")
-    prepare_model(model, train, World(), torch.device("cpu"))  # torch.compile is lazy: nothing compiles here
-    assert model.model.doc_attention == "dense"
+    train = SimpleNamespace(compile=True, attention="auto")
+    assert choose_attention(train, torch.device("cpu"), 512) == Dense("flash")
 
 
-@pytest.mark.parametrize("T", [24, 200], ids=["eager-form", "flash-kernel"])
-def test_sdpa_cpu_equals_sdpa_with_repeated_kv_heads(T):
-    """Both forms sdpa_cpu picks (eager for short sequences under grad, flash otherwise) match the plain call."""
-    from encoderlab.model.varlen import EAGER_MAX_LEN, sdpa_cpu
-
-    assert (T <= EAGER_MAX_LEN) == (T == 24)
+@pytest.mark.parametrize("form", ["eager", "flash", "repeat-kv"])
+def test_every_form_equals_sdpa_with_repeated_kv_heads(form):
+    """Each kernel the caller may choose computes what SDPA computes, gradients included."""
+    T = 24
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, T, 16, generator=g, requires_grad=True)
     k, v = (torch.randn(2, 2, T, 16, generator=g, requires_grad=True) for _ in range(2))
     mask = (torch.arange(T) < torch.tensor([[T], [T - 5]]))[:, None, None, :]  # padding in the second row
-    got = sdpa_cpu(q, k, v, mask, False)
+    got = attend(form, q, k, v, mask, False)
     grads = torch.autograd.grad(got.square().sum(), (q, k, v))
     want = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
                                                             attn_mask=mask)
@@ -97,23 +94,21 @@ def test_sdpa_cpu_equals_sdpa_with_repeated_kv_heads(T):
 @pytest.mark.parametrize("causal", [True, False], ids=["block-causal", "block-diagonal"])
 @torch.no_grad()
 def test_flex_block_mask_equals_dense_mask(causal):
-    """The GPU path's BlockMask (model/flex.py) allows what the dense mask allows. Checked with flex_attention's
+    """The GPU path's BlockMask (model/attention.py `Flex`) allows what the dense mask allows. Checked with flex_attention's
     eager reference, forward only: CPU has no flex backward, and the compiled kernel needs a GPU to be worth it."""
     model = TransformerLM(CFG).eval()
     model.init_weights(0)
     docs = packed_docs(2, 96, mean=16, seed=4)
     x = torch.randint(0, CFG.vocab_size, docs.shape, generator=torch.Generator().manual_seed(5))
-    model.model.doc_attention = "flex"
+    model.model.attention = Flex()
     flex = model(x, causal=causal, doc_ids=docs)
-    model.model.doc_attention = "dense"
+    model.model.attention = Dense("flash")
     torch.testing.assert_close(flex, model(x, causal=causal, doc_ids=docs), rtol=1e-5, atol=1e-5)
 
 
-def test_unknown_doc_attention_is_refused():
-    model = TransformerLM(CFG)
-    model.model.doc_attention = "fast"
-    with pytest.raises(ValueError, match="doc_attention must be one of"):
-        model(torch.zeros(1, 8, dtype=torch.long), causal=True, doc_ids=torch.zeros(1, 8, dtype=torch.long))
+def test_unknown_form_is_refused():
+    with pytest.raises(ValueError, match="attention form must be one of"):
+        Dense("fast")
 
 
 def test_trainer_refuses_attention_kernels_the_device_or_compile_cannot_run():
@@ -126,7 +121,30 @@ def test_trainer_refuses_attention_kernels_the_device_or_compile_cannot_run():
         TrainSection(steps=10, global_batch=8, attention="varlen", compile=True)
     train = TrainSection(steps=10, global_batch=8, attention="flex")
     with pytest.raises(EncoderlabError, match="flex needs a CUDA device"):
-        prepare_model(TransformerLM(CFG), train, World(), torch.device("cpu"))
-    model = TransformerLM(CFG)
-    prepare_model(model, TrainSection(steps=10, global_batch=8, attention="varlen"), World(), torch.device("cpu"))
-    assert model.model.doc_attention == "varlen"
+        choose_attention(train, torch.device("cpu"), 512)
+    varlen = choose_attention(TrainSection(steps=10, global_batch=8, attention="varlen"), torch.device("cpu"), 512)
+    assert varlen == Varlen(Dense("flash"), fallback=False)
+
+
+@pytest.mark.parametrize("seq_len, form", [(128, "eager"), (512, "flash")])
+def test_trainer_chooses_one_backend_per_run(seq_len, form):
+    """auto on CPU: varlen buckets where they save work, else the dense form measured fastest for the run's
+    window length, whether or not gradients are on."""
+    from encoderlab.train.config import TrainSection
+
+    for kind, want in (("auto", Varlen(Dense(form))), ("dense", Dense(form))):
+        train = TrainSection(steps=10, global_batch=8, attention=kind)
+        assert choose_attention(train, torch.device("cpu"), seq_len) == want
+
+
+def test_the_model_has_no_attention_modes_and_ignores_gradients():
+    """The backend is the model's only attention state, and a forward computes the same with gradients on or off."""
+    model = TransformerLM(CFG, Dense("eager"))
+    model.init_weights(0)
+    assert {k for k in vars(model.model) if not k.startswith("_")} == {"config", "attention", "training"}
+    x = torch.randint(0, CFG.vocab_size, (2, 16), generator=torch.Generator().manual_seed(6))
+    pad = torch.ones(2, 16, dtype=torch.long)
+    pad[1, 10:] = 0
+    with torch.no_grad():
+        scored = model(x, causal=False, attention_mask=pad)
+    assert torch.equal(model(x, causal=False, attention_mask=pad).detach(), scored)

@@ -45,7 +45,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.optim.adamw import adamw
 
 from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation.finetune import lr_factor, planned_steps, scoring_batch_size
+from encoderlab.evaluation.finetune import attention_for, lr_factor, planned_steps, scoring_batch_size
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
@@ -88,12 +88,13 @@ class Group:
         self.runs = sorted(runs, key=lambda r: (r[1], r[0]))  # same seed adjacent: their calls are slices, not copies
         self.total = planned_steps(task, protocol)
         self.step_no = 0
+        self.attention = attention_for(task, protocol, device)  # the training steps' and the scoring's
         heads = []
         for _, seed in self.runs:
             torch.manual_seed(seed)  # as finetune does; the head itself draws from its own seeded generator
             heads.append(task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(seed)))
         with torch.device("meta"):  # structure only: functional_call swaps in every run's weights
-            template = _Run(task, Transformer(model_cfg), copy.deepcopy(heads[0]).to("meta"))
+            template = _Run(task, Transformer(model_cfg, self.attention), copy.deepcopy(heads[0]).to("meta"))
         self.module = template
         self.buffers = {f"head.{n}": b.to(device) for n, b in heads[0].named_buffers()}  # constants, not stacked
         names = [n for n, _ in template.named_parameters()]
@@ -245,7 +246,7 @@ class Group:
         """Evaluate every live run (its weights loaded into one backbone) and return all record bodies, in the
         order the runs were given."""
         train_share = (time.perf_counter() - self.started) / len(self.runs)
-        backbone = Transformer(model_cfg).to(self.device)
+        backbone = Transformer(model_cfg, self.attention).to(self.device)
         bodies = dict(self.finished)
         for k, i in enumerate(self.alive):
             started = time.perf_counter()

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation.batched import Group, group_size, split_groups
-from encoderlab.evaluation.finetune import planned_steps
+from encoderlab.evaluation.finetune import attention_for, planned_steps
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
@@ -111,7 +111,7 @@ class _SequentialStep:
     def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], lr: float,
                  protocol: Protocol, device: torch.device) -> None:
         self.task, self.protocol, self.device = task, protocol, device
-        self.backbone = Transformer(model_cfg)
+        self.backbone = Transformer(model_cfg, attention_for(task, protocol, device))
         self.backbone.load_state_dict(weights)
         self.backbone.to(device)
         self.head = task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(0)).to(device)

@@ -9,6 +9,7 @@ import torch
 
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.model.attention import Dense, dense_for
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 
@@ -36,6 +37,12 @@ def scoring_batch_size(protocol: Protocol, device: torch.device) -> int:
     return min(protocol.eval_batch_size, CPU_SCORING_BATCH) if device.type == "cpu" else protocol.eval_batch_size
 
 
+def attention_for(task: EvalTask, protocol: Protocol, device: torch.device) -> Dense:
+    """The attention of a fine-tuning run, for its training steps and its scoring alike (one numerics per run):
+    the form measured fastest under a backward at the run's longest input (the protocol's length for the task)."""
+    return dense_for(device, protocol.length_for(task.family))
+
+
 def lr_factor(step: int, total: int, protocol: Protocol) -> float:
     warmup = round(protocol.warmup_fraction * total)
     if step < warmup:
@@ -50,7 +57,7 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
     """Train and score one run. Returns the record body (status "ok", or "failed" with the reason)."""
     started = time.perf_counter()
     torch.manual_seed(seed)
-    backbone = Transformer(model_cfg)
+    backbone = Transformer(model_cfg, attention_for(task, protocol, device))
     backbone.load_state_dict(weights)
     backbone.to(device)
     head = task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(seed)).to(device)

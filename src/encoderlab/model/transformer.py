@@ -19,24 +19,21 @@ HF class stores rotary buffers in its state dict (non-persistent `inv_freq`), an
 are recomputed per call. EuroBERT gives its embedding a `padding_idx`; that only affects HF's initialisation
 and gradient of that row, not the forward, so it is not reproduced here.
 
-Attention goes through `torch.nn.functional.scaled_dot_product_attention`. The boolean mask (documents,
-causality, padding) is built once per forward and shared by all layers; with no documents and no padding it is
-not built at all and SDPA runs its fused causal or unmasked kernels. On CPU every attention call goes through
-`varlen.sdpa_cpu` (the eager form for short sequences under a backward, else the flash kernel). Packed documents
-(`doc_attention`) skip the mask instead where that saves work: on CPU through `model/varlen.py`, each document
-attending to itself in a few length buckets (the CPU kernels do not skip masked blocks); on CUDA through
-`model/flex.py`'s block-sparse `flex_attention`.
+Attention is computed by the backend the caller gives the model (`model/attention.py`: dense SDPA in the
+form the caller chose, document-sparse varlen on CPU or flex on CUDA). It plans the batch once per forward (a
+mask, a document layout) and every layer calls that plan; the model itself never picks a kernel.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from encoderlab.model.attention import Backend, Dense
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.lm_loss import fused_linear_cross_entropy
-from encoderlab.model.flex import FlexPlan, flex_attention, plan_flex
-from encoderlab.model.varlen import WORTH_IT, VarlenPlan, plan_segments, sdpa_cpu, varlen_attention
 
 
 class RMSNorm(nn.Module):
@@ -93,43 +90,6 @@ def positions_from_doc_ids(doc_ids: Tensor) -> Tensor:
     return idx - last_start
 
 
-def build_attention_mask(
-    causal: bool,
-    doc_ids: Tensor | None = None,
-    attention_mask: Tensor | None = None,
-) -> Tensor | None:
-    """Boolean SDPA mask (B, 1, T, T), True = may attend; None when SDPA's causal flag or no mask suffices.
-
-    - `doc_ids` (B, T): a query sees only keys of its own document (block-diagonal; block-causal if `causal`).
-    - `attention_mask` (B, T), 1 = token, 0 = padding (HF style): padding keys are hidden from every query.
-    A query row left with no visible key (a padding query before any real token under causal attention, or a
-    row of padding only) is allowed to see itself: its output is meaningless but finite, never NaN.
-    """
-    if doc_ids is None and attention_mask is None:
-        return None
-    ref = doc_ids if doc_ids is not None else attention_mask
-    assert ref is not None
-    B, T = ref.shape
-    device = ref.device
-    if doc_ids is not None:
-        allowed = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, T, T) query x key
-    else:
-        allowed = torch.ones(B, T, T, dtype=torch.bool, device=device)
-    if causal:
-        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
-    if attention_mask is not None:
-        if attention_mask.shape != (B, T):
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(B, T)}")
-        allowed = allowed & attention_mask.bool()[:, None, :]  # hide padding keys
-    eye = torch.eye(T, dtype=torch.bool, device=device)
-    allowed = allowed | (eye & ~allowed.any(dim=-1, keepdim=True))  # empty rows see themselves
-    return allowed[:, None]  # (B, 1, T, T), broadcast over heads
-
-
-Plan = VarlenPlan | FlexPlan  # a document layout planned once per forward, in place of a dense mask
-DOC_ATTENTION = ("auto", "dense", "varlen", "flex")
-
-
 # ---- blocks ------------------------------------------------------------------------------------------------
 
 
@@ -144,31 +104,14 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | Plan | None, is_causal: bool) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[..., Tensor]) -> Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        if isinstance(mask, VarlenPlan):  # packed documents on CPU: each attends to itself only
-            y = varlen_attention(q, k, v, mask)  # (B, T, H, D)
-            return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))
-        if isinstance(mask, FlexPlan):  # packed documents on GPU: block-sparse kernel
-            y = flex_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask)  # (B, H, T, D)
-            return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or Hkv, T, D)
-        if x.device.type == "cpu":
-            # The faster form for the length (varlen.sdpa_cpu); the flash kernel reads each KV head for its query
-            # heads itself, in repeat_kv's order (15% faster than copies at tiny fine-tuning shapes).
-            y = sdpa_cpu(q, k, v, mask, is_causal)
-        else:
-            if self.n_kv != self.n_heads:
-                # Each KV head serves n_heads / n_kv consecutive query heads (HF's repeat_kv order). CUDA's
-                # memory-efficient kernel (the one that takes a mask) has no GQA: enable_gqa would fall back to math.
-                k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)  # (B, H, T, D)
-                v = v.repeat_interleave(self.n_heads // self.n_kv, dim=1)  # (B, H, T, D)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)  # (B, H, T, D)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))  # (B, T, C)
+        y = attend(q, k, v)  # (B, T, H, D): the forward's plan of the run's attention backend
+        return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))  # (B, T, C)
 
 
 class MLP(nn.Module):
@@ -192,8 +135,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | Plan | None, is_causal: bool) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, is_causal)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[..., Tensor]) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -218,14 +161,12 @@ def _generator(module: nn.Module, seed: int | None) -> torch.Generator | None:
 class Transformer(nn.Module):
     """Embedding, blocks, final RMSNorm: `LlamaModel` / `EuroBertModel` with a per-call `causal` flag."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, attention: Backend | None = None) -> None:
         super().__init__()
         self.config = cfg
-        # How packed documents (doc_ids without padding) attend: "auto" = model/varlen.py on CPU when that saves
-        # work, else the dense mask; or "dense", "varlen", "flex" (model/flex.py, with `flex_kernel`). The trainer
-        # sets both (train.attention, train/distributed.py).
-        self.doc_attention = "auto"
-        self.flex_kernel = None  # the compiled flex_attention, given by the trainer; None: the eager reference
+        # How every layer attends (model/attention.py), chosen once per run from its config by the trainer or the
+        # fine-tuner; without one, dense SDPA in its flash form (the forward-only kernel: inference, parity tests).
+        self.attention = attention or Dense("flash")
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
@@ -262,42 +203,22 @@ class Transformer(nn.Module):
                 position_ids = positions_from_doc_ids(doc_ids)  # (B, T)
             else:
                 position_ids = torch.arange(T, device=input_ids.device)[None]  # (1, T)
-        mask: Tensor | Plan | None = None
-        if doc_ids is not None and attention_mask is None:
-            mask = self._plan_documents(doc_ids, causal)
-        if mask is None:
-            mask = build_attention_mask(causal, doc_ids, attention_mask)  # (B, 1, T, T) or None
-        is_causal = causal and mask is None
+        attend = self.attention.plan(causal, doc_ids, attention_mask)  # once per forward, for every layer
 
         x = self.embed_tokens(input_ids)  # (B, T, C)
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, is_causal)
+            x = layer(x, cos, sin, attend)
         return self.norm(x)
-
-    def _plan_documents(self, doc_ids: Tensor, causal: bool) -> Plan | None:
-        kind = self.doc_attention
-        if kind not in DOC_ATTENTION:
-            raise ValueError(f"doc_attention must be one of {DOC_ATTENTION}, not {kind!r}")
-        if kind == "auto":
-            if doc_ids.device.type != "cpu":
-                return None
-            plan = plan_segments(doc_ids, causal)
-            return plan if plan.work < WORTH_IT else None  # long documents: the dense kernel is as fast
-        if kind == "varlen":
-            return plan_segments(doc_ids, causal)
-        if kind == "flex":
-            return plan_flex(doc_ids, causal, self.flex_kernel)
-        return None
 
 
 class TransformerLM(nn.Module):
     """`Transformer` + `lm_head`: `LlamaForCausalLM` (causal=True), `EuroBertForMaskedLM` (causal=False)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, attention: Backend | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.model = Transformer(cfg)
+        self.model = Transformer(cfg, attention)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -370,7 +291,6 @@ __all__ = [
     "Transformer",
     "TransformerLM",
     "apply_rope",
-    "build_attention_mask",
     "count_parameters",
     "gather_positions",
     "positions_from_doc_ids",

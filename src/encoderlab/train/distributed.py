@@ -39,6 +39,7 @@ from torch.utils.checkpoint import checkpoint as recompute
 
 from encoderlab.io import atomic_dir, write_json
 from encoderlab.errors import EncoderlabError
+from encoderlab.model.attention import Backend, Flex, Varlen, dense_for
 from encoderlab.train import checkpoint
 
 PARALLEL = ("none", "ddp", "fsdp2")
@@ -127,7 +128,6 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     """Apply the trainer's speed switches and wrap for data parallelism, in the order that composes (torchtitan's):
     activation checkpointing inside compile inside FSDP2/DDP. Parameter names never change, so checkpoints of every
     combination load into every other."""
-    choose_attention(model.model, train, device)
     if train.activation_checkpointing or train.compile:
         for block in model.model.layers:
             forward = block.forward
@@ -151,22 +151,26 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     return model
 
 
-def choose_attention(backbone: nn.Module, train, device: torch.device) -> None:
-    """Set how packed documents attend (`train.attention`; model/transformer.py `doc_attention`)."""
+def choose_attention(train, device: torch.device, seq_len: int) -> Backend:
+    """The attention backend of a pretraining run (`train.attention`), chosen once and given to the model."""
+    dense = dense_for(device, seq_len)  # every window has seq_len tokens
     kind = train.attention
-    if kind == "auto":
-        # varlen's bucket layout changes every batch: under compile it would recompile the blocks every step
-        kind = "flex" if device.type == "cuda" else "dense" if train.compile else "auto"
+    if kind == "auto":  # measured: flex on CUDA, varlen on CPU where it saves work (under compile a new bucket
+        if device.type == "cpu" and not train.compile:  # layout every batch would recompile the blocks)
+            return Varlen(dense, fallback=True)
+        kind = "flex" if device.type == "cuda" else "dense"
     if kind == "flex":
         if device.type != "cuda":
             raise EncoderlabError(f"train.attention: flex needs a CUDA device (flex_attention has no backward on "
                                   f"{device.type}); use auto, dense or varlen")
         from torch.nn.attention.flex_attention import flex_attention
 
-        backbone.flex_kernel = torch.compile(flex_attention, dynamic=False)  # the fused kernel, once per shape
-    if kind == "varlen" and device.type != "cpu":
-        raise EncoderlabError(f"train.attention: varlen is the CPU path; on {device.type} use auto or flex")
-    backbone.doc_attention = kind
+        return Flex(torch.compile(flex_attention, dynamic=False), dense)  # the fused kernel, once per shape
+    if kind == "varlen":
+        if device.type != "cpu":
+            raise EncoderlabError(f"train.attention: varlen is the CPU path; on {device.type} use auto or flex")
+        return Varlen(dense, fallback=False)
+    return dense
 
 
 def _recomputed(forward):

@@ -120,7 +120,8 @@ class Trainer:
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         torch.manual_seed(cfg.train.seed)
-        self.module = TransformerLM(self.model_cfg)
+        attention = distributed.choose_attention(cfg.train, self.device, self.train_data.seq_len)
+        self.module = TransformerLM(self.model_cfg, attention)  # one attention backend for the whole run
         self.module.init_weights(cfg.train.seed)  # on CPU, so a seed gives the same weights on every device
         self.module.to(self.device)
         # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.

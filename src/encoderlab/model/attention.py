@@ -1,0 +1,261 @@
+"""Attention backends: how the layers compute softmax(q k^T / sqrt(D)) v, chosen once per run by the model's caller.
+
+The trainer (`train.attention`, train/distributed.py) and the fine-tuner (evaluation/finetune.py `attention_for`)
+build one backend per run and give it to the model, which only calls it: once per forward `backend.plan(causal,
+doc_ids, attention_mask)` lays the batch out, and every layer calls that plan with its q (B, T, H, D), k and v
+(B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on (DESIGN.md convention 5), so a
+run's training steps and its scoring share their numerics.
+
+- `Dense(form)`: a dense boolean mask (documents, causality, padding), or none (SDPA's own causal flag) without
+  documents and padding. Forms: "eager" (transformers' `eager_attention_forward`), "flash" (SDPA given the KV
+  heads as they are: the flash kernel on CPU), "repeat-kv" (KV heads repeated first: CUDA's memory-efficient
+  kernel, the one that takes a mask, has no GQA). `dense_for(device, length)`: the form measured fastest.
+- `Varlen(dense)`: packed documents on CPU, each attending to itself in a few length buckets.
+- `Flex(kernel, dense)`: packed documents on CUDA through the block-sparse `flex_attention`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+FORMS = ("eager", "flash", "repeat-kv")
+
+# Longest sequence for which attention written out as matrix products (transformers' "eager" attention) beats
+# the CPU flash kernel forward + backward. Measured (bf16, padding mask, GQA 2:1), milliseconds flash / SDPA math /
+# eager: 1 thread, batch 32, 4 heads: 20 / 11 / 4.8 at 48 tokens, 76 / 71 / 42 at 160, 121 / 192 / 149 at 256;
+# 2 threads, batch 8, 8 heads: 28 / 27 / 17 at 192, 84 / 107 / 120 at 384. The flash backward recomputes the
+# probabilities in blocks whose fixed cost dominates short sequences. Forward only, flash wins everywhere (SDPA
+# math 1.7-3.7x slower): a run that only scores should ask for "flash".
+EAGER_MAX_LEN = 192
+
+
+def dense_for(device: torch.device, length: int) -> Dense:
+    """The dense backend measured fastest to train on up to `length` tokens on `device` (for callers, once a run)."""
+    if device.type != "cpu":
+        return Dense("repeat-kv")
+    return Dense("eager" if length <= EAGER_MAX_LEN else "flash")
+
+
+def attend(form: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:
+    """q (B, H, T, D), k and v (B, Hkv, T, D) -> (B, H, T, D). The eager form keeps the scores in the input dtype
+    (bf16 output error to fp32 measured 4e-3; 2e-3 for the flash kernel, whose scores stay fp32), softmax in fp32."""
+    groups = q.shape[1] // k.shape[1]
+    if form == "flash":  # the kernel reads each KV head for its query heads itself (15% faster than copies)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=groups > 1)
+    if groups > 1:  # repeat_kv's order: KV head j serves query heads j*groups .. (j+1)*groups - 1
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, T, D)
+    if form == "repeat-kv":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5  # (B, H, T, T)
+    if is_causal:
+        T = q.shape[-2]
+        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    if mask is not None:
+        scores = torch.where(mask, scores, float("-inf"))  # every row keeps a visible key (build_attention_mask)
+    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype) @ v
+
+
+def build_attention_mask(causal: bool, doc_ids: Tensor | None = None,
+                         attention_mask: Tensor | None = None) -> Tensor | None:
+    """Boolean SDPA mask (B, 1, T, T), True = may attend; None when SDPA's causal flag or no mask suffices.
+
+    - `doc_ids` (B, T): a query sees only keys of its own document (block-diagonal; block-causal if `causal`).
+    - `attention_mask` (B, T), 1 = token, 0 = padding (HF style): padding keys are hidden from every query.
+    A query row left with no visible key (a padding query before any real token under causal attention, or a
+    row of padding only) is allowed to see itself: its output is meaningless but finite, never NaN.
+    """
+    if doc_ids is None and attention_mask is None:
+        return None
+    ref = doc_ids if doc_ids is not None else attention_mask
+    assert ref is not None
+    B, T = ref.shape
+    device = ref.device
+    if doc_ids is not None:
+        allowed = doc_ids[:, :, None] == doc_ids[:, None, :]  # (B, T, T) query x key
+    else:
+        allowed = torch.ones(B, T, T, dtype=torch.bool, device=device)
+    if causal:
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    if attention_mask is not None:
+        if attention_mask.shape != (B, T):
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(B, T)}")
+        allowed = allowed & attention_mask.bool()[:, None, :]  # hide padding keys
+    eye = torch.eye(T, dtype=torch.bool, device=device)
+    allowed = allowed | (eye & ~allowed.any(dim=-1, keepdim=True))  # empty rows see themselves
+    return allowed[:, None]  # (B, 1, T, T), broadcast over heads
+
+
+# ---- dense -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DensePlan:
+    form: str
+    mask: Tensor | None  # (B, 1, T, T), or None: no mask at all (SDPA's fused causal or unmasked kernels)
+    is_causal: bool
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (B, T, H, D), (B, T, Hkv, D) -> (B, T, H, D)
+        y = attend(self.form, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.mask, self.is_causal)
+        return y.transpose(1, 2)
+
+
+@dataclass(frozen=True)
+class Dense:
+    form: str = "flash"
+
+    def __post_init__(self) -> None:
+        if self.form not in FORMS:
+            raise ValueError(f"attention form must be one of {FORMS}, not {self.form!r}")
+
+    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None) -> DensePlan:
+        mask = build_attention_mask(causal, doc_ids, attention_mask)
+        return DensePlan(self.form, mask, causal and mask is None)
+
+
+# ---- varlen: document-sparse attention on CPU --------------------------------------------------------------
+#
+# SDPA's CPU kernels do the full (T, T) work whatever the mask (measured: an explicit causal mask, `is_causal` and
+# no mask cost the same). Here the documents of a batch are gathered into a few buckets of similar length, each
+# bucket runs one call over its own (n, H, L, D) tensor with the causal flag or a key-padding mask, and the outputs
+# are put back: the work falls from B * T^2 to about sum(L^2), 0.35 of it for 128-token documents in 512 tokens.
+
+# Cost of one more SDPA call, in units of attention work (query x key pairs): with H=8, D=64 on 2 cores a call
+# costs about as much as 128 x 128 pairs of work, so two buckets merge when padding them together is cheaper.
+CALL_COST = 128 * 128
+# Below this fraction of the dense work the gathers and extra calls pay for themselves (at mini, 0.35 of the work
+# took 0.7-0.75 of the dense time: the backward kernels do not shrink in proportion).
+WORTH_IT = 0.6
+
+
+@dataclass
+class VarlenPlan:
+    gather: Tensor  # (P,) flat B*T position of every bucket slot (padding slots repeat a slot's first position)
+    scatter: Tensor  # (B*T,) slot in `gather` of every position
+    buckets: list[tuple[int, int, Tensor | None]]  # (documents n, length L, key-padding mask (n, 1, 1, L) or None)
+    work: float  # attention work of the buckets over the dense B * T^2
+    causal: bool
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """q (B, T, H, D), k and v (B, T, Hkv, D) -> (B, T, H, D), attention inside each planned segment only."""
+        B, T, H, D = q.shape
+        Hkv = k.shape[2]
+        qs = q.reshape(B * T, H, D).index_select(0, self.gather)  # (P, H, D)
+        ks = k.reshape(B * T, Hkv, D).index_select(0, self.gather)
+        vs = v.reshape(B * T, Hkv, D).index_select(0, self.gather)
+        outs, at = [], 0
+        for n, L, pad_mask in self.buckets:
+            part = slice(at, at + n * L)
+            at += n * L
+            qb, kb, vb = (x[part].view(n, L, -1, D).transpose(1, 2) for x in (qs, ks, vs))  # (n, heads, L, D)
+            # Each bucket has its own length, so its own fastest form (EAGER_MAX_LEN). Causal: a real query never
+            # sees the right padding after it, so the flag alone is exact for real tokens.
+            form = "eager" if L <= EAGER_MAX_LEN else "flash"
+            y = attend(form, qb, kb, vb, None if self.causal else pad_mask, self.causal)
+            outs.append(y.transpose(1, 2).reshape(n * L, H, D))
+        return torch.cat(outs).index_select(0, self.scatter).view(B, T, H, D)
+
+
+def plan_segments(doc_ids: Tensor, causal: bool) -> VarlenPlan:
+    """Segments = maximal runs of equal document id in each row; buckets chosen to minimise work + calls."""
+    B, T = doc_ids.shape
+    ids = doc_ids.cpu()
+    starts = torch.ones(B, T, dtype=torch.bool)
+    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
+    flat_starts = torch.nonzero(starts.reshape(-1)).flatten()  # rows start new segments too (t = 0 is a start)
+    lengths = torch.diff(flat_starts, append=torch.tensor([B * T]))
+    order = torch.argsort(lengths, descending=True, stable=True)
+    seg_len, seg_start = lengths[order].tolist(), flat_starts[order].tolist()
+    groups = _partition(seg_len)
+    gather_parts, valid_parts, buckets, work = [], [], [], 0
+    for lo, hi in groups:
+        L, n = seg_len[lo], hi - lo
+        offs = torch.arange(L)
+        starts_b = torch.tensor(seg_start[lo:hi])[:, None]
+        valid = offs[None, :] < torch.tensor(seg_len[lo:hi])[:, None]  # (n, L)
+        gather_parts.append(torch.where(valid, starts_b + offs, starts_b).reshape(-1))
+        valid_parts.append(valid.reshape(-1))
+        buckets.append((n, L, None if bool(valid.all()) else valid[:, None, None, :]))
+        work += n * L * L
+    gather, valid_slots = torch.cat(gather_parts), torch.cat(valid_parts)
+    slots = torch.arange(len(gather))
+    scatter = torch.empty(B * T, dtype=torch.long)
+    scatter[gather[valid_slots]] = slots[valid_slots]
+    device = doc_ids.device
+    buckets = [(n, L, m if m is None else m.to(device)) for n, L, m in buckets]
+    return VarlenPlan(gather.to(device), scatter.to(device), buckets, work / (B * T * T), causal)
+
+
+def _partition(lengths: list[int]) -> list[tuple[int, int]]:
+    """Contiguous groups [lo, hi) of lengths sorted descending minimising sum(n * max^2) + CALL_COST per group."""
+    n = len(lengths)
+    best = [0.0] + [float("inf")] * n  # best[i]: cost of the first i segments
+    cut = [0] * (n + 1)
+    for hi in range(1, n + 1):
+        for lo in range(hi - 1, -1, -1):
+            cost = best[lo] + (hi - lo) * lengths[lo] ** 2 + CALL_COST
+            if cost < best[hi]:
+                best[hi], cut[hi] = cost, lo
+            if (hi - lo) * lengths[lo] ** 2 > best[hi]:  # longer groups only cost more from here on
+                break
+    groups, hi = [], n
+    while hi > 0:
+        groups.append((cut[hi], hi))
+        hi = cut[hi]
+    return groups[::-1]
+
+
+@dataclass(frozen=True)
+class Varlen:
+    dense: Dense  # padded batches, single documents, and (with `fallback`) batches the buckets barely shrink
+    fallback: bool = True  # the dense path where the buckets keep WORTH_IT or more of the dense work
+
+    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None) -> VarlenPlan | DensePlan:
+        plan = None if doc_ids is None or attention_mask is not None else plan_segments(doc_ids, causal)
+        if plan is None or (self.fallback and plan.work >= WORTH_IT):  # long documents: the dense kernel is as fast
+            return self.dense.plan(causal, doc_ids, attention_mask)
+        return plan
+
+
+# ---- flex: document masks on CUDA --------------------------------------------------------------------------
+#
+# SDPA's CUDA kernels take no arbitrary mask (flash) or compute every block of one (memory-efficient); flex_attention
+# with a BlockMask computes only the blocks a document spans. Its fused kernel comes from compiling it, which the
+# model never does: the trainer passes the compiled function in (without it: the slow eager reference, for tests).
+
+
+@dataclass
+class FlexPlan:
+    block_mask: object  # torch.nn.attention.flex_attention.BlockMask
+    kernel: Callable
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:  # (B, T, H, D), (B, T, Hkv, D) -> (B, T, H, D)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H or Hkv, T, D)
+        y = self.kernel(q, k, v, block_mask=self.block_mask, enable_gqa=k.shape[1] != q.shape[1])
+        return y.transpose(1, 2)
+
+
+@dataclass(frozen=True)
+class Flex:
+    kernel: Callable | None = None  # the compiled flex_attention; None: its eager reference
+    dense: Dense = field(default_factory=lambda: Dense("repeat-kv"))  # padded batches, no documents
+
+    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None) -> FlexPlan | DensePlan:
+        if doc_ids is None or attention_mask is not None:
+            return self.dense.plan(causal, doc_ids, attention_mask)
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        B, T = doc_ids.shape
+
+        def same_document(b, h, q, kv):  # a query sees its own document (and only earlier keys if causal)
+            allowed = doc_ids[b, q] == doc_ids[b, kv]
+            return allowed & (q >= kv) if causal else allowed
+
+        block_mask = create_block_mask(same_document, B, None, T, T, device=doc_ids.device)
+        return FlexPlan(block_mask, self.kernel or flex_attention)
+
+
+Backend = Dense | Varlen | Flex
