@@ -3,8 +3,8 @@
 Tolerance. Both engines run the same arithmetic on the same data in fp32, but not in the same order: the batched
 engine pads a step's batches to a common length (masked keys add exact zeros, yet change how reductions are
 blocked), multiplies with batched instead of single matrix products, uses SDPA's math form instead of its fused
-CPU kernel, and writes AdamW's update as tensor expressions instead of the fused kernel. Each differs from the
-other by float rounding (~1e-7 relative per operation); over a few steps of Adam, whose update divides by the
+CPU kernel, and clips with the gradient norm computed for K runs at once. Each differs from the other by float
+rounding (~1e-7 relative per operation); over a few steps of Adam, whose update divides by the
 square root of the second moment, such differences grow to ~1e-6..1e-5 relative in the losses. LOSS_RTOL = 1e-5
 leaves an order of magnitude of room and still catches any real difference (a wrong LR, seed, schedule value,
 clipping or data order moves a loss by percents). Metrics are counts over a few examples and must be equal.

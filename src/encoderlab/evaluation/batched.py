@@ -1,9 +1,9 @@
 """K fine-tuning runs of one (checkpoint, task) grid trained together, as one computation per step.
 
-Each run keeps everything `finetune.finetune` gives it: its seed's data order (`task.train_batches(batch, seed)`),
-its head initialised from `Generator().manual_seed(seed)`, its LR times the protocol's warmup + linear decay, its
-own gradient clipping (global norm over its own parameters), its own AdamW state, and its own failure (a NaN/inf
-loss records the run as failed, exactly as `finetune` words it, and drops it from the group; the others go on).
+Each run is trained with finetune.py's pieces, as `finetune.finetune` trains it: its seed's data order
+(`training_batches`), its seeded head, its LR times the protocol's schedule, its own AdamW (`build_adamw` over its
+rows of the stacks), its own gradient clipping (the same global norm over its own parameters, vectorised here), its
+loss curve and its records (a NaN/inf loss records the run as failed and drops it from the group; the others go on).
 What is shared is the work: the parameters of the K runs are stacked along a leading K dimension and one
 `torch.func.vmap(grad_and_value(task.loss))` over `functional_call` computes the K losses and gradients, so any
 task that implements `EvalTask.loss` is batched without task-specific code. The result is one record body per run,
@@ -42,14 +42,15 @@ from contextlib import nullcontext
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
-from torch.optim.adamw import adamw
 
 from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation.finetune import attention_for, lr_factor, planned_steps, scoring_batch_size
+from encoderlab.evaluation.finetune import (LossCurve, attention_for, diverged_record, lr_factor, planned_steps,
+                                            scored_record, seeded_head, to_device, training_batches)
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
+from encoderlab.train.optim import autocast, build_adamw, max_grad_norm, set_lr
 
 PAD_VALUES = {"labels": -100}  # every other batch tensor pads with 0 (token id, mask "absent", span "not allowed")
 # A call's fixed cost in tokens of work (module docstring). CPU: ~10 ms of dispatch per forward and backward
@@ -69,16 +70,13 @@ class _Run(nn.Module):
         return self.task.loss(self.backbone, self.head, batch)
 
 
-def _failed(reason: str, lr: float, seed: int, step: int, curve: list, seconds: float) -> dict:
-    return {"status": "failed", "reason": reason, "lr": lr, "seed": seed, "steps": step, "curve": curve,
-            "seconds": round(seconds, 2)}
-
-
 # ------------------------------------------------------------------------------------------------ the group
 
 
 class Group:
-    """The training state of K runs of one task: stacked parameters (K, ...), AdamW moments, data iterators."""
+    """The training state of K runs of one task: stacked parameters (K, ...), one AdamW per run, data iterators.
+
+    Row i of every stack is run i (`runs`, sorted) for good: a failed run's row is no longer selected."""
 
     def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor],
                  runs: list[tuple[float, int]], protocol: Protocol, device: torch.device) -> None:
@@ -89,50 +87,39 @@ class Group:
         self.total = planned_steps(task, protocol)
         self.step_no = 0
         self.attention = attention_for(task, protocol, device)  # the training steps' and the scoring's
-        heads = []
-        for _, seed in self.runs:
-            torch.manual_seed(seed)  # as finetune does; the head itself draws from its own seeded generator
-            heads.append(task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(seed)))
+        heads = [seeded_head(task, model_cfg.hidden_size, seed) for _, seed in self.runs]
         with torch.device("meta"):  # structure only: functional_call swaps in every run's weights
             template = _Run(task, Transformer(model_cfg, self.attention), copy.deepcopy(heads[0]).to("meta"))
         self.module = template
         self.buffers = {f"head.{n}": b.to(device) for n, b in heads[0].named_buffers()}  # constants, not stacked
-        names = [n for n, _ in template.named_parameters()]
-        expected = {n[len("backbone."):] for n in names if n.startswith("backbone.")}
+        self.names = [n for n, _ in template.named_parameters()]
+        expected = {n[len("backbone."):] for n in self.names if n.startswith("backbone.")}
         if set(weights) != expected:
             missing, unexpected = sorted(expected - set(weights))[:5], sorted(set(weights) - expected)[:5]
             raise EncoderlabError(f"backbone weights do not fit the model config: missing {missing}, "
                                   f"unexpected {unexpected}")
         K = len(self.runs)
         self.params: dict[str, Tensor] = {}
-        for name in names:
+        for name in self.names:
             if name.startswith("backbone."):
                 w = weights[name[len("backbone."):]].to(device, torch.float32)
                 self.params[name] = w.unsqueeze(0).expand(K, *w.shape).clone()
             else:
                 key = name[len("head."):]
                 self.params[name] = torch.stack([dict(h.named_parameters())[key].detach() for h in heads]).to(device)
-        self.decay = {n: template.get_parameter(n).ndim >= 2 for n in names}  # finetune's weight-decay groups
-        self.exp_avg = {n: torch.zeros_like(p) for n, p in self.params.items()}
-        self.exp_avg_sq = {n: torch.zeros_like(p) for n, p in self.params.items()}
-        count = {decay: sum(d == decay for d in self.decay.values()) for decay in (True, False)}
-        self.steps = [{decay: [torch.zeros((), device=device) for _ in range(count[decay])] for decay in count}
-                      for _ in self.runs]  # the fused kernel's per-tensor step counters, per run
-        self.curves: list[list[list[float]]] = [[] for _ in self.runs]
-        self.windows: list[list[Tensor]] = [[] for _ in self.runs]
-        self.finished: dict[int, dict] = {}  # original run index -> failed record body
-        self.alive = list(range(K))  # original indices of the runs still in the stacks, in stack order
-        self.iterators = {seed: task.train_batches(protocol.batch_size, seed) for seed in {s for _, s in self.runs}}
+        # Each run's own AdamW (finetune's optimizer) over its rows of the stacks, which it updates in place.
+        self.rows = [[self.params[n][i] for n in self.names] for i in range(K)]
+        self.optimizers: list[torch.optim.AdamW | None] = [build_adamw(r, protocol.optim, lr=0.0) for r in self.rows]
+        self.curves = [LossCurve(protocol, self.total) for _ in self.runs]
+        self.finished: dict[int, dict] = {}  # run index -> failed record body
+        self.alive = list(range(K))  # the runs still training
+        self.iterators = {seed: training_batches(task, protocol.batch_size, seed) for _, seed in self.runs}
         self.started = time.perf_counter()
         self.call_overhead = CALL_OVERHEAD_TOKENS.get(device.type, 64)
         self._grad = vmap(grad_and_value(self._loss), in_dims=(0, None, 0))
 
     def _loss(self, params: dict[str, Tensor], buffers: dict[str, Tensor], batch: dict[str, Tensor]) -> Tensor:
         return functional_call(self.module, (params, buffers), (batch,))
-
-    def _autocast(self):
-        bf16 = self.protocol.dtype == "bf16"
-        return torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else nullcontext()
 
     def _attention(self):
         # SDPA's fused CPU kernel has no vmap rule (vmap would loop over the K runs); its math form batches, and
@@ -143,104 +130,76 @@ class Group:
             return sdpa_kernel(SDPBackend.MATH)
         return nullcontext()
 
-    def _next_batch(self, seed: int) -> dict[str, Tensor]:
-        batch = next(self.iterators[seed], None)
-        while batch is None:  # epochs > 1: a new seeded order per epoch, exactly as finetune restarts it
-            self.iterators[seed] = self.task.train_batches(self.protocol.batch_size, seed + 1_000 * (self.step_no + 1))
-            batch = next(self.iterators[seed], None)
-        return batch
-
     @property
     def done(self) -> bool:
         return not self.alive or self.step_no >= self.total
 
     def step(self, batches: dict[int, dict[str, Tensor]] | None = None) -> list[int]:
-        """One optimizer step of every live run; returns the original indices of runs that failed at it.
+        """One optimizer step of every live run; returns the indices of runs that failed at it.
 
         `batches` (seed -> batch) replaces the data iterators (the engine probe times fixed batches)."""
-        seeds = [self.runs[i][1] for i in self.alive]
         if batches is None:
-            batches = {s: self._next_batch(s) for s in dict.fromkeys(seeds)}
-        blocks = [([k for k, s in enumerate(seeds) if s == seed], batch) for seed, batch in batches.items()]
-        outputs = []  # (stack indices, their gradients (len(idx), ...)) per call
-        losses = torch.empty(len(self.alive), device=self.device)
+            batches = {s: next(self.iterators[s]) for s in dict.fromkeys(self.runs[i][1] for i in self.alive)}
+        blocks = [([i for i in self.alive if self.runs[i][1] == seed], batch) for seed, batch in batches.items()]
+        outputs = []  # (run indices, their gradients (len(idx), ...)) per call
+        losses = torch.empty(len(self.runs), device=self.device)
         for idx, batch in plan_calls(blocks, self.call_overhead):
             grads, value = self._call(self._select(idx), batch)
             losses[idx] = value.float()
             outputs.append((idx, grads))
-        finite = torch.isfinite(losses).tolist()
-        failed = [self.alive[k] for k, ok in enumerate(finite) if not ok]
-        for k in [k for k, ok in enumerate(finite) if not ok]:  # finetune's check, before the update
-            i = self.alive[k]
-            self.finished[i] = _failed(f"training loss became {float(losses[k])} at step {self.step_no + 1} of "
-                                       f"{self.total}", *self.runs[i], self.step_no, self.curves[i],
-                                       (time.perf_counter() - self.started) / len(self.runs))
+        losses = losses.detach().cpu()
+        finite = dict(zip(self.alive, torch.isfinite(losses[self.alive]).tolist()))
+        failed = [i for i in self.alive if not finite[i]]
+        for i in failed:  # finetune's check, before the update
+            self.finished[i] = diverged_record(float(losses[i]), *self.runs[i], self.step_no, self.total,
+                                               self.curves[i], (time.perf_counter() - self.started) / len(self.runs))
         factor = lr_factor(self.step_no, self.total, self.protocol)
         for idx, grads in outputs:
             self._clip(grads)
-            for j, k in enumerate(idx):
-                if finite[k]:
-                    self._adamw(k, {n: g[j] for n, g in grads.items()}, factor)
-        if failed:
-            self._compact([k for k, ok in enumerate(finite) if ok])  # frozen for good, and cost nothing more
-            losses = losses[torch.tensor(finite, device=self.device)]
+            for j, i in enumerate(idx):
+                if finite[i]:
+                    self._update(i, [grads[n][j] for n in self.names], self.runs[i][0] * factor)
+        for i in failed:
+            self.optimizers[i] = None  # its moments go; its row stays, never selected again
+        self.alive = [i for i in self.alive if finite[i]]
         if self.alive:
             self.step_no += 1
-            self._record_losses(losses)
+            for i in self.alive:
+                self.curves[i].add(self.step_no, losses[i])
         return failed
 
     def _select(self, idx: list[int]) -> dict[str, Tensor]:
-        """The stacked weights of some live runs: views when they are consecutive, else a copy (forward only)."""
+        """The stacked weights of some runs: views when they are consecutive, else a copy (forward only)."""
         if idx == list(range(idx[0], idx[-1] + 1)):
-            if len(idx) == len(self.alive):
+            if len(idx) == len(self.runs):
                 return self.params
             return {n: p[idx[0] : idx[-1] + 1] for n, p in self.params.items()}
         where = torch.tensor(idx, device=self.device)
         return {n: p.index_select(0, where) for n, p in self.params.items()}
 
     def _call(self, params: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
-        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-        with self._autocast(), self._attention():
-            return self._grad(params, self.buffers, batch)
-
-    def _compact(self, keep: list[int]) -> None:
-        where = torch.tensor(keep, device=self.device)
-        for d in (self.params, self.exp_avg, self.exp_avg_sq):
-            for n in d:
-                d[n] = d[n].index_select(0, where)
-        self.alive = [self.alive[k] for k in keep]
+        with autocast(self.protocol.dtype, self.device), self._attention():
+            return self._grad(params, self.buffers, to_device(batch, self.device))
 
     def _clip(self, grads: dict[str, Tensor]) -> None:
-        """Per-run global-norm clipping, as torch.nn.utils.clip_grad_norm_ does for one run (coefficient <= 1)."""
-        clip = self.protocol.optim.grad_clip if self.protocol.optim.grad_clip > 0 else math.inf
+        """finetune's clipping (torch.nn.utils.clip_grad_norm_: global norm over one run's gradients, coefficient
+        <= 1), vectorised over the runs of a call."""
+        clip = max_grad_norm(self.protocol.optim.grad_clip)
         K = next(iter(grads.values())).shape[0]
         sq = torch.stack([g.reshape(K, -1).float().pow(2).sum(1) for g in grads.values()]).sum(0)  # (K,)
         coef = (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
         for g in grads.values():
             g.mul_(coef.view(K, *([1] * (g.ndim - 1))).to(g.dtype))
 
-    def _adamw(self, k: int, grads: dict[str, Tensor], factor: float) -> None:
-        """Run k's AdamW step by torch's own fused kernel (finetune's optimizer) on its slices of the stacks.
-
-        One call per run, because the kernel takes one LR; each is one multi-tensor pass, so K of them cost little
-        more than one. Weight decay goes to >=2-D weights only, as finetune groups them."""
-        o = self.protocol.optim
-        i = self.alive[k]
-        for decay in (True, False):
-            names = [n for n in self.params if self.decay[n] == decay]
-            adamw([self.params[n][k] for n in names], [grads[n] for n in names],
-                  [self.exp_avg[n][k] for n in names], [self.exp_avg_sq[n][k] for n in names], [],
-                  self.steps[i][decay], fused=True, amsgrad=False, beta1=o.betas[0], beta2=o.betas[1],
-                  lr=self.runs[i][0] * factor, weight_decay=o.weight_decay if decay else 0.0, eps=o.eps,
-                  maximize=False)
-
-    def _record_losses(self, losses: Tensor) -> None:
-        losses = losses.detach().cpu()
-        for k, i in enumerate(self.alive):
-            self.windows[i].append(losses[k])
-            if self.step_no % self.protocol.curve_every == 0 or self.step_no == self.total:
-                self.curves[i].append([self.step_no, float(torch.stack(self.windows[i]).float().mean())])
-                self.windows[i] = []
+    def _update(self, i: int, grads: list[Tensor], lr: float) -> None:
+        """Run i's AdamW step on its rows. One fused pass per run, because a step takes one LR; K of them cost
+        little more than one."""
+        for row, grad in zip(self.rows[i], grads):
+            row.grad = grad
+        optimizer = self.optimizers[i]
+        set_lr(optimizer, lr)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
 
     def results(self, model_cfg: ModelConfig, evaluate_splits=("validation", "test")) -> list[dict]:
         """Evaluate every live run (its weights loaded into one backbone) and return all record bodies, in the
@@ -248,28 +207,17 @@ class Group:
         train_share = (time.perf_counter() - self.started) / len(self.runs)
         backbone = Transformer(model_cfg, self.attention).to(self.device)
         bodies = dict(self.finished)
-        for k, i in enumerate(self.alive):
-            started = time.perf_counter()
+        for i in self.alive:
+            started = time.perf_counter() - train_share
             lr, seed = self.runs[i]
-            head = self.task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(seed)).to(self.device)
+            head = seeded_head(self.task, model_cfg.hidden_size, seed).to(self.device)
             with torch.no_grad():
                 for name, module in (("backbone.", backbone), ("head.", head)):
                     for n, p in module.named_parameters():
-                        p.copy_(self.params[name + n][k])
-            backbone.eval(), head.eval()
-            scores = {}
-            with torch.no_grad(), self._autocast():
-                for split in evaluate_splits:
-                    scores[split] = self.task.evaluate(backbone, head, split,
-                                                        scoring_batch_size(self.protocol, self.device))
-            seconds = train_share + time.perf_counter() - started
-            bad = [s for s, m in scores.items() if not math.isfinite(m["score"])]
-            if bad:
-                bodies[i] = _failed(f"{'/'.join(bad)} score is not finite", lr, seed, self.step_no, self.curves[i],
-                                    seconds)
-            else:
-                bodies[i] = {"status": "ok", "lr": lr, "seed": seed, "steps": self.step_no, "scores": scores,
-                             "curve": self.curves[i], "seconds": round(seconds, 2)}
+                        p.copy_(self.params[name + n][i])
+            bodies[i] = scored_record(self.task, backbone, head, lr=lr, seed=seed, steps=self.step_no,
+                                      curve=self.curves[i], protocol=self.protocol, device=self.device,
+                                      splits=evaluate_splits, started=started)
         return [bodies[i] for i in range(len(self.runs))]
 
 

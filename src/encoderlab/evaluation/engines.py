@@ -7,21 +7,19 @@ batches. The engine is not part of the protocol: both give the same records, up 
 """
 from __future__ import annotations
 
-import math
 import time
+from collections import Counter
 from collections.abc import Callable
-from contextlib import nullcontext
 
 import torch
 from torch import Tensor
 
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation.batched import Group, group_size, split_groups
-from encoderlab.evaluation.finetune import attention_for, planned_steps
+from encoderlab.evaluation.finetune import Run, planned_steps
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import Transformer
 
 ENGINES = ("auto", "sequential", "batched")
 PROBE_MIN_STEPS = 100  # shorter grids: the probe would cost more than batching can save on a CPU
@@ -79,15 +77,14 @@ def probe_speedup(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Ten
     """K sequential steps over one batched step, timed on the runs' first batches (each after a warm-up step).
 
     Throwaway copies are trained, so no run is affected; the cost is about three steps of every run."""
-    counts: dict[int, int] = {}
-    for _, seed in runs:
-        counts[seed] = counts.get(seed, 0) + 1
+    counts = Counter(seed for _, seed in runs)
     batches = {seed: next(task.train_batches(protocol.batch_size, seed)) for seed in counts}
-    sequential = _SequentialStep(task, model_cfg, weights, runs[0][0], protocol, device)
-    sequential(batches[runs[0][1]])
+    lr, seed = runs[0]
+    sequential = Run(task, model_cfg, weights, seed, protocol, device)
+    sequential.step(batches[seed], lr)
     seconds_sequential = 0.0
     for seed, batch in batches.items():
-        seconds_sequential += counts[seed] * _timed(lambda b=batch, step=sequential: step(b), device)
+        seconds_sequential += counts[seed] * _timed(lambda b=batch, run=sequential: run.step(b, lr), device)
     del sequential  # its memory goes back before the group takes its share
     group = Group(task, model_cfg, weights, runs, protocol, device)
     group.step(batches)
@@ -103,32 +100,3 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - started
-
-
-class _SequentialStep:
-    """One training step exactly as `finetune` takes it (for timing only)."""
-
-    def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], lr: float,
-                 protocol: Protocol, device: torch.device) -> None:
-        self.task, self.protocol, self.device = task, protocol, device
-        self.backbone = Transformer(model_cfg, attention_for(task, protocol, device))
-        self.backbone.load_state_dict(weights)
-        self.backbone.to(device)
-        self.head = task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(0)).to(device)
-        self.params = [*self.backbone.parameters(), *self.head.parameters()]
-        o = protocol.optim
-        groups = [{"params": [p for p in self.params if p.ndim >= 2], "weight_decay": o.weight_decay},
-                  {"params": [p for p in self.params if p.ndim < 2], "weight_decay": 0.0}]
-        self.optimizer = torch.optim.AdamW(groups, lr=lr, betas=o.betas, eps=o.eps, fused=True)
-
-    def __call__(self, batch: dict[str, Tensor]) -> None:
-        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-        bf16 = self.protocol.dtype == "bf16"
-        with torch.autocast(self.device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
-            loss = self.task.loss(self.backbone, self.head, batch)
-        float(loss.detach())  # finetune checks every loss on the host
-        loss.backward()
-        clip = self.protocol.optim.grad_clip if self.protocol.optim.grad_clip > 0 else math.inf
-        torch.nn.utils.clip_grad_norm_(self.params, clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)

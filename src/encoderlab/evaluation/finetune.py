@@ -1,17 +1,24 @@
-"""One fine-tuning run: a pretrained backbone, a fresh head, one LR and seed, bidirectional attention."""
+"""The fine-tuning step and run: a pretrained backbone, a fresh head, one LR and seed, bidirectional attention.
+
+Every engine trains with these pieces: the sequential one (`finetune`, also in evaluation/parallel.py's workers)
+and the batched one (evaluation/batched.py), which computes K runs' losses and gradients in one call but takes
+its data order, head, LR schedule, clipping norm, AdamW, loss curve and records from here.
+"""
 from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
 
 import torch
+from torch import Tensor, nn
 
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.attention import Dense, dense_for
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
+from encoderlab.train.optim import autocast, build_adamw, max_grad_norm, set_lr
 
 
 def backbone_state(lm_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -44,6 +51,7 @@ def attention_for(task: EvalTask, protocol: Protocol, device: torch.device) -> D
 
 
 def lr_factor(step: int, total: int, protocol: Protocol) -> float:
+    """The protocol's schedule at `step` of `total`: linear warmup, then linear decay to 0 (or constant)."""
     warmup = round(protocol.warmup_fraction * total)
     if step < warmup:
         return (step + 1) / warmup
@@ -52,63 +60,110 @@ def lr_factor(step: int, total: int, protocol: Protocol) -> float:
     return max(0.0, (total - step) / max(1, total - warmup))
 
 
+def training_batches(task: EvalTask, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+    """One batch per step, without end: the seed's order, then a new seeded order for each further epoch."""
+    batches, taken = task.train_batches(batch_size, seed), 0
+    while True:
+        batch = next(batches, None)
+        if batch is None:
+            batches = task.train_batches(batch_size, seed + 1_000 * (taken + 1))
+            continue
+        taken += 1
+        yield batch
+
+
+def seeded_head(task: EvalTask, hidden_size: int, seed: int) -> nn.Module:
+    """The run's fresh head, drawn from its seed; the global RNG is reseeded too, for anything else that draws."""
+    torch.manual_seed(seed)
+    return task.make_head(hidden_size, torch.Generator().manual_seed(seed))
+
+
+def to_device(batch: dict, device: torch.device) -> dict:
+    return {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+class LossCurve:
+    """The training loss a record keeps: the mean over every `curve_every` steps, and over the last ones."""
+
+    def __init__(self, protocol: Protocol, total: int) -> None:
+        self.every, self.total = protocol.curve_every, total
+        self.points: list[list[float]] = []
+        self._window: list[Tensor] = []
+
+    def add(self, step: int, loss: Tensor) -> None:
+        """The loss of step number `step` (1-based)."""
+        self._window.append(loss)
+        if step % self.every == 0 or step == self.total:
+            self.points.append([step, float(torch.stack(self._window).float().mean())])
+            self._window = []
+
+
+def failed_record(reason: str, lr: float, seed: int, steps: int, curve: LossCurve, seconds: float) -> dict:
+    return {"status": "failed", "reason": reason, "lr": lr, "seed": seed, "steps": steps, "curve": curve.points,
+            "seconds": round(seconds, 2)}
+
+
+def diverged_record(loss: float, lr: float, seed: int, step: int, total: int, curve: LossCurve,
+                    seconds: float) -> dict:
+    """The record of a run whose loss at step index `step` is not finite (that step updated nothing)."""
+    return failed_record(f"training loss became {loss} at step {step + 1} of {total}", lr, seed, step, curve, seconds)
+
+
+def scored_record(task: EvalTask, backbone: nn.Module, head: nn.Module, *, lr: float, seed: int, steps: int,
+                  curve: LossCurve, protocol: Protocol, device: torch.device, splits, started: float) -> dict:
+    """Score a trained run on `splits` and return its record; `seconds` counts from `started` (perf_counter)."""
+    backbone.eval(), head.eval()
+    scores = {}
+    with torch.no_grad(), autocast(protocol.dtype, device):
+        for split in splits:
+            scores[split] = task.evaluate(backbone, head, split, scoring_batch_size(protocol, device))
+    seconds = time.perf_counter() - started
+    bad = [s for s, m in scores.items() if not math.isfinite(m["score"])]
+    if bad:
+        return failed_record(f"{'/'.join(bad)} score is not finite", lr, seed, steps, curve, seconds)
+    return {"status": "ok", "lr": lr, "seed": seed, "steps": steps, "scores": scores, "curve": curve.points,
+            "seconds": round(seconds, 2)}
+
+
+class Run:
+    """One run's backbone (the pretrained weights), seeded head and AdamW; `step` takes one training step."""
+
+    def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], seed: int,
+                 protocol: Protocol, device: torch.device) -> None:
+        self.task, self.protocol, self.device = task, protocol, device
+        self.backbone = Transformer(model_cfg, attention_for(task, protocol, device))
+        self.backbone.load_state_dict(weights)
+        self.backbone.to(device)
+        self.head = seeded_head(task, model_cfg.hidden_size, seed).to(device)
+        self.params = [*self.backbone.parameters(), *self.head.parameters()]
+        self.optimizer = build_adamw(self.params, protocol.optim, lr=0.0)  # `step` sets each step's LR
+
+    def step(self, batch: dict, lr: float) -> Tensor:
+        """Train on one batch at this LR and return its loss; a non-finite loss changes nothing."""
+        with autocast(self.protocol.dtype, self.device):
+            loss = self.task.loss(self.backbone, self.head, to_device(batch, self.device))
+        if not torch.isfinite(loss):
+            return loss.detach()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.params, max_grad_norm(self.protocol.optim.grad_clip))
+        set_lr(self.optimizer, lr)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+
 def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Tensor], *, lr: float, seed: int,
              protocol: Protocol, device: torch.device, evaluate_splits=("validation", "test")) -> dict:
     """Train and score one run. Returns the record body (status "ok", or "failed" with the reason)."""
     started = time.perf_counter()
-    torch.manual_seed(seed)
-    backbone = Transformer(model_cfg, attention_for(task, protocol, device))
-    backbone.load_state_dict(weights)
-    backbone.to(device)
-    head = task.make_head(model_cfg.hidden_size, torch.Generator().manual_seed(seed)).to(device)
-    params = list(backbone.parameters()) + list(head.parameters())
-    o = protocol.optim
-    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": o.weight_decay},
-              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=o.betas, eps=o.eps, fused=True)
-    def autocast():
-        return torch.autocast(device.type, dtype=torch.bfloat16) if protocol.dtype == "bf16" else nullcontext()
-
+    run = Run(task, model_cfg, weights, seed, protocol, device)
     total = planned_steps(task, protocol)
-    curve: list[list[float]] = []
-    backbone.train(), head.train()
-    step, window = 0, []
-    batches = task.train_batches(protocol.batch_size, seed)
-    while step < total:
-        batch = next(batches, None)
-        if batch is None:  # epochs > 1: a new seeded order per epoch
-            batches = task.train_batches(protocol.batch_size, seed + 1_000 * (step + 1))
-            continue
-        batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
-        for group in optimizer.param_groups:
-            group["lr"] = lr * lr_factor(step, total, protocol)
-        with autocast():
-            loss = task.loss(backbone, head, batch)
+    curve = LossCurve(protocol, total)
+    batches = training_batches(task, protocol.batch_size, seed)
+    for step in range(total):
+        loss = run.step(next(batches), lr * lr_factor(step, total, protocol))
         if not torch.isfinite(loss):
-            return _failed(f"training loss became {float(loss.detach())} at step {step + 1} of {total}", lr, seed, step,
-                           curve, started)
-        loss.backward()
-        clip = o.grad_clip if o.grad_clip > 0 else math.inf
-        torch.nn.utils.clip_grad_norm_(params, clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        window.append(loss.detach())
-        if step % protocol.curve_every == 0 or step == total:
-            curve.append([step, float(torch.stack(window).float().mean())])
-            window = []
-    backbone.eval(), head.eval()
-    scores = {}
-    with torch.no_grad(), autocast():
-        for split in evaluate_splits:
-            scores[split] = task.evaluate(backbone, head, split, scoring_batch_size(protocol, device))
-    bad = [s for s, m in scores.items() if not math.isfinite(m["score"])]
-    if bad:
-        return _failed(f"{'/'.join(bad)} score is not finite", lr, seed, step, curve, started)
-    return {"status": "ok", "lr": lr, "seed": seed, "steps": step, "scores": scores, "curve": curve,
-            "seconds": round(time.perf_counter() - started, 2)}
-
-
-def _failed(reason: str, lr: float, seed: int, step: int, curve, started: float) -> dict:
-    return {"status": "failed", "reason": reason, "lr": lr, "seed": seed, "steps": step, "curve": curve,
-            "seconds": round(time.perf_counter() - started, 2)}
+            return diverged_record(float(loss), lr, seed, step, total, curve, time.perf_counter() - started)
+        curve.add(step + 1, loss)
+    return scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,
+                         protocol=protocol, device=device, splits=evaluate_splits, started=started)

@@ -7,10 +7,8 @@ are summed over ranks, so the update is the single-process one whatever the numb
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -23,7 +21,7 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.train import checkpoint, distributed
+from encoderlab.train import checkpoint, distributed, optim
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress
 
@@ -126,21 +124,12 @@ class Trainer:
         self.module.to(self.device)
         # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.
         self.model = distributed.prepare_model(self.module, cfg.train, self.world, self.device)
-        self.optimizer = self._optimizer()
+        self.optimizer = optim.build_adamw(self.model.parameters(), cfg.optim, cfg.optim.lr)
         self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed, rank=self.world.rank,
                                    world_size=self.world.size)
         self.step = 0
         self._prepare_run_dir(resume)
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
-
-    def _optimizer(self) -> torch.optim.Optimizer:
-        o = self.cfg.optim
-        # Norm gains are not decayed (decaying them shrinks the residual stream for no regularisation benefit).
-        decay = [p for p in self.model.parameters() if p.ndim >= 2]
-        no_decay = [p for p in self.model.parameters() if p.ndim < 2]
-        groups = [{"params": decay, "weight_decay": o.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        # The fused kernel does the whole update in one pass per tensor (measured ~3x faster on CPU than foreach).
-        return torch.optim.AdamW(groups, lr=o.lr, betas=o.betas, eps=o.eps, fused=True)
 
     def _prepare_run_dir(self, resume: bool) -> None:
         found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
@@ -190,11 +179,6 @@ class Trainer:
         gen = torch.Generator(self.device).manual_seed(self.cfg.train.seed * 1_000_003 + step)
         return _skip(gen, skip_rows, self.train_data.seq_len)
 
-    def _autocast(self):
-        if self.cfg.train.dtype == "bf16":
-            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
-        return nullcontext()
-
     def train_step(self, objective) -> dict[str, torch.Tensor]:
         batch = self.loader.next_batch()  # this rank's slice of the global batch
         local_batch = batch.input_ids.shape[0]
@@ -209,7 +193,7 @@ class Trainer:
         micro_batches = list(zip(input_ids.split(micro), doc_ids.split(micro)))
         for i, (ids, docs) in enumerate(micro_batches):
             with distributed.grad_sync(self.model, last_micro_batch=i == len(micro_batches) - 1):
-                with self._autocast():
+                with optim.autocast(self.cfg.train.dtype, self.device):
                     loss, stats = objectives.objective_loss(
                         self.model, ids, docs, objective, special_ids=self.special_ids, mask_id=self.mask_id,
                         vocab_size=self.vocab_size, generator=gen)
@@ -226,8 +210,7 @@ class Trainer:
         for p in self.model.parameters():
             if p.grad is not None:
                 p.grad.div_(grad_denom)
-        clip = self.cfg.optim.grad_clip
-        grad_norm = distributed.clip_grad_norm(self.model, clip if clip > 0 else math.inf)
+        grad_norm = distributed.clip_grad_norm(self.model, optim.max_grad_norm(self.cfg.optim.grad_clip))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"loss": loss_sum / denom, "accuracy": correct / denom, "grad_norm": grad_norm,
@@ -256,7 +239,7 @@ class Trainer:
         for start in range(first, first + share, micro):
             ids, docs = (torch.from_numpy(a).to(self.device)
                          for a in self.val_data.windows(list(range(start, min(first + share, start + micro)))))
-            with self._autocast():
+            with optim.autocast(self.cfg.train.dtype, self.device):
                 loss, stats = objectives.objective_loss(
                     self.module, ids, docs, objective,
                     special_ids=self.special_ids, mask_id=self.mask_id, vocab_size=self.vocab_size, generator=gen)
@@ -311,8 +294,7 @@ class Trainer:
         try:
             while self.step < total:
                 phase = objectives.phase_at(self.phases, self.step)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = cfg.optim.lr * self._lr_factor(self.step)
+                optim.set_lr(self.optimizer, cfg.optim.lr * self._lr_factor(self.step))
                 objective = phase.objective_at(self.step, cfg.train.seed)
                 stats = self.train_step(objective)
                 self.step += 1

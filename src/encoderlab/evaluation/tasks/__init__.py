@@ -116,7 +116,7 @@ def _user_task(path: Path) -> EvalTask:
 
         return load_squad_json(file("train"), file("validation"), file("test", False))  # type: ignore[arg-type]
     if family == "retrieval":
-        from encoderlab.evaluation.tasks.retrieval import load_beir
+        from encoderlab.evaluation.tasks.loaders import load_beir
 
         return load_beir(file("folder"))  # type: ignore[arg-type]
     raise DataError(f"{where}: 'family' must be one of {', '.join(FAMILIES)}, got {family!r}")

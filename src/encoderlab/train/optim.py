@@ -1,0 +1,42 @@
+"""The parts of a training step that pretraining and fine-tuning share: AdamW, its LR, clipping, bf16 autocast."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol
+
+import torch
+
+
+class AdamWSettings(Protocol):
+    """What AdamW reads from a config section (pretraining's `optim`, the evaluation protocol's `optim`)."""
+
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+
+
+def build_adamw(params: Iterable[torch.Tensor], settings: AdamWSettings, lr: float) -> torch.optim.AdamW:
+    """AdamW over two groups, decayed matrices then the rest, each in the order given. Norm gains are not decayed
+    (decaying them shrinks the residual stream for no regularisation benefit)."""
+    params = list(params)
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": settings.weight_decay},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    # The fused kernel does the whole update in one pass per tensor (measured ~3x faster on CPU than foreach).
+    return torch.optim.AdamW(groups, lr=lr, betas=settings.betas, eps=settings.eps, fused=True)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+def max_grad_norm(grad_clip: float) -> float:
+    """The norm gradients are clipped to: `grad_clip`, or no limit when it is 0."""
+    return grad_clip if grad_clip > 0 else math.inf
+
+
+def autocast(dtype: str, device: torch.device) -> AbstractContextManager:
+    """bf16 autocast for dtype "bf16"; nothing for "fp32"."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()
