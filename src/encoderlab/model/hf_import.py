@@ -30,8 +30,8 @@ from pydantic import ValidationError
 from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
-from encoderlab.model.hf_io import UnsupportedModelError, prepare_out, save_weights_only
-from encoderlab.train.checkpoint import weight_mismatches
+from encoderlab.model.hf_io import UnsupportedModelError, prepare_out
+from encoderlab.train.checkpoint import save_weights_only, weight_mismatches
 from encoderlab.model.hf_source import (
     CAUSAL,
     folder_weights,
