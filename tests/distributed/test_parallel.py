@@ -55,7 +55,7 @@ def _two_process_runs(rank: int, world: int, port: int, packed_dir, out_dir) -> 
     # Killed after step 3: the last checkpoint is step 2's, written by FSDP2 in DCP shards.
     cut = make_config(out_dir, packed_dir, "cut", parallel="fsdp2", save_every=2)
     Trainer(cut, **quiet).run(stop_at=3)
-    # A DDP run's checkpoint (optimizer.pt) continued under FSDP2.
+    # A DDP run's checkpoint (whole tensors in dcp/, written once for both replicas) continued under FSDP2.
     Trainer(make_config(out_dir, packed_dir, "switch", parallel="ddp", save_every=2), **quiet).run(stop_at=2)
     if rank == 0:  # copies for the other resumes, taken before the two-process resume writes on
         for copy in ("cut-resumed-plain", "cut-resumed-fsdp2", "cut-resumed-ddp"):

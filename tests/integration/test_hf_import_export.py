@@ -32,9 +32,8 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.importer import import_hf
-from encoderlab.hub.folders import save_weights_only
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.train.checkpoint import load_model
+from encoderlab.train.checkpoint import load_model, save_weights_only
 
 TOL = 1e-4
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

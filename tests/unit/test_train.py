@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -279,7 +280,46 @@ def test_device_choice(tmp_path, packed_dir):
 
 def test_checkpoints_stand_alone(tmp_path, packed_dir):
     Trainer(make_config(tmp_path, packed_dir, steps=2), show_progress=False).run()
+    folder = checkpoint.latest(tmp_path / "run")  # one process writes the format of every world size
+    assert (folder / "dcp" / ".metadata").exists() and not (folder / "optimizer.pt").exists()
     model, cfg, tok = checkpoint.load_model(tmp_path / "run")
     assert cfg.hidden_size == 32 and tok.vocab_size == cfg.vocab_size == 320 and tok.mask_id == cfg.mask_token_id
     for k, v in weights(tmp_path / "run", 2).items():
         torch.testing.assert_close(model.state_dict()[k], v, rtol=0, atol=0)
+
+
+def test_checkpoints_of_an_older_encoderlab(tmp_path, packed_dir):
+    """One written by FSDP2 (model and optimizer in dcp/) resumes; one with optimizer.pt is refused at resume, and
+    its weights still serve fine-tuning and export."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    trainer = Trainer(make_config(tmp_path, packed_dir, steps=4, save_every=2), show_progress=False)
+    trainer.run(stop_at=2)
+    old = checkpoint.latest(tmp_path / "run")
+    shutil.rmtree(old / "dcp")
+    dcp.save({"model": get_model_state_dict(trainer.model), "optim": get_optimizer_state_dict(trainer.model,
+              trainer.optimizer)}, checkpoint_id=old / "dcp", no_dist=True)  # the keys the FSDP2 writer used
+    resumed = Trainer(make_config(tmp_path, packed_dir, steps=4, save_every=2), show_progress=False, resume=True)
+    assert resumed.step == 2
+    for (_, a), (_, b) in zip(sorted(trainer.optimizer.state_dict()["state"].items()),
+                              sorted(resumed.optimizer.state_dict()["state"].items())):
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
+    shutil.rmtree(old / "dcp")
+    torch.save(trainer.optimizer.state_dict(), old / "optimizer.pt")  # the one-process writer's layout
+    with pytest.raises(EncoderlabError, match=r"step-0000002 was written by an older encoderlab \(optimizer\.pt, "
+                                              r"no dcp/\): it cannot be resumed .*init\.from_weights=.*step-0000002"):
+        Trainer(make_config(tmp_path, packed_dir, steps=4, save_every=2), show_progress=False, resume=True)
+    model, _, _ = checkpoint.load_model(old)
+    for k, v in weights(tmp_path / "run", 2).items():
+        torch.testing.assert_close(model.state_dict()[k], v, rtol=0, atol=0)
+
+
+def test_weights_file_is_byte_reproducible(tmp_path, packed_dir):
+    """The same weights give the same model.safetensors bytes, write after write (sha256 compares checkpoints)."""
+    trainer = Trainer(make_config(tmp_path, packed_dir, steps=1), show_progress=False)
+    tokenizer = trainer.train_data.root / "tokenizer"
+    written = [checkpoint.save_weights_only(tmp_path / f"copy{i}", trainer.module.state_dict(), trainer.model_cfg,
+                                            tokenizer, {"step": 3, "reason": "test"}) for i in range(8)]
+    assert len({(path / "model.safetensors").read_bytes() for path in written}) == 1

@@ -30,8 +30,8 @@ from pydantic import ValidationError
 from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
-from encoderlab.hub.folders import UnsupportedModelError, prepare_out, save_weights_only
-from encoderlab.train.checkpoint import weight_mismatches
+from encoderlab.hub.folders import UnsupportedModelError, prepare_out
+from encoderlab.train.checkpoint import save_weights_only, weight_mismatches
 from encoderlab.hub.source import (
     CAUSAL,
     folder_weights,

@@ -123,8 +123,8 @@ def _random_init(job: Job) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)  # never finished (the checkpoint is the last thing written): start clean
     trainer = Trainer(validate(PretrainConfig, cfg, where=job.id), log=lambda m: None, show_progress=False)
-    checkpoint.save(run_dir, 0, trainer.model, trainer.optimizer, {"reason": "random-init", "data": {},
-                    "lr_factor": 0.0, "total_steps": 0}, tokenizer_dir=trainer.train_data.root / "tokenizer")
+    checkpoint.save_weights_only(ckpt, trainer.module.state_dict(), trainer.model_cfg,
+                                 trainer.train_data.root / "tokenizer", {"reason": "random-init", "total_steps": 0})
     return {"seconds": 0.0}
 
 

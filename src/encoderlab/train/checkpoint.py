@@ -1,11 +1,12 @@
-"""Full-state checkpoints, written to a temporary folder and renamed when complete.
+"""The checkpoint format, one for every world size: what a checkpoint folder holds and how its parts are read.
 
-A checkpoint folder holds `model.safetensors` (Hugging Face parameter names), `optimizer.pt` (AdamW state, loaded
-with `weights_only=True`) and `state.json` (step, phase, LR schedule position, data position, why it was written).
-An FSDP2 run writes its model and optimizer shards in `dcp/` instead of `optimizer.pt` (see train/distributed.py,
-which reads and writes both formats); `model.safetensors` is always there, consolidated.
-No RNG state is needed: the only randomness after initialisation is MLM masking, whose generator is seeded from
-(seed, step), so a resumed run draws exactly the masks an uninterrupted one would.
+`checkpoints/step-NNNNNNN/` holds `dcp/` (model and AdamW state in `torch.distributed.checkpoint` format, keyed by
+parameter name: written and read by train/distributed.py, whatever wraps the model and however many processes write
+or read it), the consolidated `model.safetensors` (Hugging Face parameter names), `model_config.json`, `tokenizer/`
+and `state.json` (step, phase, LR schedule position, data position, why it was written). Fine-tuning, export and
+`init.from_weights` read only the last four, so a weights-only checkpoint (an import) is the same folder without
+`dcp/`. No RNG state is needed: the only randomness after initialisation is MLM masking, whose generator is seeded
+from (seed, step), so a resumed run draws exactly the masks an uninterrupted one would.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import safe_open
@@ -21,7 +23,11 @@ from safetensors.torch import load_file, save_file
 from encoderlab.io import atomic_dir, write_json
 from encoderlab.errors import EncoderlabError
 
+if TYPE_CHECKING:
+    from encoderlab.data.tokenizer import TextTokenizer
+
 LATEST = "LATEST"
+WEIGHTS = "model.safetensors"
 
 
 def checkpoint_name(step: int) -> str:
@@ -41,28 +47,30 @@ def safetensors_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Ten
     return out
 
 
-def save(run_dir: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
-         *, tokenizer_dir: Path | None = None) -> Path:
-    """Write a checkpoint that stands alone: weights, model config and tokenizer travel with it (fine-tuning and
-    export need nothing else), plus the optimizer and loop state that resuming needs."""
-    dest = run_dir / "checkpoints" / checkpoint_name(step)
+def write_folder(folder: Path, step: int, weights: dict[str, torch.Tensor], config, tokenizer: Path | TextTokenizer,
+                 state: dict, extra_json: dict[str, dict] | None = None) -> None:
+    """Everything of a checkpoint but `dcp/`: weights, model config, tokenizer (a folder to copy, or one to save),
+    any `extra_json` files and `state.json`. Into `folder`, which the caller renames into place when complete."""
+    # One metadata key: safetensors writes its metadata map in a random (Rust HashMap) order, so with two keys the
+    # same weights would give different file bytes from one write to the next.
+    save_file(safetensors_weights(weights), str(folder / WEIGHTS), metadata={"format": "pt"})
+    write_json(folder / "model_config.json", config.model_dump())
+    if isinstance(tokenizer, Path):
+        shutil.copytree(tokenizer, folder / "tokenizer")
+    else:
+        tokenizer.save(folder / "tokenizer")
+    for name, obj in (extra_json or {}).items():
+        write_json(folder / name, obj)
+    write_json(folder / "state.json", {**state, "step": step})
+
+
+def save_weights_only(dest: Path, weights: dict[str, torch.Tensor], config, tokenizer: Path | TextTokenizer,
+                      state: dict, extra_json: dict[str, dict] | None = None) -> Path:
+    """A checkpoint without training state (an import, a random initialisation): `load_model` and
+    `init.from_weights` read it, resuming refuses it. Written to a temporary sibling and renamed when complete."""
     with atomic_dir(dest) as tmp:
-        write_weights(tmp, step, model.state_dict(), getattr(model, "config", None), tokenizer_dir)
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        write_json(tmp / "state.json", {**state, "step": step})
-    set_latest(run_dir, dest)
+        write_folder(tmp, state.get("step", 0), weights, config, tokenizer, state, extra_json)
     return dest
-
-
-def write_weights(folder: Path, step: int, weights: dict[str, torch.Tensor], config, tokenizer_dir: Path | None
-                  ) -> None:
-    """What fine-tuning, export and `init.from_weights` read: weights, model config and tokenizer."""
-    save_file(safetensors_weights(weights), str(folder / "model.safetensors"),
-              metadata={"format": "pt", "step": str(step)})
-    if config is not None:
-        write_json(folder / "model_config.json", config.model_dump())
-    if tokenizer_dir is not None:
-        shutil.copytree(tokenizer_dir, folder / "tokenizer")
 
 
 def set_latest(run_dir: Path, dest: Path) -> None:
@@ -110,7 +118,7 @@ def weight_mismatches(weights: dict, expected: dict, source: str = "checkpoint",
 def check_weights_fit(path: Path, expected: dict) -> None:
     """Refuse, with a readable list, any name or shape of the checkpoint's weights that does not fit `expected`
     (a state dict); reads only the safetensors header."""
-    with safe_open(str(path / "model.safetensors"), "pt") as f:
+    with safe_open(str(path / WEIGHTS), "pt") as f:
         names = f.keys()  # a safe_open handle is not iterable itself
         shapes = {k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in names}  # no data read
     problems = weight_mismatches(shapes, expected)
@@ -121,7 +129,7 @@ def check_weights_fit(path: Path, expected: dict) -> None:
 def read_weights(path: Path, expected: dict) -> dict[str, torch.Tensor]:
     """The checkpoint's full weights, once checked against `expected` (a state dict, possibly of sharded tensors)."""
     check_weights_fit(path, expected)
-    return load_file(str(path / "model.safetensors"))
+    return load_file(str(path / WEIGHTS))
 
 
 def load_weights(path: Path, model: torch.nn.Module) -> None:
@@ -142,10 +150,6 @@ def load_model(path: str | Path):
     model = TransformerLM(cfg)
     load_weights(path, model)
     return model, cfg, load_tokenizer(path / "tokenizer")
-
-
-def load_optimizer(path: Path, optimizer: torch.optim.Optimizer) -> None:
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
 
 
 def prune(run_dir: Path, keep: int) -> None:

@@ -5,15 +5,16 @@ The only module of encoderlab that imports `torch.distributed` (DESIGN.md conven
     init(parallel, device)               -> World, device   join torchrun's group (NCCL on CUDA, gloo on CPU)
     prepare_model(model, train, world)   -> model           activation checkpointing, compile, then DDP or FSDP2
     sum_over_ranks, grad_sync, clip_grad_norm, barrier       the collectives of one step
-    save_checkpoint / load_checkpoint / load_weights         every format, whatever wraps the model
+    save_checkpoint / load_checkpoint / load_weights         one format, whatever wraps the model
 
-Checkpoint formats. Without FSDP2 (one process or DDP, whose replicas are identical) rank 0 writes the format of
-`train/checkpoint.py`: `model.safetensors`, `optimizer.pt`, `state.json`. Under FSDP2 every rank writes its shards
-of the model and optimizer through `torch.distributed.checkpoint` (DCP) into `dcp/`, and rank 0 adds the
-consolidated `model.safetensors` (gathered once per checkpoint), `model_config.json`, the tokenizer and `state.json`.
-So fine-tuning, export and `init.from_weights` read any checkpoint unchanged, and DCP lets a sharded checkpoint
-resume under any number of processes and any `parallel` setting. Both are written to a temporary folder renamed by
-rank 0 once every rank has finished, so an interrupted write never becomes LATEST.
+Checkpoints (the format is described in train/checkpoint.py) are the same for every world size, 1 included: every
+process writes its part of the AdamW state, keyed by parameter name, through `torch.distributed.checkpoint` (DCP)
+into `dcp/` (its shards under FSDP2; DDP replicas are written once), and rank 0 writes the weights, gathered once per
+checkpoint, into the consolidated `model.safetensors`, with `model_config.json`, the tokenizer and `state.json`.
+Resuming reads the weights from that same file (each process keeps its shard), the optimizer state from `dcp/` (DCP
+reshards), so every checkpoint resumes under any number of processes and any `parallel` setting, and fine-tuning,
+export and `init.from_weights` read any checkpoint unchanged. The folder is written under a temporary name renamed
+by rank 0 once every rank has finished, so an interrupted write never becomes LATEST.
 """
 from __future__ import annotations
 
@@ -29,21 +30,22 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict, get_state_dict,
-                                                     set_model_state_dict, set_optimizer_state_dict, set_state_dict)
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint as recompute
 
-from encoderlab.io import atomic_dir, write_json
+from encoderlab.io import atomic_dir
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.attention import Backend, Flex, Varlen, dense_for
 from encoderlab.train import checkpoint
 
 PARALLEL = ("none", "ddp", "fsdp2")
-DCP_DIR = "dcp"  # the sharded model and optimizer state inside an FSDP2 checkpoint folder
+DCP_DIR = "dcp"  # the model and optimizer state inside a checkpoint folder
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
@@ -225,27 +227,32 @@ def barrier(world: World) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict,
-                    *, tokenizer_dir: Path | None, world: World) -> Path:
-    """Write the checkpoint of `step` (see the module docstring for the formats); every rank must call this, and
-    it returns once the checkpoint is complete and LATEST names it."""
-    if not is_sharded(model):
-        if world.is_main:
-            checkpoint.save(run_dir, step, unwrap(model), optimizer, state, tokenizer_dir=tokenizer_dir)
-        barrier(world)
-        return run_dir / "checkpoints" / checkpoint.checkpoint_name(step)
+                    *, tokenizer_dir: Path, world: World) -> Path:
+    """Write the checkpoint of `step` (see the module docstring); every rank must call this, and it returns once
+    the checkpoint is complete and LATEST names it."""
     dest = run_dir / "checkpoints" / checkpoint.checkpoint_name(step)
-    model_state, optim_state = get_state_dict(model, optimizer)  # this rank's shards, by parameter name
-    # Every rank takes part in gathering the full weights; with cpu_offload only rank 0 receives them.
+    # Every rank takes part in gathering the full weights; with cpu_offload only rank 0 receives them. First: the
+    # model's state-dict hook reshards FSDP2's root parameters, left unsharded by a forward without backward (an
+    # evaluation), so that they are again the tensors the optimizer holds.
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    optim_state = get_optimizer_state_dict(model, optimizer)  # what this rank holds, by parameter name
     with _shared_atomic_dir(dest, world) as tmp:
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp / DCP_DIR)
+        with _one_process_is_intended():
+            dcp.save({"optim": optim_state}, checkpoint_id=tmp / DCP_DIR)
         if world.is_main:
-            checkpoint.write_weights(tmp, step, full, model.config, tokenizer_dir)
-            write_json(tmp / "state.json", {**state, "step": step})
+            checkpoint.write_folder(tmp, step, full, unwrap(model).config, tokenizer_dir, state)
     if world.is_main:
         checkpoint.set_latest(run_dir, dest)
     barrier(world)
     return dest
+
+
+@contextmanager
+def _one_process_is_intended() -> Iterator[None]:
+    """Without a process group DCP warns that it reads or writes in one process: it should."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 @contextmanager
@@ -272,37 +279,23 @@ def _broadcast_path(world: World, path: Path | None) -> Path:
 
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Model and optimizer state of a checkpoint in either format, into a plain, DDP or FSDP2 model."""
-    if (path / DCP_DIR).exists():
-        checkpoint.check_weights_fit(path, unwrap(model).state_dict())
-        # DCP reshards: the state dicts name what this process holds, DCP reads exactly that from the shards.
-        model_state, optim_state = get_state_dict(model, optimizer)
-        with warnings.catch_warnings():  # without a process group DCP warns that it reads in one process: it should
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=path / DCP_DIR,
-                     no_dist=not dist.is_initialized())
-        set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
-    elif is_sharded(model):
-        load_weights(path, model)
-        saved = torch.load(path / "optimizer.pt", weights_only=True)
-        set_optimizer_state_dict(model, optimizer, _optimizer_state_by_name(saved, model, optimizer),
-                                 options=StateDictOptions(full_state_dict=True))
-    else:
-        checkpoint.load_weights(path, unwrap(model))
-        checkpoint.load_optimizer(path, optimizer)
-
-
-def _optimizer_state_by_name(saved: dict, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """`optimizer.pt` numbers parameters in the order of the optimizer's groups; the state-dict API names them.
-    The trainer builds its groups in the same order whatever wraps the model, so number i is the same parameter."""
-    names = {id(p): name for name, p in model.named_parameters()}
-    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
-    return {"state": {order[i]: s for i, s in saved["state"].items()},
-            "param_groups": [{**g, "params": [order[i] for i in g["params"]]} for g in saved["param_groups"]]}
+    """Model and optimizer state into a plain, DDP or FSDP2 model, whatever world size and wrapping wrote them."""
+    if not (path / DCP_DIR / ".metadata").exists():
+        what = "was written by an older encoderlab (optimizer.pt" if (path / "optimizer.pt").exists() else \
+            "holds weights only (no optimizer state"
+        raise EncoderlabError(f"{path} {what}, no {DCP_DIR}/): it cannot be resumed or branched from; continue from "
+                              f"its weights in a new run with --set init.from_weights={path} (a fresh optimizer)")
+    load_weights(path, model)
+    # DCP reshards: the state dict names what this process holds, DCP reads exactly that from the files.
+    optim_state = get_optimizer_state_dict(model, optimizer)
+    with _one_process_is_intended():
+        dcp.load({"optim": optim_state}, checkpoint_id=path / DCP_DIR)
+    set_optimizer_state_dict(model, optimizer, optim_state)
 
 
 def load_weights(path: Path, model: nn.Module) -> None:
-    """Weights only (`init.from_weights`), from the consolidated `model.safetensors` every checkpoint has."""
+    """The weights of a checkpoint, from the consolidated `model.safetensors` every checkpoint has: alone
+    (`init.from_weights`) or as the first half of `load_checkpoint`."""
     if not is_sharded(model):
         checkpoint.load_weights(path, unwrap(model))
         return
