@@ -22,6 +22,7 @@ Distributed training is not this module's business (convention 9).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -328,16 +329,8 @@ def parse_phase_objective(name: str) -> Objective | Mix:
 
 
 def _split_top_level(text: str) -> list[str]:
-    """Split on commas outside parentheses, so 'mix(clm,mlm40):50%,mlm40' has two parts."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        depth += (ch == "(") - (ch == ")")
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return [p.strip() for p in [*parts, current] if p.strip()]
+    """Split on commas outside parentheses (mixes do not nest), so 'mix(clm,mlm40):50%,mlm40' has two parts."""
+    return [p.strip() for p in re.split(r",(?![^(]*\))", text) if p.strip()]
 
 
 def _name_and_length(part: str) -> tuple[str, str | None]:
