@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.seeds import derive_seed
 
 IGNORE_INDEX = -100
 MaskStrategy = Literal["mask", "80-10-10"]
@@ -228,7 +229,7 @@ class Mix:
 
     def pick(self, step: int, seed: int) -> Objective:
         weights = torch.tensor([w for _, w in self.parts], dtype=torch.float64)
-        gen = torch.Generator().manual_seed(seed * 7_919 + step)
+        gen = torch.Generator().manual_seed(derive_seed("objective-mix", seed, step))
         return self.parts[int(torch.multinomial(weights, 1, generator=gen))][0]
 
 

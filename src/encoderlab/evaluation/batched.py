@@ -1,6 +1,6 @@
 """K fine-tuning runs of one (checkpoint, task) grid trained together, as one computation per step.
 
-Each run keeps everything `finetune.finetune` gives it: its seed's data order (`task.train_batches(batch, seed)`),
+Each run keeps everything `finetune.finetune` gives it: its seed's data order (`task.epoch_batches(batch, seed)`),
 its head initialised from `Generator().manual_seed(seed)`, its LR times the protocol's warmup + linear decay, its
 own gradient clipping (global norm over its own parameters), its own AdamW state, and its own failure (a NaN/inf
 loss records the run as failed, exactly as `finetune` words it, and drops it from the group; the others go on).
@@ -121,7 +121,7 @@ class Group:
         self.windows: list[list[Tensor]] = [[] for _ in self.runs]
         self.finished: dict[int, dict] = {}  # original run index -> failed record body
         self.alive = list(range(K))  # original indices of the runs still in the stacks, in stack order
-        self.iterators = {seed: task.train_batches(protocol.batch_size, seed) for seed in {s for _, s in self.runs}}
+        self.iterators = {seed: task.epoch_batches(protocol.batch_size, seed) for seed in {s for _, s in self.runs}}
         self.started = time.perf_counter()
         self.call_overhead = CALL_OVERHEAD_TOKENS.get(device.type, 64)
         self._grad = vmap(grad_and_value(self._loss), in_dims=(0, None, 0))
@@ -142,13 +142,6 @@ class Group:
             return sdpa_kernel(SDPBackend.MATH)
         return nullcontext()
 
-    def _next_batch(self, seed: int) -> dict[str, Tensor]:
-        batch = next(self.iterators[seed], None)
-        while batch is None:  # epochs > 1: a new seeded order per epoch, exactly as finetune restarts it
-            self.iterators[seed] = self.task.train_batches(self.protocol.batch_size, seed + 1_000 * (self.step_no + 1))
-            batch = next(self.iterators[seed], None)
-        return batch
-
     @property
     def done(self) -> bool:
         return not self.alive or self.step_no >= self.total
@@ -159,7 +152,7 @@ class Group:
         `batches` (seed -> batch) replaces the data iterators (the engine probe times fixed batches)."""
         seeds = [self.runs[i][1] for i in self.alive]
         if batches is None:
-            batches = {s: self._next_batch(s) for s in dict.fromkeys(seeds)}
+            batches = {s: next(self.iterators[s]) for s in dict.fromkeys(seeds)}
         blocks = [([k for k, s in enumerate(seeds) if s == seed], batch) for seed, batch in batches.items()]
         outputs = []  # (stack indices, their gradients (len(idx), ...)) per call
         losses = torch.empty(len(self.alive), device=self.device)

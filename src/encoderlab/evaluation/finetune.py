@@ -66,12 +66,9 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
     curve: list[list[float]] = []
     backbone.train(), head.train()
     step, window = 0, []
-    batches = task.train_batches(protocol.batch_size, seed)
+    batches = task.epoch_batches(protocol.batch_size, seed)
     while step < total:
-        batch = next(batches, None)
-        if batch is None:  # epochs > 1: a new seeded order per epoch
-            batches = task.train_batches(protocol.batch_size, seed + 1_000 * (step + 1))
-            continue
+        batch = next(batches)
         batch = {k: v.to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
         for group in optimizer.param_groups:
             group["lr"] = lr * lr_factor(step, total, protocol)

@@ -23,6 +23,7 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
+from encoderlab.seeds import derive_seed
 from encoderlab.train import checkpoint, distributed
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress
@@ -186,7 +187,7 @@ class Trainer:
 
     def _generator(self, step: int, skip_rows: int = 0) -> torch.Generator:
         # Masks depend on (seed, step) only, so resuming reproduces them without saving RNG state.
-        gen = torch.Generator(self.device).manual_seed(self.cfg.train.seed * 1_000_003 + step)
+        gen = torch.Generator(self.device).manual_seed(derive_seed("mlm-mask", self.cfg.train.seed, step))
         return _skip(gen, skip_rows, self.train_data.seq_len)
 
     def _autocast(self):
@@ -246,7 +247,9 @@ class Trainer:
             return {}
         self.module.eval()
         first = self.world.rank * share
-        gen = _skip(torch.Generator(self.device).manual_seed(12345), first, self.val_data.seq_len)
+        # The same masks for every run and step, whatever its seed: validation losses compare across runs.
+        gen = _skip(torch.Generator(self.device).manual_seed(derive_seed("validation-masks")), first,
+                    self.val_data.seq_len)
         total = torch.zeros((), dtype=torch.int64, device=self.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         micro = self.cfg.train.micro_batch or self.global_batch // self.world.size
