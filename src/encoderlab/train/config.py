@@ -100,8 +100,6 @@ class TrainSection(_Section):
 
 
 def _schedule(value: object) -> Schedule:
-    if isinstance(value, Schedule):
-        return value
     if not isinstance(value, str):
         raise ValueError("must be a schedule such as 'mlm40' or 'clm:25%,mlm40:75%'")
     return Schedule.parse(value)

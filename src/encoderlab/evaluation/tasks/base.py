@@ -49,13 +49,7 @@ class EvalTask(ABC):
         """Training batches without end, epoch after epoch, each epoch in its own order: epoch 0 in the order of
         `seed`, epoch e > 0 in that of `derive_seed("epoch-order", seed, e)`: no two (seed, epoch) share an order."""
         for epoch in itertools.count():
-            empty = True
-            order_seed = seed if epoch == 0 else derive_seed("epoch-order", seed, epoch)
-            for batch in self.train_batches(batch_size, order_seed):
-                empty = False
-                yield batch
-            if empty:
-                raise RuntimeError(f"task {self.name!r} has no training batch")
+            yield from self.train_batches(batch_size, seed if epoch == 0 else derive_seed("epoch-order", seed, epoch))
 
     @abstractmethod
     def loss(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
