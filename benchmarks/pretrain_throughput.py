@@ -108,19 +108,18 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
     model.to(device)
     ids, docs = (t.to(device) for t in packed_batch(shape.batch, shape.seq_len, cfg.vocab_size, mean_doc=128))
     gen = torch.Generator(device).manual_seed(0)
+    vocab = objectives.Vocab(cfg.vocab_size, 3, tuple(SPECIAL))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=impl == "encoderlab")
 
     def step_encoderlab():
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss, _ = objectives.objective_loss(model, ids, docs, objective, special_ids=SPECIAL, mask_id=3,
-                                                vocab_size=cfg.vocab_size, generator=gen)
-        loss.backward()
+            sums = objectives.loss_sums(model, ids, docs, objective, vocab, gen)
+        (sums.loss / sums.tokens).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     def step_transformers():
-        inputs = objectives.prepare(objective, ids, docs, special_ids=SPECIAL, mask_id=3, vocab_size=cfg.vocab_size,
-                                    generator=gen)
+        inputs = objective.prepare(ids, docs, vocab, gen)
         labels = ids if objective.causal else inputs.labels  # HF shifts CLM labels itself
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = model(input_ids=inputs.input_ids, labels=labels).loss

@@ -1,7 +1,7 @@
-"""Pretraining objectives: MLM masking, CLM shift, and their loss on the sparse LM head.
+"""Pretraining objectives: MLM masking, CLM shift, their loss on the sparse LM head, and schedules of them.
 
 MLM and CLM differ only here (inputs, labels) and in the `causal` flag of the forward call; the model is the same
-(DESIGN.md convention 1). Both objectives produce the same four tensors:
+(DESIGN.md convention 1). Each objective prepares its own batch (`objective.prepare`) into the same four tensors:
 
     input_ids  (B, T)  what the model reads (MLM: a corrupted copy; CLM: the batch itself)
     labels     (B, T)  the token to predict, -100 where nothing is predicted (Hugging Face convention)
@@ -22,7 +22,7 @@ Distributed training is not this module's business (convention 9).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.seeds import derive_seed
 
 IGNORE_INDEX = -100
 MaskStrategy = Literal["mask", "80-10-10"]
@@ -40,7 +41,50 @@ class ObjectiveError(EncoderlabError, ValueError):
     """An objective's settings are out of range (a mask rate outside (0, 1), an unknown strategy, ...)."""
 
 
-# ---- objectives as data ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Vocab:
+    """What the objectives need to know of the tokenizer. `special_ids` are never masked (the mask id is added)."""
+
+    size: int
+    mask_id: int | None
+    special_ids: tuple[int, ...]
+
+
+# ---- inputs and labels -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LMInputs:
+    input_ids: Tensor  # (B, T) what the model reads
+    labels: Tensor  # (B, T) target token, IGNORE_INDEX where none
+    positions: Tensor  # (N,) int64 flat indices into B*T of the predicted tokens, increasing
+    targets: Tensor  # (N,) int64, labels.flatten()[positions]
+
+    @classmethod
+    def of(cls, input_ids: Tensor, labels: Tensor) -> LMInputs:
+        # nonzero syncs with the host (its length is data-dependent); it is the only sync of this module and returns
+        # indices in increasing order. The model's index form of `output_positions` then needs no further sync.
+        positions = (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+        return cls(input_ids, labels, positions, labels.reshape(-1).index_select(0, positions))
+
+
+def _special_mask(input_ids: Tensor, special_ids: list[int]) -> Tensor:
+    """(B, T) True at special tokens; a loop over the few special ids, no host-to-device copy."""
+    special = torch.zeros_like(input_ids, dtype=torch.bool)
+    for s in special_ids:
+        special |= input_ids == s
+    return special
+
+
+def _nth_non_special(k: Tensor, special_sorted: list[int]) -> Tensor:
+    """Map k in [0, V - m) to the k-th non-special id, for specials sorted ascending: skip each special passed."""
+    ids = k
+    for s in special_sorted:
+        ids = ids + (ids >= s).to(ids.dtype)
+    return ids
+
+
+# ---- the objectives ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -73,6 +117,38 @@ class MLM:
     def causal(self) -> bool:
         return False
 
+    def prepare(self, input_ids: Tensor, doc_ids: Tensor, vocab: Vocab, generator: torch.Generator | None) -> LMInputs:
+        """Select each non-special token with probability `mask_rate` and corrupt it; labels only at selected tokens.
+
+        strategy "mask": every selected token becomes the mask id (the paper). "80-10-10": 80% the mask id, 10% a
+        token drawn uniformly from the non-special ids of the vocabulary, 10% left unchanged (BERT). `generator`
+        must live on the device of `input_ids`; None uses the global RNG. `doc_ids` plays no part in masking.
+        """
+        mask_id, vocab_size = vocab.mask_id, vocab.size
+        if mask_id is None:
+            raise ObjectiveError("MLM needs a mask token, and this vocabulary has none")
+        if not 0 <= mask_id < vocab_size:
+            raise ObjectiveError(f"mask_id={mask_id} is outside the vocabulary (vocab_size={vocab_size})")
+        specials = sorted({int(s) for s in vocab.special_ids} | {int(mask_id)})
+        in_vocab = [s for s in specials if 0 <= s < vocab_size]
+        if len(in_vocab) >= vocab_size:
+            raise ObjectiveError(f"all {vocab_size} ids of the vocabulary are special: nothing can be masked")
+        device = input_ids.device
+
+        draw = torch.rand(input_ids.shape, generator=generator, device=device)  # (B, T)
+        selected = (draw < self.mask_rate) & ~_special_mask(input_ids, specials)  # (B, T)
+        labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+
+        if self.strategy == "mask":
+            corrupted = input_ids.masked_fill(selected, mask_id)
+        else:
+            bucket = torch.rand(input_ids.shape, generator=generator, device=device)  # (B, T): 80 / 10 / 10
+            k = torch.randint(0, vocab_size - len(in_vocab), input_ids.shape, generator=generator, device=device)
+            random_ids = _nth_non_special(k, in_vocab).to(input_ids.dtype)  # (B, T), never special
+            corrupted = torch.where(selected & (bucket < 0.9), random_ids, input_ids)
+            corrupted = corrupted.masked_fill(selected & (bucket < 0.8), mask_id)
+        return LMInputs.of(corrupted, labels)
+
 
 @dataclass(frozen=True)
 class CLM:
@@ -86,168 +162,49 @@ class CLM:
     def causal(self) -> bool:
         return True
 
+    def prepare(self, input_ids: Tensor, doc_ids: Tensor, vocab: Vocab, generator: torch.Generator | None) -> LMInputs:
+        """Next-token labels that never cross a document boundary; the last position of a window predicts nothing.
+
+        labels[:, t] = input_ids[:, t+1] where doc_ids[:, t+1] == doc_ids[:, t], else -100. A document cut by the
+        window end simply loses its last target. Packed data has no padding; nothing here is random.
+        """
+        if doc_ids.shape != input_ids.shape:
+            raise ValueError(f"doc_ids has shape {tuple(doc_ids.shape)}, input_ids {tuple(input_ids.shape)}")
+        same_doc = doc_ids[:, 1:] == doc_ids[:, :-1]  # (B, T-1)
+        labels = torch.full_like(input_ids, IGNORE_INDEX)
+        labels[:, :-1] = torch.where(same_doc, input_ids[:, 1:], labels[:, :-1])
+        return LMInputs.of(input_ids, labels)
+
 
 Objective = MLM | CLM
-
-
-# ---- inputs and labels -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LMInputs:
-    input_ids: Tensor  # (B, T) what the model reads
-    labels: Tensor  # (B, T) target token, IGNORE_INDEX where none
-    positions: Tensor  # (N,) int64 flat indices into B*T of the predicted tokens, increasing
-    targets: Tensor  # (N,) int64, labels.flatten()[positions]
-
-
-class MLMInputs(LMInputs):
-    """`input_ids` is the corrupted copy; `labels` holds the original token at the selected positions."""
-
-
-class CLMInputs(LMInputs):
-    """`input_ids` is the batch unchanged; `labels[t]` is the next token of the same document."""
-
-
-def _predicted(labels: Tensor) -> tuple[Tensor, Tensor]:
-    # nonzero syncs with the host (its length is data-dependent); it is the only sync of this module and returns
-    # indices in increasing order. The model's index form of `output_positions` then needs no further sync.
-    positions = (labels.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
-    return positions, labels.reshape(-1).index_select(0, positions)
-
-
-def _special_mask(input_ids: Tensor, special_ids: Iterable[int]) -> Tensor:
-    """(B, T) True at special tokens; a loop over the few special ids, no host-to-device copy."""
-    special = torch.zeros_like(input_ids, dtype=torch.bool)
-    for s in special_ids:
-        special |= input_ids == s
-    return special
-
-
-def _nth_non_special(k: Tensor, special_sorted: list[int]) -> Tensor:
-    """Map k in [0, V - m) to the k-th non-special id, for specials sorted ascending: skip each special passed."""
-    ids = k
-    for s in special_sorted:
-        ids = ids + (ids >= s).to(ids.dtype)
-    return ids
-
-
-def prepare_mlm(
-    input_ids: Tensor,
-    *,
-    mask_rate: float,
-    mask_id: int,
-    special_ids: Iterable[int],
-    vocab_size: int,
-    generator: torch.Generator | None,
-    strategy: MaskStrategy = "mask",
-) -> MLMInputs:
-    """Select each non-special token with probability `mask_rate` and corrupt it; labels only at selected tokens.
-
-    special_ids: never selected (bos, eos, pad, mask; `mask_id` is added if missing). strategy "mask": every
-    selected token becomes `mask_id` (the paper). "80-10-10": 80% `mask_id`, 10% a token drawn uniformly from
-    the non-special ids of the vocabulary, 10% left unchanged (BERT). `generator` must live on the device of
-    `input_ids`; None uses the global RNG.
-    """
-    MLM(mask_rate, strategy)  # validates
-    specials = sorted({int(s) for s in special_ids} | {int(mask_id)})
-    if not 0 <= mask_id < vocab_size:
-        raise ObjectiveError(f"mask_id={mask_id} is outside the vocabulary (vocab_size={vocab_size})")
-    in_vocab = [s for s in specials if 0 <= s < vocab_size]
-    if len(in_vocab) >= vocab_size:
-        raise ObjectiveError(f"all {vocab_size} ids of the vocabulary are special: nothing can be masked")
-    device = input_ids.device
-
-    draw = torch.rand(input_ids.shape, generator=generator, device=device)  # (B, T)
-    selected = (draw < mask_rate) & ~_special_mask(input_ids, specials)  # (B, T)
-    labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
-
-    if strategy == "mask":
-        corrupted = input_ids.masked_fill(selected, mask_id)
-    else:
-        bucket = torch.rand(input_ids.shape, generator=generator, device=device)  # (B, T): 80 / 10 / 10
-        k = torch.randint(0, vocab_size - len(in_vocab), input_ids.shape, generator=generator, device=device)
-        random_ids = _nth_non_special(k, in_vocab).to(input_ids.dtype)  # (B, T), never special
-        corrupted = torch.where(selected & (bucket < 0.9), random_ids, input_ids)
-        corrupted = corrupted.masked_fill(selected & (bucket < 0.8), mask_id)
-
-    positions, targets = _predicted(labels)
-    return MLMInputs(input_ids=corrupted, labels=labels, positions=positions, targets=targets)
-
-
-def prepare_clm(input_ids: Tensor, doc_ids: Tensor, *, pad_id: int | None = None) -> CLMInputs:
-    """Next-token labels that never cross a document boundary; the last position of a window predicts nothing.
-
-    labels[:, t] = input_ids[:, t+1] where doc_ids[:, t+1] == doc_ids[:, t], else -100. A document cut by the
-    window end simply loses its last target. `pad_id`, if given, is never a target (packed data has no padding).
-    """
-    if doc_ids.shape != input_ids.shape:
-        raise ValueError(f"doc_ids has shape {tuple(doc_ids.shape)}, input_ids {tuple(input_ids.shape)}")
-    same_doc = doc_ids[:, 1:] == doc_ids[:, :-1]  # (B, T-1)
-    if pad_id is not None:
-        same_doc = same_doc & (input_ids[:, 1:] != pad_id)
-    labels = torch.full_like(input_ids, IGNORE_INDEX)
-    labels[:, :-1] = torch.where(same_doc, input_ids[:, 1:], labels[:, :-1])
-    positions, targets = _predicted(labels)
-    return CLMInputs(input_ids=input_ids, labels=labels, positions=positions, targets=targets)
-
-
-def prepare(
-    objective: Objective,
-    input_ids: Tensor,
-    doc_ids: Tensor,
-    *,
-    special_ids: Iterable[int],
-    mask_id: int,
-    vocab_size: int,
-    generator: torch.Generator | None,
-) -> LMInputs:
-    """Inputs and labels of `objective` for one batch."""
-    if isinstance(objective, MLM):
-        return prepare_mlm(
-            input_ids, mask_rate=objective.mask_rate, mask_id=mask_id, special_ids=special_ids,
-            vocab_size=vocab_size, generator=generator, strategy=objective.strategy,
-        )
-    if isinstance(objective, CLM):
-        return prepare_clm(input_ids, doc_ids)
-    raise ObjectiveError(f"unknown objective {objective!r}: use MLM(...) or CLM()")
 
 
 # ---- loss --------------------------------------------------------------------------------------------------
 
 
-def objective_loss(
-    model: nn.Module,
-    input_ids: Tensor,
-    doc_ids: Tensor,
-    objective: Objective,
-    *,
-    special_ids: Iterable[int],
-    mask_id: int,
-    vocab_size: int,
-    generator: torch.Generator | None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Mean cross-entropy over the predicted tokens of `objective`, and logging stats, without host sync.
+@dataclass(frozen=True)
+class LossSums:
+    """Sums over the predicted tokens of a batch, so that micro-batches and ranks add up exactly."""
+
+    loss: Tensor  # () fp32 sum of the per-token cross-entropies, with grad
+    correct: Tensor  # () count of predicted tokens whose target has the largest logit, detached
+    tokens: Tensor  # () int64 count of predicted tokens
+
+
+def loss_sums(model: nn.Module, input_ids: Tensor, doc_ids: Tensor, objective: Objective, vocab: Vocab,
+              generator: torch.Generator | None) -> LossSums:
+    """Cross-entropy summed over the predicted tokens of `objective`, without host sync beyond `prepare`.
 
     The model runs with the objective's attention (`causal`), document masks (`doc_ids`) and the LM head only at
-    the predicted positions. Cross-entropy is in fp32 whatever the logits' dtype. A batch with nothing to predict
-    gives a loss of 0 (not NaN). Stats (detached tensors): `tokens` (int64 count of predicted tokens), `accuracy`
-    (fraction of them whose target has the largest logit) and `loss`. For a global mean over ranks or
-    micro-batches, weight each loss by its `tokens`.
+    the predicted positions; the cross-entropy is in fp32 whatever the logits' dtype. A mean is `loss / tokens`
+    (0 tokens: nothing to predict, and a sum of 0).
     """
-    inputs = prepare(
-        objective, input_ids, doc_ids, special_ids=special_ids, mask_id=mask_id, vocab_size=vocab_size,
-        generator=generator,
-    )
-    loss_sum, correct = model(
+    inputs = objective.prepare(input_ids, doc_ids, vocab, generator)
+    loss, correct = model(
         inputs.input_ids, causal=objective.causal, doc_ids=doc_ids, output_positions=inputs.positions,
         targets=inputs.targets,
     )  # the LM head and its cross-entropy fused (model/lm_loss.py): no (N, V) logits kept
-    tokens = (inputs.labels != IGNORE_INDEX).sum()  # on device: no sync
-    denom = tokens.clamp_min(1).float()
-    loss = loss_sum / denom
-    accuracy = correct.float() / denom
-    return loss, {"loss": loss.detach(), "tokens": tokens, "accuracy": accuracy}
+    return LossSums(loss=loss, correct=correct.detach(), tokens=(inputs.labels != IGNORE_INDEX).sum())  # no sync
 
 
 # ---- schedules of objectives -------------------------------------------------------------------------------
@@ -272,7 +229,7 @@ class Mix:
 
     def pick(self, step: int, seed: int) -> Objective:
         weights = torch.tensor([w for _, w in self.parts], dtype=torch.float64)
-        gen = torch.Generator().manual_seed(seed * 7_919 + step)
+        gen = torch.Generator().manual_seed(derive_seed("objective-mix", seed, step))
         return self.parts[int(torch.multinomial(weights, 1, generator=gen))][0]
 
 
@@ -296,6 +253,47 @@ class Phase:
         return {"objective": self.objective.name, "start": self.start, "end": self.end, "steps": self.end - self.start}
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """'mlm40' or 'clm:25%,mlm40:75%' or 'clm:10000,mlm40:rest', parsed: what each phase trains and its length.
+
+    Each part is OBJECTIVE[:LENGTH]; LENGTH is a percentage of the run ('25%'), a number of steps ('1000') or
+    'rest' (what is left; also the meaning of a missing length on the last part). OBJECTIVE may be a per-batch mix,
+    'mix(clm=1,mlm40=3)'. `text` is what the user wrote, and what configs and checkpoints store.
+    """
+
+    text: str
+    parts: tuple[tuple[Objective | Mix, str | None], ...]  # length as written; None: the rest of the run
+
+    @classmethod
+    def parse(cls, text: str) -> Schedule:
+        parts = [_name_and_length(p) for p in _split_top_level(text)]
+        if not parts:
+            raise ObjectiveError("empty objective schedule: give e.g. 'mlm40' or 'clm:25%,mlm40:75%'")
+        for k, (_, length) in enumerate(parts):
+            if length is None and k != len(parts) - 1:
+                raise ObjectiveError(f"in {text!r}: only the last phase may omit its length or say 'rest'")
+            if length is not None and not length.isdigit() and not (length.endswith("%") and _is_number(length[:-1])):
+                raise ObjectiveError(f"in {text!r}: length {length!r} must be a percentage ('25%'), steps ('1000') "
+                                     "or 'rest'")
+        return cls(text, tuple((parse_phase_objective(name), length) for name, length in parts))
+
+    def phases(self, total_steps: int) -> list[Phase]:
+        """Consecutive phases covering the run's `total_steps` steps; the lengths must add up to it."""
+        lengths = [None if n is None else round(float(n[:-1]) / 100 * total_steps) if n.endswith("%") else int(n)
+                   for _, n in self.parts]
+        if lengths[-1] is None:
+            lengths[-1] = total_steps - sum(n for n in lengths if n is not None)
+        if sum(lengths) != total_steps or any(n <= 0 for n in lengths):  # type: ignore[operator]
+            raise ObjectiveError(f"phases {self.text!r} give {lengths} steps, which must be positive and add up to "
+                                 f"the run's {total_steps} steps (train.steps)")
+        phases, start = [], 0
+        for k, ((objective, _), n) in enumerate(zip(self.parts, lengths)):
+            phases.append(Phase(k, objective, start, start + n))  # type: ignore[operator]
+            start += n  # type: ignore[operator]
+        return phases
+
+
 def parse_objective(text: str) -> Objective:
     """'clm', 'mlm' (40%, the paper's default), 'mlm30', 'mlm15_801010' (BERT-style corruption)."""
     name = text.strip().lower()
@@ -305,12 +303,8 @@ def parse_objective(text: str) -> Objective:
         rest, strategy = name[3:], "mask"
         if rest.endswith("_801010"):
             rest, strategy = rest[: -len("_801010")], "80-10-10"
-        try:
-            rate = float(rest) / 100 if rest else 0.4
-        except ValueError:
-            rate = None
-        if rate is not None:
-            return MLM(rate, strategy)  # type: ignore[arg-type]
+        if rest == "" or _is_number(rest):
+            return MLM(float(rest) / 100 if rest else 0.4, strategy)  # type: ignore[arg-type]
     raise ObjectiveError(f"unknown objective {text!r}: use 'clm', 'mlm' or 'mlmNN' (NN = mask percentage, e.g. "
                          "'mlm40'), optionally with '_801010' for BERT's 80/10/10 corruption")
 
@@ -321,10 +315,7 @@ def parse_mix(text: str) -> Mix:
     parts = []
     for item in (i.strip() for i in inner.split(",") if i.strip()):
         name, sep, weight = item.partition("=")
-        try:
-            w = float(weight) if sep else 1.0
-        except ValueError:
-            w = -1.0
+        w = (float(weight) if _is_number(weight) else -1.0) if sep else 1.0
         if not w > 0:
             raise ObjectiveError(f"in {text!r}: weight of {name!r} must be a positive number, got {weight!r}")
         parts.append((parse_objective(name), w))
@@ -333,66 +324,24 @@ def parse_mix(text: str) -> Mix:
     return Mix(tuple(parts))
 
 
-def _split_top_level(text: str) -> list[str]:
-    """Split on commas outside parentheses, so 'mix(clm,mlm40):50%,mlm40' has two parts."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        depth += (ch == "(") - (ch == ")")
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    return [p.strip() for p in [*parts, current] if p.strip()]
-
-
-def _name_and_length(part: str) -> tuple[str, str | None]:
-    """'clm:25%' -> ('clm', '25%'); 'mix(clm,mlm40)' -> (..., None): a colon inside the parentheses is not a length."""
-    name, sep, length = part.rpartition(":")
-    if not sep or ")" in length:
-        return part.strip(), None
-    return name.strip(), length.strip().lower()
-
-
 def parse_phase_objective(name: str) -> Objective | Mix:
     """What one phase trains: an objective ('mlm40') or a per-batch mix ('mix(clm=1,mlm40=3)')."""
     return parse_mix(name) if name.lower().startswith("mix(") else parse_objective(name)
 
 
-def parse_schedule(text: str, total_steps: int) -> list[Phase]:
-    """'mlm40' or 'clm:25%,mlm40:75%' or 'clm:10000,mlm40:rest' -> consecutive phases covering every step.
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas outside parentheses (mixes do not nest), so 'mix(clm,mlm40):50%,mlm40' has two parts."""
+    return [p.strip() for p in re.split(r",(?![^(]*\))", text) if p.strip()]
 
-    Each part is OBJECTIVE[:LENGTH]; LENGTH is a percentage of the run, a number of steps, or 'rest' (what is
-    left; also the meaning of a missing length on the last part). The lengths must add up to the run. OBJECTIVE
-    may be a per-batch mix, 'mix(clm=1,mlm40=3)'.
-    """
-    parts = [_name_and_length(p) for p in _split_top_level(text)]
-    if not parts:
-        raise ObjectiveError("empty objective schedule: give e.g. 'mlm40' or 'clm:25%,mlm40:75%'")
-    lengths: list[int | None] = []
-    for k, (_, length) in enumerate(parts):
-        if length is None or length == "rest":
-            if k != len(parts) - 1:
-                raise ObjectiveError(f"in {text!r}: only the last phase may omit its length or say 'rest'")
-            lengths.append(None)
-        elif length.endswith("%") and _is_number(length[:-1]):
-            lengths.append(round(float(length[:-1]) / 100 * total_steps))
-        elif length.isdigit():
-            lengths.append(int(length))
-        else:
-            raise ObjectiveError(f"in {text!r}: length {length!r} must be a percentage ('25%'), steps ('1000') "
-                                 "or 'rest'")
-    if lengths[-1] is None:
-        lengths[-1] = total_steps - sum(n for n in lengths if n is not None)
-    if sum(lengths) != total_steps or any(n <= 0 for n in lengths):  # type: ignore[operator]
-        raise ObjectiveError(f"phases {text!r} give {lengths} steps, which must be positive and add up to the "
-                             f"run's {total_steps} steps")
-    phases, start = [], 0
-    for k, ((name, _), n) in enumerate(zip(parts, lengths)):
-        objective = parse_phase_objective(name)
-        phases.append(Phase(k, objective, start, start + n))  # type: ignore[operator]
-        start += n  # type: ignore[operator]
-    return phases
+
+def _name_and_length(part: str) -> tuple[str, str | None]:
+    """'clm:25%' -> ('clm', '25%'); 'clm:rest' and 'mix(clm,mlm40)' -> (..., None): a colon inside the parentheses
+    is not a length."""
+    name, sep, length = part.rpartition(":")
+    if not sep or ")" in length:
+        return part.strip(), None
+    length = length.strip().lower()
+    return name.strip(), None if length == "rest" else length
 
 
 def _is_number(text: str) -> bool:
@@ -411,22 +360,20 @@ def phase_at(phases: list[Phase], step: int) -> Phase:
 
 
 __all__ = [
-    "Mix",
-    "parse_mix",
     "CLM",
     "IGNORE_INDEX",
-    "MLM",
-    "CLMInputs",
     "LMInputs",
-    "MLMInputs",
+    "LossSums",
+    "MLM",
+    "Mix",
     "Objective",
     "ObjectiveError",
     "Phase",
-    "objective_loss",
+    "Schedule",
+    "Vocab",
+    "loss_sums",
+    "parse_mix",
     "parse_objective",
-    "parse_schedule",
+    "parse_phase_objective",
     "phase_at",
-    "prepare",
-    "prepare_clm",
-    "prepare_mlm",
 ]

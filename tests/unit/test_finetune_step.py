@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from encoderlab.evaluation.finetune import LossCurve, Run, scored_record, training_batches
+from encoderlab.evaluation.finetune import LossCurve, Run, scored_record
 from encoderlab.evaluation.protocol import EvalOptim, Protocol
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
@@ -49,9 +49,9 @@ class _Task:
         return {"score": float(head.weight.sum()) if split == "test" else math.nan}
 
 
-def test_training_batches_go_on_epoch_after_epoch_each_in_a_new_order():
+def test_epoch_batches_go_on_epoch_after_epoch_each_in_a_new_order():
     task = _Task(10)
-    stream = training_batches(task, 4, seed=3)
+    stream = task.epoch_batches(4, seed=3)
     epochs = [[next(stream)["ids"] for _ in range(3)] for _ in range(3)]  # 10 examples: batches of 4, 4, 2
     assert all(torch.equal(a, b["ids"]) for a, b in zip(epochs[0], task.train_batches(4, 3)))
     assert all(sorted(torch.cat(e).tolist()) == list(range(10)) for e in epochs)

@@ -11,14 +11,7 @@ import encoderlab.model.transformer as transformer_module
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.objectives import (
-    CLM,
-    IGNORE_INDEX,
-    MLM,
-    objective_loss,
-    prepare_clm,
-    prepare_mlm,
-)
+from encoderlab.objectives import CLM, IGNORE_INDEX, MLM, Vocab, loss_sums
 
 BOS, EOS, PAD, MASK = 0, 1, 2, 3
 SPECIALS = [BOS, EOS, PAD, MASK]
@@ -41,8 +34,12 @@ def tokens(B: int, T: int, seed: int = 0, vocab: int = V, special_share: float =
 
 
 def mlm(x: torch.Tensor, rate: float = 0.4, seed: int = 0, strategy: str = "mask", vocab: int = V):
-    return prepare_mlm(x, mask_rate=rate, mask_id=MASK, special_ids=SPECIALS, vocab_size=vocab,
-                       generator=gen(seed, x.device.type), strategy=strategy)
+    return MLM(rate, strategy).prepare(x, torch.zeros_like(x), Vocab(vocab, MASK, tuple(SPECIALS)),
+                                       gen(seed, x.device.type))  # type: ignore[arg-type]
+
+
+def clm(x: torch.Tensor, docs: torch.Tensor):
+    return CLM().prepare(x, docs, Vocab(V, MASK, tuple(SPECIALS)), None)
 
 
 def packed(B: int, T: int, seed: int = 0, vocab: int = V) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,8 +72,7 @@ def model(dtype: torch.dtype = torch.float32) -> TransformerLM:
 
 
 def loss_of(m: TransformerLM, x, docs, objective, seed: int = 0):
-    return objective_loss(m, x, docs, objective, special_ids=SPECIALS, mask_id=MASK, vocab_size=CFG.vocab_size,
-                          generator=gen(seed))
+    return loss_sums(m, x, docs, objective, Vocab(CFG.vocab_size, MASK, tuple(SPECIALS)), gen(seed))
 
 
 # ---- objectives as data ------------------------------------------------------------------------------------
@@ -141,7 +137,7 @@ def test_labels_are_the_original_at_masked_positions_and_minus_100_elsewhere():
 
 def test_positions_are_sorted_and_match_labels():
     x = tokens(4, 300, special_share=0.2)
-    for out in (mlm(x), prepare_clm(*packed(4, 300))):
+    for out in (mlm(x), clm(*packed(4, 300))):
         flat = out.labels.flatten()
         assert out.positions.dtype == torch.int64 and out.positions.dim() == 1
         assert (out.positions[1:] > out.positions[:-1]).all()
@@ -170,8 +166,7 @@ def test_80_10_10_proportions_and_random_tokens_never_special():
 def test_80_10_10_random_tokens_cover_the_non_special_vocabulary_uniformly():
     vocab, specials = 20, [0, 5, 7, 19]  # specials scattered through the vocabulary, not just a prefix
     x = torch.randint(0, vocab, (200, 1000), generator=gen(DATA_SEED))
-    out = prepare_mlm(x, mask_rate=0.5, mask_id=7, special_ids=specials, vocab_size=vocab, generator=gen(2),
-                      strategy="80-10-10")
+    out = MLM(0.5, "80-10-10").prepare(x, torch.zeros_like(x), Vocab(vocab, 7, tuple(specials)), gen(2))
     selected = out.labels != IGNORE_INDEX
     random = out.input_ids[selected & (out.input_ids != 7) & (out.input_ids != x)]
     assert not torch.isin(random, torch.tensor(specials)).any()
@@ -196,18 +191,19 @@ def test_same_seed_same_masks_different_seed_different_masks():
 
 def test_mask_id_missing_from_special_ids_is_still_never_selected():
     x = torch.full((10, 100), MASK)
-    out = prepare_mlm(x, mask_rate=0.5, mask_id=MASK, special_ids=[BOS], vocab_size=V, generator=gen())
+    out = MLM(0.5).prepare(x, torch.zeros_like(x), Vocab(V, MASK, (BOS,)), gen())
     assert out.positions.numel() == 0
 
 
 def test_bad_arguments_are_refused():
     x = tokens(2, 10)
-    with pytest.raises(EncoderlabError, match="mask_rate"):
-        prepare_mlm(x, mask_rate=0.0, mask_id=MASK, special_ids=SPECIALS, vocab_size=V, generator=gen())
+    docs = torch.zeros_like(x)
     with pytest.raises(EncoderlabError, match="outside the vocabulary"):
-        prepare_mlm(x, mask_rate=0.4, mask_id=V, special_ids=SPECIALS, vocab_size=V, generator=gen())
+        MLM(0.4).prepare(x, docs, Vocab(V, V, tuple(SPECIALS)), gen())
+    with pytest.raises(EncoderlabError, match="no mask token|has none"):
+        MLM(0.4).prepare(x, docs, Vocab(V, None, (BOS, EOS)), gen())
     with pytest.raises(EncoderlabError, match="special"):
-        prepare_mlm(x, mask_rate=0.4, mask_id=3, special_ids=range(4), vocab_size=4, generator=gen())
+        MLM(0.4).prepare(x, docs, Vocab(4, 3, (0, 1, 2, 3)), gen())
 
 
 # ---- CLM ---------------------------------------------------------------------------------------------------
@@ -216,7 +212,7 @@ def test_bad_arguments_are_refused():
 def test_clm_labels_are_the_next_token_of_the_same_document():
     x, docs = packed(6, 120)
     assert all(len(docs[b].unique()) >= 10 for b in range(6))  # many documents per row
-    out = prepare_clm(x, docs)
+    out = clm(x, docs)
     assert torch.equal(out.input_ids, x)
     assert (out.labels[:, -1] == IGNORE_INDEX).all()
     same = docs[:, 1:] == docs[:, :-1]
@@ -231,27 +227,17 @@ def test_clm_labels_are_the_next_token_of_the_same_document():
 def test_clm_hand_built_example():
     x = torch.tensor([[BOS, 10, 11, EOS, BOS, 12, EOS, BOS, 13]])
     docs = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 2, 2]])
-    out = prepare_clm(x, docs)
+    out = clm(x, docs)
     assert out.labels.tolist() == [[10, 11, EOS, -100, 12, EOS, -100, 13, -100]]
     assert out.positions.tolist() == [0, 1, 2, 4, 5, 7]
     assert out.targets.tolist() == [10, 11, EOS, 12, EOS, 13]
-
-
-def test_clm_pad_is_never_a_target():
-    x = torch.tensor([[BOS, 10, EOS, PAD, PAD]])
-    out = prepare_clm(x, torch.tensor([[0, 0, 0, 1, 1]]), pad_id=PAD)
-    assert out.labels.tolist() == [[10, EOS, -100, -100, -100]]
 
 
 # ---- loss --------------------------------------------------------------------------------------------------
 
 
 def dense_reference(m, x, docs, objective, seed: int = 0):
-    if isinstance(objective, MLM):
-        inputs = prepare_mlm(x, mask_rate=objective.mask_rate, mask_id=MASK, special_ids=SPECIALS,
-                             vocab_size=CFG.vocab_size, generator=gen(seed), strategy=objective.strategy)
-    else:
-        inputs = prepare_clm(x, docs)
+    inputs = objective.prepare(x, docs, Vocab(CFG.vocab_size, MASK, tuple(SPECIALS)), gen(seed))
     logits = m(inputs.input_ids, causal=objective.causal, doc_ids=docs)  # (B, T, V): every position
     labels = inputs.labels
     loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
@@ -260,16 +246,15 @@ def dense_reference(m, x, docs, objective, seed: int = 0):
 
 
 @pytest.mark.parametrize("objective", [MLM(0.4), MLM(0.2, "80-10-10"), CLM()], ids=lambda o: o.name)
-def test_objective_loss_equals_dense_reference(objective):
+def test_loss_sums_equal_dense_reference(objective):
     m = model()
     x, docs = packed(3, 64, vocab=CFG.vocab_size)
-    loss, stats = loss_of(m, x, docs, objective, seed=3)
+    sums = loss_of(m, x, docs, objective, seed=3)
     ref, acc, n = dense_reference(m, x, docs, objective, seed=3)
-    assert loss.dtype == torch.float32 and loss.dim() == 0
-    assert abs(loss.item() - ref.item()) < 1e-5
-    assert torch.equal(stats["tokens"], n)
-    assert abs(stats["accuracy"].item() - acc.item()) < 1e-6
-    assert not stats["accuracy"].requires_grad and not stats["loss"].requires_grad
+    assert sums.loss.dtype == torch.float32 and sums.loss.dim() == 0 and sums.loss.requires_grad
+    assert torch.equal(sums.tokens, n) and n > 20
+    assert abs(sums.loss.item() - ref.item() * n.item()) < 1e-5 * n.item()  # a sum over the tokens, not a mean
+    assert sums.correct.item() == round(acc.item() * n.item()) and not sums.correct.requires_grad
 
 
 def test_mlm_lm_head_runs_only_at_masked_positions():
@@ -286,45 +271,42 @@ def test_mlm_lm_head_runs_only_at_masked_positions():
 
     transformer_module.fused_linear_cross_entropy = spy
     try:
-        loss, stats = loss_of(m, x, docs, MLM(0.4))
+        sums = loss_of(m, x, docs, MLM(0.4))
     finally:
         transformer_module.fused_linear_cross_entropy = real
-    n = int(stats["tokens"])
+    n = int(sums.tokens)
     assert 0 < n < x.numel() // 2
     assert seen == [(n, CFG.hidden_size)]
     # Poisoning the logits at every unmasked position of the dense output leaves the reference loss unchanged,
     # and the sparse loss equals it.
-    inputs = prepare_mlm(x, mask_rate=0.4, mask_id=MASK, special_ids=SPECIALS, vocab_size=CFG.vocab_size,
-                         generator=gen())
+    inputs = MLM(0.4).prepare(x, docs, Vocab(CFG.vocab_size, MASK, tuple(SPECIALS)), gen())
     logits = m(inputs.input_ids, causal=False, doc_ids=docs)
     unmasked = inputs.labels == IGNORE_INDEX
     poisoned = torch.where(unmasked[..., None], torch.full_like(logits, 1e4), logits)
     ref = F.cross_entropy(poisoned.flatten(0, 1), inputs.labels.flatten(), ignore_index=IGNORE_INDEX)
-    assert abs(loss.item() - ref.item()) < 1e-5
+    assert abs(sums.loss.item() / n - ref.item()) < 1e-5
 
 
 def test_loss_is_fp32_under_bf16_logits():
     m = model(torch.bfloat16)
     x, docs = packed(2, 48, vocab=CFG.vocab_size)
     for objective in (MLM(0.4), CLM()):
-        loss, stats = loss_of(m, x, docs, objective)
-        assert loss.dtype == torch.float32 and stats["accuracy"].dtype == torch.float32
-        inputs = (prepare_clm(x, docs) if objective.causal else
-                  prepare_mlm(x, mask_rate=0.4, mask_id=MASK, special_ids=SPECIALS, vocab_size=CFG.vocab_size,
-                              generator=gen()))
+        sums = loss_of(m, x, docs, objective)
+        assert sums.loss.dtype == torch.float32
+        inputs = objective.prepare(x, docs, Vocab(CFG.vocab_size, MASK, tuple(SPECIALS)), gen())
         logits = m(inputs.input_ids, causal=objective.causal, doc_ids=docs, output_positions=inputs.positions)
         assert logits.dtype == torch.bfloat16
         # fp32 statistics: off by the rounding of one bf16 probability per row at most (model/lm_loss.py), where a
         # bf16 log-softmax would be off by ~1e-2.
-        assert abs(loss.item() - F.cross_entropy(logits.float(), inputs.targets).item()) < 2**-8
+        mean = sums.loss.item() / sums.tokens.item()
+        assert abs(mean - F.cross_entropy(logits.float(), inputs.targets).item()) < 2**-8
 
 
 @pytest.mark.parametrize("objective", [MLM(0.4), CLM()], ids=lambda o: o.name)
 def test_gradient_flows_to_every_parameter(objective):
     m = model()
     x, docs = packed(2, 48, vocab=CFG.vocab_size)
-    loss, _ = loss_of(m, x, docs, objective)
-    loss.backward()
+    loss_of(m, x, docs, objective).loss.backward()
     for name, p in m.named_parameters():
         assert p.grad is not None, name
         assert torch.isfinite(p.grad).all(), name
@@ -336,9 +318,9 @@ def test_nothing_to_predict_gives_zero_loss_not_nan():
     x = torch.full((2, 16), PAD)
     docs = torch.arange(32).view(2, 16)  # every token its own document: CLM has no target either
     for objective in (MLM(0.4), CLM()):
-        loss, stats = loss_of(m, x, docs, objective)
-        assert loss.item() == 0.0 and stats["tokens"].item() == 0 and stats["accuracy"].item() == 0.0
-        loss.backward()
+        sums = loss_of(m, x, docs, objective)
+        assert sums.loss.item() == 0.0 and sums.tokens.item() == 0 and sums.correct.item() == 0
+        sums.loss.backward()
 
 
 @pytest.mark.gpu
@@ -351,7 +333,6 @@ def test_cuda_generator_masks_on_device_and_loss_matches_cpu():
     assert not (out.input_ids[(out.labels != IGNORE_INDEX) & (out.input_ids != MASK)] < len(SPECIALS)).any()
     m = model().cuda()
     xs, docs = packed(2, 64, vocab=CFG.vocab_size)
-    loss, _ = objective_loss(m, xs.cuda(), docs.cuda(), CLM(), special_ids=SPECIALS, mask_id=MASK,
-                                 vocab_size=CFG.vocab_size, generator=gen(0, "cuda"))
-    ref, _ = loss_of(model(), xs, docs, CLM())
-    assert abs(loss.item() - ref.item()) < 1e-4
+    sums = loss_sums(m, xs.cuda(), docs.cuda(), CLM(), Vocab(CFG.vocab_size, MASK, tuple(SPECIALS)), gen(0, "cuda"))
+    ref = loss_of(model(), xs, docs, CLM())
+    assert abs(sums.loss.item() - ref.loss.item()) < 1e-4 * ref.tokens.item()

@@ -201,16 +201,37 @@ def test_mixed_phase_logs_each_objective(tmp_path, packed_dir):
     assert all("mlm40/loss" in r for r in records[6:])
 
 
-@pytest.mark.parametrize("over, message", [
-    ({"objective": "mlm0"}, "strictly between 0 and 1"),
-    ({"objective": "mlm100"}, "strictly between 0 and 1"),
-    ({"objective": "clm:50%,mlm40:40%"}, "add up to"),
-    ({"objective": "xlm"}, "unknown objective"),
+@pytest.mark.parametrize("objective, message", [
+    ("mlm0", "strictly between 0 and 1"),
+    ("mlm100", "strictly between 0 and 1"),
+    ("clm:50%,mlm40:40%", r"give \[5, 4\] steps, which must be positive and add up to the run's 10 steps"),
+    ("clm:8,mlm40:3", r"give \[8, 3\] steps"),
+    ("clm:12,mlm40", r"give \[12, -2\] steps"),
+    ("clm,mlm40", "only the last phase may omit its length"),
+    ("clm:1/2,mlm40", "length '1/2' must be a percentage"),
+    ("mix(clm):50%,mlm40", "mixes fewer than two objectives"),
+    ("xlm", "unknown objective 'xlm': use 'clm', 'mlm' or 'mlmNN'"),
+    (7, "must be a schedule such as 'mlm40'"),
 ])
-def test_bad_objectives_fail_before_work(tmp_path, packed_dir, over, message):
-    with pytest.raises(EncoderlabError, match=message):
-        Trainer(make_config(tmp_path, packed_dir, **over), show_progress=False)
-    assert not (tmp_path / "run").exists()
+def test_bad_objectives_are_config_errors_naming_the_key(tmp_path, packed_dir, objective, message):
+    """Schedule errors fail in config validation, one line naming the key and the value like every config error."""
+    with pytest.raises(ConfigError, match=message) as info:
+        make_config(tmp_path, packed_dir, objective=objective)
+    line = str(info.value).splitlines()[1].strip()
+    assert line.startswith("objective: ") and line.endswith(f"(got {objective!r})")
+    if message.startswith("give"):
+        return
+    with pytest.raises(ConfigError, match=r"train\.steps: .*greater than 0"):  # a bad train.steps is the error
+        make_config(tmp_path, packed_dir, steps=0, objective="clm:50%,mlm40:50%")
+
+
+def test_schedule_reads_and_writes_as_the_users_string(tmp_path, packed_dir):
+    cfg = make_config(tmp_path, packed_dir, steps=12, objective="clm:25%,mix(clm=1,mlm30=3):3,mlm40:rest")
+    assert [(p.objective.name, p.start, p.end) for p in cfg.phases] == [
+        ("clm", 0, 3), ("mix(clm=1,mlm30=3)", 3, 6), ("mlm40", 6, 12)]
+    assert cfg.model_dump(mode="json")["objective"] == "clm:25%,mix(clm=1,mlm30=3):3,mlm40:rest"
+    assert validate(PretrainConfig, cfg.model_dump(mode="json"), "again").phases == cfg.phases
+    assert make_config(tmp_path, packed_dir, objective="mlm40").phases == make_config(tmp_path, packed_dir).phases
 
 
 def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packed_dir):
@@ -224,8 +245,8 @@ def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packe
         Trainer(cfg, show_progress=False)
     meta = {"seq_len": 64, "tokenizer": {"mask_id": None}}
     with pytest.raises(EncoderlabError, match="no mask token"):
-        check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.parse_schedule("clm:50%,mlm", 10))
-    check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.parse_schedule("clm", 10))
+        check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.Schedule.parse("clm:50%,mlm").phases(10))
+    check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.Schedule.parse("clm").phases(10))
 
 
 def test_a_tiny_model_overfits_one_batch():
@@ -240,8 +261,8 @@ def test_a_tiny_model_overfits_one_batch():
     docs = torch.zeros_like(ids)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     for _ in range(150):
-        loss, _ = objectives.objective_loss(model, ids, docs, objectives.CLM(), special_ids=[0, 1, 2, 3], mask_id=3,
-                                            vocab_size=64, generator=None)
+        sums = objectives.loss_sums(model, ids, docs, objectives.CLM(), objectives.Vocab(64, 3, (0, 1, 2, 3)), None)
+        loss = sums.loss / sums.tokens
         opt.zero_grad()
         loss.backward()
         opt.step()

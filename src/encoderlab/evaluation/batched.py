@@ -1,7 +1,7 @@
 """K fine-tuning runs of one (checkpoint, task) grid trained together, as one computation per step.
 
 Each run is trained with finetune.py's pieces, as `finetune.finetune` trains it: its seed's data order
-(`training_batches`), its seeded head, its LR times the protocol's schedule, its own AdamW (`build_adamw` over its
+(`task.epoch_batches`), its seeded head, its LR times the protocol's schedule, its own AdamW (`build_adamw` over its
 rows of the stacks), its own gradient clipping (the same global norm over its own parameters, vectorised here), its
 loss curve and its records (a NaN/inf loss records the run as failed and drops it from the group; the others go on).
 What is shared is the work: the parameters of the K runs are stacked along a leading K dimension and one
@@ -45,7 +45,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation.finetune import (LossCurve, attention_for, diverged_record, lr_factor, planned_steps,
-                                            scored_record, seeded_head, to_device, training_batches)
+                                            scored_record, seeded_head, to_device)
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
@@ -113,7 +113,7 @@ class Group:
         self.curves = [LossCurve(protocol, self.total) for _ in self.runs]
         self.finished: dict[int, dict] = {}  # run index -> failed record body
         self.alive = list(range(K))  # the runs still training
-        self.iterators = {seed: training_batches(task, protocol.batch_size, seed) for _, seed in self.runs}
+        self.iterators = {seed: task.epoch_batches(protocol.batch_size, seed) for _, seed in self.runs}
         self.started = time.perf_counter()
         self.call_overhead = CALL_OVERHEAD_TOKENS.get(device.type, 64)
         self._grad = vmap(grad_and_value(self._loss), in_dims=(0, None, 0))

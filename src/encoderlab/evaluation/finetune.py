@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -58,18 +57,6 @@ def lr_factor(step: int, total: int, protocol: Protocol) -> float:
     if protocol.decay == "constant":
         return 1.0
     return max(0.0, (total - step) / max(1, total - warmup))
-
-
-def training_batches(task: EvalTask, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
-    """One batch per step, without end: the seed's order, then a new seeded order for each further epoch."""
-    batches, taken = task.train_batches(batch_size, seed), 0
-    while True:
-        batch = next(batches, None)
-        if batch is None:
-            batches = task.train_batches(batch_size, seed + 1_000 * (taken + 1))
-            continue
-        taken += 1
-        yield batch
 
 
 def seeded_head(task: EvalTask, hidden_size: int, seed: int) -> nn.Module:
@@ -159,7 +146,7 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
     run = Run(task, model_cfg, weights, seed, protocol, device)
     total = planned_steps(task, protocol)
     curve = LossCurve(protocol, total)
-    batches = training_batches(task, protocol.batch_size, seed)
+    batches = task.epoch_batches(protocol.batch_size, seed)
     for step in range(total):
         loss = run.step(next(batches), lr * lr_factor(step, total, protocol))
         if not torch.isfinite(loss):

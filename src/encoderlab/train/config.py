@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationInfo, WithJsonSchema,
+                      field_validator, model_validator)
 
 from encoderlab.errors import EncoderlabError
-
+from encoderlab.objectives import Phase, Schedule
 from encoderlab.train.schedule import LRSchedule
 
 
@@ -98,16 +99,40 @@ class TrainSection(_Section):
         return self.global_batch_tokens // seq_len
 
 
+def _schedule(value: object) -> Schedule:
+    if not isinstance(value, str):
+        raise ValueError("must be a schedule such as 'mlm40' or 'clm:25%,mlm40:75%'")
+    return Schedule.parse(value)
+
+
+# Written and read as the user's string ('clm:25%,mlm40:75%'), held parsed: its errors are config errors.
+ObjectiveSchedule = Annotated[Schedule, PlainValidator(_schedule), PlainSerializer(lambda s: s.text, return_type=str),
+                              WithJsonSchema({"type": "string"})]
+
+
 class PretrainConfig(_Section):
     name: str = "run"
     out_dir: str = Field("runs", description="the run folder is OUT_DIR/NAME")
     data: DataSection = DataSection()
     model: ModelSection = ModelSection()
-    objective: str = Field("mlm40", description="e.g. 'mlm40', 'clm', or phases 'clm:25%,mlm40:75%'")
     init: InitSection = InitSection()
     optim: OptimSection = OptimSection()
     lr_schedule: LRSchedule = LRSchedule()
     train: TrainSection
+    # After `train`: its lengths are checked against train.steps, which pydantic has validated by then.
+    objective: ObjectiveSchedule = Field("mlm40", validate_default=True,
+                                         description="e.g. 'mlm40', 'clm', or phases 'clm:25%,mlm40:75%'")
+
+    @field_validator("objective")
+    @classmethod
+    def _fits_the_run(cls, schedule: Schedule, info: ValidationInfo) -> Schedule:
+        if "train" in info.data:  # else train's own error is reported
+            schedule.phases(info.data["train"].steps)
+        return schedule
+
+    @property
+    def phases(self) -> list[Phase]:
+        return self.objective.phases(self.train.steps)
 
     @property
     def run_dir(self) -> Path:

@@ -21,6 +21,7 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
+from encoderlab.seeds import derive_seed
 from encoderlab.train import checkpoint, distributed, optim
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress
@@ -49,7 +50,7 @@ def describe(cfg: PretrainConfig) -> dict:
     data = resolve_data(cfg.data.path)
     meta = json.loads((data / "meta.json").read_text())
     mcfg = model_config(cfg, meta["tokenizer"])
-    phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
+    phases = cfg.phases
     launched = distributed.torchrun_world()
     check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
@@ -108,10 +109,10 @@ class Trainer:
         self.train_data = PackedDataset(data_root, "train")
         self.val_data = PackedDataset(data_root, "validation")
         tok = self.train_data.meta["tokenizer"]
-        self.special_ids, self.mask_id, self.vocab_size = sorted({tok["bos_id"], tok["eos_id"], tok["pad_id"],
-                                                                  tok["mask_id"]}), tok["mask_id"], tok["vocab_size"]
+        specials = {tok["bos_id"], tok["eos_id"], tok["pad_id"], tok["mask_id"]} - {None}
+        self.vocab = objectives.Vocab(tok["vocab_size"], tok["mask_id"], tuple(sorted(specials)))
         self.model_cfg = model_config(cfg, tok)
-        self.phases = objectives.parse_schedule(cfg.objective, cfg.train.steps)
+        self.phases = cfg.phases
         self.world, self.device = distributed.init(cfg.train.parallel, resolve_device(cfg.train.device))
         if not self.world.is_main:  # one voice per run: rank 0 logs and shows progress
             self.log, self.show_progress = (lambda message: None), False
@@ -176,7 +177,7 @@ class Trainer:
 
     def _generator(self, step: int, skip_rows: int = 0) -> torch.Generator:
         # Masks depend on (seed, step) only, so resuming reproduces them without saving RNG state.
-        gen = torch.Generator(self.device).manual_seed(self.cfg.train.seed * 1_000_003 + step)
+        gen = torch.Generator(self.device).manual_seed(derive_seed("mlm-mask", self.cfg.train.seed, step))
         return _skip(gen, skip_rows, self.train_data.seq_len)
 
     def train_step(self, objective) -> dict[str, torch.Tensor]:
@@ -194,15 +195,13 @@ class Trainer:
         for i, (ids, docs) in enumerate(micro_batches):
             with distributed.grad_sync(self.model, last_micro_batch=i == len(micro_batches) - 1):
                 with optim.autocast(self.cfg.train.dtype, self.device):
-                    loss, stats = objectives.objective_loss(
-                        self.model, ids, docs, objective, special_ids=self.special_ids, mask_id=self.mask_id,
-                        vocab_size=self.vocab_size, generator=gen)
+                    sums = objectives.loss_sums(self.model, ids, docs, objective, self.vocab, gen)
                 # Sum of per-token losses here; divided by the step's token count below, so the gradient is the
                 # exact token-weighted mean however the batch is split into micro-batches and ranks.
-                (loss * stats["tokens"]).backward()
-            total_tokens += stats["tokens"]
-            loss_sum += stats["loss"] * stats["tokens"]
-            correct += stats["accuracy"] * stats["tokens"]
+                sums.loss.backward()
+            total_tokens += sums.tokens
+            loss_sum += sums.loss.detach()
+            correct += sums.correct
         total_tokens, loss_sum, correct = distributed.sum_over_ranks(self.world, total_tokens, loss_sum, correct)
         denom = total_tokens.clamp_min(1).float()
         # DDP and FSDP2 average gradients over ranks: dividing by tokens / ranks makes that the sum over all tokens.
@@ -232,7 +231,9 @@ class Trainer:
             return {}
         self.module.eval()
         first = self.world.rank * share
-        gen = _skip(torch.Generator(self.device).manual_seed(12345), first, self.val_data.seq_len)
+        # The same masks for every run and step, whatever its seed: validation losses compare across runs.
+        gen = _skip(torch.Generator(self.device).manual_seed(derive_seed("validation-masks")), first,
+                    self.val_data.seq_len)
         total = torch.zeros((), dtype=torch.int64, device=self.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         micro = self.cfg.train.micro_batch or self.global_batch // self.world.size
@@ -240,11 +241,9 @@ class Trainer:
             ids, docs = (torch.from_numpy(a).to(self.device)
                          for a in self.val_data.windows(list(range(start, min(first + share, start + micro)))))
             with optim.autocast(self.cfg.train.dtype, self.device):
-                loss, stats = objectives.objective_loss(
-                    self.module, ids, docs, objective,
-                    special_ids=self.special_ids, mask_id=self.mask_id, vocab_size=self.vocab_size, generator=gen)
-            total += stats["tokens"]
-            loss_sum += loss.double() * stats["tokens"]
+                sums = objectives.loss_sums(self.module, ids, docs, objective, self.vocab, gen)
+            total += sums.tokens
+            loss_sum += sums.loss.double()
         total, loss_sum = distributed.sum_over_ranks(self.world, total, loss_sum)
         return {f"val/loss_{objective.name}": float(loss_sum / total.clamp_min(1))}
 
@@ -252,7 +251,7 @@ class Trainer:
 
     def _save(self, reason: str, phase) -> None:
         state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
-                 "schedule": self.cfg.objective,
+                 "schedule": self.cfg.objective.text,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
                  "total_steps": self.cfg.train.steps}
         path = distributed.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, state,

@@ -1,13 +1,14 @@
 """What every evaluation task family implements, so one fine-tuning loop and one sweep serve all four.
 
 A task is prepared once per tokenizer (tokenised splits cached on disk), then any number of runs use it: each run
-builds a fresh head, draws its training batches from `train_batches(batch_size, seed)` (one epoch, seeded order,
-length-bucketed so padding stays small), computes `loss(backbone, head, batch)`, and is scored with
+builds a fresh head, draws its training batches from `epoch_batches(batch_size, seed)` (epochs of `train_batches`:
+seeded orders, length-bucketed so padding stays small), computes `loss(backbone, head, batch)`, and is scored with
 `evaluate(backbone, head, split, batch_size)`. All fine-tuning uses bidirectional attention
 (`backbone(input_ids, causal=False, attention_mask=...)`), whatever the pretraining objective.
 """
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from torch import Tensor, nn
 from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
+from encoderlab.seeds import derive_seed
 
 class EvalTask(ABC):
     name: str  # e.g. "rt-polarity"
@@ -39,6 +41,12 @@ class EvalTask(ABC):
     @abstractmethod
     def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
         """One epoch of training batches in a seeded order (CPU tensors)."""
+
+    def epoch_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+        """Training batches without end, epoch after epoch, each epoch in its own order: epoch 0 in the order of
+        `seed`, epoch e > 0 in that of `derive_seed("epoch-order", seed, e)`: no two (seed, epoch) share an order."""
+        for epoch in itertools.count():
+            yield from self.train_batches(batch_size, seed if epoch == 0 else derive_seed("epoch-order", seed, epoch))
 
     @abstractmethod
     def loss(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
