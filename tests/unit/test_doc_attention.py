@@ -95,7 +95,8 @@ def test_every_form_equals_sdpa_with_repeated_kv_heads(form):
 @torch.no_grad()
 def test_flex_block_mask_equals_dense_mask(causal):
     """The GPU path's BlockMask (model/attention.py `Flex`) allows what the dense mask allows. Checked with
-    flex_attention's eager reference, forward only: CPU has no flex backward, and the compiled kernel needs a GPU to be worth it."""
+    flex_attention's eager reference, forward only: CPU has no flex backward, and the compiled kernel needs a GPU
+    to be worth it."""
     model = TransformerLM(CFG).eval()
     model.init_weights(0)
     docs = packed_docs(2, 96, mean=16, seed=4)
