@@ -77,3 +77,14 @@ def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir):
     bad = run_cli("pretrain", str(config), "--dry-run", "--set", f"data.path={packed_dir}", "--set", "objective=xlm",
                   home=tmp_path, check=False)
     assert bad.returncode == 2 and "unknown objective 'xlm'" in bad.stderr
+
+
+def test_the_default_protocol_and_demo_study_are_the_clones():
+    """Without --protocol a sweep uses configs/eval/demo.yaml of this clone (silently falling back to the built-in
+    defaults once gave full-size evaluation sets), and says so."""
+    from encoderlab.cli import commands as main
+
+    root = Path(__file__).resolve().parents[2]
+    assert root == main.CHECKOUT
+    assert main._default_protocol() == root / "configs" / "eval" / "demo.yaml"
+    assert (main.CHECKOUT / "configs" / "studies" / "demo.yaml").exists()

@@ -12,6 +12,8 @@ from encoderlab.errors import EncoderlabError
 
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
+# The clone this package runs from (src/encoderlab/cli/commands.py -> the root): its configs/ give the defaults.
+CHECKOUT = Path(__file__).resolve().parents[3]
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(study_app, name="study")
@@ -176,7 +178,7 @@ def demo(
     started = time.perf_counter()
     summary = prepare("offline", log=log)
     _render_prepare(summary)
-    study = study or Path(__file__).resolve().parents[2] / "configs" / "studies" / "demo.yaml"
+    study = study or CHECKOUT / "configs" / "studies" / "demo.yaml"
     if not study.exists():
         raise EncoderlabError(f"demo study not found at {study}; run the demo from a clone of encoderlab")
     spec, base = load_study(study)
@@ -252,12 +254,14 @@ def _protocol(path: Path | None, overrides: list[str]):
     from encoderlab.config import apply_overrides, load_yaml, validate
     from encoderlab.evaluation.protocol import Protocol
 
+    path = path or _default_protocol()
+    log(f"protocol: {path or 'the built-in defaults (no configs/eval/demo.yaml beside this install)'}")
     data = load_yaml(path) if path else {}
     return validate(Protocol, apply_overrides(data, overrides), str(path or "the default protocol"))
 
 
 def _default_protocol() -> Path | None:
-    path = Path(__file__).resolve().parents[2] / "configs" / "eval" / "demo.yaml"
+    path = CHECKOUT / "configs" / "eval" / "demo.yaml"
     return path if path.exists() else None
 
 
@@ -283,7 +287,7 @@ def sweep(
     specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
     if not specs:
         raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
-    proto = _protocol(protocol or _default_protocol(), overrides)
+    proto = _protocol(protocol, overrides)
     summary = run_sweep(checkpoint, specs, proto, out_dir, log=log, show_progress=not as_json,
                         cache_dir=_cache_dir(), engine=engine, workers=_workers(workers))
     emit(summary, as_json, _render_sweep)
@@ -303,7 +307,7 @@ def finetune_cmd(
     """One fine-tuning run (the sweep's unit): writes one result record."""
     from encoderlab.evaluation.sweep import run_sweep
 
-    proto = _protocol(protocol or _default_protocol(), [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
+    proto = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
     summary = run_sweep(checkpoint, [task], proto, out_dir, log=log, show_progress=False, cache_dir=_cache_dir())
     emit(summary, as_json, _render_sweep)
 
