@@ -4,9 +4,10 @@
 parameter name: written and read by train/distributed.py, whatever wraps the model and however many processes write
 or read it; the weights are stored once, below), the consolidated `model.safetensors` (Hugging Face parameter
 names, read by resume too), `model_config.json`, `tokenizer/` and `state.json` (step, phase, LR schedule position,
-data position, why it was written). Fine-tuning, export and `init.from_weights` read only the last four, so a weights-only checkpoint (an import) is the same folder without
-`dcp/`. No RNG state is needed: the only randomness after initialisation is MLM masking, whose generator is seeded
-from `derive_seed("mlm-mask", seed, step)`, so a resumed run draws exactly the masks an uninterrupted one would.
+data position, why it was written). Fine-tuning, export and `init.from_weights` read only the last four, so a
+weights-only checkpoint (an import) is the same folder without `dcp/`. No RNG state is needed: the only randomness
+after initialisation is MLM masking (and mixes of objectives), whose generators are seeded from
+`derive_seed(stream, seed, step)`, so a resumed run draws exactly what an uninterrupted one would.
 """
 from __future__ import annotations
 
