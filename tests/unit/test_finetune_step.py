@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 from encoderlab.evaluation.finetune import LossCurve, Run, scored_record
-from encoderlab.evaluation.protocol import EvalOptim, Protocol
+from encoderlab.evaluation.protocol import Protocol
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-from encoderlab.train.config import OptimSection
+from encoderlab.train.config import AdamWSection, OptimSection
 from encoderlab.train.optim import build_adamw
 
 CPU = torch.device("cpu")
@@ -18,7 +18,8 @@ CPU = torch.device("cpu")
 
 def test_adamw_decays_matrices_only_in_pretraining_and_fine_tuning():
     model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Linear(4, 2))
-    for settings in (OptimSection(weight_decay=0.3, betas=(0.8, 0.9)), EvalOptim(weight_decay=0.3, betas=(0.8, 0.9))):
+    for section in (OptimSection, AdamWSection):  # pretraining's, and the protocol's
+        settings = section(weight_decay=0.3, betas=(0.8, 0.9))
         decayed, plain = build_adamw(model.parameters(), settings, lr=1e-3).param_groups
         assert decayed["params"] == [model[0].weight, model[2].weight] and decayed["weight_decay"] == 0.3
         assert plain["params"] == [model[0].bias, model[1].weight, model[1].bias, model[2].bias]

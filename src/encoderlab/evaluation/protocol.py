@@ -5,17 +5,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from encoderlab.train.config import AdamWSection
+
 # What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),
 # the optimizer and the selection rule stay the same for every task, or the tasks' scores would not compare.
 TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_fraction")
-
-
-class EvalOptim(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = Field(1e-5, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    grad_clip: float = Field(1.0, ge=0)
 
 
 class Protocol(BaseModel):
@@ -32,7 +26,7 @@ class Protocol(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
     warmup_fraction: float = Field(0.1, ge=0, lt=1)
     decay: Literal["linear", "constant"] = "linear"
-    optim: EvalOptim = EvalOptim()
+    optim: AdamWSection = AdamWSection()
     max_length: int = Field(512, gt=8)
     max_length_by_family: dict[str, int] = Field(default_factory=dict)
     selection_split: Literal["validation"] = "validation"

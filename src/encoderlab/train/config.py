@@ -28,12 +28,17 @@ class ModelSection(BaseModel):
     preset: str = "tiny"
 
 
-class OptimSection(_Section):
-    lr: float = Field(5e-4, gt=0)
+class AdamWSection(_Section):
+    """AdamW's settings, the same for pretraining and for fine-tuning (the protocol's `optim`)."""
+
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.1, ge=0)
     grad_clip: float = Field(1.0, ge=0, description="max global grad norm; 0 disables clipping")
+
+
+class OptimSection(AdamWSection):
+    lr: float = Field(5e-4, gt=0)
 
 
 class InitSection(_Section):
