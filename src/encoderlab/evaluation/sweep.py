@@ -28,6 +28,7 @@ from encoderlab.evaluation.tasks import load_task
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.train import checkpoint as ckpt
+from encoderlab.train.logging import Progress
 
 
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
@@ -80,16 +81,16 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     todo = [run for run in sweep.runs if not sweep.recorded(*run)]
     log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
     workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
-    progress = _progress(len(todo), show_progress)
+    progress = Progress("run", len(todo), enabled=show_progress)
     started, done = time.perf_counter(), 0
     try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
         for outcome in sweep.execute(todo, workers):
             if outcome.body is not None:
                 sweep.write(outcome.task, outcome.body)
             done += outcome.runs
-            progress(done, outcome.note)
+            progress.update(done, outcome.note)
     finally:
-        progress(None, "")
+        progress.close()
     return sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
 
 
@@ -219,26 +220,3 @@ def summarize(recs: list[dict]) -> dict:
                           "validation_by_lr": {f"{lr:g}": round(v, 3) for lr, v in sorted(val.items())}})
         tasks[name] = entry
     return {"tasks": tasks}
-
-
-def _progress(total: int, enabled: bool):
-    """Runs done / left and ETA: a live bar on a terminal, a line per run otherwise."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
-    if not enabled or total == 0:
-        return lambda done, what: None
-    t0 = time.perf_counter()
-    if console.is_terminal:
-        bar = Progress(TextColumn("runs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                       TextColumn("eta"), TimeRemainingColumn(), console=console)
-        bar.start()
-        task = bar.add_task("", total=total)
-        return lambda done, what: bar.stop() if done is None else bar.update(task, completed=done, description=what)
-
-    def line(done, what):
-        if done is not None:
-            eta = (time.perf_counter() - t0) / done * (total - done)
-            console.print(f"run {done}/{total} {what} done, eta {eta / 60:.1f} min")
-    return line

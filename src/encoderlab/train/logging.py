@@ -53,39 +53,40 @@ class MetricsLog:
 
 
 class Progress:
-    """step, phase, loss, tokens/s and ETA on stderr: a live bar on a terminal, one line per log step otherwise
-    (CI logs, `make demo > log`); silent when disabled (tests, --json)."""
+    """`unit done/total`, what is going on and the ETA on stderr: a live bar on a terminal, one line per update
+    otherwise (CI logs, `make demo > log`); silent when disabled (tests, --json). Pretraining steps and sweep runs."""
 
-    def __init__(self, total: int, *, start: int, enabled: bool):
-        self.total, self.start, self.enabled = total, start, enabled
+    def __init__(self, unit: str, total: int, *, start: int = 0, enabled: bool = True):
+        self.unit, self.total, self.start = unit, total, start
+        self.enabled = enabled and total > start
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.t0 = time.perf_counter()
         self.bar = None
-        if enabled and self.console.is_terminal:
-            self.bar = RichProgress(
-                TextColumn("[bold]{task.fields[phase]}[/bold]"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}  {task.fields[speed]} tok/s"), TimeElapsedColumn(),
-                TextColumn("eta"), TimeRemainingColumn(), console=self.console, transient=False)
+        if self.enabled and self.console.is_terminal:
+            columns = (TextColumn(unit), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                       TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+            self.bar = RichProgress(*columns, console=self.console)
             self.bar.start()
-            self.task = self.bar.add_task("pretrain", total=total, completed=start, phase="", loss="-", speed="-")
+            self.task = self.bar.add_task("", total=total, completed=start)
 
-    def update(self, step: int, record: dict) -> None:
+    def update(self, done: int, what: str) -> None:
         if not self.enabled:
             return
-        # A mixed phase logs one loss per objective: show them all.
-        losses = [v for k, v in record.items() if k.endswith("/loss") and not k.startswith("val/")]
-        loss = sum(losses) / len(losses) if losses else None
-        shown = f"{loss:.3f}" if loss is not None else "-"
         if self.bar is not None:
-            self.bar.update(self.task, completed=step, phase=record["phase"], loss=shown,
-                            speed=f"{record['tokens_per_s']:,.0f}")
+            self.bar.update(self.task, completed=done, description=what)
             return
-        done = step - self.start
-        eta = (time.perf_counter() - self.t0) / max(done, 1) * (self.total - step)
-        extra = "".join(f"  {k} {v:.3f}" for k, v in record.items() if k.startswith("val/"))
-        self.console.print(f"step {step}/{self.total}  {record['phase']}  loss {shown}  "
-                           f"{record['tokens_per_s']:,.0f} tok/s  eta {eta / 60:.1f} min{extra}")
+        eta = (time.perf_counter() - self.t0) / max(done - self.start, 1) * (self.total - done)
+        self.console.print(f"{self.unit} {done}/{self.total}  {what}  eta {eta / 60:.1f} min")
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def describe_step(record: dict) -> str:
+    """A pretraining log record for the progress display: phase, loss (the mean over a mix's objectives), tokens/s
+    and any validation losses."""
+    losses = [v for k, v in record.items() if k.endswith("/loss") and not k.startswith("val/")]
+    loss = f"{sum(losses) / len(losses):.3f}" if losses else "-"
+    extra = "".join(f"  {k} {v:.3f}" for k, v in record.items() if k.startswith("val/"))
+    return f"{record['phase']}  loss {loss}  {record['tokens_per_s']:,.0f} tok/s{extra}"

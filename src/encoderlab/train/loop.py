@@ -24,7 +24,7 @@ from encoderlab.model.transformer import TransformerLM
 from encoderlab.seeds import derive_seed
 from encoderlab.train import checkpoint, distributed, optim
 from encoderlab.train.config import PretrainConfig
-from encoderlab.train.logging import MetricsLog, Progress
+from encoderlab.train.logging import MetricsLog, Progress, describe_step
 
 
 def resolve_data(path: str) -> Path:
@@ -284,7 +284,7 @@ class Trainer:
         decay_start = cfg.lr_schedule.decay_start(total)
         metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard,
                              enabled=self.world.is_main)
-        progress = Progress(total, start=self.step, enabled=self.show_progress)
+        progress = Progress("step", total, start=self.step, enabled=self.show_progress)
         tokens_per_step = self.global_batch * self.train_data.seq_len
         window: dict[str, list] = {}
         t_window, steps_in_window = time.perf_counter(), 0
@@ -313,7 +313,7 @@ class Trainer:
                     metrics.write(record)
                     last = record
                     window, t_window, steps_in_window = {}, time.perf_counter(), 0
-                    progress.update(self.step, record)
+                    progress.update(self.step, describe_step(record))
                 reason = self._save_reason(decay_start)
                 if reason:
                     self._save(reason, objectives.phase_at(self.phases, min(self.step, total - 1)))
