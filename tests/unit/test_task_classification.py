@@ -178,13 +178,13 @@ def test_second_prepare_loads_from_cache(tok, tmp_path, monkeypatch):
     monkeypatch.setattr(ClassificationTask, "_encode", lambda self, *a: calls.append(a[-1]) or encode(self, *a))
     first = toy()
     first.prepare(tok, 8, cache_dir=tmp_path)
-    assert len(calls) == 3 and len(list(tmp_path.glob("toy-*.pt"))) == 1
+    assert len(calls) == 3 and len(list(tmp_path.glob("classification-toy-*.pt"))) == 1
     again = toy()
     again.prepare(tok, 8, cache_dir=tmp_path)
     assert len(calls) == 3 and again.ids == first.ids and again.truncated == first.truncated
     toy().prepare(tok, 9, cache_dir=tmp_path)  # another max_length is another key
     toy(texts=[t + " cat" for t in TEXTS]).prepare(tok, 8, cache_dir=tmp_path)  # other data, too
-    assert len(calls) == 9 and len(list(tmp_path.glob("toy-*.pt"))) == 3
+    assert len(calls) == 9 and len(list(tmp_path.glob("classification-toy-*.pt"))) == 3
 
 
 # ---------------------------------------------------------------- loaders

@@ -222,7 +222,7 @@ def test_second_prepare_loads_from_cache(tok, tmp_path, monkeypatch):
     assert len(calls) == 3 and (again.ids, again.starts, again.truncated) == (first.ids, first.starts,
                                                                               first.truncated)
     toy().prepare(tok, 8, cache_dir=tmp_path)
-    assert len(calls) == 6 and len(list(tmp_path.glob("toy-*.pt"))) == 2
+    assert len(calls) == 6 and len(list(tmp_path.glob("tokens-toy-*.pt"))) == 2
 
 
 # ---------------------------------------------------------------- loaders

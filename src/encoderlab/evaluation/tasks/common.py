@@ -6,7 +6,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -65,31 +65,30 @@ def content_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, ensure_ascii=False).encode()).hexdigest()
 
 
-def cache_path(cache_dir: Path, name: str, kind: str, tokenizer: TextTokenizer, max_length: int, data: str) -> Path:
-    """The cache file of a task's tokenised splits: a hash of the tokenizer, max_length, the task and its data."""
+def cached(cache_dir: Path | None, kind: str, name: str, tokenizer: TextTokenizer, max_length: int, data: str,
+           build: Callable[[], dict]) -> dict:
+    """A task's tokenised splits (a dict of tensors) from `build`, or from the cache file keyed by the task family,
+    its name, the tokenizer, max_length and `data` (a fingerprint of the examples). The one tokenisation cache of
+    every family: written atomically, read with `torch.load(weights_only=True)` (no arbitrary pickle); a
+    truncated or foreign file is rebuilt rather than trusted."""
+    if cache_dir is None:
+        return build()
     h = hashlib.sha256()
     for part in (CACHE_FORMAT, kind, name, str(max_length), tokenizer.tokenizer.to_str(),
-                 f"{tokenizer.bos_id},{tokenizer.eos_id}", data):
+                 f"{tokenizer.bos_id},{tokenizer.eos_id},{tokenizer.pad_id}", data):
         h.update(part.encode() + b"\0")
-    return Path(cache_dir) / f"{re.sub(r'[^A-Za-z0-9._-]', '_', name)}-{h.hexdigest()[:24]}.pt"
-
-
-def load_cache(path: Path, keys: Sequence[str] = SPLITS) -> dict | None:
-    """Plain tensors from `torch.load(weights_only=True)`: no arbitrary pickle. None if absent or unreadable."""
-    if not path.exists():
-        return None
+    path = Path(cache_dir) / f"{kind}-{re.sub(r'[^A-Za-z0-9._-]', '_', name)}-{h.hexdigest()[:24]}.pt"
     try:
-        obj = torch.load(path, weights_only=True)
-    except Exception:  # a truncated or foreign file: rebuild it rather than fail
-        return None
-    return obj if isinstance(obj, dict) and all(k in obj for k in keys) else None
-
-
-def save_cache(path: Path, obj: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # a reader never sees half a file
+        obj = torch.load(path, weights_only=True) if path.exists() else None
+    except Exception:
+        obj = None
+    if not isinstance(obj, dict):
+        obj = build()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        torch.save(obj, tmp)
+        os.replace(tmp, path)  # a reader never sees half a file
+    return obj
 
 
 def pack_lists(seqs: list[list[int]]) -> dict[str, Tensor]:

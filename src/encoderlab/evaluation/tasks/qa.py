@@ -13,9 +13,7 @@ has the details.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +29,7 @@ from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order
+from encoderlab.evaluation.tasks.common import cached
 from encoderlab.model.transformer import Transformer
 
 CACHE_VERSION = 1
@@ -165,20 +164,9 @@ class QATask(EvalTask):
     # ---- preparation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
-        digest = hashlib.sha256()
-        for part in (f"qa-v{CACHE_VERSION}", tokenizer.tokenizer.to_str(), str(tokenizer.info()), str(max_length),
-                     str(self.stride), json.dumps(self.splits, sort_keys=True, ensure_ascii=False)):
-            digest.update(part.encode("utf-8") + b"\0")
-        path = cache_dir / f"qa-{self.name.replace('/', '_')}-{digest.hexdigest()[:20]}.pt" if cache_dir else None
-        if path is not None and path.exists():
-            self._prep = torch.load(path, weights_only=True)
-        else:
-            self._prep = {s: _encode_split(self.splits[s], tokenizer, max_length, self.stride) for s in SPLITS}
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-                torch.save(self._prep, tmp)
-                os.replace(tmp, path)
+        data = f"{CACHE_VERSION}|{self.stride}|" + json.dumps(self.splits, sort_keys=True, ensure_ascii=False)
+        self._prep = cached(cache_dir, "qa", self.name, tokenizer, max_length, data, lambda: {
+            s: _encode_split(self.splits[s], tokenizer, max_length, self.stride) for s in SPLITS})
         self._pad_id = tokenizer.pad_id
         windows = self._prep["train"]["windows"]
         keep = torch.ones(len(windows), dtype=torch.bool) if self.allow_unanswerable else windows[:, 4] > 0

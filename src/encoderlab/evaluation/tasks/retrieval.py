@@ -8,10 +8,8 @@ encodes every corpus document, scores every query-document pair and keeps the ex
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import ndcg_at_k, recall_at_k
 from encoderlab.evaluation.tasks.base import EvalTask, bucketed_order, mean_pool, pad
+from encoderlab.evaluation.tasks.common import cached
 
 QUERY_PREFIX, DOCUMENT_PREFIX = "Query: ", "Document: "
 TOP_K = 100  # the run kept per query: enough for NDCG@10 and recall@100
@@ -161,21 +160,10 @@ class RetrievalTask(EvalTask):
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
         if max_length < 3:
             raise ValueError(f"max_length={max_length}: a sequence needs room for <bos>, one token and <eos>")
-        digest = hashlib.sha256(f"{CACHE_VERSION}|{max_length}|{tokenizer.bos_id}|{tokenizer.eos_id}|".encode())
-        digest.update(tokenizer.tokenizer.to_str().encode())
-        for text in self._doc_texts + ["\x00queries\x00"] + self._query_texts:
-            digest.update(text.encode() + b"\x00")
-        path = cache_dir / f"retrieval-{self.name}-{digest.hexdigest()[:20]}.pt" if cache_dir else None
-        if path is not None and path.exists():
-            state = torch.load(path, weights_only=True)
-        else:
-            state = {kind: self._tokenise(texts, tokenizer, max_length)
-                     for kind, texts in (("docs", self._doc_texts), ("queries", self._query_texts))}
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-                torch.save(state, tmp)
-                os.replace(tmp, path)
+        data = "\x00".join([str(CACHE_VERSION), *self._doc_texts, "\x00queries", *self._query_texts])
+        state = cached(cache_dir, "retrieval", self.name, tokenizer, max_length, data,
+                       lambda: {kind: self._tokenise(texts, tokenizer, max_length)
+                                for kind, texts in (("docs", self._doc_texts), ("queries", self._query_texts))})
         self._pad_id, self._embedding_cache = tokenizer.pad_id, None
         self._docs = _Tokens(*state["docs"])
         self._queries = _Tokens(*state["queries"])

@@ -35,16 +35,14 @@ from encoderlab.evaluation.metrics import entity_f1, token_accuracy
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, pad
 from encoderlab.evaluation.tasks.common import (
-    cache_path,
     check_splits,
     column,
+    cached,
     content_hash,
     eval_mode,
     holdout,
-    load_cache,
     load_hf_splits,
     pack_lists,
-    save_cache,
     unpack_lists,
 )
 from encoderlab.model.transformer import Transformer
@@ -112,23 +110,18 @@ class TokenTask(ListTask):
         if max_length < 3:
             raise DataError(f"max_length={max_length} is too small for task {self.name!r}: at least 3")
         self.pad_id = tokenizer.pad_id
-        keys = [*SPLITS, *(f"starts_{s}" for s in SPLITS), *(f"truncated_{s}" for s in SPLITS)]
-        path = None
-        if cache_dir is not None:
-            data = content_hash([ex["tokens"] for s in SPLITS for ex in self.splits[s]])
-            path = cache_path(cache_dir, self.name, "tokens", tokenizer, max_length, data)
-            cached = load_cache(path, keys)
-            if cached is not None:
-                self.ids = {s: unpack_lists(cached[s]) for s in SPLITS}
-                self.starts = {s: unpack_lists(cached[f"starts_{s}"]) for s in SPLITS}
-                self.truncated = {s: int(cached[f"truncated_{s}"]) for s in SPLITS}
-                return
-        for s in SPLITS:
-            self.ids[s], self.starts[s], self.truncated[s] = self._encode(tokenizer, max_length, s)
-        if path is not None:
-            save_cache(path, {**{s: pack_lists(self.ids[s]) for s in SPLITS},
-                              **{f"starts_{s}": pack_lists(self.starts[s]) for s in SPLITS},
-                              **{f"truncated_{s}": torch.tensor(self.truncated[s]) for s in SPLITS}})
+        data = content_hash([ex["tokens"] for s in SPLITS for ex in self.splits[s]])
+        state = cached(cache_dir, "tokens", self.name, tokenizer, max_length, data,
+                       lambda: self._encode_all(tokenizer, max_length))
+        self.ids = {s: unpack_lists(state[s]) for s in SPLITS}
+        self.starts = {s: unpack_lists(state[f"starts_{s}"]) for s in SPLITS}
+        self.truncated = {s: int(state[f"truncated_{s}"]) for s in SPLITS}
+
+    def _encode_all(self, tokenizer: TextTokenizer, max_length: int) -> dict[str, Tensor]:
+        encoded = {s: self._encode(tokenizer, max_length, s) for s in SPLITS}
+        return {**{s: pack_lists(ids) for s, (ids, _, _) in encoded.items()},
+                **{f"starts_{s}": pack_lists(starts) for s, (_, starts, _) in encoded.items()},
+                **{f"truncated_{s}": torch.tensor(cut) for s, (_, _, cut) in encoded.items()}}
 
     def _encode(self, tokenizer: TextTokenizer, max_length: int,
                 split: str) -> tuple[list[list[int]], list[list[int]], int]:
