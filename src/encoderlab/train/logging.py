@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
+
+from encoderlab.io import atomic_file
 
 
 class MetricsLog:
@@ -31,9 +32,8 @@ class MetricsLog:
         if not self.path.exists():
             return
         keep = [ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(ln + "\n" for ln in keep))
-        os.replace(tmp, self.path)
+        with atomic_file(self.path) as tmp:
+            tmp.write_text("".join(ln + "\n" for ln in keep))
 
     def write(self, record: dict) -> None:
         if self.file is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from torch import Tensor, nn
 from encoderlab.data.hub_access import is_network_error, offline_variable, probe_hub
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
-from encoderlab.io import read_jsonl
+from encoderlab.io import atomic_file, read_jsonl
 from encoderlab.evaluation.tasks.base import SPLITS
 
 HOLDOUT_FRACTION = 0.05
@@ -85,9 +84,8 @@ def cached(cache_dir: Path | None, kind: str, name: str, tokenizer: TextTokenize
     if not isinstance(obj, dict):
         obj = build()
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        torch.save(obj, tmp)
-        os.replace(tmp, path)  # a reader never sees half a file
+        with atomic_file(path) as tmp:
+            torch.save(obj, tmp)
     return obj
 
 
