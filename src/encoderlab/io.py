@@ -83,6 +83,8 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg}); JSON Lines expected, one object a "
                                 "line") from e
+            if not isinstance(row, dict):
+                raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
             missing = [key for key in required if key not in row]
             if missing:
                 raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")

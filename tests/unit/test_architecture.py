@@ -1,5 +1,6 @@
 """The package graph is one-way (docs/architecture.md): a package imports only from itself and the layers below it,
-so no two packages import each other. Every import counts, function-local ones included."""
+so no two packages import each other, and no module imports itself through others. Every import counts,
+function-local and relative ones included."""
 from __future__ import annotations
 
 import ast
@@ -20,28 +21,31 @@ def unit_of(module: str) -> str | None:
     return parts[1] if parts[0] == "encoderlab" and len(parts) > 1 else None
 
 
-def imports_of(source: str) -> list[tuple[int, str]]:
-    """(line, imported module) for every import of an encoderlab module in the file."""
+def module_name(src: Path, path: Path) -> str:
+    parts = ("encoderlab", *path.relative_to(src).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(source: str, module: str = "encoderlab.x", package: bool = False) -> list[tuple[int, str]]:
+    """(line, imported module or name) for every import of encoderlab in the file (`module`; relative imports are
+    resolved against it)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "encoderlab":  # `from encoderlab import objectives`
-                found += [(node.lineno, f"encoderlab.{alias.name}") for alias in node.names]
-            else:
-                found.append((node.lineno, node.module))
-    return [(line, module) for line, module in found if unit_of(module)]
+        elif isinstance(node, ast.ImportFrom):
+            base = module.split(".")[:len(module.split(".")) - node.level + package] if node.level else []
+            where = ".".join(base + ([node.module] if node.module else []))
+            found += [(node.lineno, f"{where}.{alias.name}") for alias in node.names]  # a name or a submodule
+    return [(line, name) for line, name in found if unit_of(name)]
 
 
 def violations(src: Path) -> list[str]:
     problems = []
     for path in sorted(src.rglob("*.py")):
         rel = path.relative_to(src)
-        here = rel.parts[0].removesuffix(".py")
-        if here == "__init__":
-            continue
-        for line, module in imports_of(path.read_text()):
+        here = rel.parts[0].removesuffix(".py").replace("__init__", "errors")  # the root: nothing above layer 0
+        for line, module in imports_of(path.read_text(), module_name(src, path), path.name == "__init__.py"):
             there = unit_of(module)
             if there not in LAYER or here not in LAYER:
                 problems.append(f"{rel}:{line} imports {module}: {here if here not in LAYER else there} is in no "
@@ -50,6 +54,48 @@ def violations(src: Path) -> list[str]:
                 problems.append(f"{rel}:{line} imports {module}: {here} (layer {LAYER[here]}) may not import from "
                                 f"{there} (layer {LAYER[there]}, above it)")
     return problems
+
+
+def module_cycle(src: Path) -> list[str]:
+    """One chain of modules that import each other in a circle (function-local imports included), or []."""
+    modules = {module_name(src, p): p for p in src.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, imported in imports_of(path.read_text(), name, path.name == "__init__.py"):
+            while imported and imported not in modules:  # a name imported from a module: that module
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = sorted(targets)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        state[node] = 1
+        for nxt in graph[node]:
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [node, nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, path + [node])):
+                return found
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [])):
+            return found
+    return []
+
+
+def test_no_module_imports_itself_through_others():
+    assert module_cycle(SRC) == []
+
+
+def test_a_module_cycle_is_named(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.py").write_text("from encoderlab.data.b import f\n")
+    (tmp_path / "data" / "b.py").write_text("def g():\n    from . import a\n")
+    assert module_cycle(tmp_path) in (["encoderlab.data.a", "encoderlab.data.b", "encoderlab.data.a"],
+                                      ["encoderlab.data.b", "encoderlab.data.a", "encoderlab.data.b"])
 
 
 def test_every_import_goes_down_the_layers():

@@ -1,8 +1,6 @@
 """`encoderlab study plan | run | report`: a study file to a run graph, its execution, and its report."""
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import typer
@@ -99,16 +97,17 @@ def run_cmd(
         render_plan(plan.summary())
         return
     result = run_study(plan, base, workers=workers, log=log, only=only, job_id=job)
-    if as_json:
-        sys.stdout.write(json.dumps(result, indent=2) + "\n")
-        return
-    out.print(f"[bold]study {spec.name}[/bold]: {result['done']}/{result['jobs']} jobs done "
-              f"({result['done_now']} this time, {result['seconds']}s)")
-    for job, reason in result["failed"].items():
-        out.print(f"[red]failed[/red] {job}: {reason.splitlines()[0]}")
-    if result["skipped"]:
-        out.print(f"[yellow]skipped[/yellow] {len(result['skipped'])} jobs that depend on a failed one")
-    out.print(f"next: encoderlab study report {plan.root}")
+
+    def render(result: dict) -> None:
+        out.print(f"[bold]study {spec.name}[/bold]: {result['done']}/{result['jobs']} jobs done "
+                  f"({result['done_now']} this time, {result['seconds']}s)")
+        for job, reason in result["failed"].items():
+            out.print(f"[red]failed[/red] {job}: {reason.splitlines()[0]}")
+        if result["skipped"]:
+            out.print(f"[yellow]skipped[/yellow] {len(result['skipped'])} jobs that depend on a failed one")
+        out.print(f"next: encoderlab study report {plan.root}")
+
+    emit(result, as_json, render)
 
 
 @study_app.command("report")

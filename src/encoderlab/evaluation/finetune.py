@@ -14,9 +14,10 @@ from torch import Tensor, nn
 
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
-from encoderlab.model.attention import Dense, dense_for
+from encoderlab.model.attention import Dense
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
+from encoderlab.train.distributed import dense_for
 from encoderlab.train.optim import autocast, build_adamw, max_grad_norm, set_lr
 
 

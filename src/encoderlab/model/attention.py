@@ -1,15 +1,16 @@
 """Attention backends: how the layers compute softmax(q k^T / sqrt(D)) v, chosen once per run by the model's caller.
 
-The trainer (`train.attention`, train/distributed.py) and the fine-tuner (evaluation/finetune.py `attention_for`)
-build one backend per run and give it to the model, which only calls it: once per forward `backend.plan(causal,
-doc_ids, attention_mask)` lays the batch out, and every layer calls that plan with its q (B, T, H, D), k and v
-(B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on (DESIGN.md convention 5), so a
-run's training steps and its scoring share their numerics.
+The trainer (the `train.attention` config key, train/distributed.py) and the fine-tuner (evaluation/finetune.py
+`attention_for`) build one backend per run and give it to the model, which only calls it: once per forward
+`backend.plan(causal, doc_ids, attention_mask)` lays the batch out, and every layer calls that plan with its
+q (B, T, H, D), k and v (B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on
+(DESIGN.md convention 5), so a run's training steps and its scoring share their numerics.
 
 - `Dense(form)`: a dense boolean mask (documents, causality, padding), or none (SDPA's own causal flag) without
   documents and padding. Forms: "eager" (transformers' `eager_attention_forward`), "flash" (SDPA given the KV
   heads as they are: the flash kernel on CPU), "repeat-kv" (KV heads repeated first: CUDA's memory-efficient
-  kernel, the one that takes a mask, has no GQA). `dense_for(device, length)`: the form measured fastest.
+  kernel, the one that takes a mask, has no GQA). The caller picks the form (train/distributed.py `dense_for`:
+  the one measured fastest for the device and length).
 - `Varlen(dense)`: packed documents on CPU, each attending to itself in a few length buckets.
 - `Flex(kernel, dense)`: packed documents on CUDA through the block-sparse `flex_attention`.
 """
@@ -31,13 +32,6 @@ FORMS = ("eager", "flash", "repeat-kv")
 # probabilities in blocks whose fixed cost dominates short sequences. Forward only, flash wins everywhere (SDPA
 # math 1.7-3.7x slower): a run that only scores should ask for "flash".
 EAGER_MAX_LEN = 192
-
-
-def dense_for(device: torch.device, length: int) -> Dense:
-    """The dense backend measured fastest to train on up to `length` tokens on `device` (for callers, once a run)."""
-    if device.type != "cpu":
-        return Dense("repeat-kv")
-    return Dense("eager" if length <= EAGER_MAX_LEN else "flash")
 
 
 def attend(form: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_causal: bool) -> Tensor:

@@ -5,6 +5,7 @@ import csv
 import math
 from pathlib import Path
 
+from encoderlab.io import atomic_file
 from encoderlab.study.results import CATEGORIES, StudyResults, category_scores
 
 
@@ -207,7 +208,6 @@ def write_report(root: Path) -> Path:
     report = Report(root)
     text = compose(report)
     path = report.out / "report.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
     return path

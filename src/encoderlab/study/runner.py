@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from encoderlab.io import write_json
+from encoderlab.io import atomic_file, write_json
 from encoderlab.evaluation import records
 from encoderlab.train.checkpoint import checkpoint_name
 from encoderlab.study.imported import prepare_imports
@@ -165,10 +165,12 @@ def write_configs(plan: Plan, jobs: list[Job]) -> None:
         config = ""
         if job.kind == "pretrain":
             path = folder / f"{job.args['config']['name']}.yaml"
-            path.write_text(yaml.safe_dump(job.args["config"], sort_keys=False))
+            with atomic_file(path) as tmp:
+                tmp.write_text(yaml.safe_dump(job.args["config"], sort_keys=False))
             config = str(path)
         lines.append(f"{job.id}\t{','.join(job.deps)}\t{config}")
-    (folder / "jobs.tsv").write_text("\n".join(lines) + "\n")
+    with atomic_file(folder / "jobs.tsv") as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
 
 
 def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[str], None] = print,

@@ -16,7 +16,7 @@ import yaml
 
 from encoderlab import objectives
 from encoderlab.data.loader import PackedDataset, PackedLoader
-from encoderlab.io import encoderlab_home
+from encoderlab.io import encoderlab_home, write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
@@ -328,7 +328,7 @@ class Trainer:
                    "final": last, "checkpoint": str(checkpoint.latest(self.run_dir)),
                    "metrics": str(self.run_dir / "metrics.jsonl")}
         if self.world.is_main:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            write_json(self.run_dir / "summary.json", summary)
         return summary
 
 
