@@ -288,10 +288,13 @@ def _broadcast_path(world: World, path: Path | None) -> Path:
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Model and optimizer state into a plain, DDP or FSDP2 model, whatever world size and wrapping wrote them."""
     if not (path / DCP_DIR / ".metadata").exists():
-        what = "was written by an older encoderlab (optimizer.pt" if (path / "optimizer.pt").exists() else \
-            "holds weights only (no optimizer state"
-        raise EncoderlabError(f"{path} {what}, no {DCP_DIR}/): it cannot be resumed or branched from; continue from "
-                              f"its weights in a new run with --set init.from_weights={path} (a fresh optimizer)")
+        # An optimizer.pt checkpoint predates the one format and the derive_seed mask streams: converted, its resume
+        # would still draw other masks than its first run did, so it is refused rather than silently continued.
+        what = ("was written by an older encoderlab (optimizer.pt, no dcp/; its MLM masks came from another seed "
+                "stream, so a resume could not continue the same run)") if (path / "optimizer.pt").exists() else \
+            f"holds weights only (no optimizer state in {DCP_DIR}/)"
+        raise EncoderlabError(f"{path} {what}: it cannot be resumed or branched from; its weights still fine-tune and "
+                              f"export, and a new run continues them with --set init.from_weights={path}")
     load_weights(path, model)
     # DCP reshards: the state dict names what this process holds, DCP reads exactly that from the files.
     optim_state = get_optimizer_state_dict(model, optimizer)
