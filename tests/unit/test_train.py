@@ -344,3 +344,46 @@ def test_weights_file_is_byte_reproducible(tmp_path, packed_dir):
     written = [checkpoint.save_weights_only(tmp_path / f"copy{i}", trainer.module.state_dict(), trainer.model_cfg,
                                             tokenizer, {"step": 3, "reason": "test"}) for i in range(8)]
     assert len({(path / "model.safetensors").read_bytes() for path in written}) == 1
+
+
+def test_leftovers_of_killed_writes_and_prunes_never_block_a_resume(tmp_path, packed_dir):
+    """A kill mid-prune (a step folder without state.json), mid-save (a .tmp folder) or mid-log (a cut last line of
+    metrics.jsonl): the next --resume cleans up, says so, and ends with the weights of an uninterrupted run."""
+    Trainer(make_config(tmp_path, packed_dir, name="straight", save_every=2, keep_checkpoints=1),
+            show_progress=False).run()
+    cfg = make_config(tmp_path, packed_dir, name="cut", save_every=2, keep_checkpoints=1)
+    Trainer(cfg, show_progress=False).run(stop_at=5)
+    run = tmp_path / "cut"
+    assert checkpoint.latest(run).name == "step-0000004"
+    half_deleted = run / "checkpoints" / "step-0000001"
+    half_deleted.mkdir()
+    (half_deleted / "model.safetensors").write_bytes(b"left by a kill while pruning")
+    (run / "checkpoints" / ".step-0000006.tmp-x1y2").mkdir()
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "phase": "ml')  # a record cut short
+    messages = []
+    resumed = Trainer(make_config(tmp_path, packed_dir, name="cut", save_every=2, keep_checkpoints=1),
+                      show_progress=False, resume=True, log=messages.append)
+    assert any(".step-0000006.tmp-x1y2, step-0000001" in m for m in messages)
+    resumed.run()
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert not [n for n in names if n.startswith(".")] and "step-0000001" not in names
+    a, b = weights(tmp_path / "straight", 10), weights(run, 10)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 11))
+
+
+def test_a_kill_while_pruning_leaves_no_step_folder_without_its_state(tmp_path, packed_dir, monkeypatch):
+    Trainer(make_config(tmp_path, packed_dir, steps=6, save_every=1, keep_checkpoints=2),
+            show_progress=False).run(stop_at=2)
+
+    def killed(path, *args, **kwargs):
+        raise KeyboardInterrupt  # the process dies inside the deletion, after the rename
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.prune(tmp_path / "run", keep=1)
+    left = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert all(n.startswith(".") or (tmp_path / "run" / "checkpoints" / n / "state.json").exists() for n in left)
+    assert left[0].startswith(".step-0000001.deleting-")

@@ -12,6 +12,7 @@ after initialisation is MLM masking (and mixes of objectives), whose generators 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -152,10 +153,27 @@ def load_model(path: str | Path):
 
 
 def prune(run_dir: Path, keep: int) -> None:
-    """Delete the oldest periodic checkpoints beyond `keep`; phase, stable and final ones stay."""
+    """Delete the oldest periodic checkpoints beyond `keep`; phase, stable and final ones stay. A folder is first
+    renamed out of the `step-*` names (atomic), so a kill mid-deletion leaves a dot-folder `clean_stale` removes,
+    never a step folder without its state."""
     folder = run_dir / "checkpoints"
-    periodic = sorted(p for p in folder.glob("step-*") if load_state(p).get("reason") == "periodic")
+    periodic = sorted(p for p in folder.glob("step-*")
+                      if (p / "state.json").exists() and load_state(p).get("reason") == "periodic")
     current = latest(run_dir)
     for path in periodic[:-keep]:
         if path != current:
-            shutil.rmtree(path, ignore_errors=True)
+            doomed = path.with_name(f".{path.name}.deleting-{os.getpid()}")
+            os.replace(path, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+
+def clean_stale(run_dir: Path) -> list[str]:
+    """Remove what killed writes and prunes leave in `checkpoints/`: temporary, replaced and half-deleted folders
+    (dot-names) and step folders without state.json (a complete checkpoint always has one, so they are never
+    LATEST). Call before anything writes there; returns the names removed."""
+    folder = run_dir / "checkpoints"
+    stale = [p for p in (folder.iterdir() if folder.exists() else []) if p.is_dir() and (
+        p.name.startswith(".") or (p.name.startswith("step-") and not (p / "state.json").exists()))]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return sorted(p.name for p in stale)

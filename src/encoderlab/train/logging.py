@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.progress import Progress as RichProgress
 
+from encoderlab.errors import EncoderlabError
 from encoderlab.io import atomic_file
 
 
@@ -31,7 +32,18 @@ class MetricsLog:
         """Records after the checkpoint a run resumes from were made by steps that will be redone."""
         if not self.path.exists():
             return
-        keep = [ln for ln in self.path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] <= step]
+        lines = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
+        keep = []
+        for n, line in enumerate(lines, start=1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                if n == len(lines):  # a write cut short by a kill: that step is redone anyway
+                    break
+                raise EncoderlabError(f"{self.path}: record {n} is not JSON (the file is damaged, not just cut "
+                                      "short): restore it or move it away to resume") from None
+            if record["step"] <= step:
+                keep.append(line)
         with atomic_file(self.path) as tmp:
             tmp.write_text("".join(ln + "\n" for ln in keep))
 

@@ -141,6 +141,8 @@ class Trainer:
             raise EncoderlabError(f"{self.run_dir} already holds a run (last checkpoint {found.name}): pass --resume "
                                   "to continue it or choose another name (--set name=...)")
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.world.is_main and (stale := checkpoint.clean_stale(self.run_dir)):
+            self.log(f"removed what an interrupted run left in {self.run_dir / 'checkpoints'}: {', '.join(stale)}")
         if found is not None:
             self._load_full_state(found, "resume")
             self.log(f"resumed {self.run_dir} from {found.name} (step {self.step})")
