@@ -76,9 +76,10 @@ def validate(model: type[T], data: dict[str, Any], where: str) -> T:
     except ValidationError as exc:
         lines = []
         for e in exc.errors():
-            key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-            value = e.get("input")
-            shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {value!r})"
-            message = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-            lines.append(f"{key}: {message}{shown}")
+            message = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+            if not e["loc"]:  # a check across keys: its message names them, and the input is the whole file
+                lines.append(message)
+                continue
+            shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e.get('input')!r})"
+            lines.append(f"{'.'.join(str(p) for p in e['loc'])}: {message}{shown}")
         raise ConfigError(f"invalid configuration in {where}:\n  " + "\n  ".join(lines)) from None

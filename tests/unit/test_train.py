@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import math
 import shutil
 
@@ -120,6 +121,29 @@ def test_config_errors_name_the_key():
     assert data == {"train": {"steps": 5}, "optim": {"lr": 3e-4}, "objective": "clm:25%,mlm:75%"}
     with pytest.raises(ConfigError, match="section.key=value"):
         apply_overrides({}, ["train.steps"])
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"lr_schedule": {"warmup_steps": 11}}, r"^lr_schedule\.warmup_steps=11 is longer than the run \(train\.steps"),
+    ({"train": {"save_at": [4, 12]}}, r"^train\.save_at=\[12\] lies outside the run's steps 1\.\.10"),
+    ({"train": {"save_at": [0]}}, r"^train\.save_at=\[0\]"),
+])
+def test_steps_past_the_run_are_refused_in_one_line(extra, message):
+    data = {"lr_schedule": {"warmup_steps": 2}, "train": {"steps": 10, "global_batch": 2}}
+    for section, values in extra.items():
+        data[section] = {**data.get(section, {}), **values}
+    with pytest.raises(ConfigError) as err:
+        validate(PretrainConfig, data, "x.yaml")
+    line = str(err.value).splitlines()[1].strip()
+    assert re.match(message, line) and "Value error" not in line and "(got" not in line
+
+
+def test_non_positive_fine_tuning_lrs_are_refused():
+    from encoderlab.evaluation.protocol import Protocol
+
+    for lrs in ([0.0], [1e-3, -1e-3]):
+        with pytest.raises(ConfigError, match=r"lrs\.\d: Input should be greater than 0"):
+            validate(Protocol, {"lrs": lrs}, "protocol.yaml")
 
 
 def test_branch_equals_a_straight_run_with_that_schedule(tmp_path, packed_dir):

@@ -128,6 +128,17 @@ class PretrainConfig(_Section):
     objective: ObjectiveSchedule = Field("mlm40", validate_default=True,
                                          description="e.g. 'mlm40', 'clm', or phases 'clm:25%,mlm40:75%'")
 
+    @model_validator(mode="after")
+    def _steps_fit_the_run(self) -> PretrainConfig:
+        steps = self.train.steps
+        if self.lr_schedule.warmup_steps > steps:
+            raise ValueError(f"lr_schedule.warmup_steps={self.lr_schedule.warmup_steps} is longer than the run "
+                             f"(train.steps={steps}): the LR would never reach its peak; use at most {steps}")
+        late = sorted(s for s in self.train.save_at if not 0 < s <= steps)
+        if late:
+            raise ValueError(f"train.save_at={late} lies outside the run's steps 1..{steps} (train.steps)")
+        return self
+
     @field_validator("objective")
     @classmethod
     def _fits_the_run(cls, schedule: Schedule, info: ValidationInfo) -> Schedule:
