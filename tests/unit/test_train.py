@@ -25,7 +25,7 @@ def make_config(tmp_path, packed_dir, **over) -> PretrainConfig:
     data = {
         "name": over.pop("name", "run"), "out_dir": str(tmp_path), "data": {"path": str(packed_dir)},
         "model": TINY, "objective": over.pop("objective", "mlm40"),
-        "lr_schedule": {"kind": "wsd", "warmup_steps": 2, "decay_steps": 3},
+        "lr_schedule": {"kind": "wsd", "warmup_steps": min(2, over.get("steps", 10)), "decay_steps": 3},
         "train": {"steps": 10, "global_batch": 4, "dtype": "fp32", "log_every": 1, "eval_batches": 1,
                   "tensorboard": False, **over},
     }
