@@ -36,6 +36,14 @@ def weights(run_dir, step):
     return load_file(str(run_dir / "checkpoints" / checkpoint.checkpoint_name(step) / "model.safetensors"))
 
 
+def written_before_manifests(folder):
+    """Make `folder` a checkpoint as encoderlab wrote them before checksums.json (and its mention in state.json)."""
+    (folder / checkpoint.MANIFEST).unlink()
+    state = json.loads((folder / "state.json").read_text())
+    del state["manifest"]
+    (folder / "state.json").write_text(json.dumps(state))
+
+
 def test_resume_equals_no_interruption(tmp_path, packed_dir):
     schedule = "clm:40%,mlm40:60%"
     Trainer(make_config(tmp_path, packed_dir, name="straight", objective=schedule), show_progress=False).run()
@@ -342,6 +350,7 @@ def test_checkpoints_of_an_older_encoderlab(tmp_path, packed_dir):
     trainer = Trainer(make_config(tmp_path, packed_dir, steps=4, save_every=2), show_progress=False)
     trainer.run(stop_at=2)
     old = checkpoint.latest(tmp_path / "run")
+    written_before_manifests(old)  # the older writers wrote no checksums
     shutil.rmtree(old / "dcp")
     dcp.save({"model": get_model_state_dict(trainer.model), "optim": get_optimizer_state_dict(trainer.model,
               trainer.optimizer)}, checkpoint_id=old / "dcp", no_dist=True)  # the keys the FSDP2 writer used

@@ -8,6 +8,12 @@ data position, why it was written). Fine-tuning, export and `init.from_weights` 
 weights-only checkpoint (an import) is the same folder without `dcp/`. No RNG state is needed: the only randomness
 after initialisation is MLM masking (and mixes of objectives), whose generators are seeded from
 `derive_seed(stream, seed, step)`, so a resumed run draws exactly what an uninterrupted one would.
+
+Every writer ends with `checksums.json`, the size and SHA-256 of every other file (relative paths), written last
+inside the temporary folder; `state.json` says a manifest was written, so deleting it is caught too. Readers verify
+what they read before using it (fine-tuning, export, `init.from_weights`: the weights, config and tokenizer; resume:
+the whole folder) and refuse a damaged, truncated or missing file in one line naming it and the newest older
+complete checkpoint of the run, if any.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from encoderlab.io import atomic_dir, atomic_file, write_json
+from encoderlab.io import atomic_dir, atomic_file, sha256_of, write_json
 from encoderlab.errors import EncoderlabError
 
 if TYPE_CHECKING:
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
 
 LATEST = "LATEST"
 WEIGHTS = "model.safetensors"
+MANIFEST = "checksums.json"
 
 
 def checkpoint_name(step: int) -> str:
@@ -62,7 +69,7 @@ def write_folder(folder: Path, step: int, weights: dict[str, torch.Tensor], conf
         tokenizer.save(folder / "tokenizer")
     for name, obj in (extra_json or {}).items():
         write_json(folder / name, obj)
-    write_json(folder / "state.json", {**state, "step": step})
+    write_json(folder / "state.json", {**state, "step": step, "manifest": MANIFEST})
 
 
 def save_weights_only(dest: Path, weights: dict[str, torch.Tensor], config, tokenizer: Path | TextTokenizer,
@@ -71,7 +78,86 @@ def save_weights_only(dest: Path, weights: dict[str, torch.Tensor], config, toke
     `init.from_weights` read it, resuming refuses it. Written to a temporary sibling and renamed when complete."""
     with atomic_dir(dest) as tmp:
         write_folder(tmp, state.get("step", 0), weights, config, tokenizer, state, extra_json)
+        write_manifest(tmp)
     return dest
+
+
+def write_manifest(folder: Path) -> None:
+    """The size and SHA-256 of every file under `folder` into its `checksums.json`: the writer's last file."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p != folder / MANIFEST)
+    write_json(folder / MANIFEST, {"files": {p.relative_to(folder).as_posix(): {
+        "size": p.stat().st_size, "sha256": sha256_of(p)} for p in files}})
+
+
+def verify(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ...] = ()) -> None:
+    """Refuse, in one line naming the file, a file of checkpoint `path` that is missing or whose size or SHA-256
+    differs from the manifest: every file (`names` None) or those named (a folder covers its files), less `skip`."""
+    files = _manifest(path)
+    if files is None:
+        return  # written before checksums existed (older runs and imports): accepted as they are, unverified
+    for rel, entry in files.items():
+        if rel in skip or (names is not None and not any(rel == n or rel.startswith(n + "/") for n in names)):
+            continue
+        problem = _problem(path / rel, entry) or ("" if sha256_of(path / rel) == entry["sha256"] else
+                                                  f"does not match its SHA-256 in {MANIFEST}: its bytes are damaged")
+        if problem:
+            raise EncoderlabError(f"checkpoint file {path / rel} {problem}{_older_hint(path)}")
+
+
+def _manifest(path: Path) -> dict[str, dict] | None:
+    """{relative path: {size, sha256}}, or None for a checkpoint written before manifests."""
+    if not (path / MANIFEST).exists():
+        try:
+            claimed = json.loads((path / "state.json").read_text()).get("manifest")
+        except (OSError, ValueError, AttributeError):
+            claimed = True  # no readable state to say it predates manifests: refuse rather than trust
+        if not claimed:
+            return None
+        raise EncoderlabError(f"checkpoint file {path / MANIFEST} is missing (its writer wrote one){_older_hint(path)}")
+    try:
+        return _listed(path)
+    except ValueError:
+        raise EncoderlabError(f"checkpoint file {path / MANIFEST} is damaged: not the list of checksums its writer "
+                              f"wrote{_older_hint(path)}") from None
+
+
+def _listed(path: Path) -> dict[str, dict]:
+    """The manifest's entries; ValueError when it does not read as one."""
+    try:
+        files = json.loads((path / MANIFEST).read_text())["files"]
+        if all(isinstance(e["size"], int) and isinstance(e["sha256"], str) for e in files.values()):
+            return files
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    raise ValueError(path / MANIFEST)
+
+
+def _problem(file: Path, entry: dict) -> str:
+    """What is wrong with `file` that its size shows ('' when nothing): the cheap check, before hashing."""
+    if not file.is_file():
+        return f"is missing ({MANIFEST} lists it)"
+    size = file.stat().st_size
+    return f"has {size} bytes, {MANIFEST} records {entry['size']}" if size != entry["size"] else ""
+
+
+def _older_hint(path: Path) -> str:
+    """'; <the newest older complete checkpoint of the run> ...' or '' when there is none."""
+    if path.parent.name != "checkpoints":
+        return ""
+    for older in sorted(path.parent.glob("step-*"), reverse=True):
+        if older.name < path.name and _complete(older):
+            return (f"; {older} is an older complete checkpoint of this run (to resume from it, write "
+                    f"{older.name} into {path.parent.parent / LATEST})")
+    return ""
+
+
+def _complete(path: Path) -> bool:
+    """A manifest that reads, and every file it lists present at its size (no hashing: this only names it)."""
+    try:
+        files = _listed(path)
+    except ValueError:
+        return False
+    return (path / "state.json").exists() and not any(_problem(path / rel, entry) for rel, entry in files.items())
 
 
 def set_latest(run_dir: Path, dest: Path) -> None:
@@ -85,11 +171,13 @@ def latest(run_dir: Path) -> Path | None:
         return None
     path = run_dir / "checkpoints" / pointer.read_text().strip()
     if not (path / "state.json").exists():
-        raise EncoderlabError(f"{pointer} names {path.name}, which is missing or incomplete")
+        raise EncoderlabError(f"{pointer} names {path.name}, which is missing or incomplete (no state.json)"
+                              f"{_older_hint(path)}")
     return path
 
 
 def load_state(path: Path) -> dict:
+    verify(path, ("state.json",))
     return json.loads((path / "state.json").read_text())
 
 
@@ -127,7 +215,9 @@ def check_weights_fit(path: Path, expected: dict) -> None:
 
 
 def read_weights(path: Path, expected: dict) -> dict[str, torch.Tensor]:
-    """The checkpoint's full weights, once checked against `expected` (a state dict, possibly of sharded tensors)."""
+    """The checkpoint's full weights, once verified and checked against `expected` (a state dict, possibly of
+    sharded tensors)."""
+    verify(path, (WEIGHTS,))
     check_weights_fit(path, expected)
     return load_file(str(path / WEIGHTS))
 
@@ -144,6 +234,7 @@ def load_model(path: str | Path):
     from encoderlab.model.transformer import TransformerLM
 
     path = resolve(path)
+    verify(path, ("model_config.json", "tokenizer"))  # and the weights, as load_weights reads them
     if not (path / "model_config.json").exists() or not (path / "tokenizer").exists():
         raise EncoderlabError(f"{path} lacks model_config.json or tokenizer/: it was written by an older encoderlab")
     cfg = ModelConfig.model_validate(json.loads((path / "model_config.json").read_text()))
@@ -158,13 +249,21 @@ def prune(run_dir: Path, keep: int) -> None:
     never a step folder without its state."""
     folder = run_dir / "checkpoints"
     periodic = sorted(p for p in folder.glob("step-*")
-                      if (p / "state.json").exists() and load_state(p).get("reason") == "periodic")
+                      if (p / "state.json").exists() and _reason(p) == "periodic")
     current = latest(run_dir)
     for path in periodic[:-keep]:
         if path != current:
             doomed = path.with_name(f".{path.name}.deleting-{os.getpid()}")
             os.replace(path, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _reason(path: Path) -> str | None:
+    # Unverified: a damaged old checkpoint must not stop the run that prunes it.
+    try:
+        return json.loads((path / "state.json").read_text()).get("reason")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def clean_stale(run_dir: Path) -> list[str]:

@@ -264,12 +264,14 @@ def _one_process_is_intended() -> Iterator[None]:
 
 @contextmanager
 def _shared_atomic_dir(dest: Path, world: World) -> Iterator[Path]:
-    """`atomic_dir` of rank 0, whose temporary folder every rank writes into; renamed after all have written."""
+    """`atomic_dir` of rank 0, whose temporary folder every rank writes into; renamed after all have written and
+    rank 0 has added the manifest of checksums."""
     if world.is_main:
         with atomic_dir(dest) as tmp:
             _broadcast_path(world, tmp)
             yield tmp
-            barrier(world)
+            barrier(world)  # every rank has written its files: the manifest, last, covers them all
+            checkpoint.write_manifest(tmp)
     else:
         tmp = _broadcast_path(world, None)
         yield tmp
@@ -287,6 +289,7 @@ def _broadcast_path(world: World, path: Path | None) -> Path:
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
     """Model and optimizer state into a plain, DDP or FSDP2 model, whatever world size and wrapping wrote them."""
+    checkpoint.verify(path, skip=(checkpoint.WEIGHTS,))  # the weights are verified where load_weights reads them
     if not (path / DCP_DIR / ".metadata").exists():
         # An optimizer.pt checkpoint predates the one format and the derive_seed mask streams: converted, its resume
         # would still draw other masks than its first run did, so it is refused rather than silently continued.

@@ -1,0 +1,122 @@
+"""Verified checkpoints: every file of a checkpoint damaged, cut short or deleted is refused in one line naming it
+(and the older complete checkpoint of the run) at resume and, for what they read, at load_model."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from encoderlab.errors import EncoderlabError
+from encoderlab.train import checkpoint
+from encoderlab.train.loop import Trainer
+from test_train import make_config, weights, written_before_manifests
+
+
+@pytest.fixture(scope="module")
+def written_run(tmp_path_factory, packed_dir):
+    """A run stopped after step 4 of 6: step-0000002, step-0000003 (stable, before the decay), step-0000004 (LATEST)."""
+    out = tmp_path_factory.mktemp("verified")
+    Trainer(make_config(out, packed_dir, steps=6, save_every=2), show_progress=False).run(stop_at=4)
+    return out / "run"
+
+
+@pytest.fixture
+def run(written_run, tmp_path):
+    shutil.copytree(written_run, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def resume(run, packed_dir):
+    return Trainer(make_config(run.parent, packed_dir, steps=6, save_every=2), show_progress=False, resume=True)
+
+
+def damage(file, how):
+    data = file.read_bytes()
+    if how == "flip":
+        start = len(data) // 2 - min(32, len(data) // 4)
+        data = data[:start] + bytes(b ^ 0xFF for b in data[start:start + 64]) + data[start + 64:]
+        file.write_bytes(data)
+    elif how == "truncate":
+        file.write_bytes(data[:len(data) // 2])
+    else:
+        file.unlink()
+
+
+def dcp_file(folder):
+    return next(p for p in sorted((folder / "dcp").iterdir()) if p.name != ".metadata").relative_to(folder)
+
+
+def test_the_manifest_lists_every_file_with_size_and_sha256(run):
+    from encoderlab.io import sha256_of
+
+    folder = run / "checkpoints" / "step-0000004"
+    files = json.loads((folder / checkpoint.MANIFEST).read_text())["files"]
+    on_disk = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {checkpoint.MANIFEST}
+    assert set(files) == on_disk and {"dcp/.metadata", "model.safetensors", "state.json"} <= on_disk
+    assert all(files[r] == {"size": (folder / r).stat().st_size, "sha256": sha256_of(folder / r)} for r in files)
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "delete"])
+@pytest.mark.parametrize("name", ["model.safetensors", "dcp", "dcp/.metadata", "state.json", "model_config.json",
+                                  "tokenizer/tokenizer.json", checkpoint.MANIFEST])
+def test_a_damaged_file_is_refused_at_resume_naming_it_and_the_older_checkpoint(run, packed_dir, name, how):
+    folder = run / "checkpoints" / "step-0000004"
+    rel = dcp_file(folder) if name == "dcp" else name
+    if name == checkpoint.MANIFEST and how == "flip":
+        how = "truncate"  # flipped bytes in JSON text may still parse: cut short, it cannot
+    damage(folder / rel, how)
+    with pytest.raises(EncoderlabError) as refused:
+        resume(run, packed_dir)
+    message = str(refused.value)
+    named = "step-0000004, which is missing or incomplete (no state.json)" if (name, how) == ("state.json", "delete") \
+        else f"checkpoint file {folder / rel} "
+    assert named in message and "\n" not in message
+    assert f"{run / 'checkpoints' / 'step-0000003'} is an older complete checkpoint" in message
+    assert f"write step-0000003 into {run / 'LATEST'}" in message
+    what = {"flip": "does not match its SHA-256", "truncate": "bytes, checksums.json records", "delete": "missing"}
+    if name != checkpoint.MANIFEST:
+        assert what[how] in message
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "delete"])
+@pytest.mark.parametrize("name", ["model.safetensors", "model_config.json", "tokenizer/tokenizer.json"])
+def test_load_model_refuses_what_it_reads_and_ignores_the_optimizer_state(run, name, how):
+    folder = run / "checkpoints" / "step-0000004"
+    damage(folder / dcp_file(folder), "flip")  # not read by load_model: not hashed, not refused
+    checkpoint.load_model(folder)
+    damage(folder / name, how)
+    with pytest.raises(EncoderlabError, match=f"checkpoint file {folder / name} .*step-0000003 is an older complete"):
+        checkpoint.load_model(run)
+
+
+def test_the_hint_names_only_a_complete_older_checkpoint(run, packed_dir):
+    damage(run / "checkpoints" / "step-0000004" / "model.safetensors", "flip")
+    damage(run / "checkpoints" / "step-0000003" / "model.safetensors", "truncate")
+    with pytest.raises(EncoderlabError, match=r"does not match .*step-0000002 is an older complete checkpoint"):
+        resume(run, packed_dir)
+    damage(run / "checkpoints" / "step-0000002" / "dcp" / ".metadata", "delete")
+    with pytest.raises(EncoderlabError) as refused:
+        resume(run, packed_dir)
+    assert "model.safetensors does not match" in str(refused.value) and "older" not in str(refused.value)
+
+
+def test_weights_only_checkpoints_are_verified(run, tmp_path):
+    trainer_free = checkpoint.load_model(run)
+    model, cfg, _ = trainer_free
+    dest = checkpoint.save_weights_only(tmp_path / "import", model.state_dict(), cfg,
+                                        run / "checkpoints" / "step-0000004" / "tokenizer", {"reason": "imported"})
+    assert (dest / checkpoint.MANIFEST).exists()
+    checkpoint.load_model(dest)
+    damage(dest / "model.safetensors", "flip")
+    with pytest.raises(EncoderlabError, match=r"import/model.safetensors does not match its SHA-256 in checksums\.json"
+                                              r": its bytes are damaged$"):
+        checkpoint.load_model(dest)
+
+
+def test_a_checkpoint_written_before_manifests_loads_unverified(run, packed_dir):
+    written_before_manifests(run / "checkpoints" / "step-0000004")
+    resumed = resume(run, packed_dir)
+    assert resumed.step == 4
+    resumed.run()
+    assert weights(run, 6).keys() == checkpoint.load_model(run)[0].state_dict().keys()
