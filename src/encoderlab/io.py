@@ -1,17 +1,22 @@
 """The bottom layer every package may use: atomic files and folders (a reader sees either the old complete version
-or the new complete one), JSON and JSON lines, checksums, and the home folder where data and caches live."""
+or the new complete one), JSON and JSON lines, checksums, the lock that keeps one writer per output folder, and the
+home folder where data and caches live."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import shlex
 import shutil
+import socket
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from encoderlab.errors import DataError
+from encoderlab.errors import DataError, EncoderlabError
 
 
 def encoderlab_home() -> Path:
@@ -89,3 +94,37 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
             if missing:
                 raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
             yield row
+
+
+@contextmanager
+def run_lock(folder: Path, what: str) -> Iterator[None]:
+    """Hold `folder/.lock` while the block runs: one process at a time writes `what` into `folder`; another one is
+    refused in one line naming the holder. The kernel releases the lock when its process dies, however it dies, so
+    a dead process's lock file is simply taken over: its content only names the holder, it never decides."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ".lock"
+    # Never deleted: a process that opened the old file could then lock it while another locks a new one.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EncoderlabError(f"cannot write {what} into {folder}: {_holder(path)} is writing there; wait "
+                                  "for it to end or stop it (one process at a time writes a folder)") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.argv)}
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(holder).encode())
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # released: the file names nobody
+    finally:
+        os.close(fd)
+
+
+def _holder(path: Path) -> str:
+    try:
+        holder = json.loads(path.read_text())
+        return f"process {holder['pid']} on {holder['host']} ({holder['command']})"
+    except (OSError, ValueError, KeyError, TypeError):  # the holder is still writing its name
+        return "another process"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import NamedTuple
 
 import torch
 
-from encoderlab.io import write_json
+from encoderlab.io import run_lock, write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation import records
 from encoderlab.evaluation.batched import finetune_grid
@@ -78,20 +79,23 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     missing = [s for s in specs if s not in prepared]
     prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
     sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log)
-    todo = [run for run in sweep.runs if not sweep.recorded(*run)]
-    log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
-    workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
-    progress = Progress("run", len(todo), enabled=show_progress)
-    started, done = time.perf_counter(), 0
-    try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
-        for outcome in sweep.execute(todo, workers):
-            if outcome.body is not None:
-                sweep.write(outcome.task, outcome.body)
-            done += outcome.runs
-            progress.update(done, outcome.note)
-    finally:
-        progress.close()
-    return sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
+    with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep
+        for task in sweep.tasks:
+            locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
+        todo = [run for run in sweep.runs if not sweep.recorded(*run)]
+        log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
+        workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
+        progress = Progress("run", len(todo), enabled=show_progress)
+        started, done = time.perf_counter(), 0
+        try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
+            for outcome in sweep.execute(todo, workers):
+                if outcome.body is not None:
+                    sweep.write(outcome.task, outcome.body)
+                done += outcome.runs
+                progress.update(done, outcome.note)
+        finally:
+            progress.close()
+        return sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
 
 
 def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
@@ -118,7 +122,7 @@ class Outcome(NamedTuple):
 @dataclass
 class Sweep:
     """One checkpoint's LR x seed grid over tasks under one protocol, and how its runs are trained. Its records on
-    disk are all it knows: a killed sweep resumes, and two sweeps over one grid share the work."""
+    disk are all it knows: a killed sweep resumes (run_sweep keeps a second sweep of a task's grid out)."""
     checkpoint: Path
     tasks: list[EvalTask]
     protocol: Protocol

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -16,7 +17,7 @@ import yaml
 
 from encoderlab import objectives
 from encoderlab.data.loader import PackedDataset, PackedLoader
-from encoderlab.io import encoderlab_home, write_json
+from encoderlab.io import encoderlab_home, run_lock, write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
@@ -129,10 +130,17 @@ class Trainer:
         self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed, rank=self.world.rank,
                                    world_size=self.world.size)
         self.step = 0
-        self._prepare_run_dir(resume)
+        self._lock = ExitStack()  # the run folder's lock (rank 0's): held from here to the end of run()
+        try:
+            self._prepare_run_dir(resume)
+        except BaseException:
+            self._lock.close()
+            raise
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
 
     def _prepare_run_dir(self, resume: bool) -> None:
+        if self.world.is_main:  # before anything is read or written there; the other ranks follow rank 0
+            self._lock.enter_context(run_lock(self.run_dir, "a pretraining run"))
         found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
         if found is None and (self.run_dir / "metrics.jsonl").exists() and not resume:
             raise EncoderlabError(f"{self.run_dir} already holds a run: pass --resume to continue it or choose "
@@ -281,7 +289,12 @@ class Trainer:
         return self.cfg.lr_schedule.factor(step, self.cfg.train.steps)
 
     def run(self, stop_at: int | None = None) -> dict:
-        """Train to the end of the budget (or, to simulate a kill in tests, stop after step `stop_at`)."""
+        """Train to the end of the budget (or, to simulate a kill in tests, stop after step `stop_at`); the run
+        folder's lock is released when it returns or fails."""
+        with self._lock:
+            return self._train(stop_at)
+
+    def _train(self, stop_at: int | None) -> dict:
         cfg, total = self.cfg, self.cfg.train.steps
         decay_start = cfg.lr_schedule.decay_start(total)
         metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard,
