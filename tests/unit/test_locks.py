@@ -44,9 +44,8 @@ def holder():
 
 def test_a_second_writer_is_refused_in_one_line_naming_the_first(tmp_path, holder):
     proc = holder(tmp_path / "out")
-    with pytest.raises(EncoderlabError) as refused:
-        with run_lock(tmp_path / "out", "the records"):
-            pytest.fail("two processes hold one lock")
+    with pytest.raises(EncoderlabError) as refused, run_lock(tmp_path / "out", "the records"):
+        pytest.fail("two processes hold one lock")
     message = str(refused.value)
     assert "\n" not in message and str(tmp_path / "out") in message and "the records" in message
     assert f"process {proc.pid} on " in message and f"(-c {tmp_path / 'out'})" in message  # its command line
