@@ -83,7 +83,8 @@ def test_a_run_folder_in_use_is_refused_before_anything_is_written(tmp_path, pac
 def test_a_trainer_holds_its_run_folder_until_run_ends_or_fails(tmp_path, packed_dir):
     cfg = run_config(tmp_path, packed_dir)
     trainer = Trainer(cfg, show_progress=False, log=lambda m: None)
-    with pytest.raises(EncoderlabError, match=f"process {os.getpid()} on "):  # flock: two opens of one file conflict in one process
+    # flock: two opens of one file conflict even within one process
+    with pytest.raises(EncoderlabError, match=f"process {os.getpid()} on "):
         Trainer(cfg, show_progress=False)
     trainer.run()
     with pytest.raises(EncoderlabError, match="already holds a run"):  # a refusal after the lock is taken...
@@ -105,8 +106,8 @@ def test_a_sweep_holds_its_task_records(tmp_path, packed_dir, holder):
     spec = str(task_dir / "task.yaml")
     protocol = Protocol(name="t", max_steps=1, batch_size=4, lrs=[1e-3], seeds=[0], max_length=16, dtype="fp32")
     out = tmp_path / "evals"
-    folder = (out / records.checkpoint_tag(ckpt.resolve(checkpoint)) / records.protocol_key(protocol.model_dump(mode="json"))
-              / load_task(spec).name)
+    key = records.protocol_key(protocol.model_dump(mode="json"))
+    folder = out / records.checkpoint_tag(ckpt.resolve(checkpoint)) / key / load_task(spec).name
     proc = holder(folder)
     with pytest.raises(EncoderlabError, match=f"the .* records into .*: process {proc.pid} "):
         run_sweep(checkpoint, [spec], protocol, out, log=lambda m: None, show_progress=False, engine="sequential")
