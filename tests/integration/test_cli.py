@@ -88,3 +88,26 @@ def test_the_default_protocol_and_demo_study_are_the_clones():
     assert root == main.CHECKOUT
     assert main._default_protocol() == root / "configs" / "eval" / "demo.yaml"
     assert (main.CHECKOUT / "configs" / "studies" / "demo.yaml").exists()
+
+
+def test_ctrl_c_in_pretraining_says_how_to_resume(tmp_path, packed_dir, monkeypatch):
+    import yaml
+    from typer.testing import CliRunner
+
+    from encoderlab.cli import app
+    from encoderlab.train import loop
+
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "run", "out_dir": str(tmp_path / "runs"), "data": {"path": str(packed_dir)},
+        "model": {"preset": "micro", "num_hidden_layers": 1}, "lr_schedule": {"warmup_steps": 1, "decay_steps": 1},
+        "train": {"steps": 4, "global_batch": 2, "dtype": "fp32", "tensorboard": False}}))
+
+    def interrupted(self, stop_at=None):
+        self.step = 3
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop.Trainer, "run", interrupted)
+    result = CliRunner().invoke(app, ["pretrain", str(config), "--set", "train.seed=1"])
+    assert result.exit_code == 130
+    assert "interrupted at step 3; no checkpoint was written yet: start it again without --resume" in result.output

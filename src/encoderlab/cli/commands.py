@@ -1,6 +1,7 @@
 """The command line: thin typer commands that parse, build and run. Errors the user can fix print one line."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -131,7 +132,19 @@ def pretrain(
         return
     if not as_json and main:
         _render_plan(plan)
-    summary = Trainer(cfg, resume=resume, log=log, show_progress=not as_json).run()
+    trainer = Trainer(cfg, resume=resume, log=log, show_progress=not as_json)
+    try:
+        summary = trainer.run()
+    except KeyboardInterrupt:
+        from encoderlab.train import checkpoint
+
+        last = checkpoint.latest(cfg.run_dir)
+        again = shlex.join(["encoderlab", "pretrain", str(config), *(f"--set={o}" for o in overrides), "--resume"])
+        if main:
+            err.print(f"interrupted at step {trainer.step}; " + (
+                f"the last checkpoint is {last.name}: continue with `{again}`" if last else
+                "no checkpoint was written yet: start it again without --resume"))
+        raise SystemExit(130) from None
     if main:
         emit(summary, as_json, _render_pretrain)
 
