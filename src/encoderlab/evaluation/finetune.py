@@ -128,16 +128,22 @@ class Run:
 
     def step(self, batch: dict, lr: float) -> Tensor:
         """Train on one batch at this LR and return its loss; a non-finite loss changes nothing."""
+        loss = self.loss(batch)
+        if torch.isfinite(loss):
+            self.update(loss, lr)
+        return loss.detach()
+
+    def loss(self, batch: dict) -> Tensor:
         with autocast(self.protocol.dtype, self.device):
-            loss = self.task.loss(self.backbone, self.head, to_device(batch, self.device))
-        if not torch.isfinite(loss):
-            return loss.detach()
+            return self.task.loss(self.backbone, self.head, to_device(batch, self.device))
+
+    def update(self, loss: Tensor, lr: float) -> None:
+        """Backward, clipping and the AdamW step at this LR, for a loss the caller found finite."""
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, max_grad_norm(self.protocol.optim.grad_clip))
         set_lr(self.optimizer, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach()
 
 
 def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Tensor], *, lr: float, seed: int,
@@ -149,9 +155,10 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
     curve = LossCurve(protocol, total)
     batches = task.epoch_batches(protocol.batch_size, seed)
     for step in range(total):
-        loss = run.step(next(batches), lr * lr_factor(step, total, protocol))
-        if not torch.isfinite(loss):
+        loss = run.loss(next(batches))
+        if not torch.isfinite(loss):  # the step's one host sync: checked once, before the update
             return diverged_record(float(loss), lr, seed, step, total, curve, time.perf_counter() - started)
-        curve.add(step + 1, loss)
+        run.update(loss, lr * lr_factor(step, total, protocol))
+        curve.add(step + 1, loss.detach())
     return scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,
                          protocol=protocol, device=device, splits=evaluate_splits, started=started)
