@@ -45,7 +45,7 @@ from encoderlab.model.attention import EAGER_MAX_LEN, Backend, Dense, Flex, Varl
 from encoderlab.train import checkpoint
 
 PARALLEL = ("none", "ddp", "fsdp2")
-DCP_DIR = "dcp"  # the model and optimizer state inside a checkpoint folder
+DCP_DIR = "dcp"  # the optimizer state inside a checkpoint folder (older FSDP2 checkpoints: the model too)
 _TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from encoderlab import objectives
 from encoderlab.data.loader import PackedDataset, PackedLoader
-from encoderlab.io import encoderlab_home, run_lock, write_json
+from encoderlab.io import atomic_file, encoderlab_home, run_lock, write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
@@ -163,8 +163,8 @@ class Trainer:
             distributed.load_weights(source, self.model)
             self.log(f"initialised weights from {source}")
         if self.world.is_main:
-            config = yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False)
-            (self.run_dir / "config.yaml").write_text(config)
+            with atomic_file(self.run_dir / "config.yaml") as tmp:
+                tmp.write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
 
     def _load_full_state(self, path: Path, why: str) -> None:
         state = checkpoint.load_state(path)
