@@ -1,0 +1,128 @@
+"""Bad inputs across the command line, one table: each is refused before any work, the way the conventions say.
+
+Every case runs the real command line (in this process, for speed) and must: exit with code 2, print exactly one
+line on stderr that starts with "error:" and contains the case's `says` text (what is wrong and where), print no
+traceback, and leave no new or changed file under the test's folder.
+
+A case's arguments may name `{tmp}` (the test's folder), `{packed}` (a small packed dataset), `{ckpt}` (a
+checkpoint of a 2-step run, read-only for the cases) and `{run}` (that run's folder). `setup(tmp, ctx)` writes
+the files a case needs before the folder is snapshotted; `ctx` holds the same names as the placeholders.
+Sections are kept apart so that each area's cases are added in its own place.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from encoderlab.config import validate
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.loop import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_TINY = ROOT / "configs" / "pretrain" / "demo-tiny.yaml"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    args: tuple[str, ...]
+    says: str
+    setup: Callable[[Path, dict], None] | None = None
+
+
+def write(relative: str, text: str) -> Callable[[Path, dict], None]:
+    """A setup that writes one file (formatted with the placeholders) under the test's folder."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        path = tmp / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text.format(**ctx))
+    return setup
+
+
+def run_config(**changes) -> Callable[[Path, dict], None]:
+    """A setup that writes `run.yaml`: a 2-step micro run on the small packed dataset, with `changes` merged in."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        config = _micro_run(ctx["packed"], tmp / "runs")
+        for key, value in changes.items():
+            section, _, field = key.partition("__")
+            if field:
+                config.setdefault(section, {})[field] = value
+            else:
+                config[section] = value
+        (tmp / "run.yaml").write_text(yaml.safe_dump(config))
+    return setup
+
+
+def _micro_run(packed: Path, out_dir: Path) -> dict:
+    return {"name": "run", "out_dir": str(out_dir), "data": {"path": str(packed)},
+            "model": {"preset": "micro", "num_hidden_layers": 1},
+            "lr_schedule": {"warmup_steps": 1, "decay_steps": 1},
+            "train": {"steps": 2, "global_batch": 2, "dtype": "fp32", "tensorboard": False}}
+
+
+# ------------------------------------------------------------------------------------------ command line, configs
+CLI_CASES = [
+    Case("pretrain-missing-config", ("pretrain", "{tmp}/missing.yaml"), "config file not found"),
+    Case("pretrain-unknown-key", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "train.stepz=3"),
+         "train.stepz: unknown key"),
+    Case("pretrain-unknown-objective", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "objective=xlm"),
+         "unknown objective 'xlm'", run_config()),
+    Case("pretrain-warmup-past-end", ("pretrain", "{tmp}/run.yaml"), "warmup", run_config(lr_schedule__warmup_steps=9)),
+    Case("data-prepare-missing-source", ("data", "prepare", "/no/such/file.jsonl", "--out", "{tmp}/o"),
+         "no such file or directory"),
+    Case("data-inspect-not-packed", ("data", "inspect", "{tmp}"), "not a packed dataset"),
+]
+
+# ------------------------------------------------------------------------------------------ task files, sweeps
+TASK_CASES: list[Case] = []
+
+# ------------------------------------------------------------------------------------------ resume, data, checkpoints
+RESUME_CASES: list[Case] = []
+
+# ------------------------------------------------------------------------------------------ files, folders, paths
+IO_CASES: list[Case] = []
+
+CASES = CLI_CASES + TASK_CASES + RESUME_CASES + IO_CASES
+
+
+@pytest.fixture(scope="module")
+def context(tmp_path_factory, packed_dir) -> dict:
+    out = tmp_path_factory.mktemp("runs")
+    cfg = validate(PretrainConfig, _micro_run(packed_dir, out), "test")
+    Trainer(cfg, show_progress=False, log=lambda message: None).run()
+    run = out / "run"
+    return {"packed": packed_dir, "run": run, "ckpt": next((run / "checkpoints").glob("step-*"))}
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else (-1, 0)
+            for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_refused_in_one_line(case: Case, tmp_path, context, monkeypatch, capsys):
+    from encoderlab.cli import main
+
+    ctx = {**context, "tmp": tmp_path}
+    if case.setup:
+        case.setup(tmp_path, ctx)
+    before, shared_before = snapshot(tmp_path), snapshot(context["run"])
+    monkeypatch.setattr(sys, "argv", ["encoderlab", *(a.format(**ctx) for a in case.args)])
+    monkeypatch.setenv("COLUMNS", "400")  # one line, however long the message
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    stderr = capsys.readouterr().err
+    assert exit_.value.code == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), stderr
+    assert case.says.format(**ctx) in lines[0], stderr
+    assert "Traceback" not in stderr
+    assert snapshot(tmp_path) == before, "a refused command left or changed files"
+    assert snapshot(context["run"]) == shared_before, "a refused command changed the shared run"
+    assert os.access(tmp_path, os.W_OK)
