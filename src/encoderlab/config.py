@@ -70,16 +70,51 @@ def _parse_value(raw: str):
     return value
 
 
-def validate(model: type[T], data: dict[str, Any], where: str) -> T:
+def validate(model: type[T], data: dict[str, Any], where: str, overrides: list[str] = ()) -> T:
+    """`model` from `data`, or one line naming each bad key, its value and what is allowed; a key that came from an
+    override (`--set key=value`) is blamed on that override, not on the file it overrode."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        lines = []
-        for e in exc.errors():
-            message = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
-            if not e["loc"]:  # a check across keys: its message names them, and the input is the whole file
-                lines.append(message)
-                continue
-            shown = "" if e["type"] in ("missing", "extra_forbidden") else f" (got {e.get('input')!r})"
-            lines.append(f"{'.'.join(str(p) for p in e['loc'])}: {message}{shown}")
-        raise ConfigError(f"invalid configuration in {where}:\n  " + "\n  ".join(lines)) from None
+        problems = [_problem(model, e, where, overrides) for e in exc.errors()]
+        raise ConfigError("; ".join(dict.fromkeys(problems))) from None
+
+
+def load_config(model: type[T], path: str | Path | None, overrides: list[str], default: str) -> T:
+    """A config file (or `default` settings when there is none) with `--set` overrides, validated."""
+    data = load_yaml(path) if path else {}
+    return validate(model, apply_overrides(data, overrides), str(path or default), overrides)
+
+
+def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[str]) -> str:
+    loc = [str(p) for p in error["loc"]]
+    message = error["msg"].removeprefix("Value error, ")
+    if not loc:  # a check across keys: its message names them; blame an override it names, else the file
+        return f"{next((f'--set {o}' for o in overrides if _override_key(o) in message), where)}: {message}"
+    key = ".".join(loc)
+    source = next((f"--set {o}" for o in overrides if _override_key(o) in _prefixes(loc)), where)
+    if error["type"] == "extra_forbidden":
+        allowed = _allowed_keys(model, loc[:-1])
+        hint = f" (allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})" if allowed else ""
+        return f"{source}: {key}: unknown key{hint}"
+    shown = "" if error["type"] == "missing" else f" (got {error.get('input')!r})"
+    return f"{source}: {key}: {message}{shown}"
+
+
+def _override_key(override: str) -> str:
+    return override.partition("=")[0].strip()
+
+
+def _prefixes(loc: list[str]) -> set[str]:
+    return {".".join(loc[:n]) for n in range(1, len(loc) + 1)}
+
+
+def _allowed_keys(model: type[BaseModel], path: list[str]) -> list[str]:
+    """The keys a section takes, following the model's nested sections; none when the path leaves them."""
+    for part in path:
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return sorted(model.model_fields)

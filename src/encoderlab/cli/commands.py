@@ -104,10 +104,10 @@ def data_inspect(
 
 
 def _load_pretrain_config(config: Path, overrides: list[str]):
-    from encoderlab.config import apply_overrides, load_yaml, validate
+    from encoderlab.config import load_config
     from encoderlab.train.config import PretrainConfig
 
-    return validate(PretrainConfig, apply_overrides(load_yaml(config), overrides), str(config))
+    return load_config(PretrainConfig, config, overrides, str(config))
 
 
 @app.command("pretrain")
@@ -264,13 +264,13 @@ def export_cmd(
 
 
 def _protocol(path: Path | None, overrides: list[str]):
-    from encoderlab.config import apply_overrides, load_yaml, validate
+    from encoderlab.config import load_config
     from encoderlab.evaluation.protocol import Protocol
 
     path = path or _default_protocol()
+    protocol = load_config(Protocol, path, overrides, "the default protocol")
     log(f"protocol: {path or 'the built-in defaults (no configs/eval/demo.yaml beside this install)'}")
-    data = load_yaml(path) if path else {}
-    return validate(Protocol, apply_overrides(data, overrides), str(path or "the default protocol"))
+    return protocol
 
 
 def _default_protocol() -> Path | None:
