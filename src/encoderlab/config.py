@@ -22,12 +22,20 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder: give a YAML config file")
     if path.resolve() in _seen:
         raise ConfigError(f"config {path} includes itself through 'base'")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {exc.problem or exc.context}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of sections at the top level, not {type(data).__name__}")
     base = data.pop("base", None)

@@ -36,12 +36,12 @@ class Case:
     setup: Callable[[Path, dict], None] | None = None
 
 
-def write(relative: str, text: str) -> Callable[[Path, dict], None]:
-    """A setup that writes one file (formatted with the placeholders) under the test's folder."""
+def write(relative: str, content: str | bytes) -> Callable[[Path, dict], None]:
+    """A setup that writes one file under the test's folder: text is formatted with the placeholders first."""
     def setup(tmp: Path, ctx: dict) -> None:
         path = tmp / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text.format(**ctx))
+        path.write_bytes(content if isinstance(content, bytes) else content.format(**ctx).encode())
     return setup
 
 
@@ -74,9 +74,48 @@ CLI_CASES = [
     Case("pretrain-unknown-objective", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "objective=xlm"),
          "unknown objective 'xlm'", run_config()),
     Case("pretrain-warmup-past-end", ("pretrain", "{tmp}/run.yaml"), "warmup", run_config(lr_schedule__warmup_steps=9)),
+    Case("pretrain-override-blamed", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "optim.lr=-1"),
+         "--set optim.lr=-1: optim.lr: Input should be greater than 0"),
+    Case("pretrain-override-not-key-value", ("pretrain", str(DEMO_TINY), "--set", "train.steps"), "section.key=value"),
+    Case("pretrain-config-is-folder", ("pretrain", "{tmp}"), "is a folder"),
+    Case("pretrain-config-bad-yaml", ("pretrain", "{tmp}/bad.yaml"), "bad.yaml:3:1: not valid YAML", write("bad.yaml", "a:\n  b: [1\n")),
+    Case("pretrain-config-binary", ("pretrain", "{tmp}/bin.yaml"), "not valid YAML", write("bin.yaml", b"\xff\xfe")),
+    Case("pretrain-config-a-list", ("pretrain", "{tmp}/list.yaml"), "mapping", write("list.yaml", "- a\n- b\n")),
+    Case("pretrain-base-loop", ("pretrain", "{tmp}/loop.yaml"), "includes itself", write("loop.yaml", "base: loop.yaml\n")),
+    Case("pretrain-no-data", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "data.path={tmp}/nodata"),
+         "no packed dataset at", run_config()),
+    Case("pretrain-micro-batch", ("pretrain", "{tmp}/run.yaml", "--set", "train.micro_batch=3"),
+         "micro_batch 3 must divide", run_config()),
+    Case("pretrain-save-at-past-end", ("pretrain", "{tmp}/run.yaml", "--set", "train.save_at=[5]"), "save_at",
+         run_config()),
+    Case("pretrain-cuda-without-gpu", ("pretrain", "{tmp}/run.yaml", "--set", "train.device=cuda"), "CUDA",
+         run_config()),
+    Case("pretrain-schedule-too-long", ("pretrain", "{tmp}/run.yaml", "--set", "objective=clm:8,mlm40:3"),
+         "give [8, 3] steps", run_config()),
+    Case("pretrain-existing-run", ("pretrain", "{tmp}/run.yaml", "--set", "out_dir={run}/.."),
+         "already holds a run", run_config()),
     Case("data-prepare-missing-source", ("data", "prepare", "/no/such/file.jsonl", "--out", "{tmp}/o"),
          "no such file or directory"),
+    Case("data-prepare-empty-folder", ("data", "prepare", "{tmp}/empty", "--out", "{tmp}/o"), "no supported files",
+         write("empty/notes.md", "hello")),
     Case("data-inspect-not-packed", ("data", "inspect", "{tmp}"), "not a packed dataset"),
+    Case("import-hf-missing", ("import-hf", "{tmp}/nomodel", "--out", "{tmp}/o"), "no such file or folder"),
+    Case("import-hf-not-a-model", ("import-hf", "{tmp}", "--out", "{tmp}/o"), "has no config.json"),
+    Case("export-not-a-checkpoint", ("export", "{tmp}", "--out", "{tmp}/o"), "neither a checkpoint folder"),
+    Case("finetune-zero-lr", ("finetune", "{ckpt}", "rt-polarity", "--lr", "0", "--out", "{tmp}/e"),
+         "Input should be greater than 0"),
+    Case("finetune-negative-lr", ("finetune", "{ckpt}", "rt-polarity", "--lr", "-1e-3", "--out", "{tmp}/e"),
+         "Input should be greater than 0"),
+    Case("sweep-unknown-protocol-key", ("sweep", "{ckpt}", "rt-polarity", "--set", "max_step=5", "--out", "{tmp}/e"),
+         "--set max_step=5: max_step: unknown key (allowed: "),
+    Case("sweep-protocol-missing", ("sweep", "{ckpt}", "rt-polarity", "--protocol", "{tmp}/p.yaml", "--out", "{tmp}/e"),
+         "config file not found"),
+    Case("sweep-workers-zero", ("sweep", "{ckpt}", "rt-polarity", "--workers", "0", "--out", "{tmp}/e"),
+         "--workers '0'"),
+    Case("sweep-unknown-engine", ("sweep", "{ckpt}", "rt-polarity", "--engine", "warp", "--out", "{tmp}/e"),
+         "engine 'warp'"),
+    Case("sweep-unknown-task", ("sweep", "{ckpt}", "no-such-task", "--out", "{tmp}/e"), "unknown task 'no-such-task'"),
+    Case("sweep-not-a-checkpoint", ("sweep", "{tmp}", "rt-polarity", "--out", "{tmp}/e"), "neither a checkpoint"),
 ]
 
 # ------------------------------------------------------------------------------------------ task files, sweeps
@@ -101,8 +140,10 @@ def context(tmp_path_factory, packed_dir) -> dict:
 
 
 def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() else (-1, 0)
-            for p in folder.rglob("*")}
+    """Every file and folder with its size and time; a lock file only by its presence (a refused writer takes the
+    lock before it looks, and leaves its name there)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) if p.is_file() and p.name != ".lock"
+            else (-1, 0) for p in folder.rglob("*")}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -268,9 +268,20 @@ def _protocol(path: Path | None, overrides: list[str]):
     from encoderlab.evaluation.protocol import Protocol
 
     path = path or _default_protocol()
-    protocol = load_config(Protocol, path, overrides, "the default protocol")
-    log(f"protocol: {path or 'the built-in defaults (no configs/eval/demo.yaml beside this install)'}")
-    return protocol
+    return load_config(Protocol, path, overrides, "the default protocol"), \
+        f"protocol: {path or 'the built-in defaults (no configs/eval/demo.yaml beside this install)'}"
+
+
+def _log_after(first: str):
+    """A log that says `first` before its first message: what a command will use is told once the command has
+    checked its inputs and starts to work, so a refusal stays one line."""
+    pending = [first]
+
+    def emit(message: str) -> None:
+        while pending:
+            log(pending.pop())
+        log(message)
+    return emit
 
 
 def _default_protocol() -> Path | None:
@@ -300,8 +311,8 @@ def sweep(
     specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
     if not specs:
         raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
-    proto = _protocol(protocol, overrides)
-    summary = run_sweep(checkpoint, specs, proto, out_dir, log=log, show_progress=not as_json,
+    proto, told = _protocol(protocol, overrides)
+    summary = run_sweep(checkpoint, specs, proto, out_dir, log=_log_after(told), show_progress=not as_json,
                         cache_dir=_cache_dir(), engine=engine, workers=_workers(workers))
     emit(summary, as_json, _render_sweep)
 
@@ -320,8 +331,9 @@ def finetune_cmd(
     """One fine-tuning run (the sweep's unit): writes one result record."""
     from encoderlab.evaluation.sweep import run_sweep
 
-    proto = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
-    summary = run_sweep(checkpoint, [task], proto, out_dir, log=log, show_progress=False, cache_dir=_cache_dir())
+    proto, told = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
+    summary = run_sweep(checkpoint, [task], proto, out_dir, log=_log_after(told), show_progress=False,
+                        cache_dir=_cache_dir())
     emit(summary, as_json, _render_sweep)
 
 
