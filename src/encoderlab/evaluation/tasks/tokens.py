@@ -207,7 +207,9 @@ class TokenTask(ListTask):
 
 def _where(ex: dict, j: int, task: str) -> str:
     """Where word `j` of an example is: its file and line when read from a CoNLL file, else its id."""
-    return f"{ex['source'][0]}: line {ex['source'][1] + j}" if "source" in ex else f"{task} example {ex['id']!r}"
+    if "source" in ex:
+        return f"{ex['source'][0]}: line {ex['source'][1] + j}"
+    return f"{task} example {ex['id']!r}, word {j}"
 
 
 def scheme_of(splits: dict[str, list[dict]], labels: list[str], task: str, plain_if_no_chunks: bool) -> str:
