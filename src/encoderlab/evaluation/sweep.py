@@ -37,8 +37,9 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
     """Load every task first, so bad input fails before any training, then tokenise each once."""
     tasks = [load_task(spec) for spec in specs]
     names = [t.name for t in tasks]
-    if len(set(names)) != len(names):
-        raise EncoderlabError(f"a task is named twice in {specs}")
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise EncoderlabError(f"two tasks are named {twice[0]!r} in {' '.join(specs)}; give a task file a name of "
+                              "its own (`name:`)")
     for task in tasks:
         if protocol.max_train_examples:
             task.subsample("train", protocol.max_train_examples, seed=0)

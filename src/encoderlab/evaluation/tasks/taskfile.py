@@ -17,23 +17,32 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from encoderlab.config import load_yaml, validate
 from encoderlab.data.offline.taskfiles import data_files
 from encoderlab.errors import DataError
 from encoderlab.io import sha256_of
 
-SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+SAFE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 
 
 class _TaskFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str | None = Field(None, pattern=SAFE_NAME, max_length=100)
+    name: str | None = Field(None, max_length=100)
+
+    @field_validator("name")
+    @classmethod
+    def _safe(cls, name: str | None) -> str | None:
+        if name is not None and not re.fullmatch(SAFE_NAME, name):
+            raise ValueError("a task name is letters, digits, '-', '_' and '.', starting with a letter or digit "
+                             "(it names the folder of its records)")
+        return name
 
 
 class _SplitFiles(_TaskFile):
@@ -98,7 +107,7 @@ def read_task_file(path: Path) -> TaskFile:
     """A task YAML, validated; every file it names must exist."""
     where = f"task file {path}"
     data = load_yaml(path)
-    family = validate(_Family, {"family": data.get("family")}, where).family
+    family = validate(_Family, {k: v for k, v in data.items() if k == "family"}, where).family
     settings = validate(MODELS[family], data, where)
     files = {k: path.parent / v for k in FILE_KEYS if (v := getattr(settings, k, None)) is not None}
     for key, file in files.items():
