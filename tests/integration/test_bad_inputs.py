@@ -119,7 +119,57 @@ CLI_CASES = [
 ]
 
 # ------------------------------------------------------------------------------------------ task files, sweeps
-TASK_CASES: list[Case] = []
+def task_files(yaml_text: str, **files: str) -> Callable[[Path, dict], None]:
+    """A setup that writes `t.yaml` and its data files (`train_csv=...` becomes `train.csv`)."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        for name, text in {"t.yaml": yaml_text, **{k.replace("_", "."): v for k, v in files.items()}}.items():
+            write(name, text)(tmp, ctx)
+    return setup
+
+
+CSV = "text,label\n" + "".join(f"review {i},{'pos' if i % 2 else 'neg'}\n" for i in range(8))
+CLS = "family: classification\ntrain: train.csv\nvalidation: train.csv\n"
+CONLL = "Anna B-PER\nKarenina I-PER\nreads O\n\nOslo B-LOC\nsleeps O\n\n"
+TOK = "family: tokens\ntrain: train.txt\nvalidation: train.txt\n"
+SWEEP = ("sweep", "{ckpt}", "{tmp}/t.yaml", "--out", "{tmp}/o")
+TASK_CASES: list[Case] = [
+    Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv does not exist",
+         task_files("family: classification\ntrain: nope.csv\nvalidation: nope.csv\n")),
+    Case("task-missing-folder", SWEEP, "task file {tmp}/t.yaml: folder: {tmp}/beir does not exist",
+         task_files("family: retrieval\nfolder: beir\n")),
+    Case("task-empty-label", SWEEP, "{tmp}/dev.csv: row 3 has an empty label (column 'label')",
+         task_files(CLS.replace("validation: train.csv", "validation: dev.csv"), train_csv=CSV,
+                    dev_csv="text,label\na,pos\nb,neg\nc,\n")),
+    Case("task-missing-column", SWEEP, "{tmp}/train.csv: row 1 has no column 'sentiment'",
+         task_files(CLS + "label_column: sentiment\n", train_csv=CSV)),
+    Case("task-tag-not-in-scheme", SWEEP, "{tmp}/train.txt: line 8: tag 'B_person' is not valid under tag_scheme iob2",
+         task_files(TOK + "tag_scheme: iob2\n", train_txt=CONLL + "Leo B_person\n")),
+    Case("task-inside-without-begin", SWEEP, "{tmp}/train.txt: line 2: tag 'I-LOC' is not valid under tag_scheme iob2",
+         task_files(TOK + "tag_scheme: iob2\n", train_txt="Anna O\nOslo I-LOC\n\n" + CONLL)),
+    Case("task-bioes-unclosed", SWEEP, "{tmp}/train.txt: line 2: tag 'I-PER' is not valid under tag_scheme bioes",
+         task_files(TOK + "tag_scheme: bioes\n", train_txt="Anna B-PER\nKarenina I-PER\n\nOslo S-LOC\n\n")),
+    Case("task-tags-fit-no-scheme", SWEEP, "{tmp}/train.txt: line 8: tag 'B_person' fits none of iob1, iob2, bioes",
+         task_files(TOK, train_txt=CONLL + "Leo B_person\n")),
+    Case("task-not-a-mapping", SWEEP, "{tmp}/t.yaml must hold a mapping", task_files("- family\n- tokens\n")),
+    Case("task-unknown-spec", ("sweep", "{ckpt}", "no-such-task", "--out", "{tmp}/o"), "unknown task 'no-such-task'"),
+    Case("task-named-twice", ("sweep", "{ckpt}", "{tmp}/t.yaml", "{tmp}/u.yaml", "--out", "{tmp}/o"),
+         "two tasks are named 'same'", lambda tmp, ctx: [task_files(CLS + "name: same\n", train_csv=CSV)(tmp, ctx),
+                                                         write("u.yaml", CLS + "name: same\n")(tmp, ctx)]),
+    # through config.validate: one line once its messages are ("task file X: key: problem")
+    Case("task-unknown-key", SWEEP, "task file {tmp}/t.yaml: lable_column: unknown key",
+         task_files(CLS + "lable_column: label\n", train_csv=CSV)),
+    Case("task-typo-max-length", SWEEP, "task file {tmp}/t.yaml: max_lenght: unknown key",
+         task_files(CLS + "max_lenght: 64\n", train_csv=CSV)),
+    Case("task-unknown-scheme", SWEEP, "task file {tmp}/t.yaml: tag_scheme", task_files(TOK + "tag_scheme: bio\n",
+                                                                                         train_txt=CONLL)),
+    Case("task-name-leaves-folder", SWEEP, "task file {tmp}/t.yaml: name", task_files(CLS + "name: ../x\n",
+                                                                                      train_csv=CSV)),
+    Case("task-unknown-family", SWEEP, "task file {tmp}/t.yaml: family", task_files("family: ner\ntrain: a\n")),
+    Case("task-missing-train", SWEEP, "task file {tmp}/t.yaml: train", task_files("family: qa\nvalidation: v\n")),
+    Case("sweep-zero-lr", (*SWEEP, "--set", "lrs=[0]"), "--set lrs=[0]: lrs.0", task_files(CLS, train_csv=CSV)),
+    Case("sweep-negative-lr", (*SWEEP, "--set", "lrs=[-1e-3]"), "--set lrs=[-1e-3]: lrs.0",
+         task_files(CLS, train_csv=CSV)),
+]
 
 # ------------------------------------------------------------------------------------------ resume, data, checkpoints
 RESUME_CASES: list[Case] = []

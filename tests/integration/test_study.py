@@ -205,7 +205,7 @@ def fake_records(plan, base) -> None:
             for lr in rec["protocol"]["lrs"]:
                 for seed in rec["protocol"]["seeds"]:
                     val = level + rng.gauss(0, noise)
-                    records.write(records.record_path(plan.root / "evals", e["tag"], key, task, lr, seed), {
+                    records.write(records.record_path(plan.root / "evals", e["tag"], key, task, "0" * 16, lr, seed), {
                         "tag": e["tag"], "task": task, "family": family, "metric": metric, "status": "ok",
                         "lr": lr, "seed": seed, "baseline": {s: {"score": baseline} for s in ("validation", "test")},
                         "scores": {"validation": {"score": val}, "test": {"score": val + rng.gauss(0, 0.5)}}})

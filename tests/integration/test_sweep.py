@@ -90,6 +90,46 @@ def test_sweep_records_resume_and_summary(tmp_path, tiny_checkpoint, task_yaml, 
     assert other["runs_done_this_time"] == 1 and other["protocol_key"] != summary["protocol_key"]
 
 
+def test_records_belong_to_the_definition_and_data_of_a_task(tmp_path, tiny_checkpoint, task_yaml):
+    """Two task files on one folder, or edited data, never reuse each other's records; the same content does."""
+    folder, out, logs = task_yaml.parent, tmp_path / "evals", []
+    for split in ("train", "dev", "test"):  # a second labelling of the same texts
+        rows = [json.loads(line) for line in (folder / f"{split}.jsonl").read_text().splitlines()]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps({**r, "short": str(len(r["text"]) < 40)}) + "\n"
+                                                       for r in rows))
+    files = "family: classification\ntrain: train.jsonl\nvalidation: dev.jsonl\ntest: test.jsonl\n"
+    (folder / "bbc.yaml").write_text(files)
+    (folder / "relabel.yaml").write_text(files + "name: bbc\nlabel_column: short\n")
+
+    def sweep(path):
+        logs.clear()
+        return run_sweep(tiny_checkpoint, [str(path)], protocol(max_steps=2, lrs=[1e-3], seeds=[0]), out,
+                         show_progress=False, log=logs.append)
+
+    first = sweep(folder / "bbc.yaml")
+    assert first["runs_done_this_time"] == 1 and list(first["tasks"]) == ["bbc"]
+    relabelled = sweep(folder / "relabel.yaml")  # the same name and files, another label column
+    assert relabelled["runs_done_this_time"] == 1 and relabelled["tasks"]["bbc"] != first["tasks"]["bbc"]
+    assert any(line.startswith("bbc: its data or definition changed since the records in ") for line in logs)
+    assert sweep(folder / "bbc.yaml")["tasks"] == first["tasks"] and "0 to do" in "".join(logs)
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for name in ("bbc.yaml", "train.jsonl", "dev.jsonl", "test.jsonl"):
+        (copy / name).write_bytes((folder / name).read_bytes())
+    assert sweep(copy / "bbc.yaml")["runs_done_this_time"] == 0  # the same content elsewhere: the same records
+    (folder / "train.jsonl").write_text((folder / "train.jsonl").read_text().replace("good", "fine", 1))
+    edited = sweep(folder / "bbc.yaml")
+    assert edited["runs_done_this_time"] == 1 and "bbc: its data or definition changed" in "".join(logs)
+    paths = sorted(out.rglob("lr*.json"))
+    assert len(paths) == 3 and len({p.parent for p in paths}) == 3 and {p.parent.parent.name for p in paths} == {"bbc"}
+    record = json.loads(paths[0].read_text())
+    assert record["task"] == "bbc" and record["fingerprint"] == paths[0].parent.name and record["metric"] == "accuracy"
+    cut = record["truncated"]  # the toy tokenizer's pieces are short: most texts exceed 32 tokens
+    assert cut["unit"] == "examples" and 0 < cut["train"] <= 64 and set(cut) == {"train", "validation", "test", "unit"}
+    said = f"cut at 32 tokens: {cut['train']} of train, {cut['validation']} of validation, {cut['test']} of test examples"
+    assert any("bbc (classification, accuracy)" in line and said in line for line in logs), logs
+
+
 def test_bf16_runs(tmp_path, tiny_checkpoint, task_yaml):
     summary = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(dtype="bf16", lrs=[1e-3], seeds=[0]), tmp_path,
                         show_progress=False, log=lambda m: None)

@@ -67,7 +67,7 @@ def tokens(rng: random.Random, n: int) -> TokenTask:
             out.append({"id": f"s{i}", "tokens": ws, "tags": [{"Oslo": 0, "Zoe": 1}.get(w, 2) for w in ws]})
         return out
     return TokenTask("toy-ner", {"train": rows(n), "validation": rows(10), "test": rows(10)},
-                     ["B-LOC", "B-PER", "O"], "iob")
+                     ["B-LOC", "B-PER", "O"], "iob2")
 
 
 def qa(rng: random.Random, n: int) -> QATask:

@@ -273,6 +273,11 @@ def test_user_classification_maps_string_labels_and_holds_out(tmp_path):
         load_user_classification(str(tmp_path / "train.csv"), str(tmp_path / "odd.csv"), None, "body", "sentiment")
     with pytest.raises(DataError, match=r"train.csv: row 1 has no column 'text'; columns: \['body', 'sentiment'\]"):
         load_user_classification(str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"), None, "text", "sentiment")
+    for name, text in (("blank.csv", 'body,sentiment\n"fine",pos\n"meh", \n'),
+                       ("null.jsonl", '{"body": "fine", "sentiment": "pos"}\n{"body": "meh", "sentiment": null}\n')):
+        (tmp_path / name).write_text(text)  # an empty label would otherwise become one more class
+        with pytest.raises(DataError, match=rf"{name}: row 2 has an empty label \(column 'sentiment'\)"):
+            load_user_classification(str(tmp_path / "train.csv"), str(tmp_path / name), None, "body", "sentiment")
 
 
 def test_shared_helpers_are_deterministic():

@@ -13,11 +13,11 @@ from encoderlab.data.tokenizer import train_bpe
 from encoderlab.errors import DataError
 from encoderlab.evaluation.tasks.tokens import (
     TokenTask,
-    infer_scheme,
     load_conll_columns,
     load_conll_like,
     load_offline_tokens,
 )
+from encoderlab.evaluation.tasks.schemes import derive, first_invalid
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 
@@ -49,7 +49,7 @@ def rows(sentences=SENTENCES):
     return [{"id": f"s{i}", "tokens": list(w), "tags": list(t)} for i, (w, t) in enumerate(sentences)]
 
 
-def toy(labels=NER, scheme="iob", **splits) -> TokenTask:
+def toy(labels=NER, scheme="iob2", **splits) -> TokenTask:
     return TokenTask("toy", {**{s: rows() for s in ("train", "validation", "test")}, **splits}, labels, scheme)
 
 
@@ -135,7 +135,7 @@ def test_a_perfect_head_scores_100_and_cut_words_are_predicted_o_and_counted(tok
 
 
 def test_tags_scheme_predicts_the_most_frequent_train_tag_for_cut_words(tok):
-    task = toy(labels=["DET", "NOUN", "VERB", "X"], scheme="tags")
+    task = toy(labels=["DET", "NOUN", "VERB", "X"], scheme="plain")
     assert task.metric == "accuracy" and task.default_tag == 3  # "X" (index 3) is the most frequent tag
     task.prepare(tok, 6)
     head = linear(4, weight=0.0, bias=[0.0, 1.0, 0.0, 0.0])  # predicts "NOUN" (1) wherever a word is seen
@@ -171,7 +171,7 @@ def test_training_overfits_eight_sentences_to_f1_100(tok):
 def test_trivial_baselines():
     assert toy().trivial_baseline("test") == {"score": 0.0, "f1": 0.0, "precision": 0.0, "recall": 0.0,
                                               "accuracy": pytest.approx(100 * 24 / 35)}
-    tags = toy(labels=["DET", "NOUN", "VERB", "X"], scheme="tags")
+    tags = toy(labels=["DET", "NOUN", "VERB", "X"], scheme="plain")
     assert tags.trivial_baseline("test") == {"score": pytest.approx(100 * 24 / 35),
                                              "accuracy": pytest.approx(100 * 24 / 35)}
 
@@ -190,7 +190,7 @@ def test_invalid_data_is_refused(change, message):
     data = {s: rows() for s in ("train", "validation", "test")}
     change(data)
     with pytest.raises(DataError, match=message):
-        TokenTask("bad", data, NER, "iob")
+        TokenTask("bad", data, NER, "iob2")
 
 
 def test_unseen_tags_and_bad_iob_labels():
@@ -198,14 +198,38 @@ def test_unseen_tags_and_bad_iob_labels():
     with pytest.raises(DataError, match=r"entity types in validation not seen in train: \['LOC'\]"):
         toy(train=rows(no_loc))
     with pytest.raises(DataError, match=r"tags in validation not seen in train: \['DET'\]"):
-        toy(labels=["DET", "NOUN", "VERB", "X"], scheme="tags", train=rows(no_loc))
+        toy(labels=["DET", "NOUN", "VERB", "X"], scheme="plain", train=rows(no_loc))
     no_iper = [(w, [PER if t == IPER else t for t in tags]) for w, tags in SENTENCES]
-    assert toy(train=rows(no_iper)).metric == "f1"  # I-PER unseen, but PER is known: allowed (CoNLL chunking)
-    with pytest.raises(DataError, match="must be 'O', 'B-TYPE' or 'I-TYPE'"):
+    assert toy(train=rows(no_iper)).metric == "entity_f1"  # I-PER unseen, but PER is known: allowed (chunking)
+    with pytest.raises(DataError, match="train example 's0', word 3: tag 'LOC' is not valid under tag_scheme "
+                                        "iob2: not O or B-TYPE, I-TYPE"):
         toy(labels=["LOC", "B-PER", "I-PER", "O"])
-    with pytest.raises(DataError, match="scheme must be"):
+    with pytest.raises(DataError, match="tag scheme must be one of iob1, iob2, bioes, plain, got 'bio'"):
         toy(scheme="bio")
-    assert infer_scheme(NER) == "iob" and infer_scheme(["NN", "VB"]) == "tags"
+
+
+@pytest.mark.parametrize("tags, valid", [
+    (["B-PER", "I-PER", "O", "B-LOC"], {"iob1", "iob2", "plain"}),
+    (["I-PER", "I-PER", "B-PER", "O"], {"iob1", "plain"}),  # IOB1: B- only between two chunks of one type
+    (["O", "I-LOC"], {"iob1", "plain"}),
+    (["B-PER", "I-PER", "E-PER", "S-LOC", "O"], {"bioes", "plain"}),
+    (["B-PER", "I-PER", "O"], {"iob1", "iob2", "plain"}),  # BIOES: the PER chunk is never closed
+    (["B-PER", "E-LOC"], {"plain"}),
+    (["B_person", "O"], {"plain"}),
+])
+def test_which_schemes_a_sentence_fits(tags, valid):
+    assert {s for s in ("iob1", "iob2", "bioes", "plain") if first_invalid(tags, s) is None} == valid
+
+
+def test_the_scheme_is_derived_once_and_refused_when_no_chunk_scheme_fits():
+    assert derive([["B-PER", "I-PER"], ["O"]]) == "iob2" and derive([["B-PER"], ["O", "I-PER"]]) == "iob1"
+    assert derive([["S-PER", "O"], ["B-LOC", "E-LOC"]]) == "bioes" and derive([["NN", "VB"]]) is None
+    assert toy(scheme=None).scheme == "iob2" and toy(scheme=None).metric == "entity_f1"
+    pos = ["DET", "NOUN", "VERB", "X"]
+    with pytest.raises(DataError, match="example 's0', word 0: tag 'NOUN' fits none of iob1, iob2, bioes .*declare tag_scheme: plain"):
+        toy(labels=pos, scheme=None)
+    assert TokenTask("pos", {s: rows() for s in ("train", "validation", "test")}, pos, None,
+                     plain_if_no_chunks=True).metric == "accuracy"
 
 
 # ---------------------------------------------------------------- cache
@@ -239,8 +263,8 @@ def test_offline_loader_infers_the_scheme(tmp_path):
         for s in ("train", "validation", "test"):
             write_jsonl(folder / f"{s}.jsonl", rows())
         (folder / "task.json").write_text(json.dumps({"family": "tokens", "labels": labels}))
-    assert load_offline_tokens(tmp_path, "ner").metric == "f1"
-    assert load_offline_tokens(tmp_path, "pos").scheme == "tags"
+    assert load_offline_tokens(tmp_path, "ner").metric == "entity_f1"
+    assert load_offline_tokens(tmp_path, "pos").scheme == "plain"
     with pytest.raises(DataError, match="encoderlab data prepare offline"):
         load_offline_tokens(tmp_path, "chunk")
 
@@ -261,12 +285,18 @@ def test_conll_columns(tmp_path):
     for s in ("train", "dev"):
         (tmp_path / f"{s}.txt").write_text(CONLL * 30)
     task = load_conll_columns(str(tmp_path / "train.txt"), str(tmp_path / "dev.txt"), None)
-    assert task.scheme == "iob" and task.labels == ["B-MISC", "B-ORG", "B-PER", "I-PER", "O"]
+    assert task.scheme == "iob2" and task.labels == ["B-MISC", "B-ORG", "B-PER", "I-PER", "O"]
     assert len(task.splits["test"]) == 60 and task.num_train_examples() == 57  # 5% of train held out
-    assert task.splits["test"][0] == {"id": "validation-0", "tokens": ["EU", "rejects", "German"], "tags": [1, 4, 0]}
+    assert task.splits["test"][0] == {"id": "validation-0", "tokens": ["EU", "rejects", "German"], "tags": [1, 4, 0],
+                                      "source": (str(tmp_path / "dev.txt"), 3)}
+    with pytest.raises(DataError, match="tag 'NNP' fits none of iob1, iob2, bioes"):
+        load_conll_columns(str(tmp_path / "train.txt"), str(tmp_path / "dev.txt"), None, tag_column=1)
     pos = load_conll_columns(str(tmp_path / "train.txt"), str(tmp_path / "dev.txt"), str(tmp_path / "dev.txt"),
-                             tag_column=1)
-    assert pos.scheme == "tags" and pos.labels == ["JJ", "NNP", "VBZ"] and len(pos.splits["test"]) == 60
+                             tag_column=1, scheme="plain")
+    assert pos.scheme == "plain" and pos.labels == ["JJ", "NNP", "VBZ"] and len(pos.splits["test"]) == 60
+    (tmp_path / "odd.txt").write_text(CONLL * 2 + "Anna NNP B-NP B_person\n")
+    with pytest.raises(DataError, match=r"odd.txt: line 19: tag 'B_person' is not valid under tag_scheme iob2"):
+        load_conll_columns(str(tmp_path / "train.txt"), str(tmp_path / "odd.txt"), None, scheme="iob2")
     (tmp_path / "bad.txt").write_text("EU NNP\n")
     with pytest.raises(DataError, match=r"bad.txt: line 1 has 2 column\(s\) \['EU', 'NNP'\]; .*tag_column=3"):
         load_conll_columns(str(tmp_path / "bad.txt"), str(tmp_path / "dev.txt"), None, tag_column=3)
@@ -279,7 +309,7 @@ def test_conll_like_from_a_local_folder(tmp_path, monkeypatch):
     with pytest.raises(DataError, match="no tag names"):
         load_conll_like("conll2003", str(tmp_path))
     task = load_conll_like("conll2003", str(tmp_path), label_names=NER)
-    assert task.metric == "f1" and task.splits["validation"][0]["tokens"] == SENTENCES[0][0]
+    assert task.metric == "entity_f1" and task.splits["validation"][0]["tokens"] == SENTENCES[0][0]
     (tmp_path / "labels.txt").write_text("\n".join(NER) + "\n")
     assert load_conll_like("uner", str(tmp_path)).labels == NER
 

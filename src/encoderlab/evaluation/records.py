@@ -1,8 +1,10 @@
 """The result store: one JSON record per fine-tuning run, written atomically, found again by its key.
 
-`OUT/<checkpoint-tag>/<protocol-key>/<task>/lr<lr>-seed<seed>.json`. A run with a record (finished or failed) is
-never redone, so a killed sweep started again does only what is left; the protocol key (its name and a hash of its
-settings) keeps runs made under different protocols apart.
+`OUT/<checkpoint-tag>/<protocol-key>/<task>/<fingerprint>/lr<lr>-seed<seed>.json`. A run with a record (finished or
+failed) is never redone, so a killed sweep started again does only what is left; the protocol key (its name and a
+hash of its settings) keeps runs made under different protocols apart, and the task's fingerprint (a hash of its
+definition and data files, evaluation/tasks/taskfile.py) runs of a task whose data or definition changed: those
+are run again, and the old records stay where they were.
 """
 from __future__ import annotations
 
@@ -28,8 +30,17 @@ def protocol_key(protocol: dict) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', protocol.get('name', 'protocol'))}-{digest}"
 
 
-def record_path(root: Path, tag: str, key: str, task: str, lr: float, seed: int) -> Path:
-    return root / tag / key / task / f"lr{lr:g}-seed{seed}.json"
+def record_path(root: Path, tag: str, key: str, task: str, fingerprint: str, lr: float, seed: int) -> Path:
+    return root / tag / key / task / fingerprint / f"lr{lr:g}-seed{seed}.json"
+
+
+def other_versions(root: Path, tag: str, key: str, task: str, fingerprint: str) -> list[Path]:
+    """Folders with records of the same task name under another fingerprint (or none: before fingerprints)."""
+    folder = root / tag / key / task
+    if not folder.is_dir() or any((folder / fingerprint).glob("lr*.json")):
+        return []
+    others = [p for p in sorted(folder.iterdir()) if p.is_dir() and any(p.glob("lr*.json"))]
+    return others + ([folder] if any(folder.glob("lr*.json")) else [])
 
 
 def read(path: Path) -> dict | None:
@@ -47,10 +58,21 @@ def write(path: Path, record: dict) -> None:
 
 
 def load_all(root: Path, tag: str = "*", key: str = "*") -> list[dict]:
-    pattern = f"{tag}/{key}/*/*.json"
+    pattern = f"{tag}/{key}/*/*/lr*.json"
     out = []
     for path in sorted(root.glob(pattern)):
         record = read(path)
         if record is not None:
             out.append(record)
     return out
+
+
+def current(recs: list[dict]) -> list[dict]:
+    """Per task name, the records of the fingerprint recorded last: the old records of a task whose data changed
+    stay on disk, but only its newest version is reported."""
+    newest: dict[str, tuple[str, str | None]] = {}
+    for r in recs:
+        stamp = (r.get("finished", ""), r.get("fingerprint"))
+        if r["task"] not in newest or stamp[0] > newest[r["task"]][0]:
+            newest[r["task"]] = stamp  # type: ignore[assignment]
+    return [r for r in recs if r.get("fingerprint") == newest[r["task"]][1]]

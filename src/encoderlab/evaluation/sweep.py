@@ -25,7 +25,7 @@ from encoderlab.evaluation.finetune import backbone_state, finetune, planned_ste
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.tasks import load_task
+from encoderlab.evaluation.tasks import load_task, task_identity
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.train import checkpoint as ckpt
@@ -37,8 +37,9 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
     """Load every task first, so bad input fails before any training, then tokenise each once."""
     tasks = [load_task(spec) for spec in specs]
     names = [t.name for t in tasks]
-    if len(set(names)) != len(names):
-        raise EncoderlabError(f"a task is named twice in {specs}")
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise EncoderlabError(f"two tasks are named {twice[0]!r} in {' '.join(specs)}; give a task file a name of "
+                              "its own (`name:`)")
     for task in tasks:
         if protocol.max_train_examples:
             task.subsample("train", protocol.max_train_examples, seed=0)
@@ -50,9 +51,16 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
         t0 = time.perf_counter()
         own = protocol.for_task(task.name)
         task.prepare(tokenizer, own.length_for(task.family), cache_dir)
-        log(f"{task.name} ({task.family}): {task.num_train_examples():,} training examples, "
-            f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s")
+        scheme = f" over {task.scheme} tags" if hasattr(task, "scheme") else ""
+        log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} training examples, "
+            f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s; "
+            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}")
     return tasks
+
+
+def truncation(task: EvalTask) -> str:
+    """`12 of train, 0 of validation, 3 of test examples`: what prepare() cut at max_length, said, never silent."""
+    return ", ".join(f"{n:,} of {part}" for part, n in task.truncated.items()) + f" {task.truncation_unit}"
 
 
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
@@ -71,17 +79,22 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_execution(engine, workers, device)
+    prepared = {} if prepared is None else prepared
+    for spec in specs:
+        if spec not in prepared:
+            task_identity(spec)  # a bad task file or a missing data file fails here, before the checkpoint loads
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     weights = backbone_state(model.state_dict())
     del model
-    prepared = {} if prepared is None else prepared
     missing = [s for s in specs if s not in prepared]
     prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
     sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log)
     with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep
         for task in sweep.tasks:
             locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
+            if others := records.other_versions(out, sweep.tag, sweep.key, task.name, task.fingerprint):
+                log(f"{task.name}: its data or definition changed since the records in {others[-1]}: running again")
         todo = [run for run in sweep.runs if not sweep.recorded(*run)]
         log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
         workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
@@ -139,8 +152,11 @@ class Sweep:
         self.runs = [(t, lr, seed) for t in self.tasks for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in self.tasks}
 
+    def path(self, task: EvalTask, lr: float, seed: int) -> Path:
+        return records.record_path(self.out, self.tag, self.key, task.name, task.fingerprint, lr, seed)
+
     def recorded(self, task: EvalTask, lr: float, seed: int) -> bool:
-        return records.read(records.record_path(self.out, self.tag, self.key, task.name, lr, seed)) is not None
+        return records.read(self.path(task, lr, seed)) is not None
 
     def execute(self, todo: list[tuple[EvalTask, float, int]], workers: int) -> Iterator[Outcome]:
         """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
@@ -177,18 +193,21 @@ class Sweep:
     def write(self, task: EvalTask, body: dict) -> None:
         """A finished run's record: its results (`body`, ok or failed) and what it was a run of."""
         lr, seed = body["lr"], body["seed"]
-        record = {"checkpoint": str(self.checkpoint), "tag": self.tag, "task": task.name, "family": task.family,
-                  "metric": task.metric, "protocol": self.protocol.model_dump(mode="json"),
+        record = {"checkpoint": str(self.checkpoint), "tag": self.tag, "task": task.name,
+                  "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
+                  "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
+                  "truncated": {**task.truncated, "unit": task.truncation_unit},
                   "baseline": self.baselines[task.name], "device": str(self.device),
                   "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
-        records.write(records.record_path(self.out, self.tag, self.key, task.name, lr, seed), record)
+        records.write(self.path(task, lr, seed), record)
         if body["status"] != "ok":
             self.log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
 
     def summarize(self, *, runs_done: int, seconds: float) -> dict:
         """Every record of the grid, earlier sweeps' included, aggregated; also written to summary.json."""
-        names = {t.name for t in self.tasks}
-        summary = summarize([r for r in records.load_all(self.out, self.tag, self.key) if r["task"] in names])
+        ours = {(t.name, t.fingerprint) for t in self.tasks}
+        summary = summarize([r for r in records.load_all(self.out, self.tag, self.key)
+                             if (r["task"], r.get("fingerprint")) in ours])
         summary.update({"checkpoint": str(self.checkpoint), "tag": self.tag, "protocol_key": self.key,
                         "protocol": self.protocol.model_dump(mode="json"),
                         "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1)})

@@ -91,7 +91,7 @@ class StudyResults:
         self.runs = {r["name"]: r for r in self.plan["runs"]}
         self.tasks: dict[str, dict[str, TaskScore]] = {}
         for label, e in self.evaluations.items():
-            recs = records.load_all(self.root / "evals", e["tag"], self.protocol_key)
+            recs = records.current(records.load_all(self.root / "evals", e["tag"], self.protocol_key))
             by_task: dict[str, list[dict]] = {}
             for r in recs:
                 by_task.setdefault(r["task"], []).append(r)

@@ -68,11 +68,14 @@ def is_done(job: Job) -> bool:
         return (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / checkpoint_name(step)).exists()
     if job.kind == "random":
         return (Path(job.args["checkpoint"]) / "state.json").exists()
+    from encoderlab.evaluation.tasks import task_identity
+
     protocol = job.args["protocol"]
     tag = records.checkpoint_tag(job.args["checkpoint"])
     key = records.protocol_key(protocol)
     out = Path(job.args["out"])
-    return all(records.read(records.record_path(out, tag, key, job.args["task"], lr, seed)) is not None
+    name, fingerprint = task_identity(job.args["task"])  # its data hashed once per process, not once per job
+    return all(records.read(records.record_path(out, tag, key, name, fingerprint, lr, seed)) is not None
                for lr in protocol["lrs"] for seed in protocol["seeds"])
 
 
@@ -141,7 +144,7 @@ def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
     prepared = _PREPARED.setdefault((records.protocol_key(job.args["protocol"]), hash(tok)), {})
     summary = run_sweep(job.args["checkpoint"], [task], protocol, Path(job.args["out"]), log=lambda m: None,
                         show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks", prepared=prepared)
-    entry = summary["tasks"].get(task, {})
+    entry = next(iter(summary["tasks"].values()), {})  # the one task, under its name (a YAML's is not its spec)
     return {"seconds": round(time.perf_counter() - started, 1), "test": entry.get("test"),
             "failed": entry.get("failed", 0)}
 

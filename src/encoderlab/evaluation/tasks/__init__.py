@@ -3,17 +3,25 @@
     rt-polarity                   an offline task (from `encoderlab data prepare offline`)
     sst2, mnli, qqp, conll2003, ontonotes, uner, squad, squad_v2, record, msmarco, nq, mldr
     squad=/data/squad             the same, from a local copy in the hub schema
-    my-task.yaml                  a user dataset: family + files + columns (docs/evaluation.md)
+    my-task.yaml                  a user dataset: family + files + columns (taskfile.py, docs/evaluation.md)
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.config import load_yaml
 from encoderlab.io import encoderlab_home
 from encoderlab.errors import DataError
 from encoderlab.data.offline.taskfiles import FAMILIES, read_task, task_names
 from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.evaluation.tasks.taskfile import (
+    ClassificationFile,
+    TaskFile,
+    TokensFile,
+    offline_fingerprint,
+    paper_fingerprint,
+    read_task_file,
+)
 
 PAPER_TASKS = {
     "sst2": "classification", "mnli": "classification", "qqp": "classification",
@@ -32,16 +40,30 @@ def offline_task_names(root: Path | None = None) -> list[str]:
 
 
 def load_task(spec: str, *, root: Path | None = None) -> EvalTask:
+    """The task a spec names, with its identity: `task.name` and `task.fingerprint` (records are kept by both)."""
+    name, fingerprint, load = _resolve(spec, root)
+    task = load()
+    task.name, task.fingerprint = name, fingerprint
+    return task
+
+
+def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:
+    """(name, fingerprint) of the task a spec names, without loading its data (its files are hashed once)."""
+    name, fingerprint, _ = _resolve(spec, root)
+    return name, fingerprint
+
+
+def _resolve(spec: str, root: Path | None) -> tuple[str, str, Callable[[], EvalTask]]:
     name, _, source = spec.partition("=")
     if name in PAPER_TASKS:
-        return _paper_task(name, source or None)
+        return name, paper_fingerprint(name, source or None), lambda: _paper_task(name, source or None)
     if name.endswith((".yaml", ".yml")):
-        return _user_task(Path(name))
+        file = read_task_file(Path(name))
+        return file.name, file.fingerprint(), lambda: _user_task(file)
     root = root or offline_root()
-    folder = root / name
-    if (folder / "task.json").exists():
-        _, meta = read_task(root, name)
-        return _offline_task(root, name, meta["family"])
+    if (root / name / "task.json").exists():
+        folder, meta = read_task(root, name)
+        return name, offline_fingerprint(folder, meta["family"]), lambda: _offline_task(root, name, meta["family"])
     available = offline_task_names(root)
     hint = ("offline: " + ", ".join(available)) if available else "none offline (`encoderlab data prepare offline`)"
     raise DataError(f"unknown task {spec!r}; known: {hint}; paper: {', '.join(PAPER_TASKS)}; or a task YAML file")
@@ -86,37 +108,24 @@ def _paper_task(name: str, source: str | None) -> EvalTask:
     return load_hub_retrieval(name, source)  # type: ignore[arg-type]
 
 
-def _user_task(path: Path) -> EvalTask:
-    """family: classification|tokens|qa|retrieval, plus the files and columns of that family."""
-    spec = load_yaml(path)
-    family = spec.pop("family", None)
-    where = f"task file {path}"
-    base = path.parent
-
-    def file(key: str, required: bool = True) -> str | None:
-        value = spec.get(key)
-        if value is None:
-            if required:
-                raise DataError(f"{where}: missing {key!r}")
-            return None
-        return str(base / value)
-
-    if family == "classification":
+def _user_task(file: TaskFile) -> EvalTask:
+    """The task of a validated task YAML (taskfile.py): the loader of its family, its files and columns."""
+    settings, files = file.settings, {k: str(v) for k, v in file.files.items()}
+    split_files = (files.get("train"), files.get("validation"), files.get("test"))
+    if isinstance(settings, ClassificationFile):
         from encoderlab.evaluation.tasks.classification import load_user_classification
 
-        return load_user_classification(file("train"), file("validation"), file("test", False),  # type: ignore[arg-type]
-                                        spec.get("text_column", "text"), spec.get("label_column", "label"))
-    if family == "tokens":
+        return load_user_classification(*split_files, settings.text_column, settings.label_column,  # type: ignore[arg-type]
+                                        name=file.name)
+    if isinstance(settings, TokensFile):
         from encoderlab.evaluation.tasks.tokens import load_conll_columns
 
-        return load_conll_columns(file("train"), file("validation"), file("test", False),  # type: ignore[arg-type]
-                                  word_column=spec.get("word_column", 0), tag_column=spec.get("tag_column", -1))
-    if family == "qa":
+        return load_conll_columns(*split_files, word_column=settings.word_column,  # type: ignore[arg-type]
+                                  tag_column=settings.tag_column, name=file.name, scheme=settings.tag_scheme)
+    if file.family == "qa":
         from encoderlab.evaluation.tasks.qa import load_squad_json
 
-        return load_squad_json(file("train"), file("validation"), file("test", False))  # type: ignore[arg-type]
-    if family == "retrieval":
-        from encoderlab.evaluation.tasks.loaders import load_beir
+        return load_squad_json(*split_files, name=file.name)  # type: ignore[arg-type]
+    from encoderlab.evaluation.tasks.loaders import load_beir
 
-        return load_beir(file("folder"))  # type: ignore[arg-type]
-    raise DataError(f"{where}: 'family' must be one of {', '.join(FAMILIES)}, got {family!r}")
+    return load_beir(files["folder"], file.name)

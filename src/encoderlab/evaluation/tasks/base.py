@@ -24,7 +24,10 @@ from encoderlab.seeds import derive_seed
 class EvalTask(ABC):
     name: str  # e.g. "rt-polarity"
     family: str  # one of FAMILIES
-    metric: str  # the primary metric, reported as "score" by evaluate(): accuracy, f1, ndcg@10
+    metric: str  # the primary metric, reported as "score" by evaluate(): accuracy, entity_f1, f1, ndcg@10
+    fingerprint: str = ""  # of the definition and data files (load_task sets it): records are kept by it
+    truncated: dict[str, int]  # inputs cut at max_length by prepare(), per split (retrieval: corpus, queries)
+    truncation_unit: str  # what `truncated` counts: examples, words, questions, texts
 
     @abstractmethod
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:

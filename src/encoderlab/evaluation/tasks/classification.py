@@ -49,6 +49,7 @@ from encoderlab.model.transformer import Transformer
 class ClassificationTask(ListTask):
     family = "classification"
     metric = "accuracy"
+    truncation_unit = "examples"
 
     def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str],
                  text_fields: tuple[str, ...] = ("text",)) -> None:
@@ -227,6 +228,11 @@ def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None) -
     return out
 
 
+def label_name(v: Any) -> str:
+    """A label as a class name: JSON null and blanks are empty, 1 and "1" the same class."""
+    return "" if v is None else str(v).strip()
+
+
 def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],
                              label_column: str, name: str | None = None) -> ClassificationTask:
     """A user's CSV/TSV/JSONL files. Labels may be strings or ints: the distinct train labels, sorted (numerically
@@ -240,21 +246,21 @@ def load_user_classification(train: str, validation: str, test: str | None, text
             for c in (*fields, label_column):
                 if c not in row:
                     raise DataError(f"{files[split]}: row {i + 1} has no column {c!r}; columns: {sorted(row)}")
+            if label_name(row[label_column]) == "":  # would otherwise become one more class
+                raise DataError(f"{files[split]}: row {i + 1} has an empty label (column {label_column!r}); every "
+                                "row needs one")
 
-    def key(v: Any) -> str:
-        return str(v).strip()
-
-    values = {key(r[label_column]) for r in raw["train"]}
+    values = {label_name(r[label_column]) for r in raw["train"]}
     numeric = all(re.fullmatch(r"-?\d+", v) for v in values)
     names = sorted(values, key=(lambda v: (int(v), v)) if numeric else None)
     index = {v: i for i, v in enumerate(names)}
     splits = {}
     for split, rows in raw.items():
-        unseen = sorted({key(r[label_column]) for r in rows} - values)
+        unseen = sorted({label_name(r[label_column]) for r in rows} - values)
         if unseen:
             raise DataError(f"{files[split]}: labels in {split} not seen in train: {unseen}; train has {names}")
-        splits[split] = [{"id": f"{split}-{i}", **{f: r[f] for f in fields}, "label": index[key(r[label_column])]}
-                         for i, r in enumerate(rows)]
+        splits[split] = [{"id": f"{split}-{i}", **{f: r[f] for f in fields},
+                          "label": index[label_name(r[label_column])]} for i, r in enumerate(rows)]
     if test is None:
         splits["test"] = splits["validation"]
         splits["train"], splits["validation"] = holdout(splits["train"])

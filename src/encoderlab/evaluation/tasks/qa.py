@@ -32,7 +32,7 @@ from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order
 from encoderlab.evaluation.tasks.common import cached
 from encoderlab.model.transformer import Transformer
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: questions cut to max_length // 2 are counted
 TOP_K = 20
 MASKED = -1e9  # logit of positions that cannot be a start or end (finite: no inf - inf in the loss)
 HOLDOUT_FRACTION, HOLDOUT_SEED = 0.05, 1234  # validation = 5% of train where the test set is hidden (PAPER.md)
@@ -123,9 +123,11 @@ def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: in
     bos, eos = tokenizer.bos_id, tokenizer.eos_id
     ids: list[np.ndarray] = []
     rows = []  # (example, context position in window, first context token, context tokens, start, end)
+    questions_cut = 0  # contexts are never cut (windows cover them), a question can be
     for i, ex in enumerate(examples):
         c = index[ex["context"]]
         question, context = enc_q[i].ids[: max_length // 2], enc_c[c].ids
+        questions_cut += len(enc_q[i].ids) > len(question)
         size = max(1, max_length - len(question) - 3)
         span = None
         if ex["answers"]["text"]:
@@ -142,7 +144,8 @@ def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: in
             "windows": torch.tensor(rows, dtype=torch.long).reshape(-1, 6),
             "context_of": torch.tensor([index[ex["context"]] for ex in examples], dtype=torch.long),
             "offsets": torch.from_numpy(np.concatenate(offsets) if offsets else np.zeros((0, 2), np.int64)),
-            "off_ptr": torch.tensor([0, *np.cumsum([len(o) for o in offsets])], dtype=torch.long)}
+            "off_ptr": torch.tensor([0, *np.cumsum([len(o) for o in offsets])], dtype=torch.long),
+            "questions_cut": torch.tensor(questions_cut)}
 
 
 # ----------------------------------------------------------------------------------------------- the task
@@ -151,6 +154,7 @@ def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: in
 class QATask(EvalTask):
     family = "qa"
     metric = "f1"
+    truncation_unit = "questions"  # longer than max_length // 2 tokens; contexts are read in windows, never cut
 
     def __init__(self, name: str, splits: dict[str, list[dict]], *, max_answer_tokens: int = 30, stride: int = 128,
                  allow_unanswerable: bool = False) -> None:
@@ -168,6 +172,7 @@ class QATask(EvalTask):
         self._prep = cached(cache_dir, "qa", self.name, tokenizer, max_length, data, lambda: {
             s: _encode_split(self.splits[s], tokenizer, max_length, self.stride) for s in SPLITS})
         self._pad_id = tokenizer.pad_id
+        self.truncated = {s: int(self._prep[s]["questions_cut"]) for s in SPLITS}
         windows = self._prep["train"]["windows"]
         keep = torch.ones(len(windows), dtype=torch.bool) if self.allow_unanswerable else windows[:, 4] > 0
         self._train_windows = torch.nonzero(keep).flatten().tolist()

@@ -30,7 +30,7 @@ TEMPERATURE = 0.05  # initial InfoNCE temperature: logits = cosine / 0.05
 MAX_SCALE = 100.0  # the learnt inverse temperature is clipped here (as CLIP does) so it cannot blow up
 SCORE_CHUNK = 8192  # documents scored against all queries at once (bounds the score matrix)
 EMBEDDING_CACHE_BYTES = 2**30  # corpus embeddings up to this size are reused while the weights stay the same
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: texts cut to max_length are counted
 Split = dict[str, dict[str, int]]  # query id -> document id -> relevance grade
 
 
@@ -86,6 +86,7 @@ class _Tokens:
 class RetrievalTask(EvalTask):
     family = "retrieval"
     metric = "ndcg@10"
+    truncation_unit = "texts"  # documents of the whole corpus, and queries
 
     def __init__(self, name: str, corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split],
                  *, files: dict[str, str] | None = None) -> None:
@@ -165,19 +166,22 @@ class RetrievalTask(EvalTask):
                        lambda: {kind: self._tokenise(texts, tokenizer, max_length)
                                 for kind, texts in (("docs", self._doc_texts), ("queries", self._query_texts))})
         self._pad_id, self._embedding_cache = tokenizer.pad_id, None
-        self._docs = _Tokens(*state["docs"])
-        self._queries = _Tokens(*state["queries"])
+        self._docs = _Tokens(*state["docs"][:2])
+        self._queries = _Tokens(*state["queries"][:2])
+        self.truncated = {"corpus": int(state["docs"][2]), "queries": int(state["queries"][2])}
 
     @staticmethod
     def _tokenise(texts: list[str], tokenizer: TextTokenizer, max_length: int) -> list[Tensor]:
-        """`<bos> ids <eos>` per text, truncated to max_length: [flat int32 ids, int64 offsets]."""
-        flats, lengths = [np.zeros(0, np.int32)], [np.zeros(1, np.int64)]
+        """`<bos> ids <eos>` per text, truncated to max_length: [flat int32 ids, int64 offsets, texts cut]."""
+        flats, lengths, cut = [np.zeros(0, np.int32)], [np.zeros(1, np.int64)], 0
         for start in range(0, len(texts), 65_536):  # chunks bound the Python lists on corpora of millions
-            seqs = [[tokenizer.bos_id, *ids[: max_length - 2], tokenizer.eos_id]
-                    for ids in tokenizer.encode_batch(texts[start : start + 65_536])]
+            encoded = tokenizer.encode_batch(texts[start : start + 65_536])
+            cut += sum(len(ids) > max_length - 2 for ids in encoded)
+            seqs = [[tokenizer.bos_id, *ids[: max_length - 2], tokenizer.eos_id] for ids in encoded]
             flats.append(np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int32))
             lengths.append(np.array([len(x) for x in seqs], dtype=np.int64))
-        return [torch.from_numpy(np.concatenate(flats)), torch.from_numpy(np.concatenate(lengths).cumsum())]
+        return [torch.from_numpy(np.concatenate(flats)), torch.from_numpy(np.concatenate(lengths).cumsum()),
+                torch.tensor(cut)]
 
     def _prepared(self) -> tuple[_Tokens, _Tokens]:
         if self._docs is None or self._queries is None:

@@ -8,13 +8,14 @@ is `<bos> sub-words <eos>`, cut to `max_length`.
 
 Training: the first sub-word of each word carries the word's tag; other sub-words, specials and padding get -100.
 Evaluation: a word's prediction is the argmax at its first sub-word. A word whose first sub-word was cut off by
-`max_length` is predicted as "O" ("iob") or the most frequent train tag ("tags") and still scored against its gold
-tag, so truncation can only lower the score, never inflate it; `task.truncated[split]` counts such words.
+`max_length` is predicted as "O" (or, without an "O" tag, the most frequent train tag) and still scored against its
+gold tag, so truncation can only lower the score, never inflate it; `task.truncated[split]` counts such words.
 
-Schemes: "iob" tags (B-X / I-X / O) are scored with entity-level F1 (seqeval), "tags" (POS) with token accuracy.
-A validation/test tag unseen in train is an error for "tags". For "iob" the entity *type* must occur in train,
-but an individual tag need not: CoNLL-2003 chunking has two I-PRT tokens in validation and none in train (B-PRT is
-common). A model that never predicts I-PRT still finds those chunks' beginnings; refusing the task would be worse.
+Schemes (schemes.py): iob1, iob2 and bioes tags are scored with entity-level F1 (seqeval), plain tags (POS) with
+token accuracy; a tag the scheme does not allow is refused. A validation/test tag unseen in train is an error for
+plain tags. For chunk schemes the entity *type* must occur in train, but an individual tag need not: CoNLL-2003
+chunking has two I-PRT tokens in validation and none in train (B-PRT is common). A model that never predicts I-PRT
+still finds those chunks' beginnings; refusing the task would be worse.
 """
 from __future__ import annotations
 
@@ -45,32 +46,37 @@ from encoderlab.evaluation.tasks.common import (
     pack_lists,
     unpack_lists,
 )
+from encoderlab.evaluation.tasks.schemes import SCHEMES, Scheme, derive, first_invalid, metric_of
 from encoderlab.model.transformer import Transformer
-
-Scheme = Literal["iob", "tags"]
 
 
 class TokenTask(ListTask):
     family = "tokens"
+    truncation_unit = "words"  # whose first sub-word was cut off
 
-    def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str], scheme: Scheme) -> None:
-        if scheme not in ("iob", "tags"):
-            raise DataError(f"task {name!r}: scheme must be 'iob' (entity F1) or 'tags' (accuracy), got {scheme!r}")
-        self.name, self.labels, self.scheme = name, list(labels), scheme
-        self.metric = "f1" if scheme == "iob" else "accuracy"
-        if scheme == "iob":
-            odd = [t for t in self.labels if t != "O" and t[:2] not in ("B-", "I-")]
-            if "O" not in self.labels or odd:
-                raise DataError(f"task {name!r}: IOB labels must be 'O', 'B-TYPE' or 'I-TYPE' and include 'O'; "
-                                f"got {self.labels}")
+    def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str], scheme: Scheme | None,
+                 *, plain_if_no_chunks: bool = False) -> None:
+        """`scheme` None: the chunk scheme all sentences fit (`scheme_of`); when none fits, plain tags if
+        `plain_if_no_chunks` (the offline suite's POS tags), else refused naming a tag."""
+        if scheme is not None and scheme not in SCHEMES:
+            raise DataError(f"task {name!r}: tag scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+        self.name, self.labels = name, list(labels)
         check_splits(name, splits)
         self.splits = {s: list(splits[s]) for s in SPLITS}
         for s in SPLITS:
             for i, ex in enumerate(self.splits[s]):
                 self._check(s, i, ex)
+        self.scheme = scheme or scheme_of(self.splits, self.labels, f"task {name!r}", plain_if_no_chunks)
+        self.metric = metric_of(self.scheme)
+        for s in SPLITS:
+            for ex in self.splits[s]:
+                if (invalid := first_invalid([self.labels[t] for t in ex["tags"]], self.scheme)) is not None:
+                    j, why = invalid
+                    raise DataError(f"{_where(ex, j, f'task {name!r}, {s}')}: tag {self.labels[ex['tags'][j]]!r} "
+                                    f"is not valid under tag_scheme {self.scheme}: {why}")
         self._check_unseen()
         counts = Counter(t for ex in self.splits["train"] for t in ex["tags"])
-        self.default_tag = (self.labels.index("O") if scheme == "iob"
+        self.default_tag = (self.labels.index("O") if self.scheme != "plain" and "O" in self.labels
                             else min(counts, key=lambda t: (-counts[t], t)))  # predicted for words cut off
         self.ids: dict[str, list[list[int]]] = {}
         self.starts: dict[str, list[list[int]]] = {}  # position of each word's first sub-word, -1 if cut off
@@ -95,12 +101,12 @@ class TokenTask(ListTask):
 
     def _check_unseen(self) -> None:
         seen = {t for ex in self.splits["train"] for t in ex["tags"]}
-        kind = (lambda t: self.labels[t][2:] or "O") if self.scheme == "iob" else (lambda t: self.labels[t])
+        kind = (lambda t: self.labels[t][2:] or "O") if self.scheme != "plain" else (lambda t: self.labels[t])
         seen_kinds = {kind(t) for t in seen}
         for split in ("validation", "test"):
             unseen = sorted({kind(t) for ex in self.splits[split] for t in ex["tags"]} - seen_kinds)
             if unseen:
-                what = "entity types" if self.scheme == "iob" else "tags"
+                what = "entity types" if self.scheme != "plain" else "tags"
                 raise DataError(f"task {self.name!r}: {what} in {split} not seen in train: {unseen} (the model "
                                 "cannot learn them; fix the split or drop those sentences)")
 
@@ -189,20 +195,34 @@ class TokenTask(ListTask):
         names = [[self.labels[t] for t in s] for s in preds]
         gold = [[self.labels[t] for t in ex["tags"]] for ex in self.splits[split]]
         acc = token_accuracy(names, gold)
-        if self.scheme == "tags":
+        if self.scheme == "plain":
             return {"score": acc, "accuracy": acc}
         m = entity_f1(names, gold)
         return {"score": m["f1"], "f1": m["f1"], "precision": m["precision"], "recall": m["recall"], "accuracy": acc}
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
-        """All "O" (entity F1 0) for "iob"; the most frequent train tag for "tags"."""
+        """All "O" (entity F1 0) for chunk schemes; the most frequent train tag for plain tags."""
         return self._scores([[self.default_tag] * len(ex["tags"]) for ex in self.splits[split]], split)
 
 
-def infer_scheme(labels: Sequence[str]) -> Scheme:
-    """"iob" when the labels are O / B-X / I-X (with an O), else "tags"."""
-    iob = "O" in labels and all(t == "O" or t[:2] in ("B-", "I-") for t in labels)
-    return "iob" if iob else "tags"
+def _where(ex: dict, j: int, task: str) -> str:
+    """Where word `j` of an example is: its file and line when read from a CoNLL file, else its id."""
+    if "source" in ex:
+        return f"{ex['source'][0]}: line {ex['source'][1] + j}"
+    return f"{task} example {ex['id']!r}, word {j}"
+
+
+def scheme_of(splits: dict[str, list[dict]], labels: list[str], task: str, plain_if_no_chunks: bool) -> str:
+    """The chunk scheme every sentence fits (schemes.derive); plain when none does and `plain_if_no_chunks`, else
+    refused naming a tag that fits no chunk scheme."""
+    examples = [ex for s in SPLITS for ex in splits[s]]
+    scheme = derive([labels[t] for t in ex["tags"]] for ex in examples)
+    if scheme is not None or plain_if_no_chunks:
+        return scheme or "plain"
+    ex, (j, why) = next((ex, bad) for ex in examples
+                        if (bad := first_invalid([labels[t] for t in ex["tags"]], "iob1")) is not None)
+    raise DataError(f"{_where(ex, j, task)}: tag {labels[ex['tags'][j]]!r} fits none of iob1, iob2, bioes ({why}); "
+                    "declare tag_scheme: plain to score token accuracy, or fix the tag")
 
 
 # ---------------------------------------------------------------------------------------- loaders
@@ -211,7 +231,7 @@ def infer_scheme(labels: Sequence[str]) -> Scheme:
 def load_offline_tokens(root: Path, name: str) -> TokenTask:
     folder, meta = read_task(root, name, "tokens")
     splits = {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}
-    return TokenTask(name, splits, meta["labels"], meta.get("scheme") or infer_scheme(meta["labels"]))
+    return TokenTask(name, splits, meta["labels"], meta.get("scheme"), plain_if_no_chunks=True)
 
 
 CONLL_HUB = {  # hub id, config. The OntoNotes and UNER copies are loading scripts, which datasets>=4 refuses:
@@ -246,7 +266,7 @@ def load_conll_like(kind: Literal["conll2003", "ontonotes", "uner"], source: str
         where = f"{kind} {split} ({source or hub})"
         splits[split] = [{"id": f"{split}-{i}", "tokens": list(t), "tags": list(y)}
                          for i, (t, y) in enumerate(zip(column(d, "tokens", where), column(d, tag_col, where)))]
-    return TokenTask(kind, splits, list(names), "iob")
+    return TokenTask(kind, splits, list(names), None)
 
 
 def _labels_file(folder: Path) -> list[str] | None:
@@ -259,13 +279,13 @@ def _labels_file(folder: Path) -> list[str] | None:
     return None
 
 
-def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> list[tuple[list[str], list[str]]]:
-    """Sentences of a CoNLL column file: whitespace-separated columns, blank lines between sentences,
-    `-DOCSTART-` lines skipped."""
+def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> list[tuple[list[str], list[str], int]]:
+    """Sentences of a CoNLL column file, each (words, tags, line of its first word): whitespace-separated columns,
+    blank lines between sentences, `-DOCSTART-` lines skipped."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"file not found: {path}")
-    sentences: list[tuple[list[str], list[str]]] = []
+    sentences: list[tuple[list[str], list[str], int]] = []
     words: list[str] = []
     tags: list[str] = []
     with open(path, encoding="utf-8") as f:
@@ -273,7 +293,7 @@ def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> 
             cols = line.split()
             if not cols or cols[0] == "-DOCSTART-":
                 if words:
-                    sentences.append((words, tags))
+                    sentences.append((words, tags, n - len(words)))
                 words, tags = [], []
                 continue
             try:
@@ -283,7 +303,7 @@ def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> 
                 raise DataError(f"{path}: line {n} has {len(cols)} column(s) {cols}; word_column={word_column} "
                                 f"and tag_column={tag_column} must both index them") from None
     if words:
-        sentences.append((words, tags))
+        sentences.append((words, tags, n + 1 - len(words)))
     if not sentences:
         raise DataError(f"{path}: no sentence found (blank lines separate sentences, one word a line)")
     return sentences
@@ -292,17 +312,17 @@ def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> 
 def load_conll_columns(train: str, validation: str, test: str | None, word_column: int = 0, tag_column: int = -1,
                        name: str | None = None, scheme: Scheme | None = None) -> TokenTask:
     """A user's CoNLL column files. Tag names are the sorted tags of all files (a validation/test tag unseen in
-    train is then reported by TokenTask); the scheme is inferred ("iob" for O/B-X/I-X tags) unless given.
-    Without a test file, validation becomes the test set and 5% of train (seeded) the validation set."""
+    train is then reported by TokenTask); the scheme, unless given, is the chunk scheme all tags fit (a tag that
+    fits none is refused: declare "plain" for tags without chunks). Without a test file, validation becomes the
+    test set and 5% of train (seeded) the validation set."""
     files = {"train": train, "validation": validation, "test": test}
     raw = {s: read_conll(f, word_column, tag_column) for s, f in files.items() if f is not None}
-    names = sorted({t for sents in raw.values() for _, tags in sents for t in tags})
+    names = sorted({t for sents in raw.values() for _, tags, _ in sents for t in tags})
     index = {t: i for i, t in enumerate(names)}
-    splits = {s: [{"id": f"{s}-{i}", "tokens": w, "tags": [index[t] for t in tags]}
-                  for i, (w, tags) in enumerate(sents)] for s, sents in raw.items()}
+    splits = {s: [{"id": f"{s}-{i}", "tokens": w, "tags": [index[t] for t in tags], "source": (files[s], line)}
+                  for i, (w, tags, line) in enumerate(sents)] for s, sents in raw.items()}
     if test is None:
         splits["test"] = splits["validation"]
         splits["train"], splits["validation"] = holdout(splits["train"])
     stem = Path(train).stem
-    return TokenTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names,
-                     scheme or infer_scheme(names))
+    return TokenTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, scheme)
