@@ -99,16 +99,30 @@ def folder_name(name: str) -> str:
     return name
 
 
+def umask() -> int:
+    try:  # Linux: read without setting it (setting it to learn it races with threads creating files)
+        return int(next(line for line in Path("/proc/self/status").read_text().splitlines()
+                        if line.startswith("Umask:")).split()[1], 8)
+    except (OSError, StopIteration):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
 @contextmanager
 def atomic_dir(dest: Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed. Made with the
-    umask's permissions (mkdtemp would make it 0700, and the renamed folder would stay so)."""
+    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed. What it holds gets
+    the umask's permissions (0644 files, 0755 folders by default), whoever wrote it: safetensors writes its files
+    0600 and mkdtemp its folders 0700, and the rename would publish them so."""
     with writing(dest):
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
         tmp.mkdir()
         try:
             yield tmp
+            mask = umask()
+            for path in [tmp, *tmp.rglob("*")]:
+                path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
             if dest.exists():
                 old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
                 os.replace(dest, old)
