@@ -3,15 +3,17 @@ or the new complete one), JSON and JSON lines, checksums, the lock that keeps on
 home folder where data and caches live."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
 import shlex
+import secrets
 import shutil
 import socket
+import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,23 +33,106 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+# The causes of a failed write that the user fixes (space, quota, permissions, a file size limit), by errno.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG)
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """Why a write failed when the disk or permissions are the cause, else None (a bug keeps its traceback).
+    Python raises OSError; safetensors a text with 'os error N'; torch.save (also inside DCP, which wraps it in a
+    CheckpointException) only 'unexpected pos', without the errno."""
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+            return f"{exc.filename}: {os.strerror(exc.errno)}" if exc.filename else os.strerror(exc.errno)
+        text = str(exc)
+        for code in WRITE_ERRNOS:
+            if f"os error {code})" in text or os.strerror(code) in text:
+                return os.strerror(code)
+        if "unexpected pos" in text or "file write failed" in text:
+            return "a write was cut short (is the disk full, or the quota or file size limit reached?)"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Report a disk-full or permission failure inside the block as one line naming `path` and the cause."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, EncoderlabError):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is not an Exception
+        cause = write_failure(exc)
+        if cause is None:
+            raise
+        raise EncoderlabError(f"cannot write {path}: {cause}; nothing was written there") from exc
+
+
+def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
+    """Refuse, before any work, an output folder this process cannot write: `path` itself, or the nearest folder
+    above it that exists (where the missing ones will be made); with `replaced` (written whole beside it, then
+    renamed over it) its parent. `what` names the option or key that gave the path. Root passes permission bits
+    (it can write anyway); a read-only file system refuses root too."""
+    path = Path(path)
+    folder = path.parent if replaced else path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if (path.exists() and not path.is_dir()) or not folder.is_dir():
+        bad = path if path.exists() else folder
+        raise EncoderlabError(f"{what} {path}: {bad} is a file, not a folder; give a folder path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        readonly = os.statvfs(folder).f_flag & os.ST_RDONLY
+        why = "is on a read-only file system" if readonly else (
+            f"is not writable by this user (mode {stat.S_IMODE(folder.stat().st_mode):04o})")
+        raise EncoderlabError(f"{what} {path} cannot be written: {folder} {why}; choose another folder or change "
+                              "its permissions")
+
+
+def folder_name(name: str) -> str:
+    """`name` when it is one folder name, else ValueError (a config error): a name from a config or a file becomes
+    a folder inside an output folder, and `..`, `a/b` or `/abs` would put it elsewhere."""
+    if name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError("must be one folder name (not empty, . or .., no / or \\): the folder OUT_DIR/NAME must "
+                         "stay inside out_dir")
+    return name
+
+
+def umask() -> int:
+    try:  # Linux: read without setting it (setting it to learn it races with threads creating files)
+        return int(next(line for line in Path("/proc/self/status").read_text().splitlines()
+                        if line.startswith("Umask:")).split()[1], 8)
+    except (OSError, StopIteration):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
 @contextmanager
 def atomic_dir(dest: Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.tmp-"))
-    try:
-        yield tmp
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
-            os.replace(dest, old)
-            os.replace(tmp, dest)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed. What it holds gets
+    the umask's permissions (0644 files, 0755 folders by default), whoever wrote it: safetensors writes its files
+    0600 and mkdtemp its folders 0700, and the rename would publish them so."""
+    with writing(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        tmp.mkdir()
+        try:
+            yield tmp
+            mask = umask()
+            for path in [tmp, *tmp.rglob("*")]:
+                path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+            if dest.exists():
+                old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+                os.replace(dest, old)
+                os.replace(tmp, dest)
+                shutil.rmtree(old)
+            else:
+                os.replace(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
 
 @contextmanager
@@ -56,8 +141,9 @@ def atomic_file(path: Path) -> Iterator[Path]:
     complete file or the new one) and is removed if the block fails."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        yield tmp
-        os.replace(tmp, path)
+        with writing(path):
+            yield tmp
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -100,7 +186,9 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
 def run_lock(folder: Path, what: str) -> Iterator[None]:
     """Hold `folder/.lock` while the block runs: one process at a time writes `what` into `folder`; another one is
     refused in one line naming the holder. The kernel releases the lock when its process dies, however it dies, so
-    a dead process's lock file is simply taken over: its content only names the holder, it never decides."""
+    a dead process's lock file is simply taken over: its content only names the holder, it never decides. Taken
+    before any work, it refuses first an unwritable folder."""
+    check_writable(folder, f"the folder of {what}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / ".lock"
     # Never deleted: a process that opened the old file could then lock it while another locks a new one.

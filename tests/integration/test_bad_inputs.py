@@ -175,7 +175,81 @@ TASK_CASES: list[Case] = [
 RESUME_CASES: list[Case] = []
 
 # ------------------------------------------------------------------------------------------ files, folders, paths
-IO_CASES: list[Case] = []
+def read_only(folder: str, then: Callable[[Path, dict], None] | None = None) -> Callable[[Path, dict], None]:
+    """A setup that makes `folder` (under the test's folder) read-only, after `then`; skips where that stops
+    nothing: root (os.geteuid() == 0) writes into read-only folders."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        if then:
+            then(tmp, ctx)
+        probe = tmp / ".probe"
+        probe.mkdir(mode=0o555)
+        stops = not os.access(probe, os.W_OK)
+        probe.rmdir()
+        if not stops:
+            pytest.skip("running as root: read-only folders do not stop it")
+        (tmp / folder).mkdir(exist_ok=True)
+        (tmp / folder).chmod(0o555)
+    return setup
+
+
+def pretrain_into(out_dir: str, **changes) -> Callable[[Path, dict], None]:
+    """`run_config` with out_dir `out_dir` under the test's folder."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        run_config(**changes)(tmp, ctx)
+        config = yaml.safe_load((tmp / "run.yaml").read_text())
+        (tmp / "run.yaml").write_text(yaml.safe_dump({**config, "out_dir": str(tmp / out_dir)}))
+    return setup
+
+
+def crafted_latest(tmp: Path, ctx: dict) -> None:
+    """A copy of the shared run's files but its checkpoints, whose LATEST points outside the run."""
+    (tmp / "run" / "checkpoints").mkdir(parents=True)
+    (tmp / "run" / "LATEST").write_text("../../../etc\n")
+
+
+def two(*setups: Callable[[Path, dict], None]) -> Callable[[Path, dict], None]:
+    def setup(tmp: Path, ctx: dict) -> None:
+        for each in setups:
+            each(tmp, ctx)
+    return setup
+
+
+IO_CASES = [
+    Case("sweep-out-read-only", ("sweep", "{ckpt}", "sst2", "--out", "{tmp}/ro/evals"),
+         "--out {tmp}/ro/evals cannot be written: {tmp}/ro is not writable", read_only("ro")),
+    Case("finetune-out-read-only", ("finetune", "{ckpt}", "sst2", "--lr", "1e-3", "--out", "{tmp}/ro"),
+         "--out {tmp}/ro cannot be written: {tmp}/ro is not writable", read_only("ro")),
+    Case("pretrain-out-dir-read-only", ("pretrain", "{tmp}/run.yaml"),
+         "{tmp}/ro/runs/run cannot be written: {tmp}/ro is not writable", read_only("ro", pretrain_into("ro/runs"))),
+    Case("prepare-out-read-only", ("data", "prepare", "{tmp}/docs.txt", "--out", "{tmp}/ro/data"),
+         "--out {tmp}/ro/data cannot be written: {tmp}/ro is not writable",
+         read_only("ro", write("docs.txt", "one document.\n\nanother one.\n"))),
+    Case("export-out-read-only", ("export", "{ckpt}", "--out", "{tmp}/ro/hf"),
+         "--out {tmp}/ro/hf cannot be written: {tmp}/ro is not writable", read_only("ro")),
+    Case("export-replaces-out-in-read-only-folder", ("export", "{ckpt}", "--out", "{tmp}/ro/hf", "--force"),
+         "--out {tmp}/ro/hf cannot be written: {tmp}/ro is not writable", read_only("ro", write("ro/hf/x", "x"))),
+    Case("import-hf-out-read-only", ("import-hf", "{tmp}/model", "--out", "{tmp}/ro/ckpt"),
+         "--out {tmp}/ro/ckpt cannot be written: {tmp}/ro is not writable",
+         read_only("ro", write("model/config.json", '{{"model_type": "llama"}}'))),
+    Case("pretrain-name-parent", ("pretrain", "{tmp}/run.yaml"), "name: must be one folder name",
+         run_config(name="../x")),
+    Case("pretrain-name-slash", ("pretrain", "{tmp}/run.yaml", "--set", "name=a/b"), "must be one folder name",
+         run_config()),
+    Case("pretrain-name-absolute", ("pretrain", "{tmp}/run.yaml", "--dry-run"), "must be one folder name",
+         run_config(name="/tmp/x")),
+    Case("export-latest-crafted", ("export", "{tmp}/run", "--out", "{tmp}/hf"),
+         "{tmp}/run/LATEST names '../../../etc', which is not a checkpoint of this run", crafted_latest),
+    Case("pretrain-out-dir-is-a-file", ("pretrain", "{tmp}/run.yaml"), "{tmp}/afile is a file, not a folder",
+         two(write("afile", "x"), pretrain_into("afile"))),
+    Case("sweep-out-is-a-file", ("sweep", "{ckpt}", "sst2", "--out", "{tmp}/afile"),
+         "--out {tmp}/afile: {tmp}/afile is a file, not a folder", write("afile", "x")),
+    Case("prepare-out-under-a-file", ("data", "prepare", "{tmp}/docs.txt", "--out", "{tmp}/afile/data"),
+         "--out {tmp}/afile/data: {tmp}/afile is a file", two(write("afile", "x"), write("docs.txt", "a doc.\n"))),
+    Case("export-out-is-a-file", ("export", "{ckpt}", "--out", "{tmp}/afile"), "{tmp}/afile is a file",
+         write("afile", "x")),
+    Case("import-hf-out-under-a-file", ("import-hf", "{tmp}/model", "--out", "{tmp}/afile/ckpt"),
+         "{tmp}/afile is a file", two(write("afile", "x"), write("model/config.json", '{{"model_type": "llama"}}'))),
+]
 
 CASES = CLI_CASES + TASK_CASES + RESUME_CASES + IO_CASES
 

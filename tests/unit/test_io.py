@@ -1,9 +1,19 @@
-"""io.py: files are replaced whole or not at all, and a failed write leaves nothing behind."""
+"""io.py: files are replaced whole or not at all, a failed write leaves nothing behind and says why in one line,
+outputs get the umask's permissions, unwritable folders and names that leave their folder are refused."""
 from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from encoderlab.io import atomic_file, read_jsonl, write_json, write_jsonl
+from encoderlab.errors import EncoderlabError
+from encoderlab.io import (atomic_dir, atomic_file, check_writable, folder_name, read_jsonl, write_failure, write_json,
+                           write_jsonl)
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
@@ -28,3 +38,90 @@ def test_a_bad_json_line_names_the_file_and_line(tmp_path):
     (tmp_path / "e.jsonl").write_text('{"a": 1}\n')
     with pytest.raises(Exception, match=r"e\.jsonl:1: missing b"):
         list(read_jsonl(tmp_path / "e.jsonl", required=("b",)))
+
+
+@pytest.fixture(params=[0o022, 0o077], ids=["umask022", "umask077"])
+def umask(request):
+    before = os.umask(request.param)
+    yield request.param
+    os.umask(before)
+
+
+def modes(root: Path) -> set[tuple[str, int]]:
+    """('d' or 'f', permission bits) of `root` and everything under it."""
+    return {("d" if p.is_dir() else "f", stat.S_IMODE(p.stat().st_mode)) for p in [root, *root.rglob("*")]}
+
+
+def test_atomic_folders_and_files_get_the_umask_permissions(tmp_path, umask):
+    with atomic_dir(tmp_path / "out" / "folder") as tmp:
+        (tmp / "sub").mkdir()
+        write_json(tmp / "sub" / "a.json", {})
+    write_json(tmp_path / "out" / "b.json", {})
+    assert modes(tmp_path / "out") == {("d", 0o777 & ~umask), ("f", 0o666 & ~umask)}
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EFBIG])
+def test_a_full_disk_is_one_line_naming_the_path_and_leaves_nothing(tmp_path, monkeypatch, code):
+    write_json(tmp_path / "a.json", {"x": 1})
+
+    def full(self, *args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(EncoderlabError, match=f"cannot write {tmp_path / 'a.json'}: {os.strerror(code)}"):
+        write_json(tmp_path / "a.json", {"x": 2})
+    with pytest.raises(EncoderlabError, match=f"cannot write {tmp_path / 'f'}: {os.strerror(code)}"), \
+            atomic_dir(tmp_path / "f") as tmp:
+        (tmp / "state.json").write_text("{}")
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "a.json").read_text()) == {"x": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]  # no temporary file or folder
+
+
+def test_write_failures_are_recognised_in_what_torch_and_safetensors_raise():
+    assert write_failure(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"))
+    assert write_failure(RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    wrapped = RuntimeError("writer failed")
+    wrapped.__cause__ = OSError(errno.EDQUOT, "quota")
+    assert write_failure(wrapped) == os.strerror(errno.EDQUOT)
+    assert write_failure(RuntimeError("shape mismatch")) is None  # a bug keeps its traceback
+    assert write_failure(OSError(errno.ENOENT, "missing")) is None
+
+
+def test_check_writable_refuses_files_on_the_way_and_accepts_folders_to_make(tmp_path):
+    (tmp_path / "file").write_text("x")
+    check_writable(tmp_path / "new" / "deeper", "--out")  # made on the way
+    with pytest.raises(EncoderlabError, match=r"--out .*/file/sub: .*/file is a file, not a folder"):
+        check_writable(tmp_path / "file" / "sub", "--out")
+    with pytest.raises(EncoderlabError, match=r"out_dir .*/file: .*/file is a file"):
+        check_writable(tmp_path / "file", "out_dir")
+
+
+def permission_bits_stop_us() -> bool:
+    """False for root (os.geteuid() == 0) with CAP_DAC_OVERRIDE, which writes into read-only folders anyway."""
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o555)
+        return not os.access(folder, os.W_OK)
+
+
+@pytest.mark.skipif(not permission_bits_stop_us(), reason="running as root: read-only folders do not stop it")
+def test_check_writable_refuses_a_read_only_folder_before_any_work(tmp_path):
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "existing").mkdir()
+    (tmp_path / "ro").chmod(0o555)
+    try:
+        with pytest.raises(EncoderlabError, match=r"--out .*/ro/x/y cannot be written: .*/ro is not writable by this "
+                                                  r"user \(mode 0555\)"):
+            check_writable(tmp_path / "ro" / "x" / "y", "--out")
+        check_writable(tmp_path / "ro" / "existing", "--out")  # written into: its own permissions count
+        with pytest.raises(EncoderlabError, match="cannot be written"):
+            check_writable(tmp_path / "ro" / "existing", "--out", replaced=True)  # renamed over: the parent's
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", ".", "", "/abs", "a\\b"])
+def test_a_name_must_be_one_folder(name):
+    with pytest.raises(ValueError, match="must be one folder name"):
+        folder_name(name)
+    assert folder_name("610m-clm50-mlm40-42k") == "610m-clm50-mlm40-42k"

@@ -40,8 +40,10 @@ def data_prepare(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Build a pretraining corpus, its tokenizer and packed shards (and, for 'offline', the evaluation tasks)."""
-    from encoderlab.data.prepare import PrepareOptions, prepare
+    from encoderlab.data.prepare import PrepareOptions, default_out, prepare
+    from encoderlab.io import check_writable
 
+    check_writable(out_dir or default_out(source), "--out" if out_dir else "the default --out")
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction, tokenizer=tokenizer,
                           text_column=text_column, txt_unit=txt_unit, on_invalid_utf8=on_invalid_utf8,
                           hf_config=hf_config, hf_split=hf_split, max_documents=max_documents, force=force)
@@ -307,7 +309,9 @@ def sweep(
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
     from encoderlab.evaluation.sweep import run_sweep
     from encoderlab.evaluation.tasks import offline_task_names
+    from encoderlab.io import check_writable
 
+    check_writable(out_dir, "--out")
     specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
     if not specs:
         raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
@@ -330,7 +334,9 @@ def finetune_cmd(
 ) -> None:
     """One fine-tuning run (the sweep's unit): writes one result record."""
     from encoderlab.evaluation.sweep import run_sweep
+    from encoderlab.io import check_writable
 
+    check_writable(out_dir, "--out")
     proto, told = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
     summary = run_sweep(checkpoint, [task], proto, out_dir, log=_log_after(told), show_progress=False,
                         cache_dir=_cache_dir())

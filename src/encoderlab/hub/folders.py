@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.io import check_writable
 
 
 class UnsupportedModelError(EncoderlabError):
@@ -11,11 +12,11 @@ class UnsupportedModelError(EncoderlabError):
 
 
 def prepare_out(out: Path, force: bool, keep: Path) -> None:
-    """Refuse to replace a non-empty folder unless asked (the output is written whole, then renamed over it), and
-    never one holding `keep`, the input."""
+    """Refuse, before any work, a folder that cannot be written or would replace what it should not: a non-empty
+    one unless asked (the output is written whole beside it, then renamed over it), never one holding `keep`, the
+    input."""
     if keep.resolve().is_relative_to(out.resolve()):
         raise EncoderlabError(f"--out {out} holds the input {keep}: writing there would replace it")
-    if out.exists() and not out.is_dir():
-        raise EncoderlabError(f"--out {out} is a file; give a folder path")
+    check_writable(out, "--out", replaced=True)
     if out.is_dir() and any(out.iterdir()) and not force:
         raise EncoderlabError(f"--out {out} exists and is not empty: pass --force to replace it")

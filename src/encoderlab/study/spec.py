@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from encoderlab.config import ConfigError, load_yaml, validate
+from encoderlab.io import folder_name
 
 
 class _Section(BaseModel):
@@ -107,6 +108,8 @@ class StudySpec(_Section):
     evaluation: Evaluation
     data_shape: DataShape | None = None
     paper_results: str | None = Field(None, description="published numbers to print beside ours (YAML)")
+
+    _name_is_one_folder = field_validator("name")(folder_name)
 
     @field_validator("imported", mode="before")
     @classmethod

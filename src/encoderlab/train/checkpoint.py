@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 LATEST = "LATEST"
 WEIGHTS = "model.safetensors"
 MANIFEST = "checksums.json"
+STEP_NAME = re.compile(r"step-\d{7,}")  # checkpoint_name's: the only names LATEST may hold
 
 
 def checkpoint_name(step: int) -> str:
@@ -169,7 +171,13 @@ def latest(run_dir: Path) -> Path | None:
     pointer = run_dir / LATEST
     if not pointer.exists():
         return None
-    path = run_dir / "checkpoints" / pointer.read_text().strip()
+    name = pointer.read_text(errors="replace").strip()
+    if not STEP_NAME.fullmatch(name):
+        # Refused, not skipped for a scan of the step folders: a run must not silently resume elsewhere than where
+        # its pointer says, and a name such as ../../x must never lead outside the run's checkpoints.
+        raise EncoderlabError(f"{pointer} names {name[:80]!r}, which is not a checkpoint of this run (a step-NNNNNNN "
+                              f"folder in {run_dir / 'checkpoints'}){_older_hint(run_dir / 'checkpoints' / 'step-~')}")
+    path = run_dir / "checkpoints" / name
     if not (path / "state.json").exists():
         raise EncoderlabError(f"{pointer} names {path.name}, which is missing or incomplete (no state.json)"
                               f"{_older_hint(path)}")

@@ -8,6 +8,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValida
                       field_validator, model_validator)
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.io import folder_name
 from encoderlab.objectives import Phase, Schedule
 from encoderlab.train.schedule import LRSchedule
 
@@ -127,6 +128,8 @@ class PretrainConfig(_Section):
     # After `train`: its lengths are checked against train.steps, which pydantic has validated by then.
     objective: ObjectiveSchedule = Field("mlm40", validate_default=True,
                                          description="e.g. 'mlm40', 'clm', or phases 'clm:25%,mlm40:75%'")
+
+    _name_is_one_folder = field_validator("name")(folder_name)
 
     @model_validator(mode="after")
     def _steps_fit_the_run(self) -> PretrainConfig:
