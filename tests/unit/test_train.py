@@ -275,10 +275,16 @@ def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packe
     cfg.model = type(cfg.model)(**{**TINY, "max_position_embeddings": 32})
     with pytest.raises(EncoderlabError, match="64 tokens but the model's positions stop at 32"):
         Trainer(cfg, show_progress=False)
-    meta = {"seq_len": 64, "tokenizer": {"mask_id": None}}
+    meta = {"seq_len": 64, "tokenizer": {"mask_id": None, "vocab_size": 320}}
     with pytest.raises(EncoderlabError, match="no mask token"):
         check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.Schedule.parse("clm:50%,mlm").phases(10))
     check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.Schedule.parse("clm").phases(10))
+    # Token ids against the model's vocabulary: the largest recorded at packing, else the tokenizer's last id.
+    clm = objectives.Schedule.parse("clm").phases(10)
+    check_compatible(cfg, preset("tiny", vocab_size=300), {**meta, "max_token_id": 299}, clm)
+    for index, top in (({**meta, "max_token_id": 300}, 300), (meta, 319)):
+        with pytest.raises(EncoderlabError, match=f"token ids go up to {top} but the model's vocabulary has 300"):
+            check_compatible(cfg, preset("tiny", vocab_size=300), index, clm)
 
 
 def test_a_tiny_model_overfits_one_batch():
