@@ -64,6 +64,7 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
 def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], None]) -> dict:
     timings: dict[str, float] = {}
     start = time.perf_counter()
+    packed = _packed_index(source, out, opts)
     suite = None
     if source == OFFLINE:
         suite = _offline_text(out, opts, log)
@@ -73,7 +74,7 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
     corpus_file = out / "corpus" / "documents.jsonl"
     fingerprint = _fingerprint(out / "corpus" / "manifest.json", opts)
     t0 = time.perf_counter()
-    meta = None if opts.force else _packed_up_to_date(source, out, fingerprint)
+    meta = packed if packed is not None and packed.get("inputs") == fingerprint else None
     if meta is not None:
         log(f"packed shards up to date in {out / 'packed'}")
     else:
@@ -109,18 +110,17 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
     return summary
 
 
-def _packed_up_to_date(source: str, out: Path, fingerprint: str) -> dict | None:
-    """The index of shards packed from the same inputs, once their files are checked against it (sizes and
-    SHA-256); None when there is none (or an unreadable one), so they are packed. Shards that their own current
-    index says are damaged are refused rather than silently replaced: something damaged them after the fact."""
+def _packed_index(source: str, out: Path, opts: PrepareOptions) -> dict | None:
+    """The index of the shards already in `out` (None: none, or an unreadable one, so they are packed), once their
+    files are checked against it (sizes and SHA-256), before any text is read. Shards that their own index says are
+    damaged are refused rather than silently replaced (something damaged them after the fact), unless --force."""
     try:
-        meta = packing.read_meta(out / "packed")
+        meta = None if opts.force else packing.read_meta(out / "packed")
     except DataError:
         return None
-    if meta.get("inputs") != fingerprint:
-        return None
-    packing.check_shards(out / "packed", meta, hashes=True,
-                         fix=f"pack them again with `encoderlab data prepare {source} --out {out} --force`")
+    if meta is not None:
+        packing.check_shards(out / "packed", meta, hashes=True,
+                             fix=f"pack them again with `encoderlab data prepare {source} --out {out} --force`")
     return meta
 
 

@@ -97,9 +97,10 @@ def _check_past(cfg: PretrainConfig, state: dict, before: PretrainConfig | None)
                 break
     if first is not None:
         s, was, now, what = first
-        shown = (f"{was:.3g} x peak LR, this config {now:.3g}" if what == "LR" else f"{was}, this config {now}")
+        shown = (f"the run's LR was {was:.3g} x peak, this config gives {now:.3g} x peak" if what == "LR" else
+                 f"the run trained {was}, this config trains {now}")
         raise EncoderlabError(f"cannot {'extend' if before else 'resume'} {cfg.run_dir} at step {step}: at step {s} "
-                              f"the run trained with {shown}, so it would not continue the same run; "
+                              f"{shown}, so it would not continue the same run; "
                               f"{_branch_hint(cfg.run_dir)}")
 
 
