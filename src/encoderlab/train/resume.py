@@ -60,13 +60,13 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
     changed = [k for k in sorted(old) if old[k] != new.get(k) and k not in FREE]
     if state is not None and state.get("data_fingerprint") not in (None, data_fingerprint):
         changed.insert(0, "data.path")
-        old["data.path"] = f"{old.get('data.path', 'its data')} (other content)"
     extending = [k for k in changed if k.startswith(EXTENDABLE)]
     if changed and not (extend and extending == changed):
         hint = ("; to train it further, pass --extend" if extending == changed and not extend else
                 f"; continue it with its own settings ({found[0] if found else 'its checkpoint'}), or start a new "
                 "run (--set name=...)")
-        diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed)
+        diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed).replace(
+            "data.path: ", "data.path (other content than the run trained on): ")
         raise EncoderlabError(f"cannot resume {run_dir} with a different configuration: {diffs}{hint}")
     if state is not None:
         _check_past(cfg, state, found[1] if found and changed else None)
