@@ -189,8 +189,9 @@ def test_the_index_records_hashes_and_the_largest_token_and_readers_check_sizes(
     with open(last, "r+b") as f:
         f.truncate(f.seek(0, 2) - 4)
     windows = meta["splits"]["train"]["shards"][-1]["windows"]
-    with pytest.raises(DataError, match=rf"packed shard {last} has {windows * SEQ * 4 - 4} bytes, meta.json expects "
-                                        rf"{windows * SEQ * 4} \({windows} windows x {SEQ} tokens x 4 bytes\): prepare"):
+    size = windows * SEQ * 4
+    with pytest.raises(DataError, match=rf"packed shard {last} has {size - 4} bytes, meta.json expects {size} "
+                                        rf"\({windows} windows x {SEQ} tokens x 4 bytes\): prepare"):
         PackedDataset(tmp_path / "p", "validation")  # every split's shards are checked
 
 
