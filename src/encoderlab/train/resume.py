@@ -56,13 +56,16 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
     new = _flat(cfg.model_dump(mode="json"))
     old = _flat(found[1].model_dump(mode="json")) if found else {}
     if state is not None and not found:  # a run from before config history: its checkpoint says what it was
-        old = {"objective": state.get("schedule"), "train.steps": state.get("total_steps")}
-    changed = [k for k in sorted(old) if old[k] != new.get(k) and k not in FREE]
+        recorded = {"objective": state.get("schedule"), "train.steps": state.get("total_steps")}
+        old = {k: v for k, v in recorded.items() if v is not None}
+    keys = old.keys() | new.keys() if found else old.keys()  # a key set only now (a model field) is a change too
+    changed = [k for k in sorted(keys) if old.get(k) != new.get(k) and k not in FREE]
     if state is not None and state.get("data_fingerprint") not in (None, data_fingerprint):
         changed.insert(0, "data.path")
     extending = [k for k in changed if k.startswith(EXTENDABLE)]
     if changed and not (extend and extending == changed):
-        hint = ("; to train it further, pass --extend" if extending == changed and not extend else
+        longer = new["train.steps"] > (old.get("train.steps") or new["train.steps"])
+        hint = ("; to train it further, pass --extend" if extending == changed and longer and not extend else
                 f"; continue it with its own settings ({found[0] if found else 'its checkpoint'}), or start a new "
                 "run (--set name=...)")
         diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed).replace(
