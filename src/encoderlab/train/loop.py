@@ -179,6 +179,8 @@ class Trainer:
         """(the checkpoint to resume from, whether it is an extension), once the folder is found to hold no run
         (a new one) or, with `resume`, this same run: read-only."""
         found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
+        if not self.world.is_main:  # rank 0 checks (and writes config.yaml meanwhile); the others follow it
+            return (found if resume else None), False
         if not resume:
             if found is not None or has_run(self.run_dir):
                 last = f" (last checkpoint {found.name})" if found else ""
