@@ -191,6 +191,7 @@ class Trainer:
             raise EncoderlabError(f"cannot extend {self.run_dir}: it has no checkpoint to continue from")
         state = checkpoint.load_state(found) if found is not None else None
         return found, same_run.check_same_run(self.cfg, state, self.data_fingerprint, extend)
+
     def _load_full_state(self, path: Path, why: str) -> None:
         state = checkpoint.load_state(path)
         if state["data"]["global_batch_size"] != self.global_batch:
