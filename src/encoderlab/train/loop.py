@@ -151,9 +151,11 @@ class Trainer:
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
 
     def _prepare_run_dir(self, resume: bool, extend: bool) -> None:
-        # Checked before the lock, so that a refusal changes no file (the lock file included), and again under it:
-        # another process may have moved the run on in between.
-        self._check_run_dir(resume, extend)
+        # A resume is checked before the lock, so that a refused one changes no file (the lock file included), and
+        # again under it: another process may have moved the run on in between. A new run is checked under the lock
+        # only, so that a run being written is refused naming its process.
+        if resume:
+            self._check_run_dir(resume, extend)
         if self.world.is_main:  # before anything is written there; the other ranks follow rank 0
             self._lock.enter_context(run_lock(self.run_dir, "a pretraining run"))
         found, extended = self._check_run_dir(resume, extend)
