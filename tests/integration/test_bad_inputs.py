@@ -11,7 +11,9 @@ Sections are kept apart so that each area's cases are added in its own place.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -172,7 +174,107 @@ TASK_CASES: list[Case] = [
 ]
 
 # ------------------------------------------------------------------------------------------ resume, data, checkpoints
-RESUME_CASES: list[Case] = []
+def resumable(*damage: Callable[[Path], None], **changes) -> Callable[[Path, dict], None]:
+    """A setup: a copy of the shared finished run in {tmp}/runs/run (each of `damage` applied to the copy's folder)
+    and `run.yaml` continuing it with `changes`."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        shutil.copytree(ctx["run"], tmp / "runs" / "run")
+        for hurt in damage:
+            hurt(tmp / "runs" / "run")
+        run_config(**changes)(tmp, ctx)
+    return setup
+
+
+def latest_file(name: str, text: str | None = None) -> Callable[[Path], None]:
+    """Damage a file of the run's last checkpoint: replace its text, or delete it (text None)."""
+    def hurt(run: Path) -> None:
+        path = run / "checkpoints" / (run / "LATEST").read_text().strip() / name
+        path.unlink() if text is None else path.write_text(text)
+    return hurt
+
+
+def own_data(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
+    """A setup: a copy of the packed dataset in {tmp}/packed, damaged by `hurt`, and run.yaml training on it."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        shutil.copytree(ctx["packed"], tmp / "packed")
+        hurt(tmp / "packed")
+        run_config(data={"path": str(tmp / "packed")})(tmp, ctx)
+    return setup
+
+
+def cut_short(packed: Path) -> None:
+    with open(packed / "train-00000.tokens.bin", "r+b") as f:
+        f.truncate(f.seek(0, 2) - 128)
+
+
+def flip_bytes(packed: Path) -> None:
+    with open(packed / "train-00000.docids.bin", "r+b") as f:
+        f.seek(64)
+        f.write(bytes(b ^ 0xFF for b in f.read(64)))
+        f.seek(64)
+
+
+def prepared(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
+    """A setup: a small corpus prepared (as PREPARE's arguments say) into {tmp}/d, whose packed/ is then hurt."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        from encoderlab.data.prepare import PrepareOptions, prepare
+        from tests.conftest import synthetic_documents
+
+        rows = (json.dumps({"text": d.text}) for d in synthetic_documents(60))
+        (tmp / "docs.jsonl").write_text("\n".join(rows) + "\n")
+        prepare(str(tmp / "docs.jsonl"), tmp / "d", PrepareOptions(vocab_size=300, seq_len=16, val_fraction=0.1),
+                log=lambda message: None)
+        hurt(tmp / "d" / "packed")
+    return setup
+
+
+PREPARE = ("data", "prepare", "{tmp}/docs.jsonl", "--out", "{tmp}/d", "--vocab-size", "300", "--seq-len", "16",
+           "--val-fraction", "0.1")
+RESUME = ("pretrain", "{tmp}/run.yaml", "--resume")
+DRY_RUN = ("pretrain", "{tmp}/run.yaml", "--dry-run")
+RESUME_CASES = [
+    Case("resume-changed-seed", RESUME, "train.seed: 0 -> 1", resumable(train__seed=1)),
+    Case("resume-changed-data-seed", RESUME, "data.seed: 0 -> 1", resumable(data__seed=1)),
+    Case("resume-changed-objective", RESUME, "objective: 'mlm40' -> 'clm'", resumable(objective="clm")),
+    Case("resume-changed-lr", RESUME, "optim.lr: 0.0005 -> 0.001", resumable(optim__lr=1e-3)),
+    Case("resume-changed-decay", RESUME, "lr_schedule.decay_steps: 1 -> 2", resumable(lr_schedule__decay_steps=2)),
+    Case("resume-changed-batch", RESUME, "train.global_batch: 2 -> 4", resumable(train__global_batch=4)),
+    Case("resume-changed-dtype", RESUME, "train.dtype: 'fp32' -> 'bf16'", resumable(train__dtype="bf16")),
+    Case("resume-changed-model", RESUME, "model.num_hidden_layers: 1 -> 2",
+         resumable(model={"preset": "micro", "num_hidden_layers": 2})),
+    Case("resume-more-steps-needs-extend", RESUME, "train.steps: 2 -> 4; to train it further, pass --extend",
+         resumable(train__steps=4)),
+    Case("extend-a-decayed-run", (*RESUME[:2], "--extend"), "at step 2 the run's LR was 0 x peak, this config "
+         "gives 1 x peak, so it would not continue the same run; branch a new run from its stable checkpoint "
+         "{tmp}/runs/run/checkpoints/step-0000001 with --set init.branch_from=", resumable(train__steps=4)),
+    Case("extend-to-fewer-steps", (*RESUME[:2], "--extend"), "it is already planned for 2; --extend adds steps",
+         resumable(train__steps=1)),
+    Case("resume-no-run", RESUME, "nothing to continue in {tmp}/runs/run", run_config()),
+    Case("extend-no-run", (*RESUME[:2], "--extend"), "nothing to continue in {tmp}/runs/run", run_config()),
+    Case("resume-config-yaml-damaged", RESUME, "config.yaml is damaged",
+         resumable(lambda run: (run / "config.yaml").write_text("train: [1, 2"))),
+    Case("resume-state-json-invalid", RESUME, "state.json has 1 bytes", resumable(latest_file("state.json", "{"))),
+    Case("resume-state-json-missing", RESUME, "which is missing or incomplete (no state.json)",
+         resumable(latest_file("state.json"))),
+    Case("resume-checksums-missing", RESUME, "checksums.json is missing", resumable(latest_file("checksums.json"))),
+    Case("pretrain-truncated-shard", DRY_RUN, "packed shard {tmp}/packed/train-00000.tokens.bin has",
+         own_data(cut_short)),
+    Case("pretrain-missing-shard", DRY_RUN, "packed shard {tmp}/packed/train-00000.docids.bin is missing",
+         own_data(lambda packed: (packed / "train-00000.docids.bin").unlink())),
+    Case("pretrain-meta-json-invalid", DRY_RUN, "meta.json is not a valid index of packed shards",
+         own_data(lambda packed: (packed / "meta.json").write_text("{"))),
+    Case("pretrain-meta-json-without-splits", DRY_RUN, "meta.json is not a valid index of packed shards (no 'splits')",
+         own_data(lambda packed: (packed / "meta.json").write_text('{"format": 1, "seq_len": 64, "dtype": "uint16", '
+                                                                   '"tokenizer": {"vocab_size": 320}}'))),
+    Case("pretrain-meta-json-missing", DRY_RUN, "no packed dataset at {tmp}/packed",
+         own_data(lambda packed: (packed / "meta.json").unlink())),
+    Case("pretrain-token-ids-beyond-vocab", (*DRY_RUN, "--set", "model.vocab_size=100"),
+         "but the model's vocabulary has 100 ids (model.vocab_size)", run_config()),
+    Case("prepare-truncated-shard", PREPARE, "packed shard {tmp}/d/packed/train-00000.tokens.bin has",
+         prepared(cut_short)),
+    Case("prepare-damaged-shard", PREPARE, "train-00000.docids.bin does not match its SHA-256 in meta.json",
+         prepared(flip_bytes)),
+]
 
 # ------------------------------------------------------------------------------------------ files, folders, paths
 def read_only(folder: str, then: Callable[[Path, dict], None] | None = None) -> Callable[[Path, dict], None]:

@@ -110,4 +110,5 @@ def test_ctrl_c_in_pretraining_says_how_to_resume(tmp_path, packed_dir, monkeypa
     monkeypatch.setattr(loop.Trainer, "run", interrupted)
     result = CliRunner().invoke(app, ["pretrain", str(config), "--set", "train.seed=1"])
     assert result.exit_code == 130
-    assert "interrupted at step 3; no checkpoint was written yet: start it again without --resume" in result.output
+    assert "interrupted at step 3; no checkpoint was written yet: `encoderlab pretrain" in result.output
+    assert "--resume` starts it again from step 0" in result.output

@@ -16,6 +16,7 @@ from encoderlab.data.loader import PackedDataset, PackedLoader
 from encoderlab.data.packing import is_heldout, pack, read_meta, token_dtype
 from encoderlab.data.tokenizer import TextTokenizer, train_bpe
 from encoderlab.errors import DataError
+from encoderlab.io import sha256_of
 
 SEQ = 16
 WORDS = ("alpha", "beta", "gamma", "delta", "river", "mountain", "forest", "city", "music", "story", "night",
@@ -166,6 +167,58 @@ def dataset(tok, tmp_path_factory) -> PackedDataset:
 @pytest.fixture(scope="module")
 def small(tok, tmp_path_factory) -> PackedDataset:
     return make_dataset(tok, tmp_path_factory.mktemp("packed") / "small", 3, seed=6)
+
+
+def test_the_index_records_hashes_and_the_largest_token_and_readers_check_sizes(tok, tmp_path):
+    """meta.json holds each shard file's SHA-256 and the largest token id; a cut or missing shard is refused naming
+    it when the data is opened, also for an index written before those fields existed."""
+    meta = pack(varied_docs(), tok, tmp_path / "p", seq_len=SEQ, shard_tokens=SEQ * 4)
+    tokens = np.concatenate([np.fromfile(tmp_path / "p" / f"{s['name']}.tokens.bin", dtype=np.uint16)
+                             for split in meta["splits"].values() for s in split["shards"]])
+    assert meta["max_token_id"] == int(tokens.max())
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            for kind, digest in shard["sha256"].items():
+                assert sha256_of(tmp_path / "p" / f"{shard['name']}.{kind}.bin") == digest
+    for shard in meta["splits"]["train"]["shards"]:  # as encoderlab wrote them before
+        del shard["sha256"]
+    del meta["max_token_id"]
+    (tmp_path / "p" / "meta.json").write_text(json.dumps(meta))
+    assert len(PackedDataset(tmp_path / "p")) == meta["splits"]["train"]["windows"]
+    last = tmp_path / "p" / f"{meta['splits']['train']['shards'][-1]['name']}.docids.bin"
+    with open(last, "r+b") as f:
+        f.truncate(f.seek(0, 2) - 4)
+    windows = meta["splits"]["train"]["shards"][-1]["windows"]
+    size = windows * SEQ * 4
+    with pytest.raises(DataError, match=rf"packed shard {last} has {size - 4} bytes, meta.json expects {size} "
+                                        rf"\({windows} windows x {SEQ} tokens x 4 bytes\): prepare"):
+        PackedDataset(tmp_path / "p", "validation")  # every split's shards are checked
+
+
+@pytest.mark.parametrize("interruption", [DataError("no document"), KeyboardInterrupt()], ids=["error", "ctrl-c"])
+def test_a_failed_prepare_leaves_nothing_behind(tmp_path, monkeypatch, interruption):
+    """The folders a failed or interrupted prepare created are removed; an earlier prepared folder is kept."""
+    from encoderlab.data import prepare as prep
+
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": d.text}) + "\n" for d in varied_docs()))
+    opts = prep.PrepareOptions(vocab_size=300, seq_len=SEQ, val_fraction=0.0)
+
+    def fails(*args, **kwargs):
+        raise interruption
+
+    monkeypatch.setattr(prep.packing, "pack", fails)
+    with pytest.raises(type(interruption)):
+        prep.prepare(str(corpus), tmp_path / "new" / "data", opts, log=lambda message: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs.jsonl"]
+    monkeypatch.undo()
+    prep.prepare(str(corpus), tmp_path / "data", opts, log=lambda message: None)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    monkeypatch.setattr(prep.packing, "pack", fails)
+    with pytest.raises(type(interruption)):
+        prep.prepare(str(corpus), tmp_path / "data", prep.PrepareOptions(vocab_size=300, seq_len=SEQ, force=True),
+                     log=lambda message: None)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 def window_keys(ds: PackedDataset) -> dict[bytes, int]:

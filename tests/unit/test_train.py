@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 
 from encoderlab.config import ConfigError, apply_overrides, validate
@@ -277,10 +278,16 @@ def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packe
     cfg.model = type(cfg.model)(**{**TINY, "max_position_embeddings": 32})
     with pytest.raises(EncoderlabError, match="64 tokens but the model's positions stop at 32"):
         Trainer(cfg, show_progress=False)
-    meta = {"seq_len": 64, "tokenizer": {"mask_id": None}}
+    meta = {"seq_len": 64, "tokenizer": {"mask_id": None, "vocab_size": 320}}
     with pytest.raises(EncoderlabError, match="no mask token"):
         check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.Schedule.parse("clm:50%,mlm").phases(10))
     check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.Schedule.parse("clm").phases(10))
+    # Token ids against the model's vocabulary: the largest recorded at packing, else the tokenizer's last id.
+    clm = objectives.Schedule.parse("clm").phases(10)
+    check_compatible(cfg, preset("tiny", vocab_size=300), {**meta, "max_token_id": 299}, clm)
+    for index, top in (({**meta, "max_token_id": 300}, 300), (meta, 319)):
+        with pytest.raises(EncoderlabError, match=f"token ids go up to {top} but the model's vocabulary has 300"):
+            check_compatible(cfg, preset("tiny", vocab_size=300), index, clm)
 
 
 def test_a_tiny_model_overfits_one_batch():
@@ -423,3 +430,54 @@ def test_a_kill_while_pruning_leaves_no_step_folder_without_its_state(tmp_path, 
     left = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert all(n.startswith(".") or (tmp_path / "run" / "checkpoints" / n / "state.json").exists() for n in left)
     assert left[0].startswith(".step-0000001.deleting-")
+
+
+def test_extend_a_finished_run_continues_it_exactly(tmp_path, packed_dir):
+    """A finished run on a constant LR extended with a decay at its new end gives the weights and LRs of the new
+    schedule trained straight; config.yaml stays the run's own, the extension is recorded beside it and is what
+    later resumes are compared with; a plain --resume with more steps is refused."""
+    constant = LRSchedule(kind="constant", warmup_steps=2)
+    Trainer(make_config(tmp_path, packed_dir, name="straight"), show_progress=False).run()
+    short = make_config(tmp_path, packed_dir, name="ext", steps=6).model_copy(update={"lr_schedule": constant})
+    Trainer(short, show_progress=False).run()
+    run = tmp_path / "ext"
+    original = (run / "config.yaml").read_text()
+    longer = make_config(tmp_path, packed_dir, name="ext", log_every=2)  # WSD over 10 steps; log_every is free
+    with pytest.raises(EncoderlabError, match=r"lr_schedule.decay_steps: 2000 -> 3, lr_schedule.kind: "
+                                              r"'constant' -> 'wsd', train.steps: 6 -> 10; to train it further, pass"):
+        Trainer(longer, show_progress=False, resume=True)
+    messages = []
+    Trainer(longer, show_progress=False, extend=True, log=messages.append).run()
+    assert "extended" in messages[0] and "from step-0000006 (step 6) to 10 steps" in messages[0]
+    a, b = weights(tmp_path / "straight", 10), weights(run, 10)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6, 8, 10]
+    assert [r["lr"] for r in records] == pytest.approx(
+        [longer.optim.lr * longer.lr_schedule.factor(r["step"] - 1, 10) for r in records], rel=0, abs=1e-15)
+    assert (run / "config.yaml").read_text() == original
+    assert validate(PretrainConfig, yaml.safe_load((run / "config.extend-0000006.yaml").read_text()), "t") == longer
+    del messages[:]
+    Trainer(longer, show_progress=False, resume=True, log=messages.append).run()  # the newest definition
+    assert messages[0].startswith(f"resumed {run} from step-0000010")
+    with pytest.raises(EncoderlabError, match=r"train.steps: 10 -> 6"):
+        Trainer(short, show_progress=False, resume=True)
+
+
+def test_resume_compares_the_data_by_content(tmp_path, packed_dir):
+    """Moved data (another path, the same content) resumes; data of other content is refused, whatever its path."""
+    Trainer(make_config(tmp_path, packed_dir, steps=4, save_every=2), show_progress=False).run(stop_at=2)
+    moved = tmp_path / "moved"
+    shutil.copytree(packed_dir, moved)
+    cfg = make_config(tmp_path, packed_dir, steps=4, save_every=2)
+    resumed = Trainer(cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": str(moved)})}),
+                      show_progress=False, resume=True)
+    assert resumed.step == 2
+    del resumed
+    meta = json.loads((moved / "meta.json").read_text())
+    meta["splits"]["train"]["shards"][0]["sha256"]["tokens"] = "0" * 64  # what other tokens of that size record
+    (moved / "meta.json").write_text(json.dumps(meta))
+    changed = rf"data.path \(other content than the run trained on\): '{packed_dir}' -> '{moved}'"
+    with pytest.raises(EncoderlabError, match=changed):
+        Trainer(cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": str(moved)})}),
+                show_progress=False, resume=True)

@@ -117,16 +117,22 @@ def pretrain(
     config: Path = typer.Argument(..., help="A pretraining YAML (see configs/pretrain/)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a key, e.g. --set train.steps=500 "
                                                           "--set objective=clm:25%,mlm40:75%"),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run from its last checkpoint."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run from its last checkpoint; the config must "
+                                "be the run's own (logging, saving and execution settings may change)."),
+    extend: bool = typer.Option(False, "--extend", help="Continue the run to more train.steps, with a new decay or "
+                                "objective schedule for the added steps; the steps trained must keep their LR."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and plan, train nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Pretrain (or resume) one run: a model preset, an objective schedule, an LR schedule and a step budget."""
     from encoderlab.train.distributed import is_main_process
-    from encoderlab.train.loop import Trainer, describe
+    from encoderlab.train.loop import Trainer, describe, has_run
 
     cfg = _load_pretrain_config(config, overrides)
     plan = describe(cfg)
+    if (resume or extend) and not has_run(cfg.run_dir):
+        raise EncoderlabError(f"nothing to continue in {cfg.run_dir}: no run was started there (no LATEST, "
+                              "config.yaml or metrics.jsonl); start it without --resume/--extend")
     main = is_main_process()  # under torchrun, rank 0 prints for all
     if dry_run:
         if main:
@@ -134,7 +140,7 @@ def pretrain(
         return
     if not as_json and main:
         _render_plan(plan)
-    trainer = Trainer(cfg, resume=resume, log=log, show_progress=not as_json)
+    trainer = Trainer(cfg, resume=resume, extend=extend, log=log, show_progress=not as_json)
     try:
         summary = trainer.run()
     except KeyboardInterrupt:
@@ -145,7 +151,7 @@ def pretrain(
         if main:
             err.print(f"interrupted at step {trainer.step}; " + (
                 f"the last checkpoint is {last.name}: continue with `{again}`" if last else
-                "no checkpoint was written yet: start it again without --resume"))
+                f"no checkpoint was written yet: `{again}` starts it again from step 0"))
         raise SystemExit(130) from None
     if main:
         emit(summary, as_json, _render_pretrain)

@@ -14,8 +14,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoderlab.data.packing import read_meta
+from encoderlab.data.packing import check_shards, read_meta
 from encoderlab.errors import DataError
+
+
+PREPARE_AGAIN = "prepare the data again (`encoderlab data prepare SOURCE --out FOLDER --force`)"
 
 
 class PackedDataset:
@@ -24,6 +27,9 @@ class PackedDataset:
     def __init__(self, root: str | Path, split: str = "train"):
         self.root = Path(root)
         self.meta = read_meta(self.root)
+        # Sizes only (hashing every shard at each start would cost minutes on a large corpus; prepare hashes them):
+        # a cut file fails here, not as an mmap error in the middle of training.
+        check_shards(self.root, self.meta, hashes=False, fix=PREPARE_AGAIN)
         if split not in self.meta["splits"]:
             raise DataError(f"{root} has no split {split!r}; it has {', '.join(self.meta['splits'])}")
         self.split = split

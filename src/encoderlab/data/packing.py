@@ -9,6 +9,10 @@ Documented behaviour:
   attends only within its window (the paper packs FineWeb-Edu documents of 12 to 2,048 tokens the same way);
 - the stream's last partial window (< seq_len tokens) is dropped and counted in `dropped_tail_tokens`;
 - a held-out split (`val_fraction`) is chosen per document by a hash of its id, so it is stable when the corpus grows.
+
+meta.json is the index: per shard its windows and the SHA-256 of both files (hashed from memory as they are
+written, so it costs no extra read), and the largest token id. `check_shards` compares the files with it; indexes
+written before these fields existed are checked by size only.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.io import atomic_dir, write_json
+from encoderlab.io import atomic_dir, sha256_of, write_json
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
@@ -50,6 +54,7 @@ class _SplitWriter:
         self.buffered = 0
         self.shards: list[dict] = []
         self.documents = 0
+        self.max_token_id = -1
         self.doc_index = open(folder / f"{split}.documents.tsv", "w", encoding="utf-8")
         self.doc_index.write("index\tid\tsource\ttokens\n")
 
@@ -73,9 +78,12 @@ class _SplitWriter:
         cut = n_windows * self.seq_len
         if n_windows:
             name = f"{self.split}-{len(self.shards):05d}"
-            tokens[:cut].astype(self.dtype).tofile(self.folder / f"{name}.tokens.bin")
-            docs[:cut].tofile(self.folder / f"{name}.docids.bin")
-            self.shards.append({"name": name, "windows": n_windows})
+            written = {"tokens": tokens[:cut].astype(self.dtype), "docids": docs[:cut]}
+            for kind, array in written.items():
+                array.tofile(self.folder / f"{name}.{kind}.bin")
+            self.max_token_id = max(self.max_token_id, int(written["tokens"].max()))
+            self.shards.append({"name": name, "windows": n_windows,
+                                "sha256": {kind: hashlib.sha256(a.data).hexdigest() for kind, a in written.items()}})
         self.tokens, self.docs = [tokens[cut:]], [docs[cut:]]
         self.buffered = len(tokens) - cut
         return len(tokens) - cut
@@ -118,7 +126,8 @@ def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, 
             raise DataError(f"the corpus has {n_tokens} tokens, fewer than one window of seq_len={seq_len}: "
                             "add text or lower seq_len")
         meta = {"format": FORMAT_VERSION, "seq_len": seq_len, "dtype": dtype.name,
-                "tokenizer": tokenizer.info(), "val_fraction": val_fraction, "splits": splits}
+                "tokenizer": tokenizer.info(), "val_fraction": val_fraction, "splits": splits,
+                "max_token_id": max(w.max_token_id for w in writers.values())}
         write_json(tmp / META, meta)
         tokenizer.save(tmp / "tokenizer")
     return meta
@@ -136,11 +145,68 @@ def _chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
 
 
 def read_meta(root: Path) -> dict:
+    """The index of the packed dataset at `root`, refused in one line when it is missing or does not read as one."""
     file = Path(root) / META
     if not file.exists():
         raise DataError(f"{root} is not a packed dataset (no {META}); create one with `encoderlab data prepare`")
-    meta = json.loads(file.read_text())
-    if meta.get("format") != FORMAT_VERSION:
-        raise DataError(f"{root} was packed with format {meta.get('format')}, this encoderlab reads format "
-                        f"{FORMAT_VERSION}: prepare the data again")
+    try:
+        meta = json.loads(file.read_text())
+        if meta.get("format") != FORMAT_VERSION:
+            raise DataError(f"{root} was packed with format {meta.get('format')}, this encoderlab reads format "
+                            f"{FORMAT_VERSION}: prepare the data again")
+        _check_index(meta)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        what = f"no {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
+        raise DataError(f"{file} is not a valid index of packed shards ({what}): prepare the data again") from None
     return meta
+
+
+def _check_index(meta: dict) -> None:
+    """Raise KeyError, TypeError or ValueError unless `meta` has the fields readers use, with usable values."""
+    if int(meta["seq_len"]) < 1 or int(meta["tokenizer"]["vocab_size"]) < 1 or not np.dtype(meta["dtype"]):
+        raise ValueError("seq_len and vocab_size must be positive")
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            if not isinstance(shard["name"], str) or int(shard["windows"]) < 0:
+                raise ValueError(f"shard {shard['name']!r} of {shard['windows']} windows")
+
+
+def shard_files(root: Path, meta: dict):
+    """(path, expected bytes, recorded SHA-256 or None, what the size is made of) for every shard file."""
+    seq_len, itemsize = int(meta["seq_len"]), np.dtype(meta["dtype"]).itemsize
+    for split in meta["splits"].values():
+        for shard in split["shards"]:
+            for kind, size in (("tokens", itemsize), ("docids", 4)):
+                parts = f"{shard['windows']} windows x {seq_len} tokens x {size} bytes"
+                yield (Path(root) / f"{shard['name']}.{kind}.bin", shard["windows"] * seq_len * size,
+                       shard.get("sha256", {}).get(kind), parts)
+
+
+def check_shards(root: Path, meta: dict, *, hashes: bool, fix: str) -> None:
+    """Refuse, naming the file, a shard whose size (and, with `hashes`, SHA-256 where recorded) is not what
+    meta.json says; `fix` tells how to rebuild it."""
+    for path, expected, sha256, parts in shard_files(root, meta):
+        found = path.stat().st_size if path.is_file() else None
+        if found is None:
+            problem = f"is missing ({META} lists it)"
+        elif found != expected:
+            problem = f"has {found} bytes, {META} expects {expected} ({parts})"
+        elif hashes and sha256 and sha256_of(path) != sha256:
+            problem = f"does not match its SHA-256 in {META}: its bytes are damaged"
+        else:
+            continue
+        raise DataError(f"packed shard {path} {problem}: {fix}")
+
+
+def max_token_id(meta: dict) -> int:
+    """The largest id a model reads from this data: its largest token (indexes from before it was recorded: the
+    tokenizer's last id) or a special token the objectives insert (the mask)."""
+    tok = meta["tokenizer"]
+    top = meta.get("max_token_id", tok["vocab_size"] - 1)
+    return max([top, *(tok.get(f"{r}_id") or 0 for r in ("bos", "eos", "pad", "mask"))])
+
+
+def fingerprint(meta: dict) -> str:
+    """The identity of the data's content, wherever it lies: windows, shard hashes, tokenizer, length."""
+    content = {k: meta[k] for k in ("seq_len", "dtype", "tokenizer", "splits")}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -47,10 +48,23 @@ def default_out(source: str) -> Path:
 
 def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = None,
             log: Callable[[str], None] = print) -> dict:
+    """Each step is written atomically; a failed or interrupted first prepare also removes the folders it created,
+    so that nothing half-made looks like a dataset."""
     opts = opts or PrepareOptions()
     out = Path(out) if out else default_out(source)
+    created = next((p for p in [*reversed(out.parents), out] if not p.exists()), None)
+    try:
+        return _prepare(source, out, opts, log)
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+
+
+def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], None]) -> dict:
     timings: dict[str, float] = {}
     start = time.perf_counter()
+    packed = _packed_index(source, out, opts)
     suite = None
     if source == OFFLINE:
         suite = _offline_text(out, opts, log)
@@ -59,11 +73,9 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
     timings["text"] = time.perf_counter() - start
     corpus_file = out / "corpus" / "documents.jsonl"
     fingerprint = _fingerprint(out / "corpus" / "manifest.json", opts)
-    meta_file = out / "packed" / packing.META
-    cached = meta_file.exists() and json.loads(meta_file.read_text()).get("inputs") == fingerprint
     t0 = time.perf_counter()
-    if cached and not opts.force:
-        meta = json.loads(meta_file.read_text())
+    meta = packed if packed is not None and packed.get("inputs") == fingerprint else None
+    if meta is not None:
         log(f"packed shards up to date in {out / 'packed'}")
     else:
         tok = _tokenizer(corpus_file, opts, log)
@@ -73,7 +85,7 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
         meta = packing.pack(_documents(corpus_file), tok, out / "packed", seq_len=opts.seq_len,
                             val_fraction=opts.val_fraction)
         meta["inputs"] = fingerprint
-        write_json(meta_file, meta)
+        write_json(out / "packed" / packing.META, meta)
         timings["pack"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
     summary = {
@@ -96,6 +108,20 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
         summary["tasks_root"] = str(out / "tasks")
     write_json(out / "summary.json", summary)
     return summary
+
+
+def _packed_index(source: str, out: Path, opts: PrepareOptions) -> dict | None:
+    """The index of the shards already in `out` (None: none, or an unreadable one, so they are packed), once their
+    files are checked against it (sizes and SHA-256), before any text is read. Shards that their own index says are
+    damaged are refused rather than silently replaced (something damaged them after the fact), unless --force."""
+    try:
+        meta = None if opts.force else packing.read_meta(out / "packed")
+    except DataError:
+        return None
+    if meta is not None:
+        packing.check_shards(out / "packed", meta, hashes=True,
+                             fix=f"pack them again with `encoderlab data prepare {source} --out {out} --force`")
+    return meta
 
 
 def _offline_text(out: Path, opts: PrepareOptions, log) -> dict:

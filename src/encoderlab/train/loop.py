@@ -6,24 +6,23 @@ are summed over ranks, so the update is the single-process one whatever the numb
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
 import torch
-import yaml
 
 from encoderlab import objectives
+from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, PackedLoader
-from encoderlab.io import atomic_file, encoderlab_home, run_lock, write_json
+from encoderlab.io import encoderlab_home, run_lock, write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.seeds import derive_seed
-from encoderlab.train import checkpoint, distributed, optim
+from encoderlab.train import checkpoint, distributed, optim, resume as same_run
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress, describe_step
 
@@ -49,7 +48,7 @@ def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
 def describe(cfg: PretrainConfig) -> dict:
     """The resolved run: what --dry-run prints and what is written beside the checkpoints."""
     data = resolve_data(cfg.data.path)
-    meta = json.loads((data / "meta.json").read_text())
+    meta = PackedDataset(data).meta  # its shards checked against the index: a cut file fails here, not mid-run
     mcfg = model_config(cfg, meta["tokenizer"])
     phases = cfg.phases
     launched = distributed.torchrun_world()
@@ -88,6 +87,11 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases,
     if uses_mlm and meta["tokenizer"].get("mask_id") is None:
         raise EncoderlabError("the schedule uses MLM but the data's tokenizer has no mask token: prepare the data "
                               "again (encoderlab adds a mask token to tokenizers that lack one)")
+    top = packing.max_token_id(meta)
+    if top >= mcfg.vocab_size:
+        raise EncoderlabError(f"the data's token ids go up to {top} but the model's vocabulary has "
+                              f"{mcfg.vocab_size} ids (model.vocab_size): use at least {top + 1}, or data packed with "
+                              f"that vocabulary (its tokenizer has {meta['tokenizer']['vocab_size']} tokens)")
     global_batch, micro = cfg.train.sequences_per_step(meta["seq_len"]), cfg.train.micro_batch
     if global_batch % world_size:
         raise EncoderlabError(f"the global batch of {global_batch} sequences cannot be split evenly over "
@@ -99,9 +103,16 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases,
         raise EncoderlabError(f"train.micro_batch={micro} does not divide {what}")
 
 
+def has_run(run_dir: Path) -> bool:
+    """Whether a run was started in `run_dir` (it may have no checkpoint yet)."""
+    return any((run_dir / name).exists() for name in (checkpoint.LATEST, same_run.CONFIG, "metrics.jsonl"))
+
+
 class Trainer:
-    def __init__(self, cfg: PretrainConfig, *, resume: bool = False, log: Callable[[str], None] = print,
-                 show_progress: bool = True):
+    def __init__(self, cfg: PretrainConfig, *, resume: bool = False, extend: bool = False,
+                 log: Callable[[str], None] = print, show_progress: bool = True):
+        """`resume`: continue the run in the folder if there is one (the same run: resume.py), else start it;
+        `extend`: continue it to more steps (implies `resume`)."""
         self.cfg, self.log, self.show_progress = cfg, log, show_progress
         self.run_dir = cfg.run_dir
         if cfg.train.threads:
@@ -109,6 +120,7 @@ class Trainer:
         data_root = resolve_data(cfg.data.path)
         self.train_data = PackedDataset(data_root, "train")
         self.val_data = PackedDataset(data_root, "validation")
+        self.data_fingerprint = packing.fingerprint(self.train_data.meta)
         tok = self.train_data.meta["tokenizer"]
         specials = {tok["bos_id"], tok["eos_id"], tok["pad_id"], tok["mask_id"]} - {None}
         self.vocab = objectives.Vocab(tok["vocab_size"], tok["mask_id"], tuple(sorted(specials)))
@@ -132,28 +144,28 @@ class Trainer:
         self.step = 0
         self._lock = ExitStack()  # the run folder's lock (rank 0's): held from here to the end of run()
         try:
-            self._prepare_run_dir(resume)
+            self._prepare_run_dir(resume or extend, extend)
         except BaseException:
             self._lock.close()
             raise
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
 
-    def _prepare_run_dir(self, resume: bool) -> None:
-        if self.world.is_main:  # before anything is read or written there; the other ranks follow rank 0
+    def _prepare_run_dir(self, resume: bool, extend: bool) -> None:
+        # A resume is checked before the lock, so that a refused one changes no file (the lock file included), and
+        # again under it: another process may have moved the run on in between. A new run is checked under the lock
+        # only, so that a run being written is refused naming its process.
+        if resume:
+            self._check_run_dir(resume, extend)
+        if self.world.is_main:  # before anything is written there; the other ranks follow rank 0
             self._lock.enter_context(run_lock(self.run_dir, "a pretraining run"))
-        found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
-        if found is None and (self.run_dir / "metrics.jsonl").exists() and not resume:
-            raise EncoderlabError(f"{self.run_dir} already holds a run: pass --resume to continue it or choose "
-                                  "another name (--set name=...)")
-        if found is not None and not resume:
-            raise EncoderlabError(f"{self.run_dir} already holds a run (last checkpoint {found.name}): pass --resume "
-                                  "to continue it or choose another name (--set name=...)")
+        found, extended = self._check_run_dir(resume, extend)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.world.is_main and (stale := checkpoint.clean_stale(self.run_dir)):
             self.log(f"removed what an interrupted run left in {self.run_dir / 'checkpoints'}: {', '.join(stale)}")
         if found is not None:
             self._load_full_state(found, "resume")
-            self.log(f"resumed {self.run_dir} from {found.name} (step {self.step})")
+            self.log(f"{'extended' if extended else 'resumed'} {self.run_dir} from {found.name} (step {self.step})"
+                     + (f" to {self.cfg.train.steps} steps" if extended else ""))
         elif self.cfg.init.branch_from:
             source = checkpoint.resolve(self.cfg.init.branch_from)
             self._load_full_state(source, "branch")
@@ -163,8 +175,24 @@ class Trainer:
             distributed.load_weights(source, self.model)
             self.log(f"initialised weights from {source}")
         if self.world.is_main:
-            with atomic_file(self.run_dir / "config.yaml") as tmp:
-                tmp.write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+            same_run.record_config(self.cfg, self.step if extended else None)
+
+    def _check_run_dir(self, resume: bool, extend: bool) -> tuple[Path | None, bool]:
+        """(the checkpoint to resume from, whether it is an extension), once the folder is found to hold no run
+        (a new one) or, with `resume`, this same run: read-only."""
+        found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
+        if not self.world.is_main:  # rank 0 checks (and writes config.yaml meanwhile); the others follow it
+            return (found if resume else None), False
+        if not resume:
+            if found is not None or has_run(self.run_dir):
+                last = f" (last checkpoint {found.name})" if found else ""
+                raise EncoderlabError(f"{self.run_dir} already holds a run{last}: pass --resume to continue it or "
+                                      "choose another name (--set name=...)")
+            return None, False
+        if extend and found is None:
+            raise EncoderlabError(f"cannot extend {self.run_dir}: it has no checkpoint to continue from")
+        state = checkpoint.load_state(found) if found is not None else None
+        return found, same_run.check_same_run(self.cfg, state, self.data_fingerprint, extend)
 
     def _load_full_state(self, path: Path, why: str) -> None:
         state = checkpoint.load_state(path)
@@ -263,7 +291,7 @@ class Trainer:
         state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
                  "schedule": self.cfg.objective.text,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
-                 "total_steps": self.cfg.train.steps}
+                 "total_steps": self.cfg.train.steps, "data_fingerprint": self.data_fingerprint}
         path = distributed.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, state,
                                            tokenizer_dir=self.train_data.root / "tokenizer", world=self.world)
         if self.world.is_main:
