@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from encoderlab.cli.console import emit, err, log, out
+from encoderlab.cli.console import emit, err, log, log_after, out
 from encoderlab.cli.study import study_app
 from encoderlab.errors import EncoderlabError
 
@@ -280,17 +280,6 @@ def _protocol(path: Path | None, overrides: list[str]):
         f"protocol: {path or 'the built-in defaults (no configs/eval/demo.yaml beside this install)'}"
 
 
-def _log_after(first: str):
-    """A log that says `first` before its first message: what a command will use is told once the command has
-    checked its inputs and starts to work, so a refusal stays one line."""
-    pending = [first]
-
-    def emit(message: str) -> None:
-        while pending:
-            log(pending.pop())
-        log(message)
-    return emit
-
 
 def _default_protocol() -> Path | None:
     path = CHECKOUT / "configs" / "eval" / "demo.yaml"
@@ -322,7 +311,7 @@ def sweep(
     if not specs:
         raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
     proto, told = _protocol(protocol, overrides)
-    summary = run_sweep(checkpoint, specs, proto, out_dir, log=_log_after(told), show_progress=not as_json,
+    summary = run_sweep(checkpoint, specs, proto, out_dir, log=log_after(told), show_progress=not as_json,
                         cache_dir=_cache_dir(), engine=engine, workers=_workers(workers))
     emit(summary, as_json, _render_sweep)
 
@@ -344,7 +333,7 @@ def finetune_cmd(
 
     check_writable(out_dir, "--out")
     proto, told = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
-    summary = run_sweep(checkpoint, [task], proto, out_dir, log=_log_after(told), show_progress=False,
+    summary = run_sweep(checkpoint, [task], proto, out_dir, log=log_after(told), show_progress=False,
                         cache_dir=_cache_dir())
     emit(summary, as_json, _render_sweep)
 

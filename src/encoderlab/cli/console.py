@@ -14,6 +14,18 @@ def log(message: str) -> None:
     err.print(f"[dim]·[/dim] {message}")
 
 
+def log_after(first: str):
+    """A log that says `first` before its first message: what a command will use is told once the command has
+    checked its inputs and starts to work, so a refusal stays one line."""
+    pending = [first]
+
+    def emit(message: str) -> None:
+        while pending:
+            log(pending.pop())
+        log(message)
+    return emit
+
+
 def emit(summary: dict, as_json: bool, render) -> None:
     """A command's result: the summary as JSON on stdout (for scripts), or rendered for a reader."""
     if as_json:
