@@ -98,14 +98,19 @@ class _SplitWriter:
                 "dropped_tail_tokens": dropped, "shards": self.shards}
 
 
-def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, seq_len: int,
-         val_fraction: float = 0.0, shard_tokens: int = 2**26, chunk_documents: int = 2048,
-         progress: Callable[[int, int], None] | None = None) -> dict:
-    """Write packed shards under `out` (replaced atomically). Returns the metadata also written to meta.json."""
+def check_shape(seq_len: int, val_fraction: float) -> None:
+    """What `pack` needs, checked before any text is read or a tokenizer trained."""
     if seq_len < 8:
         raise DataError(f"seq_len={seq_len} is too small; use at least 8 (the paper uses 2,048)")
     if not 0 <= val_fraction < 1:
         raise DataError(f"val_fraction={val_fraction} must be in [0, 1)")
+
+
+def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, seq_len: int,
+         val_fraction: float = 0.0, shard_tokens: int = 2**26, chunk_documents: int = 2048,
+         progress: Callable[[int, int], None] | None = None) -> dict:
+    """Write packed shards under `out` (replaced atomically). Returns the metadata also written to meta.json."""
+    check_shape(seq_len, val_fraction)
     dtype = token_dtype(tokenizer.vocab_size)
     shard_windows = max(1, shard_tokens // seq_len)
     with atomic_dir(out) as tmp:

@@ -18,7 +18,7 @@ from encoderlab.data import packing, sources
 from encoderlab.data.offline import build as offline
 from encoderlab.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from encoderlab.data.documents import Document
-from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer, train_bpe
+from encoderlab.data.tokenizer import TextTokenizer, check_bpe_size, load_tokenizer, train_bpe
 from encoderlab.io import encoderlab_home
 from encoderlab.errors import DataError
 
@@ -51,6 +51,9 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
     """Each step is written atomically; a failed or interrupted first prepare also removes the folders it created,
     so that nothing half-made looks like a dataset."""
     opts = opts or PrepareOptions()
+    packing.check_shape(opts.seq_len, opts.val_fraction)  # before hours of reading text and training a tokenizer
+    if not opts.tokenizer:
+        check_bpe_size(opts.vocab_size)
     out = Path(out) if out else default_out(source)
     created = next((p for p in [*reversed(out.parents), out] if not p.exists()), None)
     try:
@@ -139,13 +142,14 @@ def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:
     docs = sources.iter_documents(source, text_column=opts.text_column, txt_unit=opts.txt_unit,  # type: ignore[arg-type]
                                   on_invalid_utf8=opts.on_invalid_utf8, hf_config=opts.hf_config,  # type: ignore[arg-type]
                                   hf_split=opts.hf_split, max_documents=opts.max_documents)
-    log(f"reading {sources.describe_spec(source)}")
     counts: Counter[str] = Counter()
     words = chars = 0
 
     def rows() -> Iterator[dict]:
         nonlocal words, chars
         for d in docs:
+            if not counts:  # said once the first record is read, so a source refused at once is one line
+                log(f"reading {sources.describe_spec(source)}")
             counts[d.source] += 1
             words += len(d.text.split())
             chars += len(d.text)

@@ -81,11 +81,15 @@ class TextTokenizer:
         (folder / MANIFEST).write_text(json.dumps(self.info(), indent=2) + "\n")
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2) -> TextTokenizer:
-    """Byte-level BPE (GPT-2/Llama-3 style: no unknown token) with <bos>, <eos>, <pad>, <mask> as ids 0-3."""
+def check_bpe_size(vocab_size: int) -> None:
     if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
         raise DataError(f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least "
                         f"{256 + len(SPECIAL_TOKENS) + 1} (256 bytes, {len(SPECIAL_TOKENS)} special tokens, 1 merge)")
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2) -> TextTokenizer:
+    """Byte-level BPE (GPT-2/Llama-3 style: no unknown token) with <bos>, <eos>, <pad>, <mask> as ids 0-3."""
+    check_bpe_size(vocab_size)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
