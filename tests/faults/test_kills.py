@@ -24,18 +24,9 @@ from safetensors.torch import load_file
 
 from encoderlab.errors import EncoderlabError
 from encoderlab.train import checkpoint
+from runs import STEPS, config
 
 KILLER = Path(__file__).with_name("killer.py")
-STEPS = 6  # clm for 3 steps then mlm40: checkpoints 1, 2 (periodic), 3 (phase), 4 (stable), 5 (periodic), 6 (final)
-TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-        "num_attention_heads": 2, "num_key_value_heads": 1}
-
-
-def config(out: Path, packed: Path, name: str) -> dict:
-    return {"name": name, "out_dir": str(out), "data": {"path": str(packed)}, "model": TINY,
-            "objective": "clm:50%,mlm40", "lr_schedule": {"kind": "wsd", "warmup_steps": 2, "decay_steps": 2},
-            "train": {"steps": STEPS, "global_batch": 4, "dtype": "fp32", "log_every": 1, "eval_batches": 1,
-                      "tensorboard": False, "save_every": 1, "keep_checkpoints": 1}}
 
 
 class Server:
