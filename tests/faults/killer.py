@@ -3,12 +3,14 @@ forked child that trains a run and, at the job's chosen point, kills itself with
 `atexit`, no flush, as a kill -9 or a power cut would. The server answers one JSON line per job: how the child
 ended (`signal` 9 for a kill) and its pid. It never computes anything itself, so forking it is safe.
 
-A job: {"config": {...}, "resume": bool, "kill": point or null, "events": path or null, "hold": path or null}
+A job: {"config": {...}, "resume": bool, "kill": point or null, "events": path or null, "hold": path or null,
+"kill_after": seconds or null}
 - point: {"at": label prefix, "nth": n, "when": "before" | "after" | "mid"}: the n-th I/O event (from 1) whose label
   starts with `at`; "mid" leaves the operation half done (a torn metrics line, a half-written weights file, a
   folder partly deleted). Or {"index": i, "when": ...}: the i-th event of any label (seeded random kills).
 - events: write the labels of every I/O event of the job to this file (to pick random points from).
 - hold: at the kill point, write the child's pid to this file and wait to be killed from outside instead.
+- kill_after: the server kills the child this long after starting it (wherever it is then), if it still runs.
 Labels: "replace:<name of the destination>", "rmtree:<name>", "weights", "optimizer", "metrics".
 """
 from __future__ import annotations
@@ -119,6 +121,20 @@ def child(job: dict) -> None:
             Path(job["events"]).write_text(json.dumps(points.labels))
 
 
+def wait(pid: int, kill_after: float | None) -> int:
+    """The child's exit status; SIGKILLed first if it still runs `kill_after` seconds from now. Its pid cannot be
+    reused before this reaps it, so the kill cannot hit another process."""
+    deadline = None if kill_after is None else time.monotonic() + kill_after
+    while deadline is not None and time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.005)
+    if deadline is not None:
+        os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
+
+
 def serve() -> None:
     for line in sys.stdin:
         job = json.loads(line)
@@ -132,7 +148,7 @@ def serve() -> None:
                 code = 1
             sys.stderr.flush()
             os._exit(code)
-        _, status = os.waitpid(pid, 0)
+        status = wait(pid, job.get("kill_after"))
         answer = {"pid": pid, "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
                   "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None}
         print(json.dumps(answer), flush=True)

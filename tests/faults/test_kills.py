@@ -1,11 +1,12 @@
-"""kill -9 anywhere in a pretraining run, then --resume: the run ends with the weights, optimizer-driven losses and
-metrics of a run never interrupted, and no leftover of the killed writes.
+"""kill -9 anywhere in a pretraining run, then --resume: the run ends with the weights (bitwise), the logged losses and
+the checkpoints of a run never interrupted, and no leftover of the killed writes.
 
 Each run is a child forked by tests/faults/killer.py that SIGKILLs itself at a chosen I/O event: while LATEST moves,
 while old checkpoints are pruned, between a checkpoint's rename and LATEST's move, mid-way through the weights file
 or a metrics line, and again inside the resume that follows (a second kill while it cleans up or rewrites). A few
-more points are drawn at random (seeded) from all the I/O events of a run. A second writer is refused while the
-first one lives and takes over once it is killed.
+more points are drawn at random (seeded) from all the I/O events of a run, and two kills land at random (seeded)
+times wherever the run is then. A second writer is refused while the first one lives and takes over once it is
+killed.
 """
 from __future__ import annotations
 
@@ -118,8 +119,17 @@ def test_kill_at_a_chosen_point_then_resume_gives_the_same_run(server, reference
 def test_kill_at_a_random_point_then_resume_gives_the_same_run(server, reference, seed):
     events = reference[1]
     rng = random.Random(seed)
-    index = rng.randrange(2, len(events) + 1)  # the first event writes config.yaml: nothing of the run exists yet
+    index = rng.randrange(1, len(events) + 1)
     kill_and_resume(server, reference, f"random-{seed}", [{"index": index, "when": rng.choice(["before", "after"])}])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_kill_at_a_random_time_then_resume_gives_the_same_run(server, reference, seed):
+    """Wherever the kill lands (it may land after the end: then the resume has nothing to do)."""
+    name = f"timed-{seed}"
+    server.run(name, resume=False, kill_after=random.Random(seed).uniform(0.05, 0.6))
+    assert server.run(name, resume=True)["code"] == 0
+    assert_same_run(server.out / name, reference[0])
 
 
 def test_a_second_writer_is_refused_until_the_first_is_killed(server, reference, packed_dir):
@@ -130,15 +140,17 @@ def test_a_second_writer_is_refused_until_the_first_is_killed(server, reference,
     held = server.out / "held-pid"
     server.send("two-writers", resume=False, kill=point("replace:.step-", 1, "after"), hold=str(held))
     deadline = time.monotonic() + 300
-    while not held.exists() or not held.read_text():  # the first writer stops inside its first pruning
+    while not held.exists() or not held.read_text():  # the first writer waits inside its first pruning
         assert time.monotonic() < deadline, "the first writer never reached its pruning"
         time.sleep(0.05)
     pid = int(held.read_text())
-    cfg = validate(PretrainConfig, config(server.out, packed_dir, "two-writers"), "test")
-    with pytest.raises(EncoderlabError) as refused:
-        Trainer(cfg, resume=True, show_progress=False, log=lambda message: None)
-    assert f"process {pid} on " in str(refused.value) and "\n" not in str(refused.value)
-    os.kill(pid, signal.SIGKILL)
+    try:
+        cfg = validate(PretrainConfig, config(server.out, packed_dir, "two-writers"), "test")
+        with pytest.raises(EncoderlabError) as refused:
+            Trainer(cfg, resume=True, show_progress=False, log=lambda message: None)
+        assert f"process {pid} on " in str(refused.value) and "\n" not in str(refused.value)
+    finally:
+        os.kill(pid, signal.SIGKILL)
     assert server.answer()["signal"] == signal.SIGKILL
     assert server.run("two-writers", resume=True)["code"] == 0  # the lock of the killed writer is taken over
     assert_same_run(server.out / "two-writers", reference[0])
