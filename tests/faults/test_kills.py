@@ -106,7 +106,8 @@ TARGETED = {
     "torn-metrics-line-then-pruning-half-done": [point("metrics", 4, "mid"), point("rmtree:.step-", 1, "mid")],
     "renamed-before-LATEST-then-its-rewrite": [point("replace:step-", 5, "after"), point("replace:.step-", 1, "after")],
     "complete-not-renamed-then-half-weights": [point("replace:step-", 3, "before"), point("weights", 2, "mid")],
-    "optimizer-only-then-metrics-rewrite": [point("optimizer", 2, "after"), point("replace:metrics.jsonl", 1, "before")],
+    "optimizer-only-then-metrics-rewrite": [point("optimizer", 2, "after"),
+                                            point("replace:metrics.jsonl", 1, "before")],
 }
 
 
