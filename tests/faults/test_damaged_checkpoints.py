@@ -1,7 +1,8 @@
 """A damaged checkpoint through the user's commands: each file of the LATEST checkpoint truncated, deleted or with
 flipped bytes is refused by `pretrain --resume`, `pretrain` with `init.from_weights`, `export`, `finetune` and
 `sweep`: exit code 2, one error line naming the file and the older complete checkpoint, no traceback, no new file.
-Following that line (writing the older checkpoint into LATEST) resumes to the weights of an uninterrupted run.
+Following that line (writing the older checkpoint into LATEST) resumes to the weights of an uninterrupted run. A
+damaged metrics.jsonl record is refused too, while a torn last one (a kill's) is dropped.
 
 tests/unit/test_checkpoint_verify.py checks the same refusals function by function; these go through the CLI.
 """
@@ -133,3 +134,16 @@ def test_the_older_checkpoint_the_refusal_names_resumes_to_the_uninterrupted_run
     final = checkpoint.checkpoint_name(STEPS)
     a, b = (load_file(str(r / "checkpoints" / final / checkpoint.WEIGHTS)) for r in (written / "straight", run))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_damaged_metrics_record_before_the_last_is_refused_and_a_torn_last_one_dropped(run):
+    from encoderlab.train.logging import MetricsLog
+
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 5, "ph')  # torn by a kill: redone anyway
+    MetricsLog(run, resume_from=3, tensorboard=False).close()
+    assert (run / "metrics.jsonl").read_text() == "".join(line + "\n" for line in lines[:3])
+    lines[1] = lines[1][:-1]  # not the last line: damage, not a kill's cut
+    (run / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    with pytest.raises(EncoderlabError, match=r"metrics\.jsonl: record 2 is not JSON .*restore it or move it away"):
+        MetricsLog(run, resume_from=3, tensorboard=False)
