@@ -275,12 +275,16 @@ def _reason(path: Path) -> str | None:
 
 
 def clean_stale(run_dir: Path) -> list[str]:
-    """Remove what killed writes and prunes leave in `checkpoints/`: temporary, replaced and half-deleted folders
+    """Remove what killed writes and prunes leave: in `checkpoints/`, temporary, replaced and half-deleted folders
     (dot-names) and step folders without state.json (a complete checkpoint always has one, so they are never
-    LATEST). Call before anything writes there; returns the names removed."""
+    LATEST); in the run folder, the temporary files of atomic writes (`.LATEST.tmp-<pid>`...). Call with the run's
+    lock held, before anything writes there; returns the names removed."""
     folder = run_dir / "checkpoints"
     stale = [p for p in (folder.iterdir() if folder.exists() else []) if p.is_dir() and (
         p.name.startswith(".") or (p.name.startswith("step-") and not (p / "state.json").exists()))]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
-    return sorted(p.name for p in stale)
+    files = [p for p in run_dir.glob(".*.tmp-*") if p.is_file()]
+    for path in files:
+        path.unlink(missing_ok=True)
+    return sorted(p.name for p in stale + files)
