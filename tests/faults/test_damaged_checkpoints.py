@@ -118,8 +118,6 @@ def test_a_damaged_checkpoint_is_refused_by_every_command(run, written, monkeypa
     assert f"checkpoint file {folder}/" in errors[0] and says in errors[0], errors[0]
     assert f"{run / 'checkpoints' / OLDER_STEP} is an older complete checkpoint" in errors[0]
     after = files(run.parent)
-    if command == "from-weights":  # the new run's folder and lock are taken before its init weights are read
-        assert {k: after.pop(k) for k in ("new", "new/.lock")} == {"new": None, "new/.lock": b""}
     assert after == before, "a refused command wrote or changed files"
 
 

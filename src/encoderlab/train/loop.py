@@ -6,6 +6,7 @@ are summed over ranks, so the update is the single-process one whatever the numb
 """
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -143,10 +144,13 @@ class Trainer:
                                    world_size=self.world.size)
         self.step = 0
         self._lock = ExitStack()  # the run folder's lock (rank 0's): held from here to the end of run()
+        created = not self.run_dir.exists()
         try:
             self._prepare_run_dir(resume or extend, extend)
         except BaseException:
             self._lock.close()
+            if created and self.world.is_main and [p.name for p in self.run_dir.iterdir()] == [".lock"]:
+                shutil.rmtree(self.run_dir)  # a refused run leaves no folder behind (it held only the lock)
             raise
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
 
