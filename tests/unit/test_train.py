@@ -481,3 +481,16 @@ def test_resume_compares_the_data_by_content(tmp_path, packed_dir):
     with pytest.raises(EncoderlabError, match=changed):
         Trainer(cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": str(moved)})}),
                 show_progress=False, resume=True)
+
+
+def test_every_reader_of_metrics_drops_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
+    """One reader for the resume, the study report and the model card: a kill mid-write is no reason to fail."""
+    from encoderlab.train.logging import read_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    assert read_metrics(path) == []
+    path.write_text('{"step": 1, "tokens": 8}\n{"step": 2, "tokens": 16}\n{"step": 3, "tok')
+    assert read_metrics(path) == [{"step": 1, "tokens": 8}, {"step": 2, "tokens": 16}]
+    path.write_text('{"step": 1, "tokens": 8}\n{"step": 2, "to\n{"step": 3, "tokens": 24}\n')
+    with pytest.raises(EncoderlabError, match="record 2 is not JSON"):
+        read_metrics(path)

@@ -15,6 +15,7 @@ import yaml
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
+from encoderlab.train.logging import read_metrics
 
 
 def training_info(path: Path, state: dict) -> dict:
@@ -27,11 +28,10 @@ def training_info(path: Path, state: dict) -> dict:
     if run_dir is None:
         return info
     info["run"] = run_dir.name
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.exists() and state.get("step") is not None:
-        with open(metrics, encoding="utf-8") as f:
-            rates = (r["tokens"] / r["step"] for r in map(json.loads, f) if r.get("step") and r.get("tokens"))
-            per_step = next(rates, None)  # every step of a run has the same global batch of windows
+    if state.get("step") is not None:
+        records = read_metrics(run_dir / "metrics.jsonl")
+        rates = (r["tokens"] / r["step"] for r in records if r.get("step") and r.get("tokens"))
+        per_step = next(rates, None)  # every step of a run has the same global batch of windows
         if per_step is not None:
             info["tokens_seen"] = round(state["step"] * per_step)
     if (run_dir / "config.yaml").exists():

@@ -16,6 +16,7 @@ from scipy import stats
 from encoderlab.evaluation import records
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.sweep import summarize
+from encoderlab.train.logging import read_metrics
 
 CATEGORY = {"classification": "SC", "tokens": "TC", "qa": "QA", "retrieval": "IR"}
 CATEGORIES = ["SC", "TC", "QA", "IR"]
@@ -105,10 +106,7 @@ class StudyResults:
         return sorted(names, key=lambda t: (order.get(cat_of[t], 9), t))
 
     def losses(self, run: str) -> list[dict]:
-        path = self.root / "pretrain" / run / "metrics.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_metrics(self.root / "pretrain" / run / "metrics.jsonl")
 
 
 # ------------------------------------------------------------------------------------------------ comparisons

@@ -13,6 +13,25 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.io import atomic_file
 
 
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a run's metrics.jsonl (none if it has none yet). A last line cut short by a kill is dropped:
+    its step is redone on resume. A damaged earlier line is refused: that is not a cut, and no number of the run's
+    can be trusted past it."""
+    if not path.exists():
+        return []
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if n == len(lines):
+                break
+            raise EncoderlabError(f"{path}: record {n} is not JSON (the file is damaged, not just cut short): "
+                                  "restore it or move it away") from None
+    return records
+
+
 class MetricsLog:
     """Disabled on every rank but 0 of a distributed run: records are global, one writer is enough."""
 
@@ -32,20 +51,9 @@ class MetricsLog:
         """Records after the checkpoint a run resumes from were made by steps that will be redone."""
         if not self.path.exists():
             return
-        lines = [ln for ln in self.path.read_text().splitlines() if ln.strip()]
-        keep = []
-        for n, line in enumerate(lines, start=1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                if n == len(lines):  # a write cut short by a kill: that step is redone anyway
-                    break
-                raise EncoderlabError(f"{self.path}: record {n} is not JSON (the file is damaged, not just cut "
-                                      "short): restore it or move it away to resume") from None
-            if record["step"] <= step:
-                keep.append(line)
+        keep = [json.dumps(record) + "\n" for record in read_metrics(self.path) if record["step"] <= step]
         with atomic_file(self.path) as tmp:
-            tmp.write_text("".join(ln + "\n" for ln in keep))
+            tmp.write_text("".join(keep))
 
     def write(self, record: dict) -> None:
         if self.file is None:
