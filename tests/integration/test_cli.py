@@ -112,3 +112,40 @@ def test_ctrl_c_in_pretraining_says_how_to_resume(tmp_path, packed_dir, monkeypa
     assert result.exit_code == 130
     assert "interrupted at step 3; no checkpoint was written yet: `encoderlab pretrain" in result.output
     assert "--resume` starts it again from step 0" in result.output
+
+
+def test_a_full_disk_where_no_writer_names_its_file_is_one_line(tmp_path, packed_dir, monkeypatch, capsys):
+    """Appends to metrics.jsonl or TensorBoard files are not atomic writes: their failure reaches the command line,
+    which says it in one line (exit 2); an OSError that is no write failure keeps its traceback (a bug)."""
+    import errno
+    import sys
+
+    import yaml
+
+    from encoderlab.cli import main
+    from encoderlab.train import logging as train_logging
+
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "run", "out_dir": str(tmp_path / "runs"), "data": {"path": str(packed_dir)},
+        "model": {"preset": "micro", "num_hidden_layers": 1}, "lr_schedule": {"warmup_steps": 1, "decay_steps": 1},
+        "train": {"steps": 2, "global_batch": 2, "dtype": "fp32", "tensorboard": False}}))
+    metrics = tmp_path / "runs" / "run" / "metrics.jsonl"
+
+    def full(self, record):
+        raise OSError(errno.ENOSPC, "No space left on device", str(metrics))
+
+    monkeypatch.setattr(train_logging.MetricsLog, "write", full)
+    monkeypatch.setattr(sys, "argv", ["encoderlab", "pretrain", str(config), "--json"])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert exit_.value.code == 2 and errors == [f"error: cannot write: {metrics}: No space left on device"]
+
+    def broken(self, record):
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(train_logging.MetricsLog, "write", broken)
+    monkeypatch.setattr(sys, "argv", ["encoderlab", "pretrain", str(config), "--json", "--resume"])
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        main()

@@ -10,6 +10,7 @@ from rich.table import Table
 from encoderlab.cli.console import emit, err, log, log_after, out
 from encoderlab.cli.study import study_app
 from encoderlab.errors import EncoderlabError
+from encoderlab.io import write_failure
 
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -387,4 +388,10 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted")
         raise SystemExit(130) from None
+    except OSError as exc:  # a full disk or lost permission where no writer names its file (appends to logs)
+        cause = write_failure(exc)
+        if cause is None:
+            raise  # a bug keeps its traceback
+        err.print(f"[bold red]error:[/bold red] cannot write: {cause}")
+        raise SystemExit(2) from None
 
