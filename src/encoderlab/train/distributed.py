@@ -168,18 +168,23 @@ def choose_attention(train, device: torch.device, seq_len: int) -> Backend:
         if device.type == "cpu" and not train.compile:  # layout every batch would recompile the blocks)
             return Varlen(dense, fallback=True)
         kind = "flex" if device.type == "cuda" else "dense"
+    check_attention(kind, device)
     if kind == "flex":
-        if device.type != "cuda":
-            raise EncoderlabError(f"train.attention: flex needs a CUDA device (flex_attention has no backward on "
-                                  f"{device.type}); use auto, dense or varlen")
         from torch.nn.attention.flex_attention import flex_attention
 
         return Flex(torch.compile(flex_attention, dynamic=False), dense)  # the fused kernel, once per shape
     if kind == "varlen":
-        if device.type != "cpu":
-            raise EncoderlabError(f"train.attention: varlen is the CPU path; on {device.type} use auto or flex")
         return Varlen(dense, fallback=False)
     return dense
+
+
+def check_attention(kind: str, device: torch.device) -> None:
+    """A backend the device cannot run, refused before any work (also by --dry-run)."""
+    if kind == "flex" and device.type != "cuda":
+        raise EncoderlabError(f"train.attention: flex needs a CUDA device (flex_attention has no backward on "
+                              f"{device.type}); use auto, dense or varlen")
+    if kind == "varlen" and device.type != "cpu":
+        raise EncoderlabError(f"train.attention: varlen is the CPU path; on {device.type} use auto or flex")
 
 
 def _recomputed(forward):

@@ -54,6 +54,7 @@ def describe(cfg: PretrainConfig) -> dict:
     phases = cfg.phases
     launched = distributed.torchrun_world()
     check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
+    distributed.check_attention(cfg.train.attention, resolve_device(cfg.train.device))
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
     tokens_per_step = global_batch * meta["seq_len"]
     return {
