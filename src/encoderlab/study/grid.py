@@ -35,7 +35,7 @@ class Run:
     branch_step: int = 0
     save_at: set[int] = field(default_factory=set)
     tokens_per_step: int = 0
-    split_share: float | None = None  # a split arm: percent of the schedule in the splits' first objective
+    split_shares: dict[str, float] = field(default_factory=dict)  # split group 'FIRST-THEN' -> percent in FIRST
     flops: float = 0.0  # of the steps this run trains itself
     naive_flops: float = 0.0  # were it trained alone from its init
 
@@ -106,26 +106,28 @@ class Grid:
                                                       [(obj, 0)], spec.budget)
 
     def add_splits(self) -> None:
-        sp = self.spec.splits
-        if sp is None:
-            return
-        for size in sp.sizes:
-            for budget in sp.budgets:
-                span = stable_end(self.run_config(size, budget), budget) if sp.share_of == "stable" else budget
-                for share in sp.shares:
-                    self._add_split(size, budget, share, round(share / 100 * span))
+        for sp in self.spec.splits:
+            for size in sp.sizes:
+                for budget, switches in sp.switches().items():
+                    if switches is None:
+                        span = stable_end(self.run_config(size, budget), budget) if sp.share_of == "stable" \
+                            else budget
+                        arms = [(share, round(share / 100 * span)) for share in sp.shares or []]
+                    else:  # named steps: the share is what they make of the budget
+                        arms = [(round(100 * step / budget, 1), step) for step in switches]
+                    for share, switch in arms:
+                        self._add_split(sp.first, sp.then, size, budget, share, switch)
 
-    def _add_split(self, size: str, budget: int, share: float, switch: int) -> None:
-        sp = self.spec.splits
+    def _add_split(self, first: str, then: str, size: str, budget: int, share: float, switch: int) -> None:
         if share <= 0 or switch <= 0:
-            sched, label = [(sp.then, 0)], f"{size}-{sp.then}-{steps_label(budget)}"
+            sched, label = [(then, 0)], f"{size}-{then}-{steps_label(budget)}"
         elif share >= 100 or switch >= budget:  # 100%: the first objective decays too
-            sched, label = [(sp.first, 0)], f"{size}-{sp.first}-{steps_label(budget)}"
+            sched, label = [(first, 0)], f"{size}-{first}-{steps_label(budget)}"
         else:
-            sched = [(sp.first, 0), (sp.then, switch)]
-            label = f"{size}-{sp.first}-{steps_label(switch)}-{sp.then}-{steps_label(budget)}"
+            sched = [(first, 0), (then, switch)]
+            label = f"{size}-{first}-{steps_label(switch)}-{then}-{steps_label(budget)}"
         name = self.add(label, size, "model" if len(sched) == 1 else "split", sched, budget)
-        self.wanted[name].split_share = float(share)
+        self.wanted[name].split_shares[f"{first}-{then}"] = float(share)
         if budget == self.spec.budget and len(sched) == 1:
             self.full.setdefault((size, sched[0][0]), name)
 
@@ -179,5 +181,5 @@ def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> tuple[int, int]:
 
 def study_sizes(spec: StudySpec) -> set[str]:
     sizes = {s for g in spec.models for s in g.sizes} | set(spec.random_init)
-    sizes |= set(spec.splits.sizes if spec.splits else []) | set(spec.cpt.sizes if spec.cpt else [])
+    sizes |= {s for sp in spec.splits for s in sp.sizes} | set(spec.cpt.sizes if spec.cpt else [])
     return sizes

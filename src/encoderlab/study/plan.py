@@ -16,7 +16,7 @@ from encoderlab import objectives
 from encoderlab.config import ConfigError, deep_merge, load_yaml, validate
 from encoderlab.model.config import ModelConfig
 from encoderlab.study import imported as imp
-from encoderlab.study.grid import Grid, Run, shared_config, steps_label
+from encoderlab.study.grid import Grid, Run, shared_config
 from encoderlab.study.spec import StudySpec, resolve_path
 from encoderlab.train.checkpoint import checkpoint_name
 from encoderlab.train.config import PretrainConfig
@@ -117,7 +117,7 @@ class Plan:
                  "schedule": [list(x) for x in r.schedule], "steps": r.steps, "init": r.init,
                  "imported": r.imported, "parent": r.parent,
                  "branch_step": r.branch_step, "tokens_per_step": r.tokens_per_step, "flops": r.naive_flops,
-                 "split_share": r.split_share}
+                 "split_shares": r.split_shares}
                 for r in self.order()]
         return {"study": self.spec.name, "spec": self.spec.model_dump(mode="json"), "budget": self.spec.budget,
                 "protocol": protocol.model_dump(mode="json"), "runs": runs, "evaluations": evaluations,
@@ -200,9 +200,15 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes)
     for run in runs.values():  # every config must be valid before anything runs
         validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
-    protocol = load_protocol(spec, base_dir)
-    plan.eval_runs = sum(_task_count(e.tasks) for e in evaluations) * len(protocol.lrs) * len(protocol.seeds)
+    plan.eval_runs = finetuning_runs(evaluations, load_protocol(spec, base_dir))
     return plan
+
+
+def finetuning_runs(evaluations: list[Evaluation], protocol) -> int:
+    """The fine-tuning runs of a plan: one per (checkpoint, task, LR, seed). The one place that counts them, so a
+    protocol that trains one model for several tasks (retrieval: one MS MARCO model scored on every IR set) changes
+    the count here."""
+    return sum(_task_count(e.tasks) for e in evaluations) * len(protocol.lrs) * len(protocol.seeds)
 
 
 def _share_trunks(wanted: dict[str, Run]) -> dict[str, Run]:
@@ -248,8 +254,8 @@ def _evaluations(spec: StudySpec, runs: dict[str, Run], full: dict[tuple[str, st
                 continue
             owner = _owner(runs, name, step)
             runs[owner].save_at.add(step)
-            out.append(Evaluation(f"{name}@{steps_label(step)}", name, step, "intermediate", owner, size,
-                                  inter_tasks))
+            # the released names: 610m-clm-42k-10000 is 610m-clm-42k's (undecayed) state at step 10,000
+            out.append(Evaluation(f"{name}-{step}", name, step, "intermediate", owner, size, inter_tasks))
     out += [Evaluation(f"{size}-random", f"{size}-random", 0, "random", None, size, inter_tasks)
             for size in spec.random_init]
     out += [Evaluation(f"{name}-imported", f"{name}-imported", 0, "imported", None, name, ev.tasks)

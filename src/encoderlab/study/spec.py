@@ -36,23 +36,42 @@ class Intermediate(_Section):
 
 
 class Splits(_Section):
-    """Biphasic models: `first` for a share of the steps, then `then`, under one LR schedule (PAPER.md)."""
+    """Biphasic models: `first` up to a switch step, then `then`, under one LR schedule (PAPER.md). The switches are
+    either shares of the steps (`shares` x `budgets`, `share_of`) or named per budget (`switch_steps`)."""
 
     sizes: list[str] = Field(..., min_length=1)
     first: str = "clm"
     then: str = "mlm40"
-    shares: list[float] = Field(..., min_length=1, description="percent of steps in `first`: 0 ... 100")
-    budgets: list[int] = Field(..., min_length=1)
+    shares: list[float] | None = Field(None, description="percent of steps in `first`: 0 ... 100")
+    budgets: list[int] | None = Field(None, description="with `shares`: the budgets (steps) they apply to")
     share_of: Literal["stable", "total"] = Field(
         "stable", description="'stable': the share of the steps before decay, so 25% of 42K with a 2K decay "
-        "switches at 10K (the paper's released 610m-clm-10k-mlm40-42k); 'total': of all steps")
+        "switches at 10K; 'total': of all steps")
+    switch_steps: dict[int, list[int]] | None = Field(
+        None, description="budget -> the steps where `first` hands over to `then`, instead of shares: 0 is `then` "
+        "alone, the budget `first` alone (the paper's released models: 12000: [0, 3000, 6000, 9000, 12000], ...)")
 
     @model_validator(mode="after")
     def _check(self) -> Splits:
+        if (self.shares is None) == (self.switch_steps is None):
+            raise ValueError("give either shares (with budgets) or switch_steps (budget -> switch steps), not both")
+        if self.switch_steps is not None:
+            if {"budgets", "share_of"} & self.model_fields_set:
+                raise ValueError("switch_steps names the budgets and the switches: drop budgets and share_of")
+            bad = {b: s for b, s in self.switch_steps.items() if b <= 0 or not s or any(not 0 <= x <= b for x in s)}
+            if bad:
+                raise ValueError(f"switch_steps {bad}: each budget needs switch steps within [0, budget]")
+            return self
+        if not self.shares or not self.budgets:
+            raise ValueError("shares and budgets must both be given and non-empty")
         bad = [s for s in self.shares if not 0 <= s <= 100]
         if bad:
             raise ValueError(f"shares must be percentages in [0, 100], got {bad}")
         return self
+
+    def switches(self) -> dict[int, list[int] | None]:
+        """budget -> its explicit switch steps, or None where they follow from `shares` and `share_of`."""
+        return dict(self.switch_steps) if self.switch_steps is not None else dict.fromkeys(self.budgets or [])
 
 
 class CPT(_Section):
@@ -100,7 +119,7 @@ class StudySpec(_Section):
     budget: int = Field(..., gt=0, description="steps of the full-budget models (the paper's 42K)")
     models: list[ModelGroup] = Field(default_factory=list)
     intermediate: Intermediate | None = None
-    splits: Splits | None = None
+    splits: list[Splits] = Field(default_factory=list, description="one group or a list of groups")
     cpt: CPT | None = None
     random_init: list[str] = Field(default_factory=list, description="sizes evaluated from random weights")
     imported: dict[str, Imported] = Field(default_factory=dict, description="name -> import-hf SRC (or a mapping "
@@ -110,6 +129,11 @@ class StudySpec(_Section):
     paper_results: str | None = Field(None, description="published numbers to print beside ours (YAML)")
 
     _name_is_one_folder = field_validator("name")(folder_name)
+
+    @field_validator("splits", mode="before")
+    @classmethod
+    def _groups(cls, value):
+        return [] if value is None else [value] if isinstance(value, dict) else value
 
     @field_validator("imported", mode="before")
     @classmethod
