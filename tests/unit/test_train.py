@@ -322,7 +322,7 @@ def test_every_shipped_config_validates_and_bases_merge(tmp_path):
         if file.name != "base.yaml":
             validate(PretrainConfig, load_yaml(file), str(file))
     split = load_yaml(root / "paper" / "610m-clm25-mlm40.yaml")
-    assert split["objective"] == "clm:25%,mlm40:75%" and split["train"]["steps"] == 42000
+    assert split["objective"] == "clm:10000,mlm40:rest" and split["train"]["steps"] == 42000
     assert split["model"] == {"preset": "610m"} and split["optim"]["lr"] == 5e-4
     (tmp_path / "a.yaml").write_text("base: b.yaml\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\n")
