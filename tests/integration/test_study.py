@@ -57,6 +57,7 @@ def test_budgets_and_splits_branch_off_shared_trunks(tmp_path):
     assert "micro-clm-20" in runs and "micro-mlm40-20" in runs and "micro-clm-0-mlm40-20" not in runs
     # stable span = budget - decay: 25% of 16 = switch at 4, of 8 (budget 12) = 2
     assert runs["micro-clm-4-mlm40-20"].schedule == [("clm", 0), ("mlm40", 4)]
+    assert runs["micro-clm-4-mlm40-20"].split_shares == {"clm-mlm40": 25.0}
     assert (runs["micro-clm-4-mlm40-20"].parent, runs["micro-clm-4-mlm40-20"].branch_step) == ("micro-clm-20", 4)
     # a shorter budget branches at its own decay start from the run that trains that step
     assert (runs["micro-mlm40-12"].parent, runs["micro-mlm40-12"].branch_step) == ("micro-mlm40-20", 8)
@@ -74,13 +75,38 @@ def test_budgets_and_splits_branch_off_shared_trunks(tmp_path):
     assert s["naive_steps"] == sum(r.steps for r in runs.values())
     assert 0 < s["flops"] < s["naive_flops"]
     labels = {e.label: e for e in plan.evaluations}
-    assert labels["micro-clm-20@4"].run == "micro-clm-20" and labels["micro-random"].kind == "random"
+    assert labels["micro-clm-20-4"].run == "micro-clm-20" and labels["micro-random"].kind == "random"
     order = [r.name for r in plan.order()]
     assert all(order.index(r.parent) < order.index(r.name) for r in runs.values() if r.parent)
     assert all(order.index(r.init) < order.index(r.name) for r in runs.values() if r.init)
     jobs = runner_module.jobs_of(plan, base)  # the runner skips a failed job's dependents in one pass over this
     ids = [j.id for j in jobs]
     assert all(ids.index(d.partition("@")[0]) < ids.index(j.id) for j in jobs for d in j.deps)
+
+
+def test_explicit_switch_steps_name_the_models_and_share_trunks(tmp_path):
+    """Switches named per budget (the paper's released models follow no one share rule); several split groups."""
+    study = write_study(tmp_path, "nowhere", splits=[
+        {"sizes": ["micro"], "switch_steps": {20: [0, 3, 9, 20], 12: [0, 5, 12]}},
+        {"sizes": ["micro"], "first": "clm", "then": "mlm20", "switch_steps": {20: [16]}}])
+    runs = plan_of(study)[0].runs
+    assert sorted(runs) == sorted(["micro-clm-20", "micro-mlm40-20", "micro-clm-3-mlm40-20", "micro-clm-9-mlm40-20",
+                                   "micro-mlm40-12", "micro-clm-5-mlm40-12", "micro-clm-12", "micro-clm-16-mlm20-20"])
+    assert runs["micro-clm-9-mlm40-20"].schedule == [("clm", 0), ("mlm40", 9)]
+    assert (runs["micro-clm-9-mlm40-20"].parent, runs["micro-clm-9-mlm40-20"].branch_step) == ("micro-clm-20", 9)
+    # MLM only in the decay: a branch of the CLM trunk at its decay start
+    assert (runs["micro-clm-16-mlm20-20"].parent, runs["micro-clm-16-mlm20-20"].branch_step) == ("micro-clm-20", 16)
+    assert runs["micro-clm-3-mlm40-20"].split_shares == {"clm-mlm40": 15.0}
+    assert runs["micro-clm-20"].split_shares == {"clm-mlm40": 100.0}
+    assert runs["micro-clm-16-mlm20-20"].split_shares == {"clm-mlm20": 80.0}
+    for bad, match in (({"shares": [50], "budgets": [20], "switch_steps": {20: [5]}}, "either shares"),
+                       ({"switch_steps": {20: [5]}, "budgets": [20]}, "drop budgets"),
+                       ({"switch_steps": {20: [5]}, "share_of": "total"}, "drop budgets and share_of"),
+                       ({"switch_steps": {20: [25]}}, r"within \[0, budget\]"),
+                       ({"shares": [50]}, "shares and budgets")):
+        study = write_study(tmp_path, "nowhere", splits={"sizes": ["micro"], **bad})
+        with pytest.raises(ConfigError, match=match):
+            plan_of(study)
 
 
 def test_bad_study_files_are_clear(tmp_path):
@@ -227,14 +253,19 @@ def test_report_renders_every_section_from_records(tmp_path):
     text = write_report(plan.root).read_text()
     out = plan.root / "report"
     for section in ("five findings", "Category scores per model", "Per-dataset scores", "Data efficiency",
-                    "Fine-tuning stability", "CLM/MLM splits at 20 steps", "CPT with MLM from the CLM model",
+                    "Fine-tuning stability", "CLM/MLM40 splits at 20 steps", "CPT with MLM from the CLM model",
                     "Pretraining loss", "## Protocol", "micro-random", "trivial baseline"):
         assert section in text, section
     assert "**1. MLM beats CLM on most tasks** (A = micro-mlm40-20, B = micro-clm-20): reproduced" in text
+    # finding 2 over every intermediate step before the paper's crossover (10/42 of the budget for SC, 20/42 for IR)
+    early = text.split("**2. CLM learns faster early**")[1].split("**3.")[0]
+    assert "SC to step 5, QA to step 5, IR to step 10" in early and "/4 checkpoint x category comparisons" in early
+    assert all(f"| {row} |" in early for row in ("SC at 4", "QA at 4", "IR at 4", "IR at 8"))
+    assert "SC at 8" not in early and "TC at" not in early
     stability = text.split("**3. CLM fine-tunes more stably**")[1].split("\n")[0]
     assert "same direction in 4/4" in stability or "reproduced: CLM's spread is smaller in 4/4" in stability
     for name in ("data_efficiency.png", "stability.png", "pretraining_loss.png", "categories.csv",
-                 "datasets.csv", "splits-micro-20.csv", "cpt-micro-from-clm.csv"):
+                 "datasets.csv", "splits-micro-20-clm-mlm40.csv", "cpt-micro-from-clm.csv"):
         assert (out / name).stat().st_size > 0, name
     cats = (out / "categories.csv").read_text().splitlines()
     assert cats[0] == "model,SC,TC,QA,IR" and len(cats) == 1 + len([e for e in plan.evaluations

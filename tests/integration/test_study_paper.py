@@ -44,6 +44,9 @@ def test_the_paper_study_plans_exactly_the_released_grid(planned):
             "not released": sorted(set(inter) - set(released["intermediate"]))} == {"missing": [], "not released": []}
     assert kinds == {"random": ["610m-random"]}  # the one extra, labelled as such
     assert sorted(r["name"] for r in planned["runs"]) == sorted(models)  # every run folder is a released model
+    published = load_yaml(STUDY.parent / "paper-results.yaml")["categories"]
+    assert set(published) <= set(released["models"]) | set(released["intermediate"])  # beside the model that made it
+    assert published["610m-clm-21k-mlm40-42k"]["QA"] == 59.51 and published["610m-clm-32k-mlm40-42k"]["QA"] == 61.41
 
 
 def test_the_paper_grid_shares_its_trunks_at_the_released_switches(planned):

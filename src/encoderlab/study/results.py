@@ -142,7 +142,7 @@ def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
     return Comparison(category, a.mean, b.mean, diff, float(stats.t.ppf(0.975, df) * se), p)
 
 
-def verdict(comparisons: list[Comparison], expect_positive: bool = True) -> str:
+def verdict(comparisons: list[Comparison], expect_positive: bool = True, unit: str = "categories") -> str:
     """How a finding fares: the paper's direction in most categories, and whether the CIs support it."""
     if not comparisons:
         return "not measured (missing evaluations)"
@@ -151,10 +151,10 @@ def verdict(comparisons: list[Comparison], expect_positive: bool = True) -> str:
     against = [c for c in comparisons if c not in agree and c.significant]
     n = len(comparisons)
     if len(agree) * 2 > n and strong:
-        return f"reproduced: the paper's direction in {len(agree)}/{n} categories, significant in {len(strong)}"
+        return f"reproduced: the paper's direction in {len(agree)}/{n} {unit}, significant in {len(strong)}"
     if len(agree) * 2 > n:
-        return (f"same direction in {len(agree)}/{n} categories, but no difference is significant at this scale "
+        return (f"same direction in {len(agree)}/{n} {unit}, but no difference is significant at this scale "
                 "(the confidence intervals overlap)")
     if against:
-        return f"not reproduced: the opposite direction is significant in {len(against)}/{n} categories"
-    return f"not reproduced: the paper's direction holds in only {len(agree)}/{n} categories, none significant"
+        return f"not reproduced: the opposite direction is significant in {len(against)}/{n} {unit}"
+    return f"not reproduced: the paper's direction holds in only {len(agree)}/{n} {unit}, none significant"
