@@ -102,9 +102,12 @@ def _early_finding(res, clm: str | None, mlm: str | None) -> str:
              for step, pair in sorted(pairs.items()) if clm in pair and mlm in pair
              for c in _pair(res, pair[clm], pair[mlm]) if step <= EARLY_UNTIL.get(c.category, 0) * budget]
     until = ", ".join(f"{cat} to step {share * budget:,.0f}" for cat, share in EARLY_UNTIL.items())
+    early = any(step <= max(EARLY_UNTIL.values()) * budget for step in pairs)
+    text = verdict(comps, unit="checkpoint x category comparisons") if comps or early else \
+        "not measured (no intermediate checkpoint before the paper's crossover)"
     return (f"**2. CLM learns faster early** (A = CLM, B = MLM, at every intermediate checkpoint up to the paper's "
             f"crossover, at this budget: {until}; the paper gives none for TC): "
-            f"{verdict(comps, unit='checkpoint x category comparisons')}.\n\n{_cmp_rows(comps) if comps else ''}\n")
+            f"{text}.\n\n{_cmp_rows(comps) if comps else ''}\n")
 
 
 def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
