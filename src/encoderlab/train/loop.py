@@ -150,7 +150,8 @@ class Trainer:
             self._prepare_run_dir(resume or extend, extend)
         except BaseException:
             self._lock.close()
-            if created and self.world.is_main and [p.name for p in self.run_dir.iterdir()] == [".lock"]:
+            if created and self.world.is_main and self.run_dir.is_dir() and \
+                    [p.name for p in self.run_dir.iterdir()] == [".lock"]:
                 shutil.rmtree(self.run_dir)  # a refused run leaves no folder behind (it held only the lock)
             raise
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
