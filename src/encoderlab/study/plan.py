@@ -201,7 +201,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     for run in runs.values():  # every config must be valid before anything runs
         validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
     protocol = load_protocol(spec, base_dir)
-    plan.eval_runs = sum(_task_count(e.tasks) for e in evaluations) * len(protocol.lrs) * len(protocol.seeds)
+    plan.eval_runs = sum(_task_count(e.tasks, protocol) for e in evaluations) * len(protocol.lrs) * len(protocol.seeds)
     return plan
 
 
@@ -267,8 +267,15 @@ def expand_tasks(tasks: list[str]) -> list[str]:
     return out
 
 
-def _task_count(tasks: list[str]) -> int:
-    return len(expand_tasks(tasks))
+def _task_count(tasks: list[str], protocol) -> int:
+    """Trainings per LR and seed: one per task, and with `retrieval.train_on` one for all retrieval tasks."""
+    from encoderlab.evaluation.tasks import task_family
+
+    specs = expand_tasks(tasks)
+    if not protocol.retrieval.train_on:
+        return len(specs)
+    retrieval = sum(task_family(t) == "retrieval" for t in specs)
+    return len(specs) - retrieval + min(retrieval, 1)
 
 
 def load_protocol(spec: StudySpec, base_dir: Path):
