@@ -65,7 +65,7 @@ def test_mnrl_is_cosine_times_20_over_the_batch_with_nothing_masked(tok):  # noq
 
 def _beir(n_docs: int, n_queries: int, qrel_splits: dict[str, range]) -> dict:
     rng = random.Random(0)
-    corpus = datasets.Dataset.from_list([{"_id": f"d{i}", "title": f"T{i}", "text": f"document {i} " * rng.randint(1, 4)}
+    corpus = datasets.Dataset.from_list([{"_id": f"d{i}", "title": f"T{i}", "text": f"doc {i} " * rng.randint(1, 4)}
                                          for i in range(n_docs)])
     queries = datasets.Dataset.from_list([{"_id": f"q{i}", "text": f"query number {i}"} for i in range(n_queries)])
     qrels = datasets.DatasetDict({s: datasets.Dataset.from_list(

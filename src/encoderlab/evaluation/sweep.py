@@ -179,7 +179,8 @@ class Sweep:
         train = getattr(unit, "train", unit)
         for task in getattr(unit, "members", [unit]):
             record = records.read(self.path(task, lr, seed))
-            if record is None or record.get("trained_on", {}).get("fingerprint", train.fingerprint) != train.fingerprint:
+            made_by = (record or {}).get("trained_on", {}).get("fingerprint", train.fingerprint)
+            if record is None or made_by != train.fingerprint:
                 return False
         return True
 

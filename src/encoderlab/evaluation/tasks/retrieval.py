@@ -281,7 +281,8 @@ class RetrievalTask(EvalTask):
         params = list(backbone.parameters())
         device = params[0].device
         searched = self._searched_in(split)
-        key = (id(backbone), None if searched is None else searched.tobytes(), torch.is_autocast_enabled(device.type), tuple(p._version for p in params),
+        key = (id(backbone), None if searched is None else searched.tobytes(), torch.is_autocast_enabled(device.type),
+               tuple(p._version for p in params),
                tuple(torch.stack([p.detach().float().sum() for p in params]).tolist()))
         if self._embedding_cache is not None and self._embedding_cache[0] == key:
             yield from self._embedding_cache[1]
