@@ -276,3 +276,37 @@ def test_auto_workers_one_per_thread_on_cpu_only(monkeypatch):
     assert parallel.auto_workers(torch.device("cuda"), "auto", cfg, runs=30) == 1
     monkeypatch.setattr(parallel.os, "sysconf", lambda name: 1024 if name == "SC_PAGE_SIZE" else 10_000)
     assert parallel.auto_workers(cpu, "auto", cfg, runs=30) == 1  # 10 MB of memory: one at a time
+
+
+def test_retrieval_trained_once_per_lr_and_seed_and_scored_on_every_set(tmp_path, tiny_checkpoint, beir_yaml,
+                                                                       monkeypatch):
+    """retrieval.train_on: one training per LR x seed on one set's train pairs, a record for each set it scores."""
+    import shutil
+
+    zero_shot = tmp_path / "zs"
+    shutil.copytree(tmp_path / "beir", zero_shot / "beir2")
+    (zero_shot / "beir2" / "qrels" / "train.tsv").unlink()  # a test-only set, as NQ and MLDR for the authors
+    (zero_shot / "beir2.yaml").write_text("family: retrieval\nfolder: beir2\n")
+    trainings = []
+    real = sweep_module.finetune
+
+    def counted(task, *args, **kwargs):
+        trainings.append((task.name, kwargs["lr"], kwargs["seed"]))
+        return real(task, *args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "finetune", counted)
+    own = protocol(retrieval={"train_on": str(beir_yaml), "corpus": "judged", "relevance": "binary", "loss": "mnrl"})
+    specs = [str(beir_yaml), str(zero_shot / "beir2.yaml")]
+    summary = run_sweep(tiny_checkpoint, specs, own, tmp_path / "evals", engine="sequential", show_progress=False,
+                        log=lambda m: None)
+    assert sorted(trainings) == [("beir", lr, seed) for lr in own.lrs for seed in own.seeds]
+    recs = [json.loads(p.read_text()) for p in (tmp_path / "evals").rglob("lr*.json")]
+    assert sorted((r["task"], r["lr"], r["seed"]) for r in recs) == sorted(
+        (t, lr, seed) for t in ("beir", "beir2") for lr in own.lrs for seed in own.seeds)
+    assert {r["trained_on"]["task"] for r in recs} == {"beir"} and all(r["status"] == "ok" for r in recs)
+    assert set(summary["tasks"]) == {"beir", "beir2"}
+    # beir2 alone still trains on beir, and finds its records
+    trainings.clear()
+    again = run_sweep(tiny_checkpoint, specs[1:], own, tmp_path / "evals", engine="sequential", show_progress=False,
+                      log=lambda m: None)
+    assert trainings == [] and again["runs_done_this_time"] == 0

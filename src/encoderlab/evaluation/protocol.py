@@ -12,6 +12,20 @@ from encoderlab.train.config import AdamWSection
 TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_fraction")
 
 
+class RetrievalSection(BaseModel):
+    """How retrieval tasks are trained and scored. The defaults are encoderlab's own protocol; the authors' (PAPER.md,
+    "as the authors' code runs it") is `train_on: msmarco, corpus: judged, relevance: binary, loss: mnrl`."""
+
+    model_config = ConfigDict(extra="forbid")
+    train_on: str | None = Field(None, description="a retrieval task whose train pairs train one model per LR and "
+                                 "seed, scored on every retrieval task of the sweep (None: each on its own train)")
+    corpus: Literal["all", "judged"] = Field("all", description="judged: search only the documents that appear in "
+                                             "the split's relevance judgements")
+    relevance: Literal["graded", "binary"] = Field("graded", description="binary: every grade >= 1 counts as 1")
+    loss: Literal["infonce", "mnrl"] = Field("infonce", description="infonce: learned temperature, false negatives "
+                                             "masked; mnrl: cosine x 20, in-batch negatives, nothing masked")
+
+
 class Protocol(BaseModel):
     """Up to `max_steps` or `epochs` over the training set, whichever comes first; `lrs` x `seeds` runs per task;
     the LR is chosen on `selection_split` by the mean score over seeds."""
@@ -35,6 +49,7 @@ class Protocol(BaseModel):
     max_eval_examples: int | None = Field(None, gt=0, description="subsample validation/test (CPU demos)")
     max_corpus_documents: int | None = Field(None, gt=0, description="retrieval: judged documents plus random "
                                              "others up to this many (CPU demos; scores rise as the corpus shrinks)")
+    retrieval: RetrievalSection = RetrievalSection()
     curve_every: int = Field(10, gt=0, description="training loss recorded every N steps")
     task_overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per task name: its own " + ", ".join(TASK_OVERRIDABLE) +
@@ -48,6 +63,9 @@ class Protocol(BaseModel):
                 raise ValueError(f"task_overrides.{task}: {', '.join(bad)} cannot be set per task "
                                  f"(allowed: {', '.join(TASK_OVERRIDABLE)})")
             self.for_task(task)  # the values are checked like the protocol's own
+        if self.retrieval.corpus == "judged" and self.max_corpus_documents:
+            raise ValueError("max_corpus_documents adds random documents to the searched corpus; retrieval.corpus: "
+                             "judged searches only the judged ones: set one of them")
         return self
 
     def for_task(self, task: str) -> Protocol:

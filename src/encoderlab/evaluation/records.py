@@ -25,7 +25,11 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
 
 def protocol_key(protocol: dict) -> str:
     """`demo-1a2b3c4d`: the protocol's name and a hash of every setting but the reporting ones."""
+    from encoderlab.evaluation.protocol import RetrievalSection
+
     settings = {k: v for k, v in protocol.items() if k not in ("name", "curve_every", "eval_batch_size")}
+    if settings.get("retrieval", {}) == RetrievalSection().model_dump(mode="json"):
+        del settings["retrieval"]  # the defaults: the records of protocols from before the section keep their key
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', protocol.get('name', 'protocol'))}-{digest}"
 

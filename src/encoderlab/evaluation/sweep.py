@@ -25,6 +25,7 @@ from encoderlab.evaluation.finetune import backbone_state, finetune, planned_ste
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.evaluation.protocol import Protocol
+from encoderlab.evaluation.shared_training import TrainedOnce, training_units
 from encoderlab.evaluation.tasks import load_task, task_identity
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
@@ -46,8 +47,10 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
         if protocol.max_eval_examples:
             for split in ("validation", "test"):
                 task.subsample(split, protocol.max_eval_examples, seed=0)
-        if protocol.max_corpus_documents and hasattr(task, "limit_corpus"):
-            task.limit_corpus(protocol.max_corpus_documents, seed=0)
+        if task.family == "retrieval":
+            task.configure(**protocol.retrieval.model_dump(exclude={"train_on"}))
+            if protocol.max_corpus_documents:
+                task.limit_corpus(protocol.max_corpus_documents, seed=0)
         t0 = time.perf_counter()
         own = protocol.for_task(task.name)
         task.prepare(tokenizer, own.length_for(task.family), cache_dir)
@@ -87,9 +90,17 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     model, model_cfg, tokenizer = ckpt.load_model(path)
     weights = backbone_state(model.state_dict())
     del model
-    missing = [s for s in specs if s not in prepared]
+    train_on = protocol.retrieval.train_on
+    if train_on and any(prepared[s].family == "retrieval" if s in prepared else _is_retrieval(s) for s in specs):
+        specs_to_load = [*specs, train_on] if train_on not in specs else specs
+    else:
+        specs_to_load, train_on = specs, None
+    missing = list(dict.fromkeys(s for s in specs_to_load if s not in prepared))
     prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
-    sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log)
+    trainer = prepared[train_on] if train_on else None
+    if trainer is not None and (trainer.family != "retrieval" or not trainer.has_train):
+        raise EncoderlabError(f"retrieval.train_on: {train_on!r} must be a retrieval task with train pairs")
+    sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer)
     with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep
         for task in sweep.tasks:
             locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
@@ -109,6 +120,12 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         finally:
             progress.close()
         return sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
+
+
+def _is_retrieval(spec: str) -> bool:
+    from encoderlab.evaluation.tasks import task_family
+
+    return task_family(spec) == "retrieval"
 
 
 def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
@@ -145,18 +162,27 @@ class Sweep:
     weights: dict[str, torch.Tensor]
     engine: str
     log: Callable[[str], None]
+    train_on: EvalTask | None = None  # retrieval.train_on: the task that trains every retrieval task's runs
 
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
         self.key = records.protocol_key(self.protocol.model_dump(mode="json"))
-        self.runs = [(t, lr, seed) for t in self.tasks for lr in self.protocol.lrs for seed in self.protocol.seeds]
+        self.units = training_units(self.tasks, self.train_on)  # what trains: a task, or one TrainedOnce
+        self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in self.tasks}
 
     def path(self, task: EvalTask, lr: float, seed: int) -> Path:
         return records.record_path(self.out, self.tag, self.key, task.name, task.fingerprint, lr, seed)
 
-    def recorded(self, task: EvalTask, lr: float, seed: int) -> bool:
-        return records.read(self.path(task, lr, seed)) is not None
+    def recorded(self, unit: EvalTask | TrainedOnce, lr: float, seed: int) -> bool:
+        """Every task the run scores has a record, made by a model trained on the same training data."""
+        train = getattr(unit, "train", unit)
+        for task in getattr(unit, "members", [unit]):
+            record = records.read(self.path(task, lr, seed))
+            made_by = (record or {}).get("trained_on", {}).get("fingerprint", train.fingerprint)
+            if record is None or made_by != train.fingerprint:
+                return False
+        return True
 
     def execute(self, todo: list[tuple[EvalTask, float, int]], workers: int) -> Iterator[Outcome]:
         """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
@@ -165,9 +191,9 @@ class Sweep:
             for task, body in run_parallel(todo, self.model_cfg, self.weights, self.protocol, workers):
                 yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']}")
             return
-        for task in self.tasks:
-            if runs := [(lr, seed) for t, lr, seed in todo if t is task]:
-                yield from self._execute_task(task, runs)
+        for unit in self.units:
+            if runs := [(lr, seed) for t, lr, seed in todo if t is unit]:
+                yield from self._execute_task(unit, runs)
 
     def _execute_task(self, task: EvalTask, runs: list[tuple[float, int]]) -> Iterator[Outcome]:
         """Batched or one after another; each run is looked up on disk just before it starts (another sweep over
@@ -190,18 +216,28 @@ class Sweep:
                 body = finetune(*args, lr=lr, seed=seed, protocol=own, device=self.device)
                 yield Outcome(task, body, f"{task.name} lr={lr:g} seed={seed}")
 
-    def write(self, task: EvalTask, body: dict) -> None:
-        """A finished run's record: its results (`body`, ok or failed) and what it was a run of."""
+    def write(self, unit: EvalTask | TrainedOnce, body: dict) -> None:
+        """A finished run's records, one per task it scores: its results (`body`, ok or failed) and what it was a
+        run of, `trained_on` included (the task whose train split trained the model)."""
+        train = getattr(unit, "train", unit)
+        bodies = unit.member_bodies(body) if isinstance(unit, TrainedOnce) else {unit.name: body}
+        for task in getattr(unit, "members", [unit]):
+            self._write(task, train, bodies[task.name])
+        if body["status"] != "ok":
+            self.log(f"run {unit.name} lr={body['lr']:g} seed={body['seed']} failed: {body['reason']} (recorded; "
+                     "the sweep goes on)")
+
+    def _write(self, task: EvalTask, train: EvalTask, body: dict) -> None:
         lr, seed = body["lr"], body["seed"]
         record = {"checkpoint": str(self.checkpoint), "tag": self.tag, "task": task.name,
                   "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
                   "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
                   "truncated": {**task.truncated, "unit": task.truncation_unit},
                   "baseline": self.baselines[task.name], "device": str(self.device),
+                  "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
+                  "data_split": getattr(task, "data_split", None),
                   "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
         records.write(self.path(task, lr, seed), record)
-        if body["status"] != "ok":
-            self.log(f"run {task.name} lr={lr:g} seed={seed} failed: {body['reason']} (recorded; the sweep goes on)")
 
     def summarize(self, *, runs_done: int, seconds: float) -> dict:
         """Every record of the grid, earlier sweeps' included, aggregated; also written to summary.json."""

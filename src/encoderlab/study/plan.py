@@ -208,7 +208,7 @@ def finetuning_runs(evaluations: list[Evaluation], protocol) -> int:
     """The fine-tuning runs of a plan: one per (checkpoint, task, LR, seed). The one place that counts them, so a
     protocol that trains one model for several tasks (retrieval: one MS MARCO model scored on every IR set) changes
     the count here."""
-    return sum(_task_count(e.tasks) for e in evaluations) * len(protocol.lrs) * len(protocol.seeds)
+    return sum(_task_count(e.tasks, protocol) for e in evaluations) * len(protocol.lrs) * len(protocol.seeds)
 
 
 def _share_trunks(wanted: dict[str, Run]) -> dict[str, Run]:
@@ -273,8 +273,15 @@ def expand_tasks(tasks: list[str]) -> list[str]:
     return out
 
 
-def _task_count(tasks: list[str]) -> int:
-    return len(expand_tasks(tasks))
+def _task_count(tasks: list[str], protocol) -> int:
+    """Trainings per LR and seed: one per task, and with `retrieval.train_on` one for all retrieval tasks."""
+    from encoderlab.evaluation.tasks import task_family
+
+    specs = expand_tasks(tasks)
+    if not protocol.retrieval.train_on:
+        return len(specs)
+    retrieval = sum(task_family(t) == "retrieval" for t in specs)
+    return len(specs) - retrieval + min(retrieval, 1)
 
 
 def load_protocol(spec: StudySpec, base_dir: Path):

@@ -53,6 +53,19 @@ def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:
     return name, fingerprint
 
 
+def task_family(spec: str, *, root: Path | None = None) -> str:
+    """The family of the task a spec names, read from its definition (no data is loaded or hashed)."""
+    name = spec.partition("=")[0]
+    if name in PAPER_TASKS:
+        return PAPER_TASKS[name]
+    if name.endswith((".yaml", ".yml")):
+        return read_task_file(Path(name)).family
+    root = root or offline_root()
+    if (root / name / "task.json").exists():
+        return read_task(root, name)[1]["family"]
+    return _resolve(spec, root)[0]  # unknown: _resolve says so, in one line
+
+
 def _resolve(spec: str, root: Path | None) -> tuple[str, str, Callable[[], EvalTask]]:
     name, _, source = spec.partition("=")
     if name in PAPER_TASKS:

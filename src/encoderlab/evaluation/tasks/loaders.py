@@ -4,6 +4,7 @@ SQuAD v2, ReCoRD, MS MARCO, NQ, MLDR). One reachability check for all (`common.c
 fails in seconds with one line saying which local layout to give instead."""
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Literal
 
@@ -79,18 +80,48 @@ def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None
 
 
 HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "Shitao/MLDR"}
+NQ_SPLIT_SEED = 42  # NQ has test judgements only: its test queries are halved into validation and test (PAPER.md)
+
+
+def halve_test(qrels: dict[str, Split], queries: dict[str, str], seed: int = NQ_SPLIT_SEED
+               ) -> tuple[dict[str, Split], dict]:
+    """Half of the test queries become validation, as EncodEval's `split_retrieval_dataset(train_size=0.5, seed)`:
+    `random.seed(seed)`, then `random.sample` of round(half) of the sorted distinct query texts (queries sharing a
+    text stay together). Returns the qrels and the description of the split that records keep."""
+    judged = qrels["test"]
+    texts = sorted({queries[q] for q in judged})
+    picked = set(random.Random(seed).sample(texts, round(0.5 * len(texts))))
+    halves = {"validation": {q: r for q, r in judged.items() if queries[q] in picked},
+              "test": {q: r for q, r in judged.items() if queries[q] not in picked}}
+    note = {"validation": "half of the test queries", "test": "the other half", "seed": seed,
+            "queries": {s: len(h) for s, h in halves.items()}}
+    return {**{s: j for s, j in qrels.items() if s != "test"}, **halves}, note
 
 
 def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:
     """MS MARCO or NQ (BEIR schema: `ID` corpus/queries + `ID-qrels`) or MLDR (English), from the hub or a folder.
 
-    `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). BEIR's NQ has test qrels only.
+    `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). BEIR's NQ has test qrels only:
+    without validation qrels its test queries are halved (`halve_test`, seed NQ_SPLIT_SEED, kept in `data_split`).
     """
     if kind not in HUB_IDS:
         raise DataError(f"unknown retrieval dataset {kind!r}; known: {', '.join(HUB_IDS)}")
     if source and Path(source).exists():
-        return load_beir(source, kind)
-    hub_id = source or HUB_IDS[kind]
+        corpus, queries, qrels, files = _read_beir(Path(source))
+    else:
+        hub_id = source or HUB_IDS[kind]
+        corpus, queries, qrels = _hub_retrieval(kind, hub_id)
+        files = {"corpus": hub_id, "queries": hub_id}
+    note = None
+    if kind == "nq" and "validation" not in qrels and "test" in qrels:
+        qrels, note = halve_test(qrels, queries)
+    task = RetrievalTask(kind, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+    task.data_split = note
+    return task
+
+
+def _hub_retrieval(kind: str, hub_id: str) -> tuple[dict, dict, dict]:
+    """(corpus, queries, qrels) of a paper retrieval set on the hub (BEIR schema, or MLDR's)."""
     check_hub(hub_id, f"the BEIR layout (corpus.jsonl, queries.jsonl, qrels/{{train,dev,test}}.tsv), e.g. "
                       f"`{kind}=/path/to/folder`")
     try:
@@ -115,7 +146,7 @@ def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | Non
                         str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
     except Exception as e:
         raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
-    return RetrievalTask(kind, corpus, queries, qrels, files={"corpus": hub_id, "queries": hub_id})
+    return corpus, queries, qrels
 
 
 def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:
@@ -143,6 +174,12 @@ def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
     Without qrels/train.tsv the task is zero-shot only (`has_train` is False).
     """
     folder = Path(folder)
+    corpus, queries, qrels, files = _read_beir(folder)
+    return RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+
+
+def _read_beir(folder: Path) -> tuple[dict, dict, dict, dict]:
+    """(corpus, queries, qrels, the files read) of a BEIR-layout folder."""
     files = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl"}
     for path in files.values():
         if not path.is_file():
@@ -160,7 +197,7 @@ def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
               for r in read_jsonl(files["corpus"], ("_id", "text"))}
     queries = {str(r["_id"]): r["text"] for r in read_jsonl(files["queries"], ("_id", "text"))}
     qrels = {split: _qrels_tsv(path) for split, path in files.items() if split not in ("corpus", "queries")}
-    return RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+    return corpus, queries, qrels, files
 
 
 def load_offline_retrieval(root: Path, name: str) -> RetrievalTask:

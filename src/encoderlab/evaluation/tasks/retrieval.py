@@ -1,10 +1,12 @@
-"""Retrieval: a bi-encoder fine-tuned with InfoNCE, scored by exact NDCG@10 over the whole corpus (PAPER.md, IR).
+"""Retrieval: a bi-encoder fine-tuned with in-batch negatives, scored by exact NDCG@10 (PAPER.md, IR).
 
 The backbone encodes "Query: " + query and "Document: " + title + text as `<bos> ids <eos>` with bidirectional
 attention; an embedding is the mean of the final hidden states over non-padding tokens. Training pairs a query
 with one of its relevant documents; the other documents of the batch are its negatives (InfoNCE over the batch's
-cosine-similarity matrix, scaled by a learnable inverse temperature, the only parameter of the head). Evaluation
-encodes every corpus document, scores every query-document pair and keeps the exact top 100 per query.
+cosine-similarity matrix, scaled by a learnable inverse temperature, the only parameter of the head; or, with the
+protocol's `retrieval.loss: mnrl`, the authors' fixed scale 20 and no false-negative masking). Evaluation encodes the
+searched corpus (every document, or with `retrieval.corpus: judged` the documents judged in the split), scores every
+query-document pair and keeps the exact top 100 per query.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from encoderlab.evaluation.tasks.common import cached
 QUERY_PREFIX, DOCUMENT_PREFIX = "Query: ", "Document: "
 TOP_K = 100  # the run kept per query: enough for NDCG@10 and recall@100
 TEMPERATURE = 0.05  # initial InfoNCE temperature: logits = cosine / 0.05
+MNRL_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss: logits = cosine x 20, fixed
 MAX_SCALE = 100.0  # the learnt inverse temperature is clipped here (as CLIP does) so it cannot blow up
 SCORE_CHUNK = 8192  # documents scored against all queries at once (bounds the score matrix)
 EMBEDDING_CACHE_BYTES = 2**30  # corpus embeddings up to this size are reused while the weights stay the same
@@ -53,6 +56,17 @@ class RetrievalHead(nn.Module):
         """(B, C), (N, C) -> (B, N) cosine similarities times the inverse temperature."""
         scale = self.log_scale.exp().clamp(max=MAX_SCALE)
         return scale * F.normalize(queries.float(), dim=-1) @ F.normalize(documents.float(), dim=-1).T
+
+
+class FixedScaleHead(nn.Module):
+    """Cosine similarities times a fixed scale (a buffer: nothing to train)."""
+
+    def __init__(self, scale: float = MNRL_SCALE) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(scale))
+
+    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
+        return self.scale * F.normalize(queries.float(), dim=-1) @ F.normalize(documents.float(), dim=-1).T
 
 
 def info_nce(logits: Tensor, false_negatives: Tensor | None = None) -> Tensor:
@@ -87,6 +101,7 @@ class RetrievalTask(EvalTask):
     family = "retrieval"
     metric = "ndcg@10"
     truncation_unit = "texts"  # documents of the whole corpus, and queries
+    data_split: dict | None = None  # how splits were derived where the source lacks one (NQ's validation)
 
     def __init__(self, name: str, corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split],
                  *, files: dict[str, str] | None = None) -> None:
@@ -102,6 +117,8 @@ class RetrievalTask(EvalTask):
         self._doc_index = {d: i for i, d in enumerate(self.doc_ids)}
         self._doc_texts = [document_text((corpus[d].get("title") or "").strip(), (corpus[d].get("text") or "").strip())
                            for d in self.doc_ids]
+        # "Judged": every document of a split's judgements, whatever its grade (the authors' searched corpus)
+        self._judged = {s: sorted({d for rel in judged.values() for d in rel}) for s, judged in qrels.items()}
         self.qrels = {s: {q: {d: int(g) for d, g in rel.items()} for q, rel in judged.items()
                           if any(g > 0 for g in rel.values())} for s, judged in qrels.items()}
         self._query_source = {q: queries[q].strip() for judged in self.qrels.values() for q in judged}
@@ -111,6 +128,7 @@ class RetrievalTask(EvalTask):
         self._pad_id = 0
         self._embedding_cache: tuple[tuple, list[tuple[Tensor, Tensor]]] | None = None
         self._searched: np.ndarray | None = None  # corpus indices that are ranked (None: all); see limit_corpus
+        self._judged_only, self._binary, self._loss = False, False, "infonce"  # see configure
 
     def _index_queries(self) -> None:
         self.query_ids = sorted({q for judged in self.qrels.values() for q in judged})
@@ -143,9 +161,21 @@ class RetrievalTask(EvalTask):
         self._searched = np.array(sorted(self._doc_index[d] for d in keep), dtype=np.int64)
         self._embedding_cache = None
 
-    def searched_documents(self) -> int:
-        """How many documents a query is ranked against."""
-        return len(self.doc_ids) if self._searched is None else len(self._searched)
+    def configure(self, corpus: str, relevance: str, loss: str) -> None:
+        """The protocol's `retrieval` settings (evaluation/protocol.py RetrievalSection). Before `prepare`."""
+        self._judged_only, self._binary, self._loss = corpus == "judged", relevance == "binary", loss
+        self._embedding_cache = None
+
+    def _searched_in(self, split: str) -> np.ndarray | None:
+        """Corpus indices ranked for the queries of `split` (None: every document)."""
+        if self._judged_only:
+            return np.array(sorted(self._doc_index[d] for d in self._judged[split]), dtype=np.int64)
+        return self._searched
+
+    def searched_documents(self, split: str = "test") -> int:
+        """How many documents a query of `split` is ranked against."""
+        searched = self._searched_in(split)
+        return len(self.doc_ids) if searched is None else len(searched)
 
     @property
     def splits(self) -> list[str]:
@@ -194,7 +224,7 @@ class RetrievalTask(EvalTask):
         return len(self.qrels.get("train", {}))
 
     def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
-        return RetrievalHead()  # nothing random to initialise
+        return FixedScaleHead() if self._loss == "mnrl" else RetrievalHead()  # nothing random to initialise
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
         """One pair per train query; a query with several relevant documents gets one drawn per epoch (seeded)."""
@@ -212,11 +242,12 @@ class RetrievalTask(EvalTask):
         for batch in bucketed_order(lengths, batch_size, seed):
             q_ids, q_mask = pad([queries[qidx[i]] for i in batch], self._pad_id)
             d_ids, d_mask = pad([docs[positive[i]] for i in batch], self._pad_id)
-            sets = [set(relevant[i]) for i in batch]
-            false_neg = torch.tensor([[j != i and positive[b] in sets[i] for j, b in enumerate(batch)]
-                                      for i in range(len(batch))], dtype=torch.bool)
-            yield {"query_ids": q_ids, "query_mask": q_mask, "doc_ids": d_ids, "doc_mask": d_mask,
-                   "false_negatives": false_neg}
+            out = {"query_ids": q_ids, "query_mask": q_mask, "doc_ids": d_ids, "doc_mask": d_mask}
+            if self._loss == "infonce":  # mnrl, as the authors' loss, treats every other document as a negative
+                sets = [set(relevant[i]) for i in batch]
+                out["false_negatives"] = torch.tensor([[j != i and positive[b] in sets[i] for j, b in enumerate(batch)]
+                                                       for i in range(len(batch))], dtype=torch.bool)
+            yield out
 
     def loss(self, backbone: nn.Module, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
         q = encode(backbone, batch["query_ids"], batch["query_mask"])
@@ -240,7 +271,7 @@ class RetrievalTask(EvalTask):
             ids, mask = pad([tokens[indices[p]] for p in part], self._pad_id)
             yield part, F.normalize(encode(backbone, ids.to(device), mask.to(device)), dim=-1)
 
-    def _doc_chunks(self, backbone: nn.Module, batch_size: int) -> Iterator[tuple[Tensor, Tensor]]:
+    def _doc_chunks(self, backbone: nn.Module, batch_size: int, split: str) -> Iterator[tuple[Tensor, Tensor]]:
         """(corpus indices (n,), unit-norm embeddings (n, C)), about SCORE_CHUNK documents at a time.
 
         Embeddings of a corpus that fits in EMBEDDING_CACHE_BYTES are kept until the weights change, so scoring
@@ -249,7 +280,9 @@ class RetrievalTask(EvalTask):
         """
         params = list(backbone.parameters())
         device = params[0].device
-        key = (id(backbone), torch.is_autocast_enabled(device.type), tuple(p._version for p in params),
+        searched = self._searched_in(split)
+        key = (id(backbone), None if searched is None else searched.tobytes(), torch.is_autocast_enabled(device.type),
+               tuple(p._version for p in params),
                tuple(torch.stack([p.detach().float().sum() for p in params]).tolist()))
         if self._embedding_cache is not None and self._embedding_cache[0] == key:
             yield from self._embedding_cache[1]
@@ -265,7 +298,7 @@ class RetrievalTask(EvalTask):
                 chunks.append(out)
             return out
 
-        searched = range(len(self.doc_ids)) if self._searched is None else self._searched.tolist()
+        searched = range(len(self.doc_ids)) if searched is None else searched.tolist()
         for part, emb in self._embed(backbone, self._prepared()[0], searched, batch_size):
             if not pending and chunks is None and len(searched) * emb.shape[1] * 4 <= EMBEDDING_CACHE_BYTES:
                 chunks = []
@@ -289,7 +322,7 @@ class RetrievalTask(EvalTask):
         q_emb = torch.cat(parts)[torch.argsort(torch.tensor(positions, device=parts[0].device))]  # (Q, C), qids order
         best = torch.empty(len(qids), 0, device=q_emb.device)
         best_idx = torch.empty(len(qids), 0, dtype=torch.long, device=q_emb.device)
-        for idx, d_emb in self._doc_chunks(backbone, batch_size):  # a running exact top-k: memory (Q, k + chunk)
+        for idx, d_emb in self._doc_chunks(backbone, batch_size, split):  # a running exact top-k: memory (Q, k + chunk)
             scores = torch.cat([best, q_emb @ d_emb.T], dim=1)
             candidates = torch.cat([best_idx, idx.expand(len(qids), -1)], dim=1)
             best, top = scores.topk(min(k, scores.shape[1]), dim=1)
@@ -300,19 +333,23 @@ class RetrievalTask(EvalTask):
     def evaluate(self, backbone: nn.Module, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
         """NDCG@10 ("score") and recall@100; the head's temperature does not change a ranking, so it is unused."""
         run = self.search(backbone, split, batch_size)
-        return _scores(run, self.qrels[split])
+        return _scores(run, self.qrels[split], self._binary)
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """A random ranking (seed 0): NDCG@10 about 10 * relevant / corpus size, recall@100 about 100 * 100 / size."""
         rng = np.random.default_rng(0)
-        searched = np.arange(len(self.doc_ids)) if self._searched is None else self._searched
+        searched = self._searched_in(split)
+        searched = np.arange(len(self.doc_ids)) if searched is None else searched
         k = min(TOP_K, len(searched))
         picks = {q: rng.choice(searched, size=k, replace=False) for q in sorted(self._check_split(split))}
         run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(picked)} for q, picked in picks.items()}
-        return _scores(run, self.qrels[split])
+        return _scores(run, self.qrels[split], self._binary)
 
 
-def _scores(run: dict[str, dict[str, float]], qrels: Split) -> dict[str, float]:
+def _scores(run: dict[str, dict[str, float]], qrels: Split, binary: bool = False) -> dict[str, float]:
+    """NDCG@10 and recall@100; `binary`: every grade >= 1 is a gain of 1 (the authors' relevance)."""
+    if binary:
+        qrels = {q: {d: int(g >= 1) for d, g in rel.items()} for q, rel in qrels.items()}
     ndcg = ndcg_at_k(run, qrels, k=10)
     return {"score": ndcg, "ndcg@10": ndcg, "recall@100": recall_at_k(run, qrels, k=100)}
 

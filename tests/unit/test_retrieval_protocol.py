@@ -1,0 +1,124 @@
+"""The authors' retrieval protocol: binary NDCG, judged-document corpora, the cosine x 20 loss, and the paper loaders
+(msmarco, nq, mldr) on fixtures in the schema of their Hub datasets (datasets.load_dataset is replaced: no network)."""
+from __future__ import annotations
+
+import math
+import random
+
+import datasets
+import pytest
+import torch
+import torch.nn.functional as F
+
+from encoderlab.evaluation.tasks import loaders
+from encoderlab.evaluation.tasks import retrieval as R
+from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is a fixture
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_binary_relevance_ndcg_by_hand():
+    qrels = {"q": {"a": 2, "b": 1, "c": 0}}
+    run = {"q": {"b": 3.0, "x": 2.0, "a": 1.0}}  # ranks: b, x, a
+    binary = 1 + 1 / math.log2(4)  # gains 1, 0, 1
+    ideal = 1 + 1 / math.log2(3)
+    assert R._scores(run, qrels, binary=True)["ndcg@10"] == pytest.approx(100 * binary / ideal)  # 91.97
+    graded = (1 + 2 / math.log2(4)) / (2 + 1 / math.log2(3))
+    assert R._scores(run, qrels)["ndcg@10"] == pytest.approx(100 * graded)  # 76.02: grades as gains
+
+
+def test_judged_corpus_is_the_documents_of_the_split_judgements(tok):  # noqa: F811
+    corpus, queries, qrels = make_data(n_docs=30)
+    qrels["validation"]["q8"]["d20"] = 0  # judged not relevant: searched all the same
+    task = R.RetrievalTask("synthetic", corpus, queries, qrels)
+    task.configure(corpus="judged", relevance="binary", loss="mnrl")
+    task.prepare(tok, max_length=64)
+    assert task.searched_documents("validation") == 4 and task.searched_documents("test") == 2
+    run = task.search(backbone(tok), "validation", batch_size=4)
+    assert {d for r in run.values() for d in r} == {"d8", "d9", "d10", "d20"}
+    picked = R.RetrievalTask.trivial_baseline(task, "test")
+    assert 0 < picked["score"] <= 100
+    task.configure(corpus="all", relevance="graded", loss="infonce")
+    assert task.searched_documents("validation") == 30
+
+
+def test_mnrl_is_cosine_times_20_over_the_batch_with_nothing_masked(tok):  # noqa: F811
+    corpus, queries, qrels = make_data()
+    qrels["train"]["q0"]["d1"] = 1  # q0's batch neighbour d1 is relevant to it: infonce masks it, mnrl does not
+    task = R.RetrievalTask("synthetic", corpus, queries, qrels)
+    task.configure(corpus="all", relevance="binary", loss="mnrl")
+    task.prepare(tok, max_length=64)
+    head = task.make_head(32, torch.Generator())
+    assert list(head.parameters()) == []
+    batch = next(task.train_batches(8, seed=0))
+    assert "false_negatives" not in batch
+    model = backbone(tok)
+    q = R.encode(model, batch["query_ids"], batch["query_mask"])
+    d = R.encode(model, batch["doc_ids"], batch["doc_mask"])
+    logits = 20 * F.normalize(q, dim=-1) @ F.normalize(d, dim=-1).T
+    expected = F.cross_entropy(logits, torch.arange(len(q)))
+    assert task.loss(model, head, batch).item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+# ------------------------------------------------------------------------- the paper loaders, Hub schemas
+
+
+def _beir(n_docs: int, n_queries: int, qrel_splits: dict[str, range]) -> dict:
+    rng = random.Random(0)
+    corpus = datasets.Dataset.from_list([{"_id": f"d{i}", "title": f"T{i}", "text": f"doc {i} " * rng.randint(1, 4)}
+                                         for i in range(n_docs)])
+    queries = datasets.Dataset.from_list([{"_id": f"q{i}", "text": f"query number {i}"} for i in range(n_queries)])
+    qrels = datasets.DatasetDict({s: datasets.Dataset.from_list(
+        [{"query-id": f"q{i}", "corpus-id": f"d{i}", "score": 1} for i in ids]) for s, ids in qrel_splits.items()})
+    return {"corpus": corpus, "queries": queries, "qrels": qrels}
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """datasets.load_dataset answering from in-memory fixtures in each Hub dataset's schema."""
+    sets = {"BeIR/msmarco": _beir(12, 10, {"train": range(0, 6), "dev": range(6, 8), "test": range(8, 10)}),
+            "BeIR/nq": _beir(12, 10, {"test": range(0, 10)})}
+    mldr_rows = {s: datasets.Dataset.from_list([
+        {"query_id": f"{s}-{i}", "query": f"{s} question {i}",
+         "positive_passages": [{"docid": f"doc-{s}-{i}", "text": "x", "title": ""}],
+         "negative_passages": [{"docid": "doc-extra", "text": "y", "title": ""}]} for i in range(3)])
+        for s in ("train", "dev", "test")}
+    mldr_corpus = datasets.Dataset.from_list([{"docid": f"doc-{s}-{i}", "text": f"long document {s} {i}"}
+                                              for s in ("train", "dev", "test") for i in range(3)]
+                                             + [{"docid": "doc-extra", "text": "an unjudged document"}])
+
+    def load_dataset(path, name=None, split=None, **kwargs):
+        if path == "Shitao/MLDR":
+            return mldr_corpus if name == "corpus-en" else mldr_rows[split]
+        if path.endswith("-qrels"):
+            return sets[path.removesuffix("-qrels")]["qrels"]
+        return sets[path][name]
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(loaders, "check_hub", lambda *a, **k: None)
+
+
+def test_msmarco_from_its_hub_schema(hub):
+    task = loaders.load_hub_retrieval("msmarco")
+    assert task.splits == ["test", "train", "validation"] and task.has_train and task.data_split is None
+    task.configure(corpus="judged", relevance="binary", loss="mnrl")
+    assert task.searched_documents("validation") == 2 and task.searched_documents("test") == 2
+
+
+def test_nq_test_queries_halved_with_a_recorded_seed_as_encodeval_does(hub):
+    task = loaders.load_hub_retrieval("nq")
+    assert not task.has_train and task.data_split["seed"] == loaders.NQ_SPLIT_SEED == 42
+    texts = sorted(f"Query: query number {i}" for i in range(10))  # EncodEval samples the prefixed texts
+    random.seed(42)
+    validation = {t.removeprefix("Query: ") for t in random.sample(texts, round(0.5 * len(texts)))}
+    assert {f"query number {q[1:]}" for q in task.qrels["validation"]} == validation
+    assert set(task.qrels["validation"]).isdisjoint(task.qrels["test"]) and len(task.qrels["test"]) == 5
+    task.configure(corpus="judged", relevance="binary", loss="mnrl")
+    assert task.searched_documents("validation") == 5  # its own queries' documents, of the 12
+
+
+def test_mldr_dev_and_test_from_its_hub_schema(hub):
+    task = loaders.load_hub_retrieval("mldr")
+    assert task.qrels["validation"] == {f"dev-{i}": {f"doc-dev-{i}": 1} for i in range(3)}
+    task.configure(corpus="judged", relevance="binary", loss="mnrl")
+    assert task.searched_documents("test") == 3 and len(task.doc_ids) == 10
