@@ -43,6 +43,8 @@ def test_the_paper_study_plans_exactly_the_released_grid(planned):
     assert {"missing": sorted(set(released["intermediate"]) - set(inter)),
             "not released": sorted(set(inter) - set(released["intermediate"]))} == {"missing": [], "not released": []}
     assert kinds == {"random": ["610m-random"]}  # the one extra, labelled as such
+    # One retrieval model per (checkpoint, LR, seed), scored on every IR set: 50 checkpoints x 10 trainings x 30.
+    assert planned["finetuning_runs"] - planned["baseline_finetuning_runs"] == 15_000
     assert sorted(r["name"] for r in planned["runs"]) == sorted(models)  # every run folder is a released model
     published = load_yaml(STUDY.parent / "paper-results.yaml")["categories"]
     assert set(published) <= set(released["models"]) | set(released["intermediate"])  # beside the model that made it

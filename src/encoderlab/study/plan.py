@@ -48,6 +48,7 @@ class Plan:
     base_config: dict
     seq_len: int
     eval_runs: int  # fine-tuning runs (checkpoints x tasks x LRs x seeds)
+    baseline_runs: int = 0  # of those, the runs on random-init baselines (an extra to a paper's grid)
     shapes: dict[str, dict] = field(default_factory=dict)  # imported name -> its ModelConfig fields
 
     def config(self, run: Run) -> dict:
@@ -131,6 +132,7 @@ class Plan:
         out = {
             "study": self.spec.name, "folder": str(self.root), "models": len(self.runs),
             "evaluated_checkpoints": len(self.evaluations), "finetuning_runs": self.eval_runs,
+            "baseline_finetuning_runs": self.baseline_runs,
             "steps": trained, "naive_steps": naive,
             "tokens": sum((r.steps - r.branch_step) * r.tokens_per_step for r in self.runs.values()),
             "naive_tokens": sum(r.steps * r.tokens_per_step for r in self.runs.values()),
@@ -200,7 +202,9 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes)
     for run in runs.values():  # every config must be valid before anything runs
         validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
-    plan.eval_runs = finetuning_runs(evaluations, load_protocol(spec, base_dir))
+    protocol = load_protocol(spec, base_dir)
+    plan.eval_runs = finetuning_runs(evaluations, protocol)
+    plan.baseline_runs = finetuning_runs([e for e in evaluations if e.kind == "random"], protocol)
     return plan
 
 
