@@ -85,6 +85,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
             task_identity(spec)  # a bad task file or a missing data file fails here, before the checkpoint loads
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
+    protocol = protocol.with_context(model_cfg.max_position_embeddings)  # what `max_length: auto` is a fraction of
     weights = backbone_state(model.state_dict())
     del model
     missing = [s for s in specs if s not in prepared]
@@ -196,6 +197,7 @@ class Sweep:
         record = {"checkpoint": str(self.checkpoint), "tag": self.tag, "task": task.name,
                   "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
                   "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
+                  "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                   "truncated": {**task.truncated, "unit": task.truncation_unit},
                   "baseline": self.baselines[task.name], "device": str(self.device),
                   "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
