@@ -35,7 +35,7 @@ from encoderlab.train.logging import Progress
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
                   log: Callable[[str], None]) -> list[EvalTask]:
     """Load every task first, so bad input fails before any training, then tokenise each once."""
-    tasks = [load_task(spec) for spec in specs]
+    tasks = [load_task(spec, holdout=protocol.holdout) for spec in specs]
     names = [t.name for t in tasks]
     if twice := sorted({n for n in names if names.count(n) > 1}):
         raise EncoderlabError(f"two tasks are named {twice[0]!r} in {' '.join(specs)}; give a task file a name of "
@@ -48,6 +48,8 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
                 task.subsample(split, protocol.max_eval_examples, seed=0)
         if protocol.max_corpus_documents and hasattr(task, "limit_corpus"):
             task.limit_corpus(protocol.max_corpus_documents, seed=0)
+        if hasattr(task, "sentence_pairs"):
+            task.sentence_pairs = protocol.sentence_pairs
         t0 = time.perf_counter()
         own = protocol.for_task(task.name)
         task.prepare(tokenizer, own.length_for(task.family), cache_dir)
