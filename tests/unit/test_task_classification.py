@@ -11,6 +11,7 @@ import torch
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.errors import DataError
 from encoderlab.evaluation.tasks import classification as cls
+from encoderlab.evaluation.tasks import common
 from encoderlab.evaluation.tasks.base import pad
 from encoderlab.evaluation.tasks.classification import (
     ClassificationTask,
@@ -281,7 +282,7 @@ def test_user_classification_maps_string_labels_and_holds_out(tmp_path):
 
 
 def test_shared_helpers_are_deterministic():
-    rest, held = cls.holdout([{"i": i} for i in range(100)])
-    assert len(held) == 5 and len(rest) == 95 and (rest, held) == cls.holdout([{"i": i} for i in range(100)])
+    rest, held = common.holdout([{"i": i} for i in range(100)])
+    assert len(held) == 5 and len(rest) == 95 and (rest, held) == common.holdout([{"i": i} for i in range(100)])
     packed = cls.pack_lists([[1, 2], [], [3]])
     assert cls.unpack_lists(packed) == [[1, 2], [], [3]]

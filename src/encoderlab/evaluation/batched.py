@@ -17,7 +17,7 @@ dynamic programme over the distinct batches sorted by length: a call costs its p
 different sizes (an epoch's short last batch) are never padded into one call: a padded row would change the mean.
 
 Memory. The K runs are split into groups that fit a budget (a fraction of free accelerator memory, or of available
-RAM): per run the fp32 weights, gradients and two AdamW moments, plus activations for a batch of the longest
+RAM): per run the weights, gradients and two AdamW moments (`protocol.weights`), plus activations for a batch of the longest
 training example (the protocol's length where the task does not tell).
 
 Which engine a sweep uses, and when this one is faster: evaluation/engines.py.
@@ -45,7 +45,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation.finetune import (LossCurve, attention_for, diverged_record, lr_factor, planned_steps,
-                                            scored_record, seeded_head, to_device)
+                                            scored_record, seeded_head, to_device, weight_dtype)
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
@@ -98,15 +98,16 @@ class Group:
             missing, unexpected = sorted(expected - set(weights))[:5], sorted(set(weights) - expected)[:5]
             raise EncoderlabError(f"backbone weights do not fit the model config: missing {missing}, "
                                   f"unexpected {unexpected}")
-        K = len(self.runs)
+        K, dtype = len(self.runs), weight_dtype(protocol)
         self.params: dict[str, Tensor] = {}
         for name in self.names:
             if name.startswith("backbone."):
-                w = weights[name[len("backbone."):]].to(device, torch.float32)
+                w = weights[name[len("backbone."):]].to(device, dtype)
                 self.params[name] = w.unsqueeze(0).expand(K, *w.shape).clone()
             else:
                 key = name[len("head."):]
-                self.params[name] = torch.stack([dict(h.named_parameters())[key].detach() for h in heads]).to(device)
+                self.params[name] = torch.stack([dict(h.named_parameters())[key].detach() for h in heads]).to(device,
+                                                                                                             dtype)
         # Each run's own AdamW (finetune's optimizer) over its rows of the stacks, which it updates in place.
         self.rows = [[self.params[n][i] for n in self.names] for i in range(K)]
         self.optimizers: list[torch.optim.AdamW | None] = [build_adamw(r, protocol.optim, lr=0.0) for r in self.rows]
@@ -205,12 +206,13 @@ class Group:
         """Evaluate every live run (its weights loaded into one backbone) and return all record bodies, in the
         order the runs were given."""
         train_share = (time.perf_counter() - self.started) / len(self.runs)
-        backbone = Transformer(model_cfg, self.attention).to(self.device)
+        dtype = weight_dtype(self.protocol)
+        backbone = Transformer(model_cfg, self.attention).to(self.device, dtype)
         bodies = dict(self.finished)
         for i in self.alive:
             started = time.perf_counter() - train_share
             lr, seed = self.runs[i]
-            head = seeded_head(self.task, model_cfg.hidden_size, seed).to(self.device)
+            head = seeded_head(self.task, model_cfg.hidden_size, seed).to(self.device, dtype)
             with torch.no_grad():
                 for name, module in (("backbone.", backbone), ("head.", head)):
                     for n, p in module.named_parameters():
@@ -299,12 +301,12 @@ def plan_calls(blocks: list[tuple[list[int], dict[str, Tensor]]],
 
 def run_bytes(model_cfg: ModelConfig, protocol: Protocol, family: str, device: torch.device,
               longest: int | None = None) -> int:
-    """A generous estimate of one run's memory in a group: fp32 weights, gradients and AdamW moments (plus bf16
-    copies under autocast), and the activations of a batch of the longest training sequence (`longest`, else the
+    """A generous estimate of one run's memory in a group: weights, gradients and AdamW moments (fp32, plus bf16
+    copies under autocast; or all bf16), and the activations of a batch of the longest training sequence (`longest`, else the
     protocol's length) kept for the backward pass."""
     n = model_cfg.num_parameters() - (0 if model_cfg.tie_word_embeddings else model_cfg.vocab_size
                                       * model_cfg.hidden_size)  # the backbone: no LM head
-    state = n * (16 + (2 if protocol.dtype == "bf16" else 0))
+    state = n * (8 if protocol.weights == "bf16" else 16 + (2 if protocol.dtype == "bf16" else 0))
     T = protocol.length_for(family) if longest is None else min(longest, protocol.length_for(family))
     tokens = protocol.batch_size * T * (2 if family == "retrieval" else 1)
     act = 2 if protocol.dtype == "bf16" else 4

@@ -50,6 +50,11 @@ def attention_for(task: EvalTask, protocol: Protocol, device: torch.device) -> D
     return dense_for(device, protocol.length_for(task.family))
 
 
+def weight_dtype(protocol: Protocol) -> torch.dtype:
+    """The dtype a run's weights (and so its gradients and AdamW moments) are held in: `protocol.weights`."""
+    return torch.bfloat16 if protocol.weights == "bf16" else torch.float32
+
+
 def lr_factor(step: int, total: int, protocol: Protocol) -> float:
     """The protocol's schedule at `step` of `total`: linear warmup, then linear decay to 0 (or constant)."""
     warmup = round(protocol.warmup_fraction * total)
@@ -121,8 +126,8 @@ class Run:
         self.task, self.protocol, self.device = task, protocol, device
         self.backbone = Transformer(model_cfg, attention_for(task, protocol, device))
         self.backbone.load_state_dict(weights)
-        self.backbone.to(device)
-        self.head = seeded_head(task, model_cfg.hidden_size, seed).to(device)
+        self.backbone.to(device, weight_dtype(protocol))
+        self.head = seeded_head(task, model_cfg.hidden_size, seed).to(device, weight_dtype(protocol))
         self.params = [*self.backbone.parameters(), *self.head.parameters()]
         self.optimizer = build_adamw(self.params, protocol.optim, lr=0.0)  # `step` sets each step's LR
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, model_validator
+
+from encoderlab.errors import EncoderlabError
 
 from encoderlab.train.config import AdamWSection
 
@@ -41,10 +43,19 @@ class Protocol(BaseModel):
     warmup_fraction: float = Field(0.1, ge=0, lt=1)
     decay: Literal["linear", "constant"] = "linear"
     optim: AdamWSection = AdamWSection()
-    max_length: int = Field(512, gt=8)
+    max_length: int | Literal["auto"] = Field(512, description="tokens; auto: round(max_length_fraction x the "
+                                              "checkpoint's max_position_embeddings), as the authors' code does")
+    max_length_fraction: float = Field(0.99, gt=0, le=1)
     max_length_by_family: dict[str, int] = Field(default_factory=dict)
     selection_split: Literal["validation"] = "validation"
     dtype: Literal["bf16", "fp32"] = "bf16"
+    weights: Literal["fp32", "bf16"] = Field("fp32", description="fp32: fp32 weights and AdamW state under "
+                                             "`dtype` autocast; bf16: the weights and AdamW state are bf16")
+    sentence_pairs: Literal["segments", "labelled"] = Field(
+        "segments", description="segments: `<bos> a <eos> b <eos>`; labelled: one text 'Premise: a\nHypothesis: b'")
+    holdout: Literal["encoderlab", "train_test_split"] = Field(
+        "encoderlab", description="validation where the test set is hidden: encoderlab (5% of train, seed 1234; "
+        "whole articles for QA) or datasets' train_test_split(train_size=0.95, seed=42) of the train rows")
     max_train_examples: int | None = Field(None, gt=0, description="subsample train (CPU demos); seeded")
     max_eval_examples: int | None = Field(None, gt=0, description="subsample validation/test (CPU demos)")
     max_corpus_documents: int | None = Field(None, gt=0, description="retrieval: judged documents plus random "
@@ -54,6 +65,13 @@ class Protocol(BaseModel):
     task_overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per task name: its own " + ", ".join(TASK_OVERRIDABLE) +
         " (e.g. more epochs for a small training set, longer inputs for long documents)")
+    _context: int | None = PrivateAttr(None)  # the checkpoint's max_position_embeddings (`with_context`)
+
+    @model_validator(mode="after")
+    def _check_weights(self) -> Protocol:
+        if self.weights == "bf16" and self.dtype == "fp32":
+            raise ValueError("weights: bf16 computes in bf16; it cannot go with dtype: fp32 (use dtype: bf16)")
+        return self
 
     @model_validator(mode="after")
     def _check_overrides(self) -> Protocol:
@@ -79,7 +97,17 @@ class Protocol(BaseModel):
         if "max_length" in keys:
             data["max_length_by_family"] = {}
         data["task_overrides"] = {}
-        return Protocol.model_validate(data)
+        return Protocol.model_validate(data).with_context(self._context)
+
+    def with_context(self, positions: int | None) -> Protocol:
+        """This protocol for a checkpoint of `positions` max_position_embeddings (what `max_length: auto` reads)."""
+        out = self.model_copy()
+        out._context = positions
+        return out
 
     def length_for(self, family: str) -> int:
-        return self.max_length_by_family.get(family, self.max_length)
+        if family in self.max_length_by_family or self.max_length != "auto":
+            return self.max_length_by_family.get(family, self.max_length)  # type: ignore[return-value]
+        if self._context is None:
+            raise EncoderlabError("max_length: auto is a fraction of the checkpoint's context; it has none here")
+        return round(self.max_length_fraction * self._context)

@@ -36,7 +36,7 @@ from encoderlab.train.logging import Progress
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
                   log: Callable[[str], None]) -> list[EvalTask]:
     """Load every task first, so bad input fails before any training, then tokenise each once."""
-    tasks = [load_task(spec) for spec in specs]
+    tasks = [load_task(spec, holdout=protocol.holdout) for spec in specs]
     names = [t.name for t in tasks]
     if twice := sorted({n for n in names if names.count(n) > 1}):
         raise EncoderlabError(f"two tasks are named {twice[0]!r} in {' '.join(specs)}; give a task file a name of "
@@ -51,6 +51,8 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
             task.configure(**protocol.retrieval.model_dump(exclude={"train_on"}))
             if protocol.max_corpus_documents:
                 task.limit_corpus(protocol.max_corpus_documents, seed=0)
+        if hasattr(task, "sentence_pairs"):
+            task.sentence_pairs = protocol.sentence_pairs
         t0 = time.perf_counter()
         own = protocol.for_task(task.name)
         task.prepare(tokenizer, own.length_for(task.family), cache_dir)
@@ -88,6 +90,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
             task_identity(spec)  # a bad task file or a missing data file fails here, before the checkpoint loads
     path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
+    protocol = protocol.with_context(model_cfg.max_position_embeddings)  # what `max_length: auto` is a fraction of
     weights = backbone_state(model.state_dict())
     del model
     train_on = protocol.retrieval.train_on
@@ -232,6 +235,7 @@ class Sweep:
         record = {"checkpoint": str(self.checkpoint), "tag": self.tag, "task": task.name,
                   "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
                   "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
+                  "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                   "truncated": {**task.truncated, "unit": task.truncation_unit},
                   "baseline": self.baselines[task.name], "device": str(self.device),
                   "trained_on": {"task": train.name, "fingerprint": train.fingerprint},

@@ -40,6 +40,8 @@ class AdamWSection(_Section):
 
 class OptimSection(AdamWSection):
     lr: float = Field(5e-4, gt=0)
+    decay: Literal["matrices", "all"] = Field("matrices", description="which parameters weight decay shrinks: the "
+                                              "matrices, or all (norm gains too, as the paper's Optimus does)")
 
 
 class InitSection(_Section):

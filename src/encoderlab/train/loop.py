@@ -140,7 +140,8 @@ class Trainer:
         self.module.to(self.device)
         # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.
         self.model = distributed.prepare_model(self.module, cfg.train, self.world, self.device)
-        self.optimizer = optim.build_adamw(self.model.parameters(), cfg.optim, cfg.optim.lr)
+        self.optimizer = optim.build_adamw(self.model.parameters(), cfg.optim, cfg.optim.lr,
+                                           decay_all=cfg.optim.decay == "all")
         self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed, rank=self.world.rank,
                                    world_size=self.world.size)
         self.step = 0

@@ -1,7 +1,7 @@
 """Find a task by name: an offline task, one of the paper's datasets (hub id or local copy), or a user's YAML.
 
     rt-polarity                   an offline task (from `encoderlab data prepare offline`)
-    sst2, mnli, qqp, conll2003, ontonotes, uner, squad, squad_v2, record, msmarco, nq, mldr
+    sst2, mnli, qqp, conll2003, ontonotes, uner, squad, squad_v2, record, qed, msmarco, nq, mldr
     squad=/data/squad             the same, from a local copy in the hub schema
     my-task.yaml                  a user dataset: family + files + columns (taskfile.py, docs/evaluation.md)
 """
@@ -26,7 +26,7 @@ from encoderlab.evaluation.tasks.taskfile import (
 PAPER_TASKS = {
     "sst2": "classification", "mnli": "classification", "qqp": "classification",
     "conll2003": "tokens", "ontonotes": "tokens", "uner": "tokens",
-    "squad": "qa", "squad_v2": "qa", "record": "qa",
+    "squad": "qa", "squad_v2": "qa", "record": "qa", "qed": "qa",  # qed: the authors' fourth QA set
     "msmarco": "retrieval", "nq": "retrieval", "mldr": "retrieval",
 }
 
@@ -39,9 +39,10 @@ def offline_task_names(root: Path | None = None) -> list[str]:
     return task_names(root or offline_root())
 
 
-def load_task(spec: str, *, root: Path | None = None) -> EvalTask:
-    """The task a spec names, with its identity: `task.name` and `task.fingerprint` (records are kept by both)."""
-    name, fingerprint, load = _resolve(spec, root)
+def load_task(spec: str, *, root: Path | None = None, holdout: str = "encoderlab") -> EvalTask:
+    """The task a spec names, with its identity: `task.name` and `task.fingerprint` (records are kept by both).
+    `holdout`: how a task whose test labels are hidden draws its validation set (the protocol's, split_validation)."""
+    name, fingerprint, load = _resolve(spec, root, holdout)
     task = load()
     task.name, task.fingerprint = name, fingerprint
     return task
@@ -66,13 +67,13 @@ def task_family(spec: str, *, root: Path | None = None) -> str:
     return _resolve(spec, root)[0]  # unknown: _resolve says so, in one line
 
 
-def _resolve(spec: str, root: Path | None) -> tuple[str, str, Callable[[], EvalTask]]:
+def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab") -> tuple[str, str, Callable[[], EvalTask]]:
     name, _, source = spec.partition("=")
     if name in PAPER_TASKS:
-        return name, paper_fingerprint(name, source or None), lambda: _paper_task(name, source or None)
+        return name, paper_fingerprint(name, source or None), lambda: _paper_task(name, source or None, holdout)
     if name.endswith((".yaml", ".yml")):
         file = read_task_file(Path(name))
-        return file.name, file.fingerprint(), lambda: _user_task(file)
+        return file.name, file.fingerprint(), lambda: _user_task(file, holdout)
     root = root or offline_root()
     if (root / name / "task.json").exists():
         folder, meta = read_task(root, name)
@@ -102,12 +103,12 @@ def _offline_task(root: Path, name: str, family: str) -> EvalTask:
     raise DataError(f"{root / name}/task.json names family {family!r}; known: {', '.join(FAMILIES)}")
 
 
-def _paper_task(name: str, source: str | None) -> EvalTask:
+def _paper_task(name: str, source: str | None, holdout: str) -> EvalTask:
     family = PAPER_TASKS[name]
     if family == "classification":
         from encoderlab.evaluation.tasks.classification import load_glue
 
-        return load_glue(name, source)  # type: ignore[arg-type]
+        return load_glue(name, source, holdout)  # type: ignore[arg-type]
     if family == "tokens":
         from encoderlab.evaluation.tasks.tokens import load_conll_like
 
@@ -115,13 +116,13 @@ def _paper_task(name: str, source: str | None) -> EvalTask:
     if family == "qa":
         from encoderlab.evaluation.tasks.loaders import load_hub_qa
 
-        return load_hub_qa(name, source)  # type: ignore[arg-type]
+        return load_hub_qa(name, source, holdout)  # type: ignore[arg-type]
     from encoderlab.evaluation.tasks.loaders import load_hub_retrieval
 
     return load_hub_retrieval(name, source)  # type: ignore[arg-type]
 
 
-def _user_task(file: TaskFile) -> EvalTask:
+def _user_task(file: TaskFile, holdout: str) -> EvalTask:
     """The task of a validated task YAML (taskfile.py): the loader of its family, its files and columns."""
     settings, files = file.settings, {k: str(v) for k, v in file.files.items()}
     split_files = (files.get("train"), files.get("validation"), files.get("test"))
@@ -129,7 +130,7 @@ def _user_task(file: TaskFile) -> EvalTask:
         from encoderlab.evaluation.tasks.classification import load_user_classification
 
         return load_user_classification(*split_files, settings.text_column, settings.label_column,  # type: ignore[arg-type]
-                                        name=file.name)
+                                        name=file.name, holdout=holdout)
     if isinstance(settings, TokensFile):
         from encoderlab.evaluation.tasks.tokens import load_conll_columns
 
@@ -138,7 +139,7 @@ def _user_task(file: TaskFile) -> EvalTask:
     if file.family == "qa":
         from encoderlab.evaluation.tasks.qa import load_squad_json
 
-        return load_squad_json(*split_files, name=file.name)  # type: ignore[arg-type]
+        return load_squad_json(*split_files, name=file.name, holdout=holdout)  # type: ignore[arg-type]
     from encoderlab.evaluation.tasks.loaders import load_beir
 
     return load_beir(files["folder"], file.name)

@@ -1,12 +1,15 @@
 """Sequence classification (SC): SST-2, MNLI, QQP in the paper; rt-polarity, imdb-polarity, wiki-topic offline.
 
-A text becomes `<bos> text <eos>`, a pair `<bos> a <eos> b <eos>`. Texts longer than `max_length` are cut at the
-end; in a pair the longer text is cut first, so that both keep as much as they can (`fit_pair`). The head is one
+A text becomes `<bos> text <eos>`, a pair `<bos> a <eos> b <eos>` (`sentence_pairs: segments`) or, as the
+authors' code writes it (`labelled`), one text named by its fields: `"Premise: a\nHypothesis: b"`, `"Question 1:
+a\nQuestion 2: b"` (`field_label`). Texts longer than `max_length` are cut at the end; in a two-segment pair the
+longer text is cut first, so that both keep as much as they can (`fit_pair`). The head is one
 `Linear(hidden, num_labels)` on the mean of the last hidden states over the non-padding tokens; the loss is
 cross-entropy; the score is accuracy (macro-F1 is reported too).
 
 Splits where the test labels are not public (all of GLUE): the official validation set is the test set and 5% of
-train, drawn with a fixed seed, becomes the validation set that picks the learning rate (PAPER.md, "Evaluation").
+train becomes the validation set that picks the learning rate (PAPER.md, "Evaluation"; the protocol's `holdout`
+says how it is drawn: common.split_validation).
 A user dataset without a test file is treated the same way.
 """
 from __future__ import annotations
@@ -30,10 +33,10 @@ from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, l
 from encoderlab.evaluation.tasks.common import (
     check_splits,
     column,
+    split_validation,
     cached,
     content_hash,
     eval_mode,
-    holdout,
     load_hf_splits,
     pack_lists,
     read_table,
@@ -66,6 +69,7 @@ class ClassificationTask(ListTask):
                 raise DataError(f"task {name!r}: labels in {split} not seen in train: "
                                 f"{[self.labels[y] for y in unseen]} (a class the model never trains on cannot be "
                                 "learned; fix the split or drop those examples)")
+        self.sentence_pairs = "segments"  # the protocol's choice, set before prepare(): segments or labelled
         self.ids: dict[str, list[list[int]]] = {}
         self.pad_id = 0  # the tokenizer's, from prepare(); padding is masked out of attention, pooling and loss
         self.truncated: dict[str, int] = {}  # examples cut to max_length, per split, after prepare()
@@ -87,11 +91,11 @@ class ClassificationTask(ListTask):
     # ---- tokenisation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
-        need = 3 if len(self.text_fields) == 1 else 5
+        need = 3 if len(self._texts("train")) == 1 else 5
         if max_length < need:
             raise DataError(f"max_length={max_length} is too small for task {self.name!r}: at least {need}")
         self.pad_id = tokenizer.pad_id
-        data = content_hash([[ex[f] for f in self.text_fields] for s in SPLITS for ex in self.splits[s]])
+        data = content_hash([self._texts(s) for s in SPLITS])
         state = cached(cache_dir, "classification", self.name, tokenizer, max_length, data,
                        lambda: self._encode_all(tokenizer, max_length))
         self.ids = {s: unpack_lists(state[s]) for s in SPLITS}
@@ -104,7 +108,7 @@ class ClassificationTask(ListTask):
 
     def _encode(self, tokenizer: TextTokenizer, max_length: int, split: str) -> tuple[list[list[int]], int]:
         bos, eos = tokenizer.bos_id, tokenizer.eos_id
-        fields = [tokenizer.encode_batch([ex[f] for ex in self.splits[split]]) for f in self.text_fields]
+        fields = [tokenizer.encode_batch(texts) for texts in self._texts(split)]
         out, cut = [], 0
         if len(fields) == 1:
             for a in fields[0]:
@@ -116,6 +120,14 @@ class ClassificationTask(ListTask):
                 cut += (la, lb) != (len(a), len(b))
                 out.append([bos, *a[:la], eos, *b[:lb], eos])
         return out, cut
+
+    def _texts(self, split: str) -> list[list[str]]:
+        """The texts of a split, one list per input segment: one per text field, or one labelled text per pair."""
+        rows = self.splits[split]
+        if len(self.text_fields) == 2 and self.sentence_pairs == "labelled":
+            (a, b), (la, lb) = self.text_fields, (field_label(f) for f in self.text_fields)
+            return [[f"{la}: {ex[a]}\n{lb}: {ex[b]}" for ex in rows]]
+        return [[ex[f] for ex in rows] for f in self.text_fields]
 
     def _subsampled(self, split: str, keep: list[int]) -> None:
         self.gold[split] = [self.gold[split][i] for i in keep]
@@ -171,6 +183,13 @@ class ClassificationTask(ListTask):
         return self._scores([self.majority_label()] * len(self.gold[split]), split)
 
 
+def field_label(field: str) -> str:
+    """How the authors' code names a text field in a labelled pair: `premise` -> `Premise`, `question1` ->
+    `Question 1`."""
+    words = re.sub(r"(?<=[A-Za-z])(?=\d)", " ", field.replace("_", " "))
+    return words[:1].upper() + words[1:]
+
+
 def fit_pair(la: int, lb: int, budget: int) -> tuple[int, int]:
     """Lengths that fit a pair into `budget` tokens by cutting the longer text first (HF's "longest_first")."""
     if la + lb <= budget:
@@ -197,12 +216,13 @@ GLUE = {  # text columns, label names (used when the files carry no ClassLabel n
 }
 
 
-def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None) -> ClassificationTask:
+def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None,
+              holdout: str = "encoderlab") -> ClassificationTask:
     """SST-2, MNLI or QQP from the hub (`nyu-mll/glue`) or a local folder in the GLUE schema.
 
     GLUE's test labels are hidden, so the official validation set (MNLI: validation_matched) is the test set and
-    5% of train (seed HOLDOUT_SEED) is held out as validation. Rows with an empty text are dropped (QQP has a few);
-    `task.dropped` counts them per split.
+    5% of train is held out as validation (`holdout`: common.split_validation). Rows with an empty text are
+    dropped (QQP has a few); `task.dropped` counts them per split.
     """
     if task not in GLUE:
         raise DataError(f"GLUE task must be one of {sorted(GLUE)}, got {task!r}")
@@ -212,19 +232,24 @@ def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None) -
     ds = load_hf_splits(source or GLUE_HUB, task, {"train": ("train",), "official": official}, schema)
     feature = ds["train"].features.get("label")
     names = list(getattr(feature, "names", None) or default_names)
-    rows, dropped = {}, {}
+    rows = {}
     for split, d in ds.items():
         where = f"GLUE {task} {split} ({source or GLUE_HUB})"
         texts = [column(d, f, where) for f in fields]
         labels = [names.index(y) if isinstance(y, str) and y in names else y for y in column(d, "label", where)]
         rows[split] = [{"id": f"{split}-{i}", **dict(zip(fields, t)), "label": y}
-                       for i, (y, *t) in enumerate(zip(labels, *texts))
-                       if all(isinstance(x, str) and x.strip() for x in t)]
-        dropped[split] = len(labels) - len(rows[split])
-    train, validation = holdout(rows["train"])
-    out = ClassificationTask(task, {"train": train, "validation": validation, "test": rows["official"]}, names,
+                       for i, (y, *t) in enumerate(zip(labels, *texts))]
+
+    def kept(part: list[dict]) -> list[dict]:
+        return [r for r in part if all(isinstance(r[f], str) and r[f].strip() for f in fields)]
+
+    # The authors split every train row; encoderlab's own holdout draws from the rows it keeps.
+    parts = split_validation(rows["train"], holdout) if holdout == "train_test_split" else \
+        split_validation(kept(rows["train"]), holdout)
+    train, validation = (kept(part) for part in parts)
+    out = ClassificationTask(task, {"train": train, "validation": validation, "test": kept(rows["official"])}, names,
                              fields)
-    out.dropped = dropped
+    out.dropped = {split: len(part) - len(kept(part)) for split, part in rows.items()}
     return out
 
 
@@ -234,10 +259,11 @@ def label_name(v: Any) -> str:
 
 
 def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],
-                             label_column: str, name: str | None = None) -> ClassificationTask:
+                             label_column: str, name: str | None = None,
+                             holdout: str = "encoderlab") -> ClassificationTask:
     """A user's CSV/TSV/JSONL files. Labels may be strings or ints: the distinct train labels, sorted (numerically
     when all are integers), become classes 0..K-1. Without a test file, validation becomes the test set and 5% of
-    train (seed HOLDOUT_SEED) the validation set."""
+    train (`holdout`: common.split_validation) the validation set."""
     fields = (text_column,) if isinstance(text_column, str) else tuple(text_column)
     files = {"train": train, "validation": validation, "test": test}
     raw = {s: read_table(f) for s, f in files.items() if f is not None}
@@ -263,6 +289,6 @@ def load_user_classification(train: str, validation: str, test: str | None, text
                           "label": index[label_name(r[label_column])]} for i, r in enumerate(rows)]
     if test is None:
         splits["test"] = splits["validation"]
-        splits["train"], splits["validation"] = holdout(splits["train"])
+        splits["train"], splits["validation"] = split_validation(splits["train"], holdout)
     stem = Path(train).stem
     return ClassificationTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, fields)

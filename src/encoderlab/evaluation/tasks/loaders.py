@@ -1,6 +1,6 @@
 """Loading QA and retrieval datasets that are not plain tables: retrieval folders in the BEIR layout (the offline
 suite's and local copies), and the paper's sets from the Hugging Face Hub or a local copy in the hub schema (SQuAD,
-SQuAD v2, ReCoRD, MS MARCO, NQ, MLDR). One reachability check for all (`common.check_hub`), so an offline machine
+SQuAD v2, ReCoRD, QED, MS MARCO, NQ, MLDR). One reachability check for all (`common.check_hub`), so an offline machine
 fails in seconds with one line saying which local layout to give instead."""
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from typing import Literal
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.errors import DataError
 from encoderlab.io import read_jsonl
-from encoderlab.evaluation.tasks.common import check_hub
+from encoderlab.evaluation.tasks.common import check_hub, split_validation
 from encoderlab.evaluation.tasks.qa import QATask, _row, hold_out
 from encoderlab.evaluation.tasks.retrieval import RetrievalTask, Split
 
-HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "record": "aps/super_glue:record"}
+# The authors' copies (PAPER.md): hgissbkh/record and hgissbkh/qed are in SQuAD's schema, as are local copies;
+# ReCoRD in SuperGLUE's schema (aps/super_glue:record) is read too.
+HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "record": "hgissbkh/record", "qed": "hgissbkh/qed"}
 
 
 def _record_rows(ds) -> list[dict]:
@@ -44,11 +46,12 @@ def _hub_unreachable(spec: str, reason: str) -> DataError:
                      "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
 
 
-def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None = None) -> QATask:
+def load_hub_qa(kind: Literal["squad", "squad_v2", "record", "qed"], source: str | None = None,
+                holdout: str = "encoderlab") -> QATask:
     """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
 
-    SQuAD and ReCoRD test answers are hidden: test = the official validation split, validation = 5% of train held
-    out (whole articles for SQuAD, whole passages for ReCoRD) with a fixed seed.
+    Their test answers are hidden: test = the official validation split, validation = 5% of train held out
+    (`holdout`: encoderlab's whole articles or passages with a fixed seed, or the authors' train_test_split).
     """
     if kind not in HUB:
         raise DataError(f"unknown QA dataset {kind!r}; known: {', '.join(HUB)}")
@@ -69,12 +72,13 @@ def load_hub_qa(kind: Literal["squad", "squad_v2", "record"], source: str | None
     missing = [s for s in ("train", "validation") if s not in ds]
     if missing:
         raise DataError(f"{spec!r} has no {' or '.join(missing)} split (it has {', '.join(ds)})")
-    if kind == "record":
+    if "passage" in ds["train"].column_names:  # ReCoRD in SuperGLUE's schema
         train, test = _record_rows(ds["train"]), _record_rows(ds["validation"])
     else:
-        train, test = ([_row(r["id"], r["context"], r["question"], r["answers"]["text"], r["answers"]["answer_start"],
-                             r.get("title", "")) for r in ds[s]] for s in ("train", "validation"))
-    train, validation = hold_out(train)
+        train, test = ([_row(r.get("id", f"{s}-{i}"), r["context"], r["question"], r["answers"]["text"],
+                             r["answers"]["answer_start"], r.get("title", "")) for i, r in enumerate(ds[s])]
+                       for s in ("train", "validation"))
+    train, validation = split_validation(train, holdout, hold_out)
     return QATask(kind, {"train": train, "validation": validation, "test": test},
                   allow_unanswerable=kind == "squad_v2")
 

@@ -29,7 +29,7 @@ from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order
-from encoderlab.evaluation.tasks.common import cached
+from encoderlab.evaluation.tasks.common import cached, split_validation
 from encoderlab.model.transformer import Transformer
 
 CACHE_VERSION = 2  # 2: questions cut to max_length // 2 are counted
@@ -331,14 +331,16 @@ def _read_squad_json(path: str) -> list[dict]:
     return rows
 
 
-def load_squad_json(train: str, validation: str, test: str | None = None, *, name: str | None = None) -> QATask:
-    """SQuAD-format files; without `test`, test = `validation` and validation = 5% of train (whole articles)."""
+def load_squad_json(train: str, validation: str, test: str | None = None, *, name: str | None = None,
+                    holdout: str = "encoderlab") -> QATask:
+    """SQuAD-format files; without `test`, test = `validation` and validation = 5% of train (`holdout`: whole
+    articles, or the authors' train_test_split)."""
     rows = {"train": _read_squad_json(train), "validation": _read_squad_json(validation)}
     if test is not None:
         rows["test"] = _read_squad_json(test)
     else:
         rows["test"] = rows["validation"]
-        rows["train"], rows["validation"] = hold_out(rows["train"])
+        rows["train"], rows["validation"] = split_validation(rows["train"], holdout, hold_out)
     stem = Path(train).stem
     name = name or (Path(train).parent.name if stem in ("train", "training") else stem)
     unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)

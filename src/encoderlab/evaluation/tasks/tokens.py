@@ -234,18 +234,19 @@ def load_offline_tokens(root: Path, name: str) -> TokenTask:
     return TokenTask(name, splits, meta["labels"], meta.get("scheme"), plain_if_no_chunks=True)
 
 
-CONLL_HUB = {  # hub id, config. The OntoNotes and UNER copies are loading scripts, which datasets>=4 refuses:
-    "conll2003": ("eriktks/conll2003", None),  # use a local copy in the same schema for those.
-    "ontonotes": ("tner/ontonotes5", None),
-    "uner": ("universalner/universal_ner", "en_ewt"),
+CONLL_HUB = {  # the authors' copies (PAPER.md), hub id and config. hgissbkh/ontonotes5 is a loading script, which
+    "conll2003": ("hgissbkh/conll2003-en", None),  # datasets>=4 refuses: use a local copy in the same schema there.
+    "ontonotes": ("hgissbkh/ontonotes5", None),
+    "uner": ("hgissbkh/uner_en", None),
 }
 
 
 def load_conll_like(kind: Literal["conll2003", "ontonotes", "uner"], source: str | None = None,
                     label_names: list[str] | None = None) -> TokenTask:
-    """CoNLL-2003-schema NER (`tokens`, `ner_tags` ints; `tags` as in tner's OntoNotes is accepted) from the hub or
-    a local folder of train/validation/test files. Tag names come from `label_names`, else the ClassLabel names of
-    the dataset's features, else a `labels.json` (list, or {name: id}) or `labels.txt` (one a line) in the folder.
+    """CoNLL-2003-schema NER (`tokens`, `ner_tags` ints; `tags`, or `words` and `ner`, as in the authors' copies,
+    are accepted) from the hub or a local folder of train/validation/test files. Tag names come from `label_names`,
+    else the ClassLabel names of the dataset's features, else a `labels.json` (list, or {name: id}) or `labels.txt`
+    (one a line) in the folder.
     """
     if kind not in CONLL_HUB:
         raise DataError(f"token task must be one of {sorted(CONLL_HUB)}, got {kind!r}")
@@ -255,7 +256,8 @@ def load_conll_like(kind: Literal["conll2003", "ontonotes", "uner"], source: str
     ds = load_hf_splits(source or hub, config, {"train": ("train",), "validation": ("validation", "valid", "dev"),
                                                 "test": ("test",)}, schema)
     cols = ds["train"].column_names
-    tag_col = "ner_tags" if "ner_tags" in cols or "tags" not in cols else "tags"
+    tag_col = next((c for c in ("ner_tags", "tags", "ner") if c in cols), "ner_tags")  # hgissbkh/conll2003-en: ner
+    word_col = "words" if "words" in cols and "tokens" not in cols else "tokens"  # and words
     feature = getattr(ds["train"].features.get(tag_col), "feature", None)
     names = label_names or getattr(feature, "names", None) or (_labels_file(Path(source)) if source else None)
     if not names:
@@ -265,7 +267,7 @@ def load_conll_like(kind: Literal["conll2003", "ontonotes", "uner"], source: str
     for split, d in ds.items():
         where = f"{kind} {split} ({source or hub})"
         splits[split] = [{"id": f"{split}-{i}", "tokens": list(t), "tags": list(y)}
-                         for i, (t, y) in enumerate(zip(column(d, "tokens", where), column(d, tag_col, where)))]
+                         for i, (t, y) in enumerate(zip(column(d, word_col, where), column(d, tag_col, where)))]
     return TokenTask(kind, splits, list(names), None)
 
 
