@@ -494,3 +494,18 @@ def test_every_reader_of_metrics_drops_a_torn_last_line_and_refuses_a_damaged_on
     path.write_text('{"step": 1, "tokens": 8}\n{"step": 2, "to\n{"step": 3, "tokens": 24}\n')
     with pytest.raises(EncoderlabError, match="record 2 is not JSON"):
         read_metrics(path)
+
+
+def test_a_run_without_latest_continues_from_its_newest_complete_checkpoint(tmp_path, packed_dir):
+    """LATEST lost (a kill before the first one was written, or a hand): the run continues from its newest complete
+    checkpoint, never starts again over it, and a new run there is refused."""
+    Trainer(make_config(tmp_path, packed_dir, steps=6, save_every=2), show_progress=False).run()
+    (tmp_path / "run" / "LATEST").unlink()
+    said: list[str] = []
+    again = Trainer(make_config(tmp_path, packed_dir, steps=6, save_every=2), resume=True, log=said.append,
+                    show_progress=False)
+    assert again.step == 6 and any("LATEST is missing: continuing from the newest complete checkpoint, "
+                                   "step-0000006" in s for s in said)
+    again._lock.close()
+    with pytest.raises(EncoderlabError, match="already holds a run"):
+        Trainer(make_config(tmp_path, packed_dir, steps=6, save_every=2), show_progress=False)

@@ -168,20 +168,30 @@ def set_latest(run_dir: Path, dest: Path) -> None:
 
 
 def latest(run_dir: Path) -> Path | None:
+    """The checkpoint LATEST names; None when the run has written none. Anything else is refused, never guessed: a
+    run must not silently resume elsewhere than where its pointer says (or start again over its checkpoints), and a
+    name such as ../../x must never lead outside the run's checkpoints."""
     pointer = run_dir / LATEST
+    newest = _older_hint(run_dir / "checkpoints" / "step-~")  # every step-N sorts before step-~
     if not pointer.exists():
         return None
+    if not pointer.is_file():
+        raise EncoderlabError(f"{pointer} is not a file: it should name this run's latest checkpoint{newest}")
     name = pointer.read_text(errors="replace").strip()
     if not STEP_NAME.fullmatch(name):
-        # Refused, not skipped for a scan of the step folders: a run must not silently resume elsewhere than where
-        # its pointer says, and a name such as ../../x must never lead outside the run's checkpoints.
-        raise EncoderlabError(f"{pointer} names {name[:80]!r}, which is not a checkpoint of this run (a step-NNNNNNN "
-                              f"folder in {run_dir / 'checkpoints'}){_older_hint(run_dir / 'checkpoints' / 'step-~')}")
+        raise EncoderlabError(f"{pointer} names {ascii(name[:80])}, which is not a checkpoint of this run (a "
+                              f"step-NNNNNNN folder in {run_dir / 'checkpoints'}){newest}")
     path = run_dir / "checkpoints" / name
     if not (path / "state.json").exists():
         raise EncoderlabError(f"{pointer} names {path.name}, which is missing or incomplete (no state.json)"
                               f"{_older_hint(path)}")
     return path
+
+
+def newest_complete(run_dir: Path) -> Path | None:
+    """The newest complete step folder of a run, whatever LATEST says (None: none)."""
+    found = sorted((p for p in (run_dir / "checkpoints").glob("step-*") if STEP_NAME.fullmatch(p.name)), reverse=True)
+    return next((p for p in found if _complete(p)), None)
 
 
 def load_state(path: Path) -> dict:

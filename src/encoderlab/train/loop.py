@@ -171,6 +171,9 @@ class Trainer:
             self.log(f"removed what an interrupted run left in {self.run_dir / 'checkpoints'}: {', '.join(stale)}")
         if found is not None:
             self._load_full_state(found, "resume")
+            if not (self.run_dir / checkpoint.LATEST).exists():
+                self.log(f"{self.run_dir / checkpoint.LATEST} is missing: continuing from the newest complete "
+                         f"checkpoint, {found.name}")
             self.log(f"{'extended' if extended else 'resumed'} {self.run_dir} from {found.name} (step {self.step})"
                      + (f" to {self.cfg.train.steps} steps" if extended else ""))
         elif self.cfg.init.branch_from:
@@ -188,6 +191,9 @@ class Trainer:
         """(the checkpoint to resume from, whether it is an extension), once the folder is found to hold no run
         (a new one) or, with `resume`, this same run: read-only."""
         found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
+        if found is None and (orphan := checkpoint.newest_complete(self.run_dir)) is not None:
+            # LATEST is missing (a kill before the first one was written, or a hand): never start again over the run
+            found = orphan
         if not self.world.is_main:  # rank 0 checks (and writes config.yaml meanwhile); the others follow it
             return (found if resume else None), False
         if not resume:
