@@ -509,3 +509,12 @@ def test_a_run_without_latest_continues_from_its_newest_complete_checkpoint(tmp_
     again._lock.close()
     with pytest.raises(EncoderlabError, match="already holds a run"):
         Trainer(make_config(tmp_path, packed_dir, steps=6, save_every=2), show_progress=False)
+
+
+def test_resuming_a_finished_run_keeps_its_final_numbers(tmp_path, packed_dir):
+    first = Trainer(make_config(tmp_path, packed_dir, steps=4), show_progress=False).run()
+    said: list[str] = []
+    again = Trainer(make_config(tmp_path, packed_dir, steps=4), resume=True, log=said.append, show_progress=False).run()
+    assert again["final"] == first["final"] and "val/loss" in str(again["final"])
+    assert any("had already trained its 4 steps" in s for s in said)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final"] == first["final"]

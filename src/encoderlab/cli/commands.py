@@ -127,7 +127,8 @@ def pretrain(
 ) -> None:
     """Pretrain (or resume) one run: a model preset, an objective schedule, an LR schedule and a step budget."""
     from encoderlab.train.distributed import is_main_process
-    from encoderlab.train.loop import Trainer, describe, has_run
+    from encoderlab.train.loop import Trainer, describe
+    from encoderlab.train.resume import has_run
 
     cfg = _load_pretrain_config(config, overrides)
     plan = describe(cfg)

@@ -25,7 +25,7 @@ from encoderlab.model.transformer import TransformerLM
 from encoderlab.seeds import derive_seed
 from encoderlab.train import checkpoint, distributed, optim, resume as same_run
 from encoderlab.train.config import PretrainConfig
-from encoderlab.train.logging import MetricsLog, Progress, describe_step
+from encoderlab.train.logging import MetricsLog, Progress, describe_step, read_metrics
 
 
 def resolve_data(path: str) -> Path:
@@ -103,11 +103,6 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases,
         what = ("the global batch" if world_size == 1 else
                 f"the {per_process} sequences of each of the {world_size} processes (global batch {global_batch})")
         raise EncoderlabError(f"train.micro_batch={micro} does not divide {what}")
-
-
-def has_run(run_dir: Path) -> bool:
-    """Whether a run was started in `run_dir` (it may have no checkpoint yet)."""
-    return any((run_dir / name).exists() for name in (checkpoint.LATEST, same_run.CONFIG, "metrics.jsonl"))
 
 
 class Trainer:
@@ -197,7 +192,7 @@ class Trainer:
         if not self.world.is_main:  # rank 0 checks (and writes config.yaml meanwhile); the others follow it
             return (found if resume else None), False
         if not resume:
-            if found is not None or has_run(self.run_dir):
+            if found is not None or same_run.has_run(self.run_dir):
                 last = f" (last checkpoint {found.name})" if found else ""
                 raise EncoderlabError(f"{self.run_dir} already holds a run{last}: pass --resume to continue it or "
                                       "choose another name (--set name=...)")
@@ -378,6 +373,9 @@ class Trainer:
         finally:
             progress.close()
             metrics.close()
+        if not last:  # resumed when already finished: its final record is the one logged before
+            self.log(f"{self.run_dir} had already trained its {total} steps")
+            last = (read_metrics(self.run_dir / "metrics.jsonl")[-1:] or [{}])[0]
         summary = {"run_dir": str(self.run_dir), "steps": total, "tokens": total * tokens_per_step,
                    "parameters": self.model_cfg.num_parameters(),
                    "seconds_this_session": round(time.perf_counter() - started, 1),

@@ -21,6 +21,12 @@ from encoderlab.train.config import PretrainConfig
 
 CONFIG = "config.yaml"
 
+
+def has_run(run_dir: Path) -> bool:
+    """Whether a run was started in `run_dir` (it may have no checkpoint yet, or have lost its LATEST)."""
+    return any((run_dir / name).exists() for name in (checkpoint.LATEST, CONFIG, "metrics.jsonl")) or \
+        checkpoint.newest_complete(run_dir) is not None
+
 # Keys that may differ on --resume. Where the run lies (a moved run folder is the same run; the data is compared by
 # content, through the fingerprint its checkpoints record), what is logged and kept, and how the same computation is
 # executed (processes, device, threads, micro-batches, compile, attention kernel): the updates are the same in exact
