@@ -69,7 +69,10 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 def _parse_value(raw: str):
-    value = yaml.safe_load(raw) if raw.strip() else None
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set value {raw!r} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     if isinstance(value, str):
         try:
             return float(value)  # YAML 1.1 reads "3e-4" as a string; users mean a number
@@ -97,16 +100,33 @@ def load_config(model: type[T], path: str | Path | None, overrides: list[str], d
 def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[str]) -> str:
     loc = [str(p) for p in error["loc"]]
     message = error["msg"].removeprefix("Value error, ")
-    if not loc:  # a check across keys: its message names them; blame an override it names, else the file
-        return f"{next((f'--set {o}' for o in overrides if _override_key(o) in message), where)}: {message}"
+    if not loc:  # a check across keys: its message names them; blame the override it names, else the file
+        return f"{_named(overrides, message, where)}: {message}"
     key = ".".join(loc)
-    source = next((f"--set {o}" for o in overrides if _override_key(o) in _prefixes(loc)), where)
+    source = _blamed(overrides, loc, where)
     if error["type"] == "extra_forbidden":
         allowed = _allowed_keys(model, loc[:-1])
         hint = f" (allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})" if allowed else ""
         return f"{source}: {key}: unknown key{hint}"
     shown = "" if error["type"] == "missing" else f" (got {error.get('input')!r})"
     return f"{source}: {key}: {message}{shown}"
+
+
+def _blamed(overrides: list[str], loc: list[str], where: str) -> str:
+    """The override that set the bad key: the most specific one, the last given (it wins); else the file."""
+    matching = [o for o in overrides if _override_key(o) in _prefixes(loc)]
+    return f"--set {max(reversed(matching), key=lambda o: len(_override_key(o)))}" if matching else where
+
+
+def _named(overrides: list[str], message: str, where: str) -> str:
+    """The override a message about several keys is about: the one whose key (or the longest start of it) the
+    message begins with, else one whose key it names; else the file."""
+    def score(override: str) -> int:
+        parts = _override_key(override).split(".")
+        starts = [n for n in range(len(parts), 0, -1) if message.startswith(".".join(parts[:n]))]
+        return 100 * starts[0] if starts else int(".".join(parts) in message)
+    best = max(reversed(overrides), key=score, default=None)
+    return f"--set {best}" if best is not None and score(best) else where
 
 
 def _override_key(override: str) -> str:

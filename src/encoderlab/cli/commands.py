@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from encoderlab.cli.console import emit, err, log, log_after, out
+from encoderlab.cli.console import emit, err, error, log, log_after, out
 from encoderlab.cli.study import study_app
 from encoderlab.errors import EncoderlabError
 from encoderlab.io import write_failure
@@ -151,7 +151,7 @@ def pretrain(
         last = checkpoint.latest(cfg.run_dir)
         again = shlex.join(["encoderlab", "pretrain", str(config), *(f"--set={o}" for o in overrides), "--resume"])
         if main:
-            err.print(f"interrupted at step {trainer.step}; " + (
+            log(f"interrupted at step {trainer.step}; " + (
                 f"the last checkpoint is {last.name}: continue with `{again}`" if last else
                 f"no checkpoint was written yet: `{again}` starts it again from step 0"))
         raise SystemExit(130) from None
@@ -333,6 +333,8 @@ def finetune_cmd(
     from encoderlab.evaluation.sweep import run_sweep
     from encoderlab.io import check_writable
 
+    if not lr > 0:
+        raise EncoderlabError(f"--lr {lr:g}: the learning rate must be greater than 0")
     check_writable(out_dir, "--out")
     proto, told = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
     summary = run_sweep(checkpoint, [task], proto, out_dir, log=log_after(told), show_progress=False,
@@ -384,7 +386,7 @@ def main() -> None:
     try:
         app()
     except EncoderlabError as exc:
-        err.print(f"[bold red]error:[/bold red] {exc}")
+        error(str(exc))
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -393,6 +395,6 @@ def main() -> None:
         cause = write_failure(exc)
         if cause is None:
             raise  # a bug keeps its traceback
-        err.print(f"[bold red]error:[/bold red] cannot write: {cause}")
+        error(f"cannot write: {cause}")
         raise SystemExit(2) from None
 

@@ -5,13 +5,18 @@ import json
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def log(message: str) -> None:
-    err.print(f"[dim]·[/dim] {message}")
+    err.print(f"[dim]·[/dim] {escape(message)}")  # escaped: user text such as `lrs=[a]` is no markup
+
+
+def error(message: str) -> None:
+    err.print(f"[bold red]error:[/bold red] {escape(message)}")
 
 
 def log_after(first: str):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, ValidationError, model_validator
 
 from encoderlab.errors import EncoderlabError
 
@@ -80,7 +80,12 @@ class Protocol(BaseModel):
             if bad:
                 raise ValueError(f"task_overrides.{task}: {', '.join(bad)} cannot be set per task "
                                  f"(allowed: {', '.join(TASK_OVERRIDABLE)})")
-            self.for_task(task)  # the values are checked like the protocol's own
+            try:
+                self.for_task(task)  # the values are checked like the protocol's own
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise ValueError(f"task_overrides.{task}.{'.'.join(map(str, first['loc']))}: {first['msg']} "
+                                 f"(got {first.get('input')!r})") from None
         if self.retrieval.corpus == "judged" and self.max_corpus_documents:
             raise ValueError("max_corpus_documents adds random documents to the searched corpus; retrieval.corpus: "
                              "judged searches only the judged ones: set one of them")
