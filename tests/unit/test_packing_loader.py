@@ -337,3 +337,21 @@ def test_resume_with_another_world_size_continues_the_stream(dataset, before, af
         parts = [loader.next_batch() for loader in new]
         assert torch.equal(torch.cat([p.input_ids for p in parts]), reference[step].input_ids)
         assert all(p.step == step for p in parts)
+
+
+def test_a_damaged_shard_of_the_right_size_is_refused_when_read(tok, tmp_path):
+    """Bytes changed after packing keep the size (opening checks sizes only; `data prepare` checks hashes): a token
+    id beyond the tokenizer is refused naming the shard when its window is read, never looked up as an embedding."""
+    pack(varied_docs(), tok, tmp_path / "p", seq_len=SEQ, shard_tokens=SEQ * 4)
+    ds = PackedDataset(tmp_path / "p", "train")
+    shard = ds.meta["splits"]["train"]["shards"][1]
+    path = tmp_path / "p" / f"{shard['name']}.tokens.bin"
+    data = bytearray(path.read_bytes())
+    data[2 * SEQ + 6: 2 * SEQ + 8] = b"\xff\xff"  # second window of the shard, fourth token: id 65535
+    path.write_bytes(bytes(data))
+    damaged = PackedDataset(tmp_path / "p", "train")
+    window = ds.meta["splits"]["train"]["shards"][0]["windows"] + 1
+    damaged.windows(np.arange(window))  # the windows before it read as they are
+    with pytest.raises(DataError, match=rf"{shard['name']}\.tokens\.bin: window {window} holds token id 65535, "
+                                        rf"beyond the tokenizer's {tok.vocab_size}: the shard is damaged"):
+        damaged.windows(np.array([0, window]))

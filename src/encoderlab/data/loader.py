@@ -34,6 +34,7 @@ class PackedDataset:
             raise DataError(f"{root} has no split {split!r}; it has {', '.join(self.meta['splits'])}")
         self.split = split
         self.seq_len = int(self.meta["seq_len"])
+        self.vocab_size = int(self.meta["tokenizer"]["vocab_size"])
         dtype = np.dtype(self.meta["dtype"])
         self._tokens, self._docs, counts = [], [], []
         for shard in self.meta["splits"][split]["shards"]:
@@ -61,6 +62,11 @@ class PackedDataset:
             local = indices[rows] - self._starts[s]
             tokens[rows] = self._tokens[s][local]
             docs[rows] = self._docs[s][local]
+        if tokens.size and (top := int(tokens.max())) >= self.vocab_size:  # a shard damaged after packing
+            row = int(np.argmax(tokens.max(axis=1) >= self.vocab_size))
+            shard_name = self.meta["splits"][self.split]["shards"][int(shard[row])]["name"]
+            raise DataError(f"{self.root / shard_name}.tokens.bin: window {int(indices[row])} holds token id {top}, "
+                            f"beyond the tokenizer's {self.vocab_size}: the shard is damaged; {PREPARE_AGAIN}")
         return tokens, docs
 
 

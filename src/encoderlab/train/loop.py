@@ -55,6 +55,8 @@ def describe(cfg: PretrainConfig) -> dict:
     launched = distributed.torchrun_world()
     check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
     distributed.check_attention(cfg.train.attention, resolve_device(cfg.train.device))
+    for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
+        checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
     tokens_per_step = global_batch * meta["seq_len"]
     return {

@@ -32,6 +32,15 @@ from encoderlab.io import sha256_of
 SAFE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 
 
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a task (it names the folder of its records, beside the protocol's summary.json)."""
+    if not re.fullmatch(SAFE_NAME, name):
+        return "a task name is letters, digits, '-', '_' and '.', starting with a letter or digit"
+    if name == "summary.json":
+        return "summary.json is the name of the sweep's summary, beside the task folders: choose another"
+    return None
+
+
 class _TaskFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, max_length=100)
@@ -39,9 +48,8 @@ class _TaskFile(BaseModel):
     @field_validator("name")
     @classmethod
     def _safe(cls, name: str | None) -> str | None:
-        if name is not None and not re.fullmatch(SAFE_NAME, name):
-            raise ValueError("a task name is letters, digits, '-', '_' and '.', starting with a letter or digit "
-                             "(it names the folder of its records)")
+        if name is not None and (problem := name_problem(name)):
+            raise ValueError(problem)
         return name
 
 
@@ -114,6 +122,11 @@ def read_task_file(path: Path) -> TaskFile:
         if not (file.is_dir() if key == "folder" else file.is_file()):
             raise DataError(f"{where}: {key}: {file} does not exist"
                             f"{' or is not a folder' if key == 'folder' else ''}")
+    if settings.name is None and (problem := name_problem(path.stem)):
+        raise DataError(f"{where}: the task is named after its file, {path.stem!r}, but {problem}; give it a name:")
+    if isinstance(settings, TokensFile) and settings.word_column == settings.tag_column:
+        raise DataError(f"{where}: word_column {settings.word_column} and tag_column {settings.tag_column} are the "
+                        "same column: the model would read the gold tags")
     return TaskFile(path, settings, files)
 
 
