@@ -310,3 +310,15 @@ def test_retrieval_trained_once_per_lr_and_seed_and_scored_on_every_set(tmp_path
     again = run_sweep(tiny_checkpoint, specs[1:], own, tmp_path / "evals", engine="sequential", show_progress=False,
                       log=lambda m: None)
     assert trainings == [] and again["runs_done_this_time"] == 0
+
+
+def test_summary_json_keeps_the_tasks_of_earlier_sweeps(tmp_path, tiny_checkpoint, task_yaml):
+    """A sweep of one task returns that task, but the folder's summary.json (read by model cards) keeps the others."""
+    other = task_yaml.with_name("other.yaml")
+    other.write_text(task_yaml.read_text())
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    first = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0]), out, **quiet)
+    second = run_sweep(tiny_checkpoint, [str(other)], protocol(lrs=[1e-3], seeds=[0]), out, **quiet)
+    assert list(first["tasks"]) == [task_yaml.stem] and list(second["tasks"]) == ["other"]
+    written = json.loads(next(out.rglob("summary.json")).read_text())
+    assert sorted(written["tasks"]) == sorted([task_yaml.stem, "other"])

@@ -244,15 +244,16 @@ class Sweep:
         records.write(self.path(task, lr, seed), record)
 
     def summarize(self, *, runs_done: int, seconds: float) -> dict:
-        """Every record of the grid, earlier sweeps' included, aggregated; also written to summary.json."""
+        """This sweep's tasks, aggregated over every record of their grid (earlier sweeps' included); summary.json
+        holds every task recorded for this checkpoint and protocol (the newest version of each), so that a sweep of
+        some tasks does not drop the others from it."""
+        found = records.load_all(self.out, self.tag, self.key)
         ours = {(t.name, t.fingerprint) for t in self.tasks}
-        summary = summarize([r for r in records.load_all(self.out, self.tag, self.key)
-                             if (r["task"], r.get("fingerprint")) in ours])
-        summary.update({"checkpoint": str(self.checkpoint), "tag": self.tag, "protocol_key": self.key,
-                        "protocol": self.protocol.model_dump(mode="json"),
-                        "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1)})
-        write_json(self.out / self.tag / self.key / "summary.json", summary)
-        return summary
+        about = {"checkpoint": str(self.checkpoint), "tag": self.tag, "protocol_key": self.key,
+                 "protocol": self.protocol.model_dump(mode="json")}
+        write_json(self.out / self.tag / self.key / "summary.json", {**summarize(records.current(found)), **about})
+        summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours])
+        return {**summary, **about, "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1)}
 
 
 def summarize(recs: list[dict]) -> dict:
