@@ -1,4 +1,25 @@
 """The command line: thin typer commands (parse -> build -> run) over the packages below; one console."""
-from encoderlab.cli.commands import app, main
+from encoderlab.cli.commands import app
+from encoderlab.cli.console import err, error
+from encoderlab.errors import EncoderlabError
+from encoderlab.io import write_failure
 
 __all__ = ["app", "main"]
+
+
+def main() -> None:
+    """The `encoderlab` command: a user's mistake is one line and exit code 2, never a traceback."""
+    try:
+        app()
+    except EncoderlabError as exc:
+        error(str(exc))
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise SystemExit(130) from None
+    except OSError as exc:  # a full disk or lost permission where no writer names its file (appends to logs)
+        cause = write_failure(exc)
+        if cause is None:
+            raise  # a bug keeps its traceback
+        error(f"cannot write: {cause}")
+        raise SystemExit(2) from None

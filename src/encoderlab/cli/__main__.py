@@ -1,4 +1,4 @@
 """`python -m encoderlab.cli ...` (and `torchrun -m encoderlab.cli ...`): the same as the `encoderlab` command."""
-from encoderlab.cli.commands import main
+from encoderlab.cli import main
 
 main()

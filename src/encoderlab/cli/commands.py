@@ -7,10 +7,9 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from encoderlab.cli.console import emit, err, error, log, log_after, out
+from encoderlab.cli.console import emit, log, log_after, out
 from encoderlab.cli.study import study_app
 from encoderlab.errors import EncoderlabError
-from encoderlab.io import write_failure
 
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -380,21 +379,4 @@ def _render_sweep(s: dict) -> None:
         out.print(table)
     out.print(f"{s['runs_done_this_time']} runs this time in {s['seconds_this_time']}s; records under the "
               f"output folder, summary in {s['tag']}/{s['protocol_key']}/summary.json")
-
-
-def main() -> None:
-    try:
-        app()
-    except EncoderlabError as exc:
-        error(str(exc))
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        raise SystemExit(130) from None
-    except OSError as exc:  # a full disk or lost permission where no writer names its file (appends to logs)
-        cause = write_failure(exc)
-        if cause is None:
-            raise  # a bug keeps its traceback
-        error(f"cannot write: {cause}")
-        raise SystemExit(2) from None
 

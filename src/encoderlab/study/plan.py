@@ -48,8 +48,8 @@ class Plan:
     base_config: dict
     seq_len: int
     eval_runs: int  # fine-tuning runs (checkpoints x tasks x LRs x seeds)
-    baseline_runs: int = 0  # of those, the runs on random-init baselines (an extra to a paper's grid)
     shapes: dict[str, dict] = field(default_factory=dict)  # imported name -> its ModelConfig fields
+    baseline_runs: int = 0  # of eval_runs, those on random-init baselines (an extra to a paper's grid)
 
     def config(self, run: Run) -> dict:
         """The pretraining config of a run, as `encoderlab pretrain` takes it."""
