@@ -7,6 +7,7 @@ EFBIG, in Python, in safetensors and inside torch.save, as ENOSPC would, without
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -170,7 +171,5 @@ def test_a_sweeps_workers_and_resource_tracker_end_when_its_parent_is_killed(tmp
         assert not [pid for pid in spawned if alive(pid)]
     finally:
         for pid in spawned | {process.pid}:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass

@@ -126,7 +126,8 @@ def test_records_belong_to_the_definition_and_data_of_a_task(tmp_path, tiny_chec
     assert record["task"] == "bbc" and record["fingerprint"] == paths[0].parent.name and record["metric"] == "accuracy"
     cut = record["truncated"]  # the toy tokenizer's pieces are short: most texts exceed 32 tokens
     assert cut["unit"] == "examples" and 0 < cut["train"] <= 64 and set(cut) == {"train", "validation", "test", "unit"}
-    said = f"cut at 32 tokens: {cut['train']} of train, {cut['validation']} of validation, {cut['test']} of test examples"
+    said = (f"cut at 32 tokens: {cut['train']} of train, {cut['validation']} of validation, {cut['test']} of test "
+            "examples")
     assert any("bbc (classification, accuracy)" in line and said in line for line in logs), logs
 
 

@@ -226,7 +226,8 @@ def test_the_scheme_is_derived_once_and_refused_when_no_chunk_scheme_fits():
     assert derive([["S-PER", "O"], ["B-LOC", "E-LOC"]]) == "bioes" and derive([["NN", "VB"]]) is None
     assert toy(scheme=None).scheme == "iob2" and toy(scheme=None).metric == "entity_f1"
     pos = ["DET", "NOUN", "VERB", "X"]
-    with pytest.raises(DataError, match="example 's0', word 0: tag 'NOUN' fits none of iob1, iob2, bioes .*declare tag_scheme: plain"):
+    with pytest.raises(DataError, match="example 's0', word 0: tag 'NOUN' fits none of iob1, iob2, bioes "
+                                        ".*declare tag_scheme: plain"):
         toy(labels=pos, scheme=None)
     assert TokenTask("pos", {s: rows() for s in ("train", "validation", "test")}, pos, None,
                      plain_if_no_chunks=True).metric == "accuracy"

@@ -17,8 +17,8 @@ dynamic programme over the distinct batches sorted by length: a call costs its p
 different sizes (an epoch's short last batch) are never padded into one call: a padded row would change the mean.
 
 Memory. The K runs are split into groups that fit a budget (a fraction of free accelerator memory, or of available
-RAM): per run the weights, gradients and two AdamW moments (`protocol.weights`), plus activations for a batch of the longest
-training example (the protocol's length where the task does not tell).
+RAM): per run the weights, gradients and two AdamW moments (`protocol.weights`), plus activations for a batch of
+the longest training example (the protocol's length where the task does not tell).
 
 Which engine a sweep uses, and when this one is faster: evaluation/engines.py.
 
@@ -302,8 +302,8 @@ def plan_calls(blocks: list[tuple[list[int], dict[str, Tensor]]],
 def run_bytes(model_cfg: ModelConfig, protocol: Protocol, family: str, device: torch.device,
               longest: int | None = None) -> int:
     """A generous estimate of one run's memory in a group: weights, gradients and AdamW moments (fp32, plus bf16
-    copies under autocast; or all bf16), and the activations of a batch of the longest training sequence (`longest`, else the
-    protocol's length) kept for the backward pass."""
+    copies under autocast; or all bf16), and the activations of a batch of the longest training sequence
+    (`longest`, else the protocol's length) kept for the backward pass."""
     n = model_cfg.num_parameters() - (0 if model_cfg.tie_word_embeddings else model_cfg.vocab_size
                                       * model_cfg.hidden_size)  # the backbone: no LM head
     state = n * (8 if protocol.weights == "bf16" else 16 + (2 if protocol.dtype == "bf16" else 0))

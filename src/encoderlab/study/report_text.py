@@ -216,9 +216,9 @@ def compose(report) -> str:
             if len(shares) > 1:
                 labels = [shares[s] for s in sorted(shares)]
                 first, then = group.split("-", 1)
-                parts.append(report.category_table(labels, f"splits-{size}-{budget}-{group}",
-                                                   f"{first.upper()}/{then.upper()} splits at {budget} steps ({size}; "
-                                                   "PAPER.md Tables 10-13)", lambda lb, sh=shares, f=first: _share_name(lb, sh, f)))
+                title = f"{first.upper()}/{then.upper()} splits at {budget} steps ({size}; PAPER.md Tables 10-13)"
+                parts.append(report.category_table(labels, f"splits-{size}-{budget}-{group}", title,
+                                                   lambda lb, sh=shares, f=first: _share_name(lb, sh, f)))
         for kind, arms in sorted(a["cpt"].items()):
             labels = [arms[s] for s in sorted(arms)]
             parts.append(report.category_table(labels, f"cpt-{size}-from-{kind}",

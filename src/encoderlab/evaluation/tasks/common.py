@@ -60,8 +60,10 @@ def holdout(examples: list[dict], fraction: float = HOLDOUT_FRACTION,
     return ([ex for i, ex in enumerate(examples) if i not in held], [ex for i, ex in enumerate(examples) if i in held])
 
 
-def split_validation(examples: list[dict], how: str,
-                     own: Callable[[list[dict]], tuple[list[dict], list[dict]]] = holdout) -> tuple[list[dict], list[dict]]:
+Split = tuple[list[dict], list[dict]]
+
+
+def split_validation(examples: list[dict], how: str, own: Callable[[list[dict]], Split] = holdout) -> Split:
     """(train, validation) of a training set whose task hides its test labels, as the protocol's `holdout` says:
     "encoderlab" is `own` (the family's seeded 5%), "train_test_split" the authors' split, `datasets`'
     `train_test_split(train_size=0.95, seed=42)` of the rows (datasets' own function: their split exactly)."""
