@@ -54,6 +54,16 @@ def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:
     return name, fingerprint
 
 
+def default_hub_id(name: str) -> str:
+    """The Hub dataset a paper task reads without a local copy: part of its identity, so that records made from
+    another default (an earlier encoderlab's) are never taken for this one's."""
+    from encoderlab.evaluation.tasks import classification, loaders, tokens
+
+    ids = {**dict.fromkeys(("sst2", "mnli", "qqp"), classification.GLUE_HUB), **loaders.HUB, **loaders.HUB_IDS,
+           **{task: hub for task, (hub, _) in tokens.CONLL_HUB.items()}}
+    return ids[name]
+
+
 def task_family(spec: str, *, root: Path | None = None) -> str:
     """The family of the task a spec names, read from its definition (no data is loaded or hashed)."""
     name = spec.partition("=")[0]
@@ -70,7 +80,8 @@ def task_family(spec: str, *, root: Path | None = None) -> str:
 def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab") -> tuple[str, str, Callable[[], EvalTask]]:
     name, _, source = spec.partition("=")
     if name in PAPER_TASKS:
-        return name, paper_fingerprint(name, source or None), lambda: _paper_task(name, source or None, holdout)
+        return name, paper_fingerprint(name, source or default_hub_id(name)), \
+            lambda: _paper_task(name, source or None, holdout)
     if name.endswith((".yaml", ".yml")):
         file = read_task_file(Path(name))
         return file.name, file.fingerprint(), lambda: _user_task(file, holdout)
