@@ -53,11 +53,22 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
             "checkpoint": str(plan.eval_checkpoint(e))}))
     for e in plan.evaluations:
         deps = [f"pretrain:{e.run}" if e.run else f"random:{e.size}"] if e.kind != "imported" else []
-        for task in expand_tasks(e.tasks):
-            jobs.append(Job(f"eval:{e.label}:{task}", "eval", deps,
-                            {"checkpoint": str(plan.eval_checkpoint(e)), "task": task,
+        for name, tasks in _eval_groups(expand_tasks(e.tasks), protocol):
+            jobs.append(Job(f"eval:{e.label}:{name}", "eval", deps,
+                            {"checkpoint": str(plan.eval_checkpoint(e)), "tasks": tasks,
                              "protocol": protocol.model_dump(mode="json"), "out": str(plan.root / "evals")}))
     return jobs
+
+
+def _eval_groups(tasks: list[str], protocol) -> list[tuple[str, list[str]]]:
+    """One job a task; with `retrieval.train_on`, one job for every retrieval task: they share one trained model
+    per LR and seed, which separate jobs would each train again (the plan counts it once)."""
+    from encoderlab.evaluation.tasks import task_family
+
+    if not protocol.retrieval.train_on:
+        return [(t, [t]) for t in tasks]
+    retrieval = [t for t in tasks if task_family(t) == "retrieval"]
+    return [(t, [t]) for t in tasks if t not in retrieval] + ([("retrieval", retrieval)] if retrieval else [])
 
 
 def is_done(job: Job) -> bool:
@@ -74,9 +85,9 @@ def is_done(job: Job) -> bool:
     tag = records.checkpoint_tag(job.args["checkpoint"])
     key = records.protocol_key(protocol)
     out = Path(job.args["out"])
-    name, fingerprint = task_identity(job.args["task"])  # its data hashed once per process, not once per job
+    identities = [task_identity(task) for task in job.args["tasks"]]  # data hashed once per process, not per job
     return all(records.read(records.record_path(out, tag, key, name, fingerprint, lr, seed)) is not None
-               for lr in protocol["lrs"] for seed in protocol["seeds"])
+               for name, fingerprint in identities for lr in protocol["lrs"] for seed in protocol["seeds"])
 
 
 # ------------------------------------------------------------------------------------------------ in a worker
@@ -139,14 +150,15 @@ def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
     from encoderlab.train import checkpoint
 
     protocol = validate(Protocol, job.args["protocol"], where=job.id)
-    task = job.args["task"]
     tok = (checkpoint.resolve(job.args["checkpoint"]) / "tokenizer" / "tokenizer.json").read_bytes()
     prepared = _PREPARED.setdefault((records.protocol_key(job.args["protocol"]), hash(tok)), {})
-    summary = run_sweep(job.args["checkpoint"], [task], protocol, Path(job.args["out"]), log=lambda m: None,
-                        show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks", prepared=prepared)
-    entry = next(iter(summary["tasks"].values()), {})  # the one task, under its name (a YAML's is not its spec)
-    return {"seconds": round(time.perf_counter() - started, 1), "test": entry.get("test"),
-            "failed": entry.get("failed", 0)}
+    summary = run_sweep(job.args["checkpoint"], job.args["tasks"], protocol, Path(job.args["out"]),
+                        log=lambda m: None, show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks",
+                        prepared=prepared)
+    entries = list(summary["tasks"].values())  # under their names (a YAML's is not its spec)
+    tests = [e["test"] for e in entries if e.get("test") is not None]
+    return {"seconds": round(time.perf_counter() - started, 1), "test": sum(tests) / len(tests) if tests else None,
+            "failed": sum(e.get("failed", 0) for e in entries)}
 
 
 def _run_in_worker(job: Job) -> dict:
