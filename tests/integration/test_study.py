@@ -293,3 +293,14 @@ def test_two_worker_processes_give_the_records_of_one(tmp_path, packed_dir, task
     assert one.keys() == two.keys() and len(one) == 3 * 4
     for key in one:
         assert json.dumps(one[key], sort_keys=True) == json.dumps(two[key], sort_keys=True), key
+
+
+def test_retrieval_trained_once_is_one_study_job():
+    """With retrieval.train_on the retrieval tasks of a checkpoint share one model per LR and seed: one job trains
+    it (the plan counts it once), where one job a task would train it again for each."""
+    from encoderlab.evaluation.protocol import Protocol
+
+    tasks = ["sst2", "msmarco", "nq", "mldr"]
+    assert runner_module._eval_groups(tasks, Protocol()) == [(t, [t]) for t in tasks]
+    paper = Protocol(retrieval={"train_on": "msmarco", "corpus": "judged", "relevance": "binary", "loss": "mnrl"})
+    assert runner_module._eval_groups(tasks, paper) == [("sst2", ["sst2"]), ("retrieval", ["msmarco", "nq", "mldr"])]
