@@ -3,6 +3,7 @@ or the new complete one), JSON and JSON lines, checksums, the lock that keeps on
 home folder where data and caches live."""
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import hashlib
@@ -13,7 +14,10 @@ import secrets
 import shutil
 import socket
 import stat
+import signal
 import sys
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -216,3 +220,28 @@ def _holder(path: Path) -> str:
         return f"process {holder['pid']} on {holder['host']} ({holder['command']})"
     except (OSError, ValueError, KeyError, TypeError):  # the holder is still writing its name
         return "another process"
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent(parent: int) -> None:
+    """End this worker process as soon as process `parent` ends, however it ends: after a kill -9 no shutdown
+    reaches a pool, and orphaned workers (and the resource tracker, which waits for them) would run on for nobody,
+    writing into folders that a new run may be using. Call it first in a pool's initializer."""
+    # Linux: the kernel kills this process when the thread that spawned it ends; a pool spawns its workers from
+    # the thread that submits the work, which holds the pool to its end.
+    try:
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0:
+            if os.getppid() != parent:  # it ended before the request took effect
+                os._exit(1)
+            return
+    except (OSError, AttributeError):  # no prctl: elsewhere than Linux
+        pass
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:  # an orphan is adopted by another process
+        time.sleep(1)
+    os._exit(1)

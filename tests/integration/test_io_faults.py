@@ -156,13 +156,18 @@ def test_a_sweeps_workers_and_resource_tracker_end_when_its_parent_is_killed(tmp
     process = cli("sweep", str(run), str(classification_task(tmp_path)), "--protocol", str(tmp_path / "protocol.yaml"),
                   "--out", str(tmp_path / "evals"), "--engine", "sequential", "--workers", "2",
                   env={"ENCODERLAB_HOME": str(tmp_path / "home")})
+    assert_workers_end_with(process)
+
+
+def assert_workers_end_with(process: subprocess.Popen) -> None:
+    """Once `process` runs two pool workers (and the resource tracker), kill -9 it: none of them may outlive it."""
     spawned: set[int] = set()
     try:
         deadline = time.monotonic() + 240
         while len(spawned := children(process.pid)) < 3 and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)  # two workers and the resource tracker
         assert len(spawned) >= 3, process.communicate()[1]
-        time.sleep(2)  # the workers receive their runs
+        time.sleep(2)  # the workers receive their work
         process.kill()
         process.wait()
         deadline = time.monotonic() + 60  # they end at once; the margin is for a loaded machine
@@ -173,3 +178,19 @@ def test_a_sweeps_workers_and_resource_tracker_end_when_its_parent_is_killed(tmp
         for pid in spawned | {process.pid}:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_a_studys_workers_end_when_it_is_killed(tmp_path, packed_dir):
+    """Orphaned study workers once went on pretraining into a study folder that a new run was using."""
+    (tmp_path / "pretrain.yaml").write_text(yaml.safe_dump({  # pretraining runs far longer than the test waits
+        "data": {"path": str(packed_dir)}, "model": {"preset": "micro", "num_hidden_layers": 1},
+        "lr_schedule": {"kind": "wsd", "warmup_steps": 2, "decay_steps": 4},
+        "train": {"global_batch": 2, "dtype": "fp32", "tensorboard": False, "save_every": 100000}}))
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump({"name": "p", "lrs": [1e-3], "seeds": [0]}))
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({
+        "name": "s", "out_dir": str(tmp_path / "studies"), "pretrain": "pretrain.yaml", "budget": 100000,
+        "models": [{"sizes": ["micro"], "objectives": ["clm", "mlm40"]}],
+        "evaluation": {"protocol": "protocol.yaml", "tasks": [str(classification_task(tmp_path))]}}))
+    assert_workers_end_with(cli("study", "run", str(tmp_path / "study.yaml"), "--workers", "2",
+                                env={"ENCODERLAB_HOME": str(tmp_path / "home")}))

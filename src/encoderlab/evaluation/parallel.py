@@ -9,13 +9,10 @@ and writes every record itself, as the sequential sweep does: the records are th
 """
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import pickle
 import signal
-import threading
-import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
@@ -24,10 +21,10 @@ import torch
 from encoderlab.evaluation.finetune import finetune, planned_steps
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.io import die_with_parent
 from encoderlab.model.config import ModelConfig
 
 _WORKER: dict = {}  # in a worker process: what every run needs, received once
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def threads_per_worker(workers: int) -> int:
@@ -52,31 +49,10 @@ def _init_worker(payload: bytes, threads: int, parent: int) -> None:
     # Ctrl-C ends a worker at once. Python's default would raise KeyboardInterrupt inside the run, which the pool
     # hands back as that run's result before taking the next one, so a sweep took its queued runs to stop.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    _die_with(parent)
+    die_with_parent(parent)
     torch.set_num_threads(threads)
     tasks, model_cfg, weights, protocol = pickle.loads(payload)
     _WORKER.update(tasks=tasks, model_cfg=model_cfg, weights=weights, protocol=protocol)
-
-
-def _die_with(parent: int) -> None:
-    """End this worker as soon as process `parent` ends, however it ends: after a kill -9 no shutdown reaches the
-    pool, and orphaned workers (and the resource tracker, which waits for them) would run on for nobody."""
-    # Linux: the kernel kills this process when the thread that spawned it ends; the pool spawns its workers from
-    # the thread that submits the runs, which holds the pool to its end.
-    try:
-        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0:
-            if os.getppid() != parent:  # it ended before the request took effect
-                os._exit(1)
-            return
-    except (OSError, AttributeError):  # no prctl: elsewhere than Linux
-        pass
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-
-
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:  # an orphan is adopted by another process
-        time.sleep(1)
-    os._exit(1)
 
 
 def _run(task_name: str, lr: float, seed: int) -> dict:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
-from encoderlab.io import atomic_file, write_json
+from encoderlab.io import atomic_file, die_with_parent, write_json
 from encoderlab.evaluation import records
 from encoderlab.train.checkpoint import checkpoint_name
 from encoderlab.study.imported import prepare_imports
@@ -95,7 +95,8 @@ def is_done(job: Job) -> bool:
 _PREPARED: dict[tuple, dict] = {}  # per process, by protocol and tokenizer: tasks by spec, tokenised once
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, parent: int) -> None:
+    die_with_parent(parent)  # a killed study leaves no worker writing into its folders
     import torch
 
     torch.set_num_threads(threads)
@@ -290,8 +291,9 @@ def _execute(board: Board, workers: int) -> Iterator[tuple[Job, dict | None, str
     records each on the board before asking for the next, so what is ready follows."""
     workers = max(1, workers)
     threads = max(1, (os.cpu_count() or 1) // workers)
-    with (_InProcess() if workers <= 1 else ProcessPoolExecutor(
-            workers, mp_context=get_context("spawn"), initializer=_init_worker, initargs=(threads,))) as pool:
+    with (_InProcess() if workers <= 1 else ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
+                                                                initializer=_init_worker,
+                                                                initargs=(threads, os.getpid()))) as pool:
         running: dict[Future, Job] = {}
         while True:
             busy = {j.id for j in running.values()}
