@@ -73,23 +73,34 @@ def _beir(n_docs: int, n_queries: int, qrel_splits: dict[str, range]) -> dict:
     return {"corpus": corpus, "queries": queries, "qrels": qrels}
 
 
+def _mldr(corpus_config: str, queries_config: str, splits: tuple[str, ...]):
+    """load_dataset of an MLDR copy: query rows with positive passages per split, and a corpus {docid, text}."""
+    rows = {s: datasets.Dataset.from_list([
+        {"query_id": f"{s}-{i}", "query": f"{s} question {i}",
+         "positive_passages": [{"docid": f"doc-{s}-{i}", "text": "x", "title": ""}],
+         "negative_passages": [{"docid": "doc-extra", "text": "y", "title": ""}]} for i in range(3)]) for s in splits}
+    corpus = datasets.Dataset.from_list([{"docid": f"doc-{s}-{i}", "text": f"long document {s} {i}"}
+                                         for s in splits for i in range(3)]
+                                        + [{"docid": "doc-extra", "text": "an unjudged document"}])
+    answers = {(corpus_config, "corpus"): corpus, **{(queries_config, s): rows[s] for s in splits}}
+    return lambda name, split: answers[name, split]  # another config or split: KeyError
+
+
 @pytest.fixture
 def hub(monkeypatch):
     """datasets.load_dataset answering from in-memory fixtures in each Hub dataset's schema."""
     sets = {"BeIR/msmarco": _beir(12, 10, {"train": range(0, 6), "dev": range(6, 8), "test": range(8, 10)}),
             "BeIR/nq": _beir(12, 10, {"test": range(0, 10)})}
-    mldr_rows = {s: datasets.Dataset.from_list([
-        {"query_id": f"{s}-{i}", "query": f"{s} question {i}",
-         "positive_passages": [{"docid": f"doc-{s}-{i}", "text": "x", "title": ""}],
-         "negative_passages": [{"docid": "doc-extra", "text": "y", "title": ""}]} for i in range(3)])
-        for s in ("train", "dev", "test")}
-    mldr_corpus = datasets.Dataset.from_list([{"docid": f"doc-{s}-{i}", "text": f"long document {s} {i}"}
-                                              for s in ("train", "dev", "test") for i in range(3)]
-                                             + [{"docid": "doc-extra", "text": "an unjudged document"}])
+    mldr = {"hgissbkh/mldr-en": _mldr("corpus", "default", ("dev", "test")),
+            "Shitao/MLDR": _mldr("corpus-en", "en", ("train", "dev", "test"))}
+    pairs = datasets.DatasetDict({"train": datasets.Dataset.from_list(
+        [{"query": f"pair question {i}", "positive": f"the passage answering {i}"} for i in range(4)])})
 
     def load_dataset(path, name=None, split=None, **kwargs):
-        if path == "Shitao/MLDR":
-            return mldr_corpus if name == "corpus-en" else mldr_rows[split]
+        if path == "hgissbkh/msmarco-pairs":
+            return pairs[split] if split else pairs
+        if path in mldr:
+            return mldr[path](name, split)
         if path.endswith("-qrels"):
             return sets[path.removesuffix("-qrels")]["qrels"]
         return sets[path][name]
@@ -98,11 +109,41 @@ def hub(monkeypatch):
     monkeypatch.setattr(loaders, "check_hub", lambda *a, **k: None)
 
 
-def test_msmarco_from_its_hub_schema(hub):
+def test_msmarco_trains_on_the_authors_pairs_and_is_scored_on_beir_judgements(hub):
     task = loaders.load_hub_retrieval("msmarco")
     assert task.splits == ["test", "train", "validation"] and task.has_train and task.data_split is None
+    assert task.qrels["train"] == {f"pair-q-{i}": {f"pair-d-{i}": 1} for i in range(4)}  # not BeIR's train qrels
+    texts = {task._query_source[q]: task._doc_texts[task._doc_index[d]]
+             for q, rel in task.qrels["train"].items() for d in rel}
+    assert texts["pair question 2"] == "Document: the passage answering 2"
+    assert task.qrels["validation"] == {"q6": {"d6": 1}, "q7": {"d7": 1}}
     task.configure(corpus="judged", relevance="binary", loss="mnrl")
     assert task.searched_documents("validation") == 2 and task.searched_documents("test") == 2
+    task.configure(corpus="all", relevance="binary", loss="mnrl")
+    assert task.searched_documents("test") == 12  # BeIR's corpus: the pairs' passages are never searched
+    task.limit_corpus(5, seed=0)
+    assert task.searched_documents("test") == 5 and not any(
+        task.doc_ids[i].startswith("pair-") for i in task._searched_in("test"))
+
+
+def test_msmarco_from_a_local_beir_folder_keeps_its_own_train_qrels(tmp_path):
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(f'{{"_id": "d{i}", "text": "doc {i}"}}\n' for i in range(4)))
+    (tmp_path / "queries.jsonl").write_text("".join(f'{{"_id": "q{i}", "text": "query {i}"}}\n' for i in range(4)))
+    for split, ids in (("train", (0, 1)), ("dev", (2,)), ("test", (3,))):
+        (tmp_path / "qrels" / f"{split}.tsv").write_text("".join(f"q{i}\td{i}\t1\n" for i in ids))
+    task = loaders.load_hub_retrieval("msmarco", str(tmp_path))
+    assert task.qrels["train"] == {"q0": {"d0": 1}, "q1": {"d1": 1}} and task.searched_documents("test") == 4
+
+
+def test_a_hub_msmarco_is_identified_with_its_training_pairs():
+    from encoderlab.evaluation.tasks import default_hub_id, task_identity
+    from encoderlab.evaluation.tasks.taskfile import paper_fingerprint
+
+    assert default_hub_id("msmarco") == "BeIR/msmarco" and default_hub_id("mldr") == "hgissbkh/mldr-en"
+    assert task_identity("msmarco")[1] == paper_fingerprint("msmarco", "BeIR/msmarco", "hgissbkh/msmarco-pairs")
+    assert task_identity("msmarco")[1] != paper_fingerprint("msmarco", "BeIR/msmarco")  # the earlier BeIR train
+    assert task_identity("nq")[1] == paper_fingerprint("nq", "BeIR/nq")
 
 
 def test_nq_test_queries_halved_with_a_recorded_seed_as_encodeval_does(hub):
@@ -117,8 +158,16 @@ def test_nq_test_queries_halved_with_a_recorded_seed_as_encodeval_does(hub):
     assert task.searched_documents("validation") == 5  # its own queries' documents, of the 12
 
 
-def test_mldr_dev_and_test_from_its_hub_schema(hub):
+def test_mldr_dev_and_test_from_the_authors_mldr_en(hub):
     task = loaders.load_hub_retrieval("mldr")
+    assert task.splits == ["test", "validation"] and not task.has_train  # the authors train on MS MARCO only
     assert task.qrels["validation"] == {f"dev-{i}": {f"doc-dev-{i}": 1} for i in range(3)}
+    assert task._query_source["test-1"] == "test question 1" and len(task.doc_ids) == 7
     task.configure(corpus="judged", relevance="binary", loss="mnrl")
-    assert task.searched_documents("test") == 3 and len(task.doc_ids) == 10
+    assert task.searched_documents("test") == 3 and task.searched_documents("validation") == 3
+
+
+def test_mldr_still_reads_shitao_mldr_when_named(hub):
+    task = loaders.load_hub_retrieval("mldr", "Shitao/MLDR")
+    assert task.splits == ["test", "train", "validation"] and len(task.doc_ids) == 10
+    assert task.qrels["train"] == {f"train-{i}": {f"doc-train-{i}": 1} for i in range(3)}

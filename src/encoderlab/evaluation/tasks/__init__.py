@@ -80,7 +80,9 @@ def task_family(spec: str, *, root: Path | None = None) -> str:
 def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab") -> tuple[str, str, Callable[[], EvalTask]]:
     name, _, source = spec.partition("=")
     if name in PAPER_TASKS:
-        return name, paper_fingerprint(name, source or default_hub_id(name)), \
+        from encoderlab.evaluation.tasks.loaders import HUB_TRAIN_PAIRS  # msmarco's, from the Hub
+
+        return name, paper_fingerprint(name, source or default_hub_id(name), HUB_TRAIN_PAIRS.get(name)), \
             lambda: _paper_task(name, source or None, holdout)
     if name.endswith((".yaml", ".yml")):
         file = read_task_file(Path(name))

@@ -83,7 +83,12 @@ def load_hub_qa(kind: Literal["squad", "squad_v2", "record", "qed"], source: str
                   allow_unanswerable=kind == "squad_v2")
 
 
-HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "Shitao/MLDR"}
+HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "hgissbkh/mldr-en"}
+# The authors train retrieval on these pairs (one relevant passage text per query), not on BeIR's train qrels
+HUB_TRAIN_PAIRS = {"msmarco": "hgissbkh/msmarco-pairs"}
+# MLDR hub copies: (corpus config, queries config, hub split of each of our splits). The authors' mldr-en has no train
+MLDR_SCHEMAS = {"hgissbkh/mldr-en": ("corpus", "default", {"validation": "dev", "test": "test"}),
+                "Shitao/MLDR": ("corpus-en", "en", {"train": "train", "validation": "dev", "test": "test"})}
 NQ_SPLIT_SEED = 42  # NQ has test judgements only: its test queries are halved into validation and test (PAPER.md)
 
 
@@ -105,21 +110,27 @@ def halve_test(qrels: dict[str, Split], queries: dict[str, str], seed: int = NQ_
 def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:
     """MS MARCO or NQ (BEIR schema: `ID` corpus/queries + `ID-qrels`) or MLDR (English), from the hub or a folder.
 
-    `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). BEIR's NQ has test qrels only:
-    without validation qrels its test queries are halved (`halve_test`, seed NQ_SPLIT_SEED, kept in `data_split`).
+    `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). From the hub, MS MARCO's train
+    split is the authors' pairs (`HUB_TRAIN_PAIRS`). BeIR's NQ has test qrels only: without validation qrels its test
+    queries are halved (`halve_test`, seed NQ_SPLIT_SEED, kept in `data_split`).
     """
     if kind not in HUB_IDS:
         raise DataError(f"unknown retrieval dataset {kind!r}; known: {', '.join(HUB_IDS)}")
+    pair_docs: set[str] = set()
     if source and Path(source).exists():
         corpus, queries, qrels, files = _read_beir(Path(source))
     else:
         hub_id = source or HUB_IDS[kind]
         corpus, queries, qrels = _hub_retrieval(kind, hub_id)
         files = {"corpus": hub_id, "queries": hub_id}
+        if kind in HUB_TRAIN_PAIRS:
+            pair_docs = _add_pairs(kind, corpus, queries, qrels)
+            files["train"] = f"{HUB_TRAIN_PAIRS[kind]} (train pairs)"
     note = None
     if kind == "nq" and "validation" not in qrels and "test" in qrels:
         qrels, note = halve_test(qrels, queries)
-    task = RetrievalTask(kind, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+    task = RetrievalTask(kind, corpus, queries, qrels, files={k: str(v) for k, v in files.items()},
+                         train_only=pair_docs)
     task.data_split = note
     return task
 
@@ -132,25 +143,49 @@ def _hub_retrieval(kind: str, hub_id: str) -> tuple[dict, dict, dict]:
         import datasets  # deferred: heavy, and only hub ids need it
 
         if kind == "mldr":
-            corpus = {r["docid"]: {"title": "", "text": r["text"]}
-                      for r in datasets.load_dataset(hub_id, "corpus-en", split="corpus")}
-            queries, qrels = {}, {}
-            for split, hub_split in (("train", "train"), ("validation", "dev"), ("test", "test")):
-                for r in datasets.load_dataset(hub_id, "en", split=hub_split):
-                    queries[r["query_id"]] = r["query"]
-                    qrels.setdefault(split, {})[r["query_id"]] = {p["docid"]: 1 for p in r["positive_passages"]}
-        else:
-            corpus = {str(r["_id"]): {"title": r["title"], "text": r["text"]}
-                      for r in datasets.load_dataset(hub_id, "corpus", split="corpus")}
-            queries = {str(r["_id"]): r["text"] for r in datasets.load_dataset(hub_id, "queries", split="queries")}
-            qrels = {}
-            for split, rows in datasets.load_dataset(f"{hub_id}-qrels").items():
-                for r in rows:
-                    qrels.setdefault("validation" if split == "dev" else split, {}).setdefault(
-                        str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
+            return _hub_mldr(datasets, hub_id)
+        corpus = {str(r["_id"]): {"title": r["title"], "text": r["text"]}
+                  for r in datasets.load_dataset(hub_id, "corpus", split="corpus")}
+        queries = {str(r["_id"]): r["text"] for r in datasets.load_dataset(hub_id, "queries", split="queries")}
+        qrels = {}
+        for split, rows in datasets.load_dataset(f"{hub_id}-qrels").items():
+            if split == "train" and kind in HUB_TRAIN_PAIRS:  # the authors train on their own pairs instead
+                continue
+            for r in rows:
+                qrels.setdefault("validation" if split == "dev" else split, {}).setdefault(
+                    str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
     except Exception as e:
         raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
     return corpus, queries, qrels
+
+
+def _hub_mldr(datasets, hub_id: str) -> tuple[dict, dict, dict]:
+    """MLDR's corpus {docid, text} and query rows {query_id, query, positive_passages: [{docid}]}."""
+    corpus_config, queries_config, splits = MLDR_SCHEMAS.get(hub_id, MLDR_SCHEMAS[HUB_IDS["mldr"]])
+    corpus = {r["docid"]: {"title": "", "text": r["text"]}
+              for r in datasets.load_dataset(hub_id, corpus_config, split="corpus")}
+    queries, qrels = {}, {}
+    for split, hub_split in splits.items():
+        for r in datasets.load_dataset(hub_id, queries_config, split=hub_split):
+            queries[r["query_id"]] = r["query"]
+            qrels.setdefault(split, {})[r["query_id"]] = {p["docid"]: 1 for p in r["positive_passages"]}
+    return corpus, queries, qrels
+
+
+def _add_pairs(kind: str, corpus: dict, queries: dict, qrels: dict) -> set[str]:
+    """The authors' training pairs, given as texts ({query, positive}), become the train split under ids of their own
+    ("pair-q-N", "pair-d-N"); returns those documents, which are never searched (they are not the split's corpus)."""
+    hub_id = HUB_TRAIN_PAIRS[kind]
+    try:
+        import datasets  # deferred: heavy, and only hub ids need it
+
+        rows = datasets.load_dataset(hub_id, split="train")
+        train = qrels["train"] = {f"pair-q-{i}": {f"pair-d-{i}": 1} for i in range(len(rows))}
+        for i, r in enumerate(rows):
+            queries[f"pair-q-{i}"], corpus[f"pair-d-{i}"] = r["query"], {"title": "", "text": r["positive"]}
+    except Exception as e:
+        raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
+    return {d for rel in train.values() for d in rel}
 
 
 def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:

@@ -104,10 +104,11 @@ class RetrievalTask(EvalTask):
     data_split: dict | None = None  # how splits were derived where the source lacks one (NQ's validation)
 
     def __init__(self, name: str, corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split],
-                 *, files: dict[str, str] | None = None) -> None:
+                 *, files: dict[str, str] | None = None, train_only: set[str] = frozenset()) -> None:
         """corpus: id -> {"title", "text"}; queries: id -> text; qrels: split -> query -> document -> grade.
 
-        `files` names where corpus, queries and each split's qrels came from, for error messages.
+        `files` names where corpus, queries and each split's qrels came from, for error messages. `train_only`:
+        documents that are training positives only (given with their pairs, not part of the corpus): never searched.
         """
         self.name = name
         where = {"corpus": f"{name}: corpus", "queries": f"{name}: queries"}
@@ -127,7 +128,8 @@ class RetrievalTask(EvalTask):
         self._queries: _Tokens | None = None
         self._pad_id = 0
         self._embedding_cache: tuple[tuple, list[tuple[Tensor, Tensor]]] | None = None
-        self._searched: np.ndarray | None = None  # corpus indices that are ranked (None: all); see limit_corpus
+        self._train_only = set(train_only)
+        self._searched = self._searchable()  # corpus indices that are ranked (None: all); see limit_corpus
         self._judged_only, self._binary, self._loss = False, False, "infonce"  # see configure
 
     def _index_queries(self) -> None:
@@ -152,14 +154,19 @@ class RetrievalTask(EvalTask):
         reduced corpus are higher than on the whole one; the protocol records the cap. Before `prepare`.
         """
         judged = {d for split, rel in self.qrels.items() if split != "train" for r in rel.values() for d in r}
-        if len(self.doc_ids) <= max(n, len(judged)):
-            self._searched = None
+        if len(self.doc_ids) - len(self._train_only) <= max(n, len(judged)):
+            self._searched = self._searchable()
             return
-        others = sorted(set(self.doc_ids) - judged)
+        others = sorted(set(self.doc_ids) - judged - self._train_only)
         order = torch.randperm(len(others), generator=torch.Generator().manual_seed(seed)).tolist()
         keep = judged | {others[i] for i in order[: max(0, n - len(judged))]}
         self._searched = np.array(sorted(self._doc_index[d] for d in keep), dtype=np.int64)
         self._embedding_cache = None
+
+    def _searchable(self) -> np.ndarray | None:
+        if not self._train_only:
+            return None
+        return np.array([i for i, d in enumerate(self.doc_ids) if d not in self._train_only], dtype=np.int64)
 
     def configure(self, corpus: str, relevance: str, loss: str) -> None:
         """The protocol's `retrieval` settings (evaluation/protocol.py RetrievalSection). Before `prepare`."""

@@ -160,12 +160,12 @@ def offline_fingerprint(folder: Path, family: str) -> str:
     return fingerprint({"offline": folder_digests(folder, ["task.json", *data_files(family)])})
 
 
-def paper_fingerprint(name: str, source: str | None) -> str:
+def paper_fingerprint(name: str, source: str | None, train_pairs: str | None = None) -> str:
     """A local copy by its files; a hub dataset by its id (the default one of `name` when `source` is None; a
-    local copy pins the content, which a hub dataset's id alone does not)."""
+    local copy pins the content, which a hub dataset's id alone does not), and that of its training pairs if any."""
     local = Path(source).expanduser() if source else None
     if local is not None and local.exists():
         files = folder_digests(local) if local.is_dir() else {local.name: file_digest(local)}
         return fingerprint({"paper": name, "files": files})
-    return fingerprint({"paper": name, "hub": source})
+    return fingerprint({"paper": name, "hub": source, **({"train_pairs": train_pairs} if train_pairs else {})})
 
