@@ -25,17 +25,14 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
 
 # Settings added after records existed, at the value that reproduces those records: left out of the hash there, so
 # that the records made before each setting existed keep their key; any other value is hashed, so never mixes.
-ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pairs": "segments", "holdout": "encoderlab"}
+ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pairs": "segments", "holdout": "encoderlab",
+                  "retrieval": {"train_on": None, "corpus": "all", "relevance": "graded", "loss": "infonce"}}
 
 
 def protocol_key(protocol: dict) -> str:
     """`demo-1a2b3c4d`: the protocol's name and a hash of every setting but the reporting ones."""
-    from encoderlab.evaluation.protocol import RetrievalSection
-
     settings = {k: v for k, v in protocol.items() if k not in ("name", "curve_every", "eval_batch_size")
                 and not (k in ADDED_SETTINGS and v == ADDED_SETTINGS[k])}
-    if settings.get("retrieval", {}) == RetrievalSection().model_dump(mode="json"):
-        del settings["retrieval"]  # the defaults: the records of protocols from before the section keep their key
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', protocol.get('name', 'protocol'))}-{digest}"
 
