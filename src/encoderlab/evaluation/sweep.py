@@ -26,7 +26,7 @@ from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.shared_training import TrainedOnce, training_units
-from encoderlab.evaluation.tasks import load_task, task_identity
+from encoderlab.evaluation.tasks import load_task, task_family, task_identity
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.train import checkpoint as ckpt
@@ -94,7 +94,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     weights = backbone_state(model.state_dict())
     del model
     train_on = protocol.retrieval.train_on
-    if train_on and any(prepared[s].family == "retrieval" if s in prepared else _is_retrieval(s) for s in specs):
+    if train_on and any(prepared[s].family == "retrieval" if s in prepared else task_family(s) == "retrieval"
+                       for s in specs):
         specs_to_load = [*specs, train_on] if train_on not in specs else specs
     else:
         specs_to_load, train_on = specs, None
@@ -123,12 +124,6 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         finally:
             progress.close()
         return sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
-
-
-def _is_retrieval(spec: str) -> bool:
-    from encoderlab.evaluation.tasks import task_family
-
-    return task_family(spec) == "retrieval"
 
 
 def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
