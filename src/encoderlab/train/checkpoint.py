@@ -168,19 +168,20 @@ def set_latest(run_dir: Path, dest: Path) -> None:
 
 
 def latest(run_dir: Path) -> Path | None:
-    """The checkpoint LATEST names; None when the run has written none. Anything else is refused, never guessed: a
-    run must not silently resume elsewhere than where its pointer says (or start again over its checkpoints), and a
-    name such as ../../x must never lead outside the run's checkpoints."""
+    """The checkpoint LATEST names; None without a LATEST (none written yet, or it was lost: `newest_complete` finds
+    what is there). Anything else is refused, never guessed: a run must not silently resume elsewhere than where
+    its pointer says, and a name such as ../../x must never lead outside the run's checkpoints."""
     pointer = run_dir / LATEST
-    newest = _older_hint(run_dir / "checkpoints" / "step-~")  # every step-N sorts before step-~
     if not pointer.exists():
         return None
+    newest = run_dir / "checkpoints" / "step-~"  # every step-N sorts before it: the hint names the newest complete
     if not pointer.is_file():
-        raise EncoderlabError(f"{pointer} is not a file: it should name this run's latest checkpoint{newest}")
+        raise EncoderlabError(f"{pointer} is not a file: it should name this run's latest checkpoint"
+                              f"{_older_hint(newest)}")
     name = pointer.read_text(errors="replace").strip()
     if not STEP_NAME.fullmatch(name):
         raise EncoderlabError(f"{pointer} names {ascii(name[:80])}, which is not a checkpoint of this run (a "
-                              f"step-NNNNNNN folder in {run_dir / 'checkpoints'}){newest}")
+                              f"step-NNNNNNN folder in {run_dir / 'checkpoints'}){_older_hint(newest)}")
     path = run_dir / "checkpoints" / name
     if not (path / "state.json").exists():
         raise EncoderlabError(f"{pointer} names {path.name}, which is missing or incomplete (no state.json)"
