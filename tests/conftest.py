@@ -1,6 +1,7 @@
 """Shared fixtures: a small packed dataset built from synthetic text, so tests need no download."""
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -36,6 +37,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def write_classification_task(folder: Path) -> Path:
+    """A tiny task file in `folder` ('good'/'bad' films, 8 rows a split): for tests that need some task, not scores."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "dev", "test"):
+        rows = [{"text": f"the film was {word}", "label": word} for word in ("good", "bad") * 4]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "task.yaml").write_text("family: classification\ntrain: train.jsonl\nvalidation: dev.jsonl\n"
+                                      "test: test.jsonl\ntext_column: text\nlabel_column: label\n")
+    return folder / "task.yaml"
+
+
+@pytest.fixture(scope="session")
+def classification_task():
+    """`classification_task(folder)` -> the path of a tiny task file written there."""
+    return write_classification_task
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ tests/unit/test_checkpoint_verify.py checks the same refusals function by functi
 """
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 
@@ -33,19 +32,13 @@ def trainer(out, packed, name, resume=False):
 
 
 @pytest.fixture(scope="module")
-def written(tmp_path_factory, packed_dir):
+def written(tmp_path_factory, packed_dir, classification_task):
     """A run stopped after step 4 of 6 (checkpoints 2, 3 = phase, 4 = stable and LATEST), the same run never
     stopped, and a classification task for fine-tuning."""
     out = tmp_path_factory.mktemp("damaged")
     trainer(out, packed_dir, "run").run(stop_at=4)
     trainer(out, packed_dir, "straight").run()
-    task = out / "task"
-    task.mkdir()
-    for split in ("train", "dev", "test"):
-        rows = [{"text": f"the film was {word}", "label": word} for word in ("good", "bad") * 4]
-        (task / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (task / "task.yaml").write_text("family: classification\ntrain: train.jsonl\nvalidation: dev.jsonl\n"
-                                    "test: test.jsonl\ntext_column: text\nlabel_column: label\n")
+    classification_task(out / "task")
     return out
 
 

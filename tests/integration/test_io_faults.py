@@ -8,9 +8,7 @@ EFBIG, in Python, in safetensors and inside torch.save, as ENOSPC would, without
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import random
 import resource
 import signal
 import stat
@@ -137,19 +135,8 @@ def alive(pid: int) -> bool:
         return False
 
 
-def classification_task(folder: Path) -> Path:
-    rng = random.Random(0)
-    for split, n in (("train", 64), ("dev", 16), ("test", 16)):
-        rows = [{"text": " ".join(rng.choices("the film was good bad plot".split(), k=8)), "label": rng.choice("ab")}
-                for _ in range(n)]
-        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "task.yaml").write_text("family: classification\ntrain: train.jsonl\nvalidation: dev.jsonl\n"
-                                      "test: test.jsonl\ntext_column: text\nlabel_column: label\n")
-    return folder / "task.yaml"
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
-def test_a_sweeps_workers_and_resource_tracker_end_when_its_parent_is_killed(tmp_path, run):
+def test_a_sweeps_workers_and_resource_tracker_end_when_its_parent_is_killed(tmp_path, run, classification_task):
     (tmp_path / "protocol.yaml").write_text(yaml.safe_dump({  # runs far longer than the test waits
         "name": "long", "max_steps": 100000, "epochs": 10000, "batch_size": 4, "lrs": [1e-3, 2e-3], "seeds": [0],
         "max_length": 16, "dtype": "fp32"}))
@@ -181,7 +168,7 @@ def assert_workers_end_with(process: subprocess.Popen) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
-def test_a_studys_workers_end_when_it_is_killed(tmp_path, packed_dir):
+def test_a_studys_workers_end_when_it_is_killed(tmp_path, packed_dir, classification_task):
     """Orphaned study workers once went on pretraining into a study folder that a new run was using."""
     (tmp_path / "pretrain.yaml").write_text(yaml.safe_dump({  # pretraining runs far longer than the test waits
         "data": {"path": str(packed_dir)}, "model": {"preset": "micro", "num_hidden_layers": 1},

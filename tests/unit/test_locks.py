@@ -93,17 +93,10 @@ def test_a_trainer_holds_its_run_folder_until_run_ends_or_fails(tmp_path, packed
         pass
 
 
-def test_a_sweep_holds_its_task_records(tmp_path, packed_dir, holder):
+def test_a_sweep_holds_its_task_records(tmp_path, packed_dir, holder, classification_task):
     Trainer(run_config(tmp_path, packed_dir, name="tiny", steps=1), show_progress=False, log=lambda m: None).run()
     checkpoint = tmp_path / "tiny"
-    task_dir = tmp_path / "mytask"
-    task_dir.mkdir()
-    for split in ("train", "dev", "test"):
-        rows = [{"text": f"the film was {word}", "label": word} for word in ("good", "bad") * 4]
-        (task_dir / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (task_dir / "task.yaml").write_text("family: classification\ntrain: train.jsonl\nvalidation: dev.jsonl\n"
-                                        "test: test.jsonl\ntext_column: text\nlabel_column: label\n")
-    spec = str(task_dir / "task.yaml")
+    spec = str(classification_task(tmp_path / "mytask"))
     protocol = Protocol(name="t", max_steps=1, batch_size=4, lrs=[1e-3], seeds=[0], max_length=16, dtype="fp32")
     out = tmp_path / "evals"
     key = records.protocol_key(protocol.model_dump(mode="json"))
