@@ -243,7 +243,7 @@ def test_model_code_stays_out_of_distributed_and_compile():
 def test_gqa_shapes_and_no_biases():
     lm = make(TransformerLM)
     attn = lm.model.layers[0].self_attn
-    assert attn.k_proj.weight.shape == (2 * CFG.head_dim, CFG.hidden_size)
+    assert attn.k_proj.weight.shape == (2 * CFG.head_size, CFG.hidden_size)
     assert all(m.bias is None for m in lm.modules() if isinstance(m, torch.nn.Linear))
 
 

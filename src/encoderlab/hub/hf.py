@@ -1,7 +1,9 @@
 """The bridge to Hugging Face `transformers`: our parameter names are theirs, so models map by config alone.
 
-`LlamaForCausalLM` is the causal twin of our `TransformerLM`, `EuroBertForMaskedLM` the bidirectional one; both load
-our state dict with `strict=True`.
+Each export kind is a built-in transformers class that loads our state dict with `strict=True`: `LlamaForCausalLM`,
+`MistralForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM` (causal) and `EuroBertForMaskedLM` (bidirectional).
+A kind holds only the backbone variants its class computes (`refusal`): a Qwen3 always normalises q and k, a Qwen2
+always has q/k/v biases, Llama and EuroBERT have no sliding window, Mistral no biases.
 """
 from __future__ import annotations
 
@@ -9,10 +11,46 @@ from typing import Literal
 
 from encoderlab.model.config import ModelConfig
 
-HFKind = Literal["llama", "eurobert"]
+HFKind = Literal["llama", "mistral", "qwen2", "qwen3", "eurobert"]
+CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
+           "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+           "eurobert": ("EuroBertConfig", "EuroBertForMaskedLM")}
+# Per kind: the attention_bias values its class can hold, whether it has q/k norms (always or never), a window.
+HOLDS = {"llama": ({"none", "qkvo"}, False, False), "mistral": ({"none"}, False, True),
+         "qwen2": ({"qkv"}, False, True), "qwen3": ({"none", "qkvo"}, True, True),
+         "eurobert": ({"none", "qkvo"}, False, False)}
+
+
+def family(cfg: ModelConfig) -> str:
+    """The causal kind that holds this model's variants (what an imported model exports back as)."""
+    if cfg.qk_norm:
+        return "qwen3"
+    if cfg.attention_bias == "qkv":
+        return "qwen2"
+    return "mistral" if cfg.sliding_window is not None and cfg.attention_bias == "none" else "llama"
+
+
+def refusal(cfg: ModelConfig, kind: str) -> str | None:
+    """Why `kind` cannot hold this model exactly, naming a kind that can; None when it can."""
+    biases, qk_norm, window = HOLDS[kind]
+    problems = []
+    if cfg.attention_bias not in biases:
+        problems.append(f"attention_bias={cfg.attention_bias!r}")
+    if cfg.qk_norm != qk_norm:
+        problems.append(f"qk_norm={cfg.qk_norm}")
+    if cfg.sliding_window is not None and not window:
+        problems.append(f"sliding_window={cfg.sliding_window}")
+    if not problems:
+        return None
+    other = family(cfg)
+    hint = f"export it --as {other}" if refusal(cfg, other) is None else "no export kind holds this combination"
+    return f"--as {kind} cannot hold this model's {', '.join(problems)}: {hint}"
 
 
 def hf_config_kwargs(cfg: ModelConfig) -> dict:
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+    if cfg.rope_scaling is not None:
+        rope = {**cfg.rope_scaling.model_dump(), "rope_theta": cfg.rope_theta}
     return {
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size,
@@ -20,12 +58,13 @@ def hf_config_kwargs(cfg: ModelConfig) -> dict:
         "num_hidden_layers": cfg.num_hidden_layers,
         "num_attention_heads": cfg.num_attention_heads,
         "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_size,
         "max_position_embeddings": cfg.max_position_embeddings,
         "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta},
+        "rope_parameters": rope,
         "tie_word_embeddings": cfg.tie_word_embeddings,
         "hidden_act": "silu",
-        "attention_bias": False,
+        "attention_bias": cfg.attention_bias == "qkvo",
         "mlp_bias": False,
         "pad_token_id": cfg.pad_token_id,
         "bos_token_id": cfg.bos_token_id,
@@ -33,11 +72,22 @@ def hf_config_kwargs(cfg: ModelConfig) -> dict:
     }
 
 
-def hf_config(cfg: ModelConfig, kind: HFKind):
-    """A `LlamaConfig` (causal) or `EuroBertConfig` (bidirectional) with our architecture."""
-    from transformers import EuroBertConfig, LlamaConfig
+def window_kwargs(cfg: ModelConfig, kind: str) -> dict:
+    """The sliding window as each class spells it: Mistral's plain field; Qwen's, on every layer."""
+    if kind == "mistral":
+        return {"sliding_window": cfg.sliding_window}
+    if kind in ("qwen2", "qwen3"):
+        layer = "full_attention" if cfg.sliding_window is None else "sliding_attention"
+        return {"use_sliding_window": cfg.sliding_window is not None, "sliding_window": cfg.sliding_window,
+                "max_window_layers": 0, "layer_types": [layer] * cfg.num_hidden_layers}
+    return {}
 
-    if kind == "llama":
-        return LlamaConfig(**hf_config_kwargs(cfg))
-    mask = cfg.mask_token_id if cfg.mask_token_id is not None else cfg.vocab_size - 1
-    return EuroBertConfig(**hf_config_kwargs(cfg), mask_token_id=mask)
+
+def hf_config(cfg: ModelConfig, kind: HFKind):
+    """The transformers config of `kind` with our architecture (check `refusal` first)."""
+    import transformers
+
+    extra = window_kwargs(cfg, kind)
+    if kind == "eurobert":
+        extra["mask_token_id"] = cfg.mask_token_id if cfg.mask_token_id is not None else cfg.vocab_size - 1
+    return getattr(transformers, CLASSES[kind][0])(**hf_config_kwargs(cfg), **extra)

@@ -2,8 +2,8 @@
 
 The trainer (the `train.attention` config key, train/distributed.py) and the fine-tuner (evaluation/finetune.py
 `attention_for`) build one backend per run and give it to the model, which only calls it: once per forward
-`backend.plan(causal, doc_ids, attention_mask)` lays the batch out, and every layer calls that plan with its
-q (B, T, H, D), k and v (B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on
+`backend.plan(causal, doc_ids, attention_mask, window)` lays the batch out, and every layer calls that plan with
+its q (B, T, H, D), k and v (B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on
 (DESIGN.md convention 5), so a run's training steps and its scoring share their numerics.
 
 - `Dense(form)`: a dense boolean mask (documents, causality, padding), or none (SDPA's own causal flag) without
@@ -53,16 +53,18 @@ def attend(form: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, is_c
     return torch.softmax(scores, dim=-1, dtype=torch.float32).to(v.dtype) @ v
 
 
-def build_attention_mask(causal: bool, doc_ids: Tensor | None = None,
-                         attention_mask: Tensor | None = None) -> Tensor | None:
+def build_attention_mask(causal: bool, doc_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                         window: int | None = None) -> Tensor | None:
     """Boolean SDPA mask (B, 1, T, T), True = may attend; None when SDPA's causal flag or no mask suffices.
 
     - `doc_ids` (B, T): a query sees only keys of its own document (block-diagonal; block-causal if `causal`).
     - `attention_mask` (B, T), 1 = token, 0 = padding (HF style): padding keys are hidden from every query.
+    - `window` (ModelConfig.sliding_window): causal, a query sees the last `window` keys (itself included);
+      bidirectional, the keys at most `window` away. It constrains nothing in sequences of `window` tokens or less.
     A query row left with no visible key (a padding query before any real token under causal attention, or a
     row of padding only) is allowed to see itself: its output is meaningless but finite, never NaN.
     """
-    if doc_ids is None and attention_mask is None:
+    if doc_ids is None and attention_mask is None:  # Transformer.forward gives a window an attention_mask
         return None
     ref = doc_ids if doc_ids is not None else attention_mask
     assert ref is not None
@@ -74,6 +76,9 @@ def build_attention_mask(causal: bool, doc_ids: Tensor | None = None,
         allowed = torch.ones(B, T, T, dtype=torch.bool, device=device)
     if causal:
         allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    if window is not None:
+        distance = torch.arange(T, device=device)[:, None] - torch.arange(T, device=device)[None, :]  # q - k
+        allowed = allowed & (distance < window if causal else distance.abs() <= window)
     if attention_mask is not None:
         if attention_mask.shape != (B, T):
             raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected {(B, T)}")
@@ -105,8 +110,9 @@ class Dense:
         if self.form not in FORMS:
             raise ValueError(f"attention form must be one of {FORMS}, not {self.form!r}")
 
-    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None) -> DensePlan:
-        mask = build_attention_mask(causal, doc_ids, attention_mask)
+    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
+             window: int | None = None) -> DensePlan:
+        mask = build_attention_mask(causal, doc_ids, attention_mask, window)
         return DensePlan(self.form, mask, causal and mask is None)
 
 
@@ -207,10 +213,13 @@ class Varlen:
     dense: Dense  # padded batches, single documents, and (with `fallback`) batches the buckets barely shrink
     fallback: bool = True  # the dense path where the buckets keep WORTH_IT or more of the dense work
 
-    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None) -> VarlenPlan | DensePlan:
-        plan = None if doc_ids is None or attention_mask is not None else plan_segments(doc_ids, causal)
+    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
+             window: int | None = None) -> VarlenPlan | DensePlan:
+        # A sliding window (imported Mistral) takes the dense mask: the buckets hold whole documents, unwindowed.
+        segmented = doc_ids is not None and attention_mask is None and window is None
+        plan = plan_segments(doc_ids, causal) if segmented else None
         if plan is None or (self.fallback and plan.work >= WORTH_IT):  # long documents: the dense kernel is as fast
-            return self.dense.plan(causal, doc_ids, attention_mask)
+            return self.dense.plan(causal, doc_ids, attention_mask, window)
         return plan
 
 
@@ -237,15 +246,18 @@ class Flex:
     kernel: Callable | None = None  # the compiled flex_attention; None: its eager reference
     dense: Dense = field(default_factory=lambda: Dense("repeat-kv"))  # padded batches, no documents
 
-    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None) -> FlexPlan | DensePlan:
+    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
+             window: int | None = None) -> FlexPlan | DensePlan:
         if doc_ids is None or attention_mask is not None:
-            return self.dense.plan(causal, doc_ids, attention_mask)
+            return self.dense.plan(causal, doc_ids, attention_mask, window)
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         B, T = doc_ids.shape
 
         def same_document(b, h, q, kv):  # a query sees its own document (and only earlier keys if causal)
             allowed = doc_ids[b, q] == doc_ids[b, kv]
+            if window is not None:  # as build_attention_mask's window
+                allowed = allowed & ((q - kv < window) if causal else ((q - kv).abs() <= window))
             return allowed & (q >= kv) if causal else allowed
 
         block_mask = create_block_mask(same_document, B, None, T, T, device=doc_ids.device)

@@ -1,12 +1,42 @@
 """The backbone's own config: shapes and numerics of the Llama / EuroBERT layout (PAPER.md, "Architecture").
 
 Only what changes the weights or the maths lives here. Causality is not a field: it is an argument of every
-forward call (DESIGN.md convention 1). Dropout and biases do not exist in this architecture, so they are not
-options.
+forward call (DESIGN.md convention 1). Dropout does not exist in this architecture, so it is not an option.
+
+The variants of imported decoders (Llama 3.x, Mistral, Qwen2, Qwen3) are fields of the one backbone, all off for
+the paper's models: `attention_bias`, `qk_norm`, `head_dim`, `rope_scaling`, `sliding_window` (`VARIANTS`).
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from typing import Literal
+
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_serializer,
+                      model_validator)
+
+
+class RopeScaling(BaseModel):
+    """Llama 3.1's rotary scaling (transformers' `llama3` rope_type): long wavelengths slowed by `factor`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rope_type: Literal["llama3"] = "llama3"
+    factor: PositiveFloat
+    low_freq_factor: PositiveFloat
+    high_freq_factor: PositiveFloat
+    original_max_position_embeddings: PositiveInt
+
+    @model_validator(mode="after")
+    def _check_factors(self) -> RopeScaling:
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise ValueError(f"rope_scaling: high_freq_factor={self.high_freq_factor} must exceed "
+                             f"low_freq_factor={self.low_freq_factor}")
+        return self
+
+
+# Off values of the decoder variants. A field at its off value is left out of `model_dump`, so the paper's models
+# and every model_config.json written before these fields existed serialise exactly as before.
+VARIANTS = {"attention_bias": "none", "qk_norm": False, "head_dim": None, "rope_scaling": None,
+            "sliding_window": None}
 
 
 class ModelConfig(BaseModel):
@@ -29,11 +59,24 @@ class ModelConfig(BaseModel):
     bos_token_id: int | None = Field(default=None, ge=0)
     eos_token_id: int | None = Field(default=None, ge=0)
     mask_token_id: int | None = Field(default=None, ge=0)
+    # Biases of the attention projections: "qkv" (Qwen2: q/k/v only), "qkvo" (Llama/Qwen3 attention_bias=True).
+    attention_bias: Literal["none", "qkv", "qkvo"] = "none"
+    qk_norm: bool = False  # Qwen3: per-head RMSNorm of queries and keys (q_norm, k_norm), before RoPE
+    head_dim: PositiveInt | None = None  # None: hidden_size / num_attention_heads (set for Qwen3, Mistral-Nemo)
+    rope_scaling: RopeScaling | None = None
+    # Keys a query sees: causal, the last `sliding_window` (itself included); bidirectional, those at most
+    # `sliding_window` away on either side (transformers' Mistral masks, causal and with is_causal=False).
+    sliding_window: PositiveInt | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_off_variants(self, handler) -> dict:
+        data = handler(self)
+        return {k: v for k, v in data.items() if k not in VARIANTS or v != VARIANTS[k]}
 
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelConfig:
         h, nh, nkv = self.hidden_size, self.num_attention_heads, self.num_key_value_heads
-        if h % nh:
+        if h % nh and self.head_dim is None:
             raise ValueError(
                 f"hidden_size={h} must be divisible by num_attention_heads={nh} "
                 f"(allowed head counts for this width: {_divisors(h)})"
@@ -43,10 +86,8 @@ class ModelConfig(BaseModel):
                 f"num_attention_heads={nh} must be divisible by num_key_value_heads={nkv} "
                 f"(allowed KV head counts: {_divisors(nh)})"
             )
-        if (h // nh) % 2:
-            raise ValueError(
-                f"head_dim = hidden_size / num_attention_heads = {h // nh} must be even for rotary embeddings"
-            )
+        if self.head_size % 2:
+            raise ValueError(f"head_dim = {self.head_size} must be even for rotary embeddings")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "mask_token_id"):
             value = getattr(self, name)
             if value is not None and value >= self.vocab_size:
@@ -54,17 +95,25 @@ class ModelConfig(BaseModel):
         return self
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def head_size(self) -> int:
+        """Width of one attention head: `head_dim`, or hidden_size / num_attention_heads when it is not set."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
 
     # ---- accounting ----------------------------------------------------------------------------------------
 
+    def layer_matmul_parameters(self) -> int:
+        """Weights of one block's matrix products: q/k/v/o and gate/up/down."""
+        h, q = self.hidden_size, self.num_attention_heads * self.head_size
+        kv = self.num_key_value_heads * self.head_size
+        return 2 * h * q + 2 * h * kv + 3 * h * self.intermediate_size  # q_proj, o_proj, k_proj, v_proj, MLP
+
     def layer_parameters(self) -> int:
-        """Parameters of one transformer block: q/k/v/o, gate/up/down and two RMSNorm weights."""
-        h, kv = self.hidden_size, self.num_key_value_heads * self.head_dim
-        attention = 2 * h * h + 2 * h * kv  # q_proj, o_proj, k_proj, v_proj
-        mlp = 3 * h * self.intermediate_size
-        return attention + mlp + 2 * h
+        """Parameters of one transformer block: its matrices, two RMSNorm weights, and the variants' biases and
+        q/k norms."""
+        q, kv = self.num_attention_heads * self.head_size, self.num_key_value_heads * self.head_size
+        biases = {"none": 0, "qkv": q + 2 * kv, "qkvo": q + 2 * kv + self.hidden_size}[self.attention_bias]
+        qk_norms = 2 * self.head_size if self.qk_norm else 0
+        return self.layer_matmul_parameters() + 2 * self.hidden_size + biases + qk_norms
 
     def num_parameters(self, include_embeddings: bool = True) -> int:
         """Parameter count of `TransformerLM` built from this config.
@@ -98,9 +147,9 @@ class ModelConfig(BaseModel):
             raise ValueError(f"seq_len must be positive, got {seq_len}")
         if not 0.0 <= head_fraction <= 1.0:
             raise ValueError(f"head_fraction must be in [0, 1], got {head_fraction}")
-        n_matmul = self.num_hidden_layers * (self.layer_parameters() - 2 * self.hidden_size)
+        n_matmul = self.num_hidden_layers * self.layer_matmul_parameters()
         ctx = (seq_len + 1) / 2 if causal else float(seq_len)
-        d_attn = self.num_attention_heads * self.head_dim
+        d_attn = self.num_attention_heads * self.head_size
         forward = (
             2 * n_matmul
             + 2 * self.hidden_size * self.vocab_size * head_fraction

@@ -6,7 +6,8 @@ move between encoderlab and transformers unchanged:
 
     model.embed_tokens.weight
     model.layers.{i}.input_layernorm.weight
-    model.layers.{i}.self_attn.{q,k,v,o}_proj.weight
+    model.layers.{i}.self_attn.{q,k,v,o}_proj.weight     (+ .bias with attention_bias: Qwen2's q/k/v, or all four)
+    model.layers.{i}.self_attn.{q,k}_norm.weight         (with qk_norm: Qwen3)
     model.layers.{i}.post_attention_layernorm.weight
     model.layers.{i}.mlp.{gate,up,down}_proj.weight
     model.norm.weight
@@ -25,6 +26,7 @@ mask, a document layout) and every layer calls that plan; the model itself never
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -32,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from encoderlab.model.attention import Backend, Dense
-from encoderlab.model.config import ModelConfig
+from encoderlab.model.config import ModelConfig, RopeScaling
 from encoderlab.model.lm_loss import fused_linear_cross_entropy
 
 
@@ -52,13 +54,30 @@ class RMSNorm(nn.Module):
 # ---- rotary position embedding -----------------------------------------------------------------------------
 
 
-def rope_cos_sin(position_ids: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
+def rope_cos_sin(position_ids: Tensor, head_dim: int, theta: float,
+                 scaling: RopeScaling | None = None) -> tuple[Tensor, Tensor]:
     """fp32 cos and sin of the rotary angles, (B or 1, T, head_dim); HF layout: the frequencies twice."""
     exponent = torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim
     inv_freq = 1.0 / (theta**exponent)  # (head_dim/2,)
+    if scaling is not None:
+        inv_freq = llama3_frequencies(inv_freq, scaling)
     angles = position_ids[..., None].float() * inv_freq  # (B, T, head_dim/2), fp32 for long contexts
     emb = torch.cat((angles, angles), dim=-1)  # (B, T, head_dim)
     return emb.cos(), emb.sin()
+
+
+def llama3_frequencies(inv_freq: Tensor, s: RopeScaling) -> Tensor:
+    """Llama 3.1's rescaled frequencies (transformers `_compute_llama3_parameters`, same operations in the same
+    order so that fp32 results are bit-equal): wavelengths beyond the original context / low_freq_factor are slowed
+    by `factor`, those under context / high_freq_factor kept, and those between interpolated smoothly."""
+    context = s.original_max_position_embeddings
+    low_freq_wavelen, high_freq_wavelen = context / s.low_freq_factor, context / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq)
+    smooth = (context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
 
 
 def _rotate_half(x: Tensor) -> Tensor:
@@ -97,18 +116,23 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = cfg.head_dim
-        h = cfg.hidden_size
-        self.q_proj = nn.Linear(h, self.n_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=False)
+        self.head_dim = cfg.head_size
+        h, qkv_bias = cfg.hidden_size, cfg.attention_bias != "none"
+        self.q_proj = nn.Linear(h, self.n_heads * self.head_dim, bias=qkv_bias)
+        self.k_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=qkv_bias)
+        self.v_proj = nn.Linear(h, self.n_kv * self.head_dim, bias=qkv_bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, h, bias=cfg.attention_bias == "qkvo")
+        if cfg.qk_norm:  # Qwen3: over each head's D features, so the norm sees (B, T, H, D) as it is
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[..., Tensor]) -> Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         y = attend(q, k, v)  # (B, T, H, D): the forward's plan of the run's attention backend
         return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))  # (B, T, C)
@@ -147,6 +171,8 @@ def _init_module(module: nn.Module, std: float, generator: torch.Generator | Non
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, mean=0.0, std=std, generator=generator)
+            if getattr(m, "bias", None) is not None:  # the attention_bias variants: zero, as transformers does
+                nn.init.zeros_(m.bias)
         elif isinstance(m, RMSNorm):
             nn.init.ones_(m.weight)
 
@@ -203,10 +229,15 @@ class Transformer(nn.Module):
                 position_ids = positions_from_doc_ids(doc_ids)  # (B, T)
             else:
                 position_ids = torch.arange(T, device=input_ids.device)[None]  # (1, T)
-        attend = self.attention.plan(causal, doc_ids, attention_mask)  # once per forward, for every layer
+        window = self.config.sliding_window
+        window = window if window is not None and window < T else None  # a window as long as T constrains nothing
+        if window is not None and doc_ids is None and attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)  # the window is a mask: the plan takes its shape from this
+        attend = self.attention.plan(causal, doc_ids, attention_mask, window)  # once per forward, for every layer
 
         x = self.embed_tokens(input_ids)  # (B, T, C)
-        cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
+        cfg = self.config
+        cos, sin = rope_cos_sin(position_ids, cfg.head_size, cfg.rope_theta, cfg.rope_scaling)
         for layer in self.layers:
             x = layer(x, cos, sin, attend)
         return self.norm(x)
