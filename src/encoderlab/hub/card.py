@@ -14,6 +14,7 @@ import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
+from encoderlab.hub.hf import CLASSES
 from encoderlab.model.config import ModelConfig
 from encoderlab.train.logging import read_metrics
 
@@ -126,7 +127,7 @@ def _usage(kind: str, mask: str) -> list[str]:
 def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, evaluations: list[dict],
                framing: str, note: str | None) -> str:
     what = ("a bidirectional text encoder (EuroBERT architecture, `EuroBertForMaskedLM`)" if kind == "eurobert"
-            else "a causal decoder (Llama architecture, `LlamaForCausalLM`)")
+            else f"a causal decoder ({kind} architecture, `{CLASSES[kind][1]}`)")
     title = "-".join(p for p in (info.get("run"), info.get("checkpoint")) if p)
     special = ", ".join(f"{r} `{tok.token(getattr(tok, f'{r}_id'))}` ({getattr(tok, f'{r}_id')})"
                         for r in ("bos", "eos", "pad", "mask"))

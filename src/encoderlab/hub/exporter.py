@@ -1,13 +1,15 @@
-"""Export a checkpoint as a native transformers folder: `encoderlab export CKPT --out DIR --as eurobert|llama`.
+"""Export a checkpoint as a native transformers folder: `encoderlab export CKPT --out DIR --as KIND`.
 
 `eurobert` writes `EuroBertConfig` / `EuroBertForMaskedLM` (bidirectional: fill-mask, and AutoModel,
-AutoModelForSequenceClassification, AutoModelForTokenClassification load it); `llama` writes `LlamaConfig` /
-`LlamaForCausalLM`. Both are built into transformers, so no `trust_remote_code`. The folder holds safetensors
-weights, the tokenizer (with its mask token, so `pipeline("fill-mask")` works) and a model card.
+AutoModelForSequenceClassification, AutoModelForTokenClassification load it); `llama`, `mistral`, `qwen2` and
+`qwen3` write their family's config and `*ForCausalLM`, each holding only the backbone variants its class computes
+(hub/hf.py `refusal`: an imported Qwen3 exports --as qwen3). All are built into transformers, so no
+`trust_remote_code`. The folder holds safetensors weights, the tokenizer (with its mask token, so
+`pipeline("fill-mask")` works) and a model card.
 
 The tokenizer frames text as encoderlab trained on it: pretraining packs `<bos> document <eos>` and fine-tuning
 encodes `<bos> a <eos>` or `<bos> a <eos> b <eos>`, so the eurobert export's tokenizer adds exactly these tokens. A
-llama export keeps a tokenizer's own framing when it has one (an imported Llama's `<bos> text`), else adds `<bos>`.
+causal export keeps a tokenizer's own framing when it has one (an imported Llama's `<bos> text`), else adds `<bos>`.
 """
 from __future__ import annotations
 
@@ -20,19 +22,19 @@ from tokenizers.processors import TemplateProcessing
 from encoderlab.io import atomic_dir
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
-from encoderlab.hub.hf import hf_config
+from encoderlab.hub.hf import CLASSES, hf_config, refusal
 from encoderlab.hub.card import evaluation_summaries, model_card, training_info
 from encoderlab.hub.folders import prepare_out
 
-KINDS = ("eurobert", "llama")
+KINDS = tuple(CLASSES)
 
 
 def objective_note(objective: str | None, kind: str) -> str | None:
     """A warning when the export's attention is not the one the model was last trained with."""
     if not objective:
         return None
-    if kind == "llama" and objective.startswith("mlm"):
-        return (f"the checkpoint was last trained with {objective} (bidirectional): as a causal Llama it sees only "
+    if kind != "eurobert" and objective.startswith("mlm"):
+        return (f"the checkpoint was last trained with {objective} (bidirectional): as a causal {kind} it sees only "
                 "the left context it was not trained on; its generations will be poor")
     if kind == "eurobert" and objective == "clm":
         return ("the checkpoint was last trained with clm (causal): as a bidirectional EuroBERT it sees context it "
@@ -59,10 +61,9 @@ def frame_tokenizer(tok: TextTokenizer, kind: str) -> str:
 
 def hf_model(model, cfg, kind: str):
     """The transformers twin of our TransformerLM, holding its weights (identical names: a strict load)."""
-    from transformers import EuroBertForMaskedLM, LlamaForCausalLM
+    import transformers
 
-    cls = EuroBertForMaskedLM if kind == "eurobert" else LlamaForCausalLM
-    hf = cls(hf_config(cfg, kind)).eval()
+    hf = getattr(transformers, CLASSES[kind][1])(hf_config(cfg, kind)).eval()
     hf.load_state_dict(model.state_dict(), strict=True)
     return hf
 
@@ -74,13 +75,15 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, evaluatio
 
     if kind not in KINDS:
         raise EncoderlabError(f"--as {kind!r} is not an export format; choose eurobert (bidirectional, fill-mask) or "
-                              "llama (causal, text generation)")
+                              "llama, mistral, qwen2, qwen3 (causal, text generation)")
     started = time.perf_counter()
     path = ckpt.resolve(checkpoint)
+    model, cfg, tok = ckpt.load_model(path)
+    if refusal(cfg, kind):
+        raise EncoderlabError(f"{path}: {refusal(cfg, kind)}")
     prepare_out(out, force, keep=path)
     info = training_info(path, ckpt.load_state(path))
     evaluations = evaluation_summaries(path, evaluation)
-    model, cfg, tok = ckpt.load_model(path)
     note = objective_note(info.get("objective"), kind)
     if note:
         log(f"note: {note}")

@@ -1,15 +1,13 @@
 """Import a Hugging Face decoder (or encoder) as an encoderlab checkpoint: `encoderlab import-hf SRC --out CKPT`.
 
-SRC is a local transformers folder (config.json, safetensors or .bin weights, tokenizer files) of a Llama, Mistral,
-Qwen2 or EuroBERT model; a GGUF file of one, read through transformers (which needs the `gguf` package); or
-`smollm2`, the pinned SmolLM2-135M GGUF of DATA.md. Our parameter names are Hugging Face's (model/transformer.py), so
-importing is mostly a proof that the source computes exactly what our backbone computes:
+SRC is a local transformers folder (config.json, safetensors or .bin weights, tokenizer files) of a Llama (3.x),
+Mistral, Qwen2/2.5, Qwen3 or EuroBERT model; a GGUF file of one, read through transformers (which needs the `gguf`
+package); or `smollm2`, the pinned SmolLM2-135M GGUF of DATA.md. Our parameter names are Hugging Face's
+(model/transformer.py), so importing is mostly a proof that the source computes exactly what our backbone computes:
 
-- whatever our backbone cannot compute exactly is refused, naming what differs: biases that are not all zero
-  (Qwen2's q/k/v, `attention_bias=True`), per-head query/key norms (Qwen3), rotary scaling (llama3, yarn, linear,
-  dynamic...), a head_dim other than hidden / heads, another activation. All-zero biases are dropped (they add 0).
-- a sliding window (Mistral) only matters past the window, so max_position_embeddings is lowered to the window: every
-  sequence the imported model accepts is computed exactly.
+- the families' variants (Qwen2's q/k/v biases, Qwen3's q/k norms and head_dim, Llama 3's rope scaling, Mistral's
+  sliding window) become fields of the model config (hub/families.py); whatever our backbone cannot compute exactly
+  is refused, naming what differs (other rotary scalings, non-zero MLP biases, another activation...).
 - a tokenizer without a mask token gets one (the MLM phases of continued pretraining need it) and the embedding
   (and an untied LM head) grows by one row, see `_mask_row`.
 - the result is a checkpoint as train/checkpoint.py writes one, minus the optimizer: model.safetensors (fp32),
@@ -30,6 +28,7 @@ from pydantic import ValidationError
 from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
+from encoderlab.hub.families import architecture_fields, our_weights
 from encoderlab.hub.folders import UnsupportedModelError, prepare_out
 from encoderlab.train.checkpoint import save_weights_only, weight_mismatches
 from encoderlab.hub.source import (
@@ -41,92 +40,7 @@ from encoderlab.hub.source import (
     resolve_source,
 )
 
-# ---- the architecture --------------------------------------------------------------------------------------
-
-
-def rope_parameters(config) -> dict:
-    """transformers 5 keeps `rope_parameters`; older versions `rope_theta` and `rope_scaling`."""
-    params = getattr(config, "rope_parameters", None)
-    if params:
-        return dict(params)
-    scaling = getattr(config, "rope_scaling", None) or {}
-    return {"rope_type": "default", **scaling, "rope_theta": getattr(config, "rope_theta", 10000.0)}
-
-
-def sliding_window(config) -> int | None:
-    window = getattr(config, "sliding_window", None)
-    if not window:
-        return None
-    types = getattr(config, "layer_types", None)
-    if types is not None:
-        return window if "sliding_attention" in types else None
-    if hasattr(config, "use_sliding_window"):  # Qwen2 before layer_types
-        return window if config.use_sliding_window else None
-    return window  # Mistral: a set window is used by every layer
-
-
-def architecture_fields(config, where: Path, notes: list[str]) -> dict:
-    """The ModelConfig fields of a supported config, or UnsupportedModelError listing every difference."""
-    h, heads = config.hidden_size, config.num_attention_heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    rope = rope_parameters(config)
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    problems = []
-    if getattr(config, "hidden_act", "silu") != "silu":
-        problems.append(f"hidden_act={config.hidden_act!r}: encoderlab's MLP is SwiGLU with silu")
-    head_dim = getattr(config, "head_dim", None)
-    if h % heads or head_dim not in (None, h // heads):
-        problems.append(f"head_dim={head_dim} with hidden_size={h} and {heads} heads: encoderlab's head_dim is "
-                        "hidden_size / num_attention_heads")
-    if rope_type != "default":
-        problems.append(f"rope_type={rope_type!r} ({rope}): encoderlab implements plain RoPE, no rotary scaling")
-    if rope.get("partial_rotary_factor", 1.0) != 1.0:
-        problems.append(f"partial_rotary_factor={rope['partial_rotary_factor']}: encoderlab rotates every dimension")
-    if problems:
-        raise UnsupportedModelError(f"{where}: this {config.model_type} model differs from encoderlab's architecture: "
-                                    + "; ".join(problems))
-    max_pos = config.max_position_embeddings
-    window = sliding_window(config)
-    if window is not None and window < max_pos:
-        notes.append(f"sliding window of {window} tokens: max_position_embeddings lowered from {max_pos} to {window}, "
-                     "where full attention and the window agree exactly")
-        max_pos = window
-    return {"hidden_size": h, "intermediate_size": config.intermediate_size,
-            "num_hidden_layers": config.num_hidden_layers, "num_attention_heads": heads, "num_key_value_heads": kv,
-            "max_position_embeddings": max_pos, "rope_theta": float(rope["rope_theta"]),
-            "rms_norm_eps": float(config.rms_norm_eps), "tie_word_embeddings": bool(config.tie_word_embeddings),
-            "initializer_range": float(getattr(config, "initializer_range", 0.02))}
-
-
-def our_weights(state: dict[str, torch.Tensor], config, where: Path, notes: list[str]) -> dict[str, torch.Tensor]:
-    """Rename a bare base model's keys, drop rotary buffers and zero biases, tie the head; fp32."""
-    out = {}
-    for key, value in state.items():
-        if key.endswith("rotary_emb.inv_freq"):
-            continue  # recomputed from rope_theta on every call, as transformers does
-        out[key if key.startswith(("model.", "lm_head.")) else f"model.{key}"] = value
-    biases = [k for k in out if k.endswith(".bias")]
-    nonzero = [k for k in biases if out[k].count_nonzero()]
-    if nonzero:
-        flags = ", ".join(f"{f}={getattr(config, f)}" for f in ("attention_bias", "mlp_bias") if hasattr(config, f))
-        raise UnsupportedModelError(f"{where}: {len(nonzero)} of {len(biases)} bias tensors are not zero (first: "
-                                    f"{nonzero[0]}; {flags or config.model_type + ' has q/k/v biases'}): "
-                                    "encoderlab models have no biases")
-    if biases:
-        notes.append(f"dropped {len(biases)} bias tensors that are exactly zero")
-        out = {k: v for k, v in out.items() if k not in biases}
-    embed = out.get("model.embed_tokens.weight")
-    if embed is None:
-        raise EncoderlabError(f"{where}: the weights hold no embed_tokens.weight: not a decoder checkpoint")
-    if config.tie_word_embeddings:
-        if "lm_head.weight" in out and not torch.equal(out["lm_head.weight"], embed):
-            notes.append("a stored lm_head.weight differs from the embedding but tie_word_embeddings=True: "
-                         "transformers uses the embedding, and so does encoderlab")
-        out["lm_head.weight"] = embed
-    elif "lm_head.weight" not in out:
-        raise EncoderlabError(f"{where}: no lm_head.weight and tie_word_embeddings=False: a base model saved without "
-                              "its LM head (e.g. LlamaModel); encoderlab needs the head")
-    return {k: v.float() for k, v in out.items()}
+# ---- the architecture (hub/families.py maps the config and the weights) ------------------------------------
 
 
 def check_against_model(weights: dict[str, torch.Tensor], cfg: ModelConfig, where: Path) -> None:
@@ -193,7 +107,7 @@ def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], 
             state = folder_weights(folder)
         source_dtype = ("GGUF, dequantised to float32 by transformers" if gguf
                         else str(next(iter(state.values())).dtype).replace("torch.", ""))
-        weights = our_weights(state, config, where, notes)
+        weights = our_weights(state, config, fields, where, notes)
         del state
         tok, added = source_tokenizer(tok_dir or folder)
     finally:

@@ -17,11 +17,10 @@ from safetensors.torch import load_file
 from encoderlab.errors import EncoderlabError
 from encoderlab.hub.folders import UnsupportedModelError
 
-SUPPORTED = ("llama", "mistral", "qwen2", "eurobert")
-CAUSAL = ("llama", "mistral", "qwen2")
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "eurobert")
+CAUSAL = ("llama", "mistral", "qwen2", "qwen3")
 # Architectures people will try, with what makes them different from ours.
 _REFUSED = {
-    "qwen3": "it normalises queries and keys per head (q_norm/k_norm); encoderlab's attention has no such norms",
     "qwen3_moe": "q_norm/k_norm and mixture-of-experts MLPs; encoderlab has neither",
     "mixtral": "its MLPs are mixtures of experts; encoderlab has one dense SwiGLU MLP per layer",
     "gemma": "it scales embeddings by sqrt(hidden), uses (1 + weight) RMSNorm gains and a GeLU MLP",
@@ -149,7 +148,7 @@ def check_model_type(model_type: str | None, where: Path) -> None:
     if model_type not in SUPPORTED:
         raise UnsupportedModelError(f"{where}: unsupported architecture model_type={model_type!r}; encoderlab imports "
                                     f"{', '.join(SUPPORTED)} (folders or GGUF files): pre-norm RMSNorm, RoPE, SwiGLU, "
-                                    "grouped-query attention without biases")
+                                    "grouped-query attention")
 
 
 def require_tokenizer_files(folder: Path) -> None:

@@ -54,7 +54,7 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
         return json.loads(done.read_text())
     src, shape = source(spec, base_dir, name), spec.imported[name].shape
     if shape is None and (Path(src) / "config.json").exists():
-        from encoderlab.hub.importer import architecture_fields
+        from encoderlab.hub.families import architecture_fields
         from encoderlab.hub.source import read_config
 
         config = read_config(Path(src))
