@@ -386,6 +386,8 @@ IO_CASES = [
          "--out {tmp}/afile/data: {tmp}/afile is a file", two(write("afile", "x"), write("docs.txt", "a doc.\n"))),
     Case("export-out-is-a-file", ("export", "{ckpt}", "--out", "{tmp}/afile"), "{tmp}/afile is a file",
          write("afile", "x")),
+    Case("export-kind-cannot-hold", ("export", "{ckpt}", "--out", "{tmp}/hf", "--as", "qwen3"),
+         "--as qwen3 cannot hold this model's qk_norm=False: export it --as llama"),
     Case("import-hf-out-under-a-file", ("import-hf", "{tmp}/model", "--out", "{tmp}/afile/ckpt"),
          "{tmp}/afile is a file", two(write("afile", "x"), write("model/config.json", '{{"model_type": "llama"}}'))),
 ]
