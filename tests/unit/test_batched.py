@@ -219,9 +219,9 @@ def test_a_run_trains_and_scores_with_one_attention_form(max_length, form, tok, 
     seen = []
     plan = Dense.plan
 
-    def recording(self, causal, doc_ids, attention_mask):
+    def recording(self, causal, doc_ids, attention_mask, window=None):
         seen.append((self.form, torch.is_grad_enabled()))
-        return plan(self, causal, doc_ids, attention_mask)
+        return plan(self, causal, doc_ids, attention_mask, window)
 
     monkeypatch.setattr(Dense, "plan", recording)
     task, cfg, weights, protocol = setup("classification", tok, max_length=max_length, max_steps=2)
