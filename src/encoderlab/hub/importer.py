@@ -143,10 +143,12 @@ def check_against_model(weights: dict[str, torch.Tensor], cfg: ModelConfig, wher
 
 
 def source_tokenizer(folder: Path) -> tuple[TextTokenizer, list[str]]:
-    """(tokenizer with a mask token, the special tokens added now); load_tokenizer adds a missing mask."""
+    """(tokenizer with a mask token, the special tokens added now); load_tokenizer adds a missing mask. Read as
+    transformers reads it, so that its special tokens, BOS/EOS behaviour, chat template and unk token are the
+    source's (kept in the checkpoint's tokenizer/ and in every export of it)."""
     require_tokenizer_files(folder)
     before = json.loads((folder / MANIFEST).read_text()).get("added_tokens", []) if (folder / MANIFEST).exists() else []
-    tok = load_tokenizer(folder)
+    tok = load_tokenizer(folder, as_transformers=True)
     return tok, tok.added_tokens[len(before):]
 
 
