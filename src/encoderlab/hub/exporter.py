@@ -113,7 +113,8 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, evaluatio
         hf.save_pretrained(str(tmp))  # safetensors: the only format transformers 5 writes (and 4.x's default)
         compatible_config(tmp)
         tok.save(tmp, model_max_length=cfg.max_position_embeddings)
-        (tmp / "README.md").write_text(model_card(kind, cfg, tok, info, evaluations, framing, note), encoding="utf-8")
+        card = model_card(kind, cfg, tok, info, evaluations, framing, note, out.name)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
     log(f"exported {path} as {type(hf).__name__} -> {out}")
     return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(hf).__name__,
             "parameters": cfg.num_parameters(), "tokenizer_framing": framing, "note": note,
