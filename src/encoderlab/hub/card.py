@@ -197,9 +197,10 @@ def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, eval
     title = "-".join(p for p in (info.get("run"), info.get("checkpoint")) if p)
     special = ", ".join(f"{r} `{tok.token(getattr(tok, f'{r}_id'))}` ({getattr(tok, f'{r}_id')})"
                         for r in ("bos", "eos", "pad", "mask"))
-    versions = (f"`transformers` {TRANSFORMERS['eurobert']} or later: EuroBERT is built into transformers 5 only "
-                "(4.x would need `trust_remote_code` and other code)" if kind == "eurobert" else
-                f"`transformers` {TRANSFORMERS['llama']} or later, 4.x and 5.x alike")
+    versions = (f"`transformers` {TRANSFORMERS['eurobert']} or later, without `trust_remote_code` (EuroBERT is built "
+                f"into transformers from {TRANSFORMERS['eurobert']}; 4.x has no EuroBERT class)" if kind == "eurobert"
+                else f"`transformers` {TRANSFORMERS['llama']} or later, without `trust_remote_code` (its config.json "
+                "reads the same in 4.x and 5.x)")
     license_line = (f"License: `{info['license']}`, the source model's." if info.get("license") else
                     "License: not recorded by encoderlab (`unknown` above): the weights carry the terms of the "
                     "model they were imported from or trained on and of their training data; set `license` before "
@@ -207,7 +208,7 @@ def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, eval
     lines = [
         *_front_matter(kind, info, evaluations, name), "", f"# {title}", "",
         f"{cfg.num_parameters() / 1e6:.1f}M parameters, {what}, exported by encoderlab from checkpoint "
-        f"`{info.get('checkpoint')}`. It loads with {versions}, without `trust_remote_code`.", "", license_line, "",
+        f"`{info.get('checkpoint')}`. It loads with {versions}.", "", license_line, "",
     ]
     if note:
         lines += [f"**Note:** {note}.", ""]
@@ -220,9 +221,11 @@ def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, eval
         f"{'yes' if cfg.tie_word_embeddings else 'no'} |", "",
         "## Training", "", *_training_lines(info), "",
         "## Evaluation", "", *_evaluation_lines(evaluations), "",
-        "## Tokenizer", "", f"{tok.origin}; special tokens: {special}. It frames every input as `{framing}`, "
-        f"{'as the source model does' if info.get('reason') == 'imported' else 'as encoderlab did in training'}; "
-        f"it truncates at the model's {cfg.max_position_embeddings:,} positions.", "",
+        "## Tokenizer", "", f"{tok.origin}; special tokens: {special}. "
+        + ("It adds no special token to an input" if framing == "text" else f"It frames every input as `{framing}`")
+        + (", as the source model's tokenizer does" if info.get("reason") == "imported" else
+           ", as encoderlab did in training") + f"; `model_max_length` is the model's "
+        f"{cfg.max_position_embeddings:,} positions.", "",
         "## Use", "", *_usage(kind, tok.token(tok.mask_id), name), "",
     ]
     return public("\n".join(lines))
