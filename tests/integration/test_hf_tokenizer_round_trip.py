@@ -78,7 +78,8 @@ def test_import_then_export_keeps_the_source_tokenizer(tmp_path, source, one_thr
         exported = AutoTokenizer.from_pretrained(str(tmp_path / kind))
         assert encodings(exported) == expected, kind
         # added, as the import adds them: a mask token for MLM, and EOS as padding where the source had none
-        assert (exported.mask_token, exported.pad_token, exported.model_max_length) == ("<|mask|>", "<|im_end|>", CONTEXT)
+        added = (exported.mask_token, exported.pad_token, exported.model_max_length)
+        assert added == ("<|mask|>", "<|im_end|>", CONTEXT)
         config = json.loads((tmp_path / kind / "tokenizer_config.json").read_text())
         assert config["tokenizer_class"] == "PreTrainedTokenizerFast"  # a class 4.x and 5.x both build as saved
 
