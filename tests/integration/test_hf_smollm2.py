@@ -53,3 +53,32 @@ def test_smollm2_gguf_imports_with_transformers_logits(tmp_path, gguf_file, one_
     print(f"SmolLM2 import {seconds:.1f}s; causal logits max|diff| = {diff:.2e} (max |logit| {scale:.1f})")
     assert diff <= 1e-4 * scale
     assert tok.decode([int(ours[0, -1].argmax())]) == " Rome"  # the weights are real, not just equal
+
+
+@pytest.mark.slow  # ~60 s: the GGUF is parsed twice (import, then the reference model and tokenizer)
+@torch.no_grad()
+def test_smollm2_export_keeps_its_tokenizer_and_generations(tmp_path, gguf_file, one_thread):
+    """import -> export --as llama: the folder's tokenizer encodes as transformers' own tokenizer of the GGUF (no BOS
+    added, the chat template kept) and greedy generation gives the source's tokens."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from encoderlab.hub.exporter import export_checkpoint
+
+    import_hf("smollm2", tmp_path / "ckpt")
+    export_checkpoint(tmp_path / "ckpt", tmp_path / "llama", "llama")
+    source = AutoTokenizer.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name)
+    exported = AutoTokenizer.from_pretrained(str(tmp_path / "llama"))
+    texts = ["The capital of France is", "<|im_start|>user\nHi<|im_end|>", "naïve café 東京 🙂", "word " * 3000]
+    assert [exported(t).input_ids for t in texts] == [source(t).input_ids for t in texts]
+    chat = [{"role": "user", "content": "What is the capital of France?"}]
+    assert (exported.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+            == source.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
+    assert exported.model_max_length == 8192
+
+    prompt = "The capital of France is"
+    reference = AutoModelForCausalLM.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "llama")).eval()
+    theirs = reference.generate(**source(prompt, return_tensors="pt"), max_new_tokens=8, do_sample=False)
+    ours = model.generate(**exported(prompt, return_tensors="pt"), max_new_tokens=8, do_sample=False)
+    print(f"greedy: {exported.decode(ours[0])!r}")
+    assert ours.tolist() == theirs.tolist()

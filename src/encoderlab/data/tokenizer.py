@@ -3,7 +3,8 @@
 Whatever the origin, the result is a `TextTokenizer` that knows its BOS, EOS, PAD and MASK ids. MLM needs a mask
 token; when a loaded tokenizer has none, one is added (and recorded in `added_tokens`) so the model's embedding
 matrix can grow by one row. Text that happens to contain a special token's string (e.g. "<mask>") is encoded as
-plain text, never as the special id.
+plain text, never as the special id. What `transformers` needs beyond `tokenizer.json` (chat template, unk token...,
+`HF_SETTINGS`) is carried along from a Hugging Face folder, so a saved folder behaves as the one loaded.
 """
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ _ROLE_CANDIDATES = {
     "pad": ("<pad>", "<|pad|>", "[PAD]", "<|finetune_right_pad_id|>"),
     "mask": ("<mask>", "<|mask|>", "[MASK]"),
 }
+# tokenizer_config.json keys a saved folder keeps from the loaded one; all else is either in tokenizer.json (the
+# post-processor: BOS/EOS behaviour) or set by encoderlab (bos/eos/pad/mask, tokenizer_class, model_max_length).
+HF_SETTINGS = ("chat_template", "unk_token", "cls_token", "sep_token", "additional_special_tokens",
+               "clean_up_tokenization_spaces", "padding_side")
 
 
 @dataclass
@@ -36,6 +41,7 @@ class TextTokenizer:
     mask_id: int
     origin: str
     added_tokens: list[str] = field(default_factory=list)
+    hf_settings: dict = field(default_factory=dict)  # HF_SETTINGS of the folder it was loaded from
 
     def __post_init__(self) -> None:
         # Special-token strings inside documents stay text: a review quoting "<mask>" must not become a mask.
@@ -65,19 +71,20 @@ class TextTokenizer:
                 "special_tokens": {r: self.token(getattr(self, f"{r}_id")) for r in ("bos", "eos", "pad", "mask")},
                 "added_tokens": self.added_tokens}
 
-    def save(self, folder: Path) -> None:
-        """A folder that `transformers.AutoTokenizer` and `load_tokenizer` both read."""
-        from transformers import PreTrainedTokenizerFast
-
+    def save(self, folder: Path, model_max_length: int | None = None) -> None:
+        """A folder that `load_tokenizer` and `transformers.AutoTokenizer` read, 4.x and 5.x alike: tokenizer.json
+        and a tokenizer_config.json naming `PreTrainedTokenizerFast`, the class both versions build straight from
+        tokenizer.json (model-specific classes such as LlamaTokenizerFast rewrite the post-processor)."""
         folder.mkdir(parents=True, exist_ok=True)
         self.tokenizer.encode_special_tokens = False  # not a property HF should inherit in the saved file
         try:
-            hf = PreTrainedTokenizerFast(
-                tokenizer_object=self.tokenizer, bos_token=self.token(self.bos_id), eos_token=self.token(self.eos_id),
-                pad_token=self.token(self.pad_id), mask_token=self.token(self.mask_id))
-            hf.save_pretrained(str(folder))
+            self.tokenizer.save(str(folder / "tokenizer.json"))
         finally:
             self.tokenizer.encode_special_tokens = True
+        roles = {f"{r}_token": self.token(getattr(self, f"{r}_id")) for r in ("bos", "eos", "pad", "mask")}
+        limit = {"model_max_length": model_max_length} if model_max_length else {}
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", **self.hf_settings, **roles, **limit}
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
         (folder / MANIFEST).write_text(json.dumps(self.info(), indent=2) + "\n")
 
 
@@ -101,14 +108,17 @@ def train_bpe(texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2) 
     return TextTokenizer(tok, *ids, origin=f"trained byte-level BPE, vocab {vocab_size}")
 
 
-def load_tokenizer(path: str | Path) -> TextTokenizer:
-    """Load `tokenizer.json`, a folder holding one, or any Hugging Face tokenizer folder; add a mask if missing."""
+def load_tokenizer(path: str | Path, *, as_transformers: bool = False) -> TextTokenizer:
+    """Load `tokenizer.json`, a folder holding one, or any Hugging Face tokenizer folder; add a mask if missing.
+    `as_transformers` takes a folder's tokenizer as `AutoTokenizer` builds it, even from a tokenizer.json: a
+    model-specific class may change what tokenizer.json says (e.g. LlamaTokenizerFast sets whether BOS and EOS are
+    added from `add_bos_token`), and an import must encode as the source model's users do."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"tokenizer not found: {path} (give a tokenizer.json file or a folder containing one)")
     folder = path if path.is_dir() else path.parent
     config = _read_special_config(folder)
-    if path.is_file() or (folder / "tokenizer.json").exists():
+    if path.is_file() or ((folder / "tokenizer.json").exists() and not as_transformers):
         file = path if path.is_file() else folder / "tokenizer.json"
         try:
             tok = Tokenizer.from_file(str(file))
@@ -117,7 +127,28 @@ def load_tokenizer(path: str | Path) -> TextTokenizer:
     else:
         tok = _from_transformers(folder)
     manifest = json.loads((folder / MANIFEST).read_text()) if (folder / MANIFEST).exists() else {}
-    return _with_roles(tok, config, origin=manifest.get("origin", str(path)), added=manifest.get("added_tokens", []))
+    text = _with_roles(tok, config, origin=manifest.get("origin", str(path)), added=manifest.get("added_tokens", []))
+    text.hf_settings = hf_settings(folder)
+    return text
+
+
+def hf_settings(folder: Path) -> dict:
+    """The HF_SETTINGS of a Hugging Face tokenizer folder, special tokens as plain strings; the chat template also
+    from chat_template.jinja, where transformers 5 writes it."""
+    file = folder / "tokenizer_config.json"
+    config = json.loads(file.read_text(encoding="utf-8")) if file.exists() else {}
+    if isinstance(config.get("extra_special_tokens"), list):  # transformers 5's name
+        config.setdefault("additional_special_tokens", config["extra_special_tokens"])
+    if (folder / "chat_template.jinja").exists():
+        config["chat_template"] = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+
+    def plain(value):  # an AddedToken is saved as {"content": ..., "__type": "AddedToken", ...}
+        return value.get("content") if isinstance(value, dict) and "content" in value else value
+
+    settings = {k: config[k] for k in HF_SETTINGS if config.get(k) is not None}
+    if "additional_special_tokens" in settings:
+        settings["additional_special_tokens"] = [plain(t) for t in settings["additional_special_tokens"]]
+    return {k: plain(v) if k.endswith("_token") else v for k, v in settings.items()}
 
 
 def _read_special_config(folder: Path) -> dict[str, str]:

@@ -3,11 +3,13 @@
 What a checkpoint knows about its training is spread over its own state.json (step, schedule, objective), its run
 folder (metrics.jsonl gives tokens per step, config.yaml the initialisation) and, for an import, import.json.
 Evaluation scores come from the summary.json that `encoderlab sweep` writes; without one the card says 'not
-evaluated' rather than leave a reader guessing.
+evaluated' rather than leave a reader guessing. The card is meant to be published: its YAML front matter carries
+the Hub's metadata (license, base_model, datasets, model-index) and no local path of the machine that wrote it.
 """
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -18,13 +20,52 @@ from encoderlab.hub.hf import CLASSES
 from encoderlab.model.config import ModelConfig
 from encoderlab.train.logging import read_metrics
 
+# The Hub id and license of the sources encoderlab can name: the pinned SmolLM2 GGUF (DATA.md), and any folder in
+# the huggingface_hub cache, whose path names its repository (.../models--OWNER--NAME/snapshots/REVISION).
+KNOWN_SOURCES = {"SmolLM2-135M-Instruct.Q4_1.gguf": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
+HUB_TASKS = {"classification": "text-classification", "tokens": "token-classification", "qa": "question-answering",
+             "retrieval": "sentence-similarity"}
+TRANSFORMERS = {"eurobert": "5.3", "llama": "4.48"}  # the first versions that load each export (docs/hf.md)
+
+
+def base_model(source: str) -> tuple[str | None, str | None]:
+    """(Hub id, license) of an imported source when known, else None for each."""
+    path = Path(source)
+    if path.name in KNOWN_SOURCES:
+        return KNOWN_SOURCES[path.name]
+    cached = next((part.split("--")[1:] for part in path.parts if part.startswith("models--")), [])
+    return ("/".join(cached) if len(cached) == 2 else None), None
+
+
+def public(text: str) -> str:
+    """`text` with each absolute local path cut to its last name: the paths of the machine that wrote a card mean
+    nothing where it is published (and may say more than its author wants)."""
+    return re.sub(r"(?<![\w.:/~])/[^\s`'\"()|]+", lambda m: Path(m.group(0)).name or "/", text)
+
+
+def _import_record(checkpoint: Path) -> dict | None:
+    file = checkpoint / "import.json"
+    return json.loads(file.read_text()) if file.exists() else None
+
+
+def _datasets(data_path: str | None) -> list[str]:
+    """The Hub datasets a run's data was prepared from, when its corpus manifest names any (local files are not)."""
+    if not data_path:
+        return []
+    manifest = next((p for p in (Path(data_path) / "corpus" / "manifest.json",
+                                 Path(data_path).parent / "corpus" / "manifest.json") if p.exists()), None)
+    source = json.loads(manifest.read_text()).get("source", "") if manifest else ""
+    return [s.strip() for s in source.split(",")
+            if re.fullmatch(r"[\w.-]+(/[\w.-]+)?", s.strip()) and not Path(s.strip()).exists()]
+
 
 def training_info(path: Path, state: dict) -> dict:
     info = {k: state.get(k) for k in ("step", "total_steps", "reason", "schedule", "objective")}
     info["checkpoint"] = path.name
-    if (path / "import.json").exists():
-        record = json.loads((path / "import.json").read_text())
+    record = _import_record(path)
+    if record:
         info.update(imported_from=record.get("source"), source_model_type=record.get("model_type"))
+        info["base_model"], info["license"] = base_model(record.get("source", ""))
     run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
     if run_dir is None:
         return info
@@ -36,8 +77,13 @@ def training_info(path: Path, state: dict) -> dict:
         if per_step is not None:
             info["tokens_seen"] = round(state["step"] * per_step)
     if (run_dir / "config.yaml").exists():
-        init = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("init") or {}
-        info["init"] = {k: v for k, v in init.items() if v}
+        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        info["init"] = {k: v for k, v in (config.get("init") or {}).items() if v}
+        info["datasets"] = _datasets((config.get("data") or {}).get("path"))
+        start = info["init"].get("from_weights")
+        record = _import_record(Path(start)) if start and Path(start).is_dir() else None
+        if record:  # continued pretraining of an import: a fine-tune of its source, under its license
+            info["base_model"], info["license"] = base_model(record.get("source", ""))
     return info
 
 
@@ -113,30 +159,57 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
     return lines
 
 
-def _usage(kind: str, mask: str) -> list[str]:
+def _usage(kind: str, mask: str, name: str) -> list[str]:
     if kind == "eurobert":
         return ["```python", "from transformers import pipeline, AutoModelForSequenceClassification",
-                'fill = pipeline("fill-mask", model="PATH")', f'fill("The capital of France is{mask}.")',
-                'classifier = AutoModelForSequenceClassification.from_pretrained("PATH", num_labels=2)', "```"]
+                f'fill = pipeline("fill-mask", model="{name}")', f'fill("The capital of France is{mask}.")',
+                f'classifier = AutoModelForSequenceClassification.from_pretrained("{name}", num_labels=2)', "```"]
     return ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-            'tok = AutoTokenizer.from_pretrained("PATH")', 'model = AutoModelForCausalLM.from_pretrained("PATH")',
+            f'tok = AutoTokenizer.from_pretrained("{name}")', f'model = AutoModelForCausalLM.from_pretrained("{name}")',
             'out = model.generate(**tok("The capital of France is", return_tensors="pt"), max_new_tokens=10)',
             "print(tok.decode(out[0]))", "```"]
 
 
+def _model_index(name: str, evaluations: list[dict]) -> list[dict]:
+    results = [{"task": {"type": HUB_TASKS.get(t.get("family"), "other"), "name": t.get("family")},
+                "dataset": {"name": task, "type": task},
+                "metrics": [{"type": t.get("metric"), "value": round(t["test"], 2),
+                             "name": f"test {t.get('metric')} (protocol {e['protocol']}, mean of {t.get('seeds')} "
+                                     "seeds at the learning rate chosen on validation)"}]}
+               for e in evaluations for task, t in e["tasks"].items() if "test" in t]
+    return [{"name": name, "results": results}] if results else []
+
+
+def _front_matter(kind: str, info: dict, evaluations: list[dict], name: str) -> list[str]:
+    meta = {"library_name": "transformers", "pipeline_tag": "fill-mask" if kind == "eurobert" else "text-generation",
+            "tags": ["encoderlab", kind], "license": info.get("license") or "unknown"}
+    meta.update({k: info[k] for k in ("base_model", "datasets") if info.get(k)})
+    index = _model_index(name, evaluations)
+    if index:
+        meta["model-index"] = index
+    return ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---"]
+
+
 def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, evaluations: list[dict],
-               framing: str, note: str | None) -> str:
+               framing: str, note: str | None, name: str) -> str:
+    """The README.md of the export folder `name` (the name its users load it by, beside it or on the Hub)."""
     what = ("a bidirectional text encoder (EuroBERT architecture, `EuroBertForMaskedLM`)" if kind == "eurobert"
             else f"a causal decoder ({kind} architecture, `{CLASSES[kind][1]}`)")
     title = "-".join(p for p in (info.get("run"), info.get("checkpoint")) if p)
     special = ", ".join(f"{r} `{tok.token(getattr(tok, f'{r}_id'))}` ({getattr(tok, f'{r}_id')})"
                         for r in ("bos", "eos", "pad", "mask"))
-    pipeline_tag = "fill-mask" if kind == "eurobert" else "text-generation"
+    versions = (f"`transformers` {TRANSFORMERS['eurobert']} or later, without `trust_remote_code` (EuroBERT is built "
+                f"into transformers from {TRANSFORMERS['eurobert']}; 4.x has no EuroBERT class)" if kind == "eurobert"
+                else f"`transformers` {TRANSFORMERS['llama']} or later, without `trust_remote_code` (its config.json "
+                "reads the same in 4.x and 5.x)")
+    license_line = (f"License: `{info['license']}`, the source model's." if info.get("license") else
+                    "License: not recorded by encoderlab (`unknown` above): the weights carry the terms of the "
+                    "model they were imported from or trained on and of their training data; set `license` before "
+                    "publishing.")
     lines = [
-        "---", "library_name: transformers", f"pipeline_tag: {pipeline_tag}",
-        f"tags: [encoderlab, {kind}]", "---", "", f"# {title}", "",
+        *_front_matter(kind, info, evaluations, name), "", f"# {title}", "",
         f"{cfg.num_parameters() / 1e6:.1f}M parameters, {what}, exported by encoderlab from checkpoint "
-        f"`{info.get('checkpoint')}`. It loads with plain `transformers` (no `trust_remote_code`).", "",
+        f"`{info.get('checkpoint')}`. It loads with {versions}.", "", license_line, "",
     ]
     if note:
         lines += [f"**Note:** {note}.", ""]
@@ -149,8 +222,11 @@ def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, eval
         f"{'yes' if cfg.tie_word_embeddings else 'no'} |", "",
         "## Training", "", *_training_lines(info), "",
         "## Evaluation", "", *_evaluation_lines(evaluations), "",
-        "## Tokenizer", "", f"{tok.origin}; special tokens: {special}. The tokenizer frames every input as "
-        f"`{framing}`, as encoderlab did in training.", "",
-        "## Use", "", *_usage(kind, tok.token(tok.mask_id)), "",
+        "## Tokenizer", "", f"{tok.origin}; special tokens: {special}. "
+        + ("It adds no special token to an input" if framing == "text" else f"It frames every input as `{framing}`")
+        + (", as the source model's tokenizer does" if info.get("reason") == "imported" else
+           ", as encoderlab did in training") + f"; `model_max_length` is the model's "
+        f"{cfg.max_position_embeddings:,} positions.", "",
+        "## Use", "", *_usage(kind, tok.token(tok.mask_id), name), "",
     ]
-    return "\n".join(lines)
+    return public("\n".join(lines))

@@ -7,12 +7,19 @@ AutoModelForSequenceClassification, AutoModelForTokenClassification load it); `l
 `trust_remote_code`. The folder holds safetensors weights, the tokenizer (with its mask token, so
 `pipeline("fill-mask")` works) and a model card.
 
-The tokenizer frames text as encoderlab trained on it: pretraining packs `<bos> document <eos>` and fine-tuning
-encodes `<bos> a <eos>` or `<bos> a <eos> b <eos>`, so the eurobert export's tokenizer adds exactly these tokens. A
-causal export keeps a tokenizer's own framing when it has one (an imported Llama's `<bos> text`), else adds `<bos>`.
+The tokenizer frames text as the model was last trained on it. A checkpoint trained by encoderlab saw `<bos> document
+<eos>` in pretraining and `<bos> a <eos>` or `<bos> a <eos> b <eos>` in fine-tuning, so its eurobert export adds
+exactly these tokens and its causal exports `<bos> text` (the prompt of a generation). An imported checkpoint not
+trained further is still the source model: both exports keep the source tokenizer's own post-processor (SmolLM2's
+adds nothing, Llama-2's `<s> text`), so they encode every text as the source does. Either way the folder keeps the
+tokenizer's chat template, unk and other special tokens, and `model_max_length` is the model's context.
+
+`config.json` is written for transformers 4.x and 5.x alike: 5.x writes only `rope_parameters`, which 4.x ignores
+(it would run with rope theta 10,000), so the top-level `rope_theta` / `rope_scaling` that 4.x reads are added.
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,21 +49,37 @@ def objective_note(objective: str | None, kind: str) -> str | None:
     return None
 
 
-def frame_tokenizer(tok: TextTokenizer, kind: str) -> str:
-    """Set the tokenizer's post-processor to encoderlab's framing (module docstring); returns what it adds."""
-    bos, eos = tok.token(tok.bos_id), tok.token(tok.eos_id)
-    specials = list({bos: tok.bos_id, eos: tok.eos_id}.items())  # one entry when BOS and EOS are one token
-    if kind == "eurobert":
-        tok.tokenizer.post_processor = TemplateProcessing(
-            single=f"{bos} $A {eos}", pair=f"{bos} $A {eos} $B:1 {eos}:1", special_tokens=specials)
-        return f"{bos} text {eos}"
+def frame_tokenizer(tok: TextTokenizer, kind: str, *, as_source: bool) -> str:
+    """Set the tokenizer's post-processor to the framing of the module docstring (`as_source`: the imported source's
+    own, left as it is); returns what it adds."""
+    if not as_source:
+        bos, eos = tok.token(tok.bos_id), tok.token(tok.eos_id)
+        specials = list({bos: tok.bos_id, eos: tok.eos_id}.items())  # one entry when BOS and EOS are one token
+        single, pair = (f"{bos} $A {eos}", f"{bos} $A {eos} $B:1 {eos}:1") if kind == "eurobert" else (
+            f"{bos} $A", f"{bos} $A $B:1")
+        tok.tokenizer.post_processor = TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+    return framing(tok)
+
+
+def framing(tok: TextTokenizer) -> str:
+    """What the tokenizer adds around one text, e.g. `<bos> text <eos>`, or `text` when it adds nothing."""
     plain = tok.tokenizer.encode("a", add_special_tokens=False).ids
     framed = tok.tokenizer.encode("a", add_special_tokens=True).ids
-    if framed != plain:
-        return "the tokenizer's own special tokens"
-    tok.tokenizer.post_processor = TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A $B:1", special_tokens=[(bos, tok.bos_id)])
-    return f"{bos} text"
+    at = next(i for i in range(len(framed) - len(plain) + 1) if framed[i:i + len(plain)] == plain)
+    return " ".join([*map(tok.token, framed[:at]), "text", *map(tok.token, framed[at + len(plain):])])
+
+
+def compatible_config(folder: Path) -> None:
+    """Add to config.json the rope keys transformers 4.x reads beside the `rope_parameters` of 5.x: 4.x loads a
+    config without `rope_theta` silently with theta 10,000. Both versions then read the same rotary embedding."""
+    file = folder / "config.json"
+    config = json.loads(file.read_text())
+    rope = config.get("rope_parameters") or {}
+    if "rope_theta" in rope:
+        config["rope_theta"] = rope["rope_theta"]
+        scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
+        config["rope_scaling"] = scaling if scaling.get("rope_type", "default") != "default" else None
+        file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def hf_model(model, cfg, kind: str):
@@ -87,12 +110,14 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, evaluatio
     note = objective_note(info.get("objective"), kind)
     if note:
         log(f"note: {note}")
-    framing = frame_tokenizer(tok, kind)
+    framing = frame_tokenizer(tok, kind, as_source=info.get("reason") == "imported")
     hf = hf_model(model, cfg, kind)
     with atomic_dir(out) as tmp:
         hf.save_pretrained(str(tmp))  # safetensors: the only format transformers 5 writes (and 4.x's default)
-        tok.save(tmp)
-        (tmp / "README.md").write_text(model_card(kind, cfg, tok, info, evaluations, framing, note), encoding="utf-8")
+        compatible_config(tmp)
+        tok.save(tmp, model_max_length=cfg.max_position_embeddings)
+        card = model_card(kind, cfg, tok, info, evaluations, framing, note, out.name)
+        (tmp / "README.md").write_text(card, encoding="utf-8")
     log(f"exported {path} as {type(hf).__name__} -> {out}")
     return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(hf).__name__,
             "parameters": cfg.num_parameters(), "tokenizer_framing": framing, "note": note,
