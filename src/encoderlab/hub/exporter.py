@@ -1,4 +1,5 @@
-"""Export a checkpoint as a native transformers folder: `encoderlab export CKPT --out DIR --as eurobert|llama`.
+"""Export a checkpoint as a native transformers folder: `encoderlab export CKPT --out DIR --as eurobert|llama`
+(or `--as sentence-transformers`: the EuroBERT body as a SentenceTransformer folder, hub/sentence.py).
 
 `eurobert` writes `EuroBertConfig` / `EuroBertForMaskedLM` (bidirectional: fill-mask, and AutoModel,
 AutoModelForSequenceClassification, AutoModelForTokenClassification load it); `llama` writes `LlamaConfig` /
@@ -23,8 +24,9 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.hub.hf import hf_config
 from encoderlab.hub.card import evaluation_summaries, model_card, training_info
 from encoderlab.hub.folders import prepare_out
+from encoderlab.hub import sentence
 
-KINDS = ("eurobert", "llama")
+KINDS = ("eurobert", "llama", sentence.KIND)
 
 
 def objective_note(objective: str | None, kind: str) -> str | None:
@@ -73,23 +75,29 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, evaluatio
     from encoderlab.train import checkpoint as ckpt
 
     if kind not in KINDS:
-        raise EncoderlabError(f"--as {kind!r} is not an export format; choose eurobert (bidirectional, fill-mask) or "
-                              "llama (causal, text generation)")
+        raise EncoderlabError(f"--as {kind!r} is not an export format; choose eurobert (bidirectional, fill-mask), "
+                              "llama (causal, text generation) or sentence-transformers (embeddings)")
     started = time.perf_counter()
     path = ckpt.resolve(checkpoint)
     prepare_out(out, force, keep=path)
     info = training_info(path, ckpt.load_state(path))
     evaluations = evaluation_summaries(path, evaluation)
     model, cfg, tok = ckpt.load_model(path)
-    note = objective_note(info.get("objective"), kind)
+    body = sentence.BODY if kind == sentence.KIND else kind
+    note = objective_note(info.get("objective"), body)
     if note:
         log(f"note: {note}")
-    framing = frame_tokenizer(tok, kind)
-    hf = hf_model(model, cfg, kind)
+    framing = frame_tokenizer(tok, body)
+    hf = hf_model(model, cfg, body)
+    card = model_card(body, cfg, tok, info, evaluations, framing, note)
+    if kind == sentence.KIND:
+        hf, card = hf.model, sentence.card(card)  # the bare encoder (module docstring of hub/sentence.py)
     with atomic_dir(out) as tmp:
         hf.save_pretrained(str(tmp))  # safetensors: the only format transformers 5 writes (and 4.x's default)
         tok.save(tmp)
-        (tmp / "README.md").write_text(model_card(kind, cfg, tok, info, evaluations, framing, note), encoding="utf-8")
+        (tmp / "README.md").write_text(card, encoding="utf-8")
+        if kind == sentence.KIND:
+            sentence.write_modules(tmp, cfg)
     log(f"exported {path} as {type(hf).__name__} -> {out}")
     return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(hf).__name__,
             "parameters": cfg.num_parameters(), "tokenizer_framing": framing, "note": note,
