@@ -36,6 +36,7 @@ class Case:
     args: tuple[str, ...]
     says: str
     setup: Callable[[Path, dict], None] | None = None
+    without: str | None = None  # a module the case hides from import (an optional extra not installed)
 
 
 def write(relative: str, content: str | bytes) -> Callable[[Path, dict], None]:
@@ -144,6 +145,12 @@ CLI_CASES = [
          "engine 'warp'"),
     Case("sweep-unknown-task", ("sweep", "{ckpt}", "no-such-task", "--out", "{tmp}/e"), "unknown task 'no-such-task'"),
     Case("sweep-not-a-checkpoint", ("sweep", "{tmp}", "rt-polarity", "--out", "{tmp}/e"), "neither a checkpoint"),
+    Case("pretrain-wandb-not-installed", ("pretrain", "{tmp}/run.yaml", "--set", "train.wandb.project=p"),
+         "train.wandb: {{project: p}} asks for Weights & Biases logging, but wandb is not installed: pip install "
+         "'encoderlab[wandb]'", run_config(), without="wandb"),
+    Case("sweep-wandb-not-installed", ("sweep", "{ckpt}", "rt-polarity", "--set", "wandb.project=p", "--out",
+                                       "{tmp}/e"), "wandb: {{project: p}} asks for Weights & Biases logging, but "
+         "wandb is not installed", without="wandb"),
 ]
 
 # ------------------------------------------------------------------------------------------ task files, sweeps
@@ -418,6 +425,8 @@ def test_bad_input_is_refused_in_one_line(case: Case, tmp_path, context, monkeyp
     ctx = {**context, "tmp": tmp_path}
     if case.setup:
         case.setup(tmp_path, ctx)
+    if case.without:
+        monkeypatch.setitem(sys.modules, case.without, None)  # `import` raises ImportError, as if not installed
     before, shared_before = snapshot(tmp_path), snapshot(context["run"])
     monkeypatch.setattr(sys, "argv", ["encoderlab", *(a.format(**ctx) for a in case.args)])
     monkeypatch.setenv("COLUMNS", "400")  # one line, however long the message

@@ -248,8 +248,9 @@ def import_hf_cmd(
 def export_cmd(
     checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
     out_dir: Path = typer.Option(..., "--out", help="The transformers folder to write."),
-    kind: str = typer.Option("eurobert", "--as", help="eurobert (bidirectional, EuroBertForMaskedLM), or causal: "
-                                                      "llama, mistral, qwen2, qwen3 (*ForCausalLM)."),
+    kind: str = typer.Option("eurobert", "--as", help="eurobert (bidirectional, EuroBertForMaskedLM), causal: "
+                                                      "llama, mistral, qwen2, qwen3 (*ForCausalLM), or "
+                                                      "sentence-transformers (EuroBertModel, mean pooling)."),
     evaluation: Path | None = typer.Option(None, "--eval", help="A sweep summary.json or sweep --out folder for the "
                                                                 "model card (default: ./evals if it has one)."),
     force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),

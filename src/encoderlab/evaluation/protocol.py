@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, V
 
 from encoderlab.errors import EncoderlabError
 
-from encoderlab.train.config import AdamWSection
+from encoderlab.train.config import AdamWSection, WandbSection
 
 # What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),
 # the optimizer and the selection rule stay the same for every task, or the tasks' scores would not compare.
@@ -62,6 +62,8 @@ class Protocol(BaseModel):
                                              "others up to this many (CPU demos; scores rise as the corpus shrinks)")
     retrieval: RetrievalSection = RetrievalSection()
     curve_every: int = Field(10, gt=0, description="training loss recorded every N steps")
+    wandb: WandbSection | None = Field(None, description="also log each run's scores and the summary to Weights & "
+                                       "Biases (one W&B run per sweep); reporting only, not part of the protocol key")
     task_overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per task name: its own " + ", ".join(TASK_OVERRIDABLE) +
         " (e.g. more epochs for a small training set, longer inputs for long documents)")

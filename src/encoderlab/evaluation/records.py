@@ -31,7 +31,7 @@ ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pair
 
 def protocol_key(protocol: dict) -> str:
     """`demo-1a2b3c4d`: the protocol's name and a hash of every setting but the reporting ones."""
-    settings = {k: v for k, v in protocol.items() if k not in ("name", "curve_every", "eval_batch_size")
+    settings = {k: v for k, v in protocol.items() if k not in ("name", "curve_every", "eval_batch_size", "wandb")
                 and not (k in ADDED_SETTINGS and v == ADDED_SETTINGS[k])}
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', protocol.get('name', 'protocol'))}-{digest}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +30,7 @@ from encoderlab.evaluation.tasks import load_task, task_family, task_identity
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.train import checkpoint as ckpt
-from encoderlab.train.logging import Progress
+from encoderlab.train.logging import Progress, Wandb, require_wandb
 
 
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
@@ -84,6 +84,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_execution(engine, workers, device)
+    require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
     for spec in specs:
         if spec not in prepared:
@@ -106,6 +107,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         raise EncoderlabError(f"retrieval.train_on: {train_on!r} must be a retrieval task with train pairs")
     sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer)
     with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep
+        if protocol.wandb is not None:
+            sweep.tracker = locks.enter_context(closing(Wandb(protocol.wandb, out, sweep.tag, sweep.about())))
         for task in sweep.tasks:
             locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
             if others := records.other_versions(out, sweep.tag, sweep.key, task.name, task.fingerprint):
@@ -161,6 +164,7 @@ class Sweep:
     engine: str
     log: Callable[[str], None]
     train_on: EvalTask | None = None  # retrieval.train_on: the task that trains every retrieval task's runs
+    tracker: Wandb | None = None  # protocol.wandb: each record's scores, and the summary, go to W&B as well
 
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
@@ -237,6 +241,13 @@ class Sweep:
                   "data_split": getattr(task, "data_split", None),
                   "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
         records.write(self.path(task, lr, seed), record)
+        if self.tracker is not None and body["status"] == "ok":
+            scores = {f"runs/{task.name}/{split}": body["scores"][split]["score"] for split in ("validation", "test")}
+            self.tracker.log({**scores, f"runs/{task.name}/lr": lr, f"runs/{task.name}/seed": seed})
+
+    def about(self) -> dict:
+        return {"checkpoint": str(self.checkpoint), "tag": self.tag, "protocol_key": self.key,
+                "protocol": self.protocol.model_dump(mode="json")}
 
     def summarize(self, *, runs_done: int, seconds: float) -> dict:
         """This sweep's tasks, aggregated over every record of their grid (earlier sweeps' included); summary.json
@@ -244,10 +255,12 @@ class Sweep:
         some tasks does not drop the others from it."""
         found = records.load_all(self.out, self.tag, self.key)
         ours = {(t.name, t.fingerprint) for t in self.tasks}
-        about = {"checkpoint": str(self.checkpoint), "tag": self.tag, "protocol_key": self.key,
-                 "protocol": self.protocol.model_dump(mode="json")}
+        about = self.about()
         write_json(self.out / self.tag / self.key / "summary.json", {**summarize(records.current(found)), **about})
         summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours])
+        if self.tracker is not None:
+            self.tracker.summarize({f"{name}/{key}": t[key] for name, t in summary["tasks"].items()
+                                    for key in ("test", "ci95", "best_lr", "validation") if t.get(key) is not None})
         return {**summary, **about, "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1)}
 
 

@@ -1,4 +1,5 @@
-"""Export a checkpoint as a native transformers folder: `encoderlab export CKPT --out DIR --as KIND`.
+"""Export a checkpoint as a native transformers folder: `encoderlab export CKPT --out DIR --as KIND` (or
+`--as sentence-transformers`: the EuroBERT body as a SentenceTransformer folder, hub/sentence.py).
 
 `eurobert` writes `EuroBertConfig` / `EuroBertForMaskedLM` (bidirectional: fill-mask, and AutoModel,
 AutoModelForSequenceClassification, AutoModelForTokenClassification load it); `llama`, `mistral`, `qwen2` and
@@ -32,8 +33,9 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.hub.hf import CLASSES, hf_config, refusal
 from encoderlab.hub.card import evaluation_summaries, model_card, training_info
 from encoderlab.hub.folders import prepare_out
+from encoderlab.hub import sentence
 
-KINDS = tuple(CLASSES)
+KINDS = (*CLASSES, sentence.KIND)
 
 
 def objective_note(objective: str | None, kind: str) -> str | None:
@@ -97,27 +99,35 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, evaluatio
     from encoderlab.train import checkpoint as ckpt
 
     if kind not in KINDS:
-        raise EncoderlabError(f"--as {kind!r} is not an export format; choose eurobert (bidirectional, fill-mask) or "
-                              "llama, mistral, qwen2, qwen3 (causal, text generation)")
+        raise EncoderlabError(f"--as {kind!r} is not an export format; choose eurobert (bidirectional, fill-mask), "
+                              "llama, mistral, qwen2, qwen3 (causal, text generation) or sentence-transformers "
+                              "(embeddings)")
     started = time.perf_counter()
     path = ckpt.resolve(checkpoint)
     model, cfg, tok = ckpt.load_model(path)
-    if refusal(cfg, kind):
-        raise EncoderlabError(f"{path}: {refusal(cfg, kind)}")
+    problem = refusal(cfg, sentence.BODY if kind == sentence.KIND else kind)
+    if problem:
+        raise EncoderlabError(f"{path}: {problem}")
     prepare_out(out, force, keep=path)
     info = training_info(path, ckpt.load_state(path))
     evaluations = evaluation_summaries(path, evaluation)
-    note = objective_note(info.get("objective"), kind)
+    body = sentence.BODY if kind == sentence.KIND else kind
+    note = objective_note(info.get("objective"), body)
     if note:
         log(f"note: {note}")
-    framing = frame_tokenizer(tok, kind, as_source=info.get("reason") == "imported")
-    hf = hf_model(model, cfg, kind)
+    # a sentence encoder embeds text framed as the retrieval evaluation frames it, whatever the source did
+    framing = frame_tokenizer(tok, body, as_source=info.get("reason") == "imported" and kind != sentence.KIND)
+    hf = hf_model(model, cfg, body)
+    card = model_card(body, cfg, tok, info, evaluations, framing, note, out.name)
+    if kind == sentence.KIND:
+        hf, card = hf.model, sentence.card(card)  # the bare encoder (module docstring of hub/sentence.py)
     with atomic_dir(out) as tmp:
         hf.save_pretrained(str(tmp))  # safetensors: the only format transformers 5 writes (and 4.x's default)
         compatible_config(tmp)
         tok.save(tmp, model_max_length=cfg.max_position_embeddings)
-        card = model_card(kind, cfg, tok, info, evaluations, framing, note, out.name)
         (tmp / "README.md").write_text(card, encoding="utf-8")
+        if kind == sentence.KIND:
+            sentence.write_modules(tmp, cfg)
     log(f"exported {path} as {type(hf).__name__} -> {out}")
     return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(hf).__name__,
             "parameters": cfg.num_parameters(), "tokenizer_framing": framing, "note": note,

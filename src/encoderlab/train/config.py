@@ -59,6 +59,15 @@ class InitSection(_Section):
         return self
 
 
+class WandbSection(_Section):
+    """Weights & Biases logging (the `wandb` extra), beside metrics.jsonl and TensorBoard; off unless given."""
+    project: str = Field(..., min_length=1)
+    name: str | None = Field(None, description="the W&B run's name; default: the run's name (a sweep: its checkpoint)")
+    mode: Literal["online", "offline"] | None = Field(
+        None, description="offline: kept in the run folder's wandb/ for `wandb sync`, nothing goes over the network; "
+        "default: W&B's own (WANDB_MODE, else online)")
+
+
 class TrainSection(_Section):
     steps: int = Field(..., gt=0)
     global_batch: int | None = Field(None, gt=0, description="sequences per optimizer step (all ranks together)")
@@ -75,6 +84,7 @@ class TrainSection(_Section):
     keep_checkpoints: int = Field(3, ge=1, description="periodic checkpoints kept (phase/stable/final are kept)")
     threads: int | None = Field(None, gt=0, description="torch intra-op threads; default: all cores")
     tensorboard: bool = True
+    wandb: WandbSection | None = None
     # Parallelism and speed switches (docs/distributed.md). Off by default: each changes memory, speed or kernels.
     parallel: Literal["none", "ddp", "fsdp2"] = Field(
         "none", description="data parallelism over the processes of a torchrun launch (none: one process)")

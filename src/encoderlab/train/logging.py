@@ -1,4 +1,5 @@
-"""Where a run reports: a JSON Lines log (the record of truth), TensorBoard scalars, and a live progress line."""
+"""Where a run reports: a JSON Lines log (the record of truth), scalar sinks beside it (TensorBoard, Weights &
+Biases) and a live progress line."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from rich.progress import Progress as RichProgress
 
 from encoderlab.errors import EncoderlabError
 from encoderlab.io import atomic_file
+from encoderlab.train.config import WandbSection
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -32,20 +34,70 @@ def read_metrics(path: Path) -> list[dict]:
     return records
 
 
-class MetricsLog:
-    """Disabled on every rank but 0 of a distributed run: records are global, one writer is enough."""
+class TensorBoard:
+    """Scalars under `folder`; a resumed run's events after `purge_step` are dropped (their steps are redone)."""
 
-    def __init__(self, run_dir: Path, *, resume_from: int, tensorboard: bool, enabled: bool = True):
+    def __init__(self, folder: Path, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(folder), purge_step=purge_step)
+
+    def log(self, scalars: dict[str, float], step: int | None = None) -> None:
+        for key, value in scalars.items():
+            self.writer.add_scalar(key, value, step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def require_wandb(settings: WandbSection | None, where: str) -> None:
+    """Refuse, before any work, a config that asks for W&B logging where wandb is not installed."""
+    if settings is None:
+        return
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise EncoderlabError(f"{where}: {{project: {settings.project}}} asks for Weights & Biases logging, but wandb "
+                              "is not installed: pip install 'encoderlab[wandb]', or remove the setting") from None
+
+
+class Wandb:
+    """A W&B run whose files go to `folder`/wandb (offline mode keeps them there for `wandb sync`). Our own console
+    output is not captured (console="off"): it goes to the terminal and --json's stdout untouched."""
+
+    def __init__(self, settings: WandbSection, folder: Path, name: str, config: dict):
+        import wandb
+
+        folder.mkdir(parents=True, exist_ok=True)
+        self.run = wandb.init(project=settings.project, name=settings.name or name, mode=settings.mode,
+                              dir=str(folder), config=config, settings=wandb.Settings(console="off"))
+
+    def log(self, scalars: dict[str, float], step: int | None = None) -> None:
+        self.run.log(scalars, step=step)
+
+    def summarize(self, values: dict[str, float]) -> None:
+        self.run.summary.update(values)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class MetricsLog:
+    """Disabled on every rank but 0 of a distributed run: records are global, one writer is enough. Each record's
+    numbers also go, at its step, to the sinks the config asks for (TensorBoard, W&B with the run's config)."""
+
+    def __init__(self, run_dir: Path, *, resume_from: int, tensorboard: bool, wandb: WandbSection | None = None,
+                 config: dict | None = None, enabled: bool = True):
         self.path = run_dir / "metrics.jsonl"
-        self.file, self.tb = None, None
+        self.file, self.sinks = None, []
         if not enabled:
             return
         self._truncate_after(resume_from)
         self.file = open(self.path, "a", encoding="utf-8")
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_from or None)
+            self.sinks.append(TensorBoard(run_dir / "tensorboard", purge_step=resume_from or None))
+        if wandb is not None:
+            self.sinks.append(Wandb(wandb, run_dir, run_dir.name, config or {}))
 
     def _truncate_after(self, step: int) -> None:
         """Records after the checkpoint a run resumes from were made by steps that will be redone."""
@@ -60,16 +112,15 @@ class MetricsLog:
             return
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
-        if self.tb is not None:
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    self.tb.add_scalar(key, value, record["step"])
+        scalars = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k != "step"}
+        for sink in self.sinks:
+            sink.log(scalars, record["step"])
 
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
-        if self.tb is not None:
-            self.tb.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 class Progress:

@@ -25,7 +25,7 @@ from encoderlab.model.transformer import TransformerLM
 from encoderlab.seeds import derive_seed
 from encoderlab.train import checkpoint, distributed, optim, resume as same_run
 from encoderlab.train.config import PretrainConfig
-from encoderlab.train.logging import MetricsLog, Progress, describe_step, read_metrics
+from encoderlab.train.logging import MetricsLog, Progress, describe_step, read_metrics, require_wandb
 
 
 def resolve_data(path: str) -> Path:
@@ -83,7 +83,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases, world_size: int = 1) -> None:
-    """Fail before any work when the data, the model and the objectives cannot go together."""
+    """Fail before any work when the data, the model and the objectives cannot go together (or W&B is missing)."""
+    require_wandb(cfg.train.wandb, "train.wandb")
     if meta["seq_len"] > mcfg.max_position_embeddings:
         raise EncoderlabError(f"the data's windows have {meta['seq_len']} tokens but the model's positions stop at "
                               f"{mcfg.max_position_embeddings}: raise model.max_position_embeddings or repack")
@@ -336,7 +337,7 @@ class Trainer:
         cfg, total = self.cfg, self.cfg.train.steps
         decay_start = cfg.lr_schedule.decay_start(total)
         metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard,
-                             enabled=self.world.is_main)
+                             wandb=cfg.train.wandb, config=cfg.model_dump(mode="json"), enabled=self.world.is_main)
         progress = Progress("step", total, start=self.step, enabled=self.show_progress)
         tokens_per_step = self.global_batch * self.train_data.seq_len
         window: dict[str, list] = {}

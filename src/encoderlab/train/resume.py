@@ -35,7 +35,8 @@ def has_run(run_dir: Path) -> bool:
 # Everything else changes what the run is or what its numbers mean: objective, seeds, data, model, optimizer,
 # LR schedule, steps, batch, dtype (bf16 autocast or fp32 numerics), eval_batches (the held-out set of its losses).
 FREE = frozenset({
-    "name", "out_dir", "data.path", "train.log_every", "train.eval_every", "train.tensorboard", "train.save_every",
+    "name", "out_dir", "data.path", "train.log_every", "train.eval_every", "train.tensorboard", "train.wandb",
+    "train.wandb.project", "train.wandb.name", "train.wandb.mode", "train.save_every",
     "train.save_at", "train.keep_checkpoints", "train.threads", "train.device", "train.parallel", "train.micro_batch",
     "train.compile", "train.activation_checkpointing", "train.attention"})
 # What --extend may change besides: the budget and the schedules over it (checked against the steps trained).
