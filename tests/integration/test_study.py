@@ -252,19 +252,22 @@ def test_report_renders_every_section_from_records(tmp_path):
     fake_records(plan, base)
     text = write_report(plan.root).read_text()
     out = plan.root / "report"
-    for section in ("five findings", "Category scores per model", "Per-dataset scores", "Data efficiency",
+    for section in ("Sanity check: pretraining beats random initialisation", "five findings",
+                    "Category scores per model", "Per-dataset scores", "Data efficiency",
                     "Fine-tuning stability", "CLM/MLM40 splits at 20 steps", "CPT with MLM from the CLM model",
                     "Pretraining loss", "## Protocol", "micro-random", "trivial baseline"):
         assert section in text, section
-    assert "**1. MLM beats CLM on most tasks** (A = micro-mlm40-20, B = micro-clm-20): reproduced" in text
+    assert "**1. MLM beats CLM on most tasks** (A = micro-mlm40-20, B = micro-clm-20): **reproduced**" in text
     # finding 2 over every intermediate step before the paper's crossover (10/42 of the budget for SC, 20/42 for IR)
     early = text.split("**2. CLM learns faster early**")[1].split("**3.")[0]
-    assert "SC to step 5, QA to step 5, IR to step 10" in early and "/4 checkpoint x category comparisons" in early
+    assert "SC to step 5, QA to step 5, IR to step 10" in early and "of 4 checkpoint x category comparisons" in early
     assert all(f"| {row} |" in early for row in ("SC at 4", "QA at 4", "IR at 4", "IR at 8"))
     assert "SC at 8" not in early and "TC at" not in early
     stability = text.split("**3. CLM fine-tunes more stably**")[1].split("\n")[0]
-    assert "same direction in 4/4" in stability or "reproduced: CLM's spread is smaller in 4/4" in stability
-    for name in ("data_efficiency.png", "stability.png", "pretraining_loss.png", "categories.csv",
+    # CLM's noise is a quarter of MLM's, but 4 runs per category are few: never the opposite direction
+    assert ("**reproduced**" in stability or "**inconclusive at this scale**" in stability) and "opposite in" not in \
+        stability
+    for name in ("data_efficiency.png", "stability.png", "pretraining_loss.png", "categories.csv", "sanity.csv",
                  "datasets.csv", "splits-micro-20-clm-mlm40.csv", "cpt-micro-from-clm.csv"):
         assert (out / name).stat().st_size > 0, name
     cats = (out / "categories.csv").read_text().splitlines()

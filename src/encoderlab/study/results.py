@@ -185,8 +185,9 @@ def verdict(comparisons: list[Comparison], expect_positive: bool = True, unit: s
     text = tally(outs, unit)
     mdes = [c.mde for c, o in zip(comparisons, outs) if o == INCONCLUSIVE and c.mde is not None]
     if mdes:
-        text += (f"; where the interval includes zero, this run could have detected differences of "
-                 f"{min(mdes):.2f} to {max(mdes):.2f} points (80% power, alpha 0.05)")
+        span = f"{min(mdes):.2f}" + (f" to {max(mdes):.2f}" if max(mdes) > min(mdes) else "")
+        text += (f"; where the interval includes zero, this run could have detected differences of {span} points "
+                 "(80% power, alpha 0.05)")
     return text
 
 
