@@ -84,6 +84,19 @@ def test_budgets_and_splits_branch_off_shared_trunks(tmp_path):
     assert all(ids.index(d.partition("@")[0]) < ids.index(j.id) for j in jobs for d in j.deps)
 
 
+def test_the_random_init_baseline_runs_its_own_tasks_or_the_intermediates(tmp_path):
+    tasks = {e: {"protocol": "protocol.yaml", "tasks": ["rt-polarity", "conll-pos", "wiki-title"],
+                 "intermediate_tasks": ["rt-polarity"], **extra}
+             for e, extra in (("default", {}), ("own", {"random_init_tasks": ["rt-polarity", "conll-pos"]}))}
+    for name, evaluation in tasks.items():
+        (tmp_path / name).mkdir()
+        plan, _ = plan_of(write_study(tmp_path / name, "nowhere", random_init=["micro"], evaluation=evaluation,
+                                      intermediate={"steps": [4]}))
+        by_kind = {e.kind: e.tasks for e in plan.evaluations}
+        assert by_kind["intermediate"] == ["rt-polarity"]
+        assert by_kind["random"] == evaluation.get("random_init_tasks", ["rt-polarity"])
+
+
 def test_explicit_switch_steps_name_the_models_and_share_trunks(tmp_path):
     """Switches named per budget (the paper's released models follow no one share rule); several split groups."""
     study = write_study(tmp_path, "nowhere", splits=[
