@@ -79,8 +79,8 @@ def test_finding_three_labels_the_spread_by_levene(tmp_path):
 
 
 def test_sanity_section_holds_only_where_the_interval_is_above_zero(tmp_path):
-    levels = {RANDOM: flat(30.0), CLM: {**flat(40.0), "imdb-polarity": 90.0}, MLM: {"SC": 40.0, "TC": 31.0, "QA": 40.0, "IR": 20.0},
-              CPT: flat(40.0)}
+    levels = {RANDOM: flat(30.0), CLM: {**flat(40.0), "imdb-polarity": 90.0},
+              MLM: {"SC": 40.0, "TC": 31.0, "QA": 40.0, "IR": 20.0}, CPT: flat(40.0)}
     # the random-init model ran two datasets; imdb-polarity, which only CLM ran, would make its SC gap +35
     tasks = {RANDOM: ["rt-polarity", "wiki-title"], CLM: [*TASKS, "imdb-polarity"], MLM: list(TASKS), CPT: list(TASKS)}
     root = write_study(tmp_path, levels, tasks=tasks)
