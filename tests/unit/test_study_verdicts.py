@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from encoderlab.evaluation import records
 from encoderlab.io import write_json
 from encoderlab.study.report import Report
-from encoderlab.study.report_text import findings, sanity_section
+from encoderlab.study.report_text import findings
 from encoderlab.study.results import StudyResults
 
 PROTOCOL = {"name": "t", "lrs": [0.001], "seeds": list(range(8)), "max_steps": 4}
@@ -84,7 +84,7 @@ def test_sanity_section_holds_only_where_the_interval_is_above_zero(tmp_path):
     # the random-init model ran two datasets; imdb-polarity, which only CLM ran, would make its SC gap +35
     tasks = {RANDOM: ["rt-polarity", "wiki-title"], CLM: [*TASKS, "imdb-polarity"], MLM: list(TASKS), CPT: list(TASKS)}
     root = write_study(tmp_path, levels, tasks=tasks)
-    text = sanity_section(Report(root))
+    text = Report(root).sanity_section()
     rows = {line.strip("| ").split(" | ")[0]: line.strip("| ").split(" | ")[1:] for line in text.splitlines()
             if line.startswith("| micro")}
     assert set(rows) == {CLM, MLM, CPT}  # final pretrained models only: no intermediate, not the baseline itself

@@ -7,7 +7,6 @@ from datetime import datetime, timezone
 import yaml
 from scipy import stats
 
-from encoderlab.study.report import _csv, _table
 from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, outcome, tally,
                                       verdict)
 
@@ -48,39 +47,6 @@ def _cmp_rows(comps: list[Comparison]) -> str:
 
 def _pair(res, a: str | None, b: str | None) -> list[Comparison]:
     return res.versus(a, b) if a and b else []
-
-
-def sanity_section(report) -> str:
-    """Every pretrained final model against the random-init baseline of its size, per category."""
-    res = report.res
-    randoms = {e["size"]: lb for lb, e in res.evaluations.items() if e["kind"] == "random"}
-    pairs = {lb: randoms[e["size"]] for lb, e in res.evaluations.items() if e["kind"] == "final" and e["size"] in
-             randoms}
-    comps = {lb: _pair(res, lb, base) for lb, base in pairs.items()}
-    if not any(comps.values()):
-        return ""
-    rows, csv_rows, passing = [], [], 0
-    for lb, cs in comps.items():
-        by_cat = {c.category: c for c in cs}
-        holds = sum(outcome(c) == REPRODUCED for c in cs)
-        passing += holds >= 3
-        rows.append([lb] + [f"{'**yes**' if outcome(c) == REPRODUCED else 'no'}: {c.diff:+.2f} ± "
-                            f"{'-' if c.ci95 is None else f'{c.ci95:.2f}'} (p {'-' if c.p is None else f'{c.p:.3f}'})"
-                            if c else "-" for c in (by_cat.get(cat) for cat in CATEGORIES)]
-                    + [f"holds in {holds}/{len(cs)} categories"])
-        csv_rows += [[lb, pairs[lb], c.category, round(c.diff, 3), c.ci95, c.p, outcome(c) == REPRODUCED]
-                     for c in cs]
-    _csv(report.out / "sanity.csv", ["model", "random_init", "category", "difference", "ci95", "p", "holds"],
-         csv_rows)
-    return ("## Sanity check: pretraining beats random initialisation\n\n"
-            f"Every pretrained final model minus the random-init model of its size "
-            f"({', '.join(sorted(set(pairs.values())))}): "
-            "category score difference ± 95% CI half-width (Welch, over fine-tuning seeds, as in the findings), "
-            "p-value. It **holds** (yes) in a category when the whole interval lies above zero; the sign shows "
-            "the direction either way. Only the datasets both models were evaluated on count (the random-init model "
-            "runs `evaluation.random_init_tasks`).\n\n"
-            f"**It holds in at least 3 of 4 categories for {passing} of {len(comps)} pretrained final models.**\n\n"
-            + _table(["model"] + CATEGORIES + ["verdict"], rows) + "\n\nCSV: `sanity.csv`\n")
 
 
 def findings(report) -> str:
@@ -234,7 +200,7 @@ def compose(report) -> str:
              f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
              f"{proto['max_steps']} steps). The full-budget models saw {_tokens(plan):,} pretraining tokens each: "
              "read every verdict below at that scale.\n",
-             sanity_section(report),
+             report.sanity_section(),
              imported_section(report),
              findings(report),
              "## Category scores per model (PAPER.md Tables 2-5 layout)\n",
