@@ -84,6 +84,19 @@ def test_budgets_and_splits_branch_off_shared_trunks(tmp_path):
     assert all(ids.index(d.partition("@")[0]) < ids.index(j.id) for j in jobs for d in j.deps)
 
 
+def test_the_random_init_baseline_runs_its_own_tasks_or_the_intermediates(tmp_path):
+    tasks = {e: {"protocol": "protocol.yaml", "tasks": ["rt-polarity", "conll-pos", "wiki-title"],
+                 "intermediate_tasks": ["rt-polarity"], **extra}
+             for e, extra in (("default", {}), ("own", {"random_init_tasks": ["rt-polarity", "conll-pos"]}))}
+    for name, evaluation in tasks.items():
+        (tmp_path / name).mkdir()
+        plan, _ = plan_of(write_study(tmp_path / name, "nowhere", random_init=["micro"], evaluation=evaluation,
+                                      intermediate={"steps": [4]}))
+        by_kind = {e.kind: e.tasks for e in plan.evaluations}
+        assert by_kind["intermediate"] == ["rt-polarity"]
+        assert by_kind["random"] == evaluation.get("random_init_tasks", ["rt-polarity"])
+
+
 def test_explicit_switch_steps_name_the_models_and_share_trunks(tmp_path):
     """Switches named per budget (the paper's released models follow no one share rule); several split groups."""
     study = write_study(tmp_path, "nowhere", splits=[
@@ -252,19 +265,22 @@ def test_report_renders_every_section_from_records(tmp_path):
     fake_records(plan, base)
     text = write_report(plan.root).read_text()
     out = plan.root / "report"
-    for section in ("five findings", "Category scores per model", "Per-dataset scores", "Data efficiency",
+    for section in ("Sanity check: pretraining beats random initialisation", "five findings",
+                    "Category scores per model", "Per-dataset scores", "Data efficiency",
                     "Fine-tuning stability", "CLM/MLM40 splits at 20 steps", "CPT with MLM from the CLM model",
                     "Pretraining loss", "## Protocol", "micro-random", "trivial baseline"):
         assert section in text, section
-    assert "**1. MLM beats CLM on most tasks** (A = micro-mlm40-20, B = micro-clm-20): reproduced" in text
+    assert "**1. MLM beats CLM on most tasks** (A = micro-mlm40-20, B = micro-clm-20): **reproduced**" in text
     # finding 2 over every intermediate step before the paper's crossover (10/42 of the budget for SC, 20/42 for IR)
     early = text.split("**2. CLM learns faster early**")[1].split("**3.")[0]
-    assert "SC to step 5, QA to step 5, IR to step 10" in early and "/4 checkpoint x category comparisons" in early
+    assert "SC to step 5, QA to step 5, IR to step 10" in early and "of 4 checkpoint x category comparisons" in early
     assert all(f"| {row} |" in early for row in ("SC at 4", "QA at 4", "IR at 4", "IR at 8"))
     assert "SC at 8" not in early and "TC at" not in early
     stability = text.split("**3. CLM fine-tunes more stably**")[1].split("\n")[0]
-    assert "same direction in 4/4" in stability or "reproduced: CLM's spread is smaller in 4/4" in stability
-    for name in ("data_efficiency.png", "stability.png", "pretraining_loss.png", "categories.csv",
+    # CLM's noise is a quarter of MLM's, but 4 runs per category are few: never the opposite direction
+    assert ("**reproduced**" in stability or "**inconclusive at this scale**" in stability) and "opposite in" not in \
+        stability
+    for name in ("data_efficiency.png", "stability.png", "pretraining_loss.png", "categories.csv", "sanity.csv",
                  "datasets.csv", "splits-micro-20-clm-mlm40.csv", "cpt-micro-from-clm.csv"):
         assert (out / name).stat().st_size > 0, name
     cats = (out / "categories.csv").read_text().splitlines()

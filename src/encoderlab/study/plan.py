@@ -260,7 +260,8 @@ def _evaluations(spec: StudySpec, runs: dict[str, Run], full: dict[tuple[str, st
             runs[owner].save_at.add(step)
             # the released names: 610m-clm-42k-10000 is 610m-clm-42k's (undecayed) state at step 10,000
             out.append(Evaluation(f"{name}-{step}", name, step, "intermediate", owner, size, inter_tasks))
-    out += [Evaluation(f"{size}-random", f"{size}-random", 0, "random", None, size, inter_tasks)
+    random_tasks = ev.random_init_tasks or inter_tasks
+    out += [Evaluation(f"{size}-random", f"{size}-random", 0, "random", None, size, random_tasks)
             for size in spec.random_init]
     out += [Evaluation(f"{name}-imported", f"{name}-imported", 0, "imported", None, name, ev.tasks)
             for name in spec.imported]

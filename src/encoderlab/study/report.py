@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from encoderlab.io import atomic_file
-from encoderlab.study.results import CATEGORIES, StudyResults, category_scores
+from encoderlab.study.results import REPRODUCED, CATEGORIES, CategoryScore, StudyResults, category_scores, outcome
 
 
 def _fmt(x: float | None, ci: float | None = None) -> str:
@@ -78,6 +78,37 @@ class Report:
         return "\n\n".join(parts) + "\n\nTest score at the LR chosen on validation, mean ± 95% CI over seeds. " \
             "CSV: `datasets.csv`\n"
 
+    def sanity_section(self) -> str:
+        """Every pretrained final model against the random-init baseline of its size, per category."""
+        res = self.res
+        randoms = {e["size"]: lb for lb, e in res.evaluations.items() if e["kind"] == "random"}
+        pairs = {lb: randoms[e["size"]] for lb, e in res.evaluations.items()
+                 if e["kind"] == "final" and e["size"] in randoms}
+        comps = {lb: res.versus(lb, base) for lb, base in pairs.items()}
+        if not any(comps.values()):
+            return ""
+        rows, csv_rows, passing = [], [], 0
+        for lb, cs in comps.items():
+            by_cat = {c.category: c for c in cs}
+            holds = sum(outcome(c) == REPRODUCED for c in cs)
+            passing += holds >= 3
+            rows.append([lb] + [_holds_cell(by_cat[cat]) if cat in by_cat else "-" for cat in CATEGORIES]
+                        + [f"holds in {holds}/{len(cs)} categories"])
+            csv_rows += [[lb, pairs[lb], c.category, round(c.diff, 3), c.ci95, c.p, outcome(c) == REPRODUCED]
+                         for c in cs]
+        _csv(self.out / "sanity.csv", ["model", "random_init", "category", "difference", "ci95", "p", "holds"],
+             csv_rows)
+        return ("## Sanity check: pretraining beats random initialisation\n\n"
+                f"Every pretrained final model minus the random-init model of its size "
+                f"({', '.join(sorted(set(pairs.values())))}): "
+                "category score difference ± 95% CI half-width (Welch, over fine-tuning seeds, as in the findings), "
+                "p-value. It **holds** (yes) in a category when the whole interval lies above zero; the sign shows "
+                "the direction either way. Only the datasets both models were evaluated on count (the random-init "
+                "model runs `evaluation.random_init_tasks`).\n\n"
+                f"**It holds in at least 3 of 4 categories for {passing} of {len(comps)} pretrained final "
+                "models.**\n\n"
+                + _table(["model"] + CATEGORIES + ["verdict"], rows) + "\n\nCSV: `sanity.csv`\n")
+
     # ------------------------------------------------------------------------------------------- figures
 
     def _plt(self):
@@ -88,36 +119,55 @@ class Report:
 
         return plt
 
-    def efficiency_figure(self) -> str | None:
-        """Score vs pretraining steps per category, one line per full-budget model with intermediates."""
-        models = sorted({e["model"] for e in self.res.evaluations.values() if e["kind"] == "intermediate"})
-        if not models:
-            return None
+    def efficiency_series(self) -> dict[str, dict[str, list[tuple[int, str]]]]:
+        """Per full-budget model with intermediates, its lines as (global step, evaluation label): the model through
+        its checkpoints, and each CPT arm from the model's final state on, at its source's steps plus its own."""
+        res = self.res
+        models = sorted({e["model"] for e in res.evaluations.values() if e["kind"] == "intermediate"})
+        out = {}
+        for model in models:
+            lines = {model: sorted((e["step"], lb) for lb, e in res.evaluations.items()
+                                   if e["model"] == model and e["kind"] in ("intermediate", "final"))}
+            for r in res.runs.values():
+                if r.get("init") == model and r["name"] in res.evaluations and model in res.evaluations:
+                    lines[r["name"]] = [(res.runs[model]["steps"], model),
+                                        (res.start_step(r["name"]) + r["steps"], r["name"])]
+            out[model] = lines
+        return out
+
+    def efficiency_points(self, cat: str) -> dict[str, list[tuple[int, str, CategoryScore]]]:
+        """Line -> (global step, label, score) in one category, each group of lines on the datasets evaluated at
+        every one of its points (finals may have more tasks than intermediates)."""
+        out = {}
+        for lines in self.efficiency_series().values():
+            common = set.intersection(*(set(self.res.tasks.get(lb, {})) for pts in lines.values() for _, lb in pts))
+            for name, pts in lines.items():
+                scores = [(step, lb, category_scores({t: s for t, s in self.res.tasks[lb].items() if t in common})
+                           .get(cat)) for step, lb in pts]
+                if any(c for *_, c in scores):
+                    out[name] = [(step, lb, c) for step, lb, c in scores if c is not None]
+        return out
+
+    def efficiency_figure(self) -> tuple[str | None, str]:
+        """Score vs global pretraining step per category; the caption's warning where intervals dwarf differences."""
+        full = self.efficiency_series()
+        if not full:
+            return None, ""
         plt = self._plt()
         cats = [c for c in CATEGORIES if any(c in s for s in self.res.categories.values())]
         fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.4), squeeze=False)
-        rows = []
+        rows, noisy = [], []
         for ax, cat in zip(axes[0], cats):
-            for model in models:
-                labels = [lb for lb, e in self.res.evaluations.items()
-                          if e["model"] == model and e["kind"] in ("intermediate", "final")]
-                # the same datasets at every point: finals may have more tasks than intermediates
-                common = set.intersection(*(set(self.res.tasks.get(lb, {})) for lb in labels)) if labels else set()
-                points = []
-                for lb in labels:
-                    scores = category_scores({t: s for t, s in self.res.tasks[lb].items() if t in common})
-                    if cat in scores:
-                        points.append((self.res.evaluations[lb]["step"], scores[cat]))
-                points.sort(key=lambda p: p[0])
-                if not points:
-                    continue
-                xs = [p[0] for p in points]
-                ys = [p[1].mean for p in points]
-                err = [p[1].ci95 or 0.0 for p in points]
-                ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=model)
-                rows += [[model, cat, s, round(c.mean, 3), c.ci95] for s, c in points]
+            lines = self.efficiency_points(cat)
+            for name, points in lines.items():
+                ax.errorbar([p[0] for p in points], [p[2].mean for p in points],
+                            yerr=[p[2].ci95 or 0.0 for p in points], marker="o", capsize=3, label=name,
+                            ls="-" if name in full else "--")
+                rows += [[name, cat, step, round(c.mean, 3), c.ci95] for step, _, c in points]
+            warning = _dwarfed(list({lb: c for pts in lines.values() for _, lb, c in pts}.values()))
+            noisy += [f"{cat} ({warning})"] if warning else []
             ax.set_title(cat)
-            ax.set_xlabel("pretraining steps")
+            ax.set_xlabel("global pretraining step")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("score (mean ± 95% CI over seeds)")
         axes[0][-1].legend(fontsize=7)
@@ -125,8 +175,11 @@ class Report:
         fig.tight_layout()
         fig.savefig(self.out / "data_efficiency.png", dpi=110)
         plt.close(fig)
-        _csv(self.out / "data_efficiency.csv", ["model", "category", "step", "score", "ci95"], rows)
-        return "data_efficiency.png"
+        _csv(self.out / "data_efficiency.csv", ["line", "category", "global_step", "score", "ci95"], rows)
+        note = ("" if not noisy else "**The intervals dwarf the differences** in " + ", ".join(noisy) +
+                ": the median 95% CI half-width exceeds the range of the means, so these lines do not tell the "
+                "models or steps apart. ")
+        return "data_efficiency.png", note
 
     def stability_figure(self, labels: list[str]) -> tuple[str | None, str]:
         """Centred scores (each run minus its dataset's mean for that model), pooled per category: the spread."""
@@ -164,23 +217,26 @@ class Report:
                        [[r[0], r[1], _fmt(r[2]), _fmt(r[3]), _fmt(r[4])] for r in rows])
         return "stability.png", table
 
-    def loss_figure(self) -> str | None:
-        plt = self._plt()
-        fig, ax = plt.subplots(figsize=(8, 4))
-        drawn = False
+    def loss_curves(self) -> dict[str, list[tuple[int, float]]]:
+        """'RUN (objective)' -> (global step, training loss): CPT runs start at their source's last step."""
+        curves = {}
         for run in self.res.runs.values():
             metrics = self.res.losses(run["name"])
-            if not metrics:
-                continue
+            start = self.res.start_step(run["name"])
             for key in sorted({k for m in metrics for k in m if k.endswith("/loss") and not k.startswith("val")}):
-                pts = [(m["step"], m[key]) for m in metrics if key in m]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1,
-                        label=f"{run['name']} ({key.split('/')[0]})")
-                drawn = True
-        if not drawn:
-            plt.close(fig)
+                curves[f"{run['name']} ({key.split('/')[0]})"] = [(start + m["step"], m[key]) for m in metrics
+                                                                 if key in m]
+        return curves
+
+    def loss_figure(self) -> str | None:
+        curves = self.loss_curves()
+        if not curves:
             return None
-        ax.set_xlabel("step")
+        plt = self._plt()
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for label, pts in curves.items():
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=label)
+        ax.set_xlabel("global step (continued pretraining after its source's steps)")
         ax.set_ylabel("training loss")
         ax.set_title("Pretraining loss per run and objective (CLM and MLM losses are not comparable)")
         ax.legend(fontsize=6, ncol=2)
@@ -189,6 +245,21 @@ class Report:
         fig.savefig(self.out / "pretraining_loss.png", dpi=110)
         plt.close(fig)
         return "pretraining_loss.png"
+
+
+def _holds_cell(c) -> str:
+    ci = "-" if c.ci95 is None else f"{c.ci95:.2f}"
+    p = "-" if c.p is None else f"{c.p:.3f}"
+    return f"{'**yes**' if outcome(c) == REPRODUCED else 'no'}: {c.diff:+.2f} ± {ci} (p {p})"
+
+
+def _dwarfed(scores: list[CategoryScore]) -> str | None:
+    """'median ± 9.71 against a range of 4.62' when the typical interval is wider than the spread of the means."""
+    halves = sorted(c.ci95 for c in scores if c.ci95 is not None)
+    spread = max(c.mean for c in scores) - min(c.mean for c in scores) if scores else 0.0
+    if len(scores) < 2 or not halves or halves[len(halves) // 2] <= spread:
+        return None
+    return f"median ± {halves[len(halves) // 2]:.2f} against a range of {spread:.2f}"
 
 
 def _mean(xs: list[float]) -> float | None:

@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 import yaml
 from scipy import stats
 
-from encoderlab.study.results import CATEGORIES, Comparison, compare, verdict
+from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, outcome, tally,
+                                      verdict)
 
 # Where CLM stops being ahead in the paper (PAPER.md, finding 2: ~10K of 42K steps on SC and QA, ~20K on IR), as a
 # share of the budget so that a smaller study judges the same stretch of its training.
@@ -38,25 +39,27 @@ def _models(res) -> dict:
 
 def _cmp_rows(comps: list[Comparison]) -> str:
     rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
-            f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} |"
-            for c in comps]
-    return "| category | A | B | A - B | 95% CI of A - B | p (Welch) |\n|---|---|---|---|---|---|\n" + "\n".join(rows)
+            f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} | "
+            f"{'-' if c.mde is None else f'{c.mde:.2f}'} | {outcome(c)} |" for c in comps]
+    return ("| category | A | B | A - B | 95% CI of A - B | p (Welch) | detectable (80% power) | outcome |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
 def _pair(res, a: str | None, b: str | None) -> list[Comparison]:
-    if not a or not b:
-        return []
-    ca, cb = res.categories.get(a, {}), res.categories.get(b, {})
-    return [compare(ca[c], cb[c], c) for c in CATEGORIES if c in ca and c in cb]
+    return res.versus(a, b) if a and b else []
 
 
 def findings(report) -> str:
     res = report.res
     out = ["## The paper's five findings at this scale\n",
            "Each compares category scores (mean over the category's datasets, per fine-tuning seed) with Welch's "
-           "t-test over seeds; 'significant' means p < 0.05. Few seeds and small models make wide intervals: a "
-           "finding is called reproduced only when the direction matches in most categories *and* at least one "
-           "difference is significant.\n"]
+           "t-test over seeds, A minus B with A the side the paper finds better. Each comparison is *reproduced* "
+           "when its 95% interval lies above zero, *opposite* when it lies below zero, and *inconclusive at this "
+           "scale* when it contains zero; 'detectable' is the smallest difference the run would have found 80% of "
+           "the time at alpha 0.05, (t(0.975, df) + t(0.8, df)) x SE with Welch's df. A finding is **reproduced** "
+           "when more than half of its comparisons are reproduced and none is opposite, **opposite** in the "
+           "mirror case, and **inconclusive at this scale** otherwise (intervals that include zero, or both "
+           "directions).\n"]
     compared = {size: a for size, a in _models(res).items() if (a.get("clm") and a.get("mlm")) or a["splits"]
                 or a["cpt"]}
     if not compared:
@@ -111,7 +114,8 @@ def _early_finding(res, clm: str | None, mlm: str | None) -> str:
 
 
 def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
-    rows, lower, sig = [], 0, 0
+    """Levene's test on the spread of every run, per category, labelled like the other findings' comparisons."""
+    rows, outs = [], []
     for cat in CATEGORIES:
         runs = {}
         for name in (clm, mlm):
@@ -121,22 +125,20 @@ def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
         sd = {k: (sum(x * x for x in v) / (len(v) - 1)) ** 0.5 for k, v in runs.items()}
         flat = max(runs[clm]) == min(runs[clm]) and max(runs[mlm]) == min(runs[mlm])
         p = 1.0 if flat else float(stats.levene(runs[clm], runs[mlm]).pvalue)  # Levene is undefined on constants
-        lower += sd[clm] < sd[mlm]
-        sig += sd[clm] < sd[mlm] and p < 0.05
-        rows.append(f"| {cat} | {sd[clm]:.2f} | {sd[mlm]:.2f} | {p:.3f} |")
-    n = len(rows)
-    if not n:
-        text = "not measured (missing evaluations)"
-    elif lower * 2 > n and sig:
-        text = f"reproduced: CLM's spread is smaller in {lower}/{n} categories, significantly in {sig}"
-    elif lower * 2 > n:
-        text = f"same direction in {lower}/{n} categories, but no difference in spread is significant"
-    else:
-        text = f"not reproduced: CLM's spread is smaller in only {lower}/{n} categories"
-    head = "| category | spread CLM | spread MLM | p (Levene) |\n|---|---|---|---|\n"
+        outs.append(INCONCLUSIVE if p >= 0.05 else REPRODUCED if sd[clm] < sd[mlm] else OPPOSITE)
+        # the F-test's 80%-power variance ratio, as a guide to the spread ratio Levene could have told apart
+        d1, d2 = len(runs[mlm]) - 1, len(runs[clm]) - 1
+        ratio = (stats.f.ppf(0.975, d1, d2) / stats.f.ppf(0.2, d1, d2)) ** 0.5
+        rows.append(f"| {cat} | {sd[clm]:.2f} | {sd[mlm]:.2f} | {p:.3f} | x{ratio:.2f} | {outs[-1]} |")
+    text = "not measured (missing evaluations)"
+    if outs:
+        text = tally(outs, "categories")
+    head = ("| category | spread CLM | spread MLM | p (Levene) | detectable spread ratio (80% power) | outcome |\n"
+            "|---|---|---|---|---|---|\n")
     table = head + "\n".join(rows) if rows else ""
     return (f"**3. CLM fine-tunes more stably** (spread = std of every LR x seed run's score, centred per "
-            f"dataset): {text}.\n\n{table}\n")
+            f"dataset; reproduced where CLM's spread is smaller with p < 0.05, opposite where it is larger with "
+            f"p < 0.05): {text}.\n\n{table}\n")
 
 
 def _higher(comps: list[Comparison]) -> str:
@@ -198,16 +200,18 @@ def compose(report) -> str:
              f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
              f"{proto['max_steps']} steps). The full-budget models saw {_tokens(plan):,} pretraining tokens each: "
              "read every verdict below at that scale.\n",
+             report.sanity_section(),
              imported_section(report),
              findings(report),
              "## Category scores per model (PAPER.md Tables 2-5 layout)\n",
              report.category_table(finals, "categories", "Final models and the random-init baseline"),
              "## Per-dataset scores\n", report.dataset_tables(everything)]
-    fig = report.efficiency_figure()
+    fig, note = report.efficiency_figure()
     if fig:
-        parts.append(f"## Data efficiency (score vs pretraining steps)\n\n![data efficiency]({fig})\n\n"
+        parts.append(f"## Data efficiency (score vs pretraining steps)\n\n![data efficiency]({fig})\n\n{note}"
                      "Intermediate checkpoints are stable-phase (undecayed) states of the full-budget runs; the "
-                     "last point is the decayed final model. CSV: `data_efficiency.csv`\n")
+                     "last point of a solid line is the decayed final model; dashed lines are continued "
+                     "pretraining from it, drawn at the source's steps plus their own. CSV: `data_efficiency.csv`\n")
     fig, table = report.stability_figure([lb for lb in finals if res.evaluations[lb]["kind"] == "final"])
     if fig:
         parts.append(f"## Fine-tuning stability\n\n![stability]({fig})\n\n{table}\n")

@@ -99,6 +99,18 @@ class StudyResults:
             self.tasks[label] = {t: task_scores(rs) for t, rs in sorted(by_task.items())}
         self.categories = {label: category_scores(ts) for label, ts in self.tasks.items()}
 
+    def versus(self, a: str, b: str) -> list[Comparison]:
+        """a - b per category, on the datasets both were evaluated on (a baseline may have run fewer tasks)."""
+        common = set(self.tasks.get(a, {})) & set(self.tasks.get(b, {}))
+        ca, cb = (category_scores({t: s for t, s in self.tasks[lb].items() if t in common}) for lb in (a, b))
+        return [compare(ca[c], cb[c], c) for c in CATEGORIES if c in ca and c in cb]
+
+    def start_step(self, run: str) -> int:
+        """The global step at which a run's own step 0 stands. CPT continues a finished model, so it starts where
+        its source ended; a branch's metrics already count from its trunk's step 0."""
+        init = self.runs[run].get("init")
+        return self.runs[init]["steps"] + self.start_step(init) if init else 0
+
     def task_names(self) -> list[str]:
         names = {t for ts in self.tasks.values() for t in ts}
         order = {c: i for i, c in enumerate(CATEGORIES)}
@@ -120,6 +132,7 @@ class Comparison:
     diff: float  # a - b
     ci95: float | None  # half-width of the difference's interval (Welch)
     p: float | None
+    mde: float | None = None  # the smallest |a - b| this test finds 80% of the time at alpha 0.05
 
     @property
     def significant(self) -> bool:
@@ -135,26 +148,50 @@ def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
     va, vb = std(xs) ** 2 / len(xs), std(ys) ** 2 / len(ys)
     se = math.sqrt(va + vb)
     if se == 0:
-        return Comparison(category, a.mean, b.mean, diff, 0.0, 0.0 if diff else 1.0)
+        return Comparison(category, a.mean, b.mean, diff, 0.0, 0.0 if diff else 1.0, 0.0)
     df = (va + vb) ** 2 / ((va**2 / (len(xs) - 1) if va else 0) + (vb**2 / (len(ys) - 1) if vb else 0) or 1e-12)
-    t = diff / se
-    p = float(2 * stats.t.sf(abs(t), df))
-    return Comparison(category, a.mean, b.mean, diff, float(stats.t.ppf(0.975, df) * se), p)
+    p = float(2 * stats.t.sf(abs(diff / se), df))
+    mde = float((stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se)
+    return Comparison(category, a.mean, b.mean, diff, float(stats.t.ppf(0.975, df) * se), p, mde)
+
+
+REPRODUCED, OPPOSITE, INCONCLUSIVE = "reproduced", "opposite", "inconclusive at this scale"
+
+
+def outcome(c: Comparison, expect_positive: bool = True) -> str:
+    """One comparison against the paper's direction: its 95% interval lies on the paper's side of zero, on the
+    other side, or contains zero (also when too few seeds give no interval)."""
+    if c.ci95 is None or abs(c.diff) <= c.ci95:
+        return INCONCLUSIVE
+    return REPRODUCED if (c.diff > 0) == expect_positive else OPPOSITE
+
+
+def overall(outcomes: list[str]) -> str:
+    """A finding from its comparisons: reproduced when more than half of them reproduce it and none is opposite;
+    opposite in the mirror case; otherwise (mostly intervals containing zero, or both directions) inconclusive."""
+    n, up, down = len(outcomes), outcomes.count(REPRODUCED), outcomes.count(OPPOSITE)
+    if up * 2 > n and not down:
+        return REPRODUCED
+    if down * 2 > n and not up:
+        return OPPOSITE
+    return INCONCLUSIVE
 
 
 def verdict(comparisons: list[Comparison], expect_positive: bool = True, unit: str = "categories") -> str:
-    """How a finding fares: the paper's direction in most categories, and whether the CIs support it."""
+    """How a finding fares (`overall` of the per-comparison outcomes), with the count of each outcome."""
     if not comparisons:
         return "not measured (missing evaluations)"
-    agree = [c for c in comparisons if (c.diff > 0) == expect_positive and c.diff != 0]
-    strong = [c for c in agree if c.significant]
-    against = [c for c in comparisons if c not in agree and c.significant]
-    n = len(comparisons)
-    if len(agree) * 2 > n and strong:
-        return f"reproduced: the paper's direction in {len(agree)}/{n} {unit}, significant in {len(strong)}"
-    if len(agree) * 2 > n:
-        return (f"same direction in {len(agree)}/{n} {unit}, but no difference is significant at this scale "
-                "(the confidence intervals overlap)")
-    if against:
-        return f"not reproduced: the opposite direction is significant in {len(against)}/{n} {unit}"
-    return f"not reproduced: the paper's direction holds in only {len(agree)}/{n} {unit}, none significant"
+    outs = [outcome(c, expect_positive) for c in comparisons]
+    text = tally(outs, unit)
+    mdes = [c.mde for c, o in zip(comparisons, outs) if o == INCONCLUSIVE and c.mde is not None]
+    if mdes:
+        span = f"{min(mdes):.2f}" + (f" to {max(mdes):.2f}" if max(mdes) > min(mdes) else "")
+        text += (f"; where the interval includes zero, this run could have detected differences of {span} points "
+                 "(80% power, alpha 0.05)")
+    return text
+
+
+def tally(outcomes: list[str], unit: str) -> str:
+    """'**reproduced** (reproduced in 3, inconclusive at this scale in 1 of 4 categories)'."""
+    counts = ", ".join(f"{o} in {outcomes.count(o)}" for o in (REPRODUCED, OPPOSITE, INCONCLUSIVE) if o in outcomes)
+    return f"**{overall(outcomes)}** ({counts} of {len(outcomes)} {unit})"

@@ -100,7 +100,10 @@ class Evaluation(_Section):
     protocol: str = Field(..., description="an evaluation protocol YAML (configs/eval/), relative to the study")
     tasks: list[str] = Field(..., min_length=1, description="task names, 'offline', paper datasets or task YAMLs")
     intermediate_tasks: list[str] | None = Field(
-        None, description="tasks for intermediate and random-init checkpoints (default: `tasks`)")
+        None, description="tasks for intermediate checkpoints (default: `tasks`)")
+    random_init_tasks: list[str] | None = Field(
+        None, description="tasks for the random-init baselines (default: `intermediate_tasks`); the report's "
+        "sanity check compares each final model with its baseline on the datasets both ran")
 
 
 class DataShape(_Section):

@@ -1,0 +1,111 @@
+"""The report's verdicts on study records built to each case: a finding reproduced, opposite or inconclusive (with
+the effect the run could have detected), the sanity check holding or not, and continued pretraining drawn from its
+source's last step."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from encoderlab.evaluation import records
+from encoderlab.io import write_json
+from encoderlab.study.report import Report
+from encoderlab.study.report_text import findings
+from encoderlab.study.results import StudyResults
+
+PROTOCOL = {"name": "t", "lrs": [0.001], "seeds": list(range(8)), "max_steps": 4}
+TASKS = {"rt-polarity": ("SC", "classification"), "conll-pos": ("TC", "tokens"), "wiki-cloze": ("QA", "qa"),
+         "wiki-title": ("IR", "retrieval")}
+CLM, MLM, CPT, RANDOM = "micro-clm-20", "micro-mlm40-20", "micro-clm-dec20-mlm40-26", "micro-random"
+
+
+def write_study(root: Path, levels: dict[str, dict[str, float]], spread: dict[str, float] | None = None,
+                tasks: dict[str, list[str]] | None = None) -> Path:
+    """plan.json and one record per (evaluation, task, seed): score = the task's (or else its category's) level
+    for that evaluation + spread x (seed - 3.5), so every seed set has exactly that mean and a known deviation."""
+    runs = [{"name": CLM, "size": "micro", "kind": "model", "schedule": [["clm", 0]], "steps": 20, "init": None},
+            {"name": MLM, "size": "micro", "kind": "model", "schedule": [["mlm40", 0]], "steps": 20, "init": None},
+            {"name": CPT, "size": "micro", "kind": "cpt", "schedule": [["mlm40", 0]], "steps": 6, "init": CLM}]
+    kinds = {CLM: ("final", CLM, 20), MLM: ("final", MLM, 20), CPT: ("final", CPT, 6), RANDOM: ("random", RANDOM, 0),
+             f"{CLM}-8": ("intermediate", CLM, 8)}
+    evaluations = [{"label": lb, "model": model, "step": step, "kind": kind, "size": "micro", "tag": f"tag-{lb}"}
+                   for lb, (kind, model, step) in kinds.items()]
+    root.mkdir(parents=True, exist_ok=True)
+    write_json(root / "plan.json", {"study": "s", "budget": 20, "protocol": PROTOCOL, "runs": runs,
+                                    "evaluations": evaluations})
+    key = records.protocol_key(PROTOCOL)
+    for lb, level in levels.items():
+        for task in (tasks or {}).get(lb, TASKS):
+            cat, family = TASKS.get(task, ("SC", "classification"))
+            for seed in PROTOCOL["seeds"]:
+                score = level.get(task, level[cat]) + (spread or {}).get(lb, 1.0) * (seed - 3.5)
+                records.write(records.record_path(root / "evals", f"tag-{lb}", key, task, "0" * 16, 0.001, seed), {
+                    "tag": f"tag-{lb}", "task": task, "family": family, "metric": "accuracy", "status": "ok",
+                    "lr": 0.001, "seed": seed, "baseline": {s: {"score": 0.0} for s in ("validation", "test")},
+                    "scores": {"validation": {"score": score}, "test": {"score": score}}})
+    return root
+
+
+def flat(x: float) -> dict[str, float]:
+    return dict.fromkeys(("SC", "TC", "QA", "IR"), x)
+
+
+def finding(text: str, number: int) -> str:
+    return text.split(f"**{number}. ")[1].split("\n")[0]
+
+
+def test_finding_one_is_reproduced_opposite_or_inconclusive_by_its_intervals(tmp_path):
+    # 8 seeds with sd 2.45 each side: SE 1.22, Welch df 14, the 95% interval ± 2.63, detectable (2.14 + 0.87) x SE
+    cases = {"reproduced": 10.0, "opposite": -10.0, "inconclusive at this scale": 1.0}
+    for label, gap in cases.items():
+        root = write_study(tmp_path / label, {CLM: flat(50.0), MLM: flat(50.0 + gap)})
+        line = finding(findings(SimpleNamespace(res=StudyResults(root))), 1)
+        assert f"(A = {MLM}, B = {CLM}): **{label}** ({label} in 4 of 4 categories)" in line, line
+        # only an interval that includes zero says what the run could have detected, and never "not reproduced"
+        assert ("could have detected differences of 3.69 points" in line) == (gap == 1.0), line
+        assert "not reproduced" not in line
+    # one category each way is not a finding in either direction
+    root = write_study(tmp_path / "mixed", {CLM: flat(50.0), MLM: {"SC": 60.0, "TC": 40.0, "QA": 60.0, "IR": 51.0}})
+    line = finding(findings(SimpleNamespace(res=StudyResults(root))), 1)
+    assert "**inconclusive at this scale** (reproduced in 2, opposite in 1, inconclusive at this scale in 1" in line
+
+
+def test_finding_three_labels_the_spread_by_levene(tmp_path):
+    cases = {"reproduced": (1.0, 6.0), "opposite": (6.0, 1.0), "inconclusive at this scale": (2.0, 2.0)}
+    for label, (clm, mlm) in cases.items():
+        root = write_study(tmp_path / label, {CLM: flat(50.0), MLM: flat(50.0)}, spread={CLM: clm, MLM: mlm})
+        line = finding(findings(SimpleNamespace(res=StudyResults(root))), 3)
+        assert f"**{label}** ({label} in 4 of 4 categories)" in line, line
+
+
+def test_sanity_section_holds_only_where_the_interval_is_above_zero(tmp_path):
+    levels = {RANDOM: flat(30.0), CLM: {**flat(40.0), "imdb-polarity": 90.0},
+              MLM: {"SC": 40.0, "TC": 31.0, "QA": 40.0, "IR": 20.0}, CPT: flat(40.0)}
+    # the random-init model ran two datasets; imdb-polarity, which only CLM ran, would make its SC gap +35
+    tasks = {RANDOM: ["rt-polarity", "wiki-title"], CLM: [*TASKS, "imdb-polarity"], MLM: list(TASKS), CPT: list(TASKS)}
+    root = write_study(tmp_path, levels, tasks=tasks)
+    text = Report(root).sanity_section()
+    rows = {line.strip("| ").split(" | ")[0]: line.strip("| ").split(" | ")[1:] for line in text.splitlines()
+            if line.startswith("| micro")}
+    assert set(rows) == {CLM, MLM, CPT}  # final pretrained models only: no intermediate, not the baseline itself
+    sc, tc, qa, ir, verdict = rows[CLM]
+    assert sc.startswith("**yes**: +10.00 ±") and ir.startswith("**yes**: +10.00 ±") and tc == qa == "-"
+    assert verdict == "holds in 2/2 categories"
+    sc, _, _, ir, verdict = rows[MLM]
+    assert sc.startswith("**yes**: +10.00 ±") and ir.startswith("no: -10.00 ±") and verdict == "holds in 1/2 categories"
+    assert "for 0 of 3 pretrained final models" in text  # 2 comparable categories can never make 3 of 4
+    assert (root / "report" / "sanity.csv").read_text().count("\n") == 1 + 3 * 2
+
+
+def test_continued_pretraining_starts_at_its_sources_last_step(tmp_path):
+    root = write_study(tmp_path, {})
+    for run, steps, key in ((CLM, 20, "clm/loss"), (CPT, 6, "mlm40/loss")):
+        (root / "pretrain" / run).mkdir(parents=True)
+        (root / "pretrain" / run / "metrics.jsonl").write_text(
+            "".join(json.dumps({"step": s, key: 8 - s / 10}) + "\n" for s in range(2, steps + 1, 2)))
+    report = Report(root)
+    curves = report.loss_curves()
+    assert [s for s, _ in curves[f"{CLM} (clm)"]] == list(range(2, 21, 2))
+    assert [s for s, _ in curves[f"{CPT} (mlm40)"]] == [22, 24, 26]
+    # in the data-efficiency figure the CPT line goes from its source's final model on, at global steps
+    assert report.efficiency_series()[CLM] == {CLM: [(8, f"{CLM}-8"), (20, CLM)], CPT: [(20, CLM), (26, CPT)]}
