@@ -131,11 +131,13 @@ SOURCE = {  # family -> transformers config fields of a small source model
 
 @pytest.fixture(scope="module")
 def tokenizer(synthetic) -> Tokenizer:
-    """A byte-level BPE with BOS, EOS and a mask token, so the import adds no row and weights stay comparable."""
+    """A byte-level BPE with BOS, EOS and a mask token, so the import adds no row and weights stay comparable; and
+    `<|endoftext|>`, which transformers 5's Qwen2Tokenizer adds to the tokenizer of any qwen2 folder."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<mask>"], show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>", "<mask>", "<|endoftext|>"],
+                                  show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator((d.text for d in synthetic(120)), trainer=trainer)
     return tok
