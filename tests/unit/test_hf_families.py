@@ -112,7 +112,7 @@ def test_variants_off_serialise_as_before():
     plain = ModelConfig(**BASE)
     assert set(plain.model_dump()) == {*BASE, "max_position_embeddings", "tie_word_embeddings", "initializer_range",
                                        "pad_token_id", "bos_token_id", "eos_token_id", "mask_token_id"}
-    for family, (on, _) in VARIANTS.items():
+    for _family, (on, _) in VARIANTS.items():
         cfg = ModelConfig(**{**BASE, **on})
         assert ModelConfig.model_validate(cfg.model_dump()) == cfg
     with pytest.raises(ValueError, match="high_freq_factor=1.0 must exceed low_freq_factor=2.0"):
