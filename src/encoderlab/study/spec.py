@@ -177,5 +177,5 @@ def load_study(path: str | Path) -> tuple[StudySpec, Path]:
 
 
 def resolve_path(base: Path, value: str) -> Path:
-    p = Path(value)
+    p = Path(value).expanduser()  # `~/models/X` in a preset means the home folder
     return p if p.is_absolute() else (base / p)
