@@ -25,7 +25,9 @@ from encoderlab.train.logging import read_metrics
 KNOWN_SOURCES = {"SmolLM2-135M-Instruct.Q4_1.gguf": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
 HUB_TASKS = {"classification": "text-classification", "tokens": "token-classification", "qa": "question-answering",
              "retrieval": "sentence-similarity"}
-TRANSFORMERS = {"eurobert": "5.3", "llama": "4.48"}  # the first versions that load each export (docs/hf.md)
+# The first transformers versions measured to load each export (docs/hf.md); other causal kinds: encoderlab's own floor.
+TRANSFORMERS = {"eurobert": "5.3", "llama": "4.48"}
+SENTENCE = "sentence-transformers"  # hub/sentence.py: the EuroBERT body, mean-pooled
 
 
 def base_model(source: str) -> tuple[str | None, str | None]:
@@ -160,6 +162,12 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
 
 
 def _usage(kind: str, mask: str, name: str) -> list[str]:
+    if kind == SENTENCE:
+        return ["```python", "from sentence_transformers import SentenceTransformer",
+                f'model = SentenceTransformer("{name}")',
+                'queries = model.encode_query(["what is the capital of France?"])  # prompt "Query: ", as in training',
+                'documents = model.encode_document(["Paris is the capital of France."])  # prompt "Document: "',
+                "print(model.similarity(queries, documents))  # cosine", "```"]
     if kind == "eurobert":
         return ["```python", "from transformers import pipeline, AutoModelForSequenceClassification",
                 f'fill = pipeline("fill-mask", model="{name}")', f'fill("The capital of France is{mask}.")',
@@ -181,8 +189,10 @@ def _model_index(name: str, evaluations: list[dict]) -> list[dict]:
 
 
 def _front_matter(kind: str, info: dict, evaluations: list[dict], name: str) -> list[str]:
-    meta = {"library_name": "transformers", "pipeline_tag": "fill-mask" if kind == "eurobert" else "text-generation",
-            "tags": ["encoderlab", kind], "license": info.get("license") or "unknown"}
+    library, task = {"eurobert": ("transformers", "fill-mask"), SENTENCE: (SENTENCE, "sentence-similarity")}.get(
+        kind, ("transformers", "text-generation"))
+    meta = {"library_name": library, "pipeline_tag": task, "tags": ["encoderlab", kind],
+            "license": info.get("license") or "unknown"}
     meta.update({k: info[k] for k in ("base_model", "datasets") if info.get(k)})
     index = _model_index(name, evaluations)
     if index:
@@ -193,15 +203,19 @@ def _front_matter(kind: str, info: dict, evaluations: list[dict], name: str) -> 
 def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, evaluations: list[dict],
                framing: str, note: str | None, name: str) -> str:
     """The README.md of the export folder `name` (the name its users load it by, beside it or on the Hub)."""
-    what = ("a bidirectional text encoder (EuroBERT architecture, `EuroBertForMaskedLM`)" if kind == "eurobert"
-            else f"a causal decoder ({kind} architecture, `{CLASSES[kind][1]}`)")
+    what = {"eurobert": "a bidirectional text encoder (EuroBERT architecture, `EuroBertForMaskedLM`)",
+            SENTENCE: "a bidirectional sentence encoder (EuroBERT architecture, `EuroBertModel`, mean-pooled by "
+                      "sentence-transformers)"}.get(kind) or f"a causal decoder ({kind}, `{CLASSES[kind][1]}`)"
     title = "-".join(p for p in (info.get("run"), info.get("checkpoint")) if p)
     special = ", ".join(f"{r} `{tok.token(getattr(tok, f'{r}_id'))}` ({getattr(tok, f'{r}_id')})"
                         for r in ("bos", "eos", "pad", "mask"))
     versions = (f"`transformers` {TRANSFORMERS['eurobert']} or later, without `trust_remote_code` (EuroBERT is built "
-                f"into transformers from {TRANSFORMERS['eurobert']}; 4.x has no EuroBERT class)" if kind == "eurobert"
-                else f"`transformers` {TRANSFORMERS['llama']} or later, without `trust_remote_code` (its config.json "
-                "reads the same in 4.x and 5.x)")
+                f"into transformers from {TRANSFORMERS['eurobert']}; 4.x has no EuroBERT class)"
+                if kind in ("eurobert", SENTENCE) else
+                f"`transformers` {TRANSFORMERS['llama']} or later, without `trust_remote_code` (its config.json "
+                "reads the same in 4.x and 5.x)" if kind == "llama" else
+                f"`transformers` {TRANSFORMERS['eurobert']} or later (measured; older versions are not), without "
+                "`trust_remote_code`")
     license_line = (f"License: `{info['license']}`, the source model's." if info.get("license") else
                     "License: not recorded by encoderlab (`unknown` above): the weights carry the terms of the "
                     "model they were imported from or trained on and of their training data; set `license` before "

@@ -118,9 +118,9 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, evaluatio
     # a sentence encoder embeds text framed as the retrieval evaluation frames it, whatever the source did
     framing = frame_tokenizer(tok, body, as_source=info.get("reason") == "imported" and kind != sentence.KIND)
     hf = hf_model(model, cfg, body)
-    card = model_card(body, cfg, tok, info, evaluations, framing, note, out.name)
+    card = model_card(kind, cfg, tok, info, evaluations, framing, note, out.name)
     if kind == sentence.KIND:
-        hf, card = hf.model, sentence.card(card)  # the bare encoder (module docstring of hub/sentence.py)
+        hf = hf.model  # the bare encoder (module docstring of hub/sentence.py)
     with atomic_dir(out) as tmp:
         hf.save_pretrained(str(tmp))  # safetensors: the only format transformers 5 writes (and 4.x's default)
         compatible_config(tmp)

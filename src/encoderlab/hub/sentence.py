@@ -11,24 +11,14 @@ use the classic `sentence_transformers.models` names, which every sentence-trans
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from encoderlab.evaluation.tasks.retrieval import DOCUMENT_PREFIX, QUERY_PREFIX
 from encoderlab.model.config import ModelConfig
 
-KIND = "sentence-transformers"
+KIND = "sentence-transformers"  # hub/card.py SENTENCE
 BODY = "eurobert"  # the export kind whose model and tokenizer framing the folder holds
 POOLING = "1_Pooling"
-
-USAGE = [
-    "```python", "from sentence_transformers import SentenceTransformer",
-    'model = SentenceTransformer("path/to/this/folder")',
-    'queries = model.encode_query(["what is the capital of France?"])  # prompt "Query: ", as in training',
-    'documents = model.encode_document(["Paris is the capital of France."])  # prompt "Document: "',
-    "print(model.similarity(queries, documents))  # cosine", "```",
-]
-
 
 def write_modules(folder: Path, cfg: ModelConfig) -> None:
     """The sentence-transformers files beside the transformers model saved in `folder` (its root module)."""
@@ -49,11 +39,3 @@ def write_modules(folder: Path, cfg: ModelConfig) -> None:
         "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
         "pooling_mode_lasttoken": False, "include_prompt": True})
 
-
-def card(eurobert_card: str) -> str:
-    """The eurobert export's model card, retold for the bare body: sentence-similarity metadata and usage."""
-    text = re.sub(r"^library_name: .*$", "library_name: sentence-transformers", eurobert_card, count=1, flags=re.M)
-    text = re.sub(r"^pipeline_tag: .*$", "pipeline_tag: sentence-similarity", text, count=1, flags=re.M)
-    text = text.replace("`EuroBertForMaskedLM`", "`EuroBertModel`, mean-pooled by sentence-transformers")
-    head, _, _ = text.rpartition("\n## Use\n")
-    return "\n".join([head, "## Use", "", *USAGE, ""])
