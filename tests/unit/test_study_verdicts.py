@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 from encoderlab.evaluation import records
 from encoderlab.io import write_json
-from encoderlab.study.report import Report
+from encoderlab.study.report import Report, _bounded_bars
 from encoderlab.study.report_text import findings
 from encoderlab.study.results import StudyResults
 
@@ -109,3 +109,18 @@ def test_continued_pretraining_starts_at_its_sources_last_step(tmp_path):
     assert [s for s, _ in curves[f"{CPT} (mlm40)"]] == [22, 24, 26]
     # in the data-efficiency figure the CPT line goes from its source's final model on, at global steps
     assert report.efficiency_series()[CLM] == {CLM: [(8, f"{CLM}-8"), (20, CLM)], CPT: [(20, CLM), (26, CPT)]}
+
+
+def test_data_efficiency_bars_stay_in_the_metric_range_and_random_init_is_drawn(tmp_path):
+    # a score of 1 with a wide interval: the bar must stop at 0, not claim negative scores
+    levels = {CLM: flat(60.0), f"{CLM}-8": flat(1.0), CPT: flat(62.0), RANDOM: {**flat(30.0), "rt-polarity": 99.5}}
+    root = write_study(tmp_path, levels, spread={f"{CLM}-8": 8.0, RANDOM: 2.0})
+    report = Report(root)
+    (lower, upper), = [_bounded_bars([c]) for _, _, c in report.efficiency_points("SC")[CLM][:1]]
+    assert lower == [1.0] and upper[0] > 1.0
+    # the random-init level is its score on the datasets every intermediate checkpoint was scored on
+    assert report.random_reference("SC")[RANDOM].mean == 99.5
+    assert _bounded_bars([report.random_reference("SC")[RANDOM]])[1][0] == 0.5
+    fig, _ = report.efficiency_figure()
+    rows = (root / "report" / "data_efficiency.csv").read_text().splitlines()
+    assert fig == "data_efficiency.png" and any(r.startswith(f"{RANDOM} (random init),SC,0,99.5") for r in rows)

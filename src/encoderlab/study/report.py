@@ -148,6 +148,18 @@ class Report:
                     out[name] = [(step, lb, c) for step, lb, c in scores if c is not None]
         return out
 
+    def random_reference(self, cat: str) -> dict[str, CategoryScore]:
+        """Random-init baselines in one category on the datasets every intermediate checkpoint was scored on: the
+        level a curve must clear before pretraining has taught anything these tasks can use."""
+        inter = [lb for lb, e in self.res.evaluations.items() if e["kind"] == "intermediate"]
+        common = set.intersection(*(set(self.res.tasks.get(lb, {})) for lb in inter)) if inter else set()
+        out = {}
+        for lb, e in self.res.evaluations.items():
+            tasks = {t: s for t, s in self.res.tasks.get(lb, {}).items() if t in common}
+            if e["kind"] == "random" and (score := category_scores(tasks).get(cat)):
+                out[lb] = score
+        return out
+
     def efficiency_figure(self) -> tuple[str | None, str]:
         """Score vs global pretraining step per category; the caption's warning where intervals dwarf differences."""
         full = self.efficiency_series()
@@ -161,9 +173,12 @@ class Report:
             lines = self.efficiency_points(cat)
             for name, points in lines.items():
                 ax.errorbar([p[0] for p in points], [p[2].mean for p in points],
-                            yerr=[p[2].ci95 or 0.0 for p in points], marker="o", capsize=3, label=name,
+                            yerr=_bounded_bars([p[2] for p in points]), marker="o", capsize=3, label=name,
                             ls="-" if name in full else "--")
                 rows += [[name, cat, step, round(c.mean, 3), c.ci95] for step, _, c in points]
+            for label, score in self.random_reference(cat).items():
+                ax.axhline(score.mean, color="grey", ls=":", lw=1.2, label=f"{label} (random init)")
+                rows.append([f"{label} (random init)", cat, 0, round(score.mean, 3), score.ci95])
             warning = _dwarfed(list({lb: c for pts in lines.values() for _, lb, c in pts}.values()))
             noisy += [f"{cat} ({warning})"] if warning else []
             ax.set_title(cat)
@@ -215,7 +230,13 @@ class Report:
              rows)
         table = _table(["model", "category", "std over seeds", "std over LRs", "std of all runs"],
                        [[r[0], r[1], _fmt(r[2]), _fmt(r[3]), _fmt(r[4])] for r in rows])
-        return "stability.png", table
+        runs = len(self.res.plan["protocol"]["lrs"]) * len(self.res.plan["protocol"]["seeds"])
+        caption = (f"Each box pools a model's runs over a category's datasets ({runs} LR x seed runs per dataset), "
+                   "each run minus its dataset's mean: the box is the middle half, whiskers reach 1.5 box lengths. "
+                   f"With {runs} runs per dataset a standard deviation is itself uncertain by about "
+                   f"{100 / (2 * max(runs - 1, 1)) ** 0.5:.0f}%: read the spreads against Finding 3's Levene test, "
+                   "not by eye.\n\n")
+        return "stability.png", caption + table
 
     def loss_curves(self) -> dict[str, list[tuple[int, float]]]:
         """'RUN (objective)' -> (global step, training loss): CPT runs start at their source's last step."""
@@ -251,6 +272,12 @@ def _holds_cell(c) -> str:
     ci = "-" if c.ci95 is None else f"{c.ci95:.2f}"
     p = "-" if c.p is None else f"{c.p:.3f}"
     return f"{'**yes**' if outcome(c) == REPRODUCED else 'no'}: {c.diff:+.2f} ± {ci} (p {p})"
+
+
+def _bounded_bars(scores: list[CategoryScore]) -> list[list[float]]:
+    """Asymmetric error bars cut at the metric's range [0, 100]: a CI drawn below 0 claims impossible scores."""
+    cis = [c.ci95 or 0.0 for c in scores]
+    return [[min(ci, c.mean) for c, ci in zip(scores, cis)], [min(ci, 100 - c.mean) for c, ci in zip(scores, cis)]]
 
 
 def _dwarfed(scores: list[CategoryScore]) -> str | None:
