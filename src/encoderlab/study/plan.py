@@ -202,10 +202,23 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes)
     for run in runs.values():  # every config must be valid before anything runs
         validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
+    _check_published(spec, base_dir, evaluations)
     protocol = load_protocol(spec, base_dir)
     plan.eval_runs = finetuning_runs(evaluations, protocol)
     plan.baseline_runs = finetuning_runs([e for e in evaluations if e.kind == "random"], protocol)
     return plan
+
+
+def _check_published(spec: StudySpec, base_dir: Path, evaluations: list[Evaluation]) -> None:
+    """A published number keyed by a name the study does not have would print as '-' beside the model it meant."""
+    if spec.paper_results:
+        published = load_yaml(resolve_path(base_dir, spec.paper_results)).get("categories") or {}
+        labels = sorted(e.label for e in evaluations)
+        unknown = sorted(set(published) - set(labels))
+        if unknown:
+            more = ", ..." if len(labels) > 6 else ""
+            raise ConfigError(f"paper_results {spec.paper_results}: {', '.join(unknown[:3])} name no evaluated "
+                              f"model of study {spec.name} (allowed: {', '.join(labels[:6])}{more})")
 
 
 def finetuning_runs(evaluations: list[Evaluation], protocol) -> int:

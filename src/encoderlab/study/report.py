@@ -32,14 +32,16 @@ class Report:
         self.res = StudyResults(root)
         self.out = Path(root) / "report"
         self.out.mkdir(parents=True, exist_ok=True)
-        self.paper = (self.res.plan.get("paper_results") or {}).get("categories", {})
+        published = self.res.plan.get("paper_results") or {}
+        self.paper = published.get("categories", {})
+        self.paper_column = published.get("column", "paper")
         self.sections: list[str] = []
 
     # ------------------------------------------------------------------------------------------- tables
 
     def category_table(self, labels: list[str], name: str, title: str, row_name=lambda x: x) -> str:
         cats = [c for c in CATEGORIES if any(c in self.res.categories.get(lb, {}) for lb in labels)]
-        header = ["model"] + cats + (["paper: " + "/".join(cats)] if self.paper else [])
+        header = ["model"] + cats + ([f"{self.paper_column}: " + "/".join(cats)] if self.paper else [])
         rows, csv_rows = [], []
         for lb in labels:
             scores = self.res.categories.get(lb, {})
