@@ -1,0 +1,43 @@
+"""The CPU studies plan as documented: `make demo` (configs/studies/demo.yaml) and the small study whose report is
+docs/findings.md (configs/studies/small.yaml), so that neither rots between the runs that measure them."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from encoderlab.study.plan import build_plan
+from encoderlab.study.spec import DataShape, load_study
+
+STUDIES = Path(__file__).resolve().parents[2] / "configs" / "studies"
+OFFLINE = DataShape(vocab_size=8192, seq_len=512)  # the offline suite's tokenizer and windows
+
+
+def plan(name: str, tmp_path, monkeypatch):
+    monkeypatch.setenv("ENCODERLAB_HOME", str(tmp_path / "home"))  # nothing prepared: the plan uses data_shape
+    monkeypatch.chdir(tmp_path)
+    spec, base = load_study(STUDIES / f"{name}.yaml")
+    return build_plan(spec.model_copy(update={"data_shape": OFFLINE}), base)
+
+
+def test_demo_is_clm_and_mlm_at_one_budget_against_random_init(tmp_path, monkeypatch):
+    p = plan("demo", tmp_path, monkeypatch)
+    assert sorted(p.runs) == ["micro-clm-800", "micro-mlm40-800"]
+    assert {e.kind for e in p.evaluations} == {"final", "random"}
+    categories = {"rt-polarity", "conll-chunk", "wiki-title-span", "wiki-title"}  # one per category
+    assert all(set(e.tasks) == categories for e in p.evaluations)  # the sanity check compares like with like
+    assert p.eval_runs == 3 * 4 * 3
+
+
+def test_small_study_asks_all_five_questions(tmp_path, monkeypatch):
+    p = plan("small", tmp_path, monkeypatch)
+    runs = p.runs
+    assert sorted(runs) == sorted(["micro-clm-1200", "micro-mlm40-1200", "micro-clm-300-mlm40-1200",
+                                   "micro-clm-900-mlm40-1200", "micro-clm-dec1200-mlm40-1500",
+                                   "micro-mlm40-dec1200-mlm40-1500"])
+    # the splits branch off the CLM trunk before its decay (PAPER.md): 25% and 75% of the total budget
+    assert {runs[n].parent for n in ("micro-clm-300-mlm40-1200", "micro-clm-900-mlm40-1200")} == {"micro-clm-1200"}
+    assert [runs[n].branch_step for n in ("micro-clm-300-mlm40-1200", "micro-clm-900-mlm40-1200")] == [300, 900]
+    kinds = [e.kind for e in p.evaluations]
+    assert kinds.count("intermediate") == 6 and kinds.count("random") == 1 and kinds.count("final") == 6
+    random_init = next(e for e in p.evaluations if e.kind == "random")
+    assert len(random_init.tasks) == 9  # every task the final models run: the sanity check covers all of them
+    assert p.eval_runs == 261
