@@ -177,7 +177,7 @@ def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, 
     dtype = token_dtype(tokenizer.vocab_size)
     with atomic_dir(out) as tmp:
         packer = Packer(tmp, seq_len, dtype, val_fraction, shard_tokens, max_tokens)
-        for chunk in _chunks(documents, chunk_documents):
+        for chunk in chunks(documents, chunk_documents):
             tokens, lengths = with_specials(tokenizer.encode_batch([d.text for d in chunk]), tokenizer.bos_id,
                                             tokenizer.eos_id, dtype)
             packer.add(tokens, lengths, [(d.id, d.source) for d in chunk])
@@ -212,7 +212,7 @@ def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int,
     return meta
 
 
-def _chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
+def chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
     chunk: list[Document] = []
     for item in items:
         chunk.append(item)
