@@ -2,7 +2,8 @@
 
 The text is the offline corpus (`encoderlab data prepare offline` first; else synthetic sentences), written as 8
 parquet files like a FineWeb-Edu download. For each tokenizer, the sharded step (`prepare_shard`: read parquet,
-encode_batch, add BOS/EOS, write a part and its TSV, hash both) runs in 1 process, then in 2 processes at once
+encode_batch, add BOS/EOS, write a part and its TSV, hash both; timed from the first part's start to the last part's
+end) runs in 1 process, then in 2 processes at once
 (shards 0/2 and 1/2), each single-threaded (RAYON_NUM_THREADS=1, TOKENIZERS_PARALLELISM=false), so tokens/s is per
 core; the scaling ratio is the 2 processes' tokens over the span from the first start to the last end, divided by
 the single process's rate. Each worker also times the tokenizer's own `encode_batch`: the rest is what encoderlab
@@ -84,26 +85,32 @@ def write_source(corpus: list[str], folder: Path, files: int = 8) -> Path:
 
 
 def worker(src: str, out: str, tokenizer: str, shard: str) -> None:
-    """One shard, timed in-process (imports excluded); prints its tokens, seconds and encode_batch seconds."""
+    """One shard, timed in-process from its first part's start to its last part's end (imports, loading the
+    tokenizer: excluded, they do not grow with the data); prints its tokens, span and encode_batch seconds."""
+    from encoderlab.data import shards
     from encoderlab.data.prepare import PrepareOptions, prepare
     from encoderlab.data.tokenizer import TextTokenizer
 
-    encode, spent = TextTokenizer.encode_batch, [0.0]
+    encode, write_part, spent, marks = TextTokenizer.encode_batch, shards._write_part, [0.0], []
 
-    def timed(self, batch):
+    def timed_encode(self, batch):
         t = time.perf_counter()
         ids = encode(self, batch)
         spent[0] += time.perf_counter() - t
         return ids
 
-    TextTokenizer.encode_batch = timed  # type: ignore[method-assign]
+    def timed_part(*args):
+        marks.append(time.time())
+        manifest = write_part(*args)
+        marks.append(time.time())
+        return manifest
+
+    TextTokenizer.encode_batch, shards._write_part = timed_encode, timed_part  # type: ignore[method-assign]
     i, n = map(int, shard.split("/"))
-    start = time.time()
     prepare(src, Path(out), PrepareOptions(tokenizer=tokenizer, shard=(i, n)), log=lambda _: None)
-    end = time.time()
     tokens = sum(json.loads(p.read_text())["tokens"] for p in Path(out, "parts").glob("part-*.json")
                  if int(p.stem.split("-")[1]) % n == i)
-    print(json.dumps({"start": start, "end": end, "tokens": tokens, "encode_seconds": spent[0]}))
+    print(json.dumps({"start": marks[0], "end": marks[-1], "tokens": tokens, "encode_seconds": spent[0]}))
 
 
 def shards(src: Path, out: Path, tokenizer: Path, n: int) -> dict:
@@ -121,13 +128,33 @@ def shards(src: Path, out: Path, tokenizer: Path, n: int) -> dict:
 
 
 def join(src: Path, out: Path, tokenizer: Path) -> dict:
+    """`--join 2` into windows of 2,048; its rate counts the reading, checking and packing of the parts, from the
+    first part read to the last window written (loading and saving the tokenizer, ~1 s for 128K entries, apart)."""
+    from encoderlab.data import packing, shards
     from encoderlab.data.prepare import PrepareOptions, prepare
 
+    read_part, close, marks = shards._read_part, packing.Packer.close, {}
+
+    def first_read(*args):
+        marks.setdefault("start", time.perf_counter())
+        return read_part(*args)
+
+    def timed_close(self):
+        splits = close(self)
+        marks["end"] = time.perf_counter()
+        return splits
+
+    shards._read_part, packing.Packer.close = first_read, timed_close  # type: ignore[method-assign]
     start = time.perf_counter()
-    s = prepare(str(src), out, PrepareOptions(tokenizer=str(tokenizer), join=2, seq_len=2048), log=lambda _: None)
-    seconds = time.perf_counter() - start
+    try:
+        s = prepare(str(src), out, PrepareOptions(tokenizer=str(tokenizer), join=2, seq_len=2048),
+                    log=lambda _: None)
+    finally:
+        shards._read_part, packing.Packer.close = read_part, close  # type: ignore[method-assign]
     tokens = sum(v["tokens"] for v in s["splits"].values())
-    return {"tokens": tokens, "seconds": round(seconds, 2), "tokens_per_s": tokens / seconds}
+    seconds = marks["end"] - marks["start"]
+    return {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": tokens / seconds,
+            "seconds_with_tokenizer": round(time.perf_counter() - start, 2)}
 
 
 def main() -> None:
