@@ -78,6 +78,9 @@ def test_join_is_byte_identical_for_any_n_and_to_one_process(corpus, tmp_path):
         assert joined[n]["corpus"]["words"] == one["corpus"]["words"]
     assert len(list((tmp_path / "n3" / "parts").glob("part-*.json"))) == 5  # one part per file
     assert read_meta(tmp_path / "n2" / "packed")["splits"]["validation"]["documents"] > 0
+    logs: list[str] = []
+    prepare(str(corpus / "src"), tmp_path / "n2", _opts(corpus, join=2), log=logs.append)
+    assert logs == [f"packed shards up to date in {tmp_path / 'n2' / 'packed'}"]  # a second join reads nothing
 
 
 def test_one_file_is_cut_into_blocks_of_documents(corpus, tmp_path, monkeypatch):

@@ -78,23 +78,27 @@ def _check_sharding(source: str, opts: PrepareOptions) -> None:
     if opts.shard is None and opts.join is None:
         return
     flag = "--shard" if opts.shard else "--join"
-    problem = ("--shard and --join are two steps: run the shards, then one join" if opts.shard and opts.join else
-               f"{flag} needs --tokenizer: every shard must tokenise with the same one" if not opts.tokenizer else
-               "the offline suite is prepared in one process (no --shard/--join)" if source == OFFLINE else
-               f"{flag} reads the whole source: give --max-tokens to the join instead of --max-documents"
-               if opts.max_documents is not None else
-               "--max-tokens is the join's: a shard tokenises all its units" if opts.shard and opts.max_tokens else
-               f"--join {opts.join}: the number of shards must be at least 1" if opts.join is not None and
-               opts.join < 1 else None)
-    if problem:
-        raise DataError(problem)
+    problems = [
+        (opts.shard and opts.join, "--shard and --join are two steps: run the shards, then one join"),
+        (not opts.tokenizer, f"{flag} needs --tokenizer: every shard must tokenise with the same one"),
+        (source == OFFLINE, "the offline suite is prepared in one process (no --shard/--join)"),
+        (opts.max_documents is not None, f"{flag} reads the whole source: give the join --max-tokens instead of "
+                                         "--max-documents"),
+        (opts.shard and opts.max_tokens, "--max-tokens is the join's: a shard tokenises all its units"),
+        (opts.join is not None and opts.join < 1, f"--join {opts.join}: the number of shards must be at least 1"),
+    ]
+    for problem, message in problems:
+        if problem:
+            raise DataError(message)
 
 
 def _join(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], None]) -> dict:
     start = time.perf_counter()
     corpus, meta = shards.join(source, out, opts, log)
-    return _summary(source, out, corpus, str(out / "parts"), meta,
-                    {"join": time.perf_counter() - start, "total": time.perf_counter() - start})
+    summary = _summary(source, out, corpus, str(out / "parts"), meta,
+                       {"join": time.perf_counter() - start, "total": time.perf_counter() - start})
+    write_json(out / "summary.json", summary)
+    return summary
 
 
 def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], None]) -> dict:
@@ -133,7 +137,7 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
                                    **{s: d.get("examples", d.get("queries")) for s, d in st["splits"].items()}}
                             for name, st in suite["tasks"].items()}
         summary["tasks_root"] = str(out / "tasks")
-        write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", summary)
     return summary
 
 
@@ -153,7 +157,6 @@ def _summary(source: str, out: Path, corpus: dict, corpus_file: str, meta: dict,
     }
     if "max_tokens" in meta:
         summary["max_tokens"] = meta["max_tokens"]
-    write_json(out / "summary.json", summary)
     return summary
 
 

@@ -176,12 +176,12 @@ def join(source: str, out: Path, opts, log: Callable[[str], None]) -> tuple[dict
                                            [m["files"] for m in manifests]]).encode()).hexdigest()
     try:
         meta = packing.read_meta(out / "packed")
-        if meta.get("inputs") == fingerprint and not opts.force:
-            packing.check_shards(out / "packed", meta, hashes=True, fix="join again with --force")
-            log(f"packed shards up to date in {out / 'packed'}")
-            return corpus, meta
-    except DataError:
-        pass
+    except DataError:  # none yet, or unreadable: packed again
+        meta = {}
+    if meta.get("inputs") == fingerprint and not opts.force:  # damaged shards are refused, as by `data prepare`
+        packing.check_shards(out / "packed", meta, hashes=True, fix="join again with --force")
+        log(f"packed shards up to date in {out / 'packed'}")
+        return corpus, meta
     log(f"joining {len(manifests)} parts ({corpus['documents']:,} documents) into windows of {opts.seq_len}")
     dtype = packing.token_dtype(tok.vocab_size)
     with atomic_dir(out / "packed") as tmp:
