@@ -116,7 +116,17 @@ CLI_CASES = [
          "seq_len=0 is too small"),
     Case("data-prepare-vocab-too-small", ("data", "prepare", "{tmp}/c.jsonl", "--vocab-size", "10", "--out", "{tmp}/o"),
          "vocab_size=10 is too small", write("c.jsonl", '{{"text": "one two three"}}\n')),
-    Case("data-inspect-not-packed", ("data", "inspect", "{tmp}"), "not a packed dataset"),
+    Case("data-prepare-shard-beyond", ("data", "prepare", "{tmp}/c.jsonl", "--shard", "3/2", "--out", "{tmp}/o"),
+         "--shard '3/2' must be I/N with 0 <= I < N"),
+    Case("data-prepare-shard-of-zero", ("data", "prepare", "{tmp}/c.jsonl", "--shard", "0/0", "--out", "{tmp}/o"),
+         "--shard '0/0' must be I/N with 0 <= I < N"),
+    Case("data-prepare-shard-without-tokenizer", ("data", "prepare", "{tmp}/c.jsonl", "--shard", "0/2", "--out",
+                                                  "{tmp}/o"), "--shard needs --tokenizer"),
+    Case("data-prepare-max-tokens-unreadable", ("data", "prepare", "{tmp}/c.jsonl", "--max-tokens", "100X", "--out",
+                                                "{tmp}/o"), "--max-tokens '100X' is not a positive whole number"),
+    Case("data-prepare-max-tokens-not-windows", ("data", "prepare", "offline", "--max-tokens", "1K", "--out",
+                                                 "{tmp}/o"), "--max-tokens 1,000 must be a positive multiple of "
+                                                             "--seq-len 512 (whole windows), e.g. 512"),
     Case("import-hf-missing", ("import-hf", "{tmp}/nomodel", "--out", "{tmp}/o"), "no such file or folder"),
     Case("import-hf-not-a-model", ("import-hf", "{tmp}", "--out", "{tmp}/o"), "has no config.json"),
     Case("export-not-a-checkpoint", ("export", "{tmp}", "--out", "{tmp}/o"), "neither a checkpoint folder"),
@@ -243,7 +253,11 @@ def own_data(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
 
 
 def cut_short(packed: Path) -> None:
-    with open(packed / "train-00000.tokens.bin", "r+b") as f:
+    cut_file(packed / "train-00000.tokens.bin")
+
+
+def cut_file(file: Path) -> None:
+    with open(file, "r+b") as f:
         f.truncate(f.seek(0, 2) - 128)
 
 
@@ -271,6 +285,28 @@ def prepared(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
 PREPARE = ("data", "prepare", "{tmp}/docs.jsonl", "--out", "{tmp}/d", "--vocab-size", "300", "--seq-len", "16",
            "--val-fraction", "0.1")
 RESUME = ("pretrain", "{tmp}/run.yaml", "--resume")
+JOIN = ("data", "prepare", "{tmp}/src", "--out", "{tmp}/d", "--tokenizer", "{tmp}/tokenizer.json", "--join", "2")
+
+
+def sharded(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
+    """A setup: 2 files of text tokenised as shards 0/2 and 1/2 into {tmp}/d/parts, which is then hurt."""
+    def setup(tmp: Path, ctx: dict) -> None:
+        from encoderlab.data.prepare import PrepareOptions, prepare
+        from encoderlab.data.tokenizer import train_bpe
+        from tests.conftest import synthetic_documents
+
+        docs = synthetic_documents(60)
+        train_bpe((d.text for d in docs), 300).tokenizer.save(str(tmp / "tokenizer.json"))
+        (tmp / "src").mkdir()
+        for i in range(2):
+            (tmp / "src" / f"{i}.jsonl").write_text("".join(json.dumps({"text": d.text}) + "\n" for d in docs[i::2]))
+        for i in range(2):
+            prepare(str(tmp / "src"), tmp / "d", PrepareOptions(tokenizer=str(tmp / "tokenizer.json"), shard=(i, 2)),
+                    log=lambda message: None)
+        hurt(tmp / "d" / "parts")
+    return setup
+
+
 DRY_RUN = ("pretrain", "{tmp}/run.yaml", "--dry-run")
 RESUME_CASES = [
     Case("resume-changed-seed", RESUME, "train.seed: 0 -> 1", resumable(train__seed=1)),
@@ -318,7 +354,14 @@ RESUME_CASES = [
          prepared(cut_short)),
     Case("prepare-damaged-shard", PREPARE, "train-00000.docids.bin does not match its SHA-256 in meta.json",
          prepared(flip_bytes)),
+    Case("join-missing-shard", JOIN, "shard 1/2 is not complete ({tmp}/d/parts/shard-1-of-2.json is missing",
+         sharded(lambda parts: (parts / "shard-1-of-2.json").unlink())),
+    Case("join-truncated-part", JOIN, "part 0 of shard 0/2: {tmp}/d/parts/part-000000.documents.tsv has",
+         sharded(lambda parts: cut_file(parts / "part-000000.documents.tsv"))),
 ]
+
+# A part whose bytes changed but not its size is found while the join reads it (hashing 100B tokens twice would
+# double the join's I/O): tests/integration/test_prepare_shards.py checks that refusal.
 
 # ------------------------------------------------------------------------------------------ files, folders, paths
 def read_only(folder: str, then: Callable[[Path, dict], None] | None = None) -> Callable[[Path, dict], None]:

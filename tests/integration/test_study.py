@@ -122,6 +122,17 @@ def test_explicit_switch_steps_name_the_models_and_share_trunks(tmp_path):
             plan_of(study)
 
 
+def test_the_plan_reads_the_prepared_size_and_says_so(tmp_path, packed_dir):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    shape = plan_of(write_study(tmp_path / "a", "nowhere"))[0].summary()["data"]
+    assert shape == {"from": "data_shape", "path": "nowhere", "vocab_size": 320, "seq_len": 64}
+    meta = json.loads((packed_dir / "meta.json").read_text())
+    prepared = plan_of(write_study(tmp_path / "b", str(packed_dir)))[0].summary()["data"]
+    assert prepared["from"] == "prepared" and prepared["train_tokens"] == meta["splits"]["train"]["tokens"]
+    assert prepared["longest_run_tokens"] == 20 * 4 * 64  # budget x global batch x window
+    assert prepared["epochs"] == round(20 * 4 * 64 / meta["splits"]["train"]["tokens"], 3)
+
+
 def test_bad_study_files_are_clear(tmp_path):
     study = write_study(tmp_path, "nowhere", models=[{"sizes": ["huge"], "objectives": ["mlm40"]}])
     with pytest.raises(ConfigError, match="unknown model size 'huge'"):

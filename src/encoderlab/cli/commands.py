@@ -36,19 +36,32 @@ def data_prepare(
     hf_config: str | None = typer.Option(None, help="Hugging Face dataset configuration name."),
     hf_split: str = typer.Option("train", help="Hugging Face dataset split."),
     max_documents: int | None = typer.Option(None, help="Stop after this many documents."),
+    max_tokens: str | None = typer.Option(None, help="Stop the train split at exactly this many tokens (100B, 5M, "
+                                                     "64K; whole windows) and record it."),
+    shard: str | None = typer.Option(None, help="I/N: tokenise only shard I of N into OUT/parts (resumable); "
+                                                "then --join N packs them. Needs --tokenizer."),
+    join: int | None = typer.Option(None, help="Pack the parts of shards 0..N-1 (checked) into OUT/packed."),
     force: bool = typer.Option(False, help="Rebuild every step even when the cached result is up to date."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Build a pretraining corpus, its tokenizer and packed shards (and, for 'offline', the evaluation tasks)."""
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
+    from encoderlab.data.shards import parse_shard, parse_tokens
     from encoderlab.io import check_writable
 
     check_writable(out_dir or default_out(source), "--out" if out_dir else "the default --out")
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction, tokenizer=tokenizer,
                           text_column=text_column, txt_unit=txt_unit, on_invalid_utf8=on_invalid_utf8,
-                          hf_config=hf_config, hf_split=hf_split, max_documents=max_documents, force=force)
+                          hf_config=hf_config, hf_split=hf_split, max_documents=max_documents,
+                          max_tokens=parse_tokens(max_tokens) if max_tokens else None,
+                          shard=parse_shard(shard) if shard else None, join=join, force=force)
     summary = prepare(source, out_dir, opts, log=log)
-    emit(summary, as_json, _render_prepare)
+    emit(summary, as_json, _render_shard if shard else _render_prepare)
+
+
+def _render_shard(s: dict) -> None:
+    out.print(f"[bold]shard {s['shard']}[/bold] of {s['units']} units: {s['parts_written']} parts written, "
+              f"{s['parts_skipped']} already complete -> {s['parts']}")
 
 
 def _render_prepare(s: dict) -> None:
@@ -63,6 +76,8 @@ def _render_prepare(s: dict) -> None:
     for split, d in s["splits"].items():
         out.print(f"[bold]{split:<9}[/bold] {d['windows']:,} windows x {s['seq_len']} = {d['tokens']:,} tokens "
                   f"({s['dtype']}), {d['documents']:,} documents")
+    if "max_tokens" in s:
+        out.print(f"[bold]budget[/bold]    {s['max_tokens']:,} train tokens (--max-tokens), reached exactly")
     out.print(f"[bold]shards[/bold]    {s['packed']}")
     if "tasks" in s:
         table = Table(title=f"evaluation tasks ({s['tasks_root']})", title_justify="left")

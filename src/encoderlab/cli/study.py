@@ -46,6 +46,15 @@ def render_plan(s: dict) -> None:
         out.print(f"[bold]estimate[/bold]    {g['gpu_hours']:,.0f} GPU-hours on {g['name']} at {100 * g['mfu']:.0f}% "
                   f"MFU ({g['peak_tflops']:g} TFLOP/s bf16 peak), vs {g['naive_gpu_hours']:,.0f} trained "
                   "independently; fine-tuning not included")
+    d = s["data"]
+    if d["from"] == "prepared":
+        budget = f" (budget {d['max_tokens']:,})" if d.get("max_tokens") else ""
+        out.print(f"[bold]data[/bold]        prepared {d['path']}: {d['train_tokens']:,} train tokens{budget}, "
+                  f"vocabulary {d['vocab_size']:,}, windows of {d['seq_len']}; the longest run reads "
+                  f"{d['longest_run_tokens']:,} tokens = {d['epochs']:g} epochs")
+    elif d["from"] == "data_shape":
+        out.print(f"[bold]data[/bold]        {d['path']} is not prepared: planned with the study's data_shape "
+                  f"(vocabulary {d['vocab_size']:,}, windows of {d['seq_len']})")
     out.print(f"[bold]folder[/bold]      {s['folder']}")
 
 

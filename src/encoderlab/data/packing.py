@@ -8,7 +8,8 @@ Documented behaviour:
 - a document longer than a window continues in the next window(s) with the same document index; each piece then
   attends only within its window (the paper packs FineWeb-Edu documents of 12 to 2,048 tokens the same way);
 - the stream's last partial window (< seq_len tokens) is dropped and counted in `dropped_tail_tokens`;
-- a held-out split (`val_fraction`) is chosen per document by a hash of its id, so it is stable when the corpus grows.
+- a held-out split (`val_fraction`) is chosen per document by a hash of its id, so it is stable when the corpus grows;
+- a token budget (`max_tokens`, whole windows) stops the train split at exactly that many tokens, in document order.
 
 meta.json is the index: per shard its windows and the SHA-256 of both files (hashed from memory as they are
 written, so it costs no extra read), and the largest token id. `check_shards` compares the files with it; indexes
@@ -17,6 +18,7 @@ written before these fields existed are checked by size only.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -44,7 +46,9 @@ def is_heldout(doc_id: str, fraction: float) -> bool:
 
 
 class _SplitWriter:
-    """Accumulates a token stream and writes whole windows into shard files of at most `shard_windows` windows."""
+    """Accumulates a token stream and writes whole windows into shard files of at most `shard_windows` windows.
+    Documents arrive in batches (flat tokens + lengths): a per-document Python loop would cost more than the
+    tokenizer. Shard boundaries depend only on the stream, not on how it was batched."""
 
     def __init__(self, folder: Path, split: str, seq_len: int, dtype: np.dtype, shard_windows: int):
         self.folder, self.split, self.seq_len, self.dtype = folder, split, seq_len, dtype
@@ -58,14 +62,16 @@ class _SplitWriter:
         self.doc_index = open(folder / f"{split}.documents.tsv", "w", encoding="utf-8")
         self.doc_index.write("index\tid\tsource\ttokens\n")
 
-    def add(self, doc: Document, ids: list[int], bos: int, eos: int) -> None:
-        n = len(ids) + 2
-        self.tokens.append(np.array([bos, *ids, eos], dtype=np.int64))
-        self.docs.append(np.full(n, self.documents, dtype=np.uint32))
-        self.doc_index.write(f"{self.documents}\t{doc.id}\t{doc.source}\t{n}\n")
-        self.documents += 1
-        self.buffered += n
-        if self.buffered >= self.seq_len * self.shard_windows:
+    def add(self, tokens: np.ndarray, lengths: np.ndarray, rows: list[tuple[str, str]]) -> None:
+        """`tokens`: the documents' `<bos> ids <eos>` one after the other; `rows`: their (id, source)."""
+        first = self.documents
+        self.documents += len(rows)
+        self.doc_index.write("".join(f"{first + i}\t{d}\t{s}\t{n}\n"
+                                     for i, ((d, s), n) in enumerate(zip(rows, lengths.tolist()))))
+        self.tokens.append(tokens)
+        self.docs.append(np.repeat(np.arange(first, self.documents, dtype=np.uint32), lengths))
+        self.buffered += len(tokens)
+        while self.buffered >= self.seq_len * self.shard_windows:
             self._flush(final=False)
 
     def _flush(self, final: bool) -> int:
@@ -78,7 +84,7 @@ class _SplitWriter:
         cut = n_windows * self.seq_len
         if n_windows:
             name = f"{self.split}-{len(self.shards):05d}"
-            written = {"tokens": tokens[:cut].astype(self.dtype), "docids": docs[:cut]}
+            written = {"tokens": tokens[:cut], "docids": docs[:cut]}
             for kind, array in written.items():
                 array.tofile(self.folder / f"{name}.{kind}.bin")
             self.max_token_id = max(self.max_token_id, int(written["tokens"].max()))
@@ -98,8 +104,65 @@ class _SplitWriter:
                 "dropped_tail_tokens": dropped, "shards": self.shards}
 
 
-def check_shape(seq_len: int, val_fraction: float) -> None:
+def with_specials(ids: list[list[int]], bos: int, eos: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(`<bos> ids <eos>` of every document one after the other, lengths with the two specials), vectorised."""
+    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids)) + 2
+    ends = np.cumsum(lengths)
+    out = np.empty(int(ends[-1]) if len(ids) else 0, dtype=dtype)
+    text = np.ones(len(out), dtype=bool)
+    text[ends - lengths] = text[ends - 1] = False
+    out[ends - lengths], out[ends - 1] = bos, eos
+    out[text] = np.fromiter(itertools.chain.from_iterable(ids), dtype, count=int(text.sum()))
+    return out, lengths
+
+
+class Packer:
+    """Routes documents, in their global order, to the train / validation writers, and stops the train split at
+    exactly `max_tokens` (the document at the cut is truncated, every later one dropped, whatever the split)."""
+
+    def __init__(self, folder: Path, seq_len: int, dtype: np.dtype, val_fraction: float, shard_tokens: int,
+                 max_tokens: int | None = None):
+        shard_windows = max(1, shard_tokens // seq_len)
+        self.writers = {s: _SplitWriter(folder, s, seq_len, dtype, shard_windows) for s in ("train", "validation")}
+        self.val_fraction, self.left = val_fraction, max_tokens
+        self.documents = self.tokens = 0
+
+    @property
+    def full(self) -> bool:
+        return self.left == 0
+
+    def add(self, tokens: np.ndarray, lengths: np.ndarray, rows: list[tuple[str, str]]) -> None:
+        if self.full or not rows:
+            return
+        held = np.fromiter((is_heldout(d, self.val_fraction) for d, _ in rows), bool, count=len(rows))
+        if self.left is not None:
+            train_seen = np.cumsum(np.where(held, 0, lengths))
+            if train_seen[-1] >= self.left:  # the budget ends inside this batch
+                last = int(np.searchsorted(train_seen, self.left))
+                lengths = lengths[:last + 1].copy()
+                lengths[last] -= int(train_seen[last] - self.left)
+                rows, held = rows[:last + 1], held[:last + 1]
+                tokens = tokens[:int(lengths.sum())]
+            self.left -= int(np.where(held, 0, lengths).sum())
+        self.documents += len(rows)
+        self.tokens += len(tokens)
+        token_held = np.repeat(held, lengths)
+        for split, pick, keep in (("train", ~held, ~token_held), ("validation", held, token_held)):
+            if pick.any():
+                self.writers[split].add(tokens[keep], lengths[pick], [r for r, p in zip(rows, pick) if p])
+
+    def close(self) -> dict:
+        return {s: w.close() for s, w in self.writers.items()}
+
+    def max_token_id(self) -> int:
+        return max(w.max_token_id for w in self.writers.values())
+
+
+def check_shape(seq_len: int, val_fraction: float, max_tokens: int | None = None) -> None:
     """What `pack` needs, checked before any text is read or a tokenizer trained."""
+    if max_tokens is not None and (max_tokens <= 0 or max_tokens % seq_len):
+        raise DataError(f"--max-tokens {max_tokens:,} must be a positive multiple of --seq-len {seq_len} (whole "
+                        f"windows), e.g. {max(1, max_tokens // seq_len) * seq_len:,}")
     if seq_len < 8:
         raise DataError(f"seq_len={seq_len} is too small; use at least 8 (the paper uses 2,048)")
     if not 0 <= val_fraction < 1:
@@ -108,37 +171,48 @@ def check_shape(seq_len: int, val_fraction: float) -> None:
 
 def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, seq_len: int,
          val_fraction: float = 0.0, shard_tokens: int = 2**26, chunk_documents: int = 2048,
-         progress: Callable[[int, int], None] | None = None) -> dict:
+         max_tokens: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict:
     """Write packed shards under `out` (replaced atomically). Returns the metadata also written to meta.json."""
-    check_shape(seq_len, val_fraction)
+    check_shape(seq_len, val_fraction, max_tokens)
     dtype = token_dtype(tokenizer.vocab_size)
-    shard_windows = max(1, shard_tokens // seq_len)
     with atomic_dir(out) as tmp:
-        writers = {s: _SplitWriter(tmp, s, seq_len, dtype, shard_windows) for s in ("train", "validation")}
-        n_docs = n_tokens = 0
-        for chunk in _chunks(documents, chunk_documents):
-            for doc, ids in zip(chunk, tokenizer.encode_batch([d.text for d in chunk])):
-                split = "validation" if is_heldout(doc.id, val_fraction) else "train"
-                writers[split].add(doc, ids, tokenizer.bos_id, tokenizer.eos_id)
-                n_tokens += len(ids) + 2
-            n_docs += len(chunk)
+        packer = Packer(tmp, seq_len, dtype, val_fraction, shard_tokens, max_tokens)
+        for chunk in chunks(documents, chunk_documents):
+            tokens, lengths = with_specials(tokenizer.encode_batch([d.text for d in chunk]), tokenizer.bos_id,
+                                            tokenizer.eos_id, dtype)
+            packer.add(tokens, lengths, [(d.id, d.source) for d in chunk])
             if progress:
-                progress(n_docs, n_tokens)
-        if n_docs == 0:
-            raise DataError("the corpus is empty: no document with text was found, nothing to pack")
-        splits = {s: w.close() for s, w in writers.items()}
-        if splits["train"]["windows"] == 0:
-            raise DataError(f"the corpus has {n_tokens} tokens, fewer than one window of seq_len={seq_len}: "
-                            "add text or lower seq_len")
-        meta = {"format": FORMAT_VERSION, "seq_len": seq_len, "dtype": dtype.name,
-                "tokenizer": tokenizer.info(), "val_fraction": val_fraction, "splits": splits,
-                "max_token_id": max(w.max_token_id for w in writers.values())}
-        write_json(tmp / META, meta)
-        tokenizer.save(tmp / "tokenizer")
+                progress(packer.documents, packer.tokens)
+            if packer.full:
+                break
+        meta = finish(tmp, packer, tokenizer, seq_len, val_fraction, max_tokens)
     return meta
 
 
-def _chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
+def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int, val_fraction: float,
+           max_tokens: int | None) -> dict:
+    """Close the writers and write meta.json and the tokenizer into `folder`; an empty or short stream, or one
+    that ends before the token budget, is refused."""
+    if packer.documents == 0:
+        raise DataError("the corpus is empty: no document with text was found, nothing to pack")
+    splits = packer.close()
+    if splits["train"]["windows"] == 0:
+        raise DataError(f"the corpus has {packer.tokens} tokens, fewer than one window of seq_len={seq_len}: "
+                        "add text or lower seq_len")
+    if max_tokens is not None and not packer.full:
+        raise DataError(f"the source has {splits['train']['tokens']:,} training tokens, fewer than --max-tokens "
+                        f"{max_tokens:,}: add text or lower the budget")
+    meta = {"format": FORMAT_VERSION, "seq_len": seq_len, "dtype": packer.writers["train"].dtype.name,
+            "tokenizer": tokenizer.info(), "val_fraction": val_fraction, "splits": splits,
+            "max_token_id": packer.max_token_id()}
+    if max_tokens is not None:
+        meta["max_tokens"] = max_tokens
+    write_json(folder / META, meta)
+    tokenizer.save(folder / "tokenizer")
+    return meta
+
+
+def chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
     chunk: list[Document] = []
     for item in items:
         chunk.append(item)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.data import packing, sources
+from encoderlab.data import packing, shards, sources
 from encoderlab.data.offline import build as offline
 from encoderlab.io import atomic_dir, read_jsonl, write_json, write_jsonl
 from encoderlab.data.documents import Document
@@ -38,7 +38,13 @@ class PrepareOptions:
     hf_config: str | None = None
     hf_split: str = "train"
     max_documents: int | None = None
+    max_tokens: int | None = None  # the train split stops at exactly this many tokens (whole windows)
+    shard: tuple[int, int] | None = None  # (I, N): tokenise only shard I of N into parts/ (shards.py)
+    join: int | None = None  # N: pack the parts of shards 0..N-1
     force: bool = False
+
+    def text_options(self) -> dict:
+        return {"text_column": self.text_column, "txt_unit": self.txt_unit, "on_invalid_utf8": self.on_invalid_utf8}
 
 
 def default_out(source: str) -> Path:
@@ -51,10 +57,14 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
     """Each step is written atomically; a failed or interrupted first prepare also removes the folders it created,
     so that nothing half-made looks like a dataset."""
     opts = opts or PrepareOptions()
-    packing.check_shape(opts.seq_len, opts.val_fraction)  # before hours of reading text and training a tokenizer
+    # before hours of reading text and training a tokenizer
+    packing.check_shape(opts.seq_len, opts.val_fraction, opts.max_tokens)
+    _check_sharding(source, opts)
     if not opts.tokenizer:
         check_bpe_size(opts.vocab_size)
     out = Path(out) if out else default_out(source)
+    if opts.shard:  # its parts are kept whatever happens: the next run resumes from them
+        return shards.prepare_shard(source, out, opts, log)
     created = next((p for p in [*reversed(out.parents), out] if not p.exists()), None)
     try:
         return _prepare(source, out, opts, log)
@@ -64,7 +74,36 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
         raise
 
 
+def _check_sharding(source: str, opts: PrepareOptions) -> None:
+    if opts.shard is None and opts.join is None:
+        return
+    flag = "--shard" if opts.shard else "--join"
+    problems = [
+        (opts.shard and opts.join, "--shard and --join are two steps: run the shards, then one join"),
+        (not opts.tokenizer, f"{flag} needs --tokenizer: every shard must tokenise with the same one"),
+        (source == OFFLINE, "the offline suite is prepared in one process (no --shard/--join)"),
+        (opts.max_documents is not None, f"{flag} reads the whole source: give the join --max-tokens instead of "
+                                         "--max-documents"),
+        (opts.shard and opts.max_tokens, "--max-tokens is the join's: a shard tokenises all its units"),
+        (opts.join is not None and opts.join < 1, f"--join {opts.join}: the number of shards must be at least 1"),
+    ]
+    for problem, message in problems:
+        if problem:
+            raise DataError(message)
+
+
+def _join(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], None]) -> dict:
+    start = time.perf_counter()
+    corpus, meta = shards.join(source, out, opts, log)
+    summary = _summary(source, out, corpus, str(out / "parts"), meta,
+                       {"join": time.perf_counter() - start, "total": time.perf_counter() - start})
+    write_json(out / "summary.json", summary)
+    return summary
+
+
 def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], None]) -> dict:
+    if opts.join:
+        return _join(source, out, opts, log)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     packed = _packed_index(source, out, opts)
@@ -86,16 +125,28 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
         t0 = time.perf_counter()
         log(f"packing into windows of {opts.seq_len} tokens (held out for validation: {opts.val_fraction:.1%})")
         meta = packing.pack(_documents(corpus_file), tok, out / "packed", seq_len=opts.seq_len,
-                            val_fraction=opts.val_fraction)
+                            val_fraction=opts.val_fraction, max_tokens=opts.max_tokens)
         meta["inputs"] = fingerprint
         write_json(out / "packed" / packing.META, meta)
         timings["pack"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - start
+    summary = _summary(source, out, json.loads((out / "corpus" / "manifest.json").read_text()), str(corpus_file),
+                       meta, timings)
+    if suite is not None:
+        summary["tasks"] = {name: {"family": st["family"],
+                                   **{s: d.get("examples", d.get("queries")) for s, d in st["splits"].items()}}
+                            for name, st in suite["tasks"].items()}
+        summary["tasks_root"] = str(out / "tasks")
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def _summary(source: str, out: Path, corpus: dict, corpus_file: str, meta: dict, timings: dict) -> dict:
     summary = {
         "source": source,
         "root": str(out),
-        "corpus": json.loads((out / "corpus" / "manifest.json").read_text()),
-        "corpus_file": str(corpus_file),
+        "corpus": corpus,
+        "corpus_file": corpus_file,
         "packed": str(out / "packed"),
         "tokenizer": str(out / "packed" / "tokenizer"),
         "vocab_size": meta["tokenizer"]["vocab_size"],
@@ -104,12 +155,8 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
         "splits": {s: {k: v for k, v in d.items() if k != "shards"} for s, d in meta["splits"].items()},
         "seconds": {k: round(v, 1) for k, v in timings.items()},
     }
-    if suite is not None:
-        summary["tasks"] = {name: {"family": st["family"],
-                                   **{s: d.get("examples", d.get("queries")) for s, d in st["splits"].items()}}
-                            for name, st in suite["tasks"].items()}
-        summary["tasks_root"] = str(out / "tasks")
-    write_json(out / "summary.json", summary)
+    if "max_tokens" in meta:
+        summary["max_tokens"] = meta["max_tokens"]
     return summary
 
 
@@ -190,6 +237,8 @@ def _fingerprint(manifest: Path, opts: PrepareOptions) -> str:
     """Identifies what the packed shards were made from; a change in any of it repacks."""
     parts = [manifest.read_text(), str(opts.vocab_size), str(opts.seq_len), str(opts.val_fraction),
              str(opts.tokenizer), str(opts.tokenizer_max_documents), str(packing.FORMAT_VERSION)]
+    if opts.max_tokens is not None:  # only then, so data prepared before the budget existed stays up to date
+        parts.append(f"max_tokens={opts.max_tokens}")
     if opts.tokenizer:  # the same path may hold another tokenizer tomorrow: key on its content
         given = Path(opts.tokenizer)
         file = given if given.is_file() else given / "tokenizer.json"

@@ -76,6 +76,18 @@ def iter_documents(
     return _limit(docs, max_documents)
 
 
+def documents_by_file(spec: str, *, text_column: str = "text", txt_unit: TxtUnit = "paragraph",
+                      on_invalid_utf8: OnInvalidUtf8 = "error") -> list[Callable[[], Iterator[Document]]] | None:
+    """One stream per file of a local spec with several files, in the order `iter_documents` reads them (same ids);
+    None for one file or a hub id. Lets a worker read only its own files."""
+    _check_choice("txt_unit", txt_unit, get_args(TxtUnit))
+    _check_choice("on_invalid_utf8", on_invalid_utf8, get_args(OnInvalidUtf8))
+    files = _resolve(spec)
+    if files is None or len(files) < 2:
+        return None
+    return [lambda f=f: _iter_local([f], text_column, txt_unit, on_invalid_utf8) for f in files]
+
+
 def describe_spec(spec: str) -> str:
     """One line for summaries, e.g. "3 local files (.jsonl)"; raises DataError as `iter_documents` would."""
     files = _resolve(spec)

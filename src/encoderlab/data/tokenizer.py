@@ -56,8 +56,9 @@ class TextTokenizer:
         return sorted({self.bos_id, self.eos_id, self.pad_id, self.mask_id})
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids without BOS/EOS (the packer adds those). Runs on all cores (Rust threads)."""
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        """Token ids without BOS/EOS (the packer adds those). Runs on all cores (Rust threads). The `_fast` variant
+        (tokenizers >= 0.20) skips the character offsets nobody here reads, ~15% of the tokenizer's time."""
+        return [e.ids for e in self.tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -62,10 +62,11 @@ class Grid:
         if unknown:
             raise ConfigError(f"study {spec.name}: unknown model size {unknown[0]!r}: the sizes are the presets "
                               f"({', '.join(preset_names())}) and the imported models ({', '.join(shapes) or 'none'})")
-        self.vocab, self.seq_len = 0, 0
+        self.vocab, self.seq_len, self.data = 0, 0, {"from": "imported models' own data"}
         if study_sizes(spec) - set(shapes):  # imported sizes bring their own vocabulary and windows
             cfg = validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}), where=spec.pretrain)
-            self.vocab, self.seq_len = _data_shape(spec, cfg)
+            self.data = _data_shape(spec, cfg)
+            self.vocab, self.seq_len = self.data["vocab_size"], self.data["seq_len"]
         self.model_cfgs = {size: ModelConfig(**shapes[size]) if size in shapes else preset(size, vocab_size=self.vocab)
                            for size in study_sizes(spec)}
         self.wanted: dict[str, Run] = {}
@@ -165,18 +166,23 @@ def stable_end(cfg: PretrainConfig, steps: int) -> int:
     return steps if sched.kind == "constant" else 0  # cosine: the LR depends on the budget from the first step
 
 
-def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> tuple[int, int]:
-    """(vocab size, window length): from the prepared data when it exists, else the study's `data_shape`."""
+def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
+    """Vocabulary size, window length and, when the data is prepared, its training tokens (and token budget): from
+    the prepared data's meta.json when it exists, else the study's `data_shape`; `from` says which."""
     from encoderlab.train.loop import resolve_data
 
     try:
-        meta = json.loads((resolve_data(cfg.data.path) / "meta.json").read_text())
-        return meta["tokenizer"]["vocab_size"], meta["seq_len"]
+        packed = resolve_data(cfg.data.path)
+        meta = json.loads((packed / "meta.json").read_text())
+        return {"from": "prepared", "path": str(packed), "vocab_size": meta["tokenizer"]["vocab_size"],
+                "seq_len": meta["seq_len"], "train_tokens": meta["splits"]["train"]["tokens"],
+                "max_tokens": meta.get("max_tokens")}
     except Exception:
         if spec.data_shape is None:
             raise ConfigError(f"the data {cfg.data.path!r} is not prepared and the study gives no data_shape "
                               "(vocab_size, seq_len) to plan with: prepare the data or add data_shape") from None
-        return spec.data_shape.vocab_size, spec.data_shape.seq_len
+        return {"from": "data_shape", "path": cfg.data.path, "vocab_size": spec.data_shape.vocab_size,
+                "seq_len": spec.data_shape.seq_len}
 
 
 def study_sizes(spec: StudySpec) -> set[str]:

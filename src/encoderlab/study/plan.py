@@ -50,6 +50,7 @@ class Plan:
     eval_runs: int  # fine-tuning runs (checkpoints x tasks x LRs x seeds)
     shapes: dict[str, dict] = field(default_factory=dict)  # imported name -> its ModelConfig fields
     baseline_runs: int = 0  # of eval_runs, those on random-init baselines (an extra to a paper's grid)
+    data: dict = field(default_factory=dict)  # what the shapes were planned from (grid._data_shape)
 
     def config(self, run: Run) -> dict:
         """The pretraining config of a run, as `encoderlab pretrain` takes it."""
@@ -138,6 +139,7 @@ class Plan:
             "naive_tokens": sum(r.steps * r.tokens_per_step for r in self.runs.values()),
             "flops": flops, "naive_flops": naive_flops,
             "saving": round(1 - flops / naive_flops, 4) if naive_flops else 0.0,
+            "data": self._data_use(),
             "runs": [{"name": r.name, "size": r.size, "objective": r.objective, "steps": r.steps,
                       "from": (f"{r.parent}@{r.branch_step}" if r.parent else
                                f"{r.init} (weights)" if r.init else
@@ -158,6 +160,16 @@ class Plan:
             out["gpu"] = {"name": gpu, "peak_tflops": peak, "mfu": mfu,
                           "gpu_hours": flops / (peak * 1e12 * mfu) / 3600,
                           "naive_gpu_hours": naive_flops / (peak * 1e12 * mfu) / 3600}
+        return out
+
+
+    def _data_use(self) -> dict:
+        """The data planned with; when prepared, the epochs of it that the longest run reads."""
+        out = dict(self.data)
+        longest = max((r.steps * r.tokens_per_step for r in self.runs.values() if not r.imported), default=0)
+        if out.get("train_tokens"):
+            out["longest_run_tokens"] = longest
+            out["epochs"] = round(longest / out["train_tokens"], 3)
         return out
 
 
@@ -199,7 +211,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
         run.flops = _flops(run, run.branch_step, grid.model_cfgs[run.size], grid.window(run.size))
         run.naive_flops = _flops(run, 0, grid.model_cfgs[run.size], grid.window(run.size))
     evaluations = _evaluations(spec, runs, grid.full)
-    plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes)
+    plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes, data=grid.data)
     for run in runs.values():  # every config must be valid before anything runs
         validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
     _check_published(spec, base_dir, evaluations)
