@@ -124,3 +124,15 @@ def test_data_efficiency_bars_stay_in_the_metric_range_and_random_init_is_drawn(
     fig, _ = report.efficiency_figure()
     rows = (root / "report" / "data_efficiency.csv").read_text().splitlines()
     assert fig == "data_efficiency.png" and any(r.startswith(f"{RANDOM} (random init),SC,0,99.5") for r in rows)
+
+
+def test_finding_four_compares_a_split_with_the_mlm_model_when_no_zero_share_is_listed(tmp_path):
+    root = write_study(tmp_path, {CLM: flat(50.0), MLM: flat(50.0), "micro-clm-5-mlm40-20": flat(60.0)})
+    plan = json.loads((root / "plan.json").read_text())
+    plan["runs"].append({"name": "micro-clm-5-mlm40-20", "size": "micro", "kind": "model", "steps": 20, "init": None,
+                         "schedule": [["clm", 0], ["mlm40", 5]], "split_shares": {"clm-mlm40": 25.0}})
+    plan["evaluations"].append({"label": "micro-clm-5-mlm40-20", "model": "micro-clm-5-mlm40-20", "step": 20,
+                                "kind": "final", "size": "micro", "tag": "tag-micro-clm-5-mlm40-20"})
+    write_json(root / "plan.json", plan)
+    line = finding(findings(SimpleNamespace(res=StudyResults(root))), 4)
+    assert f"(A = micro-clm-5-mlm40-20 (25% CLM), B = {MLM}): **reproduced**" in line, line
