@@ -60,8 +60,9 @@ def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def fineweb_like_doc_ids(batch: int, seq_len: int, seed: int, median: float = 400, sigma: float = 1.1):
-    """Document ids of packed windows whose document lengths are log-normal (median 400 tokens, sigma 1.1: mean
-    ~730, a tenth over 1,600): most documents a few hundred tokens and a long tail, as in web text like FineWeb."""
+    """Document ids of packed windows whose document lengths are log-normal (at the default median of 400 tokens
+    and sigma 1.1: mean ~730, a tenth over 1,600): most documents a few hundred tokens and a long tail, as in web
+    text like FineWeb. Smoke shapes take a shorter median, so that their windows hold several documents too."""
     g = random.Random(seed)
     rows = []
     for _ in range(batch):
@@ -104,7 +105,7 @@ def attention(ctx) -> Section:
     from encoderlab.train.distributed import dense_for
 
     s, shape = Section(ctx), ctx.sizes["attention"]
-    docs = fineweb_like_doc_ids(shape["batch"], shape["seq_len"], seed=0)
+    docs = fineweb_like_doc_ids(shape["batch"], shape["seq_len"], seed=0, median=shape["median_doc"])
     flex, dense = flex_backend(ctx.device, shape["seq_len"]), dense_for(ctx.device, shape["seq_len"])
     flex_grad = ctx.device.type == "cuda"
     if not flex_grad:
@@ -323,7 +324,7 @@ def attention_speed(ctx) -> Section:
 
     s, shape = Section(ctx), ctx.sizes["attention_speed"]
     dtype = torch.bfloat16 if ctx.device.type == "cuda" else torch.float32
-    docs = fineweb_like_doc_ids(shape["batch"], shape["seq_len"], seed=2).to(ctx.device)
+    docs = fineweb_like_doc_ids(shape["batch"], shape["seq_len"], seed=2, median=shape["median_doc"]).to(ctx.device)
     q, k, v, _ = (x.to(ctx.device, dtype).requires_grad_() for x in attention_inputs(shape, dtype, seed=3))
     grad_flex = ctx.device.type == "cuda"
     if not grad_flex:
@@ -381,22 +382,24 @@ SECTIONS = {"attention": attention, "lm-loss": lm_loss, "pretraining": pretraini
 TINY_MODEL = {"preset": "tiny", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2}
 SIZES = {
-    "full": {"attention": {"batch": 2, "seq_len": 2048, "heads": 12, "kv_heads": 12, "head_dim": 64},
+    "full": {"attention": {"batch": 2, "seq_len": 2048, "heads": 12, "kv_heads": 12, "head_dim": 64,
+                           "median_doc": 400},
              "lm_loss": (4096, 768, 128256),
              "pretrain": {"model": {"preset": "tiny"}, "seq_len": 256, "batch": 16, "steps": 50},
              "finetune": {"steps": 30, "batch": 32, "examples": 200, "max_length": 128, "dtype": "bf16",
                           "lrs": [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4], "seeds": [0, 1, 2, 3, 4],
                           "sequential_runs": 6},
              "attention_speed": {"batch": 8, "seq_len": 2048, "heads": 12, "kv_heads": 12, "head_dim": 64,
-                                 "reps": 20},
+                                 "median_doc": 400, "reps": 20},
              "pretrain_speed": {"preset": "210m", "batch": 8, "seq_len": 2048, "reps": 10, "warmup": 3,
                                 "peak_reps": 20}},
-    "smoke": {"attention": {"batch": 2, "seq_len": 96, "heads": 4, "kv_heads": 2, "head_dim": 16},
+    "smoke": {"attention": {"batch": 2, "seq_len": 96, "heads": 4, "kv_heads": 2, "head_dim": 16, "median_doc": 16},
               "lm_loss": (64, 32, 500),
               "pretrain": {"model": TINY_MODEL, "seq_len": 64, "batch": 4, "steps": 6},
               "finetune": {"steps": 4, "batch": 4, "examples": 12, "max_length": 48, "dtype": "fp32",
                            "lrs": [1e-3, 3e-3], "seeds": [0], "sequential_runs": 2},
-              "attention_speed": {"batch": 1, "seq_len": 64, "heads": 2, "kv_heads": 2, "head_dim": 16, "reps": 1},
+              "attention_speed": {"batch": 1, "seq_len": 64, "heads": 2, "kv_heads": 2, "head_dim": 16,
+                                  "median_doc": 16, "reps": 1},
               "pretrain_speed": {"preset": "tiny", "batch": 1, "seq_len": 32, "reps": 1, "warmup": 0,
                                  "peak_reps": 1}},
 }
