@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.encoderlab-installed
 TORCH_VERSION ?= 2.13.0
 export ENCODERLAB_HOME ?= $(HOME)/.cache/encoderlab
 
-.PHONY: setup demo test test-all bench lint clean
+.PHONY: setup demo test test-all bench gpu-wheels gpu-check lint clean
 
 setup: $(STAMP)
 
@@ -40,6 +40,18 @@ BENCH_ARGS ?= --presets tiny mini 210m:128 --objectives mlm40 clm --reps 4 --war
 
 bench: setup
 	$(BIN)/python benchmarks/pretrain_throughput.py $(BENCH_ARGS)
+
+# The GPU path (docs/benchmarks.md, "GPU"). gpu-wheels, where PyPI is reachable: the wheels of the requirements a GPU
+# machine without network lacks, into the git-ignored .whl/. gpu-check, on the GPU machine, with its own python3 and
+# torch (no setup: that would install the CPU torch): installs what is missing from .whl/, then checks and measures.
+GPU_WHEELS ?= .whl
+GPU_OUT    ?= gpu-check
+
+gpu-wheels: setup
+	$(BIN)/python benchmarks/gpu_check.py --prepare-wheels $(GPU_WHEELS)
+
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --install-wheels $(GPU_WHEELS) --out $(GPU_OUT)
 
 lint: setup
 	$(BIN)/ruff check src tests

@@ -33,7 +33,7 @@ from encoderlab import objectives
 from encoderlab.hub.hf import hf_config
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.train.distributed import choose_attention
+from encoderlab.train.distributed import World, choose_attention, prepare_model
 
 IMPLEMENTATIONS = ("encoderlab", "transformers")
 SPECIAL = [0, 1, 2, 3]  # bos, eos, pad, mask of the synthetic batches
@@ -77,6 +77,7 @@ class Shape:
     objective: str
     batch: int
     seq_len: int
+    compile: bool = False  # the trainer's train.compile (each block); the baseline's decoder layers alike
 
 
 def parse_preset(text: str, default_seq_len: int) -> tuple[str, int]:
@@ -94,9 +95,12 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
     if impl == "encoderlab":
         torch.manual_seed(0)
         # The trainer's default document attention (train.attention: auto): varlen on CPU, flex on CUDA.
-        attention = choose_attention(SimpleNamespace(attention="auto", compile=False), device, shape.seq_len)
+        attention = choose_attention(SimpleNamespace(attention="auto", compile=shape.compile), device, shape.seq_len)
         model = TransformerLM(cfg, attention)
         model.init_weights(0)
+        if shape.compile:
+            switches = SimpleNamespace(activation_checkpointing=False, compile=True, parallel="none", dtype="bf16")
+            prepare_model(model, switches, World(), device)
     else:
         from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
@@ -105,6 +109,9 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
                                  attn_implementation="sdpa")
         if weights is not None:
             model.load_state_dict(weights, strict=True)
+        if shape.compile:
+            for layer in model.model.layers:
+                layer.compile()
     model.to(device)
     ids, docs = (t.to(device) for t in packed_batch(shape.batch, shape.seq_len, cfg.vocab_size, mean_doc=128))
     gen = torch.Generator(device).manual_seed(0)
@@ -152,6 +159,7 @@ def bench(shape: Shape, reps: int, warmup: int, peak: float, device: torch.devic
     head_fraction = getattr(objective, "mask_rate", 1.0)
     flops_per_token = cfg.flops_per_token(shape.seq_len, objective.causal, training=True, head_fraction=head_fraction)
     result = {"preset": shape.preset, "objective": objective.name, "batch": shape.batch, "seq_len": shape.seq_len,
+              "compile": shape.compile,
               "device": str(device), "threads": torch.get_num_threads(), "parameters": cfg.num_parameters()}
     for impl, ts in times.items():
         tps = tokens / statistics.median(ts)
@@ -232,6 +240,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
+    parser.add_argument("--compile", action="store_true", help="torch.compile each block of both models")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -240,7 +249,7 @@ def main() -> None:
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
     peak = bf16_peak_flops(device)
-    shapes = [Shape(name, o, args.batch, seq_len) for name, seq_len in
+    shapes = [Shape(name, o, args.batch, seq_len, args.compile) for name, seq_len in
               (parse_preset(p, args.seq_len) for p in args.presets) for o in args.objectives]
     results = []
     for shape in shapes:
