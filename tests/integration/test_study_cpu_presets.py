@@ -20,11 +20,11 @@ def plan(name: str, tmp_path, monkeypatch):
 
 def test_demo_is_clm_and_mlm_at_one_budget_against_random_init(tmp_path, monkeypatch):
     p = plan("demo", tmp_path, monkeypatch)
-    assert sorted(p.runs) == ["micro-clm-600", "micro-mlm40-600"]
+    assert sorted(p.runs) == ["micro-clm-700", "micro-mlm40-700"]
     assert {e.kind for e in p.evaluations} == {"final", "random"}
     categories = {"wiki-topic", "conll-ner", "wiki-cloze", "wiki-title"}  # one per category
     assert all(set(e.tasks) == categories for e in p.evaluations)  # the sanity check compares like with like
-    assert p.eval_runs == 3 * 4 * 4
+    assert p.eval_runs == 3 * 4 * 3
 
 
 def test_small_study_asks_all_five_questions(tmp_path, monkeypatch):
