@@ -27,7 +27,7 @@ from encoderlab.data import packing, sources
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.errors import DataError
-from encoderlab.io import atomic_dir, write_json
+from encoderlab.io import atomic_dir, sha256_of, write_json
 
 PART_DOCUMENTS = 65_536  # a unit of a one-file source; fixed, so units (and parts) are the same for any N
 PARTS_FORMAT = 1
@@ -113,19 +113,10 @@ def _part_complete(folder: Path, unit: int, key: str) -> bool:
     try:
         manifest = json.loads(_part(folder, unit, "json").read_text())
         return manifest["inputs"] == key and all(
-            _digest(_part(folder, unit, kind)) == (rec["bytes"], rec["sha256"])
+            (path := _part(folder, unit, kind)).stat().st_size == rec["bytes"] and sha256_of(path) == rec["sha256"]
             for kind, rec in manifest["files"].items())
     except (OSError, ValueError, KeyError, TypeError):
         return False
-
-
-def _digest(path: Path) -> tuple[int, str]:
-    h, size = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            h.update(chunk)
-            size += len(chunk)
-    return size, h.hexdigest()
 
 
 def _write_part(folder: Path, unit: int, docs: Iterator[Document], tok: TextTokenizer, dtype: np.dtype,
@@ -226,11 +217,11 @@ def _check_parts(folder: Path, key: str, n: int, command: str) -> list[dict]:
         except (OSError, ValueError, KeyError, TypeError):
             raise DataError(f"part {unit} of shard {unit % n}/{n} has no readable manifest "
                             f"({_part(folder, unit, 'json')}): {again}") from None
+        if manifest.get("inputs") != key:
+            raise DataError(f"part {unit} of shard {unit % n}/{n} was tokenised from other inputs: {again}")
         for kind, rec in files.items():
             path = _part(folder, unit, kind)
             found = path.stat().st_size if path.is_file() else None
-            if manifest["inputs"] != key:
-                raise DataError(f"part {unit} of shard {unit % n}/{n} was tokenised from other inputs: {again}")
             if found != rec["bytes"]:
                 raise DataError(f"part {unit} of shard {unit % n}/{n}: {path} has {found} bytes, its manifest "
                                 f"says {rec['bytes']}: {again}")

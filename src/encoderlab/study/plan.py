@@ -162,7 +162,6 @@ class Plan:
                           "naive_gpu_hours": naive_flops / (peak * 1e12 * mfu) / 3600}
         return out
 
-
     def _data_use(self) -> dict:
         """The data planned with; when prepared, the epochs of it that the longest run reads."""
         out = dict(self.data)
