@@ -178,6 +178,7 @@ def test_the_batched_engine_writes_the_records_of_the_sequential_one(tmp_path, t
         sequential = json.loads(path.read_text())
         batched = json.loads((tmp_path / "batched" / path.relative_to(tmp_path / "sequential")).read_text())
         assert batched.keys() == sequential.keys() and batched["scores"] == sequential["scores"]
+        assert (sequential["engine"], batched["engine"]) == ("sequential", "batched")  # each names what made it
         for (step, loss), (step_b, loss_b) in zip(sequential["curve"], batched["curve"]):
             assert step == step_b and loss_b == pytest.approx(loss, rel=1e-5)  # float rounding: tests/unit/test_batched
     with pytest.raises(EncoderlabError, match="engine 'fast' is not one of auto, sequential, batched"):

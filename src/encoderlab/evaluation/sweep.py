@@ -76,8 +76,9 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     others are prepared here and added to it (a study's worker keeps it across checkpoints).
 
     `engine`: how a task's runs are trained: "sequential" (one after another), "batched" (together, one computation:
-    evaluation/batched.py) or "auto" (batched on CUDA; on a CPU what a short probe measures faster). It is not part
-    of the protocol: both give the same records, up to float rounding.
+    evaluation/batched.py) or "auto" (batched on CUDA, sequential on a CPU: never chosen from a timing,
+    evaluation/engines.py). It is not part of the protocol: both give the same records up to float rounding, and
+    each record names its engine.
 
     `workers` > 1 (CPU): the runs are spread over that many processes, each with its share of the threads
     (evaluation/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows.
@@ -191,7 +192,8 @@ class Sweep:
         if workers > 1 and len(todo) > 1:
             self.log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
             for task, body in run_parallel(todo, self.model_cfg, self.weights, self.protocol, workers):
-                yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']}")
+                yield Outcome(task, {**body, "engine": "sequential"},
+                              f"{task.name} lr={body['lr']:g} seed={body['seed']}")
             return
         for unit in self.units:
             if runs := [(lr, seed) for t, lr, seed in todo if t is unit]:
@@ -207,7 +209,8 @@ class Sweep:
             for body in finetune_grid(*args, runs, protocol=own, device=self.device, log=self.log,
                                       skip=lambda lr, seed: self.recorded(task, lr, seed)):
                 trained += 1
-                yield Outcome(task, body, f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
+                yield Outcome(task, {**body, "engine": "batched"},
+                              f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
             if trained < len(runs):
                 yield Outcome(task, None, f"{task.name}: the other runs recorded by another sweep", len(runs) - trained)
             return
@@ -216,7 +219,7 @@ class Sweep:
                 yield Outcome(task, None, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
             else:
                 body = finetune(*args, lr=lr, seed=seed, protocol=own, device=self.device)
-                yield Outcome(task, body, f"{task.name} lr={lr:g} seed={seed}")
+                yield Outcome(task, {**body, "engine": "sequential"}, f"{task.name} lr={lr:g} seed={seed}")
 
     def write(self, unit: EvalTask | TrainedOnce, body: dict) -> None:
         """A finished run's records, one per task it scores: its results (`body`, ok or failed) and what it was a
