@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from encoderlab.study.plan import build_plan
+from encoderlab.study.plan import build_plan, load_protocol
 from encoderlab.study.spec import DataShape, load_study
 
 STUDIES = Path(__file__).resolve().parents[2] / "configs" / "studies"
@@ -20,11 +20,27 @@ def plan(name: str, tmp_path, monkeypatch):
 
 def test_demo_is_clm_and_mlm_at_one_budget_against_random_init(tmp_path, monkeypatch):
     p = plan("demo", tmp_path, monkeypatch)
-    assert sorted(p.runs) == ["micro-clm-700", "micro-mlm40-700"]
+    assert sorted(p.runs) == ["micro-clm-1200", "micro-mlm40-1200"]
     assert {e.kind for e in p.evaluations} == {"final", "random"}
     categories = {"wiki-topic", "conll-ner", "wiki-cloze", "wiki-title"}  # one per category
     assert all(set(e.tasks) == categories for e in p.evaluations)  # the sanity check compares like with like
     assert p.eval_runs == 3 * 4 * 3
+
+
+def test_the_demo_is_a_subset_of_the_small_study(tmp_path, monkeypatch):
+    """The demo's models, random-init baseline and protocol are the small study's, so that what `make demo` shows
+    and what docs/findings.md reports for the same models and tasks are the same numbers."""
+    demo, small = plan("demo", tmp_path, monkeypatch), plan("small", tmp_path, monkeypatch)
+
+    def training(p, name):  # what decides the weights: not where they are written nor which steps are also kept
+        config = p.config(p.runs[name])
+        return {**config, "out_dir": None, "train": {**config["train"], "save_at": None}}
+
+    assert demo.runs.keys() <= small.runs.keys()
+    assert all(training(demo, name) == training(small, name) for name in demo.runs)
+    assert load_protocol(demo.spec, STUDIES) == load_protocol(small.spec, STUDIES)
+    small_tasks = {e.label: set(e.tasks) for e in small.evaluations}
+    assert all(set(e.tasks) <= small_tasks[e.label] for e in demo.evaluations)
 
 
 def test_small_study_asks_all_five_questions(tmp_path, monkeypatch):
