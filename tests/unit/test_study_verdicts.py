@@ -136,3 +136,13 @@ def test_finding_four_compares_a_split_with_the_mlm_model_when_no_zero_share_is_
     write_json(root / "plan.json", plan)
     line = finding(findings(SimpleNamespace(res=StudyResults(root))), 4)
     assert f"(A = micro-clm-5-mlm40-20 (25% CLM), B = {MLM}): **reproduced**" in line, line
+
+
+def test_a_question_the_study_does_not_ask_is_not_reported_as_a_missing_measurement(tmp_path):
+    """The demo trains no split, no CPT of both models and no intermediate checkpoints of both: findings 2, 4 and 5
+    say the study does not ask them; with the models planned but their records missing, "not measured" stays."""
+    text = findings(SimpleNamespace(res=StudyResults(write_study(tmp_path / "asked", {CLM: flat(50.0)}))))
+    for number, what in ((2, "intermediate checkpoints of both models"), (4, "CLM->MLM split"),
+                         (5, "MLM continued pretraining of both models")):
+        assert f"not asked by this study: it trains no {what}," in finding(text, number), finding(text, number)
+    assert "not measured (missing evaluations)" in finding(text, 1)  # MLM was planned, its records are missing

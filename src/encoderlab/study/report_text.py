@@ -13,6 +13,8 @@ from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPROD
 # Where CLM stops being ahead in the paper (PAPER.md, finding 2: ~10K of 42K steps on SC and QA, ~20K on IR), as a
 # share of the budget so that a smaller study judges the same stretch of its training.
 EARLY_UNTIL = {"SC": 10 / 42, "QA": 10 / 42, "IR": 20 / 42}
+# A question the study file does not ask is not a measurement that failed ("not measured: missing evaluations").
+NOT_ASKED = "not asked by this study: it trains no {}, which a study file asks for under `{}`"
 
 
 def _models(res) -> dict:
@@ -89,7 +91,8 @@ def findings(report) -> str:
                 comps = _pair(res, shares[pick], alone)
                 break
         label = f"A = {which[0]} ({which[3]:g}% CLM), B = {which[1]}" if which else "no split and MLM pair"
-        out.append(f"**4. CLM then MLM beats MLM alone at the same budget** ({label}): {verdict(comps)}.\n\n"
+        text = verdict(comps) if a["splits"] else NOT_ASKED.format("CLM->MLM split", "splits:")
+        out.append(f"**4. CLM then MLM beats MLM alone at the same budget** ({label}): {text}.\n\n"
                    f"{_cmp_rows(comps) if comps else ''}\n")
         cpt = a["cpt"]
         comps, label = [], "no CPT pair"
@@ -97,8 +100,10 @@ def findings(report) -> str:
             longest = max(set(cpt["clm"]) & set(cpt["mlm"]))
             comps = _pair(res, cpt["clm"][longest], cpt["mlm"][longest])
             label = f"A = {cpt['clm'][longest]}, B = {cpt['mlm'][longest]}"
+        asked = "clm" in cpt and "mlm" in cpt
+        text = verdict(comps) if asked else NOT_ASKED.format("MLM continued pretraining of both models", "cpt:")
         out.append(f"**5. CPT with MLM works better from a CLM model than from an MLM one** ({label}): "
-                   f"{verdict(comps)}.\n\n{_cmp_rows(comps) if comps else ''}\n")
+                   f"{text}.\n\n{_cmp_rows(comps) if comps else ''}\n")
     return "\n".join(out)
 
 
@@ -113,9 +118,11 @@ def _early_finding(res, clm: str | None, mlm: str | None) -> str:
              for step, pair in sorted(pairs.items()) if clm in pair and mlm in pair
              for c in _pair(res, pair[clm], pair[mlm]) if step <= EARLY_UNTIL.get(c.category, 0) * budget]
     until = ", ".join(f"{cat} to step {share * budget:,.0f}" for cat, share in EARLY_UNTIL.items())
-    early = any(step <= max(EARLY_UNTIL.values()) * budget for step in pairs)
+    both = [step for step, pair in pairs.items() if clm in pair and mlm in pair]
+    early = any(step <= max(EARLY_UNTIL.values()) * budget for step in both)
     text = verdict(comps, unit="checkpoint x category comparisons") if comps or early else \
-        "not measured (no intermediate checkpoint before the paper's crossover)"
+        "not measured (no intermediate checkpoint before the paper's crossover)" if both else \
+        NOT_ASKED.format("intermediate checkpoints of both models", "intermediate:")
     return (f"**2. CLM learns faster early** (A = CLM, B = MLM, at every intermediate checkpoint up to the paper's "
             f"crossover, at this budget: {until}; the paper gives none for TC): "
             f"{text}.\n\n{_cmp_rows(comps) if comps else ''}\n")
