@@ -15,6 +15,7 @@ from encoderlab.study.plan import build_plan
 from encoderlab.study.report import write_report
 from encoderlab.study.runner import run_study
 from encoderlab.study.spec import load_study
+from encoderlab.train import checkpoint
 
 MICRO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
          "num_key_value_heads": 1}
@@ -188,6 +189,8 @@ def test_a_killed_study_resumes_to_the_same_records(tmp_path, packed_dir, task_y
     plan, base = plan_of(whole)
     result = run_study(plan, base, log=lambda m: None)
     assert not result["failed"] and result["done"] == result["jobs"] == 3 + 1 + 6  # 3 runs, random init, 6 checkpoints
+    random_init = plan.eval_checkpoint(next(e for e in plan.evaluations if e.kind == "random"))
+    assert checkpoint.resolve(random_init.parent.parent) == random_init  # its run folder works as any other's
     expected = scores(plan.root)
     assert len(expected) == 6 * 4  # 6 checkpoints x 2 LRs x 2 seeds
 

@@ -140,6 +140,7 @@ def _random_init(job: Job) -> dict:
     trainer = Trainer(validate(PretrainConfig, cfg, where=job.id), log=lambda m: None, show_progress=False)
     checkpoint.save_weights_only(ckpt, trainer.module.state_dict(), trainer.model_cfg,
                                  trainer.train_data.root / "tokenizer", {"reason": "random-init", "total_steps": 0})
+    checkpoint.set_latest(run_dir, ckpt)  # a run folder like any other: `encoderlab finetune DIR TASK` takes it
     return {"seconds": 0.0}
 
 
