@@ -90,6 +90,18 @@ def test_the_default_protocol_and_demo_study_are_the_clones():
     assert (main.CHECKOUT / "configs" / "studies" / "demo.yaml").exists()
 
 
+def test_demo_refuses_a_wrong_study_before_building_the_data(tmp_path):
+    """`demo --study` with a missing or invalid study file is refused in one line before the offline suite is
+    fetched and built (minutes of work, and a data folder the user did not ask for)."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\n")
+    for study, says in ((tmp_path / "nope.yaml", "config file not found"), (bad, "budget: Field required")):
+        proc = run_cli("demo", "--study", str(study), home=tmp_path / "home", check=False)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
+        assert not (tmp_path / "home").exists() and proc.stdout == ""
+
+
 def test_ctrl_c_in_pretraining_says_how_to_resume(tmp_path, packed_dir, monkeypatch):
     import yaml
     from typer.testing import CliRunner

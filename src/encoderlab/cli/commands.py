@@ -213,13 +213,14 @@ def demo(
     from encoderlab.study.spec import load_study
 
     started = time.perf_counter()
+    if study is None:
+        study = CHECKOUT / "configs" / "studies" / "demo.yaml"
+        if not study.exists():
+            raise EncoderlabError(f"demo study not found at {study}; run the demo from a clone of encoderlab")
+    spec, base = load_study(study)  # a wrong --study is refused before the data is built
     summary = prepare("offline", log=log)
     _render_prepare(summary)
-    study = study or CHECKOUT / "configs" / "studies" / "demo.yaml"
-    if not study.exists():
-        raise EncoderlabError(f"demo study not found at {study}; run the demo from a clone of encoderlab")
-    spec, base = load_study(study)
-    plan = build_plan(spec, base)
+    plan = build_plan(spec, base)  # after the data: the plan reads its prepared size
     if fresh and plan.root.exists():
         shutil.rmtree(plan.root)
     from encoderlab.cli.study import render_plan
