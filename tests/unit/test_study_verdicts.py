@@ -26,6 +26,8 @@ def write_study(root: Path, levels: dict[str, dict[str, float]], spread: dict[st
     runs = [{"name": CLM, "size": "micro", "kind": "model", "schedule": [["clm", 0]], "steps": 20, "init": None},
             {"name": MLM, "size": "micro", "kind": "model", "schedule": [["mlm40", 0]], "steps": 20, "init": None},
             {"name": CPT, "size": "micro", "kind": "cpt", "schedule": [["mlm40", 0]], "steps": 6, "init": CLM}]
+    for run in runs:
+        run["tokens_per_step"] = 4096
     kinds = {CLM: ("final", CLM, 20), MLM: ("final", MLM, 20), CPT: ("final", CPT, 6), RANDOM: ("random", RANDOM, 0),
              f"{CLM}-8": ("intermediate", CLM, 8)}
     evaluations = [{"label": lb, "model": model, "step": step, "kind": kind, "size": "micro", "tag": f"tag-{lb}"}
@@ -130,6 +132,7 @@ def test_finding_four_compares_a_split_with_the_mlm_model_when_no_zero_share_is_
     root = write_study(tmp_path, {CLM: flat(50.0), MLM: flat(50.0), "micro-clm-5-mlm40-20": flat(60.0)})
     plan = json.loads((root / "plan.json").read_text())
     plan["runs"].append({"name": "micro-clm-5-mlm40-20", "size": "micro", "kind": "model", "steps": 20, "init": None,
+                         "tokens_per_step": 4096,
                          "schedule": [["clm", 0], ["mlm40", 5]], "split_shares": {"clm-mlm40": 25.0}})
     plan["evaluations"].append({"label": "micro-clm-5-mlm40-20", "model": "micro-clm-5-mlm40-20", "step": 20,
                                 "kind": "final", "size": "micro", "tag": "tag-micro-clm-5-mlm40-20"})
@@ -146,3 +149,16 @@ def test_a_question_the_study_does_not_ask_is_not_reported_as_a_missing_measurem
                          (5, "MLM continued pretraining of both models")):
         assert f"not asked by this study: it trains no {what}," in finding(text, number), finding(text, number)
     assert "not measured (missing evaluations)" in finding(text, 1)  # MLM was planned, its records are missing
+
+
+def test_finding_one_is_read_against_the_papers_early_phase_below_its_crossover_budget(tmp_path):
+    """At 81,920 tokens a model is deep inside the phase where the paper's own CLM leads (until ~24B tokens), so
+    'opposite' there is what the paper predicts, and the report says so; past that budget it says nothing."""
+    root = write_study(tmp_path, {CLM: flat(60.0), MLM: flat(50.0)})
+    line = finding(findings(SimpleNamespace(res=StudyResults(root))), 1)
+    assert "**opposite**" in line and "this study's models saw 0.1M tokens, inside that early phase" in line, line
+    plan = json.loads((root / "plan.json").read_text())
+    for run in plan["runs"]:
+        run["tokens_per_step"] = 2_000_000_000  # 20 steps: 40B tokens, past the paper's ~24B
+    write_json(root / "plan.json", plan)
+    assert "early phase" not in finding(findings(SimpleNamespace(res=StudyResults(root))), 1)

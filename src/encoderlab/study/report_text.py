@@ -13,6 +13,7 @@ from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPROD
 # Where CLM stops being ahead in the paper (PAPER.md, finding 2: ~10K of 42K steps on SC and QA, ~20K on IR), as a
 # share of the budget so that a smaller study judges the same stretch of its training.
 EARLY_UNTIL = {"SC": 10 / 42, "QA": 10 / 42, "IR": 20 / 42}
+PAPER_TOKENS = 100e9  # PAPER.md: every model of the grid saw ~100B tokens in its 42K steps
 # A question the study file does not ask is not a measurement that failed ("not measured: missing evaluations").
 NOT_ASKED = "not asked by this study: it trains no {}, which a study file asks for under `{}`"
 
@@ -77,7 +78,7 @@ def findings(report) -> str:
         clm, mlm = a.get("clm"), a.get("mlm")
         comps = _pair(res, mlm, clm)
         out.append(f"### {size}\n\n**1. MLM beats CLM on most tasks** (A = {mlm}, B = {clm}): "
-                   f"{verdict(comps)}.\n\n{_cmp_rows(comps) if comps else ''}\n")
+                   f"{verdict(comps)}.{_early_phase(res.plan)}\n\n{_cmp_rows(comps) if comps else ''}\n")
         out.append(_early_finding(res, clm, mlm))
         out.append(_stability_finding(res, clm, mlm))
         comps, which = [], None
@@ -105,6 +106,16 @@ def findings(report) -> str:
         out.append(f"**5. CPT with MLM works better from a CLM model than from an MLM one** ({label}): "
                    f"{text}.\n\n{_cmp_rows(comps) if comps else ''}\n")
     return "\n".join(out)
+
+
+def _early_phase(plan: dict) -> str:
+    """Where a study's token budget stands against the paper's own crossover: below it, the paper has CLM ahead."""
+    tokens, until = _tokens(plan), min(EARLY_UNTIL.values()) * PAPER_TOKENS
+    if not 0 < tokens < until:
+        return ""
+    return (f" Read it against the paper's Finding 2: its CLM models lead its MLM ones until ~10K of 42K steps "
+            f"(~{until / 1e9:.0f}B tokens) on SC and QA and ~20K on IR; this study's models saw {tokens / 1e6:,.1f}M "
+            f"tokens, inside that early phase, where the paper's own models have CLM ahead.")
 
 
 def _early_finding(res, clm: str | None, mlm: str | None) -> str:
