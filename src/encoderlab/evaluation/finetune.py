@@ -162,7 +162,7 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
     for step in range(total):
         loss = run.loss(next(batches))
         if not torch.isfinite(loss):  # the step's one host sync: checked once, before the update
-            return diverged_record(float(loss), lr, seed, step, total, curve, time.perf_counter() - started)
+            return diverged_record(float(loss.detach()), lr, seed, step, total, curve, time.perf_counter() - started)
         run.update(loss, lr * lr_factor(step, total, protocol))
         curve.add(step + 1, loss.detach())
     return scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,
