@@ -201,7 +201,7 @@ def demo(
     study: Path | None = typer.Option(None, help="Another study file (default: configs/studies/demo.yaml)."),
     fresh: bool = typer.Option(False, help="Delete the demo study's folder first instead of resuming it."),
 ) -> None:
-    """The paper's questions in miniature: prepare the offline data, run the demo study, write its report."""
+    """The paper's first question in miniature: prepare the offline data, run the demo study, write its report."""
     import os
     import shutil
     import time
@@ -213,10 +213,8 @@ def demo(
     from encoderlab.study.spec import load_study
 
     started = time.perf_counter()
-    if study is None:
-        study = CHECKOUT / "configs" / "studies" / "demo.yaml"
-        if not study.exists():
-            raise EncoderlabError(f"demo study not found at {study}; run the demo from a clone of encoderlab")
+    if study is None and not (study := CHECKOUT / "configs" / "studies" / "demo.yaml").exists():
+        raise EncoderlabError(f"demo study not found at {study}; run the demo from a clone of encoderlab")
     spec, base = load_study(study)  # a wrong --study is refused before the data is built
     summary = prepare("offline", log=log)
     _render_prepare(summary)
@@ -314,7 +312,8 @@ def sweep(
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where result records go."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     engine: str = typer.Option("auto", help="auto | sequential | batched: train a task's runs one after another or "
-                                            "together (same records); auto picks what is faster on this machine."),
+                                            "together (same records up to rounding); auto: batched on CUDA after a "
+                                            "trial step, sequential on a CPU. Each record names its engine."),
     workers: str = typer.Option("auto", help="CPU: spread the runs over this many processes, each with its share "
                                              "of the threads (same records); auto: one per thread, as memory "
                                              "allows (1 on a GPU)."),

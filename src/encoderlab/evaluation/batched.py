@@ -135,12 +135,9 @@ class Group:
     def done(self) -> bool:
         return not self.alive or self.step_no >= self.total
 
-    def step(self, batches: dict[int, dict[str, Tensor]] | None = None) -> list[int]:
-        """One optimizer step of every live run; returns the indices of runs that failed at it.
-
-        `batches` (seed -> batch) replaces the data iterators (the engine probe times fixed batches)."""
-        if batches is None:
-            batches = {s: next(self.iterators[s]) for s in dict.fromkeys(self.runs[i][1] for i in self.alive)}
+    def step(self) -> list[int]:
+        """One optimizer step of every live run; returns the indices of runs that failed at it."""
+        batches = {s: next(self.iterators[s]) for s in dict.fromkeys(self.runs[i][1] for i in self.alive)}
         blocks = [([i for i in self.alive if self.runs[i][1] == seed], batch) for seed, batch in batches.items()]
         outputs = []  # (run indices, their gradients (len(idx), ...)) per call
         losses = torch.empty(len(self.runs), device=self.device)

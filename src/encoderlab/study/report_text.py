@@ -77,8 +77,10 @@ def findings(report) -> str:
     for size, a in compared.items():
         clm, mlm = a.get("clm"), a.get("mlm")
         comps = _pair(res, mlm, clm)
+        text = verdict(comps) + (_early_phase(res.plan) if comps else "") if clm and mlm else \
+            NOT_ASKED.format("full-budget CLM and MLM models of this size", "models:")
         out.append(f"### {size}\n\n**1. MLM beats CLM on most tasks** (A = {mlm}, B = {clm}): "
-                   f"{verdict(comps)}.{_early_phase(res.plan)}\n\n{_cmp_rows(comps) if comps else ''}\n")
+                   f"{text}.\n\n{_cmp_rows(comps) if comps else ''}\n")
         out.append(_early_finding(res, clm, mlm))
         out.append(_stability_finding(res, clm, mlm))
         comps, which = [], None
@@ -113,9 +115,9 @@ def _early_phase(plan: dict) -> str:
     tokens, until = _tokens(plan), min(EARLY_UNTIL.values()) * PAPER_TOKENS
     if not 0 < tokens < until:
         return ""
-    return (f" Read it against the paper's Finding 2: its CLM models lead its MLM ones until ~10K of 42K steps "
-            f"(~{until / 1e9:.0f}B tokens) on SC and QA and ~20K on IR; this study's models saw {tokens / 1e6:,.1f}M "
-            f"tokens, inside that early phase, where the paper's own models have CLM ahead.")
+    return (f". Read it against the paper's Finding 2: its CLM models lead its MLM ones until ~10K of 42K steps "
+            f"(~{until / 1e9:.0f}B tokens) on SC and QA and ~20K (~48B) on IR; this study's models saw "
+            f"{tokens / 1e6:,.1f}M tokens, inside that early phase, where the paper's own models have CLM ahead")
 
 
 def _early_finding(res, clm: str | None, mlm: str | None) -> str:

@@ -379,13 +379,13 @@ class Trainer:
         if not last:  # resumed when already finished: its final record is the one logged before
             self.log(f"{self.run_dir} had already trained its {total} steps")
             last = (read_metrics(self.run_dir / "metrics.jsonl")[-1:] or [{}])[0]
+        seconds = round(time.perf_counter() - started, 1)
         summary = {"run_dir": str(self.run_dir), "steps": total, "tokens": total * tokens_per_step,
-                   "parameters": self.model_cfg.num_parameters(),
-                   "seconds_this_session": round(time.perf_counter() - started, 1),
-                   "final": last, "checkpoint": str(checkpoint.latest(self.run_dir)),
-                   "metrics": str(self.run_dir / "metrics.jsonl")}
+                   "parameters": self.model_cfg.num_parameters(), "seconds_this_session": seconds, "final": last,
+                   "checkpoint": str(checkpoint.latest(self.run_dir)), "metrics": str(self.run_dir / "metrics.jsonl")}
         if self.world.is_main:
             write_json(self.run_dir / "summary.json", summary)
+        distributed.barrier(self.world)  # ranks exit together: a peer tearing gloo down early aborted rank 0 at exit
         return summary
 
 
