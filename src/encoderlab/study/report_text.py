@@ -77,8 +77,9 @@ def findings(report) -> str:
     for size, a in compared.items():
         clm, mlm = a.get("clm"), a.get("mlm")
         comps = _pair(res, mlm, clm)
-        text = verdict(comps) + (_early_phase(res.plan) if comps else "") if clm and mlm else \
-            NOT_ASKED.format("full-budget CLM and MLM models of this size", "models:")
+        text = NOT_ASKED.format("full-budget CLM and MLM models of this size", "models:")
+        if clm and mlm:
+            text = verdict(comps) + (_early_phase(res.plan) if comps else "")
         out.append(f"### {size}\n\n**1. MLM beats CLM on most tasks** (A = {mlm}, B = {clm}): "
                    f"{text}.\n\n{_cmp_rows(comps) if comps else ''}\n")
         out.append(_early_finding(res, clm, mlm))
