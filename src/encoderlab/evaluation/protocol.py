@@ -26,11 +26,39 @@ class RetrievalSection(BaseModel):
     relevance: Literal["graded", "binary"] = Field("graded", description="binary: every grade >= 1 counts as 1")
     loss: Literal["infonce", "mnrl"] = Field("infonce", description="infonce: learned temperature, false negatives "
                                              "masked; mnrl: cosine x 20, in-batch negatives, nothing masked")
+    ndcg: Literal["standard", "top10_only"] = Field(
+        "standard", description="standard: NDCG@10 with the ideal over every relevant document; top10_only: "
+        "scikit-learn's ndcg_score on the 10 top-ranked documents (ideal over the relevant ones retrieved), the "
+        "authors' metric; the record holds both either way")
+
+
+class TokensSection(BaseModel):
+    """How token classification is labelled, headed and scored (the authors' choice: all_subwords, dropout 0.1,
+    sentence_macro_f1; the record holds seqeval's entity F1 and the per-sentence macro F1 either way)."""
+
+    model_config = ConfigDict(extra="forbid")
+    labels: Literal["first_subword", "all_subwords"] = Field(
+        "first_subword", description="first_subword: a word's tag on its first sub-word, the others ignored; "
+        "all_subwords: every sub-word carries its word's tag and a word's prediction is its sub-words' majority vote")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout before the token head (tokens and tagging QA)")
+    metric: Literal["entity_f1", "sentence_macro_f1"] = Field(
+        "entity_f1", description="entity_f1: seqeval's entity micro F1; sentence_macro_f1: scikit-learn's macro F1 "
+        "over the tags of each sentence, averaged over sentences")
+
+
+class QASection(BaseModel):
+    """How extractive QA is framed (the authors' choice: tagging; the record holds SQuAD F1/EM either way)."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["spans", "tagging"] = Field(
+        "spans", description="spans: start/end head over stride-128 windows, n-best, SQuAD F1; tagging: the "
+        "answer's tokens tagged 1 by a 2-label token head on one truncated input, F1 between the predicted and gold "
+        "sets of token positions (empty = {0})")
 
 
 class Protocol(BaseModel):
     """Up to `max_steps` or `epochs` over the training set, whichever comes first; `lrs` x `seeds` runs per task;
-    the LR is chosen on `selection_split` by the mean score over seeds."""
+    the LR is chosen on `selection_split` as `lr_choice` says."""
 
     model_config = ConfigDict(extra="forbid")
     name: str = "custom"
@@ -61,6 +89,21 @@ class Protocol(BaseModel):
     max_corpus_documents: int | None = Field(None, gt=0, description="retrieval: judged documents plus random "
                                              "others up to this many (CPU demos; scores rise as the corpus shrinks)")
     retrieval: RetrievalSection = RetrievalSection()
+    tokens: TokensSection = TokensSection()
+    qa: QASection = QASection()
+    inputs: Literal["bos_eos", "eos"] = Field(
+        "bos_eos", description="bos_eos: `<bos> text <eos>`; eos: the text without special tokens and EOS appended, "
+        "no BOS (the authors')")
+    classification_head: Literal["linear", "dense_gelu"] = Field(
+        "linear", description="after mean pooling: linear, or Linear(h, h) -> GELU -> Linear (the authors', "
+        "transformers' EuroBertForSequenceClassification)")
+    batch_order: Literal["length_buckets", "random"] = Field(
+        "length_buckets", description="length_buckets: seeded batches of similar lengths (less padding); random: "
+        "a seeded random permutation, as the HF Trainer's sampler (the authors')")
+    lr_choice: Literal["mean_over_seeds", "per_seed"] = Field(
+        "mean_over_seeds", description="how a dataset's score is read off the grid: mean_over_seeds (one LR, best "
+        "mean validation over seeds; its seeds' test scores) or per_seed (each seed's best-validation LR, that "
+        "run's test score, the mean over seeds: the authors'); reporting only, not part of the protocol key")
     curve_every: int = Field(10, gt=0, description="training loss recorded every N steps")
     wandb: WandbSection | None = Field(None, description="also log each run's scores and the summary to Weights & "
                                        "Biases (one W&B run per sweep); reporting only, not part of the protocol key")

@@ -26,15 +26,28 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
 # Settings added after records existed, at the value that reproduces those records: left out of the hash there, so
 # that the records made before each setting existed keep their key; any other value is hashed, so never mixes.
 ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pairs": "segments", "holdout": "encoderlab",
-                  "retrieval": {"train_on": None, "corpus": "all", "relevance": "graded", "loss": "infonce"}}
+                  "retrieval": {"train_on": None, "corpus": "all", "relevance": "graded", "loss": "infonce"},
+                  "tokens": {"labels": "first_subword", "dropout": 0.0, "metric": "entity_f1"},
+                  "qa": {"format": "spans"}, "inputs": "bos_eos", "classification_head": "linear",
+                  "batch_order": "length_buckets"}
+# Settings added inside a section after records existed: dropped from it at that value, the rest of it hashed as before.
+ADDED_SUBSETTINGS = {"retrieval": {"ndcg": "standard"}}
+REPORTING = ("name", "curve_every", "eval_batch_size", "wandb", "lr_choice")  # never part of the key
 
 
 def protocol_key(protocol: dict) -> str:
     """`demo-1a2b3c4d`: the protocol's name and a hash of every setting but the reporting ones."""
-    settings = {k: v for k, v in protocol.items() if k not in ("name", "curve_every", "eval_batch_size", "wandb")
-                and not (k in ADDED_SETTINGS and v == ADDED_SETTINGS[k])}
+    settings = {k: _without_added(k, v) for k, v in protocol.items() if k not in REPORTING}
+    settings = {k: v for k, v in settings.items() if not (k in ADDED_SETTINGS and v == ADDED_SETTINGS[k])}
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', protocol.get('name', 'protocol'))}-{digest}"
+
+
+def _without_added(key: str, value):
+    added = ADDED_SUBSETTINGS.get(key)
+    if not added or not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if not (k in added and v == added[k])}
 
 
 def record_path(root: Path, tag: str, key: str, task: str, fingerprint: str, lr: float, seed: int) -> Path:

@@ -47,12 +47,9 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
         if protocol.max_eval_examples:
             for split in ("validation", "test"):
                 task.subsample(split, protocol.max_eval_examples, seed=0)
-        if task.family == "retrieval":
-            task.configure(**protocol.retrieval.model_dump(exclude={"train_on"}))
-            if protocol.max_corpus_documents:
-                task.limit_corpus(protocol.max_corpus_documents, seed=0)
-        if hasattr(task, "sentence_pairs"):
-            task.sentence_pairs = protocol.sentence_pairs
+        task.adopt(protocol)
+        if task.family == "retrieval" and protocol.max_corpus_documents:
+            task.limit_corpus(protocol.max_corpus_documents, seed=0)
         t0 = time.perf_counter()
         own = protocol.for_task(task.name)
         task.prepare(tokenizer, own.length_for(task.family), cache_dir)
@@ -87,10 +84,10 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     check_execution(engine, workers, device)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
+    path = ckpt.resolve(checkpoint)  # a path that is no checkpoint is named first, whatever the tasks
     for spec in specs:
         if spec not in prepared:
             task_identity(spec)  # a bad task file or a missing data file fails here, before the checkpoint loads
-    path = ckpt.resolve(checkpoint)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     protocol = protocol.with_context(model_cfg.max_position_embeddings)  # what `max_length: auto` is a fraction of
     weights = backbone_state(model.state_dict())

@@ -28,6 +28,23 @@ class EvalTask(ABC):
     fingerprint: str = ""  # of the definition and data files (load_task sets it): records are kept by it
     truncated: dict[str, int]  # inputs cut at max_length by prepare(), per split (retrieval: corpus, queries)
     truncation_unit: str  # what `truncated` counts: examples, words, questions, texts
+    inputs: str = "bos_eos"  # the protocol's `inputs` (adopt): bos_eos or eos
+    batch_order: str = "length_buckets"  # the protocol's `batch_order` (adopt)
+
+    def adopt(self, protocol) -> None:
+        """Take the protocol's choices that shape this task's inputs, batches, head, labels or metric (before
+        `prepare`; evaluation/protocol.py). Families with choices of their own extend it."""
+        self.inputs, self.batch_order = protocol.inputs, protocol.batch_order
+
+    def batch_indices(self, lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:
+        """One epoch's batches of example indices in the order of `seed`, as the protocol's `batch_order` says."""
+        if self.batch_order == "random":
+            return random_order(len(lengths), batch_size, seed)
+        return bucketed_order(lengths, batch_size, seed)
+
+    def framed(self, ids: list[int], bos: int, eos: int) -> list[int]:
+        """One text's token ids with the special tokens of the protocol's `inputs`: `<bos> ids <eos>` or `ids <eos>`."""
+        return [*([bos] if self.inputs == "bos_eos" else []), *ids, eos]
 
     @abstractmethod
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
@@ -121,6 +138,12 @@ def bucketed_order(lengths: list[int], batch_size: int, seed: int, bucket_factor
         batches += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
     perm = torch.randperm(len(batches), generator=g).tolist()
     return [batches[i] for i in perm]
+
+def random_order(n: int, batch_size: int, seed: int) -> list[list[int]]:
+    """Batches of a seeded random permutation of `n` examples (the last one may be smaller), as a sampler that
+    knows nothing of lengths draws them (the HF Trainer's)."""
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
 def pad(sequences: list[list[int]], pad_id: int, value_for_mask: bool = True) -> tuple[Tensor, Tensor]:
     """Right-pad to the longest: (input_ids (B, T) int64, attention_mask (B, T) int64)."""

@@ -75,6 +75,10 @@ class ClassificationTask(ListTask):
         self.truncated: dict[str, int] = {}  # examples cut to max_length, per split, after prepare()
         self.dropped: dict[str, int] = {}  # rows a loader left out (GLUE: empty texts), per source split
 
+    def adopt(self, protocol) -> None:
+        super().adopt(protocol)
+        self.sentence_pairs = protocol.sentence_pairs
+
     def _check(self, split: str, i: int, ex: dict) -> int:
         where = f"task {self.name!r}, {split} example {i} (id {ex.get('id', '-')!r})"
         for f in self.text_fields:

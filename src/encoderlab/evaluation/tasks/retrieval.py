@@ -168,6 +168,10 @@ class RetrievalTask(EvalTask):
             return None
         return np.array([i for i, d in enumerate(self.doc_ids) if d not in self._train_only], dtype=np.int64)
 
+    def adopt(self, protocol) -> None:
+        super().adopt(protocol)
+        self.configure(**protocol.retrieval.model_dump(exclude={"train_on", "ndcg"}))
+
     def configure(self, corpus: str, relevance: str, loss: str) -> None:
         """The protocol's `retrieval` settings (evaluation/protocol.py RetrievalSection). Before `prepare`."""
         self._judged_only, self._binary, self._loss = corpus == "judged", relevance == "binary", loss
