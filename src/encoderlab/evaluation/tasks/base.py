@@ -24,7 +24,11 @@ from encoderlab.seeds import derive_seed
 class EvalTask(ABC):
     name: str  # e.g. "rt-polarity"
     family: str  # one of FAMILIES
-    metric: str  # the primary metric, reported as "score" by evaluate(): accuracy, entity_f1, f1, ndcg@10
+    metric: str  # the protocol's metric, reported as "score" by evaluate(): accuracy, entity_f1, f1, ndcg@10, ...
+    # The field's standard metric, reported as "standard" by evaluate() and trivial_baseline() whatever the protocol
+    # (accuracy, seqeval entity_f1, SQuAD f1, standard ndcg@10), so one run answers both "does it match the paper"
+    # and "how does it compare with the rest of the field"; equal to "score" where the protocol uses it.
+    standard_metric: str = ""
     fingerprint: str = ""  # of the definition and data files (load_task sets it): records are kept by it
     truncated: dict[str, int]  # inputs cut at max_length by prepare(), per split (retrieval: corpus, queries)
     truncation_unit: str  # what `truncated` counts: examples, words, questions, texts
@@ -74,7 +78,8 @@ class EvalTask(ABC):
 
     @abstractmethod
     def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
-        """Metrics on a split; "score" is the primary metric in percent (0-100)."""
+        """Metrics on a split in percent (0-100): "score" (the protocol's metric), "standard" (`standard_metric`)
+        and any others by name."""
 
     @abstractmethod
     def trivial_baseline(self, split: str) -> dict[str, float]:
