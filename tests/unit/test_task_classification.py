@@ -115,7 +115,7 @@ def test_training_overfits_eight_examples_to_100(tok):
     task.prepare(tok, 64)
     head = task.make_head(32, torch.Generator().manual_seed(0))
     start = task.evaluate(model, head, "train", 3)
-    assert set(start) == {"score", "accuracy", "macro_f1"} and start["score"] < 100
+    assert set(start) == {"score", "standard", "accuracy", "macro_f1"} and start["score"] < 100
     opt = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=3e-3)
     losses = []
     for epoch in range(50):  # 100 steps of 4 examples
@@ -128,7 +128,7 @@ def test_training_overfits_eight_examples_to_100(tok):
             losses.append(loss.item())
     assert losses[-1] < losses[0] / 10
     scores = task.evaluate(model, head, "train", 3)  # batches of 3 in length order: predictions go back in order
-    assert scores == {"score": 100.0, "accuracy": 100.0, "macro_f1": 100.0}
+    assert scores == {"score": 100.0, "standard": 100.0, "accuracy": 100.0, "macro_f1": 100.0}
     assert model.training and head.training  # evaluate restored the modes
 
 
@@ -146,7 +146,7 @@ def test_trivial_baseline_is_the_train_majority():
     train = examples(["a", "b", "c", "d"], [0, 0, 0, 1])
     test = examples(["a", "b", "c", "d"], [0, 1, 1, 1])
     task = ClassificationTask("t", {"train": train, "validation": train, "test": test}, ["x", "y"])
-    assert task.trivial_baseline("test") == {"score": 25.0, "accuracy": 25.0, "macro_f1": 20.0}
+    assert task.trivial_baseline("test") == {"score": 25.0, "standard": 25.0, "accuracy": 25.0, "macro_f1": 20.0}
     tie = ClassificationTask("t", {"train": examples("ab", [1, 0]), "validation": test, "test": test}, ["x", "y"])
     assert tie.majority_label() == 0
 

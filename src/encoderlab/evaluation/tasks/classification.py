@@ -2,14 +2,16 @@
 
 A text becomes `<bos> text <eos>`, a pair `<bos> a <eos> b <eos>` (`sentence_pairs: segments`) or, as the
 authors' code writes it (`labelled`), one text named by its fields: `"Premise: a\nHypothesis: b"`, `"Question 1:
-a\nQuestion 2: b"` (`field_label`). Texts longer than `max_length` are cut at the end; in a two-segment pair the
-longer text is cut first, so that both keep as much as they can (`fit_pair`). The head is one
-`Linear(hidden, num_labels)` on the mean of the last hidden states over the non-padding tokens; the loss is
-cross-entropy; the score is accuracy (macro-F1 is reported too).
+a\nQuestion 2: b"` (`field_label`). With the protocol's `inputs: eos` (the authors') there is no BOS: `text <eos>`,
+`a <eos> b <eos>`. Texts longer than `max_length` are cut at the end, the final EOS kept; in a two-segment pair the
+longer text is cut first, so that both keep as much as they can (`fit_pair`). The head reads the mean of the last
+hidden states over the non-padding tokens (EOS included): one `Linear(hidden, num_labels)` (`classification_head:
+linear`), or `Linear(hidden, hidden) -> GELU -> Linear(hidden, num_labels)` (`dense_gelu`, the authors'). The loss
+is cross-entropy; the score is accuracy, the field's standard metric too (macro-F1 is reported beside it).
 
 Splits where the test labels are not public (all of GLUE): the official validation set is the test set and 5% of
-train becomes the validation set that picks the learning rate (PAPER.md, "Evaluation"; the protocol's `holdout`
-says how it is drawn: common.split_validation).
+train becomes the validation set that picks the learning rate (docs/paper.md; the protocol's `holdout` says how it
+is drawn: common.split_validation).
 A user dataset without a test file is treated the same way.
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ from encoderlab.errors import DataError
 from encoderlab.io import read_jsonl
 from encoderlab.evaluation.metrics import accuracy, macro_f1
 from encoderlab.data.offline.taskfiles import read_task
-from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, mean_pool, pad
+from encoderlab.evaluation.tasks.base import SPLITS, ListTask, linear_head, mean_pool, pad
 from encoderlab.evaluation.tasks.common import (
     check_splits,
     column,
@@ -51,7 +53,8 @@ from encoderlab.model.transformer import Transformer
 
 class ClassificationTask(ListTask):
     family = "classification"
-    metric = "accuracy"
+    metric = standard_metric = "accuracy"
+    classification_head = "linear"  # the protocol's (adopt): linear or dense_gelu
     truncation_unit = "examples"
 
     def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str],
@@ -77,7 +80,7 @@ class ClassificationTask(ListTask):
 
     def adopt(self, protocol) -> None:
         super().adopt(protocol)
-        self.sentence_pairs = protocol.sentence_pairs
+        self.sentence_pairs, self.classification_head = protocol.sentence_pairs, protocol.classification_head
 
     def _check(self, split: str, i: int, ex: dict) -> int:
         where = f"task {self.name!r}, {split} example {i} (id {ex.get('id', '-')!r})"
@@ -95,11 +98,14 @@ class ClassificationTask(ListTask):
     # ---- tokenisation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
-        need = 3 if len(self._texts("train")) == 1 else 5
+        segments = len(self._texts("train"))
+        # the special tokens, a token of each segment and the EOS that ends the first of two
+        need = len(self.framed([], tokenizer.bos_id, tokenizer.eos_id)) + 2 * segments - 1
         if max_length < need:
             raise DataError(f"max_length={max_length} is too small for task {self.name!r}: at least {need}")
         self.pad_id = tokenizer.pad_id
-        data = content_hash([self._texts(s) for s in SPLITS])
+        # `inputs` changes the ids but not the texts: it is part of the key, or another setting's ids would be reused
+        data = content_hash([self._texts(s) for s in SPLITS]) + ("" if self.inputs == "bos_eos" else self.inputs)
         state = cached(cache_dir, "classification", self.name, tokenizer, max_length, data,
                        lambda: self._encode_all(tokenizer, max_length))
         self.ids = {s: unpack_lists(state[s]) for s in SPLITS}
@@ -111,18 +117,21 @@ class ClassificationTask(ListTask):
                 **{f"truncated_{s}": torch.tensor(cut) for s, (_, cut) in encoded.items()}}
 
     def _encode(self, tokenizer: TextTokenizer, max_length: int, split: str) -> tuple[list[list[int]], int]:
+        # The authors' code appends EOS to the text and then truncates, so a text longer than max_length loses its
+        # EOS; here the text is cut and EOS kept. At their max_length (2,028) no GLUE example is that long.
         bos, eos = tokenizer.bos_id, tokenizer.eos_id
+        budget = max_length - len(self.framed([], bos, eos))
         fields = [tokenizer.encode_batch(texts) for texts in self._texts(split)]
         out, cut = [], 0
         if len(fields) == 1:
             for a in fields[0]:
-                cut += len(a) > max_length - 2
-                out.append([bos, *a[: max_length - 2], eos])
-        else:
+                cut += len(a) > budget
+                out.append(self.framed(a[:budget], bos, eos))
+        else:  # `<bos> a <eos> b <eos>`, or `a <eos> b <eos>` with inputs: eos (each segment ends in EOS)
             for a, b in zip(*fields):
-                la, lb = fit_pair(len(a), len(b), max_length - 3)
+                la, lb = fit_pair(len(a), len(b), budget - 1)
                 cut += (la, lb) != (len(a), len(b))
-                out.append([bos, *a[:la], eos, *b[:lb], eos])
+                out.append(self.framed([*a[:la], eos, *b[:lb]], bos, eos))
         return out, cut
 
     def _texts(self, split: str) -> list[list[str]]:
@@ -139,11 +148,13 @@ class ClassificationTask(ListTask):
     # ---- model
 
     def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
+        if self.classification_head == "dense_gelu":
+            return dense_gelu_head(hidden_size, len(self.labels), generator)
         return linear_head(hidden_size, len(self.labels), generator)
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
         seqs, gold = self._prepared("train"), self.gold["train"]
-        for batch in bucketed_order([len(s) for s in seqs], batch_size, seed):
+        for batch in self.batch_indices([len(s) for s in seqs], batch_size, seed):
             input_ids, mask = pad([seqs[i] for i in batch], self.pad_id)
             yield {"input_ids": input_ids, "attention_mask": mask, "labels": torch.tensor([gold[i] for i in batch])}
 
@@ -175,8 +186,8 @@ class ClassificationTask(ListTask):
         return self._scores(self.predict(backbone, head, split, batch_size), split)
 
     def _scores(self, preds: Sequence[int], split: str) -> dict[str, float]:
-        acc = accuracy(preds, self.gold[split])
-        return {"score": acc, "accuracy": acc, "macro_f1": macro_f1(preds, self.gold[split], len(self.labels))}
+        acc, f1 = accuracy(preds, self.gold[split]), macro_f1(preds, self.gold[split], len(self.labels))
+        return {"score": acc, "standard": acc, "accuracy": acc, "macro_f1": f1}
 
     def majority_label(self) -> int:
         """The most frequent train label (the smallest index among ties)."""
@@ -185,6 +196,15 @@ class ClassificationTask(ListTask):
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
         return self._scores([self.majority_label()] * len(self.gold[split]), split)
+
+
+def dense_gelu_head(hidden_size: int, outputs: int, generator: torch.Generator) -> nn.Sequential:
+    """Linear(h, h) -> GELU -> Linear(h, outputs) on the pooled vector: the authors' head, which is transformers'
+    EuroBertForSequenceClassification's (`dense`, `activation`, `classifier`): exact (erf) GELU, no dropout.
+    Initialised as transformers initialises it (normal(0, 0.02) weights, zero biases), drawn from the run's
+    generator, the dense layer first."""
+    return nn.Sequential(linear_head(hidden_size, hidden_size, generator), nn.GELU(),
+                         linear_head(hidden_size, outputs, generator))
 
 
 def field_label(field: str) -> str:
