@@ -14,6 +14,8 @@ Choices that a reader could make differently are stated where they are made:
 - Retrieval ranks by descending score, ties broken by ascending document id. trec_eval / pytrec_eval break ties
   by *descending* docno; without ties `ndcg_at_k` equals their `ndcg_cut_k` (linear gains), averaged over every
   query of the qrels that has a relevant document (like `trec_eval -c`: a query missing from the run scores 0).
+- `ndcg_top_k_only` is scikit-learn's `ndcg_score([gains], [scores])` on the k top-ranked documents alone: its ideal
+  is over the relevant documents retrieved there, and tied scores share their gains (scikit-learn's default).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ __all__ = [
     "macro_f1",
     "mean_ci95",
     "ndcg_at_k",
+    "ndcg_top_k_only",
     "recall_at_k",
     "squad_exact",
     "squad_f1",
@@ -219,6 +222,45 @@ def ndcg_at_k(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]
         values.append(dcg / ideal)
     if not values:
         raise ValueError("ndcg_at_k: no query in qrels has a relevant document (grade > 0)")
+    return 100.0 * sum(values) / len(values)
+
+
+def ndcg_top_k_only(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]], k: int = 10) -> float:
+    """Mean over the queries of `qrels` with a relevant document of scikit-learn's `ndcg_score([gains], [scores])`
+    computed on the query's k top-ranked documents only (the paper authors' retrieval metric).
+
+    The k documents are chosen as in `ndcg_at_k` (descending score, ties by ascending document id: a tie across the
+    k-th rank is cut there, where the authors' `np.argsort` cut it in an unspecified order). Among those k, as in
+    scikit-learn's default (`ignore_ties=False`), documents of equal score share the mean of their gains over their
+    ranks, so their order does not matter. Gains are the grades (negative ones 0). The ideal DCG ranks the same k
+    documents by gain: it ignores the relevant documents not retrieved, so one relevant document retrieved at any
+    rank <= k scores 1 when it is the only relevant one among the k. A query with no relevant document among its
+    k (or absent from the run) scores 0, as scikit-learn does for an all-zero `y_true`. Unlike scikit-learn, one
+    retrieved document is allowed (its NDCG: 1 if relevant, else 0) instead of raising.
+    """
+    _check_k(k, "ndcg_top_k_only")
+    values = []
+    for qid, judged in qrels.items():
+        if not any(g > 0 for g in judged.values()):
+            continue
+        scores = run.get(qid, {})
+        ranked = _ranking(scores, k)
+        gains = [max(judged.get(doc, 0), 0) for doc in ranked]
+        if not any(gains):
+            values.append(0.0)
+            continue
+        discounts = [1 / math.log2(rank + 1) for rank in range(1, len(ranked) + 1)]
+        dcg, start = 0.0, 0
+        while start < len(ranked):  # one group of equal scores at a time (contiguous: the ranking sorts by score)
+            end = start + 1
+            while end < len(ranked) and scores[ranked[end]] == scores[ranked[start]]:
+                end += 1
+            dcg += sum(gains[start:end]) / (end - start) * sum(discounts[start:end])
+            start = end
+        ideal = sum(g * d for g, d in zip(sorted(gains, reverse=True), discounts))
+        values.append(dcg / ideal)
+    if not values:
+        raise ValueError("ndcg_top_k_only: no query in qrels has a relevant document (grade > 0)")
     return 100.0 * sum(values) / len(values)
 
 

@@ -15,14 +15,16 @@ TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_f
 
 
 class RetrievalSection(BaseModel):
-    """How retrieval tasks are trained and scored. The defaults are encoderlab's own protocol; the authors' (PAPER.md,
-    "as the authors' code runs it") is `train_on: msmarco, corpus: judged, relevance: binary, loss: mnrl`."""
+    """How retrieval tasks are trained and scored. The defaults are encoderlab's own protocol; the authors' (see
+    docs/paper.md) is `train_on: msmarco, corpus: judged_any_split, relevance: binary, loss: mnrl, ndcg: top10_only`."""
 
     model_config = ConfigDict(extra="forbid")
     train_on: str | None = Field(None, description="a retrieval task whose train pairs train one model per LR and "
                                  "seed, scored on every retrieval task of the sweep (None: each on its own train)")
-    corpus: Literal["all", "judged"] = Field("all", description="judged: search only the documents that appear in "
-                                             "the split's relevance judgements")
+    corpus: Literal["all", "judged", "judged_any_split"] = Field(
+        "all", description="judged: search only the documents that appear in the split's relevance judgements; "
+        "judged_any_split: one corpus for validation and test, every document of their judgements (any grade), as the "
+        "authors' code searches")
     relevance: Literal["graded", "binary"] = Field("graded", description="binary: every grade >= 1 counts as 1")
     loss: Literal["infonce", "mnrl"] = Field("infonce", description="infonce: learned temperature, false negatives "
                                              "masked; mnrl: cosine x 20, in-batch negatives, nothing masked")
@@ -131,9 +133,9 @@ class Protocol(BaseModel):
                 first = exc.errors()[0]
                 raise ValueError(f"task_overrides.{task}.{'.'.join(map(str, first['loc']))}: {first['msg']} "
                                  f"(got {first.get('input')!r})") from None
-        if self.retrieval.corpus == "judged" and self.max_corpus_documents:
+        if self.retrieval.corpus != "all" and self.max_corpus_documents:
             raise ValueError("max_corpus_documents adds random documents to the searched corpus; retrieval.corpus: "
-                             "judged searches only the judged ones: set one of them")
+                             f"{self.retrieval.corpus} searches only the judged ones: set one of them")
         return self
 
     def for_task(self, task: str) -> Protocol:

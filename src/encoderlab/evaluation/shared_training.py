@@ -16,10 +16,10 @@ from encoderlab.evaluation.tasks.retrieval import RetrievalTask
 
 class TrainedOnce:
     family = "retrieval"
-    metric = "ndcg@10"
 
     def __init__(self, train: RetrievalTask, members: list[RetrievalTask]) -> None:
         self.train, self.members = train, members
+        self.metric, self.standard_metric = train.metric, train.standard_metric  # one protocol: the members' too
         self.name = train.name  # its protocol overrides (steps, batch, length) are the training task's
 
     def num_train_examples(self) -> int:

@@ -1,16 +1,17 @@
-"""Retrieval: a bi-encoder fine-tuned with in-batch negatives, scored by exact NDCG@10 (PAPER.md, IR).
+"""Retrieval: a bi-encoder fine-tuned with in-batch negatives, scored by exact NDCG@10 (docs/paper.md, IR).
 
-The backbone encodes "Query: " + query and "Document: " + title + text as `<bos> ids <eos>` with bidirectional
-attention; an embedding is the mean of the final hidden states over non-padding tokens. Training pairs a query
-with one of its relevant documents; the other documents of the batch are its negatives (InfoNCE over the batch's
-cosine-similarity matrix, scaled by a learnable inverse temperature, the only parameter of the head; or, with the
-protocol's `retrieval.loss: mnrl`, the authors' fixed scale 20 and no false-negative masking). Evaluation encodes the
-searched corpus (every document, or with `retrieval.corpus: judged` the documents judged in the split), scores every
-query-document pair and keeps the exact top 100 per query.
+The backbone encodes "Query: " + query and "Document: " + title + text as `<bos> ids <eos>` (or, with the protocol's
+`inputs: eos`, `ids <eos>`) with bidirectional attention; an embedding is the mean of the final hidden states over
+non-padding tokens. Training pairs a query with one of its relevant documents; the other documents of the batch are
+its negatives (InfoNCE over the batch's cosine-similarity matrix, scaled by a learnable inverse temperature, the only
+parameter of the head; or, with `retrieval.loss: mnrl`, the authors' fixed scale 20 and no false-negative masking).
+Evaluation encodes the searched corpus (every document; with `retrieval.corpus: judged` the documents judged in the
+split; with `judged_any_split` those judged in validation or test, one corpus for both), scores every
+query-document pair and keeps the exact top 100 per query. "score" is standard NDCG@10 or, with `retrieval.ndcg:
+top10_only`, the authors' NDCG over the top 10 alone (metrics.ndcg_top_k_only); "standard" is NDCG@10 either way.
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,9 +23,12 @@ from torch import Tensor, nn
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
-from encoderlab.evaluation.metrics import ndcg_at_k, recall_at_k
-from encoderlab.evaluation.tasks.base import EvalTask, bucketed_order, mean_pool, pad
+from encoderlab.evaluation.metrics import ndcg_at_k, ndcg_top_k_only, recall_at_k
+from encoderlab.evaluation.tasks.base import EvalTask, mean_pool, pad
 from encoderlab.evaluation.tasks.common import cached
+from encoderlab.evaluation.tasks.retrieval_data import Split, Tokens, tokenise, validate
+
+_Tokens = Tokens  # its name before it moved to retrieval_data
 
 QUERY_PREFIX, DOCUMENT_PREFIX = "Query: ", "Document: "
 TOP_K = 100  # the run kept per query: enough for NDCG@10 and recall@100
@@ -34,7 +38,8 @@ MAX_SCALE = 100.0  # the learnt inverse temperature is clipped here (as CLIP doe
 SCORE_CHUNK = 8192  # documents scored against all queries at once (bounds the score matrix)
 EMBEDDING_CACHE_BYTES = 2**30  # corpus embeddings up to this size are reused while the weights stay the same
 CACHE_VERSION = 2  # 2: texts cut to max_length are counted
-Split = dict[str, dict[str, int]]  # query id -> document id -> relevance grade
+# The protocol's `retrieval.ndcg` -> the metric reported as "score"; "standard" is always NDCG@10
+METRICS = {"standard": "ndcg@10", "top10_only": "ndcg@10_top10_only"}
 
 
 def query_text(text: str) -> str:
@@ -85,21 +90,10 @@ def encode(backbone: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Te
     return mean_pool(hidden.float(), attention_mask)
 
 
-class _Tokens:
-    """Token id sequences stored flat (int32 ids plus int64 offsets): compact, and loads with weights_only=True."""
-
-    def __init__(self, flat: Tensor, offsets: Tensor) -> None:
-        self.flat, self.offsets = flat, offsets
-        self._flat, self._offsets = flat.numpy(), offsets.numpy()
-        self.lengths = np.diff(self._offsets)  # (n,) int64
-
-    def __getitem__(self, i: int) -> list[int]:
-        return self._flat[self._offsets[i] : self._offsets[i + 1]].tolist()
-
-
 class RetrievalTask(EvalTask):
     family = "retrieval"
-    metric = "ndcg@10"
+    metric = METRICS["standard"]  # the protocol's `retrieval.ndcg` (configure)
+    standard_metric = METRICS["standard"]
     truncation_unit = "texts"  # documents of the whole corpus, and queries
     data_split: dict | None = None  # how splits were derived where the source lacks one (NQ's validation)
 
@@ -113,24 +107,29 @@ class RetrievalTask(EvalTask):
         self.name = name
         where = {"corpus": f"{name}: corpus", "queries": f"{name}: queries"}
         where.update({s: f"{name}: qrels[{s}]" for s in qrels}, **(files or {}))
-        _validate(corpus, queries, qrels, where, name)
+        validate(corpus, queries, qrels, where, name)
         self.doc_ids = list(corpus)
         self._doc_index = {d: i for i, d in enumerate(self.doc_ids)}
         self._doc_texts = [document_text((corpus[d].get("title") or "").strip(), (corpus[d].get("text") or "").strip())
                            for d in self.doc_ids]
         # "Judged": every document of a split's judgements, whatever its grade (the authors' searched corpus)
         self._judged = {s: sorted({d for rel in judged.values() for d in rel}) for s, judged in qrels.items()}
+        # `retrieval.corpus: judged_any_split`: one corpus for every evaluated split, the documents judged (any grade)
+        # for any validation or test query, as the authors' loaders build MS MARCO's and NQ's. For MLDR they take the
+        # positive passages of the dev and test queries instead: the same rule here, since our MLDR loader
+        # (loaders._hub_mldr) judges exactly those passages, each with grade 1, and no other document.
+        self._judged_any = sorted({d for s in qrels if s != "train" for d in self._judged[s]})
         self.qrels = {s: {q: {d: int(g) for d, g in rel.items()} for q, rel in judged.items()
                           if any(g > 0 for g in rel.values())} for s, judged in qrels.items()}
         self._query_source = {q: queries[q].strip() for judged in self.qrels.values() for q in judged}
         self._index_queries()
-        self._docs: _Tokens | None = None
-        self._queries: _Tokens | None = None
+        self._docs: Tokens | None = None
+        self._queries: Tokens | None = None
         self._pad_id = 0
         self._embedding_cache: tuple[tuple, list[tuple[Tensor, Tensor]]] | None = None
         self._train_only = set(train_only)
         self._searched = self._searchable()  # corpus indices that are ranked (None: all); see limit_corpus
-        self._judged_only, self._binary, self._loss = False, False, "infonce"  # see configure
+        self._corpus, self._binary, self._loss, self._ndcg = "all", False, "infonce", "standard"  # see configure
 
     def _index_queries(self) -> None:
         self.query_ids = sorted({q for judged in self.qrels.values() for q in judged})
@@ -170,17 +169,19 @@ class RetrievalTask(EvalTask):
 
     def adopt(self, protocol) -> None:
         super().adopt(protocol)
-        self.configure(**protocol.retrieval.model_dump(exclude={"train_on", "ndcg"}))
+        self.configure(**protocol.retrieval.model_dump(exclude={"train_on"}))
 
-    def configure(self, corpus: str, relevance: str, loss: str) -> None:
+    def configure(self, corpus: str, relevance: str, loss: str, ndcg: str = "standard") -> None:
         """The protocol's `retrieval` settings (evaluation/protocol.py RetrievalSection). Before `prepare`."""
-        self._judged_only, self._binary, self._loss = corpus == "judged", relevance == "binary", loss
+        self._corpus, self._binary, self._loss, self._ndcg = corpus, relevance == "binary", loss, ndcg
+        self.metric = METRICS[ndcg]
         self._embedding_cache = None
 
     def _searched_in(self, split: str) -> np.ndarray | None:
         """Corpus indices ranked for the queries of `split` (None: every document)."""
-        if self._judged_only:
-            return np.array(sorted(self._doc_index[d] for d in self._judged[split]), dtype=np.int64)
+        if self._corpus != "all":
+            judged = self._judged[split] if self._corpus == "judged" else self._judged_any
+            return np.array(sorted(self._doc_index[d] for d in judged), dtype=np.int64)
         return self._searched
 
     def searched_documents(self, split: str = "test") -> int:
@@ -200,31 +201,26 @@ class RetrievalTask(EvalTask):
     # ------------------------------------------------------------------------------------------- preparation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
-        if max_length < 3:
-            raise ValueError(f"max_length={max_length}: a sequence needs room for <bos>, one token and <eos>")
-        data = "\x00".join([str(CACHE_VERSION), *self._doc_texts, "\x00queries", *self._query_texts])
+        def framed(ids: list[int]) -> list[int]:
+            return self.framed(ids, tokenizer.bos_id, tokenizer.eos_id)
+
+        if max_length < len(framed([])) + 1:
+            raise ValueError(f"max_length={max_length}: a sequence needs room for its special tokens and one token")
+        # `inputs: eos` is the authors' tokenisation of `text + eos_token`: a cut text loses its EOS (tokenise)
+        keep_eos = self.inputs == "bos_eos"
+        inputs = [] if keep_eos else [f"inputs={self.inputs}"]  # the default's cache key is the one it always had
+        data = "\x00".join([str(CACHE_VERSION), *inputs, *self._doc_texts, "\x00queries", *self._query_texts])
         state = cached(cache_dir, "retrieval", self.name, tokenizer, max_length, data,
-                       lambda: {kind: self._tokenise(texts, tokenizer, max_length)
+                       lambda: {kind: self._tokenise(texts, tokenizer, max_length, framed, keep_eos)
                                 for kind, texts in (("docs", self._doc_texts), ("queries", self._query_texts))})
         self._pad_id, self._embedding_cache = tokenizer.pad_id, None
-        self._docs = _Tokens(*state["docs"][:2])
-        self._queries = _Tokens(*state["queries"][:2])
+        self._docs = Tokens(*state["docs"][:2])
+        self._queries = Tokens(*state["queries"][:2])
         self.truncated = {"corpus": int(state["docs"][2]), "queries": int(state["queries"][2])}
 
-    @staticmethod
-    def _tokenise(texts: list[str], tokenizer: TextTokenizer, max_length: int) -> list[Tensor]:
-        """`<bos> ids <eos>` per text, truncated to max_length: [flat int32 ids, int64 offsets, texts cut]."""
-        flats, lengths, cut = [np.zeros(0, np.int32)], [np.zeros(1, np.int64)], 0
-        for start in range(0, len(texts), 65_536):  # chunks bound the Python lists on corpora of millions
-            encoded = tokenizer.encode_batch(texts[start : start + 65_536])
-            cut += sum(len(ids) > max_length - 2 for ids in encoded)
-            seqs = [[tokenizer.bos_id, *ids[: max_length - 2], tokenizer.eos_id] for ids in encoded]
-            flats.append(np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int32))
-            lengths.append(np.array([len(x) for x in seqs], dtype=np.int64))
-        return [torch.from_numpy(np.concatenate(flats)), torch.from_numpy(np.concatenate(lengths).cumsum()),
-                torch.tensor(cut)]
+    _tokenise = staticmethod(tokenise)  # reached through the class, so that a test can see whether it ran
 
-    def _prepared(self) -> tuple[_Tokens, _Tokens]:
+    def _prepared(self) -> tuple[Tokens, Tokens]:
         if self._docs is None or self._queries is None:
             raise RuntimeError(f"{self.name}: call prepare(tokenizer, max_length) first")
         return self._docs, self._queries
@@ -250,7 +246,7 @@ class RetrievalTask(EvalTask):
         positive = [r[int(rng.integers(len(r)))] for r in relevant]
         qidx = [self._query_index[q] for q in qids]
         lengths = (queries.lengths[qidx] + docs.lengths[positive]).tolist()
-        for batch in bucketed_order(lengths, batch_size, seed):
+        for batch in self.batch_indices(lengths, batch_size, seed):
             q_ids, q_mask = pad([queries[qidx[i]] for i in batch], self._pad_id)
             d_ids, d_mask = pad([docs[positive[i]] for i in batch], self._pad_id)
             out = {"query_ids": q_ids, "query_mask": q_mask, "doc_ids": d_ids, "doc_mask": d_mask}
@@ -272,7 +268,7 @@ class RetrievalTask(EvalTask):
             raise DataError(f"{self.name} has no {split!r} qrels; it has: {', '.join(self.splits)}")
         return self.qrels[split]
 
-    def _embed(self, backbone: nn.Module, tokens: _Tokens, indices: Sequence[int], batch_size: int
+    def _embed(self, backbone: nn.Module, tokens: Tokens, indices: Sequence[int], batch_size: int
                ) -> Iterator[tuple[list[int], Tensor]]:
         """(positions in `indices`, unit-norm embeddings (b, C)), in batches of similar lengths (little padding)."""
         device = next(backbone.parameters()).device
@@ -342,9 +338,10 @@ class RetrievalTask(EvalTask):
         return {q: {self.doc_ids[d]: s for d, s in zip(best_idx[r], best[r])} for r, q in enumerate(qids)}
 
     def evaluate(self, backbone: nn.Module, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
-        """NDCG@10 ("score") and recall@100; the head's temperature does not change a ranking, so it is unused."""
+        """The protocol's NDCG ("score"), standard NDCG@10 ("standard"), both by name, and recall@100; the head's
+        temperature does not change a ranking, so it is unused."""
         run = self.search(backbone, split, batch_size)
-        return _scores(run, self.qrels[split], self._binary)
+        return _scores(run, self.qrels[split], self._binary, self._ndcg)
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """A random ranking (seed 0): NDCG@10 about 10 * relevant / corpus size, recall@100 about 100 * 100 / size."""
@@ -354,40 +351,15 @@ class RetrievalTask(EvalTask):
         k = min(TOP_K, len(searched))
         picks = {q: rng.choice(searched, size=k, replace=False) for q in sorted(self._check_split(split))}
         run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(picked)} for q, picked in picks.items()}
-        return _scores(run, self.qrels[split], self._binary)
+        return _scores(run, self.qrels[split], self._binary, self._ndcg)
 
 
-def _scores(run: dict[str, dict[str, float]], qrels: Split, binary: bool = False) -> dict[str, float]:
-    """NDCG@10 and recall@100; `binary`: every grade >= 1 is a gain of 1 (the authors' relevance)."""
+def _scores(run: dict[str, dict[str, float]], qrels: Split, binary: bool = False, ndcg: str = "standard"
+            ) -> dict[str, float]:
+    """Standard NDCG@10, the authors' top-10-only NDCG and recall@100, "score" the one `ndcg` names and "standard"
+    the standard NDCG@10; `binary`: every grade >= 1 is a gain of 1 (the authors' relevance)."""
     if binary:
         qrels = {q: {d: int(g >= 1) for d, g in rel.items()} for q, rel in qrels.items()}
-    ndcg = ndcg_at_k(run, qrels, k=10)
-    return {"score": ndcg, "ndcg@10": ndcg, "recall@100": recall_at_k(run, qrels, k=100)}
-
-
-def _validate(corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split], where: dict[str, str],
-              name: str) -> None:
-    def listed(ids: list[str]) -> str:
-        return ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-
-    if not corpus:
-        raise DataError(f"{where['corpus']}: the corpus is empty")
-    empty = [d for d, doc in corpus.items() if not (f"{doc.get('title') or ''}{doc.get('text') or ''}").strip()]
-    if empty:
-        raise DataError(f"{where['corpus']}: {len(empty)} documents have no text: {listed(empty)}")
-    if not qrels:
-        raise DataError(f"{name}: no qrels for any split (train, validation or test)")
-    for split, judged in qrels.items():
-        if not any(g > 0 for rel in judged.values() for g in rel.values()):
-            raise DataError(f"{where[split]}: split {split!r} has no relevant query-document pair")
-        missing_docs = sorted({d for rel in judged.values() for d in rel if d not in corpus})
-        if missing_docs:
-            raise DataError(f"{where[split]}: {len(missing_docs)} document ids are not in the corpus "
-                            f"({where['corpus']}): {listed(missing_docs)}")
-        missing_queries = sorted(q for q in judged if q not in queries)
-        if missing_queries:
-            raise DataError(f"{where[split]}: {len(missing_queries)} query ids are not in the queries "
-                            f"({where['queries']}): {listed(missing_queries)}")
-        blank = sorted(q for q in judged if not str(queries[q] or "").strip())
-        if blank:
-            raise DataError(f"{where['queries']}: {len(blank)} queries of split {split!r} are empty: {listed(blank)}")
+    named = {METRICS["standard"]: ndcg_at_k(run, qrels, k=10), METRICS["top10_only"]: ndcg_top_k_only(run, qrels, k=10)}
+    return {"score": named[METRICS[ndcg]], "standard": named[METRICS["standard"]], **named,
+            "recall@100": recall_at_k(run, qrels, k=100)}
