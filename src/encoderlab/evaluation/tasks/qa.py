@@ -1,10 +1,11 @@
-"""Extractive question answering: SQuAD, SQuAD v2, ReCoRD and the offline cloze sets; span start/end, SQuAD F1.
+"""Extractive question answering: SQuAD, SQuAD v2, ReCoRD and the offline cloze sets; span start/end (or token
+tagging), SQuAD F1.
 
 Examples use the SQuAD schema (`answers: {text, answer_start}`; no answer = an unanswerable SQuAD v2 question). The
-protocol's `qa.format` chooses how they are read: `tagging` is the paper authors' token tagging (tasks/qa_tagging.py,
-which this task hands its work to), `spans` (the default) what follows. Examples are encoded as
-`<bos> question <eos> context-window <eos>` (`inputs: eos`: without the `<bos>`, position 0 then being the first
-question token): the question cut to `max_length // 2` tokens, a long
+protocol's `qa.format` says how they are read: `tagging`, the paper authors' token tagging, is tasks/qa_tagging.py
+(this task hands its work to it); `spans`, the default, is what follows. Examples are encoded as `<bos> question
+<eos> context-window <eos>` (`inputs: eos`: no `<bos>`; position 0 is then the first question token, the null
+slot all the same): the question cut to `max_length // 2` tokens, a long
 context split into windows overlapping by `stride` tokens (at most half a window, HF's `doc_stride`). Answers map
 to tokens through the offsets of the raw `tokenizers` encoding. A training window without the answer points to
 position 0 (`<bos>`) when unanswerable questions are allowed, and is otherwise dropped from training (SQuAD v1
