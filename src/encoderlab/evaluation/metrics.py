@@ -11,6 +11,8 @@ Choices that a reader could make differently are stated where they are made:
   entity at all, precision/recall/F1 are 0 (seqeval with `zero_division=0`).
 - SQuAD follows the official v2.0 script, which equals v1.1 on answerable questions: a gold answer that normalises
   to nothing is dropped, no gold left means unanswerable, and "empty" means empty after normalisation.
+- `token_position_f1` (QA as token tagging) compares sets of token positions, an empty set counting as {0}, as the
+  paper's authors score it: not SQuAD's word overlap, and against one gold answer only.
 - Retrieval ranks by descending score, ties broken by ascending document id. trec_eval / pytrec_eval break ties
   by *descending* docno; without ties `ndcg_at_k` equals their `ndcg_cut_k` (linear gains), averaged over every
   query of the qrels that has a relevant document (like `trec_eval -c`: a query missing from the run scores 0).
@@ -23,7 +25,7 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -41,6 +43,7 @@ __all__ = [
     "squad_scores",
     "std",
     "token_accuracy",
+    "token_position_f1",
 ]
 
 
@@ -187,6 +190,22 @@ def squad_scores(predictions: dict[str, str], references: dict[str, list[str]]) 
         em += squad_exact(pred, golds)
     n = len(references)
     return {"f1": f1 / n, "exact_match": em / n}
+
+
+def token_position_f1(predictions: Sequence[Iterable[int]], references: Sequence[Iterable[int]]) -> float:
+    """Mean over questions of the F1 between the predicted and the gold set of token positions (QA as tagging).
+
+    An empty set counts as {0}: position 0 stands for "no answer", so an empty prediction on an unanswerable
+    question (empty gold) scores 100, and any other prediction there 0 unless it holds position 0. Per question
+    F1 = 2PR / (P + R) with P = shared / predicted, R = shared / gold, which is 2 shared / (predicted + gold), and 0
+    when nothing is shared.
+    """
+    _check_pairs(predictions, references, "token_position_f1")
+    total = 0.0
+    for pred, gold in zip(predictions, references):
+        p, g = set(pred) or {0}, set(gold) or {0}
+        total += 2 * len(p & g) / (len(p) + len(g))
+    return 100.0 * total / len(references)
 
 
 # ---------------------------------------------------------------- retrieval

@@ -1,7 +1,11 @@
-"""Extractive question answering: SQuAD, SQuAD v2, ReCoRD and the offline cloze sets; span start/end, SQuAD F1.
+"""Extractive question answering: SQuAD, SQuAD v2, ReCoRD and the offline cloze sets; span start/end (or token
+tagging), SQuAD F1.
 
-Examples use the SQuAD schema (`answers: {text, answer_start}`; no answer = an unanswerable SQuAD v2 question) and
-are encoded as `<bos> question <eos> context-window <eos>`: the question cut to `max_length // 2` tokens, a long
+Examples use the SQuAD schema (`answers: {text, answer_start}`; no answer = an unanswerable SQuAD v2 question). The
+protocol's `qa.format` says how they are read: `tagging`, the paper authors' token tagging, is tasks/qa_tagging.py
+(this task hands its work to it); `spans`, the default, is what follows. Examples are encoded as `<bos> question
+<eos> context-window <eos>` (`inputs: eos`: no `<bos>`; position 0 is then the first question token, the null
+slot all the same): the question cut to `max_length // 2` tokens, a long
 context split into windows overlapping by `stride` tokens (at most half a window, HF's `doc_stride`). Answers map
 to tokens through the offsets of the raw `tokenizers` encoding. A training window without the answer points to
 position 0 (`<bos>`) when unanswerable questions are allowed, and is otherwise dropped from training (SQuAD v1
@@ -28,7 +32,7 @@ from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores
 from encoderlab.data.offline.taskfiles import read_task
-from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, bucketed_order
+from encoderlab.evaluation.tasks.base import SPLITS, EvalTask
 from encoderlab.evaluation.tasks.common import cached, split_validation
 from encoderlab.model.transformer import Transformer
 
@@ -113,14 +117,16 @@ def best_span(start: np.ndarray, end: np.ndarray, lo: int, hi: int, max_answer_t
     return None
 
 
-def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: int, stride: int) -> dict[str, Tensor]:
-    """Windows of one split as flat tensors (torch.save-able and loadable with weights_only=True)."""
+def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: int, stride: int,
+                  bos: bool = True) -> dict[str, Tensor]:
+    """Windows of one split as flat tensors (torch.save-able and loadable with weights_only=True); `bos`: a <bos>
+    in front of each window."""
     contexts = list(dict.fromkeys(ex["context"] for ex in examples))
     index = {c: i for i, c in enumerate(contexts)}
     enc_c = tokenizer.tokenizer.encode_batch(contexts, add_special_tokens=False)
     enc_q = tokenizer.tokenizer.encode_batch([ex["question"] for ex in examples], add_special_tokens=False)
     offsets = [np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2) for e in enc_c]
-    bos, eos = tokenizer.bos_id, tokenizer.eos_id
+    prefix, eos = [tokenizer.bos_id] if bos else [], tokenizer.eos_id
     ids: list[np.ndarray] = []
     rows = []  # (example, context position in window, first context token, context tokens, start, end)
     questions_cut = 0  # contexts are never cut (windows cover them), a question can be
@@ -128,15 +134,15 @@ def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: in
         c = index[ex["context"]]
         question, context = enc_q[i].ids[: max_length // 2], enc_c[c].ids
         questions_cut += len(enc_q[i].ids) > len(question)
-        size = max(1, max_length - len(question) - 3)
+        size = max(1, max_length - len(question) - len(prefix) - 2)
         span = None
         if ex["answers"]["text"]:
             a = ex["answers"]["answer_start"][0]
             span = char_span_to_tokens(offsets[c], a, a + len(ex["answers"]["text"][0]))
-        lo = len(question) + 2
+        lo = len(prefix) + len(question) + 1
         for w0 in window_starts(len(context), size, stride):
             part = context[w0 : w0 + size]
-            ids.append(np.asarray([bos, *question, eos, *part, eos], dtype=np.int32))
+            ids.append(np.asarray([*prefix, *question, eos, *part, eos], dtype=np.int32))
             inside = span is not None and w0 <= span[0] and span[1] < w0 + len(part)
             rows.append((i, lo, w0, len(part), lo + span[0] - w0 if inside else 0, lo + span[1] - w0 if inside else 0))
     lengths = [len(x) for x in ids]
@@ -153,7 +159,9 @@ def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: in
 
 class QATask(EvalTask):
     family = "qa"
-    metric = "f1"
+    metric = standard_metric = "f1"  # tagging's metric is "token_f1" (adopt)
+    format = "spans"  # the protocol's qa.format (adopt)
+    tagging = None  # the tagging format's state (qa_tagging.QATagging) when format is "tagging"
     truncation_unit = "questions"  # longer than max_length // 2 tokens; contexts are read in windows, never cut
 
     def __init__(self, name: str, splits: dict[str, list[dict]], *, max_answer_tokens: int = 30, stride: int = 128,
@@ -165,12 +173,25 @@ class QATask(EvalTask):
         self._prep: dict[str, dict[str, Tensor]] | None = None
         self._pad_id = 0
 
+    def adopt(self, protocol) -> None:
+        super().adopt(protocol)
+        from encoderlab.evaluation.tasks.qa_tagging import QATagging  # it imports this module
+
+        self.format = protocol.qa.format
+        self.tagging = QATagging(self, protocol.tokens.dropout) if self.format == "tagging" else None
+        self.metric = "token_f1" if self.tagging else "f1"
+        self.truncation_unit = "examples" if self.tagging else QATask.truncation_unit
+
     # ---- preparation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
-        data = f"{CACHE_VERSION}|{self.stride}|" + json.dumps(self.splits, sort_keys=True, ensure_ascii=False)
+        if self.tagging:
+            return self.tagging.prepare(tokenizer, max_length, cache_dir)
+        inputs = "" if self.inputs == "bos_eos" else f"{self.inputs}|"  # the default keeps its old cache key
+        data = f"{CACHE_VERSION}|{self.stride}|{inputs}" + json.dumps(self.splits, sort_keys=True, ensure_ascii=False)
         self._prep = cached(cache_dir, "qa", self.name, tokenizer, max_length, data, lambda: {
-            s: _encode_split(self.splits[s], tokenizer, max_length, self.stride) for s in SPLITS})
+            s: _encode_split(self.splits[s], tokenizer, max_length, self.stride, self.inputs == "bos_eos")
+            for s in SPLITS})
         self._pad_id = tokenizer.pad_id
         self.truncated = {s: int(self._prep[s]["questions_cut"]) for s in SPLITS}
         windows = self._prep["train"]["windows"]
@@ -183,6 +204,8 @@ class QATask(EvalTask):
         return self._prep[split]
 
     def num_train_examples(self) -> int:
+        if self.tagging:
+            return self.tagging.num_train_examples()
         self._prepared("train")
         return len(self._train_windows)
 
@@ -196,6 +219,8 @@ class QATask(EvalTask):
     # ---- training
 
     def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
+        if self.tagging:
+            return self.tagging.make_head(hidden_size, generator)
         return SpanHead(hidden_size, generator)
 
     def _batch(self, split: str, idx: list[int]) -> dict[str, Tensor]:
@@ -215,8 +240,11 @@ class QATask(EvalTask):
                 "start_positions": rows[:, 4].clone(), "end_positions": rows[:, 5].clone()}
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+        if self.tagging:
+            yield from self.tagging.train_batches(batch_size, seed)
+            return
         lengths = self._prepared("train")["win_ptr"].diff()[self._train_windows].tolist()
-        for batch in bucketed_order(lengths, batch_size, seed):
+        for batch in self.batch_indices(lengths, batch_size, seed):
             yield self._batch("train", [self._train_windows[i] for i in batch])
 
     def logits(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
@@ -226,6 +254,8 @@ class QATask(EvalTask):
         return logits[..., 0], logits[..., 1]
 
     def loss(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        if self.tagging:
+            return self.tagging.loss(backbone, head, batch)
         start, end = self.logits(backbone, head, batch)
         return (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
 
@@ -265,16 +295,20 @@ class QATask(EvalTask):
         return self.splits[split][i]["context"][a:b].strip()
 
     def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
+        if self.tagging:
+            return self.tagging.evaluate(backbone, head, split, batch_size)
         scores = squad_scores(self.predict(backbone, head, split, batch_size), self.references(split))
-        return {"score": scores["f1"], **scores}
+        return {"score": scores["f1"], "standard": scores["f1"], **scores}
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """First span: the first k words of the context, k = the median gold answer length (words) in train."""
+        if self.tagging:
+            return self.tagging.trivial_baseline(split)
         lengths = [len(ex["answers"]["text"][0].split()) for ex in self.splits["train"] if ex["answers"]["text"]]
         k = max(1, int(statistics.median_low(lengths))) if lengths else 1
         predictions = {ex["id"]: " ".join(ex["context"].split()[:k]) for ex in self.splits[split]}
         scores = squad_scores(predictions, self.references(split))
-        return {"score": scores["f1"], **scores}
+        return {"score": scores["f1"], "standard": scores["f1"], **scores}
 
 
 # ----------------------------------------------------------------------------------------------- loaders
