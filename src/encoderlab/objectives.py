@@ -1,7 +1,7 @@
 """Pretraining objectives: MLM masking, CLM shift, their loss on the sparse LM head, and schedules of them.
 
 MLM and CLM differ only here (inputs, labels) and in the `causal` flag of the forward call; the model is the same
-(DESIGN.md convention 1). Each objective prepares its own batch (`objective.prepare`) into the same four tensors:
+(docs/architecture.md, convention 1). Each objective prepares its own batch (`objective.prepare`) into the same four tensors:
 
     input_ids  (B, T)  what the model reads (MLM: a corrupted copy; CLM: the batch itself)
     labels     (B, T)  the token to predict, -100 where nothing is predicted (Hugging Face convention)
@@ -10,7 +10,7 @@ MLM and CLM differ only here (inputs, labels) and in the `causal` flag of the fo
 
 so the LM head runs only at `positions` (MLM: the masking rate of the tokens; CLM: almost all of them).
 
-MLM follows the paper (PAPER.md, "Pretraining"): every non-special token is selected independently with
+MLM follows the paper (docs/paper.md#pretraining): every non-special token is selected independently with
 probability `mask_rate` and replaced by the mask token; the loss is taken only on selected tokens. BERT's 80/10/10
 corruption is available as `strategy="80-10-10"` for follow-ups. CLM predicts the next token of the same document:
 in a packed window the `<eos>` of one document never predicts the `<bos>` of the next one (convention 7).

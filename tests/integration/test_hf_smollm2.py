@@ -1,4 +1,4 @@
-"""A real pretrained decoder: SmolLM2-135M-Instruct from its pinned GGUF (DATA.md) imports into encoderlab and gives
+"""A real pretrained decoder: SmolLM2-135M-Instruct from its pinned GGUF (docs/data.md) imports into encoderlab and gives
 the logits transformers gives for the same GGUF, in causal mode, fp32.
 
 Both sides run on the same dequantised weights, so the only differences are float rounding in a different order of

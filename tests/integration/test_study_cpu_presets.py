@@ -49,7 +49,7 @@ def test_small_study_asks_all_five_questions(tmp_path, monkeypatch):
     assert sorted(runs) == sorted(["micro-clm-1200", "micro-mlm40-1200", "micro-clm-300-mlm40-1200",
                                    "micro-clm-900-mlm40-1200", "micro-clm-dec1200-mlm40-1500",
                                    "micro-mlm40-dec1200-mlm40-1500"])
-    # the splits branch off the CLM trunk before its decay (PAPER.md): 25% and 75% of the total budget
+    # the splits branch off the CLM trunk before its decay (docs/paper.md#pretraining): 25% and 75% of the total budget
     assert {runs[n].parent for n in ("micro-clm-300-mlm40-1200", "micro-clm-900-mlm40-1200")} == {"micro-clm-1200"}
     assert [runs[n].branch_step for n in ("micro-clm-300-mlm40-1200", "micro-clm-900-mlm40-1200")] == [300, 900]
     kinds = [e.kind for e in p.evaluations]

@@ -32,7 +32,7 @@ def planned(tmp_path_factory) -> dict:
 
 def test_the_paper_study_plans_exactly_the_released_grid(planned):
     released = load_yaml(STUDY.parent / "paper-released.yaml")
-    assert len(released["models"]) == 38 and len(released["intermediate"]) == 12  # PAPER.md, "The released grid"
+    assert len(released["models"]) == 38 and len(released["intermediate"]) == 12  # docs/paper.md#the-released-grid
     kinds: dict[str, list[str]] = {}
     for e in planned["evaluations"]:
         kinds.setdefault(e["kind"], []).append(e["label"])

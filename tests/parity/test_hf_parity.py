@@ -1,4 +1,4 @@
-"""Parity with Hugging Face transformers on random weights, fp32 (DESIGN.md convention 2).
+"""Parity with Hugging Face transformers on random weights, fp32 (docs/architecture.md, convention 2).
 
 Our `TransformerLM` with causal=True must equal `LlamaForCausalLM`, with causal=False `EuroBertForMaskedLM`,
 and the bare `Transformer` must equal `LlamaModel` / `EuroBertModel`, when both carry the SAME weights. The

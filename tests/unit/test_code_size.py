@@ -1,4 +1,4 @@
-"""Readable top to bottom (DESIGN.md convention 4): no source file over 400 lines and no function over 60, unless
+"""Readable top to bottom (docs/architecture.md, convention 4): no source file over 400 lines and no function over 60, unless
 the file's first line is a comment saying why it is longer."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The authors' protocol choices (PAPER.md, "The evaluation protocol as the authors' code runs it"), each a protocol
+"""The authors' protocol choices (docs/paper.md#the-evaluation-protocol-as-the-authors-code-runs-it), each a protocol
 setting whose default keeps today's behaviour: max_length from the checkpoint's context, labelled sentence pairs,
 datasets' train_test_split, the authors' hub schemas (QED), decay of every parameter in pretraining."""
 from __future__ import annotations

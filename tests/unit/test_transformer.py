@@ -249,7 +249,7 @@ def test_gqa_shapes_and_no_biases():
 
 # ---- config and presets ------------------------------------------------------------------------------------
 
-# (name, layers, hidden, FFN, heads, KV heads) from PAPER.md; total parameters with an untied head,
+# (name, layers, hidden, FFN, heads, KV heads) from docs/paper.md#architecture; total parameters with an untied head,
 # vocab 128,256.
 PAPER_TABLE = [
     pytest.param("210m", 12, 768, 3072, 12, 12, 310_266_624, id="210m-310.27M-params-113.27M-non-embedding"),

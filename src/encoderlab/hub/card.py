@@ -20,7 +20,7 @@ from encoderlab.hub.hf import CLASSES
 from encoderlab.model.config import ModelConfig
 from encoderlab.train.logging import read_metrics
 
-# The Hub id and license of the sources encoderlab can name: the pinned SmolLM2 GGUF (DATA.md), and any folder in
+# The Hub id and license of the sources encoderlab can name: the pinned SmolLM2 GGUF (docs/data.md), and any folder in
 # the huggingface_hub cache, whose path names its repository (.../models--OWNER--NAME/snapshots/REVISION).
 KNOWN_SOURCES = {"SmolLM2-135M-Instruct.Q4_1.gguf": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
 HUB_TASKS = {"classification": "text-classification", "tokens": "token-classification", "qa": "question-answering",

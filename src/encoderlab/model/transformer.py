@@ -1,6 +1,6 @@
 """The backbone: one pre-norm RMSNorm / RoPE / SwiGLU / grouped-query-attention transformer for MLM and CLM.
 
-Causality is an argument of `forward`, never a class (DESIGN.md convention 1). Parameter names are those of
+Causality is an argument of `forward`, never a class (docs/architecture.md, convention 1). Parameter names are those of
 Hugging Face `LlamaModel` / `LlamaForCausalLM` and `EuroBertModel` / `EuroBertForMaskedLM`, so state dicts
 move between encoderlab and transformers unchanged:
 

@@ -1,6 +1,6 @@
 """Data parallelism under torchrun: the process group, DDP or FSDP2 wrapping, rank-0 I/O and sharded checkpoints.
 
-The only module of encoderlab that imports `torch.distributed` (DESIGN.md convention 9). The trainer calls:
+The only module of encoderlab that imports `torch.distributed` (docs/architecture.md, convention 9). The trainer calls:
 
     init(parallel, device)               -> World, device   join torchrun's group (NCCL on CUDA, gloo on CPU)
     prepare_model(model, train, world)   -> model           activation checkpointing, compile, then DDP or FSDP2
