@@ -39,7 +39,8 @@ from encoderlab.model.transformer import Transformer
 CACHE_VERSION = 2  # 2: questions cut to max_length // 2 are counted
 TOP_K = 20
 MASKED = -1e9  # logit of positions that cannot be a start or end (finite: no inf - inf in the loss)
-HOLDOUT_FRACTION, HOLDOUT_SEED = 0.05, 1234  # validation = 5% of train where the test set is hidden (PAPER.md)
+# Validation = 5% of train where the test set is hidden (docs/paper.md#evaluation).
+HOLDOUT_FRACTION, HOLDOUT_SEED = 0.05, 1234
 
 
 
