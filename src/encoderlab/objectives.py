@@ -1,7 +1,8 @@
 """Pretraining objectives: MLM masking, CLM shift, their loss on the sparse LM head, and schedules of them.
 
 MLM and CLM differ only here (inputs, labels) and in the `causal` flag of the forward call; the model is the same
-(docs/architecture.md, convention 1). Each objective prepares its own batch (`objective.prepare`) into the same four tensors:
+(docs/architecture.md, convention 1). Each objective prepares its own batch (`objective.prepare`) into the same four
+tensors:
 
     input_ids  (B, T)  what the model reads (MLM: a corrupted copy; CLM: the batch itself)
     labels     (B, T)  the token to predict, -100 where nothing is predicted (Hugging Face convention)

@@ -1,5 +1,5 @@
-"""A real pretrained decoder: SmolLM2-135M-Instruct from its pinned GGUF (docs/data.md) imports into encoderlab and gives
-the logits transformers gives for the same GGUF, in causal mode, fp32.
+"""A real pretrained decoder: SmolLM2-135M-Instruct from its pinned GGUF (docs/data.md) imports into encoderlab and
+gives the logits transformers gives for the same GGUF, in causal mode, fp32.
 
 Both sides run on the same dequantised weights, so the only differences are float rounding in a different order of
 operations: the tolerance is 1e-4 of the largest logit (relative), measured 4e-5 absolute on logits up to ~30.

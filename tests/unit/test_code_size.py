@@ -1,5 +1,5 @@
-"""Readable top to bottom (docs/architecture.md, convention 4): no source file over 400 lines and no function over 60, unless
-the file's first line is a comment saying why it is longer."""
+"""Readable top to bottom (docs/architecture.md, convention 4): no source file over 400 lines and no function over 60,
+unless the file's first line is a comment saying why it is longer."""
 from __future__ import annotations
 
 import ast

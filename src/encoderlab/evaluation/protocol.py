@@ -1,4 +1,5 @@
-"""The evaluation protocol as data (docs/architecture.md, convention 10): printed in every report, stored in every record."""
+"""The evaluation protocol as data (docs/architecture.md, convention 10): printed in every report, stored in every
+record."""
 from __future__ import annotations
 
 from typing import Any, Literal
