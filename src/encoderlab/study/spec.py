@@ -37,7 +37,8 @@ class Intermediate(_Section):
 
 class Splits(_Section):
     """Biphasic models: `first` up to a switch step, then `then`, under one LR schedule (docs/paper.md#pretraining).
-    The switches are either shares of the steps (`shares` x `budgets`, `share_of`) or named per budget (`switch_steps`)."""
+    The switches are either shares of the steps (`shares` x `budgets`, `share_of`) or named per budget
+    (`switch_steps`)."""
 
     sizes: list[str] = Field(..., min_length=1)
     first: str = "clm"
