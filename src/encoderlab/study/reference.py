@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encoderlab.errors import EncoderlabError
-from encoderlab.study.results import CategoryScore, TaskScore, category_scores, task_scores
+from encoderlab.study.results import CATEGORIES, CategoryScore, TaskScore, category_scores, task_scores
 
 # The datasets of the paper's category means, under the authors' folder names -> encoderlab's task names. Their
 # repository also holds QA/qed, which the published QA means are read here not to include: it is skipped, and said.
@@ -77,8 +77,8 @@ def read_runs(folder: Path) -> tuple[list[dict], list[str]]:
     seeds = sorted({seed for runs in grid.values() for _, seed in runs})
     for where, runs in grid.items():
         if missing := len(lrs) * len(seeds) - len(runs):
-            notes.append(f"{where}: {missing} of {len(lrs) * len(seeds)} runs ({len(lrs)} LRs x {len(seeds)} seeds) missing "
-                         "(aggregated without them)")
+            notes.append(f"{where}: {missing} of {len(lrs) * len(seeds)} runs ({len(lrs)} LRs x {len(seeds)} seeds) "
+                         "missing (aggregated without them)")
     return recs, notes
 
 
@@ -102,3 +102,46 @@ def _scores(path: Path) -> tuple[float, float]:
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scores):
         raise EncoderlabError(f"{path}: validation.score and test.score must be numbers, not {scores}")
     return scores
+
+
+def reference_section(report) -> str:
+    """report.md's section: the chosen models of the authors' results/ folder aggregated under this study's
+    `lr_choice`, each beside the study's model it is matched with (same name, or `OURS=MODEL`)."""
+    from encoderlab.study.report import _csv, _fmt, _table
+
+    if report.reference is None:
+        if report.reference_models:
+            raise EncoderlabError("--reference-model needs --reference: the authors' results/ folder")
+        return ""
+    res, root = report.res, Path(report.reference)
+    if not root.is_dir():
+        raise EncoderlabError(f"--reference {root}: no such folder (give the authors' results/ folder)")
+    pairs = [(m.split("=", 1)[0], m.split("=", 1)[1]) if "=" in m else (m if m in res.evaluations else None, m)
+             for m in report.reference_models]
+    pairs = pairs or [(lb, lb) for lb in res.evaluations if (root / lb).is_dir()]
+    if not pairs:
+        return (f"## The authors' own runs\n\nNo evaluation of this study names a model folder of `{root}`: choose "
+                "them with `--reference-model MODEL` or `--reference-model OURS=MODEL`.\n")
+    rows, csv_rows, notes = [], [], []
+    for ours, theirs in pairs:
+        if ours is not None and ours not in res.evaluations:
+            raise EncoderlabError(f"--reference-model {ours}={theirs}: {ours!r} is no evaluation of this study "
+                                  f"(e.g. {', '.join(list(res.evaluations)[:3])})")
+        ref = load_reference(root, theirs, res.lr_choice)
+        mine = res.categories.get(ours, {}) if ours else {}
+        rows.append([theirs, "authors' runs"] + [_fmt(ref.categories[c].mean, ref.categories[c].ci95)
+                                                 if c in ref.categories else "-" for c in CATEGORIES])
+        if ours:
+            rows.append([ours, "this study"] + [_fmt(mine[c].mean, mine[c].ci95) if c in mine else "-"
+                                                for c in CATEGORIES])
+        csv_rows += [[theirs, t, s.test, s.ci95, " ".join(f"{lr:g}" for _, lr in sorted(s.lr_by_seed.items()))]
+                     for t, s in ref.tasks.items()]
+        notes += [f"- {theirs}: {n}" for n in ref.notes]
+    _csv(report.out / "reference.csv", ["authors_model", "task", "test", "ci95", "lr_by_seed"], csv_rows)
+    metric = "" if res.metric == "score" else (" The authors' rows are their protocol's metric whatever this report "
+                                               "shows (their files hold no other).")
+    return ("## The authors' own runs, aggregated as this report\n\n"
+            f"The paper authors' per-run results (`{root}`, their EncodEval `results/` layout) aggregated by the "
+            f"same code as this study's records (`lr_choice: {res.lr_choice}`; their fractions x100), each beside "
+            f"the study's model it is matched with. {report.basis()}{metric} Per dataset: `reference.csv`.\n\n"
+            + _table(["model", "source"] + CATEGORIES, rows) + "\n\n" + "\n".join(notes) + "\n")
