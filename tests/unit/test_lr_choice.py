@@ -91,6 +91,7 @@ def test_a_study_aggregates_as_its_protocol_says_and_a_category_is_the_plain_mea
     assert res.categories["m"]["SC"].mean == 87.0  # (82 + 92) / 2
     assert StudyResults(tmp_path, lr_choice="mean_over_seeds").categories["m"]["SC"].mean == pytest.approx(80.333,
                                                                                                       abs=1e-3)
-    assert StudyResults(tmp_path, "standard").tasks["m"]["a"].test is None  # these records hold no standard score
+    unscored = StudyResults(tmp_path, "standard").tasks["m"]["a"]  # these records hold no standard score
+    assert unscored.test is None and unscored.without_metric == 6
     with pytest.raises(EncoderlabError, match="metric 'f1' is not one of score, standard"):
         StudyResults(tmp_path, "f1")

@@ -138,10 +138,10 @@ def reference_section(report) -> str:
                      for t, s in ref.tasks.items()]
         notes += [f"- {theirs}: {n}" for n in ref.notes]
     _csv(report.out / "reference.csv", ["authors_model", "task", "test", "ci95", "lr_by_seed"], csv_rows)
-    metric = "" if res.metric == "score" else (" The authors' rows are their protocol's metric whatever this report "
-                                               "shows (their files hold no other).")
     return ("## The authors' own runs, aggregated as this report\n\n"
             f"The paper authors' per-run results (`{root}`, their EncodEval `results/` layout) aggregated by the "
             f"same code as this study's records (`lr_choice: {res.lr_choice}`; their fractions x100), each beside "
-            f"the study's model it is matched with. {report.basis()}{metric} Per dataset: `reference.csv`.\n\n"
+            "the study's model it is matched with. The authors' rows are their protocol's metric, the only one their "
+            f"files hold; this study's rows are as in every table here ({res.metric}). Per dataset: "
+            "`reference.csv`.\n\n"
             + _table(["model", "source"] + CATEGORIES, rows) + "\n\n" + "\n".join(notes) + "\n")

@@ -264,9 +264,12 @@ def compose(report) -> str:
         parts.append(f"## Pretraining loss\n\n![pretraining loss]({fig})\n")
     failed = [(lb, t.task, t.failed) for lb, ts in res.tasks.items() for t in ts.values() if t.failed]
     missing = [lb for lb in res.evaluations if not res.tasks.get(lb)]
-    if failed or missing:
+    unscored = [(lb, t.task, t.without_metric) for lb, ts in res.tasks.items() for t in ts.values() if t.without_metric]
+    if failed or missing or unscored:
         parts.append("## Failed and missing runs\n\n" + "\n".join(
             [f"- {lb} / {task}: {n} failed runs (excluded from the means)" for lb, task, n in failed]
+            + [f"- {lb} / {task}: {n} runs without a `{res.metric}` score (recorded before it existed; excluded)"
+               for lb, task, n in unscored]
             + [f"- {lb}: no evaluation records yet" for lb in missing]) + "\n")
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
                  "Plan (steps and FLOPs): " + _plan_line(plan) + "\n")
