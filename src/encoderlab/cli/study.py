@@ -124,9 +124,14 @@ def run_cmd(
 @study_app.command("report")
 def report_cmd(
     folder: Path = typer.Argument(..., help="A study folder (what `study run` printed, e.g. studies/demo)."),
+    metric: str = typer.Option("score", help="score: the protocol's metric; standard: the field's standard one."),
+    reference: Path | None = typer.Option(None, help="The paper authors' results/ folder (EncodEval): their runs "
+                                          "aggregated like ours, beside our models of the same names."),
+    reference_model: list[str] = typer.Option([], help="With --reference: an authors' model to show, MODEL or "
+                                              "OURS=MODEL (beside our evaluation OURS); repeatable."),
 ) -> None:
     """Write report.md with the paper's tables (CSV) and figures (PNG) from a study folder's records."""
     from encoderlab.study.report import write_report
 
-    path = write_report(folder)
+    path = write_report(folder, metric, reference, tuple(reference_model))
     out.print(f"[bold]report[/bold] {path}")

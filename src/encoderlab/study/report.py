@@ -6,7 +6,8 @@ import math
 from pathlib import Path
 
 from encoderlab.io import atomic_file
-from encoderlab.study.results import REPRODUCED, CATEGORIES, CategoryScore, StudyResults, category_scores, outcome
+from encoderlab.study.results import (REPRODUCED, CATEGORIES, STANDARD_METRIC, CategoryScore, StudyResults,
+                                      category_scores, outcome)
 
 
 def _fmt(x: float | None, ci: float | None = None) -> str:
@@ -28,14 +29,32 @@ def _csv(path: Path, header: list[str], rows: list[list]) -> None:
 
 
 class Report:
-    def __init__(self, root: Path) -> None:
-        self.res = StudyResults(root)
+    def __init__(self, root: Path, metric: str = "score", reference: Path | None = None,
+                 reference_models: tuple[str, ...] = ()) -> None:
+        """`metric`: the scores every table shows, "score" (the protocol's metric) or "standard" (the field's).
+        `reference`: the authors' results/ folder, whose runs `reference_section` aggregates like ours;
+        `reference_models`: which of its models, each `MODEL` or `OURS=MODEL` (default: every evaluation label
+        that names a model folder there)."""
+        self.res = StudyResults(root, metric)
+        self.reference, self.reference_models = reference, reference_models
         self.out = Path(root) / "report"
         self.out.mkdir(parents=True, exist_ok=True)
         published = self.res.plan.get("paper_results") or {}
         self.paper = published.get("categories", {})
         self.paper_column = published.get("column", "paper")
         self.sections: list[str] = []
+
+    def basis(self) -> str:
+        """What every score of the report is: which metric, and how the LR was chosen."""
+        if self.res.metric == "score":
+            what = "the protocol's metric (`score`: the metric named in each per-dataset column)"
+        else:
+            what = ("the field's standard metric (`standard`: " + ", ".join(sorted(set(STANDARD_METRIC.values())))
+                    + "; `--metric score` shows the protocol's)")
+        how = {"per_seed": "each seed's run at its own best-validation LR, mean over seeds",
+               "mean_over_seeds": "every seed's run at the one LR with the best mean validation score over seeds "
+                                  "(among the LRs run on every seed), mean over seeds"}[self.res.lr_choice]
+        return f"Scores: {what}; {how} (`lr_choice: {self.res.lr_choice}`)."
 
     # ------------------------------------------------------------------------------------------- tables
 
@@ -52,7 +71,8 @@ class Report:
             rows.append(row)
             csv_rows.append([lb] + [round(scores[c].mean, 3) if c in scores else "" for c in cats])
         _csv(self.out / f"{name}.csv", ["model"] + cats, csv_rows)
-        return f"### {title}\n\n{_table(header, rows)}\n\nCSV: `{name}.csv`\n"
+        published = f" `{self.paper_column}`: the published means, the authors' metric." if self.paper else ""
+        return f"### {title}\n\n{_table(header, rows)}\n\n{self.basis()}{published} CSV: `{name}.csv`\n"
 
     def dataset_tables(self, labels: list[str]) -> str:
         tasks = self.res.task_names()
@@ -67,18 +87,18 @@ class Report:
                 ts = self.res.tasks.get(lb, {})
                 if not any(t in ts for t in names):
                     continue
-                rows.append([lb] + [f"{_fmt(ts[t].test, ts[t].ci95)} (lr {ts[t].best_lr:g})"
+                rows.append([lb] + [f"{_fmt(ts[t].test, ts[t].ci95)} ({_lrs(ts[t].lr_by_seed)})"
                                     if t in ts and ts[t].test is not None else "-" for t in names])
                 csv_rows += [[lb, t, ts[t].test, ts[t].ci95, ts[t].best_lr, ts[t].std_seeds, ts[t].std_lrs,
                               ts[t].baseline, ts[t].failed] for t in names if t in ts]
             base = {t: next(self.res.tasks[lb][t].baseline for lb in labels if t in self.res.tasks[lb]) for t in names}
-            rows.append(["*trivial baseline*"] + [f"{base[t]:.2f}" for t in names])
+            rows.append(["*trivial baseline*"] + [_fmt(base[t]) for t in names])
             metric = {t: next(self.res.tasks[lb][t].metric for lb in labels if t in self.res.tasks[lb]) for t in names}
             parts.append(f"#### {cat}\n\n" + _table(["model"] + [f"{t} ({metric[t]})" for t in names], rows))
         _csv(self.out / "datasets.csv", ["model", "task", "test", "ci95", "best_lr", "std_seeds", "std_lrs",
                                          "baseline", "failed_runs"], csv_rows)
-        return "\n\n".join(parts) + "\n\nTest score at the LR chosen on validation, mean ± 95% CI over seeds. " \
-            "CSV: `datasets.csv`\n"
+        return "\n\n".join(parts) + f"\n\nTest score ± 95% CI over seeds, the LR kept in brackets (one per seed " \
+            f"where they differ). {self.basis()} CSV: `datasets.csv`\n"
 
     def sanity_section(self) -> str:
         """Every pretrained final model against the random-init baseline of its size, per category."""
@@ -270,6 +290,12 @@ class Report:
         return "pretraining_loss.png"
 
 
+def _lrs(lr_by_seed: dict[int, float]) -> str:
+    """'lr 5e-05', or 'lrs 5e-05/5e-05/0.0001' in seed order when the seeds kept different LRs."""
+    lrs = [lr_by_seed[s] for s in sorted(lr_by_seed)]
+    return f"lr {lrs[0]:g}" if len(set(lrs)) == 1 else "lrs " + "/".join(f"{lr:g}" for lr in lrs)
+
+
 def _holds_cell(c) -> str:
     ci = "-" if c.ci95 is None else f"{c.ci95:.2f}"
     p = "-" if c.p is None else f"{c.p:.3f}"
@@ -302,10 +328,11 @@ def _sd(xs: list[float]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
-def write_report(root: Path) -> Path:
+def write_report(root: Path, metric: str = "score", reference: Path | None = None,
+                 reference_models: tuple[str, ...] = ()) -> Path:
     from encoderlab.study.report_text import compose
 
-    report = Report(root)
+    report = Report(root, metric, reference, reference_models)
     text = compose(report)
     path = report.out / "report.md"
     with atomic_file(path) as tmp:

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 import yaml
 from scipy import stats
 
+from encoderlab.study.reference import reference_section
 from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, outcome, tally,
                                       verdict)
 
@@ -228,12 +229,13 @@ def compose(report) -> str:
              f"{len(res.runs)} pretrained models, {len(res.evaluations)} evaluated checkpoints, {done} fine-tuning "
              f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
              f"{proto['max_steps']} steps). The full-budget models saw {_tokens(plan):,} pretraining tokens each: "
-             "read every verdict below at that scale.\n",
+             f"read every verdict below at that scale. {report.basis()} Every table and finding below uses them.\n",
              report.sanity_section(),
              imported_section(report),
              findings(report),
              "## Category scores per model (PAPER.md Tables 2-5 layout)\n",
              report.category_table(finals, "categories", "Final models and the random-init baseline"),
+             reference_section(report),
              "## Per-dataset scores\n", report.dataset_tables(everything)]
     fig, note = report.efficiency_figure()
     if fig:
@@ -262,9 +264,12 @@ def compose(report) -> str:
         parts.append(f"## Pretraining loss\n\n![pretraining loss]({fig})\n")
     failed = [(lb, t.task, t.failed) for lb, ts in res.tasks.items() for t in ts.values() if t.failed]
     missing = [lb for lb in res.evaluations if not res.tasks.get(lb)]
-    if failed or missing:
+    unscored = [(lb, t.task, t.without_metric) for lb, ts in res.tasks.items() for t in ts.values() if t.without_metric]
+    if failed or missing or unscored:
         parts.append("## Failed and missing runs\n\n" + "\n".join(
             [f"- {lb} / {task}: {n} failed runs (excluded from the means)" for lb, task, n in failed]
+            + [f"- {lb} / {task}: {n} runs without a `{res.metric}` score (recorded before it existed; excluded)"
+               for lb, task, n in unscored]
             + [f"- {lb}: no evaluation records yet" for lb in missing]) + "\n")
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
                  "Plan (steps and FLOPs): " + _plan_line(plan) + "\n")

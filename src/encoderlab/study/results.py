@@ -1,8 +1,10 @@
 """A study's records as numbers: per-dataset and per-category scores with CIs, stability, and the five findings.
 
-Category scores follow PAPER.md: the mean of a category's datasets. Its confidence interval comes from the
-per-seed category scores (each seed's test score at each dataset's chosen LR, averaged over the datasets), a t
-interval over seeds, so it carries the seed-to-seed noise that decides whether two models differ.
+A dataset's score is the mean over seeds of each seed's kept run (evaluation/sweep.py `choose_runs`, as the
+protocol's `lr_choice` says), on the protocol's metric ("score") or the field's standard one ("standard"). A category
+score is the plain mean of its datasets' scores. Its confidence interval comes from the per-seed category scores
+(each seed's kept test score averaged over the datasets), a t interval over seeds, so it carries the seed-to-seed
+noise that decides whether two models differ.
 """
 from __future__ import annotations
 
@@ -20,6 +22,10 @@ from encoderlab.train.logging import read_metrics
 
 CATEGORY = {"classification": "SC", "tokens": "TC", "qa": "QA", "retrieval": "IR"}
 CATEGORIES = ["SC", "TC", "QA", "IR"]
+# The field's standard metric per family (the "standard" score of records, EvalTask.standard_metric).
+STANDARD_METRIC = {"classification": "accuracy", "tokens": "seqeval entity_f1", "qa": "SQuAD f1",
+                   "retrieval": "ndcg@10"}
+METRICS = ("score", "standard")
 
 
 @dataclass
@@ -27,29 +33,33 @@ class TaskScore:
     task: str
     category: str
     metric: str
-    best_lr: float | None
+    best_lr: float | None  # per_seed: the LR most seeds kept (lr_by_seed has each seed's)
     test: float | None
     ci95: float | None
     validation: float | None
-    baseline: float
-    by_seed: dict[int, float]  # test score per seed at the chosen LR
+    baseline: float | None
+    by_seed: dict[int, float]  # each seed's kept test score
     centred_runs: list[float]  # every ok run's test score minus this task's mean over runs (stability)
     std_seeds: float | None
     std_lrs: float | None
     runs: int
     failed: int
+    lr_by_seed: dict[int, float]
+    without_metric: int = 0  # ok runs whose records lack the metric shown (older than the "standard" score)
 
 
-def task_scores(recs: list[dict]) -> TaskScore:
-    """One task's records, aggregated by the sweep's own rule (best LR on validation, test over seeds there)."""
-    [(name, e)] = summarize(recs)["tasks"].items()
+def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "score") -> TaskScore:
+    """One task's records, aggregated by the sweep's own rule (`summarize`: the kept run per seed, `lr_choice`)."""
+    [(name, e)] = summarize(recs, lr_choice, metric)["tasks"].items()
     cat = CATEGORY.get(e["family"], e["family"])
     runs = e.get("test_all_runs", [])
     centre = sum(runs) / len(runs) if runs else 0.0
-    return TaskScore(name, cat, e["metric"], e.get("best_lr"), e.get("test"), e.get("ci95"), e.get("validation"),
+    shown = e["metric"] if metric == "score" else STANDARD_METRIC.get(e["family"], "standard")
+    return TaskScore(name, cat, shown, e.get("best_lr"), e.get("test"), e.get("ci95"), e.get("validation"),
                      e["baseline"], e.get("test_by_seed", {}), [t - centre for t in runs],
                      e["std_over_seeds"] if e.get("seeds", 0) > 1 else None,
-                     e["std_over_lrs"] if len(e.get("validation_by_lr", {})) > 1 else None, e["runs"], e["failed"])
+                     e["std_over_lrs"] if len(e.get("validation_by_lr", {})) > 1 else None, e["runs"], e["failed"],
+                     e.get("lr_by_seed", {}), e.get("without_metric", 0))
 
 
 @dataclass
@@ -70,7 +80,9 @@ def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
         if not seeds:
             continue
         per_seed = {s: sum(t.by_seed[s] for t in members) / len(members) for s in seeds}
-        mean, half = mean_ci95(list(per_seed.values()))
+        _, half = mean_ci95(list(per_seed.values()))
+        # the plain mean of the datasets' scores (unrounded); the same as the per-seed mean when seeds agree
+        mean = sum(sum(t.by_seed.values()) / len(t.by_seed) for t in members) / len(members)
         out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members))
     return out
 
@@ -78,7 +90,8 @@ def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
 class StudyResults:
     """Everything the report shows, read from a study folder (plan.json, evals/, pretrain/*/metrics.jsonl)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, metric: str = "score", lr_choice: str | None = None) -> None:
+        """`metric`: "score" (the protocol's) or "standard" (the field's); `lr_choice`: None for the protocol's."""
         self.root = Path(root)
         plan_path = self.root / "plan.json"
         if not plan_path.exists():
@@ -87,6 +100,13 @@ class StudyResults:
             raise EncoderlabError(f"{self.root} is not a study folder (no plan.json): give the folder that "
                                   "`encoderlab study run` printed, e.g. studies/demo")
         self.plan = json.loads(plan_path.read_text())
+        if metric not in METRICS:
+            from encoderlab.errors import EncoderlabError
+
+            raise EncoderlabError(f"metric {metric!r} is not one of {', '.join(METRICS)}")
+        self.metric = metric
+        # as the study's protocol says (a plan from before the setting: mean_over_seeds, the rule of its time)
+        self.lr_choice = lr_choice or self.plan["protocol"].get("lr_choice", "mean_over_seeds")
         self.protocol_key = records.protocol_key(self.plan["protocol"])
         self.evaluations = {e["label"]: e for e in self.plan["evaluations"]}
         self.runs = {r["name"]: r for r in self.plan["runs"]}
@@ -96,7 +116,7 @@ class StudyResults:
             by_task: dict[str, list[dict]] = {}
             for r in recs:
                 by_task.setdefault(r["task"], []).append(r)
-            self.tasks[label] = {t: task_scores(rs) for t, rs in sorted(by_task.items())}
+            self.tasks[label] = {t: task_scores(rs, self.lr_choice, metric) for t, rs in sorted(by_task.items())}
         self.categories = {label: category_scores(ts) for label, ts in self.tasks.items()}
 
     def versus(self, a: str, b: str) -> list[Comparison]:

@@ -1,0 +1,147 @@
+"""The paper authors' own per-run results (their EncodEval repository's `results/` folder), aggregated exactly as a
+study's records are, so that their numbers can stand beside ours (docs/paper.md).
+
+Their layout: `<model>/<TASK>/<dataset>/<run>/results.json`, run = `lr{LR}_sd{SEED}` or, for IR (one model trained
+on MS MARCO pairs per LR and seed, scored on each IR set), `msmarco_pairs_lr{LR}_sd{SEED}`; each file holds
+`{"validation": {"score": x}, "test": {"score": y}}` as fractions (per-example `scores_i` beside them, ignored).
+Their score is their protocol's metric (evaluation/protocol.py `paper`); they kept no standard metric.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from encoderlab.errors import EncoderlabError
+from encoderlab.study.results import CATEGORIES, CategoryScore, TaskScore, category_scores, task_scores
+
+# The datasets of the paper's category means, under the authors' folder names -> encoderlab's task names. Their
+# repository also holds QA/qed, which the published QA means are read here not to include: it is skipped, and said.
+DATASETS = {"SC": {"sst2": "sst2", "mnli_m": "mnli", "qqp": "qqp"},
+            "TC": {"conll2003_en": "conll2003", "ontonotes": "ontonotes", "uner_en": "uner"},
+            "QA": {"squad": "squad", "squad_v2": "squad_v2", "record": "record"},
+            "IR": {"msmarco": "msmarco", "nq": "nq", "mldr_en": "mldr"}}
+for _names in DATASETS.values():  # a copy renamed to encoderlab's task names reads the same
+    _names.update({ours: ours for ours in list(_names.values())})
+FAMILY = {"SC": "classification", "TC": "tokens", "QA": "qa", "IR": "retrieval"}
+RUN = re.compile(r"(?:msmarco_pairs_)?lr(\d+(?:\.\d+)?(?:e[+-]?\d+)?)_sd(\d+)")
+
+
+@dataclass
+class Reference:
+    model: str
+    tasks: dict[str, TaskScore]
+    categories: dict[str, CategoryScore]
+    notes: list[str]  # runs missing from the grid, datasets skipped: said, never fatal
+
+
+def load_reference(root: Path, model: str, lr_choice: str) -> Reference:
+    """One model's results under `root` (the authors' `results/` folder), aggregated under `lr_choice` by the same
+    function as a study's records (sweep.choose_runs via results.task_scores), scores x100."""
+    folder = Path(root) / model
+    if not folder.is_dir():
+        have = sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else []
+        raise EncoderlabError(f"no model {model!r} in {root} (the authors' results/ folder has one folder per model"
+                              + (f", e.g. {', '.join(have[:3])})" if have else "; this one has none)"))
+    recs, notes = read_runs(folder)
+    by_task: dict[str, list[dict]] = {}
+    for r in recs:
+        by_task.setdefault(r["task"], []).append(r)
+    tasks = {name: task_scores(rs, lr_choice) for name, rs in sorted(by_task.items())}
+    return Reference(model, tasks, category_scores(tasks), notes)
+
+
+def read_runs(folder: Path) -> tuple[list[dict], list[str]]:
+    """Every run of one model as a study record (what `summarize` reads), and notes on what is missing or skipped."""
+    recs, notes, grid = [], [], {}
+    for task_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
+        for data_dir in sorted(p for p in task_dir.iterdir() if p.is_dir()):
+            name = DATASETS.get(task_dir.name, {}).get(data_dir.name)
+            if name is None:
+                notes.append(f"{task_dir.name}/{data_dir.name}: skipped (not a dataset of the paper's category means)")
+                continue
+            runs = {}
+            for run_dir in sorted(p for p in data_dir.iterdir() if p.is_dir()):
+                if not (run_dir / "results.json").exists():
+                    continue  # a run that never finished: missing, counted below
+                lr, seed = _run_name(run_dir)
+                val, test = _scores(run_dir / "results.json")
+                runs[(lr, seed)] = run_dir.name
+                recs.append({"task": name, "family": FAMILY[task_dir.name], "metric": "the authors' score",
+                             "status": "ok", "lr": lr, "seed": seed, "baseline": {},
+                             "scores": {"validation": {"score": 100 * val}, "test": {"score": 100 * test}}})
+            grid[f"{task_dir.name}/{data_dir.name}"] = runs
+    lrs = sorted({lr for runs in grid.values() for lr, _ in runs})
+    seeds = sorted({seed for runs in grid.values() for _, seed in runs})
+    for where, runs in grid.items():
+        if missing := len(lrs) * len(seeds) - len(runs):
+            notes.append(f"{where}: {missing} of {len(lrs) * len(seeds)} runs ({len(lrs)} LRs x {len(seeds)} seeds) "
+                         "missing (aggregated without them)")
+    return recs, notes
+
+
+def _run_name(run_dir: Path) -> tuple[float, int]:
+    m = RUN.fullmatch(run_dir.name)
+    if m is None:
+        raise EncoderlabError(f"{run_dir}: a run folder is named lr<LR>_sd<SEED> or msmarco_pairs_lr<LR>_sd<SEED>")
+    return float(m[1]), int(m[2])
+
+
+def _scores(path: Path) -> tuple[float, float]:
+    """(validation, test) scores of one results.json; anything else is refused, naming the file."""
+    try:
+        data = json.loads(path.read_text())
+        scores = tuple(data[split]["score"] for split in ("validation", "test"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise EncoderlabError(f"{path}: not valid JSON ({exc})") from None
+    except (KeyError, TypeError):
+        raise EncoderlabError(f"{path}: no validation.score and test.score (the authors' results.json holds "
+                              '{"validation": {"score": x}, "test": {"score": y}})') from None
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scores):
+        raise EncoderlabError(f"{path}: validation.score and test.score must be numbers, not {scores}")
+    return scores
+
+
+def reference_section(report) -> str:
+    """report.md's section: the chosen models of the authors' results/ folder aggregated under this study's
+    `lr_choice`, each beside the study's model it is matched with (same name, or `OURS=MODEL`)."""
+    from encoderlab.study.report import _csv, _fmt, _table
+
+    if report.reference is None:
+        if report.reference_models:
+            raise EncoderlabError("--reference-model needs --reference: the authors' results/ folder")
+        return ""
+    res, root = report.res, Path(report.reference)
+    if not root.is_dir():
+        raise EncoderlabError(f"--reference {root}: no such folder (give the authors' results/ folder)")
+    pairs = [(m.split("=", 1)[0], m.split("=", 1)[1]) if "=" in m else (m if m in res.evaluations else None, m)
+             for m in report.reference_models]
+    pairs = pairs or [(lb, lb) for lb in res.evaluations if (root / lb).is_dir()]
+    if not pairs:
+        return (f"## The authors' own runs\n\nNo evaluation of this study names a model folder of `{root}`: choose "
+                "them with `--reference-model MODEL` or `--reference-model OURS=MODEL`.\n")
+    rows, csv_rows, notes = [], [], []
+    for ours, theirs in pairs:
+        if ours is not None and ours not in res.evaluations:
+            raise EncoderlabError(f"--reference-model {ours}={theirs}: {ours!r} is no evaluation of this study "
+                                  f"(e.g. {', '.join(list(res.evaluations)[:3])})")
+        ref = load_reference(root, theirs, res.lr_choice)
+        mine = res.categories.get(ours, {}) if ours else {}
+        rows.append([theirs, "authors' runs"] + [_fmt(ref.categories[c].mean, ref.categories[c].ci95)
+                                                 if c in ref.categories else "-" for c in CATEGORIES])
+        if ours:
+            rows.append([ours, "this study"] + [_fmt(mine[c].mean, mine[c].ci95) if c in mine else "-"
+                                                for c in CATEGORIES])
+        csv_rows += [[theirs, t, s.test, s.ci95, " ".join(f"{lr:g}" for _, lr in sorted(s.lr_by_seed.items()))]
+                     for t, s in ref.tasks.items()]
+        notes += [f"- {theirs}: {n}" for n in ref.notes]
+    _csv(report.out / "reference.csv", ["authors_model", "task", "test", "ci95", "lr_by_seed"], csv_rows)
+    return ("## The authors' own runs, aggregated as this report\n\n"
+            f"The paper authors' per-run results (`{root}`, their EncodEval `results/` layout) aggregated by the "
+            f"same code as this study's records (`lr_choice: {res.lr_choice}`; their fractions x100), each beside "
+            "the study's model it is matched with. The authors' rows are their protocol's metric, the only one their "
+            f"files hold; this study's rows are as in every table here ({res.metric}). Per dataset: "
+            "`reference.csv`.\n\n"
+            + _table(["model", "source"] + CATEGORIES, rows) + "\n\n" + "\n".join(notes) + "\n")
