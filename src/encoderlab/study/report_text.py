@@ -11,10 +11,10 @@ from encoderlab.study.reference import reference_section
 from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, outcome, tally,
                                       verdict)
 
-# Where CLM stops being ahead in the paper (PAPER.md, finding 2: ~10K of 42K steps on SC and QA, ~20K on IR), as a
+# Where CLM stops being ahead in the paper (docs/paper.md, finding 2: ~10K of 42K steps on SC and QA, ~20K on IR), as a
 # share of the budget so that a smaller study judges the same stretch of its training.
 EARLY_UNTIL = {"SC": 10 / 42, "QA": 10 / 42, "IR": 20 / 42}
-PAPER_TOKENS = 100e9  # PAPER.md: every model of the grid saw ~100B tokens in its 42K steps
+PAPER_TOKENS = 100e9  # docs/paper.md#pretraining: every model of the grid saw ~100B tokens in its 42K steps
 # A question the study file does not ask is not a measurement that failed ("not measured: missing evaluations").
 NOT_ASKED = "not asked by this study: it trains no {}, which a study file asks for under `{}`"
 
@@ -233,7 +233,7 @@ def compose(report) -> str:
              report.sanity_section(),
              imported_section(report),
              findings(report),
-             "## Category scores per model (PAPER.md Tables 2-5 layout)\n",
+             "## Category scores per model (the paper's Tables 2-5 layout)\n",
              report.category_table(finals, "categories", "Final models and the random-init baseline"),
              reference_section(report),
              "## Per-dataset scores\n", report.dataset_tables(everything)]
@@ -251,13 +251,13 @@ def compose(report) -> str:
             if len(shares) > 1:
                 labels = [shares[s] for s in sorted(shares)]
                 first, then = group.split("-", 1)
-                title = f"{first.upper()}/{then.upper()} splits at {budget} steps ({size}; PAPER.md Tables 10-13)"
+                title = f"{first.upper()}/{then.upper()} splits at {budget} steps ({size}; the paper's Tables 10-13)"
                 parts.append(report.category_table(labels, f"splits-{size}-{budget}-{group}", title,
                                                    lambda lb, sh=shares, f=first: _share_name(lb, sh, f)))
         for kind, arms in sorted(a["cpt"].items()):
             labels = [arms[s] for s in sorted(arms)]
             parts.append(report.category_table(labels, f"cpt-{size}-from-{kind}",
-                                               f"CPT with MLM from the {kind.upper()} model ({size}; PAPER.md "
+                                               f"CPT with MLM from the {kind.upper()} model ({size}; the paper's "
                                                "Tables 14-17; the first row is the starting point)"))
     fig = report.loss_figure()
     if fig:
