@@ -42,7 +42,7 @@ def exported(tmp_path_factory, synthetic, one_thread):
 
 def ours(model: TransformerLM, tok, texts: list[str]) -> torch.Tensor:
     """Unit-norm embeddings the way the retrieval task computes them (tokenise, pad, encode, normalise)."""
-    tokens = _Tokens(*RetrievalTask._tokenise(texts, tok, CONTEXT)[:2])
+    tokens = _Tokens(*RetrievalTask._tokenise(texts, tok, CONTEXT, lambda ids: [tok.bos_id, *ids, tok.eos_id])[:2])
     ids, mask = pad([tokens[i] for i in range(len(texts))], tok.pad_id)
     with torch.no_grad():
         return F.normalize(encode(model.model, ids, mask), dim=-1)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.study.results import CATEGORIES, CategoryScore, TaskScore, category_scores, task_scores
 
 # The datasets of the paper's category means, under the authors' folder names -> encoderlab's task names. Their
@@ -107,7 +108,6 @@ def _scores(path: Path) -> tuple[float, float]:
 def reference_section(report) -> str:
     """report.md's section: the chosen models of the authors' results/ folder aggregated under this study's
     `lr_choice`, each beside the study's model it is matched with (same name, or `OURS=MODEL`)."""
-    from encoderlab.study.report import _csv, _fmt, _table
 
     if report.reference is None:
         if report.reference_models:

@@ -1,31 +1,13 @@
 """`report.md` with CSV tables and PNG figures from a study folder: the paper's tables and figures for our runs."""
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
 from encoderlab.io import atomic_file
+from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.study.results import (REPRODUCED, CATEGORIES, STANDARD_METRIC, CategoryScore, StudyResults,
                                       category_scores, outcome)
-
-
-def _fmt(x: float | None, ci: float | None = None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.2f}" if ci is None else f"{x:.2f} ± {ci:.2f}"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-def _csv(path: Path, header: list[str], rows: list[list]) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
 
 
 class Report:

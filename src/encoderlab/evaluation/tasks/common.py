@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -206,3 +207,10 @@ def column(ds: Any, name: str, where: str) -> list:
 
 
 # ---------------------------------------------------------------------------------------- loaders
+
+
+def char_span_to_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
+    """Token indices (first, last) covering characters [start, end) given (N, 2) token offsets, or None."""
+    first = int(np.searchsorted(offsets[:, 1], start, side="right"))  # first token ending after the start
+    last = int(np.searchsorted(offsets[:, 0], end, side="left")) - 1  # last token starting before the end
+    return (first, last) if 0 <= first <= last < len(offsets) else None

@@ -33,7 +33,7 @@ from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.evaluation.tasks.base import SPLITS, EvalTask
-from encoderlab.evaluation.tasks.common import cached, split_validation
+from encoderlab.evaluation.tasks.common import cached, char_span_to_tokens, split_validation
 from encoderlab.model.transformer import Transformer
 
 CACHE_VERSION = 2  # 2: questions cut to max_length // 2 are counted
@@ -92,13 +92,6 @@ def window_starts(n_tokens: int, size: int, stride: int) -> list[int]:
     while starts[-1] + size < n_tokens:
         starts.append(starts[-1] + step)
     return starts
-
-
-def char_span_to_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
-    """Token indices (first, last) covering characters [start, end) given (N, 2) token offsets, or None."""
-    first = int(np.searchsorted(offsets[:, 1], start, side="right"))  # first token ending after the start
-    last = int(np.searchsorted(offsets[:, 0], end, side="left")) - 1  # last token starting before the end
-    return (first, last) if 0 <= first <= last < len(offsets) else None
 
 
 def best_span(start: np.ndarray, end: np.ndarray, lo: int, hi: int, max_answer_tokens: int,

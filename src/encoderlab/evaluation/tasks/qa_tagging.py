@@ -27,7 +27,6 @@ import re
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -37,13 +36,11 @@ from torch import Tensor, nn
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores, token_position_f1
-from encoderlab.evaluation.tasks.base import SPLITS, linear_head
-from encoderlab.evaluation.tasks.common import cached, eval_mode
-from encoderlab.evaluation.tasks.qa import char_span_to_tokens
+from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, linear_head
+from encoderlab.evaluation.tasks.common import cached, char_span_to_tokens, eval_mode
+
 from encoderlab.model.transformer import Transformer
 
-if TYPE_CHECKING:
-    from encoderlab.evaluation.tasks.qa import QATask
 
 CACHE_VERSION = 1
 QUESTION = "Question: {}\nContext: "  # the authors' first sequence; the context is the second
@@ -103,7 +100,7 @@ def encode_tagging(examples: list[dict], tokenizer: TextTokenizer, max_length: i
 class QATagging:
     """The tagging format of a QATask (`QATask.adopt` makes one; the task's methods hand over to it)."""
 
-    def __init__(self, task: QATask, dropout: float) -> None:
+    def __init__(self, task: EvalTask, dropout: float) -> None:  # the QATask (qa.py imports this module)
         self.task, self.dropout = task, dropout
         self._prep: dict[str, dict[str, Tensor]] | None = None
         self._pad_id = 0
