@@ -16,12 +16,12 @@ from encoderlab.evaluation.tasks.tokens import TokenTask, vote
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 
 NER = ["B-LOC", "B-PER", "I-PER", "O"]
-LOC, PER, IPER, O = 0, 1, 2, 3
+LOC, PER, IPER, OUT = 0, 1, 2, 3
 X = -100
 SENTENCES = [  # (words, tags, the sub-words the hand-made WordPiece vocabulary splits them into)
-    (["Zoe", "ran", "in", "Oslo", "."], [PER, O, O, LOC, O], ["Zo", "##e", "ran", "in", "Os", "##lo", "."]),
-    (["Kimberly", "Zoe", "sat"], [PER, IPER, O], ["Kim", "##ber", "##ly", "Zo", "##e", "sat"]),
-    (["the", "cat", "sat"], [O, O, O], ["the", "cat", "sat"]),  # all "O"
+    (["Zoe", "ran", "in", "Oslo", "."], [PER, OUT, OUT, LOC, OUT], ["Zo", "##e", "ran", "in", "Os", "##lo", "."]),
+    (["Kimberly", "Zoe", "sat"], [PER, IPER, OUT], ["Kim", "##ber", "##ly", "Zo", "##e", "sat"]),
+    (["the", "cat", "sat"], [OUT, OUT, OUT], ["the", "cat", "sat"]),  # all "O"
     (["Reykjavik"], [LOC], ["Rey", "##k", "##ja", "##vik"]),
 ]
 AUTHORS = {"tokens": {"labels": "all_subwords", "dropout": 0.1, "metric": "sentence_macro_f1"}, "inputs": "eos"}
@@ -76,16 +76,16 @@ def test_every_sub_word_carries_its_words_tag_and_eos_and_padding_are_ignored():
     task = hand_task(**AUTHORS)
     assert task.ids["train"][1] == [15, 16, 17, 13, 14, 7, 1]  # Kim ##ber ##ly Zo ##e sat <eos>: no <bos>
     expected = [
-        [PER, PER, O, O, LOC, LOC, O, X],  # Zo ##e ran in Os ##lo . <eos>
-        [PER, PER, PER, IPER, IPER, O, X],  # Kim ##ber ##ly Zo ##e sat <eos>
-        [O, O, O, X],
+        [PER, PER, OUT, OUT, LOC, LOC, OUT, X],  # Zo ##e ran in Os ##lo . <eos>
+        [PER, PER, PER, IPER, IPER, OUT, X],  # Kim ##ber ##ly Zo ##e sat <eos>
+        [OUT, OUT, OUT, X],
         [LOC, LOC, LOC, LOC, X],  # Rey ##k ##ja ##vik <eos>
     ]
     assert [task.sub_word_labels("train", i, len(ids)) for i, ids in enumerate(task.ids["train"])] == expected
-    assert task.sub_word_labels("train", 2, 6) == [O, O, O, X, X, X]  # padding
+    assert task.sub_word_labels("train", 2, 6) == [OUT, OUT, OUT, X, X, X]  # padding
     # encoderlab's first_subword with the same inputs: only the first sub-word of each word
     first = hand_task(inputs="eos")
-    assert first.sub_word_labels("train", 0, 8) == [PER, X, O, O, LOC, X, O, X]
+    assert first.sub_word_labels("train", 0, 8) == [PER, X, OUT, OUT, LOC, X, OUT, X]
     # bos_eos keeps <bos> in front, ignored
     framed = hand_task(tokens=AUTHORS["tokens"])
     assert framed.ids["train"][3] == [0, 18, 19, 20, 21, 1]
@@ -107,12 +107,12 @@ def test_a_training_batch_holds_those_labels_in_the_random_order():
 
 # Argmax tag per sub-word (then <eos>), and each word's vote written down by hand.
 SCRIPT = [
-    [PER, O, O, LOC, LOC, O, O, O],  # Zo ##e: PER/O tie -> PER (lower id); in: LOC (wrong); Os ##lo: LOC/O -> LOC
-    [O, PER, PER, IPER, O, O, O],  # Kim ##ber ##ly: O, PER, PER -> PER; Zo ##e: IPER/O tie -> IPER; sat O
-    [O, O, O, LOC],  # right ("O" everywhere; <eos> is not a word)
-    [LOC, O, O, PER, O],  # Rey ##k ##ja ##vik: O wins 2 to 1 and 1 -> O (wrong)
+    [PER, OUT, OUT, LOC, LOC, OUT, OUT, OUT],  # Zo ##e: PER/O tie -> PER (lower id); in: LOC (wrong); Os ##lo: LOC
+    [OUT, PER, PER, IPER, OUT, OUT, OUT],  # Kim ##ber ##ly: O, PER, PER -> PER; Zo ##e: IPER/O tie -> IPER; sat O
+    [OUT, OUT, OUT, LOC],  # right ("O" everywhere; <eos> is not a word)
+    [LOC, OUT, OUT, PER, OUT],  # Rey ##k ##ja ##vik: O wins 2 to 1 and 1 -> O (wrong)
 ]
-VOTES = [[PER, O, LOC, LOC, O], [PER, IPER, O], [O, O, O], [O]]
+VOTES = [[PER, OUT, LOC, LOC, OUT], [PER, IPER, OUT], [OUT, OUT, OUT], [OUT]]
 # Per sentence, F1 of each tag present in gold or prediction, then their mean:
 #   0: PER 1; O: 2 right of 3 gold and 2 predicted -> 4/5; LOC: 1 right of 1 gold and 2 predicted -> 2/3
 #   1: all right -> 1;  2: all "O" right -> 1;  3: LOC 0, O 0 -> 0
@@ -131,11 +131,13 @@ def test_a_words_prediction_is_its_sub_words_majority_vote_and_scored_per_senten
     assert scores["standard"] == scores["f1"] == pytest.approx(ENTITY_F1)
     assert scores["precision"] == scores["recall"] == pytest.approx(75.0)
     assert scores["accuracy"] == pytest.approx(100 * 10 / 12)  # 12 words, "in" and "Reykjavik" wrong
-    # the same sub-word predictions read at first sub-words (encoderlab's labels, same inputs): Kimberly -> O
+    # the same sub-word predictions read at first sub-words (encoderlab's labels, same inputs): Kimberly -> O,
+    # Reykjavik -> LOC. Entities predicted: PER, LOC, LOC | PER (a lone I-PER) | - | LOC: 3 right of 5, gold 4.
     first = hand_task(inputs="eos")
-    assert first.predict(backbone, identity_head(), "test", batch_size=3)[:2] == [[PER, O, LOC, LOC, O], [O, IPER, O]]
-    assert first.evaluate(backbone, identity_head(), "test", 3)["score"] == first.evaluate(
-        backbone, identity_head(), "test", 3)["f1"]  # entity F1 stays the default protocol's score
+    preds = first.predict(backbone, identity_head(), "test", batch_size=3)
+    assert preds == [[PER, OUT, LOC, LOC, OUT], [OUT, IPER, OUT], [OUT, OUT, OUT], [LOC]]
+    scores = first.evaluate(backbone, identity_head(), "test", 3)
+    assert scores["score"] == scores["standard"] == scores["f1"] == pytest.approx(2 * 0.6 * 0.75 / 1.35 * 100)
 
 
 def test_the_vote_breaks_ties_as_the_authors_expression_does():

@@ -13,7 +13,7 @@ from torch.func import vmap
 from encoderlab.evaluation.metrics import sentence_macro_f1
 from encoderlab.evaluation.tasks.dropout import row_seeds, seeded_dropout
 
-O = 8  # "O" among 9 tags: ids 8 and above share set slots with 0.. (see tokens.vote), irrelevant to the F1
+OUT = 8  # "O" among 9 tags: ids 8 and above share set slots with 0.. (see tokens.vote), irrelevant to the F1
 
 
 def authors(predictions, references) -> float:
@@ -38,7 +38,7 @@ def random_sentences(rng: random.Random, n: int) -> tuple[list[list[int]], list[
     for _ in range(n):
         k = rng.randint(1, 12)
         kind = rng.choice(["mixed", "all_o_right", "all_o_wrong", "all_wrong", "noisy"])
-        gold = [O if kind.startswith("all_o") or rng.random() < 0.6 else rng.randrange(8) for _ in range(k)]
+        gold = [OUT if kind.startswith("all_o") or rng.random() < 0.6 else rng.randrange(8) for _ in range(k)]
         if kind == "all_o_right":
             pred = list(gold)
         elif kind == "all_o_wrong":
@@ -61,15 +61,15 @@ def test_sentence_macro_f1_equals_scikit_learn_and_the_hand_formula(seed):
 
 
 def test_sentence_macro_f1_edge_cases():
-    assert sentence_macro_f1([[O, O, O]], [[O, O, O]]) == 100.0  # an all-"O" sentence predicted right
-    assert sentence_macro_f1([[1, 2]], [[O, O]]) == 0.0  # all wrong: "O" missed, 1 and 2 never gold
-    assert sentence_macro_f1([[O, O]], [[1, O]]) == pytest.approx(100 * (0 + 2 / 3) / 2)
-    assert sentence_macro_f1([[O], [1]], [[O], [O]]) == 50.0  # the mean over sentences, not over words
+    assert sentence_macro_f1([[OUT, OUT, OUT]], [[OUT, OUT, OUT]]) == 100.0  # an all-"O" sentence predicted right
+    assert sentence_macro_f1([[1, 2]], [[OUT, OUT]]) == 0.0  # all wrong: "O" missed, 1 and 2 never gold
+    assert sentence_macro_f1([[OUT, OUT]], [[1, OUT]]) == pytest.approx(100 * (0 + 2 / 3) / 2)
+    assert sentence_macro_f1([[OUT], [1]], [[OUT], [OUT]]) == 50.0  # the mean over sentences, not over words
     assert sentence_macro_f1([["O", "B-X"]], [["O", "O"]]) == pytest.approx(100 * (2 / 3 + 0) / 2)  # names work too
     with pytest.raises(ValueError, match="sentence 0 has 0 predicted tags but 2 reference tags"):
-        sentence_macro_f1([[]], [[O, O]])  # an empty prediction for a sentence
+        sentence_macro_f1([[]], [[OUT, OUT]])  # an empty prediction for a sentence
     with pytest.raises(ValueError, match="1 predicted sentences but 2 references"):
-        sentence_macro_f1([[O]], [[O], [O]])
+        sentence_macro_f1([[OUT]], [[OUT], [OUT]])
     with pytest.raises(ValueError, match="empty sentence"):
         sentence_macro_f1([[]], [[]])
     with pytest.raises(ValueError, match="no sentences"):
