@@ -1,6 +1,6 @@
 """The metrics of the evaluation harness, all in percent (0-100) as Python floats.
 
-One function per metric of PAPER.md: accuracy (sequence classification), entity-level F1 through `seqeval`
+One function per metric of the paper: accuracy (sequence classification), entity-level F1 through `seqeval`
 (token classification; token accuracy for POS; per-sentence macro F1, scikit-learn's, for the authors' protocol),
 SQuAD F1 / exact match (question answering), NDCG@10 and recall@k (retrieval), plus the aggregation over seeds:
 mean with a t-distribution 95% confidence interval, and the std.

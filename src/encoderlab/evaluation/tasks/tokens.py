@@ -286,7 +286,7 @@ def load_offline_tokens(root: Path, name: str) -> TokenTask:
     return TokenTask(name, splits, meta["labels"], meta.get("scheme"), plain_if_no_chunks=True)
 
 
-CONLL_HUB = {  # the authors' copies (PAPER.md), hub id and config. hgissbkh/ontonotes5 is a loading script, which
+CONLL_HUB = {  # the authors' copies (docs/paper.md), hub id and config. hgissbkh/ontonotes5 is a loading script, which
     "conll2003": ("hgissbkh/conll2003-en", None),  # datasets>=4 refuses: use a local copy in the same schema there.
     "ontonotes": ("hgissbkh/ontonotes5", None),
     "uner": ("hgissbkh/uner_en", None),
