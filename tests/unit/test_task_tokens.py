@@ -116,7 +116,8 @@ def test_a_perfect_head_scores_100_and_cut_words_are_predicted_o_and_counted(tok
     head, backbone = linear(4), Oracle(task)
     assert task.truncated["train"] == 0
     scores = task.evaluate(backbone, head, "train", batch_size=3)
-    assert scores == {"score": 100.0, "f1": 100.0, "precision": 100.0, "recall": 100.0, "accuracy": 100.0}
+    assert scores == {"score": 100.0, "standard": 100.0, "f1": 100.0, "precision": 100.0, "recall": 100.0,
+                      "accuracy": 100.0, "sentence_macro_f1": 100.0}
     cut_len = task.starts["train"][7][-1] + 1  # "Oslo", the last word of sentence 7, is the first one cut
     task.prepare(tok, cut_len)
     assert task.starts["train"][7][-1] == -1 and task.starts["train"][7][-2] > 0
@@ -144,8 +145,9 @@ def test_tags_scheme_predicts_the_most_frequent_train_tag_for_cut_words(tok):
     assert task.truncated["train"] > 0
     hits = sum(t == (1 if p >= 0 else 3) for i, ex in enumerate(task.splits["train"])
                for p, t in zip(task.starts["train"][i], ex["tags"]))
-    assert task.evaluate(Oracle(task), head, "train", 4) == {
-        "score": pytest.approx(100 * hits / 35), "accuracy": pytest.approx(100 * hits / 35)}
+    scores = task.evaluate(Oracle(task), head, "train", 4)
+    assert set(scores) == {"score", "standard", "accuracy", "sentence_macro_f1"}  # no entity F1 without chunks
+    assert scores["score"] == scores["standard"] == scores["accuracy"] == pytest.approx(100 * hits / 35)
 
 
 # ---------------------------------------------------------------- loss, metrics, baselines
@@ -169,11 +171,17 @@ def test_training_overfits_eight_sentences_to_f1_100(tok):
 
 
 def test_trivial_baselines():
-    assert toy().trivial_baseline("test") == {"score": 0.0, "f1": 0.0, "precision": 0.0, "recall": 0.0,
-                                              "accuracy": pytest.approx(100 * 24 / 35)}
-    tags = toy(labels=["DET", "NOUN", "VERB", "X"], scheme="plain")
+    # All "O" (tag 3) per sentence: macro F1 over the tags present, "O"'s F1 = 2 x hits / (predicted + gold) and 0
+    # for every other tag: 1/7, 4/9, 4/9, 3/7, 3/7, 1 (all "O"), 1/6, 2/5 for the eight sentences.
+    per_sentence = 100 * (1 / 7 + 4 / 9 + 4 / 9 + 3 / 7 + 3 / 7 + 1 + 1 / 6 + 2 / 5) / 8
+    assert toy().trivial_baseline("test") == {"score": 0.0, "standard": 0.0, "f1": 0.0, "precision": 0.0,
+                                              "recall": 0.0, "accuracy": pytest.approx(100 * 24 / 35),
+                                              "sentence_macro_f1": pytest.approx(per_sentence)}
+    tags = toy(labels=["DET", "NOUN", "VERB", "X"], scheme="plain")  # the most frequent tag: "X", also 3
     assert tags.trivial_baseline("test") == {"score": pytest.approx(100 * 24 / 35),
-                                             "accuracy": pytest.approx(100 * 24 / 35)}
+                                             "standard": pytest.approx(100 * 24 / 35),
+                                             "accuracy": pytest.approx(100 * 24 / 35),
+                                             "sentence_macro_f1": pytest.approx(per_sentence)}
 
 
 # ---------------------------------------------------------------- validation

@@ -4,12 +4,20 @@ Labels belong to words; the model sees sub-words. Words are encoded as running t
 first gets its leading space (" " + word, `is_pretokenized=True`), so a byte-level BPE splits it exactly as in the
 sentence " ".join(words) (measured on CoNLL-2003 validation with the offline tokenizer: 100% of sentences identical,
 1.64 sub-words a word; encoding bare words gives 2.02 and matches running text in 0.5% of sentences). The sequence
-is `<bos> sub-words <eos>`, cut to `max_length`.
+is `<bos> sub-words <eos>` (protocol `inputs: eos`: `sub-words <eos>`), cut to `max_length`.
 
-Training: the first sub-word of each word carries the word's tag; other sub-words, specials and padding get -100.
-Evaluation: a word's prediction is the argmax at its first sub-word. A word whose first sub-word was cut off by
-`max_length` is predicted as "O" (or, without an "O" tag, the most frequent train tag) and still scored against its
-gold tag, so truncation can only lower the score, never inflate it; `task.truncated[split]` counts such words.
+The protocol's `tokens` section chooses the labels, the head's dropout and the metric:
+- `labels: first_subword` (encoderlab's): the first sub-word of each word carries the word's tag; other sub-words,
+  specials and padding get -100; a word's prediction is the argmax at its first sub-word.
+- `labels: all_subwords` (the authors'): every sub-word carries its word's tag (specials and padding -100); a word's
+  prediction is the majority vote of its sub-words' argmax tags (`vote`).
+- `dropout`: before the linear head, in training only (tasks/dropout.py: masks both engines draw alike).
+- `metric`: seqeval entity F1 (token accuracy for plain tags), or the mean over sentences of scikit-learn's macro F1
+  over the tags of each sentence (metrics.sentence_macro_f1). evaluate() reports both either way.
+A word whose first sub-word was cut off by `max_length` is predicted as "O" (or, without an "O" tag, the most
+frequent train tag) and still scored against its gold tag, so truncation can only lower the score, never inflate
+it; `task.truncated[split]` counts such words. (The authors' code drops such words from their sentence instead;
+at their max_length of ~2,000 tokens no CoNLL/OntoNotes/UNER sentence is cut, so the two agree there.)
 
 Schemes (schemes.py): iob1, iob2 and bioes tags are scored with entity-level F1 (seqeval), plain tags (POS) with
 token accuracy; a tag the scheme does not allow is refused. A validation/test tag unseen in train is an error for
@@ -32,9 +40,9 @@ from torch import Tensor, nn
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.io import read_jsonl
-from encoderlab.evaluation.metrics import entity_f1, token_accuracy
+from encoderlab.evaluation.metrics import entity_f1, sentence_macro_f1, token_accuracy
 from encoderlab.data.offline.taskfiles import read_task
-from encoderlab.evaluation.tasks.base import SPLITS, ListTask, bucketed_order, linear_head, pad
+from encoderlab.evaluation.tasks.base import SPLITS, ListTask, linear_head, pad
 from encoderlab.evaluation.tasks.common import (
     check_splits,
     column,
@@ -46,6 +54,7 @@ from encoderlab.evaluation.tasks.common import (
     pack_lists,
     unpack_lists,
 )
+from encoderlab.evaluation.tasks.dropout import row_seeds, seeded_dropout
 from encoderlab.evaluation.tasks.schemes import SCHEMES, Scheme, derive, first_invalid, metric_of
 from encoderlab.model.transformer import Transformer
 
@@ -67,7 +76,8 @@ class TokenTask(ListTask):
             for i, ex in enumerate(self.splits[s]):
                 self._check(s, i, ex)
         self.scheme = scheme or scheme_of(self.splits, self.labels, f"task {name!r}", plain_if_no_chunks)
-        self.metric = metric_of(self.scheme)
+        self.metric = self.standard_metric = metric_of(self.scheme)
+        self.label_mode, self.dropout = "first_subword", 0.0  # the protocol's `tokens` (adopt)
         for s in SPLITS:
             for ex in self.splits[s]:
                 if (invalid := first_invalid([self.labels[t] for t in ex["tags"]], self.scheme)) is not None:
@@ -110,6 +120,11 @@ class TokenTask(ListTask):
                 raise DataError(f"task {self.name!r}: {what} in {split} not seen in train: {unseen} (the model "
                                 "cannot learn them; fix the split or drop those sentences)")
 
+    def adopt(self, protocol) -> None:
+        super().adopt(protocol)
+        self.label_mode, self.dropout = protocol.tokens.labels, protocol.tokens.dropout
+        self.metric = "sentence_macro_f1" if protocol.tokens.metric == "sentence_macro_f1" else self.standard_metric
+
     # ---- tokenisation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
@@ -117,7 +132,8 @@ class TokenTask(ListTask):
             raise DataError(f"max_length={max_length} is too small for task {self.name!r}: at least 3")
         self.pad_id = tokenizer.pad_id
         data = content_hash([ex["tokens"] for s in SPLITS for ex in self.splits[s]])
-        state = cached(cache_dir, "tokens", self.name, tokenizer, max_length, data,
+        kind = "tokens" if self.inputs == "bos_eos" else f"tokens-{self.inputs}"  # bos_eos: the caches made before
+        state = cached(cache_dir, kind, self.name, tokenizer, max_length, data,
                        lambda: self._encode_all(tokenizer, max_length))
         self.ids = {s: unpack_lists(state[s]) for s in SPLITS}
         self.starts = {s: unpack_lists(state[f"starts_{s}"]) for s in SPLITS}
@@ -133,14 +149,15 @@ class TokenTask(ListTask):
                 split: str) -> tuple[list[list[int]], list[list[int]], int]:
         words = [[w if j == 0 else " " + w for j, w in enumerate(ex["tokens"])] for ex in self.splits[split]]
         encodings = tokenizer.tokenizer.encode_batch(words, is_pretokenized=True, add_special_tokens=False)
-        keep = max_length - 2
+        front = len(self.framed([], tokenizer.bos_id, tokenizer.eos_id)) - 1  # 1 with <bos>, 0 without
+        keep = max_length - front - 1
         ids, starts, cut = [], [], 0
         for enc, ws in zip(encodings, words):
             first = [-1] * len(ws)
             for pos, w in enumerate(enc.word_ids[:keep]):
                 if w is not None and first[w] < 0:
-                    first[w] = pos + 1  # + 1 for <bos>
-            ids.append([tokenizer.bos_id, *enc.ids[:keep], tokenizer.eos_id])
+                    first[w] = pos + front
+            ids.append(self.framed(enc.ids[:keep], tokenizer.bos_id, tokenizer.eos_id))
             starts.append(first)
             cut += sum(p < 0 for p in first)
         return ids, starts, cut
@@ -150,27 +167,44 @@ class TokenTask(ListTask):
     def make_head(self, hidden_size: int, generator: torch.Generator) -> nn.Module:
         return linear_head(hidden_size, len(self.labels), generator)
 
+    def word_spans(self, split: str, index: int) -> list[tuple[int, int]]:
+        """Positions [start, end) of each word's sub-words in example `index` ((-1, -1) for a word cut off). A
+        word's sub-words are contiguous and end where the next kept word starts, or at <eos>."""
+        starts, end = self.starts[split][index], len(self.ids[split][index]) - 1
+        ends = [*[p if p >= 0 else end for p in starts[1:]], end]
+        return [(p, e) if p >= 0 else (-1, -1) for p, e in zip(starts, ends)]
+
     def sub_word_labels(self, split: str, index: int, length: int) -> list[int]:
-        """Training labels of one example padded to `length`: the word's tag at its first sub-word, else -100."""
+        """Training labels of one example padded to `length`: the word's tag at its first sub-word (all_subwords:
+        at every sub-word), -100 elsewhere (specials, padding, the other sub-words)."""
         labels = [-100] * length
-        for p, t in zip(self.starts[split][index], self.splits[split][index]["tags"]):
-            if p >= 0:
-                labels[p] = t
+        for (a, b), t in zip(self.word_spans(split, index), self.splits[split][index]["tags"]):
+            if a >= 0:
+                stop = b if self.label_mode == "all_subwords" else a + 1
+                labels[a:stop] = [t] * (stop - a)
         return labels
 
     def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
         seqs = self._prepared("train")
-        for batch in bucketed_order([len(s) for s in seqs], batch_size, seed):
+        for n, batch in enumerate(self.batch_indices([len(s) for s in seqs], batch_size, seed)):
             input_ids, mask = pad([seqs[i] for i in batch], self.pad_id)
             labels = torch.tensor([self.sub_word_labels("train", i, input_ids.shape[1]) for i in batch])
-            yield {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+            out = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+            if self.dropout > 0:  # the batch carries its dropout masks' seeds, so both engines draw the same masks
+                out["dropout_seed"] = row_seeds(seed, n, len(batch))
+            yield out
 
     def logits(self, backbone: Transformer, head: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         hidden = backbone(input_ids, causal=False, attention_mask=attention_mask)  # (B, T, C)
         return head(hidden.to(next(head.parameters()).dtype))  # (B, T, num_tags)
 
     def loss(self, backbone: Transformer, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        logits = self.logits(backbone, head, batch["input_ids"], batch["attention_mask"])
+        if "dropout_seed" in batch:  # training with the protocol's dropout before the head
+            hidden = backbone(batch["input_ids"], causal=False, attention_mask=batch["attention_mask"])
+            hidden = seeded_dropout(hidden.to(next(head.parameters()).dtype), batch["dropout_seed"], self.dropout)
+            logits = head(hidden)
+        else:
+            logits = self.logits(backbone, head, batch["input_ids"], batch["attention_mask"])
         return F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
 
     def predict(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> list[list[int]]:
@@ -185,24 +219,42 @@ class TokenTask(ListTask):
                 input_ids, mask = pad([seqs[i] for i in batch], self.pad_id)
                 best = self.logits(backbone, head, input_ids.to(device), mask.to(device)).argmax(-1).tolist()
                 for i, row in zip(batch, best):
-                    preds[i] = [row[p] if p >= 0 else self.default_tag for p in self.starts[split][i]]
+                    if self.label_mode == "all_subwords":
+                        spans = self.word_spans(split, i)
+                        preds[i] = [vote(row[a:b]) if a >= 0 else self.default_tag for a, b in spans]
+                    else:
+                        preds[i] = [row[p] if p >= 0 else self.default_tag for p in self.starts[split][i]]
         return preds
 
     def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
         return self._scores(self.predict(backbone, head, split, batch_size), split)
 
     def _scores(self, preds: Sequence[Sequence[int]], split: str) -> dict[str, float]:
+        """"score" (the protocol's metric), "standard" (entity F1; token accuracy for plain tags) and every metric
+        by name: f1/precision/recall (entity level, chunk schemes), accuracy, sentence_macro_f1."""
         names = [[self.labels[t] for t in s] for s in preds]
         gold = [[self.labels[t] for t in ex["tags"]] for ex in self.splits[split]]
-        acc = token_accuracy(names, gold)
-        if self.scheme == "plain":
-            return {"score": acc, "accuracy": acc}
-        m = entity_f1(names, gold)
-        return {"score": m["f1"], "f1": m["f1"], "precision": m["precision"], "recall": m["recall"], "accuracy": acc}
+        out = {"accuracy": token_accuracy(names, gold),
+               "sentence_macro_f1": sentence_macro_f1(preds, [ex["tags"] for ex in self.splits[split]])}
+        if self.scheme != "plain":
+            m = entity_f1(names, gold)
+            out = {"f1": m["f1"], "precision": m["precision"], "recall": m["recall"], **out}
+        standard = out["f1" if self.scheme != "plain" else "accuracy"]
+        return {"score": out["sentence_macro_f1"] if self.metric == "sentence_macro_f1" else standard,
+                "standard": standard, **out}
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """All "O" (entity F1 0) for chunk schemes; the most frequent train tag for plain tags."""
         return self._scores([[self.default_tag] * len(ex["tags"]) for ex in self.splits[split]], split)
+
+
+def vote(tags: Sequence[int]) -> int:
+    """The majority tag of a word's sub-words, in the authors' own expression: `max(set(tags), key=tags.count)`.
+    A tie goes to the tied tag the set yields first. For ints that order depends only on the list (an int's hash is
+    itself, never randomised): the lowest id when every tag is below 8, otherwise slot order (id mod the table size,
+    then collisions). Deterministic, and the authors' tie rule exactly because it is their expression."""
+    tags = list(tags)
+    return max(set(tags), key=tags.count)
 
 
 def _where(ex: dict, j: int, task: str) -> str:
@@ -234,7 +286,7 @@ def load_offline_tokens(root: Path, name: str) -> TokenTask:
     return TokenTask(name, splits, meta["labels"], meta.get("scheme"), plain_if_no_chunks=True)
 
 
-CONLL_HUB = {  # the authors' copies (PAPER.md), hub id and config. hgissbkh/ontonotes5 is a loading script, which
+CONLL_HUB = {  # the authors' copies (docs/paper.md), hub id and config. hgissbkh/ontonotes5 is a loading script, which
     "conll2003": ("hgissbkh/conll2003-en", None),  # datasets>=4 refuses: use a local copy in the same schema there.
     "ontonotes": ("hgissbkh/ontonotes5", None),
     "uner": ("hgissbkh/uner_en", None),
