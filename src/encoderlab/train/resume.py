@@ -28,17 +28,18 @@ def has_run(run_dir: Path) -> bool:
         checkpoint.newest_complete(run_dir) is not None
 
 # Keys that may differ on --resume. Where the run lies (a moved run folder is the same run; the data is compared by
-# content, through the fingerprint its checkpoints record), what is logged and kept, when a diverging run stops, and how the same computation is
-# executed (processes, device, threads, micro-batches, compile, attention kernel): the updates are the same in exact
-# arithmetic, and only unchanged settings give a bitwise-equal continuation (floating-point sums in another order;
-# on another kind of device the MLM masks come from that device's generator: equally random, not the same).
-# Everything else changes what the run is or what its numbers mean: objective, seeds, data, model, optimizer,
-# LR schedule, steps, batch, dtype (bf16 autocast or fp32 numerics), eval_batches (the held-out set of its losses).
+# content, through the fingerprint its checkpoints record), what is logged and kept, when a diverging run stops,
+# and how the same computation is executed (processes, device, threads, micro-batches, compile, attention kernel):
+# the updates are the same in exact arithmetic, and only unchanged settings give a bitwise-equal continuation
+# (floating-point sums in another order; on another kind of device the MLM masks come from that device's generator:
+# equally random, not the same). Everything else changes what the run is or what its numbers mean: objective, seeds,
+# data, model, optimizer, LR schedule, steps, batch, dtype (bf16 autocast or fp32 numerics), eval_batches (the
+# held-out set of its losses).
 FREE = frozenset({
     "name", "out_dir", "data.path", "train.log_every", "train.eval_every", "train.tensorboard", "train.wandb",
     "train.wandb.project", "train.wandb.name", "train.wandb.mode", "train.save_every",
-    "train.save_at", "train.keep_checkpoints", "train.loss_spike", "train.threads", "train.device", "train.parallel", "train.micro_batch",
-    "train.compile", "train.activation_checkpointing", "train.attention"})
+    "train.save_at", "train.keep_checkpoints", "train.loss_spike", "train.threads", "train.device", "train.parallel",
+    "train.micro_batch", "train.compile", "train.activation_checkpointing", "train.attention"})
 # What --extend may change besides: the budget and the schedules over it (checked against the steps trained).
 EXTENDABLE = ("train.steps", "objective", "lr_schedule.")
 
