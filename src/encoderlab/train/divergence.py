@@ -17,15 +17,13 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.errors import EncoderlabError
+from encoderlab.errors import Failed
 from encoderlab.train import checkpoint, distributed
 from encoderlab.train.logging import read_metrics
 
 
-class Diverged(EncoderlabError):
+class Diverged(Failed):
     """Pretraining diverged: not a refused input (exit code 2) but a failed run (exit code 1)."""
-
-    exit_code = 1
 
 
 class Watch:

@@ -67,7 +67,7 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
         recorded = {"objective": state.get("schedule"), "train.steps": state.get("total_steps")}
         old = {k: v for k, v in recorded.items() if v is not None}
     keys = old.keys() | new.keys() if found else old.keys()  # a key set only now (a model field) is a change too
-    changed = [k for k in sorted(keys) if old.get(k) != new.get(k) and k not in FREE]
+    changed = _changed(old, new, keys)
     if state is not None and state.get("data_fingerprint") not in (None, data_fingerprint):
         changed.insert(0, "data.path")
     extending = [k for k in changed if k.startswith(EXTENDABLE)]
@@ -76,12 +76,30 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
         hint = ("; to train it further, pass --extend" if extending == changed and longer and not extend else
                 f"; continue it with its own settings ({found[0] if found else 'its checkpoint'}), or start a new "
                 "run (--set name=...)")
-        diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed).replace(
+        diffs = _describe_changes(old, new, changed).replace(
             "data.path: ", "data.path (other content than the run trained on): ")
         raise EncoderlabError(f"cannot resume {run_dir} with a different configuration: {diffs}{hint}")
     if state is not None:
         _check_past(cfg, state, found[1] if found and changed else None)
     return bool(changed)
+
+
+def changes_from_saved(cfg: PretrainConfig) -> str:
+    """How `cfg` differs from the config saved in its run folder, `key: old -> new, ...` (the FREE keys left out);
+    '' when it does not, or when the folder holds no config."""
+    found = saved_config(cfg.run_dir)
+    if found is None:
+        return ""
+    old, new = _flat(found[1].model_dump(mode="json")), _flat(cfg.model_dump(mode="json"))
+    return _describe_changes(old, new, _changed(old, new, old.keys() | new.keys()))
+
+
+def _changed(old: dict, new: dict, keys) -> list[str]:
+    return [k for k in sorted(keys) if old.get(k) != new.get(k) and k not in FREE]
+
+
+def _describe_changes(old: dict, new: dict, keys: list[str]) -> str:
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
 
 
 def _check_past(cfg: PretrainConfig, state: dict, before: PretrainConfig | None) -> None:
