@@ -268,7 +268,8 @@ def refuse_changed(plan: Plan, jobs: list[Job]) -> None:
     from encoderlab.train.resume import changes_from_saved
 
     changed: dict[str, list[str]] = {}
-    for job in (j for j in jobs if j.kind != "eval" and j.args["config"] is not None):
+    # An unfinished random-init baseline is started again from scratch anyway (`_random_init`): nothing to mix.
+    for job in (j for j in jobs if j.kind == "pretrain" or (j.kind == "random" and j.args["config"] and is_done(j))):
         if diff := changes_from_saved(validate(PretrainConfig, run_config(job), where=job.id)):
             changed.setdefault(diff, []).append(job.id)
     if changed:
