@@ -5,8 +5,7 @@ Nothing is remembered but what is on disk: a pretraining run is done when its fi
 study started again redoes nothing finished. A job that raises is written to `status/` with its reason, and each of
 its dependents, by name, as skipped; the rest goes on, and the next start retries them (the command then exits
 non-zero). A run is done only for the settings it was started with: a study file changed since is refused
-(`refuse_changed`). Imported models (study/imported.py) are
-imported and their text packed before any job starts.
+(`refuse_changed`). Imported models (study/imported.py) are imported and their text packed before any job starts.
 
 Parallelism: independent jobs go to `workers` processes (spawned, so each sets its own thread count), each with
 cores / workers threads. On a multi-GPU machine, run one `study run --job ...` per GPU (docs/studies.md).
@@ -240,8 +239,8 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
 
 
 def check_succeeded(result: dict, name: str) -> None:
-    """Raise `Failed` (exit code 1), in one line naming each failed job and its log, if any job failed or was
-    skipped: `study run` exits non-zero, so that a scheduler's `afterok` dependents do not start."""
+    """Raise `Failed` (exit code 1), in one line naming each failed job and its log, if any job failed (a skipped
+    one follows a failed one): `study run` exits non-zero, so that a scheduler's `afterok` dependents do not start."""
     from encoderlab.errors import Failed
 
     if not result["failed"]:
