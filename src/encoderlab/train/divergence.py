@@ -78,8 +78,9 @@ class Watch:
     def _stop(self, step: int, what: str) -> None:
         last = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
         kept = f"the last checkpoint, {last}, was saved before it and is kept" if last else "no checkpoint was saved"
-        raise Diverged(f"pretraining diverged at step {step} in {self.run_dir}: {what}; the run stops there and {kept} "
-                       "(lower optim.lr, or raise lr_schedule.warmup_steps, and start a new run or branch from it)")
+        raise Diverged(f"pretraining diverged at step {step} in {self.run_dir}: {what}; the run stopped, saving "
+                       f"nothing after it: {kept} (lower optim.lr, or raise lr_schedule.warmup_steps, and start a new "
+                       "run or branch from it)")
 
 
 def _losses(record: dict) -> dict[str, float]:
