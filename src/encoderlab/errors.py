@@ -10,6 +10,13 @@ class EncoderlabError(Exception):
     """An error caused by input or environment that the user can fix."""
 
 
+class Failed(EncoderlabError):
+    """Work that started and failed for a reason the user can act on (a diverged run, a study with failed jobs): one
+    line, like a refusal, but exit code 1: the input was accepted and work was done."""
+
+    exit_code = 1
+
+
 class ChecksumError(EncoderlabError):
     """A downloaded file does not have the pinned sha256."""
 

@@ -378,3 +378,13 @@ __all__ = [
     "parse_phase_objective",
     "phase_at",
 ]
+
+
+def skip_mask_draws(gen: torch.Generator, rows: int, seq_len: int) -> torch.Generator:
+    """Advance `gen` past the MLM mask draws of `rows` windows: rank r, whose rows follow those of ranks < r in the
+    global batch, then draws the masks a single process draws for its rows. Exact on CPU, whose generator draws in
+    sequence, for the paper's masking (one number per token); CUDA's counter-based generator, and BERT's 80-10-10
+    corruption (three draws per token), move on to fresh numbers instead: as random, not the same."""
+    if rows:
+        torch.rand((rows, seq_len), generator=gen, device=gen.device)
+    return gen

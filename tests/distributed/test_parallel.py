@@ -202,6 +202,22 @@ def test_torchrun_launch_of_the_cli(tmp_path, packed_dir):
     assert [r["step"] for r in records(tmp_path / "cli")] == [1, 2, 3]
 
 
+def test_a_diverging_run_stops_on_every_rank(tmp_path, packed_dir):
+    """The divergence check agrees over ranks: both processes stop at the same step with the one-line error (a rank
+    that went on would hang in its next collective), and no checkpoint is written after the last finite one."""
+    cfg = make_config(tmp_path, packed_dir, "nan", save_every=1, eval_every=0).model_dump(mode="json")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({**cfg, "optim": {**cfg["optim"], "lr": 1e6}}))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+               "encoderlab.cli", "pretrain", str(tmp_path / "run.yaml"), "--set", "train.parallel=ddp"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: pretraining diverged at step")]
+    assert done.returncode != 0 and len(errors) == 2 and errors[0] == errors[1], done.stderr[-3000:]
+    kept = sorted(p.name for p in (tmp_path / "nan" / "checkpoints").glob("step-*"))
+    step = int(errors[0].split("at step ")[1].split()[0])
+    assert kept == [checkpoint.checkpoint_name(s) for s in range(1, step)]
+
+
 @pytest.mark.slow
 def test_compiled_blocks_give_the_same_losses(runs, packed_dir, tmp_path):
     """10 to 40 s on 2 busy cores (inductor compiling the block's forward and backward, less with its cache)."""

@@ -8,12 +8,13 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """The `encoderlab` command: a user's mistake is one line and exit code 2, never a traceback."""
+    """The `encoderlab` command: a user's mistake is one line and exit code 2, never a traceback; a run that
+    failed for a reason the user can act on (a diverged pretraining run) is one line and exit code 1."""
     try:
         app()
     except EncoderlabError as exc:
         error(str(exc))
-        raise SystemExit(2) from None
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except KeyboardInterrupt:
         err.print("interrupted")
         raise SystemExit(130) from None

@@ -209,7 +209,7 @@ def demo(
     from encoderlab.data.prepare import prepare
     from encoderlab.study.plan import build_plan
     from encoderlab.study.report import write_report
-    from encoderlab.study.runner import run_study
+    from encoderlab.study.runner import check_succeeded, run_study
     from encoderlab.study.spec import load_study
 
     started = time.perf_counter()
@@ -231,6 +231,7 @@ def demo(
         out.print(f"[red]failed[/red] {job}: {reason.splitlines()[0]}")
     out.print(f"\n[bold green]demo finished[/bold green] in {minutes:.1f} min: {result['done']}/{result['jobs']} jobs "
               f"done; report {report}")
+    check_succeeded(result, spec.name)
 
 
 @app.command("import-hf")

@@ -95,7 +95,7 @@ def run_cmd(
     """Run a study's pretraining and evaluation jobs in dependency order; resumable, a failure skips dependents."""
     from encoderlab.errors import EncoderlabError
     from encoderlab.study.plan import build_plan
-    from encoderlab.study.runner import run_study
+    from encoderlab.study.runner import check_succeeded, run_study
     from encoderlab.study.spec import load_study
 
     if only not in (None, "pretrain"):
@@ -114,11 +114,12 @@ def run_cmd(
                   f"({result['done_now']} this time, {result['seconds']}s)")
         for job, reason in result["failed"].items():
             out.print(f"[red]failed[/red] {job}: {reason.splitlines()[0]}")
-        if result["skipped"]:
-            out.print(f"[yellow]skipped[/yellow] {len(result['skipped'])} jobs that depend on a failed one")
+        for job in result["skipped"]:
+            out.print(f"[yellow]skipped[/yellow] {job}: it depends on a failed job")
         out.print(f"next: encoderlab study report {plan.root}")
 
     emit(result, as_json, render)
+    check_succeeded(result, spec.name)
 
 
 @study_app.command("report")

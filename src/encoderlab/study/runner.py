@@ -2,9 +2,10 @@
 
 Nothing is remembered but what is on disk: a pretraining run is done when its final checkpoint and summary exist
 (a partial one resumes from its last checkpoint), an evaluation when every (LR, seed) record exists. So a killed
-study started again redoes nothing finished. A job that raises is written to `status/` with its reason and its
-dependents are skipped; the rest goes on, and the next start retries it. Imported models (study/imported.py) are
-imported and their text packed before any job starts.
+study started again redoes nothing finished. A job that raises is written to `status/` with its reason, and each of
+its dependents, by name, as skipped; the rest goes on, and the next start retries them (the command then exits
+non-zero). A run is done only for the settings it was started with: a study file changed since is refused
+(`refuse_changed`). Imported models (study/imported.py) are imported and their text packed before any job starts.
 
 Parallelism: independent jobs go to `workers` processes (spawned, so each sets its own thread count), each with
 cores / workers threads. On a multi-GPU machine, run one `study run --job ...` per GPU (docs/studies.md).
@@ -134,14 +135,23 @@ def _random_init(job: Job) -> dict:
                            "the data and model settings from")
     ckpt = Path(job.args["checkpoint"])
     run_dir = ckpt.parent.parent
-    cfg = dict(job.args["config"], init={}, name=run_dir.name, out_dir=str(run_dir.parent))
     if run_dir.exists():
         shutil.rmtree(run_dir)  # never finished (the checkpoint is the last thing written): start clean
-    trainer = Trainer(validate(PretrainConfig, cfg, where=job.id), log=lambda m: None, show_progress=False)
+    trainer = Trainer(validate(PretrainConfig, run_config(job), where=job.id), log=lambda m: None,
+                      show_progress=False)
     checkpoint.save_weights_only(ckpt, trainer.module.state_dict(), trainer.model_cfg,
                                  trainer.train_data.root / "tokenizer", {"reason": "random-init", "total_steps": 0})
     checkpoint.set_latest(run_dir, ckpt)  # a run folder like any other: `encoderlab finetune DIR TASK` takes it
     return {"seconds": 0.0}
+
+
+def run_config(job: Job) -> dict:
+    """The pretraining config of a job's run folder: a run's own, the random-init baseline's copied from a run of
+    its size (without its `init`, into its own folder)."""
+    if job.kind == "pretrain":
+        return job.args["config"]
+    run_dir = Path(job.args["checkpoint"]).parent.parent
+    return dict(job.args["config"], init={}, name=run_dir.name, out_dir=str(run_dir.parent))
 
 
 def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
@@ -200,6 +210,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
                         log=log)
         plan = build_plan(plan.spec, base_dir)
     all_jobs = jobs_of(plan, base_dir)
+    refuse_changed(plan, all_jobs)
     plan.root.mkdir(parents=True, exist_ok=True)
     write_json(plan.root / "plan.json", plan.record(base_dir))
     write_configs(plan, all_jobs)
@@ -211,18 +222,60 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     started = time.perf_counter()
     (plan.root / "status").mkdir(parents=True, exist_ok=True)
     for job, result, error in _execute(board, workers):
-        marker = plan.root / "status" / f"{job.id.replace(':', '__').replace('/', '_')}.json"
         if error is None:
             board.finish(job)
-            marker.unlink(missing_ok=True)
+            status_file(plan, job.id).unlink(missing_ok=True)
             log(f"done {job.id} {_brief(result)}; {len(board.done)}/{len(jobs)} done, {len(board.pending)} left, "
                 f"{time.perf_counter() - started:.0f}s")
-        else:
-            board.fail(job, error)
-            write_json(marker, {"job": job.id, "status": "failed", "reason": error})
-            log(f"FAILED {job.id}: {error.splitlines()[-1] if error else ''} (recorded in {marker})")
+            continue
+        write_json(status_file(plan, job.id), {"job": job.id, "status": "failed", "reason": error})
+        log(f"FAILED {job.id}: {error.splitlines()[0]} (recorded in {status_file(plan, job.id)})")
+        for other in board.fail(job, error):  # by name, each with the reason it did not run
+            write_json(status_file(plan, other), {"job": other, "status": "skipped", "reason": f"{job.id} failed"})
+            log(f"skipped {other}: it depends on {job.id}, which failed")
     return {"jobs": len(jobs), "done": len(board.done), "done_now": board.done_now, "failed": board.failed,
-            "skipped": sorted(board.skipped), "seconds": round(time.perf_counter() - started, 1)}
+            "skipped": sorted(board.skipped), "logs": {j: str(status_file(plan, j)) for j in board.failed},
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def check_succeeded(result: dict, name: str) -> None:
+    """Raise `Failed` (exit code 1), in one line naming each failed job and its log, if any job failed (a skipped
+    one follows a failed one): `study run` exits non-zero, so that a scheduler's `afterok` dependents do not start."""
+    from encoderlab.errors import Failed
+
+    if not result["failed"]:
+        return
+    failed = ", ".join(f"{job} (log: {result['logs'][job]})" for job in result["failed"])
+    skipped = f"; {len(result['skipped'])} jobs that depend on them skipped" if result["skipped"] else ""
+    raise Failed(f"study {name}: {len(result['failed'])} of {result['jobs']} jobs failed: {failed}{skipped}; "
+                 "`encoderlab study run` runs them again once the cause is fixed")
+
+
+def status_file(plan: Plan, job_id: str) -> Path:
+    """Where a job that did not finish says why (its error and where it was raised)."""
+    return plan.root / "status" / f"{job_id.replace(':', '__').replace('/', '_')}.json"
+
+
+def refuse_changed(plan: Plan, jobs: list[Job]) -> None:
+    """A study folder holds the results of one configuration. A run started with other settings than the study file
+    now gives is refused, naming the keys, before anything is written: resuming or skipping it would report the old
+    settings as the new ones, and running it again into its folder would replace the checkpoints that the study's
+    records were made from."""
+    from encoderlab.config import validate
+    from encoderlab.errors import EncoderlabError
+    from encoderlab.train.config import PretrainConfig
+    from encoderlab.train.resume import changes_from_saved
+
+    changed: dict[str, list[str]] = {}
+    # An unfinished random-init baseline is started again from scratch anyway (`_random_init`): nothing to mix.
+    for job in (j for j in jobs if j.kind == "pretrain" or (j.kind == "random" and j.args["config"] and is_done(j))):
+        if diff := changes_from_saved(validate(PretrainConfig, run_config(job), where=job.id)):
+            changed.setdefault(diff, []).append(job.id)
+    if changed:
+        what = "; ".join(f"{diff} in {', '.join(ids)}" for diff, ids in changed.items())
+        raise EncoderlabError(f"study {plan.spec.name}: the study file now gives other settings than those its runs "
+                              f"in {plan.root} were started with: {what}; nothing was run: restore those settings, or "
+                              "give the study another name to run it in a new folder")
 
 
 def _one_job(jobs: list[Job], job_id: str, plan: Plan) -> Job:
@@ -264,15 +317,17 @@ class Board:
         self.done.add(job.id)
         self.done_now += 1
 
-    def fail(self, job: Job, error: str) -> None:
+    def fail(self, job: Job, error: str) -> list[str]:
+        """Record `job` as failed and skip every job that depends on it; returns those, in order."""
         self.pending.remove(job)
         self.failed[job.id] = error
-        blocked = {job.id}
+        blocked = [job.id]
         for other in list(self.pending):  # in `jobs_of` order: a job comes after the jobs it depends on
             if any(d.partition("@")[0] in blocked for d in other.deps):
                 self.pending.remove(other)
                 self.skipped.add(other.id)
-                blocked.add(other.id)
+                blocked.append(other.id)
+        return blocked[1:]
 
 
 class _InProcess(Executor):

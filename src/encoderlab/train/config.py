@@ -83,6 +83,10 @@ class TrainSection(_Section):
     save_at: list[int] = Field(default_factory=list, description="extra checkpoint steps (branch points); kept")
     keep_checkpoints: int = Field(3, ge=1, description="periodic checkpoints kept (phase/stable/final are kept)")
     threads: int | None = Field(None, gt=0, description="torch intra-op threads; default: all cores")
+    loss_spike: float | None = Field(
+        None, gt=1, description="stop the run (as diverged) when a logged training loss is over this many times the "
+        "lowest one logged before for its objective, e.g. 3; off by default. A non-finite loss, gradient norm or "
+        "weight always stops the run")
     tensorboard: bool = True
     wandb: WandbSection | None = None
     # Parallelism and speed switches (docs/distributed.md). Off by default: each changes memory, speed or kernels.

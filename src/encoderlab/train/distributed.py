@@ -230,6 +230,12 @@ def clip_grad_norm(model: nn.Module, max_norm: float) -> torch.Tensor:
     return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
 
+def local_parameters(model: nn.Module) -> Iterator[torch.Tensor]:
+    """This rank's part of each parameter: its shard under FSDP2, the whole tensor otherwise."""
+    for p in model.parameters():
+        yield p.to_local() if isinstance(p, DTensor) else p
+
+
 def barrier(world: World) -> None:
     if world.size > 1:
         dist.barrier()

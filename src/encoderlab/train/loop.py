@@ -24,6 +24,7 @@ from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.seeds import derive_seed
 from encoderlab.train import checkpoint, distributed, optim, resume as same_run
+from encoderlab.train.divergence import Watch
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress, describe_step, read_metrics, require_wandb
 
@@ -227,7 +228,7 @@ class Trainer:
     def _generator(self, step: int, skip_rows: int = 0) -> torch.Generator:
         # Masks depend on (seed, step) only, so resuming reproduces them without saving RNG state.
         gen = torch.Generator(self.device).manual_seed(derive_seed("mlm-mask", self.cfg.train.seed, step))
-        return _skip(gen, skip_rows, self.train_data.seq_len)
+        return objectives.skip_mask_draws(gen, skip_rows, self.train_data.seq_len)
 
     def train_step(self, objective) -> dict[str, torch.Tensor]:
         batch = self.loader.next_batch()  # this rank's slice of the global batch
@@ -281,8 +282,8 @@ class Trainer:
         self.module.eval()
         first = self.world.rank * share
         # The same masks for every run and step, whatever its seed: validation losses compare across runs.
-        gen = _skip(torch.Generator(self.device).manual_seed(derive_seed("validation-masks")), first,
-                    self.val_data.seq_len)
+        gen = torch.Generator(self.device).manual_seed(derive_seed("validation-masks"))
+        gen = objectives.skip_mask_draws(gen, first, self.val_data.seq_len)
         total = torch.zeros((), dtype=torch.int64, device=self.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         micro = self.cfg.train.micro_batch or self.global_batch // self.world.size
@@ -298,7 +299,8 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- the run
 
-    def _save(self, reason: str, phase) -> None:
+    def _save(self, reason: str, phase, watch: Watch) -> None:
+        watch.check_weights(self.model, self.step)  # a diverged run never saves, so never prunes
         state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
                  "schedule": self.cfg.objective.text,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
@@ -339,6 +341,7 @@ class Trainer:
         metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard,
                              wandb=cfg.train.wandb, config=cfg.model_dump(mode="json"), enabled=self.world.is_main)
         progress = Progress("step", total, start=self.step, enabled=self.show_progress)
+        watch = Watch(self.run_dir, self.world, cfg.train.loss_spike, resumed_at=self.step)
         tokens_per_step = self.global_batch * self.train_data.seq_len
         window: dict[str, list] = {}
         t_window, steps_in_window = time.perf_counter(), 0
@@ -352,6 +355,7 @@ class Trainer:
                 stats = self.train_step(objective)
                 self.step += 1
                 steps_in_window += 1
+                watch.add(self.step, stats)
                 for key, value in stats.items():
                     window.setdefault(f"{objective.name}/{key}", []).append(value)
                 if self.step % cfg.train.log_every == 0 or self.step == total:
@@ -364,13 +368,14 @@ class Trainer:
                     if (cfg.train.eval_every and self.step % cfg.train.eval_every == 0) or self.step == total:
                         for member in phase.members:
                             record.update(self.evaluate(member))
-                    metrics.write(record)
+                    metrics.write(record)  # the diverging line too: the log shows what stopped the run
+                    watch.check_record(record)
                     last = record
                     window, t_window, steps_in_window = {}, time.perf_counter(), 0
                     progress.update(self.step, describe_step(record))
                 reason = self._save_reason(decay_start)
                 if reason:
-                    self._save(reason, objectives.phase_at(self.phases, min(self.step, total - 1)))
+                    self._save(reason, objectives.phase_at(self.phases, min(self.step, total - 1)), watch)
                 if stop_at is not None and self.step >= stop_at:
                     return {"stopped_at": self.step}
         finally:
@@ -388,12 +393,3 @@ class Trainer:
         distributed.barrier(self.world)  # ranks exit together: a peer tearing gloo down early aborted rank 0 at exit
         return summary
 
-
-def _skip(gen: torch.Generator, rows: int, seq_len: int) -> torch.Generator:
-    """Advance `gen` past the MLM mask draws of `rows` windows: rank r, whose rows follow those of ranks < r in the
-    global batch, then draws the masks a single process draws for its rows. Exact on CPU, whose generator draws in
-    sequence, for the paper's masking (one number per token); CUDA's counter-based generator, and BERT's 80-10-10
-    corruption (three draws per token), move on to fresh numbers instead: as random, not the same."""
-    if rows:
-        torch.rand((rows, seq_len), generator=gen, device=gen.device)
-    return gen

@@ -28,17 +28,18 @@ def has_run(run_dir: Path) -> bool:
         checkpoint.newest_complete(run_dir) is not None
 
 # Keys that may differ on --resume. Where the run lies (a moved run folder is the same run; the data is compared by
-# content, through the fingerprint its checkpoints record), what is logged and kept, and how the same computation is
-# executed (processes, device, threads, micro-batches, compile, attention kernel): the updates are the same in exact
-# arithmetic, and only unchanged settings give a bitwise-equal continuation (floating-point sums in another order;
-# on another kind of device the MLM masks come from that device's generator: equally random, not the same).
-# Everything else changes what the run is or what its numbers mean: objective, seeds, data, model, optimizer,
-# LR schedule, steps, batch, dtype (bf16 autocast or fp32 numerics), eval_batches (the held-out set of its losses).
+# content, through the fingerprint its checkpoints record), what is logged and kept, when a diverging run stops,
+# and how the same computation is executed (processes, device, threads, micro-batches, compile, attention kernel):
+# the updates are the same in exact arithmetic, and only unchanged settings give a bitwise-equal continuation
+# (floating-point sums in another order; on another kind of device the MLM masks come from that device's generator:
+# equally random, not the same). Everything else changes what the run is or what its numbers mean: objective, seeds,
+# data, model, optimizer, LR schedule, steps, batch, dtype (bf16 autocast or fp32 numerics), eval_batches (the
+# held-out set of its losses).
 FREE = frozenset({
     "name", "out_dir", "data.path", "train.log_every", "train.eval_every", "train.tensorboard", "train.wandb",
     "train.wandb.project", "train.wandb.name", "train.wandb.mode", "train.save_every",
-    "train.save_at", "train.keep_checkpoints", "train.threads", "train.device", "train.parallel", "train.micro_batch",
-    "train.compile", "train.activation_checkpointing", "train.attention"})
+    "train.save_at", "train.keep_checkpoints", "train.loss_spike", "train.threads", "train.device", "train.parallel",
+    "train.micro_batch", "train.compile", "train.activation_checkpointing", "train.attention"})
 # What --extend may change besides: the budget and the schedules over it (checked against the steps trained).
 EXTENDABLE = ("train.steps", "objective", "lr_schedule.")
 
@@ -66,7 +67,7 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
         recorded = {"objective": state.get("schedule"), "train.steps": state.get("total_steps")}
         old = {k: v for k, v in recorded.items() if v is not None}
     keys = old.keys() | new.keys() if found else old.keys()  # a key set only now (a model field) is a change too
-    changed = [k for k in sorted(keys) if old.get(k) != new.get(k) and k not in FREE]
+    changed = _changed(old, new, keys)
     if state is not None and state.get("data_fingerprint") not in (None, data_fingerprint):
         changed.insert(0, "data.path")
     extending = [k for k in changed if k.startswith(EXTENDABLE)]
@@ -75,12 +76,30 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
         hint = ("; to train it further, pass --extend" if extending == changed and longer and not extend else
                 f"; continue it with its own settings ({found[0] if found else 'its checkpoint'}), or start a new "
                 "run (--set name=...)")
-        diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed).replace(
+        diffs = _describe_changes(old, new, changed).replace(
             "data.path: ", "data.path (other content than the run trained on): ")
         raise EncoderlabError(f"cannot resume {run_dir} with a different configuration: {diffs}{hint}")
     if state is not None:
         _check_past(cfg, state, found[1] if found and changed else None)
     return bool(changed)
+
+
+def changes_from_saved(cfg: PretrainConfig) -> str:
+    """How `cfg` differs from the config saved in its run folder, `key: old -> new, ...` (the FREE keys left out);
+    '' when it does not, or when the folder holds no config."""
+    found = saved_config(cfg.run_dir)
+    if found is None:
+        return ""
+    old, new = _flat(found[1].model_dump(mode="json")), _flat(cfg.model_dump(mode="json"))
+    return _describe_changes(old, new, _changed(old, new, old.keys() | new.keys()))
+
+
+def _changed(old: dict, new: dict, keys) -> list[str]:
+    return [k for k in sorted(keys) if old.get(k) != new.get(k) and k not in FREE]
+
+
+def _describe_changes(old: dict, new: dict, keys: list[str]) -> str:
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
 
 
 def _check_past(cfg: PretrainConfig, state: dict, before: PretrainConfig | None) -> None:

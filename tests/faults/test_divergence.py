@@ -1,0 +1,181 @@
+"""Failures fail, through the user's commands: a diverging pretraining run stops at its first bad step with exit code
+1 and keeps its last finite checkpoint (nothing saved, so nothing pruned, after it); a study whose job fails exits 1
+naming the job and its log, with or without `--job`, and names the jobs it skipped; a study file edited after its
+runs started is refused, naming the changed keys, before anything is written; a sweep whose run raises does not end
+as if it had finished.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from encoderlab.config import validate
+from encoderlab.train import checkpoint
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.divergence import Diverged
+from encoderlab.train.loop import Trainer
+from runs import TINY, config
+
+DIVERGING_LR = 1e6  # the update after step 1 makes the weights, then the gradients, non-finite
+
+
+def command(monkeypatch, capsys, *args) -> tuple[int, list[str], str]:
+    """(exit code, error lines, stdout) of one `encoderlab` command run in this process."""
+    from encoderlab.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["encoderlab", *map(str, args)])
+    monkeypatch.setenv("COLUMNS", "1000")  # one line, however long the message
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err, captured.err
+    return code, [line for line in captured.err.splitlines() if line.startswith("error:")], captured.out
+
+
+def write_run(tmp_path, packed_dir, name, lr, **train):
+    cfg = {**config(tmp_path, packed_dir, name, **train), "optim": {"lr": lr}}
+    (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    return tmp_path / f"{name}.yaml"
+
+
+def first_bad_step(run_dir) -> int:
+    for record in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()):
+        if not all(math.isfinite(v) for k, v in record.items() if k.endswith(("/loss", "/grad_norm"))):
+            return record["step"]
+    raise AssertionError("the run never diverged")
+
+
+def test_a_diverging_run_stops_at_its_first_bad_step_and_keeps_its_last_finite_checkpoint(tmp_path, packed_dir,
+                                                                                          monkeypatch, capsys,
+                                                                                          one_thread):
+    # Logged and saved every step, one periodic checkpoint kept: pruning would have removed every finite one.
+    code, errors, _ = command(monkeypatch, capsys, "pretrain",
+                              write_run(tmp_path, packed_dir, "every", DIVERGING_LR, keep_checkpoints=1))
+    run = tmp_path / "every"
+    bad = first_bad_step(run)
+    assert code == 1 and len(errors) == 1 and f"pretraining diverged at step {bad} in {run}" in errors[0], errors
+    kept = run / "checkpoints" / checkpoint.checkpoint_name(bad - 1)
+    assert f"the last checkpoint, {kept}, was saved before it and is kept" in errors[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [kept.name]  # nothing written after it
+    assert checkpoint.latest(run) == kept and not (run / "summary.json").exists()
+    checkpoint.verify(kept)
+    assert all(torch.isfinite(w).all() for w in load_file(str(kept / checkpoint.WEIGHTS)).values())
+    # Logged only at the end: the first bad step is found, and named, at the next checkpoint (the phase switch
+    # after step 3), which is then not written.
+    code, errors, _ = command(monkeypatch, capsys, "pretrain", write_run(tmp_path, packed_dir, "late", DIVERGING_LR,
+                                                                         log_every=6, save_every=0))
+    assert code == 1 and len(errors) == 1 and f"pretraining diverged at step {bad} in " in errors[0], errors
+    assert "no checkpoint was saved" in errors[0]
+    assert not list((tmp_path / "late" / "checkpoints").glob("step-*")) and not (tmp_path / "late" / "LATEST").exists()
+
+
+def trainer(tmp_path, packed_dir, resume=False, **train):
+    cfg = {**config(tmp_path, packed_dir, "spiky", **train), "optim": {"lr": 30.0}}
+    return Trainer(validate(PretrainConfig, cfg, "test"), resume=resume, show_progress=False, log=lambda m: None)
+
+
+def test_a_loss_spike_stops_the_run_only_when_asked_and_a_resumed_run_where_it_first_did(tmp_path, packed_dir,
+                                                                                        one_thread):
+    summary = trainer(tmp_path / "off", packed_dir).run()  # LR 30: finite losses a thousand times the first
+    assert summary["final"]["mlm40/loss"] > 1000 * 6
+    with pytest.raises(Diverged, match=r"diverged at step 2 .*the clm/loss logged, .* is over "
+                                       r"train\.loss_spike=3 x the lowest before \(5\.79\)"):
+        trainer(tmp_path / "on", packed_dir, loss_spike=3).run()
+    run = tmp_path / "on" / "spiky"
+    assert [p.name for p in (run / "checkpoints").glob("step-*")] == ["step-0000001"]
+    # Resumed from step 1, the lowest loss before is read back from the log: the same stop.
+    with pytest.raises(Diverged, match="diverged at step 2 "):
+        trainer(tmp_path / "on", packed_dir, resume=True, loss_spike=3).run()
+
+
+# ------------------------------------------------------------------------------------------------ studies
+
+
+def write_study(tmp_path, packed_dir, task, lr) -> None:
+    (tmp_path / "pretrain.yaml").write_text(yaml.safe_dump({
+        "data": {"path": str(packed_dir)}, "model": TINY, "lr_schedule": {"kind": "wsd", "warmup_steps": 1,
+                                                                          "decay_steps": 2},
+        "train": {"steps": 1, "global_batch": 4, "dtype": "fp32", "tensorboard": False, "eval_batches": 1}}))
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump({
+        "name": "t", "max_steps": 1, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3], "seeds": [0],
+        "max_length": 32, "dtype": "fp32"}))
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({
+        "name": "s", "out_dir": str(tmp_path / "studies"), "pretrain": "pretrain.yaml", "budget": 4,
+        "pretrain_overrides": {"optim": {"lr": lr}}, "models": [{"sizes": ["tiny"], "objectives": ["clm", "mlm40"]}],
+        "evaluation": {"protocol": "protocol.yaml", "tasks": [str(task)]}}))
+
+
+def test_a_failed_job_fails_the_study_with_or_without_job(tmp_path, packed_dir, classification_task, monkeypatch,
+                                                          capsys, one_thread):
+    task = classification_task(tmp_path / "task")
+    write_study(tmp_path, packed_dir, task, DIVERGING_LR)
+    study, status = tmp_path / "study.yaml", tmp_path / "studies" / "s" / "status"
+    code, errors, _ = command(monkeypatch, capsys, "study", "run", study, "--job", "pretrain:tiny-clm-4")
+    log = status / "pretrain__tiny-clm-4.json"
+    assert code == 1 and errors == [f"error: study s: 1 of 1 jobs failed: pretrain:tiny-clm-4 (log: {log}); "
+                                    "`encoderlab study run` runs them again once the cause is fixed"]
+    assert "Diverged: pretraining diverged at step" in json.loads(log.read_text())["reason"]
+    code, errors, out = command(monkeypatch, capsys, "study", "run", study, "--json")
+    result = json.loads(out)
+    assert code == 1 and len(errors) == 1 and "2 of 4 jobs failed: pretrain:tiny-clm-4 (log: " in errors[0]
+    assert "pretrain:tiny-mlm40-4 (log: " in errors[0] and "2 jobs that depend on them skipped" in errors[0]
+    skipped = [f"eval:tiny-clm-4:{task}", f"eval:tiny-mlm40-4:{task}"]
+    assert result["skipped"] == skipped and result["done"] == 0
+    for job in skipped:  # each marked by name, with the job it waited for
+        marker = json.loads((status / f"{job.replace(':', '__').replace('/', '_')}.json").read_text())
+        assert marker == {"job": job, "status": "skipped", "reason": f"pretrain:{job.split(':')[1]} failed"}
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_an_edited_study_file_is_refused_naming_what_changed(tmp_path, packed_dir, classification_task, monkeypatch,
+                                                             capsys, one_thread):
+    task = classification_task(tmp_path / "task")
+    write_study(tmp_path, packed_dir, task, 3e-3)
+    study = tmp_path / "study.yaml"
+    assert command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain")[0] == 0
+    before = snapshot(tmp_path / "studies")
+    write_study(tmp_path, packed_dir, task, 1e-3)
+    for job in ([], ["--job", "pretrain:tiny-clm-4"]):
+        code, errors, _ = command(monkeypatch, capsys, "study", "run", study, *job)
+        assert code == 2 and errors == [
+            f"error: study s: the study file now gives other settings than those its runs in {tmp_path / 'studies/s'} "
+            "were started with: optim.lr: 0.003 -> 0.001 in pretrain:tiny-clm-4, pretrain:tiny-mlm40-4; nothing was "
+            "run: restore those settings, or give the study another name to run it in a new folder"], errors
+        assert snapshot(tmp_path / "studies") == before  # nothing written, nothing run
+    write_study(tmp_path, packed_dir, task, 3e-3)  # restored: what was done stays done
+    code, _, out = command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain", "--json")
+    assert code == 0 and json.loads(out)["done_now"] == 0
+
+
+# ------------------------------------------------------------------------------------------------ sweeps
+
+
+def test_a_sweep_whose_run_raises_does_not_finish(tmp_path, packed_dir, classification_task, monkeypatch, capsys,
+                                                  one_thread):
+    from encoderlab.evaluation import sweep
+
+    Trainer(validate(PretrainConfig, config(tmp_path, packed_dir, "run"), "test"), show_progress=False,
+            log=lambda m: None).run()
+    task = classification_task(tmp_path / "task")
+
+    def raising(*args, **kwargs):
+        raise RuntimeError("a bug in one run")
+
+    monkeypatch.setattr(sweep, "finetune", raising)
+    with pytest.raises(RuntimeError, match="a bug in one run"):  # a traceback and exit code 1, never "done"
+        command(monkeypatch, capsys, "sweep", tmp_path / "run", task, "--out", tmp_path / "evals", "--set",
+                "max_steps=1", "--set", "lrs=[0.001]", "--set", "seeds=[0]", "--engine", "sequential",
+                "--workers", "1")
+    assert not list((tmp_path / "evals").rglob("*lr*.json"))  # no record of the run that raised
