@@ -95,7 +95,8 @@ class StudyResults:
         self.tasks: dict[str, dict[str, TaskScore]] = {}
         self.unused: list[str] = []  # record files not counted, and why (listed by the report, never averaged in)
         for label, e in self.evaluations.items():
-            found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, _weights(e.get("checkpoint")))
+            weights = _weights(e.get("checkpoint"))
+            found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, weights)
             recs, self.unused = records.current(found), self.unused + unused
             by_task: dict[str, list[dict]] = {}
             for r in recs:
