@@ -89,7 +89,8 @@ def test_set_updates_a_section_and_replaces_it_only_when_told(tmp_path, packed_d
     assert (merged["warmup_steps"], merged["decay_steps"], merged["kind"]) == (1, 50, "wsd")
     replaced = schedule("lr_schedule!={warmup_steps: 1}")  # asked for: the rest at the defaults
     assert replaced["warmup_steps"] == 1 and replaced["decay_steps"] != 50
-    assert "KEY!=VALUE replaces the whole section" in " ".join(run_cli("pretrain", "--help", home=tmp_path).stdout.split())
+    help_text = " ".join(run_cli("pretrain", "--help", home=tmp_path).stdout.split())
+    assert "KEY!=VALUE replaces the whole section" in help_text
 
 
 def test_the_default_protocol_and_demo_study_are_the_clones():
