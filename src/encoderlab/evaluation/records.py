@@ -134,7 +134,8 @@ def _other_weights(record: dict, weights: str | None) -> str:
         named = record.get("checkpoint")
         made = _weights_at(named) if isinstance(named, str) else None
         if made is None:
-            return (f"was made before records named their weights, and the checkpoint it names ({named}) is gone: "
+            return (f"was made before records named their weights, and the checkpoint it names ({named}) is gone or "
+                    "unreadable: "
                     "which weights made it cannot be told")
         if made == weights:
             return ""
