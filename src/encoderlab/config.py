@@ -51,20 +51,32 @@ def deep_merge(base: dict, override: dict) -> dict:
     return out
 
 
+# The --set help of every command that takes it (apply_overrides).
+SET_MERGES = ("A mapping updates its section key by key (--set 'lr_schedule={warmup_steps: 100}'); KEY!=VALUE "
+              "replaces the whole section, its other keys back to their defaults.")
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """`["train.lr=3e-4", "objective=clm"]` -> nested updates; values are parsed as YAML scalars/lists."""
+    """`["train.lr=3e-4", "objective=clm"]` -> nested updates; values are parsed as YAML (scalars, lists, mappings).
+    A mapping updates the section it is given for, key by key (`lr_schedule={warmup_steps: 1}` keeps the section's
+    other keys): replacing a whole section, its other keys back to their defaults, is asked for with `KEY!=VALUE`."""
     for item in overrides:
         key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"override {item!r} must look like section.key=value")
+        replace = key.strip().endswith("!")
+        key = key.strip().removesuffix("!").strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.key=value (or section!=value to replace a "
+                              "whole section)")
         node = data
-        parts = key.strip().split(".")
+        parts = key.split(".")
         for part in parts[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
                 raise ConfigError(f"override {item!r}: {part!r} is a value, not a section")
             node = child
-        node[parts[-1]] = _parse_value(raw)
+        value, old = _parse_value(raw), node.get(parts[-1])
+        merge = isinstance(value, dict) and isinstance(old, dict) and not replace
+        node[parts[-1]] = deep_merge(old, value) if merge else value
     return data
 
 
@@ -130,7 +142,7 @@ def _named(overrides: list[str], message: str, where: str) -> str:
 
 
 def _override_key(override: str) -> str:
-    return override.partition("=")[0].strip()
+    return override.partition("=")[0].strip().removesuffix("!").strip()
 
 
 def _prefixes(loc: list[str]) -> set[str]:

@@ -79,6 +79,20 @@ def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir):
     assert bad.returncode == 2 and "unknown objective 'xlm'" in bad.stderr
 
 
+def test_set_updates_a_section_and_replaces_it_only_when_told(tmp_path, packed_dir):
+    config = Path(__file__).resolve().parents[2] / "configs" / "pretrain" / "demo-tiny.yaml"
+
+    def schedule(value: str) -> dict:
+        return json.loads(run_cli("pretrain", str(config), "--dry-run", "--json", "--set", f"data.path={packed_dir}",
+                                  "--set", value, home=tmp_path).stdout)["config"]["lr_schedule"]
+    merged = schedule("lr_schedule={warmup_steps: 1}")  # the file's decay_steps 50 stays (it became 2000)
+    assert (merged["warmup_steps"], merged["decay_steps"], merged["kind"]) == (1, 50, "wsd")
+    replaced = schedule("lr_schedule!={warmup_steps: 1}")  # asked for: the rest at the defaults
+    assert replaced["warmup_steps"] == 1 and replaced["decay_steps"] != 50
+    help_text = " ".join(run_cli("pretrain", "--help", home=tmp_path).stdout.split())
+    assert "KEY!=VALUE replaces the whole section" in help_text
+
+
 def test_the_default_protocol_and_demo_study_are_the_clones():
     """Without --protocol a sweep uses configs/eval/demo.yaml of this clone (silently falling back to the built-in
     defaults once gave full-size evaluation sets), and says so."""

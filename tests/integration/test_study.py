@@ -265,6 +265,7 @@ def fake_records(plan, base) -> None:
                     val = level + rng.gauss(0, noise)
                     records.write(records.record_path(plan.root / "evals", e["tag"], key, task, "0" * 16, lr, seed), {
                         "tag": e["tag"], "task": task, "family": family, "metric": metric, "status": "ok",
+                        "fingerprint": "0" * 16, "protocol": rec["protocol"],
                         "lr": lr, "seed": seed, "baseline": {s: {"score": baseline} for s in ("validation", "test")},
                         "scores": {"validation": {"score": val}, "test": {"score": val + rng.gauss(0, 0.5)}}})
     for run in rec["runs"]:

@@ -195,6 +195,7 @@ def test_verdict_says_whether_cpt_beat_both_baselines(tmp_path, llama_dir, corpu
                 score = level[e["label"]] + rng.gauss(0, 1)
                 records.write(records.record_path(plan.root / "evals", e["tag"], key, task, "0" * 16, 1e-3, seed), {
                     "tag": e["tag"], "task": task, "family": family, "metric": "score", "status": "ok", "lr": 1e-3,
+                    "fingerprint": "0" * 16, "protocol": rec["protocol"],
                     "seed": seed, "baseline": {s: {"score": 0.0} for s in ("validation", "test")},
                     "scores": {"validation": {"score": score}, "test": {"score": score}}})
     text = write_report(plan.root).read_text()

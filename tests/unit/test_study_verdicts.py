@@ -43,6 +43,7 @@ def write_study(root: Path, levels: dict[str, dict[str, float]], spread: dict[st
                 score = level.get(task, level[cat]) + (spread or {}).get(lb, 1.0) * (seed - 3.5)
                 records.write(records.record_path(root / "evals", f"tag-{lb}", key, task, "0" * 16, 0.001, seed), {
                     "tag": f"tag-{lb}", "task": task, "family": family, "metric": "accuracy", "status": "ok",
+                    "fingerprint": "0" * 16, "protocol": PROTOCOL,
                     "lr": 0.001, "seed": seed, "baseline": {s: {"score": 0.0} for s in ("validation", "test")},
                     "scores": {"validation": {"score": score}, "test": {"score": score}}})
     return root

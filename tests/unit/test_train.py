@@ -1,6 +1,7 @@
 """The pretraining loop: resume equals no interruption, phases, checkpoints, LR schedules, config errors."""
 from __future__ import annotations
 
+import copy
 import json
 import re
 import math
@@ -132,6 +133,21 @@ def test_config_errors_name_the_key():
     assert data == {"train": {"steps": 5}, "optim": {"lr": 3e-4}, "objective": "clm:25%,mlm:75%"}
     with pytest.raises(ConfigError, match="section.key=value"):
         apply_overrides({}, ["train.steps"])
+
+
+def test_set_updates_a_section_and_replaces_it_only_when_told():
+    base = {"lr_schedule": {"kind": "wsd", "warmup_steps": 25, "decay_steps": 50}, "train": {"steps": 250}}
+    merged = apply_overrides(copy.deepcopy(base), ["lr_schedule={warmup_steps: 1}"])
+    assert merged["lr_schedule"] == {"kind": "wsd", "warmup_steps": 1, "decay_steps": 50}  # was: {warmup_steps: 1}
+    replaced = apply_overrides(copy.deepcopy(base), ["lr_schedule!={warmup_steps: 1}", "train.steps != 9"])
+    assert replaced == {"lr_schedule": {"warmup_steps": 1}, "train": {"steps": 9}}
+    nested = apply_overrides({"a": {"b": {"c": 1, "d": 2}}}, ["a={b: {c: 3}}"])
+    assert nested == {"a": {"b": {"c": 3, "d": 2}}}
+    bad = "lr_schedule!={warmup_stepz: 1}"
+    with pytest.raises(ConfigError, match=r"^--set lr_schedule!=\{warmup_stepz: 1\}: lr_schedule\.warmup_stepz: unkn"):
+        validate(PretrainConfig, apply_overrides(copy.deepcopy(base), [bad]), "x.yaml", [bad])
+    with pytest.raises(ConfigError, match="section.key=value"):
+        apply_overrides({}, ["!=3"])
 
 
 @pytest.mark.parametrize(("extra", "message"), [

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from encoderlab.cli.console import emit, log, log_after, out
 from encoderlab.cli.study import study_app
+from encoderlab.config import SET_MERGES
 from encoderlab.errors import EncoderlabError
 
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
@@ -131,7 +132,7 @@ def _load_pretrain_config(config: Path, overrides: list[str]):
 def pretrain(
     config: Path = typer.Argument(..., help="A pretraining YAML (see configs/pretrain/)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a key, e.g. --set train.steps=500 "
-                                                          "--set objective=clm:25%,mlm40:75%"),
+                                                          "--set objective=clm:25%,mlm40:75%. " + SET_MERGES),
     resume: bool = typer.Option(False, "--resume", help="Continue the run from its last checkpoint; the config must "
                                 "be the run's own (logging, saving and execution settings may change)."),
     extend: bool = typer.Option(False, "--extend", help="Continue the run to more train.steps, with a new decay or "
@@ -309,7 +310,7 @@ def sweep(
     tasks: list[str] = typer.Argument(..., help="Task names ('offline' = every offline task), paper datasets "
                                                 "(sst2, conll2003, squad=LOCAL_PATH, ...) or task YAML files."),
     protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml)."),
-    overrides: list[str] = typer.Option([], "--set", help="Override a protocol key, e.g. --set max_steps=300"),
+    overrides: list[str] = typer.Option([], "--set", help="Override a protocol key, e.g. max_steps=300. " + SET_MERGES),
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where result records go."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     engine: str = typer.Option("auto", help="auto | sequential | batched: train a task's runs one after another or "
@@ -341,7 +342,7 @@ def finetune_cmd(
     lr: float = typer.Option(..., help="Peak learning rate."),
     seed: int = typer.Option(0, help="Seed of the head initialisation and data order."),
     protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml)."),
-    overrides: list[str] = typer.Option([], "--set", help="Override a protocol key."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a protocol key. " + SET_MERGES),
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where the result record goes."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
 ) -> None:

@@ -111,8 +111,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
             sweep.tracker = locks.enter_context(closing(Wandb(protocol.wandb, out, sweep.tag, sweep.about())))
         for task in sweep.tasks:
             locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
-            if others := records.other_versions(out, sweep.tag, sweep.key, task.name, task.fingerprint):
-                log(f"{task.name}: its data or definition changed since the records in {others[-1]}: running again")
+            sweep.say_what_runs_again(task)
         todo = [run for run in sweep.runs if not sweep.recorded(*run)]
         log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
         workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
@@ -169,6 +168,7 @@ class Sweep:
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
         self.key = records.protocol_key(self.protocol.model_dump(mode="json"))
+        self.digest = ckpt.weights_digest(self.checkpoint)  # its records' identity: the same weights, wherever
         self.units = training_units(self.tasks, self.train_on)  # what trains: a task, or one TrainedOnce
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in self.tasks}
@@ -180,11 +180,21 @@ class Sweep:
         """Every task the run scores has a record, made by a model trained on the same training data."""
         train = getattr(unit, "train", unit)
         for task in getattr(unit, "members", [unit]):
-            record = records.read(self.path(task, lr, seed))
+            record, _ = records.usable(self.path(task, lr, seed), self.digest)
             made_by = (record or {}).get("trained_on", {}).get("fingerprint", train.fingerprint)
             if record is None or made_by != train.fingerprint:
                 return False
         return True
+
+    def say_what_runs_again(self, task: EvalTask) -> None:
+        """Why runs that left files are done again: the task changed, or a file of its grid is not a usable record
+        (`PATH: why`, the first one named)."""
+        if others := records.other_versions(self.out, self.tag, self.key, task.name, task.fingerprint):
+            self.log(f"{task.name}: its data or definition changed since the records in {others[-1]}: running again")
+        paths = [self.path(task, lr, seed) for lr in self.protocol.lrs for seed in self.protocol.seeds]
+        if unused := [f"{path}: {why}" for path in paths if (why := records.usable(path, self.digest)[1])]:
+            more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+            self.log(f"{task.name}: {len(unused)} record(s) not used, their runs are done again: {unused[0]}{more}")
 
     def execute(self, todo: list[tuple[EvalTask, float, int]], workers: int) -> Iterator[Outcome]:
         """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
@@ -233,8 +243,8 @@ class Sweep:
 
     def _write(self, task: EvalTask, train: EvalTask, body: dict) -> None:
         lr, seed = body["lr"], body["seed"]
-        record = {"checkpoint": str(self.checkpoint), "tag": self.tag, "task": task.name,
-                  "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
+        record = {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
+                  "task": task.name, "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
                   "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
                   "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                   "truncated": {**task.truncated, "unit": task.truncation_unit},
@@ -248,14 +258,14 @@ class Sweep:
             self.tracker.log({**scores, f"runs/{task.name}/lr": lr, f"runs/{task.name}/seed": seed})
 
     def about(self) -> dict:
-        return {"checkpoint": str(self.checkpoint), "tag": self.tag, "protocol_key": self.key,
-                "protocol": self.protocol.model_dump(mode="json")}
+        return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
+                "protocol_key": self.key, "protocol": self.protocol.model_dump(mode="json")}
 
     def summarize(self, *, runs_done: int, seconds: float) -> dict:
         """This sweep's tasks, aggregated over every record of their grid (earlier sweeps' included); summary.json
         holds every task recorded for this checkpoint and protocol (the newest version of each), so that a sweep of
         some tasks does not drop the others from it."""
-        found = records.load_all(self.out, self.tag, self.key)
+        found = records.load_all(self.out, self.tag, self.key, self.digest)
         ours = {(t.name, t.fingerprint) for t in self.tasks}
         about = self.about()
         choice = self.protocol.lr_choice

@@ -265,12 +265,17 @@ def compose(report) -> str:
     failed = [(lb, t.task, t.failed) for lb, ts in res.tasks.items() for t in ts.values() if t.failed]
     missing = [lb for lb in res.evaluations if not res.tasks.get(lb)]
     unscored = [(lb, t.task, t.without_metric) for lb, ts in res.tasks.items() for t in ts.values() if t.without_metric]
-    if failed or missing or unscored:
+    grid = len(proto["lrs"]) * len(proto["seeds"])
+    short = [(lb, t.task, t.runs) for lb, ts in res.tasks.items() for t in ts.values() if t.runs < grid]
+    if failed or missing or unscored or short or res.unused:
         parts.append("## Failed and missing runs\n\n" + "\n".join(
             [f"- {lb} / {task}: {n} failed runs (excluded from the means)" for lb, task, n in failed]
             + [f"- {lb} / {task}: {n} runs without a `{res.metric}` score (recorded before it existed; excluded)"
                for lb, task, n in unscored]
-            + [f"- {lb}: no evaluation records yet" for lb in missing]) + "\n")
+            + [f"- {lb}: no evaluation records yet" for lb in missing]
+            + [f"- {lb} / {task}: {n} of {grid} runs recorded, the others missing (`study run` does them)"
+               for lb, task, n in short]
+            + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused]) + "\n")
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
                  "Plan (steps and FLOPs): " + _plan_line(plan) + "\n")
     return "\n".join(parts)

@@ -15,9 +15,11 @@ from pathlib import Path
 
 from scipy import stats
 
+from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation import records
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.sweep import summarize
+from encoderlab.train.checkpoint import weights_digest
 from encoderlab.train.logging import read_metrics
 
 CATEGORY = {"classification": "SC", "tokens": "TC", "qa": "QA", "retrieval": "IR"}
@@ -111,8 +113,11 @@ class StudyResults:
         self.evaluations = {e["label"]: e for e in self.plan["evaluations"]}
         self.runs = {r["name"]: r for r in self.plan["runs"]}
         self.tasks: dict[str, dict[str, TaskScore]] = {}
+        self.unused: list[str] = []  # record files not counted, and why (listed by the report, never averaged in)
         for label, e in self.evaluations.items():
-            recs = records.current(records.load_all(self.root / "evals", e["tag"], self.protocol_key))
+            weights = _weights(e.get("checkpoint"))
+            found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, weights)
+            recs, self.unused = records.current(found), self.unused + unused
             by_task: dict[str, list[dict]] = {}
             for r in recs:
                 by_task.setdefault(r["task"], []).append(r)
@@ -139,6 +144,16 @@ class StudyResults:
 
     def losses(self, run: str) -> list[dict]:
         return read_metrics(self.root / "pretrain" / run / "metrics.jsonl")
+
+
+def _weights(checkpoint: str | None) -> str | None:
+    """The SHA-256 of the weights a checkpoint holds now (its records must be of them), None when it is gone."""
+    if checkpoint is None:
+        return None
+    try:
+        return weights_digest(Path(checkpoint))
+    except (OSError, EncoderlabError):
+        return None
 
 
 # ------------------------------------------------------------------------------------------------ comparisons

@@ -1,7 +1,8 @@
 """Execute a study's plan: pretraining runs in dependency order, then fine-tuning sweeps; resumable, in parallel.
 
 Nothing is remembered but what is on disk: a pretraining run is done when its final checkpoint and summary exist
-(a partial one resumes from its last checkpoint), an evaluation when every (LR, seed) record exists. So a killed
+(a partial one resumes from its last checkpoint), an evaluation when every (LR, seed) record exists, reads as
+a record of its own place and was made from the checkpoint's weights (evaluation/records.py `usable`). So a killed
 study started again redoes nothing finished. A job that raises is written to `status/` with its reason, and each of
 its dependents, by name, as skipped; the rest goes on, and the next start retries them (the command then exits
 non-zero). A run is done only for the settings it was started with: a study file changed since is refused
@@ -23,7 +24,8 @@ from pathlib import Path
 
 from encoderlab.io import atomic_file, die_with_parent, write_json
 from encoderlab.evaluation import records
-from encoderlab.train.checkpoint import checkpoint_name
+from encoderlab.errors import EncoderlabError
+from encoderlab.train.checkpoint import checkpoint_name, weights_digest
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.plan import Plan, build_plan, expand_tasks, load_protocol
 
@@ -82,12 +84,14 @@ def is_done(job: Job) -> bool:
         return (Path(job.args["checkpoint"]) / "state.json").exists()
     from encoderlab.evaluation.tasks import task_identity
 
-    protocol = job.args["protocol"]
-    tag = records.checkpoint_tag(job.args["checkpoint"])
-    key = records.protocol_key(protocol)
-    out = Path(job.args["out"])
+    protocol, checkpoint = job.args["protocol"], Path(job.args["checkpoint"])
+    try:  # the records of these weights: a checkpoint made again (other weights) has its evaluations done again
+        weights = weights_digest(checkpoint)
+    except (OSError, EncoderlabError):
+        return False  # not written yet, or damaged: the job runs, and says so if it cannot
+    tag, key, out = records.checkpoint_tag(checkpoint), records.protocol_key(protocol), Path(job.args["out"])
     identities = [task_identity(task) for task in job.args["tasks"]]  # data hashed once per process, not per job
-    return all(records.read(records.record_path(out, tag, key, name, fingerprint, lr, seed)) is not None
+    return all(records.usable(records.record_path(out, tag, key, name, fingerprint, lr, seed), weights)[0] is not None
                for name, fingerprint in identities for lr in protocol["lrs"] for seed in protocol["seeds"])
 
 

@@ -106,6 +106,24 @@ def verify(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ..
             raise EncoderlabError(f"checkpoint file {path / rel} {problem}{_older_hint(path)}")
 
 
+def weights_digest(path: Path) -> str:
+    """The SHA-256 of a checkpoint's `model.safetensors`: what a result made from it is filed under
+    (evaluation/records.py), so that the same weights in any folder are one model and other weights never are. The
+    manifest's entry (checked against the file wherever the weights are read); a checkpoint from before manifests
+    is hashed, once per process and file version."""
+    files = _manifest(path)
+    if files is not None and WEIGHTS in files:
+        return files[WEIGHTS]["sha256"]
+    stat = (path / WEIGHTS).stat()
+    key = (str((path / WEIGHTS).resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = sha256_of(path / WEIGHTS)
+    return _HASHED[key]
+
+
+_HASHED: dict[tuple, str] = {}
+
+
 def _manifest(path: Path) -> dict[str, dict] | None:
     """{relative path: {size, sha256}}, or None for a checkpoint written before manifests."""
     if not (path / MANIFEST).exists():

@@ -1,0 +1,115 @@
+"""Results belong to the weights that made them, and nothing is counted unchecked, through the user's commands.
+
+Two runs with one name in two folders (other weights) swept into one `--out`: the second is evaluated, not given the
+first's records; the same weights copied to a third folder reuse them. A record overwritten by another LR's record
+and a 0-byte record are never counted: the sweep names them and runs them again, a study's "done" is false until
+they are, and a study report leaves them out and lists them.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+
+from encoderlab.config import validate
+from encoderlab.evaluation import records
+from encoderlab.io import write_json
+from encoderlab.study.report import write_report
+from encoderlab.study.runner import Job, is_done
+from encoderlab.train.checkpoint import weights_digest
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.loop import Trainer
+from runs import config
+
+GRID = ["--set", "max_steps=1", "--set", "lrs=[0.001, 0.003]", "--set", "seeds=[0, 1]", "--engine", "sequential",
+        "--workers", "1"]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, packed_dir, classification_task):
+    """`mlm` pretrained in a/ and in b/ with another seed (other weights), and a task."""
+    out = tmp_path_factory.mktemp("records")
+    for folder, seed in (("a", 0), ("b", 1)):
+        cfg = validate(PretrainConfig, config(out / folder, packed_dir, "mlm", seed=seed), "test")
+        Trainer(cfg, show_progress=False, log=lambda message: None).run()
+    classification_task(out / "task")
+    return out
+
+
+def sweep(run, task, out, monkeypatch, capsys) -> tuple[dict, str]:
+    from encoderlab.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["encoderlab", "sweep", str(run), str(task), "--out", str(out), *GRID, "--json"])
+    monkeypatch.setenv("COLUMNS", "400")
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    captured = capsys.readouterr()
+    assert exit_.value.code == 0, captured.err
+    return json.loads(captured.out), captured.err
+
+
+def test_one_run_name_in_two_folders_is_two_models(models, tmp_path, monkeypatch, capsys):
+    task, out = models / "task" / "task.yaml", tmp_path / "evals"
+    first, _ = sweep(models / "a" / "mlm", task, out, monkeypatch, capsys)
+    second, log = sweep(models / "b" / "mlm", task, out, monkeypatch, capsys)  # the same tag: mlm-step-0000006
+    assert first["tag"] == second["tag"] and first[records.WEIGHTS] != second[records.WEIGHTS]
+    assert second["runs_done_this_time"] == 4, "the other model's records were reused"
+    assert "4 record(s) not used" in log and "was made from other weights" in log
+    recs = records.load_all(out, second["tag"])
+    assert len(recs) == 4 and {r[records.WEIGHTS] for r in recs} == {weights_digest(models / "b" / "mlm" /
+                                                                                    "checkpoints" / "step-0000006")}
+    shutil.copytree(models / "b" / "mlm", tmp_path / "c" / "mlm")  # the same weights in another folder
+    again, _ = sweep(tmp_path / "c" / "mlm", task, out, monkeypatch, capsys)
+    assert again["runs_done_this_time"] == 0 and again["tasks"] == second["tasks"]
+
+
+def test_a_foreign_or_empty_record_is_never_counted(models, tmp_path, monkeypatch, capsys):
+    task, out = models / "task" / "task.yaml", tmp_path / "evals"
+    summary, _ = sweep(models / "a" / "mlm", task, out, monkeypatch, capsys)
+    [folder] = {p.parent for p in out.rglob("lr*.json")}
+    job = Job("eval:a", "eval", [], {"checkpoint": str(models / "a" / "mlm" / "checkpoints" / "step-0000006"),
+                                     "tasks": [str(task)], "out": str(out),
+                                     "protocol": json.loads((folder / "lr0.001-seed0.json").read_text())["protocol"]})
+    assert is_done(job)
+    assert not is_done(Job(job.id, "eval", [], {**job.args, "checkpoint": job.args["checkpoint"].replace("/a/",
+                                                                                                         "/b/")}))
+    shutil.copy(folder / "lr0.001-seed0.json", folder / "lr0.003-seed0.json")  # another LR's record over this one
+    (folder / "lr0.003-seed1.json").write_bytes(b"")
+    found, unused = records.scan(out, summary["tag"])
+    assert len(found) == 2 and not is_done(job)
+    assert any("lr0.003-seed0.json: is another run's record: run lr0.001-seed0.json" in u for u in unused), unused
+    assert any("lr0.003-seed1.json: does not read as a JSON record" in u for u in unused), unused
+    again, log = sweep(models / "a" / "mlm", task, out, monkeypatch, capsys)
+    assert again["runs_done_this_time"] == 2 and "2 record(s) not used, their runs are done again" in log
+    assert records.scan(out, summary["tag"])[1] == [] and is_done(job)
+    assert again["tasks"]["task"]["runs"] == 4
+
+
+PROTOCOL = {"name": "t", "lrs": [0.001], "seeds": [0, 1, 2], "max_steps": 4}
+
+
+def test_a_study_report_lists_an_empty_record_and_leaves_it_out(tmp_path):
+    """The issue's case: seeds scoring 10, 50, 90 (50.0 +- 99.4) with the 90 record emptied used to give 30.0 and
+    say nothing; it gives the two seeds left and lists the record and the short grid."""
+    run = {"name": "m", "size": "micro", "kind": "model", "schedule": [["mlm40", 0]], "steps": 4, "init": None,
+           "tokens_per_step": 64}
+    write_json(tmp_path / "plan.json", {
+        "study": "s", "budget": 4, "protocol": PROTOCOL, "runs": [run],
+        "summary": {"steps": 4, "naive_steps": 4, "flops": 1.0, "naive_flops": 1.0},
+        "evaluations": [{"label": "m", "model": "m", "step": 4, "kind": "final", "size": "micro", "tag": "m-tag"}]})
+    key = records.protocol_key(PROTOCOL)
+    for seed, score in enumerate((10.0, 50.0, 90.0)):
+        records.write(records.record_path(tmp_path / "evals", "m-tag", key, "rt-polarity", "0" * 16, 0.001, seed), {
+            "tag": "m-tag", "task": "rt-polarity", "family": "classification", "metric": "accuracy", "status": "ok",
+            "fingerprint": "0" * 16, "protocol": PROTOCOL, "lr": 0.001, "seed": seed,
+            "baseline": {s: {"score": 50.0} for s in ("validation", "test")},
+            "scores": {"validation": {"score": score}, "test": {"score": score}}})
+    emptied = records.record_path(tmp_path / "evals", "m-tag", key, "rt-polarity", "0" * 16, 0.001, 2)
+    emptied.write_bytes(b"")
+    text = write_report(tmp_path).read_text()
+    missing = text.split("## Failed and missing runs")[1].split("##")[0]
+    assert "m / rt-polarity: 2 of 3 runs recorded" in missing
+    assert f"{emptied}: does not read as a JSON record" in missing
+    assert "30.0" in text.split("## Per-dataset scores")[1]
