@@ -85,7 +85,8 @@ def test_a_study_aggregates_as_its_protocol_says_and_a_category_is_the_plain_mea
     for task, shift in (("a", 0.0), ("b", 10.0)):
         for lr, seed, val, test in GRID:
             records.write(records.record_path(tmp_path / "evals", "tag-m", key, task, "0" * 16, lr, seed),
-                          record(lr, seed, val, test + shift, task=task))
+                          {**record(lr, seed, val, test + shift, task=task), "tag": "tag-m", "fingerprint": "0" * 16,
+                           "protocol": protocol})
     res = StudyResults(tmp_path)
     assert res.lr_choice == "per_seed" and res.tasks["m"]["a"].test == 82.0 and res.tasks["m"]["b"].test == 92.0
     assert res.categories["m"]["SC"].mean == 87.0  # (82 + 92) / 2

@@ -117,7 +117,8 @@ def study(tmp_path: Path, lr_choice: str) -> Path:
     for seed in protocol["seeds"]:
         records.write(records.record_path(root / "evals", "tag", records.protocol_key(protocol), "sst2", "0" * 16,
                                           1e-4, seed), {
-            "task": "sst2", "family": "classification", "metric": "accuracy", "status": "ok", "lr": 1e-4,
+            "task": "sst2", "tag": "tag", "fingerprint": "0" * 16, "protocol": protocol,
+            "family": "classification", "metric": "accuracy", "status": "ok", "lr": 1e-4,
             "seed": seed, "baseline": {"test": {"score": 50.0, "standard": 50.0}},
             "scores": {s: {"score": 80.0 + seed, "standard": 70.0 + seed} for s in ("validation", "test")}})
     return root

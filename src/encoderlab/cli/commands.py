@@ -17,8 +17,7 @@ app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of 
 # The clone this package runs from (src/encoderlab/cli/commands.py -> the root): its configs/ give the defaults.
 CHECKOUT = Path(__file__).resolve().parents[3]
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
-app.add_typer(data_app, name="data")
-app.add_typer(study_app, name="study")
+app.add_typer(data_app, name="data"), app.add_typer(study_app, name="study")
 
 
 @data_app.command("prepare")

@@ -262,23 +262,24 @@ def compose(report) -> str:
     fig = report.loss_figure()
     if fig:
         parts.append(f"## Pretraining loss\n\n![pretraining loss]({fig})\n")
-    failed = [(lb, t.task, t.failed) for lb, ts in res.tasks.items() for t in ts.values() if t.failed]
-    missing = [lb for lb in res.evaluations if not res.tasks.get(lb)]
-    unscored = [(lb, t.task, t.without_metric) for lb, ts in res.tasks.items() for t in ts.values() if t.without_metric]
-    grid = len(proto["lrs"]) * len(proto["seeds"])
-    short = [(lb, t.task, t.runs) for lb, ts in res.tasks.items() for t in ts.values() if t.runs < grid]
-    if failed or missing or unscored or short or res.unused:
-        parts.append("## Failed and missing runs\n\n" + "\n".join(
-            [f"- {lb} / {task}: {n} failed runs (excluded from the means)" for lb, task, n in failed]
-            + [f"- {lb} / {task}: {n} runs without a `{res.metric}` score (recorded before it existed; excluded)"
-               for lb, task, n in unscored]
-            + [f"- {lb}: no evaluation records yet" for lb in missing]
-            + [f"- {lb} / {task}: {n} of {grid} runs recorded, the others missing (`study run` does them)"
-               for lb, task, n in short]
-            + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused]) + "\n")
+    parts += [text for text in [_failed_and_missing(res, proto)] if text]
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
                  "Plan (steps and FLOPs): " + _plan_line(plan) + "\n")
     return "\n".join(parts)
+
+
+def _failed_and_missing(res, proto: dict) -> str:
+    """The runs the tables leave out, and why: failed, unscored in the metric shown, missing, or not used."""
+    tasks = [(lb, t) for lb, ts in res.tasks.items() for t in ts.values()]
+    grid = len(proto["lrs"]) * len(proto["seeds"])
+    lines = ([f"- {lb} / {t.task}: {t.failed} failed runs (excluded from the means)" for lb, t in tasks if t.failed]
+             + [f"- {lb} / {t.task}: {t.without_metric} runs without a `{res.metric}` score (recorded before it "
+                "existed; excluded)" for lb, t in tasks if t.without_metric]
+             + [f"- {lb}: no evaluation records yet" for lb in res.evaluations if not res.tasks.get(lb)]
+             + [f"- {lb} / {t.task}: {t.runs} of {grid} runs recorded, the others missing (`study run` does them)"
+                for lb, t in tasks if t.runs < grid]
+             + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused])
+    return "## Failed and missing runs\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
 def _tokens(plan: dict) -> int:
