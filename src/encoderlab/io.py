@@ -152,6 +152,16 @@ def atomic_file(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def remove_leftovers(folder: Path) -> list[str]:
+    """Remove from `folder` what killed atomic writes left there (`.NAME.tmp-*` files and folders, `.NAME.old-*`
+    folders); call it holding the folder's lock, when no other writer can be using them. Returns the names."""
+    found = sorted(p for pattern in (".*.tmp-*", ".*.old-*") for p in Path(folder).glob(pattern))
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else \
+            path.unlink(missing_ok=True)
+    return [p.name for p in found]
+
+
 def write_json(path: Path, obj) -> None:
     with atomic_file(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -307,6 +307,7 @@ def sharded(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
         for i in range(2):
             prepare(str(tmp / "src"), tmp / "d", PrepareOptions(tokenizer=str(tmp / "tokenizer.json"), shard=(i, 2)),
                     log=lambda message: None)
+        (tmp / "d" / ".lock").touch()  # as a join, which holds it, leaves it
         hurt(tmp / "d" / "parts")
     return setup
 

@@ -111,10 +111,11 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases,
 
 class Trainer:
     def __init__(self, cfg: PretrainConfig, *, resume: bool = False, extend: bool = False,
-                 log: Callable[[str], None] = print, show_progress: bool = True):
+                 log: Callable[[str], None] = print, show_progress: bool = True, adopt_config: bool = False):
         """`resume`: continue the run in the folder if there is one (the same run: resume.py), else start it;
-        `extend`: continue it to more steps (implies `resume`)."""
-        self.cfg, self.log, self.show_progress = cfg, log, show_progress
+        `extend`: continue it to more steps (implies `resume`); `adopt_config`: resume a run without config
+        files whose checkpoint recorded none, taking `cfg` as its own."""
+        self.cfg, self.log, self.show_progress, self.adopt_config = cfg, log, show_progress, adopt_config
         self.run_dir = cfg.run_dir
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
@@ -204,7 +205,8 @@ class Trainer:
         if extend and found is None:
             raise EncoderlabError(f"cannot extend {self.run_dir}: it has no checkpoint to continue from")
         state = checkpoint.load_state(found) if found is not None else None
-        return found, same_run.check_same_run(self.cfg, state, self.data_fingerprint, extend)
+        return found, same_run.check_same_run(self.cfg, state, self.data_fingerprint, extend, found,
+                                              self.adopt_config)
 
     def _load_full_state(self, path: Path, why: str) -> None:
         state = checkpoint.load_state(path)
@@ -304,7 +306,8 @@ class Trainer:
         state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
                  "schedule": self.cfg.objective.text,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
-                 "total_steps": self.cfg.train.steps, "data_fingerprint": self.data_fingerprint}
+                 "total_steps": self.cfg.train.steps, "data_fingerprint": self.data_fingerprint,
+                 "config": self.cfg.model_dump(mode="json")}  # the run's definition, should config.yaml be lost
         path = distributed.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, state,
                                            tokenizer_dir=self.train_data.root / "tokenizer", world=self.world)
         if self.world.is_main:
