@@ -11,6 +11,7 @@ Sections are kept apart so that each area's cases are added in its own place.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -312,8 +313,69 @@ def sharded(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
     return setup
 
 
+def config_lost(run: Path) -> None:
+    (run / "config.yaml").unlink()
+
+
+def state_without_config(run: Path) -> None:
+    """The last checkpoint as written before checkpoints recorded their config (its checksums made to agree)."""
+    ckpt = run / "checkpoints" / (run / "LATEST").read_text().strip()
+    state = json.loads((ckpt / "state.json").read_text())
+    del state["config"]
+    (ckpt / "state.json").write_text(json.dumps(state))
+    sums = json.loads((ckpt / "checksums.json").read_text())
+    sums["files"]["state.json"] = {"size": (ckpt / "state.json").stat().st_size,
+                                   "sha256": hashlib.sha256((ckpt / "state.json").read_bytes()).hexdigest()}
+    (ckpt / "checksums.json").write_text(json.dumps(sums))
+
+
+def swap_tokenizer(packed: Path, vocab_size: int | None = None) -> None:
+    """Another BPE (of the same vocabulary size unless given) in place of the data's tokenizer: its ids decode to
+    other text."""
+    from encoderlab.data.tokenizer import train_bpe
+    from tests.conftest import synthetic_documents
+
+    texts = [d.text[::-1] for d in synthetic_documents(100)]
+    size = vocab_size or json.loads((packed / "meta.json").read_text())["tokenizer"]["vocab_size"]
+    shutil.rmtree(packed / "tokenizer")
+    train_bpe(texts, size).save(packed / "tokenizer")
+
+
+def empty_tokenizer(packed: Path) -> None:
+    (packed / "tokenizer" / "tokenizer.json").write_bytes(b"")
+
+
+def unrecorded(hurt: Callable[[Path], None]) -> Callable[[Path], None]:
+    """`hurt` applied to data packed before meta.json recorded the tokenizer's digests."""
+    def damage(packed: Path) -> None:
+        meta = json.loads((packed / "meta.json").read_text())
+        del meta["tokenizer_files"]
+        (packed / "meta.json").write_text(json.dumps(meta))
+        hurt(packed)
+    return damage
+
+
 DRY_RUN = ("pretrain", "{tmp}/run.yaml", "--dry-run")
+INSPECT = ("data", "inspect", "{tmp}/packed")
+TOKENIZER_DIFFERS = "packed tokenizer {tmp}/packed/tokenizer/tokenizer.json differs from the one the data was packed"
 RESUME_CASES = [
+    Case("resume-config-lost-changed-lr", RESUME, "optim.lr: 0.0005 -> 0.001",
+         resumable(config_lost, optim__lr=1e-3)),
+    Case("resume-config-lost-changed-seed", RESUME, "train.seed: 0 -> 7", resumable(config_lost, train__seed=7)),
+    Case("resume-config-lost-old-checkpoint", RESUME, "its config.yaml is missing and its checkpoint "
+         "({tmp}/runs/run/checkpoints/step-0000002) was written before checkpoints recorded their config",
+         resumable(config_lost, state_without_config, optim__lr=1e-3)),
+    Case("pretrain-swapped-tokenizer", DRY_RUN, TOKENIZER_DIFFERS, own_data(swap_tokenizer)),
+    Case("pretrain-empty-tokenizer", ("pretrain", "{tmp}/run.yaml"), TOKENIZER_DIFFERS, own_data(empty_tokenizer)),
+    Case("pretrain-tokenizer-missing", DRY_RUN, "packed tokenizer {tmp}/packed/tokenizer/tokenizer.json is missing",
+         own_data(lambda packed: (packed / "tokenizer" / "tokenizer.json").unlink())),
+    Case("inspect-swapped-tokenizer", INSPECT, TOKENIZER_DIFFERS, own_data(swap_tokenizer)),
+    Case("pretrain-unrecorded-empty-tokenizer", DRY_RUN, "packed tokenizer {tmp}/packed/tokenizer does not load",
+         own_data(unrecorded(empty_tokenizer))),
+    Case("pretrain-unrecorded-swapped-tokenizer", DRY_RUN, "{tmp}/packed/tokenizer is not the one the data was "
+         "packed with: vocab_size", own_data(unrecorded(lambda packed: swap_tokenizer(packed, 300)))),
+    Case("prepare-empty-tokenizer", PREPARE, "packed tokenizer {tmp}/d/packed/tokenizer/tokenizer.json differs",
+         prepared(empty_tokenizer)),
     Case("resume-changed-seed", RESUME, "train.seed: 0 -> 1", resumable(train__seed=1)),
     Case("resume-changed-data-seed", RESUME, "data.seed: 0 -> 1", resumable(data__seed=1)),
     Case("resume-changed-objective", RESUME, "objective: 'mlm40' -> 'clm'", resumable(objective="clm")),
