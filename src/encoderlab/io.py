@@ -176,24 +176,35 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
     return n
 
 
-def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
-    """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON, or lacks a `required` key,
-    fails naming the file and the line."""
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+def utf8_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file, ends kept (as `open(newline="")` gives them); bytes that are not UTF-8 fail
+    naming the file and the line, not as a UnicodeDecodeError from somewhere in a block."""
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg}); JSON Lines expected, one object a "
-                                "line") from e
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            missing = [key for key in required if key not in row]
-            if missing:
-                raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
-            yield row
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{line_no}: not UTF-8 text ({e.reason}: byte {raw[e.start]:#04x} at "
+                                f"column {e.start + 1}); save the file as UTF-8") from None
+
+
+def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
+    """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON or UTF-8, or lacks a
+    `required` key, fails naming the file and the line."""
+    for line_no, line in enumerate(utf8_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg}); JSON Lines expected, one object a "
+                            "line") from e
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+        missing = [key for key in required if key not in row]
+        if missing:
+            raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
+        yield row
 
 
 @contextmanager

@@ -183,6 +183,10 @@ CONLL = "Anna B-PER\nKarenina I-PER\nreads O\n\nOslo B-LOC\nsleeps O\n\n"
 TOK = "family: tokens\ntrain: train.txt\nvalidation: train.txt\n"
 SWEEP = ("sweep", "{ckpt}", "{tmp}/t.yaml", "--out", "{tmp}/o")
 TASK_CASES: list[Case] = [
+    Case("task-csv-not-utf8", SWEEP, "{tmp}/train.csv:3: not UTF-8 text (invalid start byte: byte 0xff at column 1)",
+         task_files(CLS, train_csv=b"text,label\nfine,pos\n\xff\xfe latin-1,neg\n")),
+    Case("task-csv-quote-left-open", SWEEP, "{tmp}/train.csv: row 2 has an empty label",
+         task_files(CLS, train_csv='text,label\nfine,pos\n"open,neg\n' + "x" * 200_000 + ",pos\nb,neg\n")),
     Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv does not exist",
          task_files("family: classification\ntrain: nope.csv\nvalidation: nope.csv\n")),
     Case("task-named-like-the-summary", SWEEP, "summary.json is the name of the sweep's summary",

@@ -16,8 +16,8 @@ import torch
 
 from encoderlab import objectives
 from encoderlab.data import packing
-from encoderlab.data.loader import PackedDataset, PackedLoader
-from encoderlab.io import encoderlab_home, run_lock, write_json
+from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data  # resolve_data: also the study's
+from encoderlab.io import run_lock, write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
@@ -27,16 +27,6 @@ from encoderlab.train import checkpoint, distributed, optim, resume as same_run
 from encoderlab.train.divergence import Watch
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress, describe_step, read_metrics, require_wandb
-
-
-def resolve_data(path: str) -> Path:
-    root = encoderlab_home() / "data" / "offline" / "packed" if path == "offline" else Path(path)
-    if (root / "packed" / "meta.json").exists():  # the folder `data prepare` printed, not its packed/ child
-        root = root / "packed"
-    if not (root / "meta.json").exists():
-        hint = "encoderlab data prepare offline" if path == "offline" else f"encoderlab data prepare SRC --out {path}"
-        raise EncoderlabError(f"no packed dataset at {root}: create it with `{hint}`")
-    return root
 
 
 def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
