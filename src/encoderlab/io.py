@@ -80,6 +80,9 @@ def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
     renamed over it) its parent. `what` names the option or key that gave the path. Root passes permission bits
     (it can write anyway); a read-only file system refuses root too."""
     path = Path(path)
+    if os.path.lexists(path) and not path.exists():  # a link to nowhere: a loop, or its target is gone
+        raise EncoderlabError(f"{what} {path} is a symbolic link that leads to no file or folder ({os.readlink(path)}"
+                              "): give a folder path, or remove the link")
     folder = path.parent if replaced else path
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -160,6 +163,23 @@ def remove_leftovers(folder: Path) -> list[str]:
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else \
             path.unlink(missing_ok=True)
     return [p.name for p in found]
+
+
+def read_json(path: Path, fix: str):
+    """The JSON value in `path`, refused in one line saying what is wrong and `fix` when it is a folder, empty,
+    unreadable or not JSON (each of these used to end in a traceback)."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+        return json.loads(text)
+    except IsADirectoryError:
+        why = "is a folder, not a file"
+    except OSError as e:
+        why = f"cannot be read ({e.strerror})"
+    except UnicodeDecodeError:
+        why = "is not UTF-8 text"
+    except ValueError as e:
+        why = "is empty" if not text.strip() else f"is not JSON ({e})"
+    raise DataError(f"{path} {why}: {fix}")
 
 
 def write_json(path: Path, obj) -> None:

@@ -152,12 +152,10 @@ def pretrain(
         raise EncoderlabError(f"nothing to continue in {cfg.run_dir}: no run was started there (no LATEST, "
                               "config.yaml or metrics.jsonl); start it without --resume/--extend")
     main = is_main_process()  # under torchrun, rank 0 prints for all
+    if main and (dry_run or not as_json):  # --json prints the plan only when it is the result (--dry-run)
+        emit(plan, as_json, _render_plan)
     if dry_run:
-        if main:
-            emit(plan, as_json, _render_plan)
         return
-    if not as_json and main:
-        _render_plan(plan)
     trainer = Trainer(cfg, resume=resume, extend=extend, log=log, show_progress=not as_json, adopt_config=adopt_config)
     try:
         summary = trainer.run()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.io import atomic_dir, sha256_of, write_json
+from encoderlab.io import atomic_dir, read_json, sha256_of, write_json
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.errors import DataError
@@ -266,8 +266,8 @@ def read_meta(root: Path) -> dict:
     file = Path(root) / META
     if not file.exists():
         raise DataError(f"{root} is not a packed dataset (no {META}); create one with `encoderlab data prepare`")
+    meta = read_json(file, "prepare the data again")
     try:
-        meta = json.loads(file.read_text())
         if meta.get("format") != FORMAT_VERSION:
             raise DataError(f"{root} was packed with format {meta.get('format')}, this encoderlab reads format "
                             f"{FORMAT_VERSION}: prepare the data again")
