@@ -80,6 +80,9 @@ def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
     renamed over it) its parent. `what` names the option or key that gave the path. Root passes permission bits
     (it can write anyway); a read-only file system refuses root too."""
     path = Path(path)
+    if os.path.lexists(path) and not path.exists():  # a link to nowhere: a loop, or its target is gone
+        raise EncoderlabError(f"{what} {path} is a symbolic link that leads to no file or folder ({os.readlink(path)}"
+                              "): give a folder path, or remove the link")
     folder = path.parent if replaced else path
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -152,6 +155,33 @@ def atomic_file(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def remove_leftovers(folder: Path) -> list[str]:
+    """Remove from `folder` what killed atomic writes left there (`.NAME.tmp-*` files and folders, `.NAME.old-*`
+    folders); call it holding the folder's lock, when no other writer can be using them. Returns the names."""
+    found = sorted(p for pattern in (".*.tmp-*", ".*.old-*") for p in Path(folder).glob(pattern))
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else \
+            path.unlink(missing_ok=True)
+    return [p.name for p in found]
+
+
+def read_json(path: Path, fix: str):
+    """The JSON value in `path`, refused in one line saying what is wrong and `fix` when it is a folder, empty,
+    unreadable or not JSON (each of these used to end in a traceback)."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+        return json.loads(text)
+    except IsADirectoryError:
+        why = "is a folder, not a file"
+    except OSError as e:
+        why = f"cannot be read ({e.strerror})"
+    except UnicodeDecodeError:
+        why = "is not UTF-8 text"
+    except ValueError as e:
+        why = "is empty" if not text.strip() else f"is not JSON ({e})"
+    raise DataError(f"{path} {why}: {fix}")
+
+
 def write_json(path: Path, obj) -> None:
     with atomic_file(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -166,24 +196,35 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
     return n
 
 
-def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
-    """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON, or lacks a `required` key,
-    fails naming the file and the line."""
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
+def utf8_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file, ends kept (as `open(newline="")` gives them); bytes that are not UTF-8 fail
+    naming the file and the line, not as a UnicodeDecodeError from somewhere in a block."""
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg}); JSON Lines expected, one object a "
-                                "line") from e
-            if not isinstance(row, dict):
-                raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            missing = [key for key in required if key not in row]
-            if missing:
-                raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
-            yield row
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{line_no}: not UTF-8 text ({e.reason}: byte {raw[e.start]:#04x} at "
+                                f"column {e.start + 1}); save the file as UTF-8") from None
+
+
+def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
+    """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON or UTF-8, or lacks a
+    `required` key, fails naming the file and the line."""
+    for line_no, line in enumerate(utf8_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg}); JSON Lines expected, one object a "
+                            "line") from e
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+        missing = [key for key in required if key not in row]
+        if missing:
+            raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
+        yield row
 
 
 @contextmanager

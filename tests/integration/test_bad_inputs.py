@@ -11,6 +11,7 @@ Sections are kept apart so that each area's cases are added in its own place.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -182,6 +183,10 @@ CONLL = "Anna B-PER\nKarenina I-PER\nreads O\n\nOslo B-LOC\nsleeps O\n\n"
 TOK = "family: tokens\ntrain: train.txt\nvalidation: train.txt\n"
 SWEEP = ("sweep", "{ckpt}", "{tmp}/t.yaml", "--out", "{tmp}/o")
 TASK_CASES: list[Case] = [
+    Case("task-csv-not-utf8", SWEEP, "{tmp}/train.csv:3: not UTF-8 text (invalid start byte: byte 0xff at column 1)",
+         task_files(CLS, train_csv=b"text,label\nfine,pos\n\xff\xfe latin-1,neg\n")),
+    Case("task-csv-quote-left-open", SWEEP, "{tmp}/train.csv: row 2 has an empty label",
+         task_files(CLS, train_csv='text,label\nfine,pos\n"open,neg\n' + "x" * 200_000 + ",pos\nb,neg\n")),
     Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv does not exist",
          task_files("family: classification\ntrain: nope.csv\nvalidation: nope.csv\n")),
     Case("task-named-like-the-summary", SWEEP, "summary.json is the name of the sweep's summary",
@@ -307,12 +312,74 @@ def sharded(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
         for i in range(2):
             prepare(str(tmp / "src"), tmp / "d", PrepareOptions(tokenizer=str(tmp / "tokenizer.json"), shard=(i, 2)),
                     log=lambda message: None)
+        (tmp / "d" / ".lock").touch()  # as a join, which holds it, leaves it
         hurt(tmp / "d" / "parts")
     return setup
 
 
+def config_lost(run: Path) -> None:
+    (run / "config.yaml").unlink()
+
+
+def state_without_config(run: Path) -> None:
+    """The last checkpoint as written before checkpoints recorded their config (its checksums made to agree)."""
+    ckpt = run / "checkpoints" / (run / "LATEST").read_text().strip()
+    state = json.loads((ckpt / "state.json").read_text())
+    del state["config"]
+    (ckpt / "state.json").write_text(json.dumps(state))
+    sums = json.loads((ckpt / "checksums.json").read_text())
+    sums["files"]["state.json"] = {"size": (ckpt / "state.json").stat().st_size,
+                                   "sha256": hashlib.sha256((ckpt / "state.json").read_bytes()).hexdigest()}
+    (ckpt / "checksums.json").write_text(json.dumps(sums))
+
+
+def swap_tokenizer(packed: Path, vocab_size: int | None = None) -> None:
+    """Another BPE (of the same vocabulary size unless given) in place of the data's tokenizer: its ids decode to
+    other text."""
+    from encoderlab.data.tokenizer import train_bpe
+    from tests.conftest import synthetic_documents
+
+    texts = [d.text[::-1] for d in synthetic_documents(100)]
+    size = vocab_size or json.loads((packed / "meta.json").read_text())["tokenizer"]["vocab_size"]
+    shutil.rmtree(packed / "tokenizer")
+    train_bpe(texts, size).save(packed / "tokenizer")
+
+
+def empty_tokenizer(packed: Path) -> None:
+    (packed / "tokenizer" / "tokenizer.json").write_bytes(b"")
+
+
+def unrecorded(hurt: Callable[[Path], None]) -> Callable[[Path], None]:
+    """`hurt` applied to data packed before meta.json recorded the tokenizer's digests."""
+    def damage(packed: Path) -> None:
+        meta = json.loads((packed / "meta.json").read_text())
+        del meta["tokenizer_files"]
+        (packed / "meta.json").write_text(json.dumps(meta))
+        hurt(packed)
+    return damage
+
+
 DRY_RUN = ("pretrain", "{tmp}/run.yaml", "--dry-run")
+INSPECT = ("data", "inspect", "{tmp}/packed")
+TOKENIZER_DIFFERS = "packed tokenizer {tmp}/packed/tokenizer/tokenizer.json differs from the one the data was packed"
 RESUME_CASES = [
+    Case("resume-config-lost-changed-lr", RESUME, "optim.lr: 0.0005 -> 0.001",
+         resumable(config_lost, optim__lr=1e-3)),
+    Case("resume-config-lost-changed-seed", RESUME, "train.seed: 0 -> 7", resumable(config_lost, train__seed=7)),
+    Case("resume-config-lost-old-checkpoint", RESUME, "its config.yaml is missing and its checkpoint "
+         "({tmp}/runs/run/checkpoints/step-0000002) was written before checkpoints recorded their config",
+         resumable(config_lost, state_without_config, optim__lr=1e-3)),
+    Case("pretrain-swapped-tokenizer", DRY_RUN, TOKENIZER_DIFFERS, own_data(swap_tokenizer)),
+    Case("pretrain-empty-tokenizer", ("pretrain", "{tmp}/run.yaml"), TOKENIZER_DIFFERS, own_data(empty_tokenizer)),
+    Case("pretrain-tokenizer-missing", DRY_RUN, "packed tokenizer {tmp}/packed/tokenizer/tokenizer.json is missing",
+         own_data(lambda packed: (packed / "tokenizer" / "tokenizer.json").unlink())),
+    Case("inspect-swapped-tokenizer", INSPECT, TOKENIZER_DIFFERS, own_data(swap_tokenizer)),
+    Case("pretrain-unrecorded-empty-tokenizer", DRY_RUN, "packed tokenizer {tmp}/packed/tokenizer does not load",
+         own_data(unrecorded(empty_tokenizer))),
+    Case("pretrain-unrecorded-swapped-tokenizer", DRY_RUN, "{tmp}/packed/tokenizer is not the one the data was "
+         "packed with: vocab_size", own_data(unrecorded(lambda packed: swap_tokenizer(packed, 300)))),
+    Case("prepare-empty-tokenizer", PREPARE, "packed tokenizer {tmp}/d/packed/tokenizer/tokenizer.json differs",
+         prepared(empty_tokenizer)),
     Case("resume-changed-seed", RESUME, "train.seed: 0 -> 1", resumable(train__seed=1)),
     Case("resume-changed-data-seed", RESUME, "data.seed: 0 -> 1", resumable(data__seed=1)),
     Case("resume-changed-objective", RESUME, "objective: 'mlm40' -> 'clm'", resumable(objective="clm")),
@@ -331,6 +398,10 @@ RESUME_CASES = [
          resumable(train__steps=1)),
     Case("resume-no-run", RESUME, "nothing to continue in {tmp}/runs/run", run_config()),
     Case("extend-no-run", (*RESUME[:2], "--extend"), "nothing to continue in {tmp}/runs/run", run_config()),
+    Case("pretrain-seed-beyond-64-bits", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", f"train.seed={2**64}"),
+         "train.seed", run_config()),
+    Case("pretrain-negative-data-seed", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "data.seed=-1"),
+         "data.seed", run_config()),
     Case("resume-config-yaml-damaged", RESUME, "config.yaml is damaged",
          resumable(lambda run: (run / "config.yaml").write_text("train: [1, 2"))),
     Case("resume-state-json-invalid", RESUME, "state.json has 1 bytes", resumable(latest_file("state.json", "{"))),
@@ -345,11 +416,24 @@ RESUME_CASES = [
          own_data(cut_short)),
     Case("pretrain-missing-shard", DRY_RUN, "packed shard {tmp}/packed/train-00000.docids.bin is missing",
          own_data(lambda packed: (packed / "train-00000.docids.bin").unlink())),
-    Case("pretrain-meta-json-invalid", DRY_RUN, "meta.json is not a valid index of packed shards",
+    Case("pretrain-meta-json-invalid", DRY_RUN, "{tmp}/packed/meta.json is not JSON",
          own_data(lambda packed: (packed / "meta.json").write_text("{"))),
     Case("pretrain-meta-json-without-splits", DRY_RUN, "meta.json is not a valid index of packed shards (no 'splits')",
          own_data(lambda packed: (packed / "meta.json").write_text('{"format": 1, "seq_len": 64, "dtype": "uint16", '
                                                                    '"tokenizer": {"vocab_size": 320}}'))),
+    Case("pretrain-meta-json-empty", DRY_RUN, "{tmp}/packed/meta.json is empty: prepare the data again",
+         own_data(lambda packed: (packed / "meta.json").write_text(""))),
+    Case("pretrain-meta-json-a-folder", DRY_RUN, "{tmp}/packed/meta.json is a folder, not a file",
+         own_data(lambda packed: ((packed / "meta.json").unlink(), (packed / "meta.json").mkdir()))),
+    Case("report-plan-json-empty", ("study", "report", "{tmp}/s"), "{tmp}/s/plan.json is empty: run the study again",
+         write("s/plan.json", "")),
+    Case("report-plan-json-a-folder", ("study", "report", "{tmp}/s"), "{tmp}/s/plan.json is a folder, not a file",
+         write("s/plan.json/x", "")),
+    Case("report-plan-json-not-a-plan", ("study", "report", "{tmp}/s"), "{tmp}/s/plan.json is not a study's plan",
+         write("s/plan.json", "[1]")),
+    Case("pretrain-relative-data-path", (*DRY_RUN, "--set", "data.path=dpref/packed"),
+         "no packed dataset at dpref/packed (a relative data.path is read from the current folder, "
+         f"{os.getcwd()}): create it with `encoderlab data prepare SRC --out dpref`", run_config()),
     Case("pretrain-meta-json-missing", DRY_RUN, "no packed dataset at {tmp}/packed",
          own_data(lambda packed: (packed / "meta.json").unlink())),
     Case("pretrain-token-ids-beyond-vocab", (*DRY_RUN, "--set", "model.vocab_size=100"),
@@ -424,6 +508,13 @@ IO_CASES = [
     Case("import-hf-out-read-only", ("import-hf", "{tmp}/model", "--out", "{tmp}/ro/ckpt"),
          "--out {tmp}/ro/ckpt cannot be written: {tmp}/ro is not writable",
          read_only("ro", write("model/config.json", '{{"model_type": "llama"}}'))),
+    Case("prepare-out-a-symlink-loop", ("data", "prepare", "{tmp}/docs.txt", "--out", "{tmp}/a"),
+         "--out {tmp}/a is a symbolic link that leads to no file or folder ({tmp}/b)",
+         two(write("docs.txt", "a doc.\n"), lambda tmp, ctx: ((tmp / "a").symlink_to(tmp / "b"),
+                                                             (tmp / "b").symlink_to(tmp / "a")))),
+    Case("sweep-out-a-dangling-symlink", ("sweep", "{ckpt}", "sst2", "--out", "{tmp}/gone"),
+         "--out {tmp}/gone is a symbolic link that leads to no file or folder",
+         lambda tmp, ctx: (tmp / "gone").symlink_to(tmp / "nowhere")),
     Case("pretrain-name-parent", ("pretrain", "{tmp}/run.yaml"), "name: must be one folder name",
          run_config(name="../x")),
     Case("pretrain-name-slash", ("pretrain", "{tmp}/run.yaml", "--set", "name=a/b"), "must be one folder name",

@@ -510,6 +510,12 @@ def test_every_reader_of_metrics_drops_a_torn_last_line_and_refuses_a_damaged_on
     path.write_text('{"step": 1, "tokens": 8}\n{"step": 2, "to\n{"step": 3, "tokens": 24}\n')
     with pytest.raises(EncoderlabError, match="record 2 is not JSON"):
         read_metrics(path)
+    # Bytes that are not UTF-8 (they used to raise UnicodeDecodeError): a damaged record, or a torn last one.
+    path.write_bytes(b'{"step": 1, "tokens": 8}\n\xff\xfe\x00\n{"step": 3, "tokens": 24}\n')
+    with pytest.raises(EncoderlabError, match="record 2 is not JSON"):
+        read_metrics(path)
+    path.write_bytes(b'{"step": 1, "tokens": 8}\n{"step": 2, "tok\xe2\x82')
+    assert read_metrics(path) == [{"step": 1, "tokens": 8}]
 
 
 def test_a_run_without_latest_continues_from_its_newest_complete_checkpoint(tmp_path, packed_dir):

@@ -136,6 +136,8 @@ def pretrain(
                                 "be the run's own (logging, saving and execution settings may change)."),
     extend: bool = typer.Option(False, "--extend", help="Continue the run to more train.steps, with a new decay or "
                                 "objective schedule for the added steps; the steps trained must keep their LR."),
+    adopt_config: bool = typer.Option(False, "--adopt-config", help="With --resume, continue a run whose "
+                                      "config.yaml is lost (from a checkpoint too old to record it) with this config."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and plan, train nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
@@ -150,13 +152,11 @@ def pretrain(
         raise EncoderlabError(f"nothing to continue in {cfg.run_dir}: no run was started there (no LATEST, "
                               "config.yaml or metrics.jsonl); start it without --resume/--extend")
     main = is_main_process()  # under torchrun, rank 0 prints for all
+    if main and (dry_run or not as_json):  # --json prints the plan only when it is the result (--dry-run)
+        emit(plan, as_json, _render_plan)
     if dry_run:
-        if main:
-            emit(plan, as_json, _render_plan)
         return
-    if not as_json and main:
-        _render_plan(plan)
-    trainer = Trainer(cfg, resume=resume, extend=extend, log=log, show_progress=not as_json)
+    trainer = Trainer(cfg, resume=resume, extend=extend, log=log, show_progress=not as_json, adopt_config=adopt_config)
     try:
         summary = trainer.run()
     except KeyboardInterrupt:

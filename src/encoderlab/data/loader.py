@@ -15,10 +15,24 @@ import numpy as np
 import torch
 
 from encoderlab.data.packing import check_shards, read_meta
-from encoderlab.errors import DataError
+from encoderlab.errors import DataError, EncoderlabError
+from encoderlab.io import encoderlab_home
 
 
 PREPARE_AGAIN = "prepare the data again (`encoderlab data prepare SOURCE --out FOLDER --force`)"
+
+
+def resolve_data(path: str) -> Path:
+    """The packed dataset that a config's `data.path` names: 'offline', a packed/ folder, or the folder holding it."""
+    root = encoderlab_home() / "data" / "offline" / "packed" if path == "offline" else Path(path)
+    if (root / "packed" / "meta.json").exists():  # the folder `data prepare` printed, not its packed/ child
+        root = root / "packed"
+    if not (root / "meta.json").exists():
+        out = Path(path).parent if Path(path).name == "packed" else path  # prepare writes OUT/packed
+        hint = "encoderlab data prepare offline" if path == "offline" else f"encoderlab data prepare SRC --out {out}"
+        where = "" if root.is_absolute() else f" (a relative data.path is read from the current folder, {Path.cwd()})"
+        raise EncoderlabError(f"no packed dataset at {root}{where}: create it with `{hint}`")
+    return root
 
 
 class PackedDataset:

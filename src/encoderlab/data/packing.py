@@ -12,8 +12,10 @@ Documented behaviour:
 - a token budget (`max_tokens`, whole windows) stops the train split at exactly that many tokens, in document order.
 
 meta.json is the index: per shard its windows and the SHA-256 of both files (hashed from memory as they are
-written, so it costs no extra read), and the largest token id. `check_shards` compares the files with it; indexes
-written before these fields existed are checked by size only.
+written, so it costs no extra read), the largest token id, and the size and SHA-256 of each file of the tokenizer
+(`tokenizer_files`: ids mean something only with the tokenizer that made them). `check_shards` compares the files
+with it, the tokenizer always by hash; indexes written before these fields existed are checked by size only, and
+their tokenizer by loading it.
 """
 from __future__ import annotations
 
@@ -25,13 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.io import atomic_dir, sha256_of, write_json
+from encoderlab.io import atomic_dir, read_json, sha256_of, write_json
 from encoderlab.data.documents import Document
-from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.errors import DataError
 
 FORMAT_VERSION = 1
 META = "meta.json"
+TOKENIZER = "tokenizer"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -207,9 +210,44 @@ def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int,
             "max_token_id": packer.max_token_id()}
     if max_tokens is not None:
         meta["max_tokens"] = max_tokens
+    tokenizer.save(folder / TOKENIZER)
+    meta["tokenizer_files"] = tokenizer_files(folder)
     write_json(folder / META, meta)
-    tokenizer.save(folder / "tokenizer")
     return meta
+
+
+def tokenizer_files(root: Path) -> dict:
+    """{file: {bytes, sha256}} of the packed tokenizer: the data's ids mean something only with the tokenizer that
+    made them, so it is part of the data's verified content (a few MB at most, hashed at every check)."""
+    folder = Path(root) / TOKENIZER
+    return {p.name: {"bytes": p.stat().st_size, "sha256": sha256_of(p)}
+            for p in sorted(folder.iterdir() if folder.is_dir() else []) if p.is_file()}
+
+
+def check_tokenizer(root: Path, meta: dict, fix: str) -> None:
+    """Refuse a packed tokenizer that is not the one the data was packed with: its files against meta.json's
+    digests; data packed before they were recorded, by loading it and comparing its vocabulary and special ids."""
+    folder, recorded = Path(root) / TOKENIZER, meta.get("tokenizer_files")
+    if recorded is not None:
+        found = tokenizer_files(root)
+        bad = next((n for n in sorted(recorded.keys() | found.keys()) if recorded.get(n) != found.get(n)), None)
+        problem = None if bad is None else f"{folder / bad} " + (
+            f"is missing ({META} lists it)" if bad not in found else f"is not listed in {META}" if bad not in recorded
+            else f"differs from the one the data was packed with (its size or SHA-256 in {META})")
+    else:
+        problem = _unrecorded_tokenizer_problem(folder, meta["tokenizer"])
+    if problem:
+        raise DataError(f"packed tokenizer {problem}: {fix}")
+
+
+def _unrecorded_tokenizer_problem(folder: Path, info: dict) -> str | None:
+    try:
+        found = load_tokenizer(folder).info()
+    except DataError as e:
+        return f"{folder} does not load ({e})"
+    keys = ("vocab_size", "bos_id", "eos_id", "pad_id", "mask_id")
+    differ = [f"{k} {found[k]} (meta.json: {info.get(k)})" for k in keys if found[k] != info.get(k)]
+    return f"{folder} is not the one the data was packed with: {', '.join(differ)}" if differ else None
 
 
 def chunks(items: Iterable[Document], size: int) -> Iterator[list[Document]]:
@@ -228,8 +266,8 @@ def read_meta(root: Path) -> dict:
     file = Path(root) / META
     if not file.exists():
         raise DataError(f"{root} is not a packed dataset (no {META}); create one with `encoderlab data prepare`")
+    meta = read_json(file, "prepare the data again")
     try:
-        meta = json.loads(file.read_text())
         if meta.get("format") != FORMAT_VERSION:
             raise DataError(f"{root} was packed with format {meta.get('format')}, this encoderlab reads format "
                             f"{FORMAT_VERSION}: prepare the data again")
@@ -244,6 +282,8 @@ def _check_index(meta: dict) -> None:
     """Raise KeyError, TypeError or ValueError unless `meta` has the fields readers use, with usable values."""
     if int(meta["seq_len"]) < 1 or int(meta["tokenizer"]["vocab_size"]) < 1 or not np.dtype(meta["dtype"]):
         raise ValueError("seq_len and vocab_size must be positive")
+    if not all(isinstance(f, dict) for f in meta.get("tokenizer_files", {}).values()):
+        raise ValueError("tokenizer_files must map each file to its size and SHA-256")
     for split in meta["splits"].values():
         for shard in split["shards"]:
             if not isinstance(shard["name"], str) or int(shard["windows"]) < 0:
@@ -275,6 +315,7 @@ def check_shards(root: Path, meta: dict, *, hashes: bool, fix: str) -> None:
         else:
             continue
         raise DataError(f"packed shard {path} {problem}: {fix}")
+    check_tokenizer(root, meta, fix)
 
 
 def max_token_id(meta: dict) -> int:
@@ -288,4 +329,6 @@ def max_token_id(meta: dict) -> int:
 def fingerprint(meta: dict) -> str:
     """The identity of the data's content, wherever it lies: windows, shard hashes, tokenizer, length."""
     content = {k: meta[k] for k in ("seq_len", "dtype", "tokenizer", "splits")}
+    if "tokenizer_files" in meta:  # only then, so that data packed before they were recorded keeps its identity
+        content["tokenizer_files"] = meta["tokenizer_files"]
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]

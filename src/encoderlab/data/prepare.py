@@ -16,7 +16,7 @@ from pathlib import Path
 
 from encoderlab.data import packing, shards, sources
 from encoderlab.data.offline import build as offline
-from encoderlab.io import atomic_dir, read_jsonl, write_json, write_jsonl
+from encoderlab.io import atomic_dir, read_jsonl, remove_leftovers, run_lock, write_json, write_jsonl
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer, check_bpe_size, load_tokenizer, train_bpe
 from encoderlab.io import encoderlab_home
@@ -66,12 +66,17 @@ def prepare(source: str, out: Path | None = None, opts: PrepareOptions | None = 
     if opts.shard:  # its parts are kept whatever happens: the next run resumes from them
         return shards.prepare_shard(source, out, opts, log)
     created = next((p for p in [*reversed(out.parents), out] if not p.exists()), None)
-    try:
-        return _prepare(source, out, opts, log)
-    except BaseException:
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
-        raise
+    # One writer per output: two prepares into one folder would each report their own data over a mix of both.
+    # A refused second writer removes nothing (the folder may be the first one's, created a moment ago).
+    with run_lock(out, "a prepared dataset"):
+        try:
+            if left := remove_leftovers(out):  # a killed prepare's half-written folders and files
+                log(f"removed what an interrupted prepare left in {out}: {', '.join(left)}")
+            return _prepare(source, out, opts, log)
+        except BaseException:
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            raise
 
 
 def _check_sharding(source: str, opts: PrepareOptions) -> None:
@@ -178,9 +183,13 @@ def _offline_text(out: Path, opts: PrepareOptions, log) -> dict:
     suite_file = out / "suite.json"
     if suite_file.exists() and not opts.force:
         suite = json.loads(suite_file.read_text())
-        if suite.get("recipe") == offline.RECIPE_VERSION and (out / "corpus" / "documents.jsonl").exists():
-            log(f"offline tasks and corpus up to date in {out}")
-            return suite
+        if suite.get("recipe") == offline.RECIPE_VERSION:
+            # Every file checked (a few MB): a cut task file once passed as "up to date". The build is
+            # deterministic, so building it again is the recovery.
+            if (changed := offline.changed_file(out, suite)) is None:
+                log(f"offline tasks and corpus up to date in {out}")
+                return suite
+            log(f"{changed}: building the offline suite again")
     log("building the offline suite (tasks and leak-free corpus)")
     return offline.build_offline_suite(out, log=log)
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, V
 
 from encoderlab.errors import EncoderlabError
 
-from encoderlab.train.config import AdamWSection, WandbSection
+from encoderlab.train.config import AdamWSection, Seed, WandbSection
 
 # What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),
 # the optimizer and the selection rule stay the same for every task, or the tasks' scores would not compare.
@@ -70,7 +70,7 @@ class Protocol(BaseModel):
     batch_size: int = Field(32, gt=0)
     eval_batch_size: int = Field(128, gt=0)
     lrs: list[PositiveFloat] = Field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4], min_length=1)
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
     warmup_fraction: float = Field(0.1, ge=0, lt=1)
     decay: Literal["linear", "constant"] = "linear"
     optim: AdamWSection = AdamWSection()

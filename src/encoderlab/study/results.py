@@ -8,7 +8,6 @@ noise that decides whether two models differ.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation import records
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.sweep import summarize
+from encoderlab.io import read_json
 from encoderlab.train.checkpoint import weights_digest
 from encoderlab.train.logging import read_metrics
 
@@ -97,14 +97,13 @@ class StudyResults:
         self.root = Path(root)
         plan_path = self.root / "plan.json"
         if not plan_path.exists():
-            from encoderlab.errors import EncoderlabError
-
             raise EncoderlabError(f"{self.root} is not a study folder (no plan.json): give the folder that "
                                   "`encoderlab study run` printed, e.g. studies/demo")
-        self.plan = json.loads(plan_path.read_text())
+        self.plan = read_json(plan_path, "run the study again (`encoderlab study run STUDY_FILE`) to write it")
+        if not isinstance(self.plan, dict) or not {"protocol", "evaluations", "runs"} <= self.plan.keys():
+            raise EncoderlabError(f"{plan_path} is not a study's plan (protocol, evaluations and runs expected): "
+                                  "run the study again (`encoderlab study run STUDY_FILE`) to write it")
         if metric not in METRICS:
-            from encoderlab.errors import EncoderlabError
-
             raise EncoderlabError(f"metric {metric!r} is not one of {', '.join(METRICS)}")
         self.metric = metric
         # as the study's protocol says (a plan from before the setting: mean_over_seeds, the rule of its time)

@@ -28,7 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from encoderlab.io import atomic_dir, atomic_file, sha256_of, write_json
+from encoderlab.io import atomic_dir, atomic_file, remove_leftovers, sha256_of, write_json
 from encoderlab.errors import EncoderlabError
 
 if TYPE_CHECKING:
@@ -313,7 +313,4 @@ def clean_stale(run_dir: Path) -> list[str]:
         p.name.startswith(".") or (p.name.startswith("step-") and not (p / "state.json").exists()))]
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)
-    files = [p for p in run_dir.glob(".*.tmp-*") if p.is_file()]
-    for path in files:
-        path.unlink(missing_ok=True)
-    return sorted(p.name for p in stale + files)
+    return sorted([p.name for p in stale] + remove_leftovers(run_dir))

@@ -13,13 +13,17 @@ from encoderlab.objectives import Phase, Schedule
 from encoderlab.train.schedule import LRSchedule
 
 
+# A seed every generator takes: torch's are 64 bits, NumPy's non-negative (a larger one ended in a traceback).
+Seed = Annotated[int, Field(ge=0, le=2**64 - 1)]
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class DataSection(_Section):
     path: str = Field("offline", description="packed dataset folder, or 'offline' for the prepared offline suite")
-    seed: int = 0
+    seed: Seed = 0
 
 
 class ModelSection(BaseModel):
@@ -75,7 +79,7 @@ class TrainSection(_Section):
     micro_batch: int | None = Field(None, gt=0, description="sequences per forward; global/micro = accumulation")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto: CUDA when available")
     dtype: Literal["bf16", "fp32"] = "bf16"
-    seed: int = 0
+    seed: Seed = 0
     log_every: int = Field(10, gt=0)
     eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0: only at the end")
     eval_batches: int = Field(4, ge=0)

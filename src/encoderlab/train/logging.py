@@ -21,12 +21,13 @@ def read_metrics(path: Path) -> list[dict]:
     can be trusted past it."""
     if not path.exists():
         return []
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    # Decoded line by line: bytes that are not UTF-8 (a torn write, a disk error) damage one line, not the file.
+    lines = [line for line in path.read_bytes().splitlines() if line.strip()]
     records = []
     for n, line in enumerate(lines, start=1):
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
+            records.append(json.loads(line.decode("utf-8")))
+        except (UnicodeDecodeError, json.JSONDecodeError):
             if n == len(lines):
                 break
             raise EncoderlabError(f"{path}: record {n} is not JSON (the file is damaged, not just cut short): "

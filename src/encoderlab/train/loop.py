@@ -16,8 +16,8 @@ import torch
 
 from encoderlab import objectives
 from encoderlab.data import packing
-from encoderlab.data.loader import PackedDataset, PackedLoader
-from encoderlab.io import encoderlab_home, run_lock, write_json
+from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data  # resolve_data: also the study's
+from encoderlab.io import run_lock, write_json
 from encoderlab.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
@@ -27,16 +27,6 @@ from encoderlab.train import checkpoint, distributed, optim, resume as same_run
 from encoderlab.train.divergence import Watch
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress, describe_step, read_metrics, require_wandb
-
-
-def resolve_data(path: str) -> Path:
-    root = encoderlab_home() / "data" / "offline" / "packed" if path == "offline" else Path(path)
-    if (root / "packed" / "meta.json").exists():  # the folder `data prepare` printed, not its packed/ child
-        root = root / "packed"
-    if not (root / "meta.json").exists():
-        hint = "encoderlab data prepare offline" if path == "offline" else f"encoderlab data prepare SRC --out {path}"
-        raise EncoderlabError(f"no packed dataset at {root}: create it with `{hint}`")
-    return root
 
 
 def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
@@ -111,10 +101,11 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases,
 
 class Trainer:
     def __init__(self, cfg: PretrainConfig, *, resume: bool = False, extend: bool = False,
-                 log: Callable[[str], None] = print, show_progress: bool = True):
+                 log: Callable[[str], None] = print, show_progress: bool = True, adopt_config: bool = False):
         """`resume`: continue the run in the folder if there is one (the same run: resume.py), else start it;
-        `extend`: continue it to more steps (implies `resume`)."""
-        self.cfg, self.log, self.show_progress = cfg, log, show_progress
+        `extend`: continue it to more steps (implies `resume`); `adopt_config`: resume a run without config
+        files whose checkpoint recorded none, taking `cfg` as its own."""
+        self.cfg, self.log, self.show_progress, self.adopt_config = cfg, log, show_progress, adopt_config
         self.run_dir = cfg.run_dir
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
@@ -204,7 +195,8 @@ class Trainer:
         if extend and found is None:
             raise EncoderlabError(f"cannot extend {self.run_dir}: it has no checkpoint to continue from")
         state = checkpoint.load_state(found) if found is not None else None
-        return found, same_run.check_same_run(self.cfg, state, self.data_fingerprint, extend)
+        return found, same_run.check_same_run(self.cfg, state, self.data_fingerprint, extend, found,
+                                              self.adopt_config)
 
     def _load_full_state(self, path: Path, why: str) -> None:
         state = checkpoint.load_state(path)
@@ -304,7 +296,8 @@ class Trainer:
         state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
                  "schedule": self.cfg.objective.text,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
-                 "total_steps": self.cfg.train.steps, "data_fingerprint": self.data_fingerprint}
+                 "total_steps": self.cfg.train.steps, "data_fingerprint": self.data_fingerprint,
+                 "config": self.cfg.model_dump(mode="json")}  # the run's definition, should config.yaml be lost
         path = distributed.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, state,
                                            tokenizer_dir=self.train_data.root / "tokenizer", world=self.world)
         if self.world.is_main:

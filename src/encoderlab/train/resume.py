@@ -57,13 +57,19 @@ def saved_config(run_dir: Path) -> tuple[Path, PretrainConfig] | None:
                               "the one it continues: restore the file, or start a new run (--set name=...)") from None
 
 
-def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: str, extend: bool) -> bool:
+def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: str, extend: bool,
+                   where: Path | None = None, adopt: bool = False) -> bool:
     """Refuse, in one line listing each key (old -> new), a config that would continue `cfg.run_dir` as another
-    run; returns whether this is an extension to record (`record_config`)."""
+    run; returns whether this is an extension to record (`record_config`). Without the run's config files, the
+    config its checkpoint (`where`, whose `state`) recorded is the run's; a checkpoint too old to hold one is
+    refused unless `adopt`."""
     run_dir, found = cfg.run_dir, saved_config(cfg.run_dir)
+    if found is None and state is not None and isinstance(state.get("config"), dict):
+        found = (Path(where or "") / "state.json", PretrainConfig.model_validate(state["config"]))
     new = _flat(cfg.model_dump(mode="json"))
     old = _flat(found[1].model_dump(mode="json")) if found else {}
     if state is not None and not found:  # a run from before config history: its checkpoint says what it was
+        _check_adopted(run_dir, where, adopt)
         recorded = {"objective": state.get("schedule"), "train.steps": state.get("total_steps")}
         old = {k: v for k, v in recorded.items() if v is not None}
     keys = old.keys() | new.keys() if found else old.keys()  # a key set only now (a model field) is a change too
@@ -82,6 +88,16 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
     if state is not None:
         _check_past(cfg, state, found[1] if found and changed else None)
     return bool(changed)
+
+
+def _check_adopted(run_dir: Path, where: Path | None, adopt: bool) -> None:
+    """Its config.yaml lost, a run whose checkpoint holds no config could go on with another LR, seed or model,
+    unseen: only the objective and the steps are recorded there. Continuing it takes this config as its own."""
+    if not adopt:
+        raise EncoderlabError(f"cannot resume {run_dir}: its {CONFIG} is missing and its checkpoint "
+                              f"({where}) was written before checkpoints recorded their "
+                              f"config, so a changed setting (LR, seed, model) could not be seen; restore {CONFIG}, "
+                              "or pass --adopt-config to continue it with this config as its own")
 
 
 def changes_from_saved(cfg: PretrainConfig) -> str:

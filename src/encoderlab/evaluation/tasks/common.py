@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from encoderlab.data.hub_access import is_network_error, offline_variable, probe_hub
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
-from encoderlab.io import atomic_file, read_jsonl
+from encoderlab.io import atomic_file, read_jsonl, utf8_lines
 from encoderlab.evaluation.tasks.base import SPLITS
 
 HOLDOUT_FRACTION = 0.05
@@ -128,8 +128,12 @@ def read_table(path: str | Path) -> list[dict]:
     if path.suffix in (".jsonl", ".json"):
         return list(read_jsonl(path))
     if path.suffix in (".csv", ".tsv"):
-        with open(path, encoding="utf-8", newline="") as f:
-            return list(csv.DictReader(f, delimiter="\t" if path.suffix == ".tsv" else ","))
+        csv.field_size_limit(2**31 - 1)  # as for a corpus (data/sources.py): a text may be longer than 128 KiB
+        reader = csv.DictReader(utf8_lines(path), delimiter="\t" if path.suffix == ".tsv" else ",")
+        try:
+            return list(reader)
+        except csv.Error as e:
+            raise DataError(f"{path}:{reader.line_num}: cannot be read as {path.suffix[1:]} ({e})") from None
     raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .csv, .tsv, .jsonl or .json")
 
 
