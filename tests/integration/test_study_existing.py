@@ -72,3 +72,17 @@ def test_two_checkpoints_whose_records_would_share_a_folder_are_refused(tmp_path
     study = write_study(tmp_path, task_yaml, {"a": str(run_a), "again": str(run_a)})
     with pytest.raises(ConfigError, match="checkpoints.again has the records folder a-step-0000002 of a"):
         build_plan(*load_study(study))
+
+
+def test_a_transformers_folder_is_imported_once_and_evaluated(tmp_path, tmp_path_factory, synthetic, two_runs,
+                                                              task_yaml, one_thread):
+    from test_study_imported import llama_dir
+
+    hf = llama_dir.__wrapped__(tmp_path_factory, synthetic)
+    spec, base = load_study(write_study(tmp_path, task_yaml, {"hf": str(hf), "a": str(two_runs[0])}))
+    plan = build_plan(spec, base)
+    hf_eval = next(e for e in plan.evaluations if e.label == "hf")
+    assert plan.eval_checkpoint(hf_eval) == plan.root / "checkpoints" / "hf"  # imported at run time
+    result = run_study(plan, base, log=lambda m: None)
+    assert not result["failed"] and (plan.root / "checkpoints" / "hf" / "state.json").exists()
+    assert {tag for tag, *_ in scores(plan.root)} == {"existing-hf", "a-step-0000002"}
