@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from encoderlab.study.results import NOT_MEASURABLE, Comparison
+from encoderlab.study.results import NOT_MEASURABLE, Comparison, outcome
 
 A_HIGHER, B_HIGHER, NO_DIFFERENCE = "A higher", "B higher", "no difference shown (the interval includes zero)"
+
+
+def cmp_rows(comps: list[Comparison], label=outcome) -> str:
+    """A comparison table, one category a row; `label` says each row's outcome."""
+    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
+            f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} | "
+            f"{'-' if c.mde is None else f'{c.mde:.2f}'} | {label(c)} |" for c in comps]
+    return ("| category | A | B | A - B | 95% CI of A - B | p (Welch) | detectable (80% power) | outcome |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
 def difference(c: Comparison) -> str:
@@ -45,10 +54,8 @@ def comparisons_section(report, paper_findings: bool) -> str:
              "95% interval of A - B lies wholly on its side of zero; a category where both models are within 5% of "
              "the headroom above the trivial baseline (or within their interval of it) is *not measurable*: no "
              "verdict on noise.\n"]
-    from encoderlab.study.report_text import _cmp_rows
-
     for a, b in combinations(labels, 2):
         comps = res.versus(a, b)
         text = summary(comps) if comps else "not measured (missing evaluations)"
-        parts.append(f"**A = {a}, B = {b}**: {text}.\n\n{_cmp_rows(comps, difference) if comps else ''}\n")
+        parts.append(f"**A = {a}, B = {b}**: {text}.\n\n{cmp_rows(comps, difference) if comps else ''}\n")
     return "\n".join(parts)

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import yaml
 from scipy import stats
 
-from encoderlab.study.compare import comparisons_section
+from encoderlab.study.compare import cmp_rows as _cmp_rows, comparisons_section
 from encoderlab.study.reference import reference_section
 from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, outcome, tally,
                                       verdict)
@@ -47,14 +47,6 @@ def _mlm_alone(res, mlm: str | None, budget: int, group: str) -> str | None:
     if mlm and res.runs[mlm]["steps"] == budget and [o for o, _ in res.runs[mlm]["schedule"]] == [group.split("-")[1]]:
         return mlm
     return None
-
-
-def _cmp_rows(comps: list[Comparison], label=outcome) -> str:
-    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
-            f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} | "
-            f"{'-' if c.mde is None else f'{c.mde:.2f}'} | {label(c)} |" for c in comps]
-    return ("| category | A | B | A - B | 95% CI of A - B | p (Welch) | detectable (80% power) | outcome |\n"
-            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
 def _pair(res, a: str | None, b: str | None) -> list[Comparison]:
