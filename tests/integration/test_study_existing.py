@@ -41,7 +41,7 @@ def write_study(tmp_path: Path, task: Path, checkpoints: dict) -> Path:
     return tmp_path / "study.yaml"
 
 
-def test_a_study_of_two_existing_checkpoints_trains_nothing_and_compares_them(tmp_path, two_runs, task_yaml,
+def test_a_study_of_two_existing_checkpoints_trains_nothing_and_compares_them(tmp_path, two_runs, task_yaml,  # noqa: F811
                                                                                one_thread):
     run_a, run_b = two_runs
     ckpt_b = run_b / "checkpoints" / "step-0000001"  # any checkpoint, not only a run's latest
@@ -67,7 +67,7 @@ def test_a_study_of_two_existing_checkpoints_trains_nothing_and_compares_them(tm
     assert json.loads((plan.root / "plan.json").read_text())["runs"] == []
 
 
-def test_two_checkpoints_whose_records_would_share_a_folder_are_refused(tmp_path, two_runs, task_yaml):
+def test_two_checkpoints_whose_records_would_share_a_folder_are_refused(tmp_path, two_runs, task_yaml):  # noqa: F811
     run_a, _ = two_runs
     study = write_study(tmp_path, task_yaml, {"a": str(run_a), "again": str(run_a)})
     with pytest.raises(ConfigError, match="checkpoints.again has the records folder a-step-0000002 of a"):
@@ -75,7 +75,7 @@ def test_two_checkpoints_whose_records_would_share_a_folder_are_refused(tmp_path
 
 
 def test_a_transformers_folder_is_imported_once_and_evaluated(tmp_path, tmp_path_factory, synthetic, two_runs,
-                                                              task_yaml, one_thread):
+                                                              task_yaml, one_thread):  # noqa: F811
     from test_study_imported import llama_dir
 
     hf = llama_dir.__wrapped__(tmp_path_factory, synthetic)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from encoderlab.config import ConfigError
+from encoderlab.errors import EncoderlabError
 from encoderlab.study.spec import StudySpec, resolve_path
 from encoderlab.train.checkpoint import LATEST
 
@@ -44,9 +45,10 @@ def locate(spec: StudySpec, base_dir: Path, root: Path) -> dict[str, Path]:
             continue
         try:
             out[name] = resolve(path).resolve()
-        except Exception:
+        except EncoderlabError:
             raise ConfigError(f"{where} ({path}) is not a model: give a checkpoint folder (with state.json), a run "
-                              "folder (with LATEST), a transformers folder (with config.json) or a .gguf file") from None
+                              "folder (with LATEST), a transformers folder (with config.json) or a .gguf "
+                              "file") from None
     return out
 
 

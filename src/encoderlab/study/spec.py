@@ -169,8 +169,8 @@ class StudySpec(_Section):
 
         for name in [*self.imported, *self.checkpoints]:
             if name.lower() in preset_names() or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-                raise ValueError(f"model name {name!r} (imported, checkpoints) must be a folder name (letters, digits, _ . -) that is "
-                                 f"not a model preset ({', '.join(preset_names())})")
+                raise ValueError(f"model name {name!r} (imported, checkpoints) must be a folder name (letters, "
+                                 f"digits, _ . -) that is not a model preset ({', '.join(preset_names())})")
         if self.cpt and "imported" in self.cpt.sources:
             unknown = [s for s in self.cpt.sizes if s not in self.imported]
             if unknown:
