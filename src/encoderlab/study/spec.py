@@ -167,10 +167,11 @@ class StudySpec(_Section):
             raise ValueError(f"intermediate_steps {late} must be within (0, budget={self.budget}]")
         from encoderlab.model.presets import preset_names
 
-        for name in [*self.imported, *self.checkpoints]:
+        for section, name in [*(("imported", n) for n in self.imported), *(("checkpoints", n) for n in
+                                                                             self.checkpoints)]:
             if name.lower() in preset_names() or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-                raise ValueError(f"model name {name!r} (imported, checkpoints) must be a folder name (letters, "
-                                 f"digits, _ . -) that is not a model preset ({', '.join(preset_names())})")
+                raise ValueError(f"{section} name {name!r} must be a folder name (letters, digits, _ . -) that is "
+                                 f"not a model preset ({', '.join(preset_names())})")
         if self.cpt and "imported" in self.cpt.sources:
             unknown = [s for s in self.cpt.sizes if s not in self.imported]
             if unknown:
