@@ -533,6 +533,18 @@ IO_CASES = [
          write("afile", "x")),
     Case("export-kind-cannot-hold", ("export", "{ckpt}", "--out", "{tmp}/hf", "--as", "qwen3"),
          "--as qwen3 cannot hold this model's qk_norm=False: export it --as llama"),
+    Case("study-checkpoint-missing", ("study", "plan", "{tmp}/study.yaml"),
+         "study s: checkpoints.old: 'nowhere/ckpt' not found (looked for {tmp}/nowhere/ckpt); give a checkpoint folder",
+         write("study.yaml", "name: s\ncheckpoints: {{old: nowhere/ckpt, new: '{ckpt}'}}\n"
+                             "evaluation: {{protocol: p.yaml, tasks: [sst2]}}\n")),
+    Case("study-checkpoint-not-a-model", ("study", "plan", "{tmp}/study.yaml"),
+         "study s: checkpoints.old: 'notes' ({tmp}/notes) is not a model: give a checkpoint folder (with state.json)",
+         two(write("notes/readme.txt", "x"), write("study.yaml", "name: s\ncheckpoints: {{old: notes}}\n"
+                                                                 "evaluation: {{protocol: p.yaml, tasks: [sst2]}}\n"))),
+    Case("study-models-without-pretrain", ("study", "plan", "{tmp}/study.yaml"),
+         "pretrain and budget must be given: models train models from the base pretraining config",
+         write("study.yaml", "name: s\nmodels: [{{sizes: [micro], objectives: [clm]}}]\ncheckpoints: {{a: '{ckpt}'}}\n"
+                             "evaluation: {{protocol: p.yaml, tasks: [sst2]}}\n")),
     Case("import-hf-out-under-a-file", ("import-hf", "{tmp}/model", "--out", "{tmp}/afile/ckpt"),
          "{tmp}/afile is a file", two(write("afile", "x"), write("model/config.json", '{{"model_type": "llama"}}'))),
 ]

@@ -423,3 +423,25 @@ def test_hub_missing_column(fake_datasets: types.SimpleNamespace, monkeypatch: p
     fake_datasets.result = types.SimpleNamespace(column_names=["content", "url"])
     with pytest.raises(DataError, match=r"'org/corpus' has no column 'text' \(it has: content, url\)"):
         iter_documents("org/corpus")
+
+
+def test_a_jsonl_records_own_id_and_source_are_kept_in_the_corpus(tmp_path):
+    """`data prepare` keeps a user's `id` and `source` under those names and puts encoderlab's (where each text was
+    read) beside them; reading the corpus back gives encoderlab's locator to the packer and the user's fields."""
+    from encoderlab.data.prepare import _documents, corpus_row
+    from encoderlab.io import write_jsonl as write_rows
+
+    write_jsonl(tmp_path / "reviews.jsonl", [{"id": "r-17", "source": "amazon", "text": "great"},
+                                             {"id": 42, "text": "bad"}, {"text": "plain"}])
+    rows = [corpus_row(d) for d in iter_documents(str(tmp_path / "reviews.jsonl"))]
+    assert rows == [
+        {"id": "r-17", "source": "amazon", "text": "great", "encoderlab_id": "reviews.jsonl:1",
+         "encoderlab_source": "local:reviews.jsonl"},
+        {"id": 42, "source": "local:reviews.jsonl", "text": "bad", "encoderlab_id": "reviews.jsonl:2"},
+        {"id": "reviews.jsonl:3", "source": "local:reviews.jsonl", "text": "plain"}]  # nothing of its own: as before
+    write_rows(tmp_path / "documents.jsonl", rows)
+    back = list(_documents(tmp_path / "documents.jsonl"))
+    assert [(d.id, d.source) for d in back] == [("reviews.jsonl:1", "local:reviews.jsonl"),
+                                                ("reviews.jsonl:2", "local:reviews.jsonl"),
+                                                ("reviews.jsonl:3", "local:reviews.jsonl")]
+    assert [corpus_row(d) for d in back] == rows  # the round trip keeps both

@@ -33,14 +33,18 @@ def render_plan(s: dict) -> None:
     out.print(table)
     kinds = [e["kind"] for e in s["evaluations"]]
     imported = f", {kinds.count('imported')} imported" if "imported" in kinds else ""
+    imported += f", {kinds.count('checkpoint')} existing" if "checkpoint" in kinds else ""
     out.print(f"[bold]evaluation[/bold] {len(s['evaluations'])} checkpoints ({kinds.count('final')} models, "
               f"{kinds.count('intermediate')} intermediate, {kinds.count('random')} random-init{imported}) -> "
               f"{s['finetuning_runs']:,} fine-tuning runs" + (
                   f" ({s['finetuning_runs'] - s['baseline_finetuning_runs']:,} without the random-init baseline)"
                   if s["baseline_finetuning_runs"] else ""))
-    out.print(f"[bold]pretraining[/bold] {s['steps']:,} steps, {s['tokens']:,} tokens, {_flops(s['flops'])}; "
-              f"trained independently: {s['naive_steps']:,} steps, {_flops(s['naive_flops'])} "
-              f"(trunk sharing saves {100 * s['saving']:.1f}% of the FLOPs)")
+    if not s["runs"]:
+        out.print("[bold]pretraining[/bold] none: the study evaluates existing models only")
+    else:
+        out.print(f"[bold]pretraining[/bold] {s['steps']:,} steps, {s['tokens']:,} tokens, {_flops(s['flops'])}; "
+                  f"trained independently: {s['naive_steps']:,} steps, {_flops(s['naive_flops'])} "
+                  f"(trunk sharing saves {100 * s['saving']:.1f}% of the FLOPs)")
     if "gpu" in s:
         g = s["gpu"]
         out.print(f"[bold]estimate[/bold]    {g['gpu_hours']:,.0f} GPU-hours on {g['name']} at {100 * g['mfu']:.0f}% "

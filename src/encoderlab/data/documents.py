@@ -15,3 +15,4 @@ class Document:
     id: str
     source: str
     text: str
+    own: tuple = ()  # (field, value) pairs: a JSON Lines record's own `id` and `source`, which the corpus keeps

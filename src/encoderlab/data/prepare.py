@@ -209,7 +209,7 @@ def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:
             counts[d.source] += 1
             words += len(d.text.split())
             chars += len(d.text)
-            yield {"id": d.id, "source": d.source, "text": d.text}
+            yield corpus_row(d)
 
     with atomic_dir(out / "corpus") as tmp:
         n = write_jsonl(tmp / "documents.jsonl", rows())
@@ -220,9 +220,20 @@ def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:
                                            "documents_by_source": dict(sorted(counts.items()))})
 
 
+def corpus_row(d: Document) -> dict:
+    """A line of corpus/documents.jsonl: the user's own `id` and `source` where their records had them, and then
+    encoderlab's (where the text was read, for the audit) under encoderlab_id and encoderlab_source."""
+    row = {"id": d.id, "source": d.source, "text": d.text}
+    for key, value in d.own:
+        row[f"encoderlab_{key}"], row[key] = row[key], value
+    return row
+
+
 def _documents(corpus_file: Path) -> Iterator[Document]:
     for row in read_jsonl(corpus_file):
-        yield Document(row["id"], row["source"], row["text"])
+        own = tuple((key, row[key]) for key in ("id", "source") if f"encoderlab_{key}" in row)
+        yield Document(row.get("encoderlab_id", row["id"]), row.get("encoderlab_source", row["source"]), row["text"],
+                       own)
 
 
 def _tokenizer(corpus_file: Path, opts: PrepareOptions, log) -> TextTokenizer:

@@ -39,6 +39,9 @@ _FORMATS = {
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _FILE_LIKE = re.compile(r"\.(txt|jsonl|json|parquet|csv|tsv|gz|bz2|xz|zst|zip|tar|arrow|md)$", re.IGNORECASE)
 _GLOB_CHARS = re.compile(r"[*?[]")
+# A JSON Lines record's own fields that encoderlab's corpus also names: kept as the user wrote them
+# (data/prepare.py writes encoderlab's own under encoderlab_id and encoderlab_source beside them).
+OWN_FIELDS = ("id", "source")
 Decoder = Callable[[bytes, str], "str | None"]  # (raw bytes, "line 3") -> text, or None to drop the document
 
 
@@ -164,29 +167,34 @@ def _iter_local(
 ) -> Iterator[Document]:
     for f in files:
         source = f"local:{f.name}"
-        for index, text in _records(f, column, unit, _decoder(f.path, on_bad)):
+        for index, text, own in _records(f, column, unit, _decoder(f.path, on_bad)):
             if text := text.strip():
-                yield Document(id=f"{f.name}:{index}", source=source, text=text)
+                yield Document(id=f"{f.name}:{index}", source=source, text=text, own=own)
 
 
-def _records(f: _LocalFile, column: str, unit: TxtUnit, dec: Decoder) -> Iterator[tuple[int, str]]:
+def _records(f: _LocalFile, column: str, unit: TxtUnit, dec: Decoder) -> Iterator[tuple[int, str, tuple]]:
+    """(index, text, the record's own `id` and `source` fields: JSON Lines only)."""
     fmt = _FORMATS[f.suffix.removesuffix(".gz")]
     if fmt == "parquet":
-        yield from _read_parquet(f.path, column, dec)
+        yield from _plain(_read_parquet(f.path, column, dec))
         return
     try:
         with gzip.open(f.path, "rb") if f.suffix.endswith(".gz") else open(f.path, "rb") as fh:
             lines = _numbered_lines(fh)
             if fmt == "txt":
-                yield from _read_txt(lines, unit, dec)
+                yield from _plain(_read_txt(lines, unit, dec))
             elif fmt == "jsonl":
                 yield from _read_jsonl(f.path, lines, column, dec)
             else:
-                yield from _read_csv(f.path, lines, column, "\t" if fmt == "tsv" else ",", dec)
+                yield from _plain(_read_csv(f.path, lines, column, "\t" if fmt == "tsv" else ",", dec))
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
         raise DataError(f"{f.path}: damaged or not gzip ({e}); re-download or decompress it") from e
     except OSError as e:
         raise DataError(f"{f.path}: cannot read ({e}); check that it exists and is readable") from e
+
+
+def _plain(records: Iterator[tuple[int, str]]) -> Iterator[tuple[int, str, tuple]]:
+    return ((index, text, ()) for index, text in records)
 
 
 def _decoder(path: Path, mode: OnInvalidUtf8) -> Decoder:
@@ -236,7 +244,7 @@ def _read_txt(lines: Iterable[tuple[int, bytes]], unit: TxtUnit, dec: Decoder) -
 
 def _read_jsonl(
     path: Path, lines: Iterable[tuple[int, bytes]], column: str, dec: Decoder
-) -> Iterator[tuple[int, str]]:
+) -> Iterator[tuple[int, str, tuple]]:
     for n, raw in lines:  # index = line number, as in the error messages
         line = dec(raw, f"line {n}")
         if line is None or not line.strip():
@@ -252,7 +260,8 @@ def _read_jsonl(
             raise DataError(f"{path}: line {n}: expected a JSON object, got a {type(record).__name__}")
         if column not in record:
             raise _no_column(f"{path}: line {n}: the record", column, record)
-        yield n, _as_text(record[column], f"{path}: line {n}", column)
+        own = tuple((key, record[key]) for key in OWN_FIELDS if key in record and key != column)
+        yield n, _as_text(record[column], f"{path}: line {n}", column), own
 
 
 def _no_column(where: str, column: str, available: Iterable[str]) -> DataError:

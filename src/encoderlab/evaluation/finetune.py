@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -152,8 +153,10 @@ class Run:
 
 
 def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Tensor], *, lr: float, seed: int,
-             protocol: Protocol, device: torch.device, evaluate_splits=("validation", "test")) -> dict:
-    """Train and score one run. Returns the record body (status "ok", or "failed" with the reason)."""
+             protocol: Protocol, device: torch.device, evaluate_splits=("validation", "test"),
+             on_step: Callable[[int, int], None] | None = None) -> dict:
+    """Train and score one run. Returns the record body (status "ok", or "failed" with the reason). `on_step(done,
+    total)` after each step: the sweep's heartbeat (evaluation/feedback.py)."""
     started = time.perf_counter()
     run = Run(task, model_cfg, weights, seed, protocol, device)
     total = planned_steps(task, protocol)
@@ -165,5 +168,7 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
             return diverged_record(float(loss.detach()), lr, seed, step, total, curve, time.perf_counter() - started)
         run.update(loss, lr * lr_factor(step, total, protocol))
         curve.add(step + 1, loss.detach())
+        if on_step is not None:
+            on_step(step + 1, total)
     return scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,
                          protocol=protocol, device=device, splits=evaluate_splits, started=started)

@@ -23,6 +23,7 @@ from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation import records
 from encoderlab.evaluation.batched import finetune_grid
 from encoderlab.evaluation.engines import ENGINES, choose_engine
+from encoderlab.evaluation.feedback import Heartbeat, check_memory
 from encoderlab.evaluation.finetune import backbone_state, finetune, planned_steps
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_per_worker
@@ -115,6 +116,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         todo = [run for run in sweep.runs if not sweep.recorded(*run)]
         log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
         workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
+        sweep.announce(todo, workers)
         progress = Progress("run", len(todo), enabled=show_progress)
         started, done = time.perf_counter(), 0
         try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
@@ -164,6 +166,7 @@ class Sweep:
     log: Callable[[str], None]
     train_on: EvalTask | None = None  # retrieval.train_on: the task that trains every retrieval task's runs
     tracker: Wandb | None = None  # protocol.wandb: each record's scores, and the summary, go to W&B as well
+    heartbeat: Heartbeat | None = None  # lines while a sequential run trains (evaluation/feedback.py)
 
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
@@ -172,6 +175,13 @@ class Sweep:
         self.units = training_units(self.tasks, self.train_on)  # what trains: a task, or one TrainedOnce
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in self.tasks}
+
+    def announce(self, todo: list, workers: int) -> None:
+        """Before the first run: what a run needs (refused when it cannot fit); then a heartbeat while runs train."""
+        if todo:
+            training = [*self.tasks, *([self.train_on] if self.train_on else [])]
+            check_memory(training, self.protocol, self.model_cfg, self.device, workers, self.log)
+        self.heartbeat = Heartbeat(self.log, len(todo))
 
     def path(self, task: EvalTask, lr: float, seed: int) -> Path:
         return records.record_path(self.out, self.tag, self.key, task.name, task.fingerprint, lr, seed)
@@ -227,7 +237,10 @@ class Sweep:
             if self.recorded(task, lr, seed):
                 yield Outcome(task, None, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
             else:
-                body = finetune(*args, lr=lr, seed=seed, protocol=own, device=self.device)
+                if self.heartbeat is not None:
+                    self.heartbeat.start(f"{task.name} lr={lr:g} seed={seed}")
+                body = finetune(*args, lr=lr, seed=seed, protocol=own, device=self.device,
+                                on_step=self.heartbeat and self.heartbeat.step)
                 yield Outcome(task, {**body, "engine": "sequential"}, f"{task.name} lr={lr:g} seed={seed}")
 
     def write(self, unit: EvalTask | TrainedOnce, body: dict) -> None:

@@ -16,6 +16,7 @@ from encoderlab import objectives
 from encoderlab.config import ConfigError, deep_merge, load_yaml, validate
 from encoderlab.model.config import ModelConfig
 from encoderlab.study import imported as imp
+from encoderlab.study.existing import locate
 from encoderlab.study.grid import Grid, Run, shared_config
 from encoderlab.study.spec import StudySpec, resolve_path
 from encoderlab.train.checkpoint import checkpoint_name
@@ -33,10 +34,11 @@ class Evaluation:
     label: str
     model: str  # the model it belongs to (for intermediates: whose schedule)
     step: int
-    kind: str  # "final", "intermediate", "random" or "imported"
-    run: str | None  # the run folder that writes the checkpoint (None: random init, imported)
+    kind: str  # "final", "intermediate", "random", "imported" or "checkpoint" (an existing model)
+    run: str | None  # the run folder that writes the checkpoint (None: random init, imported, existing)
     size: str
     tasks: list[str]
+    path: Path | None = None  # an existing model's checkpoint (study/existing.py)
 
 
 @dataclass
@@ -79,6 +81,8 @@ class Plan:
 
     def eval_checkpoint(self, e: Evaluation) -> Path:
         """Where an evaluation's checkpoint is: a run's, an import, or the random-init one the runner writes."""
+        if e.path is not None:
+            return e.path
         if e.run:
             return self.checkpoint(e.run, e.step)
         if e.kind == "imported":
@@ -199,8 +203,11 @@ def _flops(run: Run, start: int, cfg: ModelConfig, seq_len: int) -> float:
 
 
 def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
-    base = deep_merge(load_yaml(resolve_path(base_dir, spec.pretrain)), spec.pretrain_overrides)
+    base = {}  # a study of existing checkpoints alone trains nothing: no base config
+    if spec.pretrain is not None:
+        base = deep_merge(load_yaml(resolve_path(base_dir, spec.pretrain)), spec.pretrain_overrides)
     root = resolve_path(Path.cwd(), spec.out_dir) / spec.name
+    existing = locate(spec, base_dir, root)  # a wrong path is refused before anything else is looked at
     grid = Grid(spec, base, {name: imp.architecture(spec, base_dir, root, name) for name in spec.imported})
     grid.add_models()
     grid.add_splits()
@@ -209,7 +216,10 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     for run in runs.values():
         run.flops = _flops(run, run.branch_step, grid.model_cfgs[run.size], grid.window(run.size))
         run.naive_flops = _flops(run, 0, grid.model_cfgs[run.size], grid.window(run.size))
-    evaluations = _evaluations(spec, runs, grid.full)
+    evaluations = _evaluations(spec, runs, grid.full) + [
+        Evaluation(name, name, 0, "checkpoint", None, name, spec.evaluation.tasks, path)
+        for name, path in existing.items()]
+    _check_labels(spec, evaluations)
     plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes, data=grid.data)
     for run in runs.values():  # every config must be valid before anything runs
         validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
@@ -218,6 +228,19 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     plan.eval_runs = finetuning_runs(evaluations, protocol)
     plan.baseline_runs = finetuning_runs([e for e in evaluations if e.kind == "random"], protocol)
     return plan
+
+
+def _check_labels(spec: StudySpec, evaluations: list[Evaluation]) -> None:
+    """Two evaluations under one label, or whose records would share one folder, would mix their records."""
+    from encoderlab.evaluation.records import checkpoint_tag
+
+    seen: dict[str, str] = {}
+    for e in evaluations:
+        for key in (f"label {e.label}", f"records folder {checkpoint_tag(e.path)}" if e.path else ""):
+            if key and key in seen:
+                raise ConfigError(f"study {spec.name}: checkpoints.{e.label} has the {key} of {seen[key]}: give "
+                                  "it another name, or a checkpoint under another run folder name")
+            seen[key] = e.label
 
 
 def _check_published(spec: StudySpec, base_dir: Path, evaluations: list[Evaluation]) -> None:

@@ -7,8 +7,9 @@ from datetime import datetime, timezone
 import yaml
 from scipy import stats
 
+from encoderlab.study.compare import cmp_rows as _cmp_rows, comparisons_section
 from encoderlab.study.reference import reference_section
-from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, outcome, tally,
+from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, tally,
                                       verdict)
 
 # Where CLM stops being ahead in the paper (docs/paper.md, finding 2: ~10K of 42K steps on SC and QA, ~20K on IR), as a
@@ -46,14 +47,6 @@ def _mlm_alone(res, mlm: str | None, budget: int, group: str) -> str | None:
     if mlm and res.runs[mlm]["steps"] == budget and [o for o, _ in res.runs[mlm]["schedule"]] == [group.split("-")[1]]:
         return mlm
     return None
-
-
-def _cmp_rows(comps: list[Comparison]) -> str:
-    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
-            f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} | "
-            f"{'-' if c.mde is None else f'{c.mde:.2f}'} | {outcome(c)} |" for c in comps]
-    return ("| category | A | B | A - B | 95% CI of A - B | p (Welch) | detectable (80% power) | outcome |\n"
-            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
 
 
 def _pair(res, a: str | None, b: str | None) -> list[Comparison]:
@@ -221,20 +214,25 @@ def imported_section(report) -> str:
 def compose(report) -> str:
     res = report.res
     plan, proto = res.plan, res.plan["protocol"]
-    finals = [lb for lb, e in res.evaluations.items() if e["kind"] in ("final", "random", "imported")]
+    finals = [lb for lb, e in res.evaluations.items()
+              if e["kind"] in ("final", "random", "imported", "checkpoint")]
     everything = list(res.evaluations)
     done = sum(1 for ts in res.tasks.values() for t in ts.values() for _ in range(t.runs))
+    scale = (f"The full-budget models saw {_tokens(plan):,} pretraining tokens each: read every verdict below at "
+             "that scale. " if res.runs else "")
+    paper = findings(report)
     parts = [f"# Study `{plan['study']}`: report\n",
              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{res.root}`. "
              f"{len(res.runs)} pretrained models, {len(res.evaluations)} evaluated checkpoints, {done} fine-tuning "
              f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
-             f"{proto['max_steps']} steps). The full-budget models saw {_tokens(plan):,} pretraining tokens each: "
-             f"read every verdict below at that scale. {report.basis()} Every table and finding below uses them.\n",
+             f"{proto['max_steps']} steps). {scale}{report.basis()} Every table and finding below uses them.\n",
              report.sanity_section(),
              imported_section(report),
-             findings(report),
+             paper,
+             comparisons_section(report, bool(paper)),
              "## Category scores per model (the paper's Tables 2-5 layout)\n",
-             report.category_table(finals, "categories", "Final models and the random-init baseline"),
+             report.category_table(finals, "categories", "Final models and the random-init baseline"
+                                   if res.runs else "Models"),
              reference_section(report),
              "## Per-dataset scores\n", report.dataset_tables(everything)]
     fig, note = report.efficiency_figure()

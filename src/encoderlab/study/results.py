@@ -9,7 +9,7 @@ noise that decides whether two models differ.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scipy import stats
@@ -70,6 +70,19 @@ class CategoryScore:
     ci95: float | None
     by_seed: dict[int, float]
     datasets: int
+    baseline: float | None = None  # the mean of its datasets' trivial baselines (None when one has none)
+
+
+# A score within this share of the headroom above the trivial baseline (100 - baseline), or within its own 95%
+# interval of the baseline, is "at the baseline level": 3.3 NDCG@10 against a random ranking's 0.44 is no more a
+# learned retrieval model than 0.8 is, so a comparison of two such scores measures noise, not a model.
+NEAR_BASELINE = 0.05
+
+
+def at_baseline(score: CategoryScore) -> bool:
+    if score.baseline is None:
+        return False
+    return score.mean - score.baseline <= max(score.ci95 or 0.0, NEAR_BASELINE * (100 - score.baseline))
 
 
 def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
@@ -85,7 +98,9 @@ def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
         _, half = mean_ci95(list(per_seed.values()))
         # the plain mean of the datasets' scores (unrounded); the same as the per-seed mean when seeds agree
         mean = sum(sum(t.by_seed.values()) / len(t.by_seed) for t in members) / len(members)
-        out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members))
+        bases = [t.baseline for t in members]
+        base = None if None in bases else sum(bases) / len(bases)
+        out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members), base)
     return out
 
 
@@ -127,7 +142,7 @@ class StudyResults:
         """a - b per category, on the datasets both were evaluated on (a baseline may have run fewer tasks)."""
         common = set(self.tasks.get(a, {})) & set(self.tasks.get(b, {}))
         ca, cb = (category_scores({t: s for t, s in self.tasks[lb].items() if t in common}) for lb in (a, b))
-        return [compare(ca[c], cb[c], c) for c in CATEGORIES if c in ca and c in cb]
+        return [_measurable(compare(ca[c], cb[c], c), ca[c], cb[c]) for c in CATEGORIES if c in ca and c in cb]
 
     def start_step(self, run: str) -> int:
         """The global step at which a run's own step 0 stands. CPT continues a finished model, so it starts where
@@ -167,6 +182,7 @@ class Comparison:
     ci95: float | None  # half-width of the difference's interval (Welch)
     p: float | None
     mde: float | None = None  # the smallest |a - b| this test finds 80% of the time at alpha 0.05
+    measurable: bool = True  # False: both sides at their trivial baseline's level (`at_baseline`)
 
     @property
     def significant(self) -> bool:
@@ -189,12 +205,20 @@ def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
     return Comparison(category, a.mean, b.mean, diff, float(stats.t.ppf(0.975, df) * se), p, mde)
 
 
+def _measurable(c: Comparison, a: CategoryScore, b: CategoryScore) -> Comparison:
+    return replace(c, measurable=not (at_baseline(a) and at_baseline(b)))
+
+
 REPRODUCED, OPPOSITE, INCONCLUSIVE = "reproduced", "opposite", "inconclusive at this scale"
+NOT_MEASURABLE = "not measurable (both at the trivial baseline)"
 
 
 def outcome(c: Comparison, expect_positive: bool = True) -> str:
     """One comparison against the paper's direction: its 95% interval lies on the paper's side of zero, on the
-    other side, or contains zero (also when too few seeds give no interval)."""
+    other side, or contains zero (also when too few seeds give no interval); not measurable when both models
+    are at their trivial baseline's level (no verdict on noise)."""
+    if not c.measurable:
+        return NOT_MEASURABLE
     if c.ci95 is None or abs(c.diff) <= c.ci95:
         return INCONCLUSIVE
     return REPRODUCED if (c.diff > 0) == expect_positive else OPPOSITE
@@ -203,6 +227,9 @@ def outcome(c: Comparison, expect_positive: bool = True) -> str:
 def overall(outcomes: list[str]) -> str:
     """A finding from its comparisons: reproduced when more than half of them reproduce it and none is opposite;
     opposite in the mirror case; otherwise (mostly intervals containing zero, or both directions) inconclusive."""
+    outcomes = [o for o in outcomes if o != NOT_MEASURABLE]  # they count for neither direction
+    if not outcomes:
+        return NOT_MEASURABLE
     n, up, down = len(outcomes), outcomes.count(REPRODUCED), outcomes.count(OPPOSITE)
     if up * 2 > n and not down:
         return REPRODUCED
@@ -227,5 +254,6 @@ def verdict(comparisons: list[Comparison], expect_positive: bool = True, unit: s
 
 def tally(outcomes: list[str], unit: str) -> str:
     """'**reproduced** (reproduced in 3, inconclusive at this scale in 1 of 4 categories)'."""
-    counts = ", ".join(f"{o} in {outcomes.count(o)}" for o in (REPRODUCED, OPPOSITE, INCONCLUSIVE) if o in outcomes)
+    counts = ", ".join(f"{o} in {outcomes.count(o)}" for o in (REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_MEASURABLE)
+                       if o in outcomes)
     return f"**{overall(outcomes)}** ({counts} of {len(outcomes)} {unit})"

@@ -26,6 +26,7 @@ from encoderlab.io import atomic_file, die_with_parent, write_json
 from encoderlab.evaluation import records
 from encoderlab.errors import EncoderlabError
 from encoderlab.train.checkpoint import checkpoint_name, weights_digest
+from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.plan import Plan, build_plan, expand_tasks, load_protocol
 
@@ -55,7 +56,8 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
             "size": e.size, "config": plan.config(same_size) if same_size else None,
             "checkpoint": str(plan.eval_checkpoint(e))}))
     for e in plan.evaluations:
-        deps = [f"pretrain:{e.run}" if e.run else f"random:{e.size}"] if e.kind != "imported" else []
+        deps = [f"pretrain:{e.run}" if e.run else f"random:{e.size}"] if e.kind in ("final", "intermediate",
+                                                                                   "random") else []
         for name, tasks in _eval_groups(expand_tasks(e.tasks), protocol):
             jobs.append(Job(f"eval:{e.label}:{name}", "eval", deps,
                             {"checkpoint": str(plan.eval_checkpoint(e)), "tasks": tasks,
@@ -213,6 +215,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         prepare_imports(plan.spec, base_dir, plan.root, plan.base_config.get("data", {}).get("path", "offline"),
                         log=log)
         plan = build_plan(plan.spec, base_dir)
+    import_checkpoints(plan.spec, base_dir, plan.root, log=log)  # existing models as transformers folders
     all_jobs = jobs_of(plan, base_dir)
     refuse_changed(plan, all_jobs)
     plan.root.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
 """A study as data: model sizes x objectives x budgets x CLM/MLM splits x CPT arms x checkpoints x tasks.
+Or models that exist already (`checkpoints:`), evaluated and compared without training them.
 
 A study file names a base pretraining config (data, optimiser, LR schedule, batch: everything the arms share) and
 says which models to train from it. The planner (plan.py) turns that into a graph of pretraining runs that share
@@ -117,10 +118,12 @@ class DataShape(_Section):
 class StudySpec(_Section):
     name: str
     out_dir: str = Field("studies", description="the study folder is OUT_DIR/NAME")
-    pretrain: str = Field(..., description="base pretraining config YAML, relative to the study file")
+    pretrain: str | None = Field(None, description="base pretraining config YAML, relative to the study file "
+                                 "(needed by every section that trains: all but `checkpoints`)")
     pretrain_overrides: dict = Field(default_factory=dict, description="merged over the base config")
     size_overrides: dict[str, dict] = Field(default_factory=dict, description="per size, merged over the base")
-    budget: int = Field(..., gt=0, description="steps of the full-budget models (the paper's 42K)")
+    budget: int | None = Field(None, gt=0, description="steps of the full-budget models (the paper's 42K); needed "
+                               "by every section that trains")
     models: list[ModelGroup] = Field(default_factory=list)
     intermediate: Intermediate | None = None
     splits: list[Splits] = Field(default_factory=list, description="one group or a list of groups")
@@ -128,6 +131,9 @@ class StudySpec(_Section):
     random_init: list[str] = Field(default_factory=list, description="sizes evaluated from random weights")
     imported: dict[str, Imported] = Field(default_factory=dict, description="name -> import-hf SRC (or a mapping "
                                           "with source, seq_len, shape); each is also evaluated as it is")
+    checkpoints: dict[str, str] = Field(default_factory=dict, description="NAME: an existing model to evaluate "
+                                        "as it is, no pretraining: a checkpoint folder, a run folder (its latest "
+                                        "checkpoint), or an import-hf SRC (a transformers folder, a .gguf file)")
     evaluation: Evaluation
     data_shape: DataShape | None = None
     paper_results: str | None = Field(None, description="published numbers to print beside ours (YAML)")
@@ -148,16 +154,23 @@ class StudySpec(_Section):
 
     @model_validator(mode="after")
     def _check(self) -> StudySpec:
+        if not (self.models or self.splits or self.cpt or self.imported or self.checkpoints):
+            raise ValueError("a study needs at least one of models, splits, cpt, imported, checkpoints")
+        trains = [key for key in ("models", "splits", "cpt", "imported", "random_init", "intermediate")
+                  if getattr(self, key)]
+        missing = [key for key in ("pretrain", "budget") if getattr(self, key) is None]
+        if trains and missing:
+            raise ValueError(f"{' and '.join(missing)} must be given: {', '.join(trains)} train models from the "
+                             "base pretraining config (only `checkpoints` needs neither)")
         late = [s for s in (self.intermediate.steps if self.intermediate else []) if not 0 < s <= self.budget]
         if late:
             raise ValueError(f"intermediate_steps {late} must be within (0, budget={self.budget}]")
-        if not (self.models or self.splits or self.cpt or self.imported):
-            raise ValueError("a study needs at least one of models, splits, cpt, imported")
         from encoderlab.model.presets import preset_names
 
-        for name in self.imported:
+        for section, name in [*(("imported", n) for n in self.imported), *(("checkpoints", n) for n in
+                                                                             self.checkpoints)]:
             if name.lower() in preset_names() or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-                raise ValueError(f"imported name {name!r} must be a folder name (letters, digits, _ . -) that is "
+                raise ValueError(f"{section} name {name!r} must be a folder name (letters, digits, _ . -) that is "
                                  f"not a model preset ({', '.join(preset_names())})")
         if self.cpt and "imported" in self.cpt.sources:
             unknown = [s for s in self.cpt.sizes if s not in self.imported]

@@ -1,0 +1,88 @@
+"""A study of models that exist already (`checkpoints:`): no pretraining planned, one sweep per model and task,
+records keyed by the weights, and the report's comparison of the two."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from test_study import scores, task_yaml  # noqa: F401 - task_yaml is a fixture
+
+from encoderlab.config import ConfigError, validate
+from encoderlab.study.plan import build_plan
+from encoderlab.study.report import write_report
+from encoderlab.study.runner import jobs_of, run_study
+from encoderlab.study.spec import load_study
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.loop import Trainer
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory, packed_dir) -> tuple[Path, Path]:
+    """Two 2-step micro runs with different seeds: a run folder each."""
+    out = tmp_path_factory.mktemp("runs")
+    for name, seed in (("a", 0), ("b", 1)):
+        cfg = validate(PretrainConfig, {
+            "name": name, "out_dir": str(out), "data": {"path": str(packed_dir)},
+            "model": {"preset": "micro", "num_hidden_layers": 1}, "lr_schedule": {"warmup_steps": 1, "decay_steps": 1},
+            "train": {"steps": 2, "global_batch": 2, "dtype": "fp32", "tensorboard": False, "seed": seed}}, "test")
+        Trainer(cfg, show_progress=False, log=lambda m: None).run()
+    return out / "a", out / "b"
+
+
+def write_study(tmp_path: Path, task: Path, checkpoints: dict) -> Path:
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump({
+        "name": "t", "max_steps": 3, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3], "seeds": [0, 1, 2],
+        "max_length": 32, "dtype": "fp32"}))
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({
+        "name": "existing", "out_dir": str(tmp_path / "studies"), "checkpoints": checkpoints,
+        "evaluation": {"protocol": "protocol.yaml", "tasks": [str(task)]}}))
+    return tmp_path / "study.yaml"
+
+
+def test_a_study_of_two_existing_checkpoints_trains_nothing_and_compares_them(tmp_path, two_runs, task_yaml,  # noqa: F811
+                                                                               one_thread):
+    run_a, run_b = two_runs
+    ckpt_b = run_b / "checkpoints" / "step-0000001"  # any checkpoint, not only a run's latest
+    spec, base = load_study(write_study(tmp_path, task_yaml, {"a": str(run_a), "b": str(ckpt_b)}))
+    plan = build_plan(spec, base)
+    assert plan.runs == {} and plan.summary()["steps"] == 0
+    assert {e.label: (e.kind, e.path) for e in plan.evaluations} == {
+        "a": ("checkpoint", (run_a / "checkpoints" / "step-0000002").resolve()), "b": ("checkpoint", ckpt_b)}
+    jobs = jobs_of(plan, base)
+    assert [(j.kind, j.deps) for j in jobs] == [("eval", []), ("eval", [])]
+    result = run_study(plan, base, log=lambda m: None)
+    assert not result["failed"] and result["done"] == 2
+    assert not (plan.root / "pretrain").exists()
+    assert len(scores(plan.root)) == 2 * 3  # two models x 1 LR x 3 seeds, each under its own records folder
+    again = run_study(build_plan(spec, base), base, log=lambda m: None)
+    assert again["done_now"] == 0  # the records of these weights are found again
+    text = write_report(plan.root).read_text()
+    assert "five findings" not in text and "## Pairwise comparisons" in text
+    pair = text.split("**A = a, B = b**: ")[1].split("\n")[0]
+    assert pair.endswith("of 1 category.") and "| SC |" in text.split("**A = a, B = b**")[1], pair
+    cats = (plan.root / "report" / "categories.csv").read_text().splitlines()
+    assert cats[0] == "model,SC" and [c.split(",")[0] for c in cats[1:]] == ["a", "b"]
+    assert json.loads((plan.root / "plan.json").read_text())["runs"] == []
+
+
+def test_two_checkpoints_whose_records_would_share_a_folder_are_refused(tmp_path, two_runs, task_yaml):  # noqa: F811
+    run_a, _ = two_runs
+    study = write_study(tmp_path, task_yaml, {"a": str(run_a), "again": str(run_a)})
+    with pytest.raises(ConfigError, match="checkpoints.again has the records folder a-step-0000002 of a"):
+        build_plan(*load_study(study))
+
+
+def test_a_transformers_folder_is_imported_once_and_evaluated(tmp_path, tmp_path_factory, synthetic, two_runs,
+                                                              task_yaml, one_thread):  # noqa: F811
+    from test_study_imported import llama_dir
+
+    hf = llama_dir.__wrapped__(tmp_path_factory, synthetic)
+    spec, base = load_study(write_study(tmp_path, task_yaml, {"hf": str(hf), "a": str(two_runs[0])}))
+    plan = build_plan(spec, base)
+    hf_eval = next(e for e in plan.evaluations if e.label == "hf")
+    assert plan.eval_checkpoint(hf_eval) == plan.root / "checkpoints" / "hf"  # imported at run time
+    result = run_study(plan, base, log=lambda m: None)
+    assert not result["failed"] and (plan.root / "checkpoints" / "hf" / "state.json").exists()
+    assert {tag for tag, *_ in scores(plan.root)} == {"existing-hf", "a-step-0000002"}
