@@ -109,7 +109,7 @@ def test_demo_refuses_a_wrong_study_before_building_the_data(tmp_path):
     fetched and built (minutes of work, and a data folder the user did not ask for)."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
-    for study, says in ((tmp_path / "nope.yaml", "config file not found"), (bad, "budget: Field required")):
+    for study, says in ((tmp_path / "nope.yaml", "config file not found"), (bad, "evaluation: Field required")):
         proc = run_cli("demo", "--study", str(study), home=tmp_path / "home", check=False)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
