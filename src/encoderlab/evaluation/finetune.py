@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -152,8 +153,10 @@ class Run:
 
 
 def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Tensor], *, lr: float, seed: int,
-             protocol: Protocol, device: torch.device, evaluate_splits=("validation", "test")) -> dict:
-    """Train and score one run. Returns the record body (status "ok", or "failed" with the reason)."""
+             protocol: Protocol, device: torch.device, evaluate_splits=("validation", "test"),
+             on_trained: Callable[[nn.Module, nn.Module, dict], None] | None = None) -> dict:
+    """Train and score one run. Returns the record body (status "ok", or "failed" with the reason); `on_trained`
+    gets the trained backbone and head with the body of a run that scored (evaluation/keep.py saves them)."""
     started = time.perf_counter()
     run = Run(task, model_cfg, weights, seed, protocol, device)
     total = planned_steps(task, protocol)
@@ -165,5 +168,8 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
             return diverged_record(float(loss.detach()), lr, seed, step, total, curve, time.perf_counter() - started)
         run.update(loss, lr * lr_factor(step, total, protocol))
         curve.add(step + 1, loss.detach())
-    return scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,
+    body = scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,
                          protocol=protocol, device=device, splits=evaluate_splits, started=started)
+    if on_trained is not None and body["status"] == "ok":
+        on_trained(run.backbone, run.head, body)
+    return body
