@@ -68,12 +68,12 @@ def stock_for(task_family: str, protocol: Protocol, cfg: ModelConfig, labels: li
     prefix = CLASS_PREFIX[kind]
     if task_family == "classification":
         if kind != "eurobert":
-            raise EncoderlabError(f"--save: encoderlab's classification head mean-pools the tokens, and "
+            raise EncoderlabError(f"encoderlab's classification head mean-pools the tokens, and "
                                   f"{prefix}ForSequenceClassification reads the last token: no stock class computes "
                                   "it on a body only a " f"{kind} class holds (EuroBertForSequenceClassification "
                                   "does on a EuroBERT body, with --set classification_head=dense_gelu)")
         if protocol.classification_head != "dense_gelu":
-            raise EncoderlabError("--save: classification_head: linear (mean pooling -> Linear) is no stock class's "
+            raise EncoderlabError("classification_head: linear (mean pooling -> Linear) is no stock class's "
                                   "head; fine-tune with --set classification_head=dense_gelu (mean pooling -> Linear "
                                   "-> GELU -> Linear), which EuroBertForSequenceClassification computes")
         return Stock(kind, "EuroBertForSequenceClassification",
@@ -86,7 +86,7 @@ def stock_for(task_family: str, protocol: Protocol, cfg: ModelConfig, labels: li
                                                    {"classifier_dropout": protocol.tokens.dropout})})
     if task_family == "qa":
         if protocol.qa.format == "tagging":
-            raise EncoderlabError("--save: qa.format: tagging (a 2-label token head) is no question-answering "
+            raise EncoderlabError("qa.format: tagging (a 2-label token head) is no question-answering "
                                   "class's head; fine-tune with --set qa.format=spans to save it as "
                                   f"{'Llama' if kind == 'eurobert' else prefix}ForQuestionAnswering")
         kind = "llama" if kind == "eurobert" else kind  # EuroBERT has no QA class; Llama holds the same body
@@ -145,7 +145,7 @@ class SavedModels:
         try:
             stock_for(task_family, protocol, model_cfg)
         except EncoderlabError as e:
-            raise EncoderlabError(f"{name}: {e}") from None
+            raise EncoderlabError(f"{name}: its fine-tuned model cannot be saved: {e}") from None
 
     def saved(self, name: str, identity: dict) -> bool:
         file = self.folder(name, identity) / MANIFEST
