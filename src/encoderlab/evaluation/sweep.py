@@ -120,24 +120,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         for task in sweep.tasks:
             locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
             sweep.say_what_runs_again(task)
-        todo = [run for run in sweep.runs if not sweep.recorded(*run)]
-        log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
-        workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
-        workers = 1 if keep is not None and keep.mode == "all" else workers  # saved from this process
-        progress = Progress("run", len(todo), enabled=show_progress)
-        started, done = time.perf_counter(), 0
-        try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
-            for outcome in sweep.execute(todo, workers):
-                if outcome.body is not None:
-                    sweep.write(outcome.task, outcome.body)
-                done += outcome.runs
-                progress.update(done, outcome.note)
-        finally:
-            progress.close()
-        summary = sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
-        if keep is not None and keep.mode == "chosen":
-            save_chosen(sweep, summary["tasks"])
-        return summary
+        return sweep.run(workers, show_progress)
 
 
 def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
@@ -203,6 +186,28 @@ class Sweep:
         """What a saved model is the run of: the weights, the protocol, the data it was trained on, LR and seed."""
         return {records.WEIGHTS: self.digest, "protocol_key": self.key,
                 "trained_on": getattr(unit, "train", unit).fingerprint, "lr": lr, "seed": seed}
+
+    def run(self, workers: int | str, show_progress: bool) -> dict:
+        """Train and record the runs not yet recorded, then summarise (and save the chosen runs' models)."""
+        todo = [run for run in self.runs if not self.recorded(*run)]
+        self.log(f"{len(self.runs)} runs in the grid, {len(self.runs) - len(todo)} already recorded, {len(todo)} "
+                 "to do")
+        workers = auto_workers(self.device, self.engine, self.model_cfg, len(todo)) if workers == "auto" else workers
+        workers = 1 if self.keep is not None and self.keep.mode == "all" else workers  # saved from this process
+        progress = Progress("run", len(todo), enabled=show_progress)
+        started, done = time.perf_counter(), 0
+        try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
+            for outcome in self.execute(todo, workers):
+                if outcome.body is not None:
+                    self.write(outcome.task, outcome.body)
+                done += outcome.runs
+                progress.update(done, outcome.note)
+        finally:
+            progress.close()
+        summary = self.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
+        if self.keep is not None and self.keep.mode == "chosen":
+            save_chosen(self, summary["tasks"])
+        return summary
 
     def say_what_runs_again(self, task: EvalTask) -> None:
         """Why runs that left files are done again: the task changed, or a file of its grid is not a usable record

@@ -160,7 +160,7 @@ class SavedModels:
         tok = load_tokenizer(self.checkpoint / "tokenizer")
         frame(tok, protocol.inputs)
         out = self.folder(unit.name, identity)
-        card = finetuned_card(stock.cls, unit.family, cfg, records, identity, out.name, tok)
+        card = finetuned_card(stock.cls, unit.family, cfg, records, identity, out.name, tok, stock.config)
         with atomic_dir(out) as tmp:
             hf.save_pretrained(str(tmp))
             compatible_config(tmp)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.hub.card import HUB_TASKS, SENTENCE, public
+from encoderlab.hub.card import HUB_TASKS, SENTENCE, TRANSFORMERS, public
 from encoderlab.model.config import ModelConfig
 
 # The protocol settings that shape a family's inputs, head or metric (the others are in every card).
@@ -14,6 +14,14 @@ SETTINGS = {"classification": ("sentence_pairs", "classification_head"), "tokens
             "retrieval": ("retrieval",)}
 COMMON = ("name", "max_steps", "epochs", "batch_size", "warmup_fraction", "decay", "dtype", "weights", "inputs",
           "lr_choice")
+# What encoderlab does with the logits after the model, which a user of the stock class does the same way.
+DECODING = {"classification": "The prediction is the argmax of the logits (`id2label` names it).",
+            "tokens": "A word's tag is read from its first sub-word's logits (`tokens.labels: first_subword`) or voted "
+                      "by its sub-words (`all_subwords`), as the protocol below says; words are encoded as running "
+                      "text, every word after the first with its leading space.",
+            "qa": "encoderlab's answer is the best span over these start/end logits: positions outside the context "
+                  "masked, start <= end, at most the task's `max_answer_tokens` (30), the top 20 starts x top 20 ends.",
+            "retrieval": "Embeddings are compared by cosine similarity."}
 AUTO = {"classification": "AutoModelForSequenceClassification", "tokens": "AutoModelForTokenClassification",
         "qa": "AutoModelForQuestionAnswering"}
 
@@ -46,8 +54,16 @@ def _usage(cls: str, family: str, name: str) -> list[str]:
             f'model = {AUTO[family]}.from_pretrained("{name}")  # {cls}', call, "```"]
 
 
+def _loads_with(cls: str, config: dict) -> str:
+    """Which transformers versions compute the folder as trained."""
+    if config.get("is_causal") is False:
+        return ("`transformers` 5.24 (measured), which reads `is_causal: false` from config.json and attends both "
+                "ways; a version that ignores that key would attend left to right and compute another model")
+    return f"`transformers` {TRANSFORMERS['eurobert']} or later (EuroBERT is built in from {TRANSFORMERS['eurobert']})"
+
+
 def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, dict], identity: dict, name: str,
-                   tok: TextTokenizer) -> str:
+                   tok: TextTokenizer, config: dict) -> str:
     """README.md of the saved run `identity`, with the `records` of the tasks it was scored on."""
     first = next(iter(records.values()))
     trained = first["trained_on"]["task"]
@@ -62,11 +78,12 @@ def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, d
     framing = f"{'<bos> ' if first['protocol'].get('inputs', 'bos_eos') == 'bos_eos' else ''}text <eos>"
     lines = ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
              f"# {name}", "",
-             f"`{cls}` ({cfg.num_parameters() / 1e6:.1f}M parameters in the body), fine-tuned by encoderlab on "
+             f"`{cls}` (a body of {cfg.num_parameters():,} parameters), fine-tuned by encoderlab on "
              f"`{trained}` ({family}) from checkpoint `{first['tag']}` (weights sha256 `{identity['weights_sha256']}`"
              f"). One run: learning rate {identity['lr']:g}, seed {identity['seed']}, {first['steps']} steps, "
-             f"trained by the {first.get('engine', 'sequential')} engine on {first.get('device')}. It loads with the "
-             "stock class, without `trust_remote_code`, and computes the head and pooling it was trained with.", "",
+             f"trained by the {first.get('engine', 'sequential')} engine on {first.get('device')}. The stock class computes "
+             f"the head and pooling it was trained with, without `trust_remote_code`, in {_loads_with(cls, config)}.",
+             "",
              "License: not recorded by encoderlab (`unknown` above): set it from the base model's and the task "
              "data's terms before publishing.", "",
              "## Scores", "", "This model's own scores (the percentages encoderlab recorded for this run), and the "
@@ -78,5 +95,5 @@ def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, d
               "## Inputs", "", f"The tokenizer frames a text as `{framing}` (a pair: the second text and `<eos>` "
               f"follow), as in fine-tuning; `model_max_length` is {first['max_length']}, the length it was "
               f"fine-tuned at. Special tokens: bos `{tok.token(tok.bos_id)}`, eos `{tok.token(tok.eos_id)}`, pad "
-              f"`{tok.token(tok.pad_id)}`.", "", "## Use", "", *_usage(cls, family, name), ""]
+              f"`{tok.token(tok.pad_id)}`. {DECODING[family]}", "", "## Use", "", *_usage(cls, family, name), ""]
     return public("\n".join(lines))
