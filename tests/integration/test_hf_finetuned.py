@@ -61,7 +61,8 @@ def setup(tmp_path_factory, one_thread):
     root = tmp_path_factory.mktemp("keep")
     write_tasks(root)
     tok = train_bpe([" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(200)], 300)
-    for name, variants in (("ckpt", {}), ("qwen3", {"qk_norm": True, "head_dim": 16})):
+    bodies = {"ckpt": {}, "qwen3": {"qk_norm": True, "head_dim": 16}, "mistral": {"sliding_window": 6}}
+    for name, variants in bodies.items():
         cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                           bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
@@ -136,6 +137,7 @@ def test_classification_is_eurobert_sequence_classification(setup):
 @pytest.mark.parametrize(("ckpt", "classes"), [
     ("ckpt", ("EuroBertForTokenClassification", "LlamaForQuestionAnswering")),  # EuroBERT has no QA class
     ("qwen3", ("Qwen3ForTokenClassification", "Qwen3ForQuestionAnswering")),  # an imported family: bidirectional
+    ("mistral", ("MistralForTokenClassification", "MistralForQuestionAnswering")),  # a window of 6, both ways
 ])
 def test_tokens_and_qa_load_as_stock_token_and_qa_classes(setup, ckpt, classes):
     for spec, auto, head_name, cls in (("ner.yaml", "AutoModelForTokenClassification", "classifier", classes[0]),
@@ -143,7 +145,7 @@ def test_tokens_and_qa_load_as_stock_token_and_qa_classes(setup, ckpt, classes):
         _, unit, backbone, head, record, folder = sweep_and_save(setup, spec, ckpt=ckpt)
         hf = getattr(transformers, auto).from_pretrained(folder).eval()
         assert type(hf).__name__ == cls and (ckpt == "ckpt" and spec == "ner.yaml" or not hf.config.is_causal)
-        head_name = "score" if cls.startswith("Qwen3ForToken") else head_name
+        head_name = "score" if cls.endswith("ForTokenClassification") and ckpt != "ckpt" else head_name
         batch = next(unit.train_batches(6, 0))
         with torch.no_grad():
             ours = head(backbone(batch["input_ids"], causal=False, attention_mask=batch["attention_mask"]))

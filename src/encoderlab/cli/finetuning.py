@@ -9,8 +9,9 @@ from encoderlab.errors import EncoderlabError
 
 SAVE_HELP = ("Save the fine-tuned model in this folder: stock transformers classes (or sentence-transformers, for "
              "retrieval) load it, with a card of its scores (docs/hf.md).")
-SAVE_MODELS_HELP = ("none | chosen | all: save fine-tuned models under --models: each seed's run at the LR the protocol "
-                    "chooses (trained again after the sweep, sequentially), or every run (each trained sequentially).")
+SAVE_MODELS_HELP = ("none | chosen | all: save fine-tuned models under --models: each seed's run at the LR the "
+                    "protocol chooses (trained again after the sweep, sequentially), or every run (each trained "
+                    "sequentially).")
 
 
 def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = False):

@@ -149,7 +149,10 @@ class SavedModels:
 
     def saved(self, name: str, identity: dict) -> bool:
         file = self.folder(name, identity) / MANIFEST
-        return file.exists() and json.loads(file.read_text()).get("identity") == identity
+        try:
+            return json.loads(file.read_text()).get("identity") == identity
+        except (OSError, ValueError, AttributeError):  # none, or not one of ours: the run is trained and saved again
+            return False
 
     def save(self, unit, backbone: nn.Module, head: nn.Module, records: dict[str, dict], identity: dict) -> None:
         first = next(iter(records.values()))

@@ -81,8 +81,9 @@ def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, d
              f"`{cls}` (a body of {cfg.num_parameters():,} parameters), fine-tuned by encoderlab on "
              f"`{trained}` ({family}) from checkpoint `{first['tag']}` (weights sha256 `{identity['weights_sha256']}`"
              f"). One run: learning rate {identity['lr']:g}, seed {identity['seed']}, {first['steps']} steps, "
-             f"trained by the {first.get('engine', 'sequential')} engine on {first.get('device')}. The stock class computes "
-             f"the head and pooling it was trained with, without `trust_remote_code`, in {_loads_with(cls, config)}.",
+             f"trained by the {first.get('engine', 'sequential')} engine on {first.get('device')}. The stock class "
+             "computes the head and pooling it was trained with, without `trust_remote_code`, in "
+             f"{_loads_with(cls, config)}.",
              "",
              "License: not recorded by encoderlab (`unknown` above): set it from the base model's and the task "
              "data's terms before publishing.", "",
