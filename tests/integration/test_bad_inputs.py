@@ -182,6 +182,7 @@ CLS = "family: classification\ntrain: train.csv\nvalidation: train.csv\n"
 CONLL = "Anna B-PER\nKarenina I-PER\nreads O\n\nOslo B-LOC\nsleeps O\n\n"
 TOK = "family: tokens\ntrain: train.txt\nvalidation: train.txt\n"
 SWEEP = ("sweep", "{ckpt}", "{tmp}/t.yaml", "--out", "{tmp}/o")
+FINETUNE_SAVE = ("finetune", "{ckpt}", "{tmp}/t.yaml", "--lr", "1e-3", "--out", "{tmp}/o", "--save")
 TASK_CASES: list[Case] = [
     Case("task-csv-not-utf8", SWEEP, "{tmp}/train.csv:3: not UTF-8 text (invalid start byte: byte 0xff at column 1)",
          task_files(CLS, train_csv=b"text,label\nfine,pos\n\xff\xfe latin-1,neg\n")),
@@ -230,6 +231,16 @@ TASK_CASES: list[Case] = [
     Case("sweep-zero-lr", (*SWEEP, "--set", "lrs=[0]"), "--set lrs=[0]: lrs.0", task_files(CLS, train_csv=CSV)),
     Case("sweep-negative-lr", (*SWEEP, "--set", "lrs=[-1e-3]"), "--set lrs=[-1e-3]: lrs.0",
          task_files(CLS, train_csv=CSV)),
+    Case("finetune-save-linear-head", (*FINETUNE_SAVE, "{tmp}/m"), "t: its fine-tuned model cannot be saved: "
+         "classification_head: linear (mean pooling -> Linear) is no stock class's head; fine-tune with --set "
+         "classification_head=dense_gelu", task_files(CLS, train_csv=CSV)),
+    Case("finetune-save-over-other-files", (*FINETUNE_SAVE, "{tmp}/full"), "--save {tmp}/full exists and holds "
+         "something other than a saved fine-tuned model", lambda tmp, ctx: (task_files(CLS, train_csv=CSV)(tmp, ctx),
+                                                                          write("full/notes.txt", "mine")(tmp, ctx))),
+    Case("sweep-save-models-unknown", (*SWEEP, "--save-models", "best"), "--save-models 'best': give one of none, "
+         "chosen, all", task_files(CLS, train_csv=CSV)),
+    Case("sweep-save-all-batched", (*SWEEP, "--save-models", "all", "--engine", "batched"), "--engine batched cannot "
+         "save each run", task_files(CLS, train_csv=CSV)),
 ]
 
 # ------------------------------------------------------------------------------------------ resume, data, checkpoints

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from encoderlab.cli.console import emit, log, log_after, out
+from encoderlab.cli.finetuning import SAVE_HELP, SAVE_MODELS_HELP, cache_dir, keeper, workers_option
 from encoderlab.cli.study import study_app
 from encoderlab.config import SET_MERGES
 from encoderlab.errors import EncoderlabError
@@ -297,7 +298,6 @@ def _protocol(path: Path | None, overrides: list[str]):
         f"protocol: {path or 'the built-in defaults (no configs/eval/demo.yaml beside this install)'}"
 
 
-
 def _default_protocol() -> Path | None:
     path = CHECKOUT / "configs" / "eval" / "demo.yaml"
     return path if path.exists() else None
@@ -318,6 +318,8 @@ def sweep(
     workers: str = typer.Option("auto", help="CPU: spread the runs over this many processes, each with its share "
                                              "of the threads (same records); auto: one per thread, as memory "
                                              "allows (1 on a GPU)."),
+    save_models: str = typer.Option("none", help=SAVE_MODELS_HELP),
+    models: Path = typer.Option(Path("models"), "--models", help="Where --save-models saves them (TAG/RUN/)."),
 ) -> None:
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
     from encoderlab.evaluation.sweep import run_sweep
@@ -330,7 +332,8 @@ def sweep(
         raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
     proto, told = _protocol(protocol, overrides)
     summary = run_sweep(checkpoint, specs, proto, out_dir, log=log_after(told), show_progress=not as_json,
-                        cache_dir=_cache_dir(), engine=engine, workers=_workers(workers))
+                        cache_dir=cache_dir(), engine=engine, workers=workers_option(workers),
+                        keep=keeper(save_models, models, checkpoint))
     emit(summary, as_json, _render_sweep)
 
 
@@ -344,6 +347,7 @@ def finetune_cmd(
     overrides: list[str] = typer.Option([], "--set", help="Override a protocol key. " + SET_MERGES),
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where the result record goes."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    save: Path | None = typer.Option(None, "--save", help=SAVE_HELP),
 ) -> None:
     """One fine-tuning run (the sweep's unit): writes one result record."""
     from encoderlab.evaluation.sweep import run_sweep
@@ -354,22 +358,8 @@ def finetune_cmd(
     check_writable(out_dir, "--out")
     proto, told = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
     summary = run_sweep(checkpoint, [task], proto, out_dir, log=log_after(told), show_progress=False,
-                        cache_dir=_cache_dir())
+                        cache_dir=cache_dir(), keep=keeper("all", save, checkpoint, exact=True))
     emit(summary, as_json, _render_sweep)
-
-
-def _workers(value: str) -> int | str:
-    if value == "auto":
-        return value
-    if not value.isdigit() or int(value) < 1:
-        raise EncoderlabError(f"--workers {value!r}: give 'auto' or a whole number, 1 or more")
-    return int(value)
-
-
-def _cache_dir() -> Path:
-    from encoderlab.io import encoderlab_home
-
-    return encoderlab_home() / "cache" / "tasks"
 
 
 def _render_sweep(s: dict) -> None:

@@ -154,9 +154,11 @@ class Run:
 
 def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Tensor], *, lr: float, seed: int,
              protocol: Protocol, device: torch.device, evaluate_splits=("validation", "test"),
-             on_step: Callable[[int, int], None] | None = None) -> dict:
+             on_step: Callable[[int, int], None] | None = None,
+             on_trained: Callable[[nn.Module, nn.Module, dict], None] | None = None) -> dict:
     """Train and score one run. Returns the record body (status "ok", or "failed" with the reason). `on_step(done,
-    total)` after each step: the sweep's heartbeat (evaluation/feedback.py)."""
+    total)` after each step: the sweep's heartbeat (evaluation/feedback.py); `on_trained` gets the trained backbone
+    and head with the body of a run that scored (evaluation/keep.py saves them)."""
     started = time.perf_counter()
     run = Run(task, model_cfg, weights, seed, protocol, device)
     total = planned_steps(task, protocol)
@@ -170,5 +172,8 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
         curve.add(step + 1, loss.detach())
         if on_step is not None:
             on_step(step + 1, total)
-    return scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,
+    body = scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,
                          protocol=protocol, device=device, splits=evaluate_splits, started=started)
+    if on_trained is not None and body["status"] == "ok":
+        on_trained(run.backbone, run.head, body)
+    return body

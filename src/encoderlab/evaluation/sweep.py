@@ -25,6 +25,7 @@ from encoderlab.evaluation.batched import finetune_grid
 from encoderlab.evaluation.engines import ENGINES, choose_engine
 from encoderlab.evaluation.feedback import Heartbeat, check_memory
 from encoderlab.evaluation.finetune import backbone_state, finetune, planned_steps
+from encoderlab.evaluation.keep import Keeper, check_keep, check_tasks, save_chosen, save_run
 from encoderlab.evaluation.metrics import mean_ci95, std
 from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.evaluation.protocol import Protocol
@@ -71,7 +72,7 @@ def truncation(task: EvalTask) -> str:
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
               cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None, engine: str = "auto",
-              workers: int | str = 1) -> dict:
+              workers: int | str = 1, keep: Keeper | None = None) -> dict:
     """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec; the
     others are prepared here and added to it (a study's worker keeps it across checkpoints).
 
@@ -82,9 +83,14 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
 
     `workers` > 1 (CPU): the runs are spread over that many processes, each with its share of the threads
     (evaluation/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows.
-    The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary."""
+    The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary.
+
+    `keep`: save fine-tuned models (evaluation/keep.py): every run (`all`: then each trained sequentially here, and a
+    recorded run without its saved model is trained again), or the runs the summary keeps (`chosen`, trained again
+    after the sweep)."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_execution(engine, workers, device)
+    check_keep(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
     path = ckpt.resolve(checkpoint)  # a path that is no checkpoint is named first, whatever the tasks
@@ -93,6 +99,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
             task_identity(spec)  # a bad task file or a missing data file fails here, before the checkpoint loads
     model, model_cfg, tokenizer = ckpt.load_model(path)
     protocol = protocol.with_context(model_cfg.max_position_embeddings)  # what `max_length: auto` is a fraction of
+    check_tasks(keep, specs, prepared, protocol, model_cfg)  # before any task is prepared or trained
     weights = backbone_state(model.state_dict())
     del model
     train_on = protocol.retrieval.train_on
@@ -106,28 +113,15 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     trainer = prepared[train_on] if train_on else None
     if trainer is not None and (trainer.family != "retrieval" or not trainer.has_train):
         raise EncoderlabError(f"retrieval.train_on: {train_on!r} must be a retrieval task with train pairs")
-    sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer)
+    sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer,
+                  keep=keep)
     with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep
         if protocol.wandb is not None:
             sweep.tracker = locks.enter_context(closing(Wandb(protocol.wandb, out, sweep.tag, sweep.about())))
         for task in sweep.tasks:
             locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
             sweep.say_what_runs_again(task)
-        todo = [run for run in sweep.runs if not sweep.recorded(*run)]
-        log(f"{len(sweep.runs)} runs in the grid, {len(sweep.runs) - len(todo)} already recorded, {len(todo)} to do")
-        workers = auto_workers(device, engine, model_cfg, len(todo)) if workers == "auto" else workers
-        sweep.announce(todo, workers)
-        progress = Progress("run", len(todo), enabled=show_progress)
-        started, done = time.perf_counter(), 0
-        try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
-            for outcome in sweep.execute(todo, workers):
-                if outcome.body is not None:
-                    sweep.write(outcome.task, outcome.body)
-                done += outcome.runs
-                progress.update(done, outcome.note)
-        finally:
-            progress.close()
-        return sweep.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
+        return sweep.run(workers, show_progress)
 
 
 def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
@@ -167,6 +161,7 @@ class Sweep:
     train_on: EvalTask | None = None  # retrieval.train_on: the task that trains every retrieval task's runs
     tracker: Wandb | None = None  # protocol.wandb: each record's scores, and the summary, go to W&B as well
     heartbeat: Heartbeat | None = None  # lines while a sequential run trains (evaluation/feedback.py)
+    keep: Keeper | None = None  # saves fine-tuned models (evaluation/keep.py)
 
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
@@ -194,7 +189,35 @@ class Sweep:
             made_by = (record or {}).get("trained_on", {}).get("fingerprint", train.fingerprint)
             if record is None or made_by != train.fingerprint:
                 return False
-        return True
+        return self.keep is None or self.keep.mode != "all" or self.keep.saved(unit.name, self.identity(unit, lr, seed))
+
+    def identity(self, unit: EvalTask | TrainedOnce, lr: float, seed: int) -> dict:
+        """What a saved model is the run of: the weights, the protocol, the data it was trained on, LR and seed."""
+        return {records.WEIGHTS: self.digest, "protocol_key": self.key,
+                "trained_on": getattr(unit, "train", unit).fingerprint, "lr": lr, "seed": seed}
+
+    def run(self, workers: int | str, show_progress: bool) -> dict:
+        """Train and record the runs not yet recorded, then summarise (and save the chosen runs' models)."""
+        todo = [run for run in self.runs if not self.recorded(*run)]
+        self.log(f"{len(self.runs)} runs in the grid, {len(self.runs) - len(todo)} already recorded, {len(todo)} "
+                 "to do")
+        workers = auto_workers(self.device, self.engine, self.model_cfg, len(todo)) if workers == "auto" else workers
+        workers = 1 if self.keep is not None and self.keep.mode == "all" else workers  # saved from this process
+        self.announce(todo, workers)
+        progress = Progress("run", len(todo), enabled=show_progress)
+        started, done = time.perf_counter(), 0
+        try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
+            for outcome in self.execute(todo, workers):
+                if outcome.body is not None:
+                    self.write(outcome.task, outcome.body)
+                done += outcome.runs
+                progress.update(done, outcome.note)
+        finally:
+            progress.close()
+        summary = self.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
+        if self.keep is not None and self.keep.mode == "chosen":
+            save_chosen(self, summary["tasks"])
+        return summary
 
     def say_what_runs_again(self, task: EvalTask) -> None:
         """Why runs that left files are done again: the task changed, or a file of its grid is not a usable record
@@ -223,7 +246,8 @@ class Sweep:
         the grid may have recorded it meanwhile)."""
         own = self.protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
         args = (task, self.model_cfg, self.weights)
-        if choose_engine(self.engine, *args, runs, own, self.device, self.log) == "batched":
+        engine = "sequential" if self.keep is not None and self.keep.mode == "all" else self.engine  # keep.py
+        if choose_engine(engine, *args, runs, own, self.device, self.log) == "batched":
             trained = 0
             for body in finetune_grid(*args, runs, protocol=own, device=self.device, log=self.log,
                                       skip=lambda lr, seed: self.recorded(task, lr, seed)):
@@ -240,8 +264,14 @@ class Sweep:
                 if self.heartbeat is not None:
                     self.heartbeat.start(f"{task.name} lr={lr:g} seed={seed}")
                 body = finetune(*args, lr=lr, seed=seed, protocol=own, device=self.device,
-                                on_step=self.heartbeat and self.heartbeat.step)
+                                on_step=self.heartbeat and self.heartbeat.step, on_trained=self._saver(task))
                 yield Outcome(task, {**body, "engine": "sequential"}, f"{task.name} lr={lr:g} seed={seed}")
+
+    def _saver(self, unit: EvalTask | TrainedOnce):
+        """The `on_trained` of a run whose model is saved: the keeper gets it with the records it scored."""
+        if self.keep is None or self.keep.mode != "all":
+            return None
+        return lambda backbone, head, body: save_run(self, unit, backbone, head, body)
 
     def write(self, unit: EvalTask | TrainedOnce, body: dict) -> None:
         """A finished run's records, one per task it scores: its results (`body`, ok or failed) and what it was a
@@ -256,19 +286,22 @@ class Sweep:
 
     def _write(self, task: EvalTask, train: EvalTask, body: dict) -> None:
         lr, seed = body["lr"], body["seed"]
-        record = {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
-                  "task": task.name, "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
-                  "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
-                  "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
-                  "truncated": {**task.truncated, "unit": task.truncation_unit},
-                  "baseline": self.baselines[task.name], "device": str(self.device),
-                  "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
-                  "data_split": getattr(task, "data_split", None),
-                  "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
-        records.write(self.path(task, lr, seed), record)
+        records.write(self.path(task, lr, seed), self.record(task, train, body))
         if self.tracker is not None and body["status"] == "ok":
             scores = {f"runs/{task.name}/{split}": body["scores"][split]["score"] for split in ("validation", "test")}
             self.tracker.log({**scores, f"runs/{task.name}/lr": lr, f"runs/{task.name}/seed": seed})
+
+    def record(self, task: EvalTask, train: EvalTask, body: dict) -> dict:
+        """The record of `task` for a run trained on `train` with this result body."""
+        return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
+                "task": task.name, "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
+                "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
+                "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
+                "truncated": {**task.truncated, "unit": task.truncation_unit},
+                "baseline": self.baselines[task.name], "device": str(self.device),
+                "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
+                "data_split": getattr(task, "data_split", None),
+                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
 
     def about(self) -> dict:
         return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,

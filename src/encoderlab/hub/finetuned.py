@@ -1,0 +1,179 @@
+"""Keep a fine-tuned model (`finetune --save`, `sweep --save-models`): a folder that a stock transformers class loads
+and computes exactly as encoderlab trained and scored it, without remote code, or a one-line refusal naming what does.
+
+What each stock class computes, and so what it can hold (transformers 5.24, read from its source and measured by
+tests/integration/test_hf_finetuned.py):
+- classification: `EuroBertForSequenceClassification` with `classifier_pooling: mean` is the mean of the last hidden
+  states over the attention mask -> dense -> GELU -> classifier: encoderlab's `classification_head: dense_gelu`.
+  encoderlab's default head (mean pooling -> one Linear) is no stock class's: EuroBERT's adds the dense layer, and
+  the Llama, Mistral and Qwen classes read the last token. Refused, naming `--set classification_head=dense_gelu`.
+- tokens: `*ForTokenClassification` is one Linear on every token (its dropout is off at inference, as ours).
+- QA spans: `*ForQuestionAnswering` is one Linear(h, 2) on every token giving start and end logits (encoderlab's
+  masking of positions outside the context and its span search are decoding, done on those logits). EuroBERT has no
+  such class; a EuroBERT body is exactly a Llama body, so it is saved as `LlamaForQuestionAnswering`, bidirectional.
+  QA as token tagging (`qa.format: tagging`) is no question-answering class's: refused, naming `qa.format=spans`.
+- retrieval: a sentence-transformers folder (hub/sentence.py): the body, mean pooling, the retrieval prompts.
+The body is EuroBERT's when that class holds it, else its own family's (Llama, Mistral, Qwen2, Qwen3) with
+`is_causal: false` in config.json, which transformers 5.x reads to build bidirectional masks.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenizers.processors import TemplateProcessing
+from torch import nn
+
+from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
+from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation.protocol import Protocol
+from encoderlab.evaluation.records import checkpoint_tag
+from encoderlab.hub import sentence
+from encoderlab.hub.exporter import compatible_config
+from encoderlab.hub.finetuned_card import finetuned_card
+from encoderlab.hub.hf import family, hf_config, refusal
+from encoderlab.io import atomic_dir, check_writable, folder_name
+from encoderlab.model.config import ModelConfig
+
+MANIFEST = "finetuned.json"  # which run the folder holds (its identity) and the records it scored
+CLASS_PREFIX = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "eurobert": "EuroBert"}
+
+
+@dataclass
+class Stock:
+    """The stock class that computes a fine-tuned run, the config it needs and where our head's weights go."""
+    kind: str  # whose config: a hub/hf.py kind
+    cls: str
+    head: dict[str, str]  # our head's parameter -> the class's
+    config: dict = field(default_factory=dict)
+
+
+def body_kind(cfg: ModelConfig) -> str:
+    """EuroBERT when its class holds this body, else the family that does (an import keeps its own)."""
+    if refusal(cfg, "eurobert") is None:
+        return "eurobert"
+    if (problem := refusal(cfg, family(cfg))) is not None:
+        raise EncoderlabError(f"no transformers class holds this model: {problem}")
+    return family(cfg)
+
+
+def stock_for(task_family: str, protocol: Protocol, cfg: ModelConfig, labels: list[str] | None = None) -> Stock:
+    """The stock class of a run of `task_family` under `protocol`, or a one-line refusal naming what would save."""
+    kind = body_kind(cfg)
+    bidirectional = {} if kind == "eurobert" else {"is_causal": False}
+    named = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+             "label2id": {name: i for i, name in enumerate(labels)}} if labels else {}
+    prefix = CLASS_PREFIX[kind]
+    if task_family == "classification":
+        if kind != "eurobert":
+            raise EncoderlabError(f"encoderlab's classification head mean-pools the tokens, and "
+                                  f"{prefix}ForSequenceClassification reads the last token: no stock class computes "
+                                  "it on a body only a " f"{kind} class holds (EuroBertForSequenceClassification "
+                                  "does on a EuroBERT body, with --set classification_head=dense_gelu)")
+        if protocol.classification_head != "dense_gelu":
+            raise EncoderlabError("classification_head: linear (mean pooling -> Linear) is no stock class's "
+                                  "head; fine-tune with --set classification_head=dense_gelu (mean pooling -> Linear "
+                                  "-> GELU -> Linear), which EuroBertForSequenceClassification computes")
+        return Stock(kind, "EuroBertForSequenceClassification",
+                     {"0.weight": "dense.weight", "0.bias": "dense.bias", "2.weight": "classifier.weight",
+                      "2.bias": "classifier.bias"}, {"classifier_pooling": "mean", **named})
+    if task_family == "tokens":
+        name = "classifier" if kind == "eurobert" else "score"
+        return Stock(kind, f"{prefix}ForTokenClassification", {"weight": f"{name}.weight", "bias": f"{name}.bias"},
+                     {**named, **bidirectional, **({} if kind == "eurobert" else
+                                                   {"classifier_dropout": protocol.tokens.dropout})})
+    if task_family == "qa":
+        if protocol.qa.format == "tagging":
+            raise EncoderlabError("qa.format: tagging (a 2-label token head) is no question-answering "
+                                  "class's head; fine-tune with --set qa.format=spans to save it as "
+                                  f"{'Llama' if kind == 'eurobert' else prefix}ForQuestionAnswering")
+        kind = "llama" if kind == "eurobert" else kind  # EuroBERT has no QA class; Llama holds the same body
+        return Stock(kind, f"{CLASS_PREFIX[kind]}ForQuestionAnswering",
+                     {"proj.weight": "qa_outputs.weight", "proj.bias": "qa_outputs.bias"}, {"is_causal": False})
+    return Stock(kind, f"{prefix}Model", {}, bidirectional)  # retrieval: the body alone, for sentence-transformers
+
+
+def hf_finetuned(stock: Stock, cfg: ModelConfig, backbone: dict, head: dict):
+    """The stock model holding the run's weights (a strict load: every parameter placed, none left over)."""
+    import transformers
+
+    config = hf_config(cfg, stock.kind)
+    for key, value in stock.config.items():
+        setattr(config, key, value)
+    hf = getattr(transformers, stock.cls)(config).eval()
+    prefix = f"{hf.base_model_prefix}." if stock.head else ""  # a bare body (retrieval) is its own base model
+    state = {f"{prefix}{k}": v for k, v in backbone.items()}
+    state.update({stock.head[k]: v for k, v in head.items() if k in stock.head})
+    hf.load_state_dict(state, strict=True)
+    return hf.float()
+
+
+def frame(tok: TextTokenizer, inputs: str) -> None:
+    """Frame text as the task did (protocol `inputs`): `<bos> a <eos>` and `<bos> a <eos> b <eos>`, or no `<bos>`."""
+    bos, eos = tok.token(tok.bos_id), tok.token(tok.eos_id)
+    first = f"{bos} " if inputs == "bos_eos" else ""
+    specials = list({bos: tok.bos_id, eos: tok.eos_id}.items())
+    tok.tokenizer.post_processor = TemplateProcessing(single=f"{first}$A {eos}", pair=f"{first}$A {eos} $B:1 {eos}:1",
+                                                      special_tokens=specials)
+
+
+@dataclass
+class SavedModels:
+    """A `Keeper` (evaluation/keep.py): saves runs as folders under `root` (`exact`: `root` is the one run's folder)."""
+    mode: str
+    root: Path
+    checkpoint: Path
+    exact: bool = False
+    log: Callable[[str], None] = lambda message: None
+
+    def __post_init__(self) -> None:
+        what = "--save" if self.exact else "--models"
+        check_writable(self.root, what, replaced=self.exact)
+        if self.exact and self.root.is_dir() and any(self.root.iterdir()) and not (self.root / MANIFEST).exists():
+            raise EncoderlabError(f"--save {self.root} exists and holds something other than a saved fine-tuned "
+                                  "model: give a new folder")
+
+    def folder(self, name: str, identity: dict) -> Path:
+        if self.exact:
+            return self.root
+        run = f"{name}-lr{identity['lr']:g}-seed{identity['seed']}"
+        return self.root / checkpoint_tag(self.checkpoint) / folder_name(run)
+
+    def check(self, task_family: str, protocol: Protocol, model_cfg: ModelConfig, name: str) -> None:
+        try:
+            stock_for(task_family, protocol, model_cfg)
+        except EncoderlabError as e:
+            raise EncoderlabError(f"{name}: its fine-tuned model cannot be saved: {e}") from None
+
+    def saved(self, name: str, identity: dict) -> bool:
+        file = self.folder(name, identity) / MANIFEST
+        try:
+            return json.loads(file.read_text()).get("identity") == identity
+        except (OSError, ValueError, AttributeError):  # none, or not one of ours: the run is trained and saved again
+            return False
+
+    def save(self, unit, backbone: nn.Module, head: nn.Module, records: dict[str, dict], identity: dict) -> None:
+        first = next(iter(records.values()))
+        protocol = Protocol.model_validate(first["protocol"]).for_task(unit.name)
+        cfg = backbone.config
+        stock = stock_for(unit.family, protocol, cfg, getattr(unit, "labels", None))
+        hf = hf_finetuned(stock, cfg, backbone.state_dict(), head.state_dict())
+        tok = load_tokenizer(self.checkpoint / "tokenizer")
+        frame(tok, protocol.inputs)
+        out = self.folder(unit.name, identity)
+        card = finetuned_card(stock.cls, unit.family, cfg, records, identity, out.name, tok, stock.config)
+        with atomic_dir(out) as tmp:
+            hf.save_pretrained(str(tmp))
+            compatible_config(tmp)
+            tok.save(tmp, model_max_length=first["max_length"])
+            (tmp / "README.md").write_text(card, encoding="utf-8")
+            if unit.family == "retrieval":
+                sentence.write_modules(tmp, cfg)
+                (tmp / "sentence_bert_config.json").write_text(json.dumps(  # the length it was fine-tuned at
+                    {"max_seq_length": first["max_length"], "do_lower_case": False}, indent=2) + "\n")
+            (tmp / MANIFEST).write_text(json.dumps({"identity": identity, "class": stock.cls, "records": records},
+                                                   indent=2, default=str) + "\n")
+        self.log(f"saved {unit.name} lr={identity['lr']:g} seed={identity['seed']} as {stock.cls} -> {out}")
+

@@ -1,0 +1,100 @@
+"""The model card (README.md) of a saved fine-tuned model (hub/finetuned.py): which run it is, what it scored against
+what baseline, under which protocol, and how to load it. Like the export's card (hub/card.py) it is meant to be
+published: Hub metadata in its front matter, no local path."""
+from __future__ import annotations
+
+import yaml
+
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.hub.card import HUB_TASKS, SENTENCE, TRANSFORMERS, public
+from encoderlab.model.config import ModelConfig
+
+# The protocol settings that shape a family's inputs, head or metric (the others are in every card).
+SETTINGS = {"classification": ("sentence_pairs", "classification_head"), "tokens": ("tokens",), "qa": ("qa",),
+            "retrieval": ("retrieval",)}
+COMMON = ("name", "max_steps", "epochs", "batch_size", "warmup_fraction", "decay", "dtype", "weights", "inputs",
+          "lr_choice")
+# What encoderlab does with the logits after the model, which a user of the stock class does the same way.
+DECODING = {"classification": "The prediction is the argmax of the logits (`id2label` names it).",
+            "tokens": "A word's tag is read from its first sub-word's logits (`tokens.labels: first_subword`) or voted "
+                      "by its sub-words (`all_subwords`), as the protocol below says; words are encoded as running "
+                      "text, every word after the first with its leading space.",
+            "qa": "encoderlab's answer is the best span over these start/end logits: positions outside the context "
+                  "masked, start <= end, at most the task's `max_answer_tokens` (30), the top 20 starts x top 20 ends.",
+            "retrieval": "Embeddings are compared by cosine similarity."}
+AUTO = {"classification": "AutoModelForSequenceClassification", "tokens": "AutoModelForTokenClassification",
+        "qa": "AutoModelForQuestionAnswering"}
+
+
+def _scores(name: str, r: dict) -> list[str]:
+    s, base = r["scores"], (r.get("baseline") or {}).get("test", {})
+    trivial = f"{base['score']:.2f}" if "score" in base else "n/a"
+    return [f"| {name} | {r['metric']} | {s['validation']['score']:.2f} | {s['test']['score']:.2f} | {trivial} |"]
+
+
+def _protocol_lines(family: str, record: dict, key: str) -> list[str]:
+    p = record["protocol"]
+    shown = {k: p[k] for k in (*COMMON, *SETTINGS.get(family, ())) if k in p}
+    return [f"Protocol `{p.get('name')}` (key `{key}`), inputs cut at {record['max_length']} tokens:", "", "```yaml",
+            yaml.safe_dump(shown, sort_keys=False).rstrip(), "```"]
+
+
+def _usage(cls: str, family: str, name: str) -> list[str]:
+    if family == "retrieval":
+        return ["```python", "from sentence_transformers import SentenceTransformer",
+                f'model = SentenceTransformer("{name}")',
+                'queries = model.encode_query(["what is the capital of France?"])  # prompt "Query: ", as trained',
+                'documents = model.encode_document(["Paris is the capital of France."])  # prompt "Document: "',
+                "print(model.similarity(queries, documents))", "```"]
+    call = {"classification": 'model(**tok(["a text"], return_tensors="pt")).logits.argmax(-1)  # id2label',
+            "tokens": 'model(**tok(["some words"], return_tensors="pt")).logits.argmax(-1)  # a tag per token',
+            "qa": 'model(**tok(["the question"], ["the context"], return_tensors="pt"))  # start/end logits'}[family]
+    return ["```python", f"from transformers import AutoTokenizer, {AUTO[family]}",
+            f'tok = AutoTokenizer.from_pretrained("{name}")',
+            f'model = {AUTO[family]}.from_pretrained("{name}")  # {cls}', call, "```"]
+
+
+def _loads_with(cls: str, config: dict) -> str:
+    """Which transformers versions compute the folder as trained."""
+    if config.get("is_causal") is False:
+        return ("`transformers` 5.24 (measured), which reads `is_causal: false` from config.json and attends both "
+                "ways; a version that ignores that key would attend left to right and compute another model")
+    return f"`transformers` {TRANSFORMERS['eurobert']} or later (EuroBERT is built in from {TRANSFORMERS['eurobert']})"
+
+
+def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, dict], identity: dict, name: str,
+                   tok: TextTokenizer, config: dict) -> str:
+    """README.md of the saved run `identity`, with the `records` of the tasks it was scored on."""
+    first = next(iter(records.values()))
+    trained = first["trained_on"]["task"]
+    library = SENTENCE if family == "retrieval" else "transformers"
+    meta = {"library_name": library, "pipeline_tag": HUB_TASKS[family], "tags": ["encoderlab", "fine-tuned", family],
+            "license": "unknown",
+            "model-index": [{"name": name, "results": [
+                {"task": {"type": HUB_TASKS[family], "name": family}, "dataset": {"name": task, "type": task},
+                 "metrics": [{"type": r["metric"], "value": round(r["scores"]["test"]["score"], 2),
+                              "name": f"test {r['metric']} (one run: lr {identity['lr']:g}, seed {identity['seed']})"}]}
+                for task, r in records.items()]}]}
+    framing = f"{'<bos> ' if first['protocol'].get('inputs', 'bos_eos') == 'bos_eos' else ''}text <eos>"
+    lines = ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
+             f"# {name}", "",
+             f"`{cls}` (a body of {cfg.num_parameters():,} parameters), fine-tuned by encoderlab on "
+             f"`{trained}` ({family}) from checkpoint `{first['tag']}` (weights sha256 `{identity['weights_sha256']}`"
+             f"). One run: learning rate {identity['lr']:g}, seed {identity['seed']}, {first['steps']} steps, "
+             f"trained by the {first.get('engine', 'sequential')} engine on {first.get('device')}. The stock class "
+             "computes the head and pooling it was trained with, without `trust_remote_code`, in "
+             f"{_loads_with(cls, config)}.",
+             "",
+             "License: not recorded by encoderlab (`unknown` above): set it from the base model's and the task "
+             "data's terms before publishing.", "",
+             "## Scores", "", "This model's own scores (the percentages encoderlab recorded for this run), and the "
+             "trivial predictor's (majority class, all-O tags, first span, random ranking) on test:", "",
+             "| task | metric | validation | test | trivial baseline (test) |", "|---|---|---|---|---|"]
+    for task, r in records.items():
+        lines += _scores(task, r)
+    lines += ["", "## Protocol", "", *_protocol_lines(family, first, identity["protocol_key"]), "",
+              "## Inputs", "", f"The tokenizer frames a text as `{framing}` (a pair: the second text and `<eos>` "
+              f"follow), as in fine-tuning; `model_max_length` is {first['max_length']}, the length it was "
+              f"fine-tuned at. Special tokens: bos `{tok.token(tok.bos_id)}`, eos `{tok.token(tok.eos_id)}`, pad "
+              f"`{tok.token(tok.pad_id)}`. {DECODING[family]}", "", "## Use", "", *_usage(cls, family, name), ""]
+    return public("\n".join(lines))
