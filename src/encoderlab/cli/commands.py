@@ -263,9 +263,9 @@ def import_hf_cmd(
 def export_cmd(
     checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
     out_dir: Path = typer.Option(..., "--out", help="The transformers folder to write."),
-    kind: str = typer.Option("eurobert", "--as", help="eurobert (bidirectional, EuroBertForMaskedLM), causal: "
-                                                      "llama, mistral, qwen2, qwen3 (*ForCausalLM), or "
-                                                      "sentence-transformers (EuroBertModel, mean pooling)."),
+    kind: str = typer.Option("eurobert", "--as", help="eurobert (EuroBertForMaskedLM), llama, mistral, qwen2, "
+                             "qwen3 (*Model encoder or *ForCausalLM), sentence-transformers (mean-pooled body)."),
+    attention: str | None = typer.Option(None, help="bidirectional or causal (default: causal after clm)."),
     evaluation: Path | None = typer.Option(None, "--eval", help="A sweep summary.json or sweep --out folder for the "
                                                                 "model card (default: ./evals if it has one)."),
     force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),
@@ -274,7 +274,8 @@ def export_cmd(
     """Write a native transformers folder (safetensors, tokenizer with mask token, model card)."""
     from encoderlab.hub.exporter import export_checkpoint
 
-    summary = export_checkpoint(checkpoint, out_dir, kind, evaluation=evaluation, force=force, log=log)
+    summary = export_checkpoint(checkpoint, out_dir, kind, attention=attention, evaluation=evaluation, force=force,
+                                log=log)
 
     def render(s: dict) -> None:
         t = s["training"]
