@@ -442,6 +442,11 @@ IO_CASES = [
          write("afile", "x")),
     Case("export-kind-cannot-hold", ("export", "{ckpt}", "--out", "{tmp}/hf", "--as", "qwen3"),
          "--as qwen3 cannot hold this model's qk_norm=False: export it --as llama"),
+    Case("export-attention-unknown", ("export", "{ckpt}", "--out", "{tmp}/hf", "--as", "llama", "--attention", "up"),
+         "--attention 'up': choose bidirectional or causal"),
+    Case("export-sentence-transformers-causal", ("export", "{ckpt}", "--out", "{tmp}/hf", "--as",
+                                                 "sentence-transformers", "--attention", "causal"),
+         "--attention causal: --as sentence-transformers is a bidirectional encoder; a causal export is --as llama"),
     Case("import-hf-out-under-a-file", ("import-hf", "{tmp}/model", "--out", "{tmp}/afile/ckpt"),
          "{tmp}/afile is a file", two(write("afile", "x"), write("model/config.json", '{{"model_type": "llama"}}'))),
 ]

@@ -171,3 +171,41 @@ def test_causal_export_stays_available(route):
     with pytest.raises(EncoderlabError, match="--attention causal: --as sentence-transformers is a bidirectional"):
         export_checkpoint(ckpt, root / "x", "sentence-transformers", attention="causal")
     assert not (root / "x").exists()
+
+
+@torch.no_grad()
+def test_encoder_export_imports_back_as_an_encoder(route):
+    """import-hf of the encoder folder: a tied body re-imports (objective mlm, so it exports bidirectional again);
+    an untied one has no LM head to import, which is refused in one line."""
+    family, ckpt, model, _, root = route
+    export_checkpoint(ckpt, root / "to-import", family)
+    if not model.config.tie_word_embeddings:
+        with pytest.raises(EncoderlabError, match="saved without its LM head"):
+            import_hf(str(root / "to-import"), root / "back")
+        return
+    import_hf(str(root / "to-import"), root / "back")
+    assert json.loads((root / "back" / "state.json").read_text())["objective"] == "mlm"
+    again, _, _ = load_model(root / "back")
+    ids, mask = padded_batch(model.config.vocab_size)
+    diff = again.model(ids, causal=False, attention_mask=mask) - model.model(ids, causal=False, attention_mask=mask)
+    assert diff.abs().max().item() == 0.0
+    assert export_checkpoint(root / "back", root / "again", family)["attention"] == "bidirectional"
+
+
+def test_refusals_name_the_export_asked_for_and_an_encoder_that_holds(tmp_path, route):
+    from encoderlab.model.config import ModelConfig
+    from encoderlab.model.transformer import TransformerLM
+    from encoderlab.train.checkpoint import save_weights_only
+
+    family, ckpt, _, tok, root = route
+    if family == "qwen3":  # q/k norms: EuroBERT cannot hold them; the hint names encoders that can
+        with pytest.raises(EncoderlabError, match=r"--as eurobert cannot hold this model's qk_norm=True: export it "
+                                                  r"--as qwen3 \(bidirectional Qwen3Model\) or --as sentence-"):
+            export_checkpoint(ckpt, tmp_path / "eurobert", "eurobert")
+    cfg = ModelConfig(vocab_size=tok.vocab_size, **{k: v for k, v in SHAPE.items() if k != "max_position_embeddings"},
+                      qk_norm=True, attention_bias="qkv")  # no family has both
+    save_weights_only(tmp_path / "odd", TransformerLM(cfg).state_dict(), cfg, tok, {"step": 1, "objective": "mlm"})
+    with pytest.raises(EncoderlabError, match=r"--as sentence-transformers cannot hold this model's "
+                                              r"attention_bias='qkv': no export kind holds this combination"):
+        export_checkpoint(tmp_path / "odd", tmp_path / "st", "sentence-transformers")
+    assert not (tmp_path / "st").exists() and not (tmp_path / "eurobert").exists()

@@ -47,9 +47,8 @@ def family(cfg: ModelConfig) -> str:
     return "mistral" if cfg.sliding_window is not None and cfg.attention_bias == "none" else "llama"
 
 
-def refusal(cfg: ModelConfig, kind: str, asked: str | None = None) -> str | None:
-    """Why `kind` cannot hold this model exactly, naming a kind that can; None when it can. `asked`: the export the
-    user named when it is not `kind` itself (sentence-transformers holds a body of some kind)."""
+def differences(cfg: ModelConfig, kind: str) -> list[str]:
+    """The variants of this model that `kind`'s class cannot hold."""
     biases, qk_norm, window = HOLDS[kind]
     problems = []
     if cfg.attention_bias not in biases:
@@ -58,12 +57,22 @@ def refusal(cfg: ModelConfig, kind: str, asked: str | None = None) -> str | None
         problems.append(f"qk_norm={cfg.qk_norm}")
     if cfg.sliding_window is not None and not window:
         problems.append(f"sliding_window={cfg.sliding_window}")
+    return problems
+
+
+def refusal(cfg: ModelConfig, kind: str, asked: str | None = None) -> str | None:
+    """Why `kind` cannot hold this model exactly, naming a kind that can; None when it can. `asked`: the export the
+    user named when it is not `kind` itself (sentence-transformers holds a body of some kind)."""
+    problems = differences(cfg, kind)
     if not problems:
         return None
     other = family(cfg)
-    hint = f"export it --as {other}" if refusal(cfg, other) is None else "no export kind holds this combination"
-    if kind == "eurobert" and refusal(cfg, other) is None:  # the user asked for an encoder: name ones that are
-        hint += f" (bidirectional {ENCODERS[other]}) or --as sentence-transformers"
+    if differences(cfg, other):  # e.g. q/k norms with Qwen2's biases: no class has both
+        hint = "no export kind holds this combination"
+    elif kind == "eurobert":  # the user asked for an encoder: name ones that hold the model
+        hint = f"export it --as {other} (bidirectional {ENCODERS[other]}) or --as sentence-transformers"
+    else:
+        hint = f"export it --as {other}"
     return f"--as {asked or kind} cannot hold this model's {', '.join(problems)}: {hint}"
 
 
