@@ -556,6 +556,11 @@ IO_CASES = [
          "pretrain and budget must be given: models train models from the base pretraining config",
          write("study.yaml", "name: s\nmodels: [{{sizes: [micro], objectives: [clm]}}]\ncheckpoints: {{a: '{ckpt}'}}\n"
                              "evaluation: {{protocol: p.yaml, tasks: [sst2]}}\n")),
+    Case("export-attention-unknown", ("export", "{ckpt}", "--out", "{tmp}/hf", "--as", "llama", "--attention", "up"),
+         "--attention 'up': choose bidirectional or causal"),
+    Case("export-sentence-transformers-causal", ("export", "{ckpt}", "--out", "{tmp}/hf", "--as",
+                                                 "sentence-transformers", "--attention", "causal"),
+         "--attention causal: --as sentence-transformers is a bidirectional encoder; a causal export is --as llama"),
     Case("import-hf-out-under-a-file", ("import-hf", "{tmp}/model", "--out", "{tmp}/afile/ckpt"),
          "{tmp}/afile is a file", two(write("afile", "x"), write("model/config.json", '{{"model_type": "llama"}}'))),
 ]

@@ -103,7 +103,7 @@ def test_round_trip_ours_export_transformers_import(tmp_path, bpe, one_thread, k
     want = ours(ids, causal=causal)
 
     export = tmp_path / "export"
-    summary = export_checkpoint(ckpt, export, kind)
+    summary = export_checkpoint(ckpt, export, kind, attention="causal" if causal else None)
     assert summary["class"] == ("EuroBertForMaskedLM" if kind == "eurobert" else "LlamaForCausalLM")
     assert not list(export.glob("*.bin")) and (export / "model.safetensors").exists()
     assert "auto_map" not in json.loads((export / "config.json").read_text())  # native: no remote code
@@ -244,8 +244,9 @@ def test_cli_export_json_and_one_line_error(tmp_path, bpe):
     _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
     env = {**os.environ, "ENCODERLAB_HOME": str(tmp_path), "COLUMNS": "200"}
     cli = [sys.executable, "-m", "encoderlab.cli"]
-    proc = subprocess.run([*cli, "export", str(ckpt), "--out", str(tmp_path / "llama"), "--as", "llama", "--json"],
-                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    proc = subprocess.run([*cli, "export", str(ckpt), "--out", str(tmp_path / "llama"), "--as", "llama",
+                           "--attention", "causal", "--json"], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["class"] == "LlamaForCausalLM" and "last trained with mlm40" in summary["note"]

@@ -123,3 +123,4 @@ def test_public_cuts_absolute_paths_only():
     assert public("imported from `/home/me/models/x.gguf` (llama)") == "imported from `x.gguf` (llama)"
     assert public("see https://huggingface.co/acme/x, ratio 1/2, clm:40%") == (
         "see https://huggingface.co/acme/x, ratio 1/2, clm:40%")
+    assert public("eos `</s>` (2)") == "eos `</s>` (2)"  # a token, not a path

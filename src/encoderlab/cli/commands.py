@@ -264,18 +264,18 @@ def import_hf_cmd(
 def export_cmd(
     checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
     out_dir: Path = typer.Option(..., "--out", help="The transformers folder to write."),
-    kind: str = typer.Option("eurobert", "--as", help="eurobert (bidirectional, EuroBertForMaskedLM), causal: "
-                                                      "llama, mistral, qwen2, qwen3 (*ForCausalLM), or "
-                                                      "sentence-transformers (EuroBertModel, mean pooling)."),
-    evaluation: Path | None = typer.Option(None, "--eval", help="A sweep summary.json or sweep --out folder for the "
-                                                                "model card (default: ./evals if it has one)."),
+    kind: str = typer.Option("eurobert", "--as", help="eurobert (EuroBertForMaskedLM), llama, mistral, qwen2, "
+                             "qwen3 (*Model encoder or *ForCausalLM), sentence-transformers (mean-pooled body)."),
+    attention: str | None = typer.Option(None, help="bidirectional or causal (default: causal after clm)."),
+    evaluation: Path | None = typer.Option(None, "--eval", help="Sweep summary.json or folder (default: ./evals)."),
     force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Write a native transformers folder (safetensors, tokenizer with mask token, model card)."""
     from encoderlab.hub.exporter import export_checkpoint
 
-    summary = export_checkpoint(checkpoint, out_dir, kind, evaluation=evaluation, force=force, log=log)
+    summary = export_checkpoint(checkpoint, out_dir, kind, attention=attention, evaluation=evaluation,
+                                force=force, log=log)
 
     def render(s: dict) -> None:
         t = s["training"]

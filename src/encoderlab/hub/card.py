@@ -16,7 +16,7 @@ import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
-from encoderlab.hub.hf import CLASSES
+from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
 from encoderlab.train.logging import read_metrics
 
@@ -26,8 +26,9 @@ KNOWN_SOURCES = {"SmolLM2-135M-Instruct.Q4_1.gguf": ("HuggingFaceTB/SmolLM2-135M
 HUB_TASKS = {"classification": "text-classification", "tokens": "token-classification", "qa": "question-answering",
              "retrieval": "sentence-similarity"}
 # The first transformers versions measured to load each export (docs/hf.md); other causal kinds: encoderlab's own floor.
-TRANSFORMERS = {"eurobert": "5.3", "llama": "4.48"}
-SENTENCE = "sentence-transformers"  # hub/sentence.py: the EuroBERT body, mean-pooled
+# "encoder": a decoder family with `is_causal: false`, which 5.1 and older ignore (they run it causally, silently).
+TRANSFORMERS = {"eurobert": "5.3", "llama": "4.48", "encoder": "5.2"}
+SENTENCE = "sentence-transformers"  # hub/sentence.py: the checkpoint's own family's body, mean-pooled
 
 
 def base_model(source: str) -> tuple[str | None, str | None]:
@@ -41,8 +42,9 @@ def base_model(source: str) -> tuple[str | None, str | None]:
 
 def public(text: str) -> str:
     """`text` with each absolute local path cut to its last name: the paths of the machine that wrote a card mean
-    nothing where it is published (and may say more than its author wants)."""
-    return re.sub(r"(?<![\w.:/~])/[^\s`'\"()|]+", lambda m: Path(m.group(0)).name or "/", text)
+    nothing where it is published (and may say more than its author wants). A closing tag such as `</s>` (Llama-2's
+    EOS) is not a path."""
+    return re.sub(r"(?<![\w.:/~<])/[^\s`'\"()|]+", lambda m: Path(m.group(0)).name or "/", text)
 
 
 def _import_record(checkpoint: Path) -> dict | None:
@@ -86,6 +88,7 @@ def training_info(path: Path, state: dict) -> dict:
         record = _import_record(Path(start)) if start and Path(start).is_dir() else None
         if record:  # continued pretraining of an import: a fine-tune of its source, under its license
             info["base_model"], info["license"] = base_model(record.get("source", ""))
+            info["source_model_type"] = record.get("model_type")  # its family (hub/exporter.py `own_family`)
     return info
 
 
@@ -161,9 +164,20 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
     return lines
 
 
-def _usage(kind: str, mask: str, name: str) -> list[str]:
+def _version_guard(target: Target) -> list[str]:
+    """Code that refuses a transformers which would silently run a decoder family's encoder causally."""
+    if target.causal or target.body == "eurobert":
+        return []
+    floor = TRANSFORMERS["encoder"]
+    return ["import transformers", "from packaging.version import Version",
+            f'assert Version(transformers.__version__) >= Version("{floor}"), "transformers < {floor} ignores '
+            'is_causal: false and would run this encoder causally"']
+
+
+def _usage(target: Target, mask: str, name: str) -> list[str]:
+    kind = target.kind
     if kind == SENTENCE:
-        return ["```python", "from sentence_transformers import SentenceTransformer",
+        return ["```python", *_version_guard(target), "from sentence_transformers import SentenceTransformer",
                 f'model = SentenceTransformer("{name}")',
                 'queries = model.encode_query(["what is the capital of France?"])  # prompt "Query: ", as in training',
                 'documents = model.encode_document(["Paris is the capital of France."])  # prompt "Document: "',
@@ -172,6 +186,11 @@ def _usage(kind: str, mask: str, name: str) -> list[str]:
         return ["```python", "from transformers import pipeline, AutoModelForSequenceClassification",
                 f'fill = pipeline("fill-mask", model="{name}")', f'fill("The capital of France is{mask}.")',
                 f'classifier = AutoModelForSequenceClassification.from_pretrained("{name}", num_labels=2)', "```"]
+    if not target.causal:
+        return ["```python", *_version_guard(target), "from transformers import AutoModel, AutoTokenizer",
+                f'tok = AutoTokenizer.from_pretrained("{name}")', f'model = AutoModel.from_pretrained("{name}")',
+                'batch = tok(["The capital of France is Paris."], return_tensors="pt", padding=True)',
+                "hidden = model(**batch).last_hidden_state  # bidirectional: every token sees the whole text", "```"]
     return ["```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
             f'tok = AutoTokenizer.from_pretrained("{name}")', f'model = AutoModelForCausalLM.from_pretrained("{name}")',
             'out = model.generate(**tok("The capital of France is", return_tensors="pt"), max_new_tokens=10)',
@@ -188,9 +207,10 @@ def _model_index(name: str, evaluations: list[dict]) -> list[dict]:
     return [{"name": name, "results": results}] if results else []
 
 
-def _front_matter(kind: str, info: dict, evaluations: list[dict], name: str) -> list[str]:
+def _front_matter(target: Target, info: dict, evaluations: list[dict], name: str) -> list[str]:
+    kind = target.kind
     library, task = {"eurobert": ("transformers", "fill-mask"), SENTENCE: (SENTENCE, "sentence-similarity")}.get(
-        kind, ("transformers", "text-generation"))
+        kind, ("transformers", "text-generation" if target.causal else "feature-extraction"))
     meta = {"library_name": library, "pipeline_tag": task, "tags": ["encoderlab", kind],
             "license": info.get("license") or "unknown"}
     meta.update({k: info[k] for k in ("base_model", "datasets") if info.get(k)})
@@ -200,28 +220,44 @@ def _front_matter(kind: str, info: dict, evaluations: list[dict], name: str) -> 
     return ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---"]
 
 
-def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, evaluations: list[dict],
+def _what(target: Target) -> str:
+    if target.causal:
+        return f"a causal decoder ({target.body}, `{target.cls}`)"
+    body = "EuroBERT" if target.body == "eurobert" else f"{target.body} with `is_causal: false`"
+    if target.kind == SENTENCE:
+        return f"a bidirectional sentence encoder ({body}, `{target.cls}`, mean-pooled by sentence-transformers)"
+    return f"a bidirectional text encoder ({body}, `{target.cls}`)"
+
+
+def _versions(target: Target) -> str:
+    if target.body == "eurobert":
+        return (f"`transformers` {TRANSFORMERS['eurobert']} or later, without `trust_remote_code` (EuroBERT is built "
+                f"into transformers from {TRANSFORMERS['eurobert']}; 4.x has no EuroBERT class)")
+    if not target.causal:
+        floor = TRANSFORMERS["encoder"]
+        return (f"`transformers` {floor} or later, without `trust_remote_code`. **Older versions (every 4.x, 5.0, "
+                f"5.1) ignore `is_causal: false` and load it silently as a causal model** (measured): the hidden "
+                f"states are then wrong; the code below refuses them")
+    if target.body == "llama":
+        return (f"`transformers` {TRANSFORMERS['llama']} or later, without `trust_remote_code` (its config.json "
+                "reads the same in 4.x and 5.x)")
+    return (f"`transformers` {TRANSFORMERS['eurobert']} or later (measured; older versions are not), without "
+            "`trust_remote_code`")
+
+
+def model_card(target: Target, cfg: ModelConfig, tok: TextTokenizer, info: dict, evaluations: list[dict],
                framing: str, note: str | None, name: str) -> str:
     """The README.md of the export folder `name` (the name its users load it by, beside it or on the Hub)."""
-    what = {"eurobert": "a bidirectional text encoder (EuroBERT architecture, `EuroBertForMaskedLM`)",
-            SENTENCE: "a bidirectional sentence encoder (EuroBERT architecture, `EuroBertModel`, mean-pooled by "
-                      "sentence-transformers)"}.get(kind) or f"a causal decoder ({kind}, `{CLASSES[kind][1]}`)"
+    what, versions = _what(target), _versions(target)
     title = "-".join(p for p in (info.get("run"), info.get("checkpoint")) if p)
     special = ", ".join(f"{r} `{tok.token(getattr(tok, f'{r}_id'))}` ({getattr(tok, f'{r}_id')})"
                         for r in ("bos", "eos", "pad", "mask"))
-    versions = (f"`transformers` {TRANSFORMERS['eurobert']} or later, without `trust_remote_code` (EuroBERT is built "
-                f"into transformers from {TRANSFORMERS['eurobert']}; 4.x has no EuroBERT class)"
-                if kind in ("eurobert", SENTENCE) else
-                f"`transformers` {TRANSFORMERS['llama']} or later, without `trust_remote_code` (its config.json "
-                "reads the same in 4.x and 5.x)" if kind == "llama" else
-                f"`transformers` {TRANSFORMERS['eurobert']} or later (measured; older versions are not), without "
-                "`trust_remote_code`")
     license_line = (f"License: `{info['license']}`, the source model's." if info.get("license") else
                     "License: not recorded by encoderlab (`unknown` above): the weights carry the terms of the "
                     "model they were imported from or trained on and of their training data; set `license` before "
                     "publishing.")
     lines = [
-        *_front_matter(kind, info, evaluations, name), "", f"# {title}", "",
+        *_front_matter(target, info, evaluations, name), "", f"# {title}", "",
         f"{cfg.num_parameters() / 1e6:.1f}M parameters, {what}, exported by encoderlab from checkpoint "
         f"`{info.get('checkpoint')}`. It loads with {versions}.", "", license_line, "",
     ]
@@ -241,6 +277,6 @@ def model_card(kind: str, cfg: ModelConfig, tok: TextTokenizer, info: dict, eval
         + (", as the source model's tokenizer does" if info.get("reason") == "imported" else
            ", as encoderlab did in training") + f"; `model_max_length` is the model's "
         f"{cfg.max_position_embeddings:,} positions.", "",
-        "## Use", "", *_usage(kind, tok.token(tok.mask_id), name), "",
+        "## Use", "", *_usage(target, tok.token(tok.mask_id), name), "",
     ]
     return public("\n".join(lines))

@@ -1,17 +1,19 @@
-"""Export a checkpoint as a native transformers folder: `encoderlab export CKPT --out DIR --as KIND` (or
-`--as sentence-transformers`: the EuroBERT body as a SentenceTransformer folder, hub/sentence.py).
+"""Export a checkpoint as a native transformers folder: `encoderlab export CKPT --out DIR --as KIND [--attention A]`
+(or `--as sentence-transformers`: the checkpoint's own family's body as a SentenceTransformer folder, hub/sentence.py).
 
 `eurobert` writes `EuroBertConfig` / `EuroBertForMaskedLM` (bidirectional: fill-mask, and AutoModel,
 AutoModelForSequenceClassification, AutoModelForTokenClassification load it); `llama`, `mistral`, `qwen2` and
-`qwen3` write their family's config and `*ForCausalLM`, each holding only the backbone variants its class computes
-(hub/hf.py `refusal`: an imported Qwen3 exports --as qwen3). All are built into transformers, so no
-`trust_remote_code`. The folder holds safetensors weights, the tokenizer (with its mask token, so
-`pipeline("fill-mask")` works) and a model card.
+`qwen3` write their family's config and, with causal attention, `*ForCausalLM`, or, bidirectional, the bare `*Model`
+with `is_causal: false` (an encoder: AutoModel and the family's task classes load it). A checkpoint last trained with
+CLM (an imported decoder too) exports causal, any other (MLM) bidirectional, unless `--attention` says otherwise.
+Each kind holds only the backbone variants its class computes (hub/hf.py `refusal`: an imported Qwen3 exports
+--as qwen3). All are built into transformers, so no `trust_remote_code`. The folder holds safetensors weights, the
+tokenizer (with its mask token, so `pipeline("fill-mask")` works) and a model card.
 
 The tokenizer frames text as the model was last trained on it. A checkpoint trained by encoderlab saw `<bos> document
-<eos>` in pretraining and `<bos> a <eos>` or `<bos> a <eos> b <eos>` in fine-tuning, so its eurobert export adds
+<eos>` in pretraining and `<bos> a <eos>` or `<bos> a <eos> b <eos>` in fine-tuning, so its bidirectional exports add
 exactly these tokens and its causal exports `<bos> text` (the prompt of a generation). An imported checkpoint not
-trained further is still the source model: both exports keep the source tokenizer's own post-processor (SmolLM2's
+trained further is still the source model: its exports keep the source tokenizer's own post-processor (SmolLM2's
 adds nothing, Llama-2's `<s> text`), so they encode every text as the source does. Either way the folder keeps the
 tokenizer's chat template, unk and other special tokens, and `model_max_length` is the model's context.
 
@@ -30,35 +32,73 @@ from tokenizers.processors import TemplateProcessing
 from encoderlab.io import atomic_dir
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
-from encoderlab.hub.hf import CLASSES, hf_config, refusal
+from encoderlab.hub.hf import CLASSES, ENCODERS, Target, family, hf_config, refusal
 from encoderlab.hub.card import evaluation_summaries, model_card, training_info
 from encoderlab.hub.folders import prepare_out
 from encoderlab.hub import sentence
 
 KINDS = (*CLASSES, sentence.KIND)
+ATTENTIONS = ("bidirectional", "causal")
 
 
-def objective_note(objective: str | None, kind: str) -> str | None:
+def objective_note(objective: str | None, target: Target) -> str | None:
     """A warning when the export's attention is not the one the model was last trained with."""
     if not objective:
         return None
-    if kind != "eurobert" and objective.startswith("mlm"):
-        return (f"the checkpoint was last trained with {objective} (bidirectional): as a causal {kind} it sees only "
-                "the left context it was not trained on; its generations will be poor")
-    if kind == "eurobert" and objective == "clm":
-        return ("the checkpoint was last trained with clm (causal): as a bidirectional EuroBERT it sees context it "
-                "was not trained on; fill-mask predictions are meaningless until it is trained with MLM or fine-tuned")
+    if target.causal and objective.startswith("mlm"):
+        return (f"the checkpoint was last trained with {objective} (bidirectional): as a causal {target.body} it sees "
+                "only the left context it was not trained on; its generations will be poor")
+    if not target.causal and objective == "clm":
+        return (f"the checkpoint was last trained with clm (causal): as a bidirectional {target.cls} it sees context "
+                "it was not trained on; its predictions and hidden states are poor until it is trained with MLM or "
+                "fine-tuned")
     return None
 
 
-def frame_tokenizer(tok: TextTokenizer, kind: str, *, as_source: bool) -> str:
+def own_family(cfg, info: dict) -> str:
+    """The body a sentence encoder of this checkpoint is built on: the imported source's family (also after
+    continued pretraining), else EuroBERT (encoderlab's own encoders) when it holds the model, else the family that
+    does (hub/hf.py `family`)."""
+    source = info.get("source_model_type")
+    if source in CLASSES and refusal(cfg, source) is None:
+        return source
+    return "eurobert" if refusal(cfg, "eurobert") is None else family(cfg)
+
+
+def check_request(kind: str, attention: str | None) -> None:
+    """Refuse an export format or attention that does not exist, or a causal attention for an encoder format."""
+    if kind not in KINDS:
+        raise EncoderlabError(f"--as {kind!r} is not an export format; choose llama, mistral, qwen2, qwen3 (the "
+                              "family's encoder or causal LM), eurobert (bidirectional, fill-mask) or "
+                              "sentence-transformers (embeddings)")
+    if attention not in (None, *ATTENTIONS):
+        raise EncoderlabError(f"--attention {attention!r}: choose bidirectional or causal (or leave it out: causal "
+                              "for a checkpoint last trained with clm, else bidirectional)")
+    if kind in ("eurobert", sentence.KIND) and attention == "causal":
+        raise EncoderlabError(f"--attention causal: --as {kind} is a bidirectional encoder; a causal export is --as "
+                              "llama, mistral, qwen2 or qwen3")
+
+
+def export_target(kind: str, attention: str | None, cfg, info: dict) -> Target:
+    """What `--as kind --attention attention` (checked) writes for this checkpoint, or a one-line refusal."""
+    fixed = kind in ("eurobert", sentence.KIND)
+    body = own_family(cfg, info) if kind == sentence.KIND else kind
+    causal = not fixed and (attention == "causal" if attention else info.get("objective") in (None, "clm"))
+    problem = refusal(cfg, body, asked=kind)
+    if problem:
+        raise EncoderlabError(problem)
+    bare = kind == sentence.KIND or (not causal and body != "eurobert")
+    return Target(kind, body, causal, ENCODERS[body] if bare else CLASSES[body][1])
+
+
+def frame_tokenizer(tok: TextTokenizer, causal: bool, *, as_source: bool) -> str:
     """Set the tokenizer's post-processor to the framing of the module docstring (`as_source`: the imported source's
     own, left as it is); returns what it adds."""
     if not as_source:
         bos, eos = tok.token(tok.bos_id), tok.token(tok.eos_id)
         specials = list({bos: tok.bos_id, eos: tok.eos_id}.items())  # one entry when BOS and EOS are one token
-        single, pair = (f"{bos} $A {eos}", f"{bos} $A {eos} $B:1 {eos}:1") if kind == "eurobert" else (
-            f"{bos} $A", f"{bos} $A $B:1")
+        single, pair = (f"{bos} $A", f"{bos} $A $B:1") if causal else (
+            f"{bos} $A {eos}", f"{bos} $A {eos} $B:1 {eos}:1")
         tok.tokenizer.post_processor = TemplateProcessing(single=single, pair=pair, special_tokens=specials)
     return framing(tok)
 
@@ -84,43 +124,41 @@ def compatible_config(folder: Path) -> None:
         file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def hf_model(model, cfg, kind: str):
-    """The transformers twin of our TransformerLM, holding its weights (identical names: a strict load)."""
+def hf_model(model, cfg, target: Target):
+    """The transformers twin of our TransformerLM, holding its weights (identical names: a strict load); a bare
+    `*Model` holds the body alone (no LM head, which AutoModel would warn is unused)."""
     import transformers
 
-    hf = getattr(transformers, CLASSES[kind][1])(hf_config(cfg, kind)).eval()
-    hf.load_state_dict(model.state_dict(), strict=True)
+    bare = target.cls == ENCODERS[target.body]
+    hf = getattr(transformers, target.cls)(hf_config(cfg, target.body, causal=target.causal)).eval()
+    hf.load_state_dict(model.model.state_dict() if bare else model.state_dict(), strict=True)
     return hf
 
 
-def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, evaluation: Path | None = None,
-                      force: bool = False, log: Callable[[str], None] = lambda message: None) -> dict:
+def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, attention: str | None = None,
+                      evaluation: Path | None = None, force: bool = False,
+                      log: Callable[[str], None] = lambda message: None) -> dict:
     """Write the transformers folder `out` from a checkpoint (or a run folder's latest checkpoint)."""
     from encoderlab.train import checkpoint as ckpt
 
-    if kind not in KINDS:
-        raise EncoderlabError(f"--as {kind!r} is not an export format; choose eurobert (bidirectional, fill-mask), "
-                              "llama, mistral, qwen2, qwen3 (causal, text generation) or sentence-transformers "
-                              "(embeddings)")
+    check_request(kind, attention)
     started = time.perf_counter()
     path = ckpt.resolve(checkpoint)
     model, cfg, tok = ckpt.load_model(path)
-    problem = refusal(cfg, sentence.BODY if kind == sentence.KIND else kind)
-    if problem:
-        raise EncoderlabError(f"{path}: {problem}")
-    prepare_out(out, force, keep=path)
     info = training_info(path, ckpt.load_state(path))
+    try:
+        target = export_target(kind, attention, cfg, info)
+    except EncoderlabError as e:
+        raise EncoderlabError(f"{path}: {e}") from None
+    prepare_out(out, force, keep=path)
     evaluations = evaluation_summaries(path, evaluation)
-    body = sentence.BODY if kind == sentence.KIND else kind
-    note = objective_note(info.get("objective"), body)
+    note = objective_note(info.get("objective"), target)
     if note:
         log(f"note: {note}")
     # a sentence encoder embeds text framed as the retrieval evaluation frames it, whatever the source did
-    framing = frame_tokenizer(tok, body, as_source=info.get("reason") == "imported" and kind != sentence.KIND)
-    hf = hf_model(model, cfg, body)
-    card = model_card(kind, cfg, tok, info, evaluations, framing, note, out.name)
-    if kind == sentence.KIND:
-        hf = hf.model  # the bare encoder (module docstring of hub/sentence.py)
+    framing = frame_tokenizer(tok, target.causal, as_source=info.get("reason") == "imported" and kind != sentence.KIND)
+    hf = hf_model(model, cfg, target)
+    card = model_card(target, cfg, tok, info, evaluations, framing, note, out.name)
     with atomic_dir(out) as tmp:
         hf.save_pretrained(str(tmp))  # safetensors: the only format transformers 5 writes (and 4.x's default)
         compatible_config(tmp)
@@ -130,6 +168,7 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, evaluatio
             sentence.write_modules(tmp, cfg)
     log(f"exported {path} as {type(hf).__name__} -> {out}")
     return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(hf).__name__,
+            "attention": "causal" if target.causal else "bidirectional",
             "parameters": cfg.num_parameters(), "tokenizer_framing": framing, "note": note,
             "training": info, "evaluations": [e["path"] for e in evaluations],
             "seconds": round(time.perf_counter() - started, 1)}

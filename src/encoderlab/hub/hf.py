@@ -4,9 +4,14 @@ Each export kind is a built-in transformers class that loads our state dict with
 `MistralForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM` (causal) and `EuroBertForMaskedLM` (bidirectional).
 A kind holds only the backbone variants its class computes (`refusal`): a Qwen3 always normalises q and k, a Qwen2
 always has q/k/v biases, Llama and EuroBERT have no sliding window, Mistral no biases.
+
+An encoder of a decoder family is its bare `*Model` with `is_causal: false` in its config: transformers (5.2 and later,
+measured in docs/hf.md) then builds bidirectional masks, and for Mistral and Qwen2 the bidirectional window (keys at
+most `sliding_window` positions away on either side), which is what encoderlab computes with `causal=False`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from encoderlab.model.config import ModelConfig
@@ -19,6 +24,18 @@ CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "mistral": ("MistralCon
 HOLDS = {"llama": ({"none", "qkvo"}, False, False), "mistral": ({"none"}, False, True),
          "qwen2": ({"qkv"}, False, True), "qwen3": ({"none", "qkvo"}, True, True),
          "eurobert": ({"none", "qkvo"}, False, False)}
+ENCODERS = {"llama": "LlamaModel", "mistral": "MistralModel", "qwen2": "Qwen2Model", "qwen3": "Qwen3Model",
+            "eurobert": "EuroBertModel"}  # the bare bodies: what AutoModel builds
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an export writes: the format asked (`kind`, or sentence-transformers), the CLASSES kind whose config and
+    weights it holds (`body`), its attention, and the transformers class saved (`cls`)."""
+    kind: str
+    body: str
+    causal: bool
+    cls: str
 
 
 def family(cfg: ModelConfig) -> str:
@@ -30,8 +47,8 @@ def family(cfg: ModelConfig) -> str:
     return "mistral" if cfg.sliding_window is not None and cfg.attention_bias == "none" else "llama"
 
 
-def refusal(cfg: ModelConfig, kind: str) -> str | None:
-    """Why `kind` cannot hold this model exactly, naming a kind that can; None when it can."""
+def differences(cfg: ModelConfig, kind: str) -> list[str]:
+    """The variants of this model that `kind`'s class cannot hold."""
     biases, qk_norm, window = HOLDS[kind]
     problems = []
     if cfg.attention_bias not in biases:
@@ -40,11 +57,23 @@ def refusal(cfg: ModelConfig, kind: str) -> str | None:
         problems.append(f"qk_norm={cfg.qk_norm}")
     if cfg.sliding_window is not None and not window:
         problems.append(f"sliding_window={cfg.sliding_window}")
+    return problems
+
+
+def refusal(cfg: ModelConfig, kind: str, asked: str | None = None) -> str | None:
+    """Why `kind` cannot hold this model exactly, naming a kind that can; None when it can. `asked`: the export the
+    user named when it is not `kind` itself (sentence-transformers holds a body of some kind)."""
+    problems = differences(cfg, kind)
     if not problems:
         return None
     other = family(cfg)
-    hint = f"export it --as {other}" if refusal(cfg, other) is None else "no export kind holds this combination"
-    return f"--as {kind} cannot hold this model's {', '.join(problems)}: {hint}"
+    if differences(cfg, other):  # e.g. q/k norms with Qwen2's biases: no class has both
+        hint = "no export kind holds this combination"
+    elif kind == "eurobert":  # the user asked for an encoder: name ones that hold the model
+        hint = f"export it --as {other} (bidirectional {ENCODERS[other]}) or --as sentence-transformers"
+    else:
+        hint = f"export it --as {other}"
+    return f"--as {asked or kind} cannot hold this model's {', '.join(problems)}: {hint}"
 
 
 def hf_config_kwargs(cfg: ModelConfig) -> dict:
@@ -83,11 +112,14 @@ def window_kwargs(cfg: ModelConfig, kind: str) -> dict:
     return {}
 
 
-def hf_config(cfg: ModelConfig, kind: HFKind):
-    """The transformers config of `kind` with our architecture (check `refusal` first)."""
+def hf_config(cfg: ModelConfig, kind: HFKind, *, causal: bool = True):
+    """The transformers config of `kind` with our architecture (check `refusal` first); `causal=False`: a decoder
+    family as a bidirectional encoder (no KV cache: it is not for generation)."""
     import transformers
 
     extra = window_kwargs(cfg, kind)
     if kind == "eurobert":
         extra["mask_token_id"] = cfg.mask_token_id if cfg.mask_token_id is not None else cfg.vocab_size - 1
+    elif not causal:
+        extra.update(is_causal=False, use_cache=False)
     return getattr(transformers, CLASSES[kind][0])(**hf_config_kwargs(cfg), **extra)

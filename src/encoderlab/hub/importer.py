@@ -157,7 +157,8 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
                       **{k: v for k, v in tok.info().items() if k not in ("origin", "added_tokens")}},
         "notes": notes, "model_config": cfg.model_dump(),
     }
-    state_json = {"step": 0, "reason": "imported", "objective": "clm" if config.model_type in CAUSAL else "mlm",
+    causal = config.model_type in CAUSAL and getattr(config, "is_causal", True)  # a family's encoder is no decoder
+    state_json = {"step": 0, "reason": "imported", "objective": "clm" if causal else "mlm",
                   "schedule": None, "source": str(where.resolve())}
     save_weights_only(out, weights, cfg, tok, state_json, {"import.json": record})
     parameters = cfg.num_parameters()

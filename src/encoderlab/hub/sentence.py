@@ -1,12 +1,14 @@
 """`encoderlab export CKPT --out DIR --as sentence-transformers`: a folder `SentenceTransformer(DIR)` loads as a
 bi-encoder that embeds text exactly as encoderlab's retrieval evaluation does (evaluation/tasks/retrieval.py).
 
-That is: the EuroBERT body with bidirectional attention, input framed `<bos> text <eos>` (the eurobert export's
-tokenizer) and cut to the model's context, the mean of the final hidden states over non-padding tokens, compared by
-cosine similarity; queries and documents carry the retrieval prompts `Query: ` / `Document: ` (`encode_query`,
-`encode_document`), which the mean includes. The folder holds the bare `EuroBertModel` (no MLM head): loading a
-masked-LM checkpoint into the model `AutoModel` builds makes transformers warn about the unused head. Module types
-use the classic `sentence_transformers.models` names, which every sentence-transformers version loads silently.
+That is: the body of the checkpoint's own family with bidirectional attention (`EuroBertModel` for encoderlab's own
+encoders; `LlamaModel`, `MistralModel`, `Qwen2Model` or `Qwen3Model` with `is_causal: false` for a model imported from
+that family, also after continued pretraining: hub/exporter.py `own_family`), input framed `<bos> text <eos>` and cut
+to the model's context, the mean of the final hidden states over non-padding tokens, compared by cosine similarity;
+queries and documents carry the retrieval prompts `Query: ` / `Document: ` (`encode_query`, `encode_document`), which
+the mean includes. The folder holds the bare body (no LM head): loading a masked-LM checkpoint into the model
+`AutoModel` builds makes transformers warn about the unused head. Module types use the classic
+`sentence_transformers.models` names, which every sentence-transformers version loads silently.
 """
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ from encoderlab.evaluation.tasks.retrieval import DOCUMENT_PREFIX, QUERY_PREFIX
 from encoderlab.model.config import ModelConfig
 
 KIND = "sentence-transformers"  # hub/card.py SENTENCE
-BODY = "eurobert"  # the export kind whose model and tokenizer framing the folder holds
 POOLING = "1_Pooling"
 
 def write_modules(folder: Path, cfg: ModelConfig) -> None:
