@@ -338,6 +338,7 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                  "runs": len(rs), "failed": len(rs) - len(ok),
                  "baseline": rs[0].get("baseline", {}).get("test", {}).get(metric),
                  "baselines": baselines.of_records(rs, metric),
+                 "baselines_recorded": any(isinstance(r.get("baselines"), dict) for r in rs),
                  "failures": [{"lr": r["lr"], "seed": r["seed"], "reason": r["reason"]} for r in rs if r not in ok]}
         if len(scored) < len(ok):
             entry["without_metric"] = len(ok) - len(scored)

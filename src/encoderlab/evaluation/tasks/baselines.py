@@ -84,7 +84,7 @@ def _content(task: EvalTask) -> list:
 def always_abstain(task: EvalTask, split: str) -> dict[str, float]:
     """Every question answered "no answer", scored by the task's own metrics (both QA formats)."""
     examples = task.splits[split]
-    if task.tagging is not None:
+    if getattr(task, "tagging", None) is not None:  # set by adopt(): the tagging format
         return task.tagging.scores(split, [[] for _ in examples], ["" for _ in examples])
     scores = squad_scores({ex["id"]: "" for ex in examples}, task.references(split))
     return {"score": scores["f1"], "standard": scores["f1"], **scores}
@@ -167,3 +167,35 @@ def warning(entry: dict) -> str | None:
     if best and test is not None and test <= best["value"]:
         return f"not above the {LABELS.get(best['name'], best['name'])} baseline ({best['value']:.2f})"
     return None
+
+
+# ------------------------------------------------------------------------------------------- in tables
+
+MISSING = ('"-": not in the records (made before that baseline was added; they keep the baselines of their time); '
+           '"n/a": does not apply (always abstain: no unanswerable question in test)')
+
+
+def columns(family: str, entries: list[dict]) -> list[str]:
+    """The baseline columns of a family's table: its baselines, in FAMILY order, that apply to its tasks."""
+    names = FAMILY.get(family, ())
+    if family == "tokens":  # all "O" or the majority tag, whichever the tasks' tag schemes have
+        names = tuple(n for n in names if any(n in e.get("baselines", {}) for e in entries)) or names[:1]
+    return list(names)
+
+
+def cell(entry: dict, name: str) -> str:
+    """A baseline's test value in a table: the number, "-" (not recorded) or "n/a" (does not apply)."""
+    value = entry.get("baselines", {}).get(name)
+    if value is not None:
+        return f"{value:.2f}"
+    return "n/a" if entry.get("baselines_recorded") else "-"
+
+
+def versus(entry: dict) -> str:
+    """The test score against the strongest baseline, saying which; or why it cannot be read as learned."""
+    if entry.get("constant"):
+        return f"predicts a constant ({entry['constant']})"
+    best = entry.get("strongest_baseline")
+    if entry.get("test") is None or not best:
+        return "-"
+    return f"{entry['test'] - best['value']:+.2f} vs {LABELS.get(best['name'], best['name'])}"

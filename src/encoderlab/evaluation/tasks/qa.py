@@ -206,7 +206,8 @@ class QATask(EvalTask):
     @property
     def train_unit(self) -> str:
         """What `num_train_examples` counts: the spans format's windows (a long context gives several), questions."""
-        return "training questions" if self.tagging else f"training windows (of {len(self.splits['train']):,} questions)"
+        questions = f"{len(self.splits['train']):,} questions"
+        return "training questions" if self.tagging else f"training windows (of {questions})"
 
     def windows(self, split: str) -> list[dict]:
         """The prepared windows of a split, readable (for tests and inspection)."""
