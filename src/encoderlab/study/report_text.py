@@ -49,7 +49,9 @@ def _mlm_alone(res, mlm: str | None, budget: int, group: str) -> str | None:
 
 
 def _cmp_rows(comps: list[Comparison]) -> str:
-    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
+    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | {c.undefined} | - | - | {outcome(c)} |"
+            if c.undefined else
+            f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
             f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} | "
             f"{'-' if c.mde is None else f'{c.mde:.2f}'} | {outcome(c)} |" for c in comps]
     return ("| category | A | B | A - B | 95% CI of A - B | p (Welch) | detectable (80% power) | outcome |\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scipy import stats
@@ -48,6 +48,12 @@ class TaskScore:
     failed: int
     lr_by_seed: dict[int, float]
     without_metric: int = 0  # ok runs whose records lack the metric shown (older than the "standard" score)
+    summary: dict | None = None  # the sweep's summary entry: its baselines, strongest baseline and warnings
+
+    @property
+    def constant(self) -> str | None:
+        """What every kept run predicted on test, when each predicted one thing (a model that learned nothing)."""
+        return (self.summary or {}).get("constant")
 
 
 def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "score") -> TaskScore:
@@ -61,7 +67,7 @@ def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "s
                      e["baseline"], e.get("test_by_seed", {}), [t - centre for t in runs],
                      e["std_over_seeds"] if e.get("seeds", 0) > 1 else None,
                      e["std_over_lrs"] if len(e.get("validation_by_lr", {})) > 1 else None, e["runs"], e["failed"],
-                     e.get("lr_by_seed", {}), e.get("without_metric", 0))
+                     e.get("lr_by_seed", {}), e.get("without_metric", 0), e)
 
 
 @dataclass
@@ -70,6 +76,7 @@ class CategoryScore:
     ci95: float | None
     by_seed: dict[int, float]
     datasets: int
+    constant: list[str] = field(default_factory=list)  # `task: what it predicts`, for its tasks that predict a constant
 
 
 def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
@@ -85,7 +92,8 @@ def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
         _, half = mean_ci95(list(per_seed.values()))
         # the plain mean of the datasets' scores (unrounded); the same as the per-seed mean when seeds agree
         mean = sum(sum(t.by_seed.values()) / len(t.by_seed) for t in members) / len(members)
-        out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members))
+        out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members),
+                                 [f"{t.task}: {t.constant}" for t in members if t.constant])
     return out
 
 
@@ -168,6 +176,7 @@ class Comparison:
     ci95: float | None  # half-width of the difference's interval (Welch)
     p: float | None
     mde: float | None = None  # the smallest |a - b| this test finds 80% of the time at alpha 0.05
+    undefined: str | None = None  # why no interval, p or mde exists where seeds were enough: no variance at all
 
     @property
     def significant(self) -> bool:
@@ -182,12 +191,20 @@ def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
         return Comparison(category, a.mean, b.mean, diff, None, None)
     va, vb = std(xs) ** 2 / len(xs), std(ys) ** 2 / len(ys)
     se = math.sqrt(va + vb)
-    if se == 0:
-        return Comparison(category, a.mean, b.mean, diff, 0.0, 0.0 if diff else 1.0, 0.0)
+    if se == 0:  # every seed the same on both sides: no interval, p or power exists (not "± 0.00, p 1.000")
+        return Comparison(category, a.mean, b.mean, diff, None, None, None, no_variance(a, b))
     df = (va + vb) ** 2 / ((va**2 / (len(xs) - 1) if va else 0) + (vb**2 / (len(ys) - 1) if vb else 0) or 1e-12)
     p = float(2 * stats.t.sf(abs(diff / se), df))
     mde = float((stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se)
     return Comparison(category, a.mean, b.mean, diff, float(stats.t.ppf(0.975, df) * se), p, mde)
+
+
+def no_variance(a: CategoryScore, b: CategoryScore) -> str:
+    """Why a comparison has no statistics: its scores do not vary over seeds, and which tasks predict a constant."""
+    constant = a.constant + [c for c in b.constant if c not in a.constant]
+    why = f"the predictions are constant ({'; '.join(constant)})" if constant else "each side scored the same on " \
+        "every seed"
+    return f"undefined: no variance over seeds, {why}"
 
 
 REPRODUCED, OPPOSITE, INCONCLUSIVE = "reproduced", "opposite", "inconclusive at this scale"
@@ -223,7 +240,7 @@ def verdict(comparisons: list[Comparison], expect_positive: bool = True, unit: s
         span = f"{min(mdes):.2f}" + (f" to {max(mdes):.2f}" if max(mdes) > min(mdes) else "")
         text += (f"; where the interval includes zero, this run could have detected differences of {span} points "
                  "(80% power, alpha 0.05)")
-    return text
+    return text + "".join(f"; {c.category}: {c.undefined}" for c in comparisons if c.undefined)
 
 
 def tally(outcomes: list[str], unit: str) -> str:
