@@ -174,3 +174,21 @@ def test_the_sweep_table_says_which_baseline_and_that_predictions_are_constant(c
     assert "always abstain" in printed and "first span" in printed
     assert "predicts a constant (no answer)" in printed and "undefined (zero variance)" in printed
     assert "± 0.00" not in printed
+
+
+def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():
+    from encoderlab.study.report import _holds_cell
+    from encoderlab.study.report_text import _cmp_rows
+    from encoderlab.study.results import CategoryScore, compare, verdict
+
+    a = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1, ["squad2: no answer"])
+    b = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1, ["squad2: no answer"])
+    c = compare(a, b, "QA")
+    assert (c.ci95, c.p, c.mde) == (None, None, None)
+    assert c.undefined == "undefined: no variance over seeds, the predictions are constant (squad2: no answer)"
+    for text in (_cmp_rows([c]), _holds_cell(c), verdict([c])):
+        assert "± 0.00" not in text and "p 1.000" not in text and "differences of 0.00" not in text
+        assert "the predictions are constant (squad2: no answer)" in text
+    plain = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1)
+    steady = compare(CategoryScore(40.0, 0.0, {0: 40.0, 1: 40.0}, 1), plain, "QA")  # none constant: still no p
+    assert steady.p is None and "each side scored the same on every seed" in steady.undefined
