@@ -210,3 +210,12 @@ def test_the_model_card_shows_the_strongest_baseline_and_names_a_constant_model(
     names = [r["metrics"][0]["name"] for r in _model_index("m", evaluation)[0]["results"]]
     assert names[0].endswith("; strongest baseline BM25 93.40)")
     assert names[1].endswith("; strongest baseline always abstain 32.00; predicts a constant (no answer))")
+
+
+def test_a_ranking_that_is_the_same_for_every_query_is_named(monkeypatch):
+    task = retrieval_task()
+    same = {"d3": 2.0, "d0": 1.0, "d2": 0.5}
+    monkeypatch.setattr(task, "search", lambda *a: {q: dict(same) for q in ("q0", "q1")})
+    assert task.evaluate(None, None, "test", 4)[CONSTANT] == "the same top 10 for every query, 'd3' first"
+    monkeypatch.setattr(task, "search", lambda *a: {"q0": dict(same), "q1": {"d2": 1.0, "d3": 0.5}})
+    assert CONSTANT not in task.evaluate(None, None, "test", 4)

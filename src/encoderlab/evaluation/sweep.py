@@ -30,7 +30,7 @@ from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.shared_training import TrainedOnce, training_units
 from encoderlab.evaluation.tasks import load_task, task_family, task_identity
 from encoderlab.evaluation.tasks import baselines
-from encoderlab.evaluation.tasks.base import CONSTANT, EvalTask
+from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.train import checkpoint as ckpt
 from encoderlab.train.logging import Progress, Wandb, require_wandb
@@ -246,10 +246,6 @@ class Sweep:
 
     def _write(self, task: EvalTask, train: EvalTask, body: dict) -> None:
         lr, seed = body["lr"], body["seed"]
-        if body["status"] == "ok":  # what evaluate() saw of constant predictions goes beside the scores, not in them
-            scores = {s: {k: v for k, v in m.items() if k != CONSTANT} for s, m in body["scores"].items()}
-            body = {**body, "scores": scores,
-                    "constant_predictions": {s: m[CONSTANT] for s, m in body["scores"].items() if CONSTANT in m}}
         base, trivial = self.baselines[task.name], baselines.trivial_name(task)
         record = {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
                   "task": task.name, "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,

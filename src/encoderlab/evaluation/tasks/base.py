@@ -132,6 +132,13 @@ def constant(predictions: list, describe) -> dict[str, str]:
     return {CONSTANT: describe(first)}
 
 
+def set_apart(scores: dict[str, dict]) -> dict:
+    """A run's {split: evaluate() result} as its record keeps it: "scores" (numbers only) and, beside them,
+    "constant_predictions" ({split: what}, for the splits where every prediction was the same)."""
+    return {"scores": {s: {k: v for k, v in m.items() if k != CONSTANT} for s, m in scores.items()},
+            "constant_predictions": {s: m[CONSTANT] for s, m in scores.items() if CONSTANT in m}}
+
+
 def answer(text: str) -> str:
     """A QA prediction as `constant` names it."""
     return f"the answer {text!r}" if text else "no answer"
