@@ -27,7 +27,7 @@ def sentiment(n: int, positive_share: float) -> list[dict]:
 
 
 def test_tfidf_logreg_beats_the_majority_class_on_a_separable_set():
-    task = ClassificationTask("toy", {"train": sentiment(20, 0.3), "validation": sentiment(10, 0.3),
+    task = ClassificationTask("toy", {"train": sentiment(80, 0.4), "validation": sentiment(10, 0.3),
                                       "test": sentiment(10, 0.4)}, ["neg", "pos"])
     test = baselines.every(task)["test"]
     assert test["majority"]["score"] == 60.0  # train's majority is "neg": 6 of the 10 test examples
