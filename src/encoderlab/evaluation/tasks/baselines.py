@@ -132,14 +132,17 @@ def bm25_run(documents: dict[str, str], queries: dict[str, str]) -> dict[str, di
 def of_records(recs: list[dict], metric: str = "score") -> dict[str, float]:
     """{baseline name: test value on `metric`} of a task's records (the newest that has them). A record from before
     the family's other baselines has only its trivial one (`baseline`): the others are missing, never made up."""
-    newest = max(recs, key=lambda r: r.get("finished", ""))
-    named = next((r["baselines"] for r in sorted(recs, key=lambda r: r.get("finished", ""), reverse=True)
-                  if isinstance(r.get("baselines"), dict)), None)
-    if named is not None:
-        return {n: s[metric] for n, s in named.get("test", {}).items() if isinstance(s.get(metric), (int, float))}
-    value = (newest.get("baseline") or {}).get("test", {}).get(metric)
-    trivial = "majority_tag" if newest.get("scheme") == "plain" else FAMILY.get(newest["family"], ("trivial",))[0]
-    return {trivial: value} if isinstance(value, (int, float)) else {}
+    newest = sorted(recs, key=lambda r: r.get("finished", ""), reverse=True)
+    named = next((r["baselines"] for r in newest if isinstance(r.get("baselines"), dict)), {})
+    test = named.get("test") if isinstance(named.get("test"), dict) else {}  # a damaged field: what reads as numbers
+    found = {n: s[metric] for n, s in test.items() if isinstance(s, dict) and _number(s.get(metric))}
+    value = (newest[0].get("baseline") or {}).get("test", {}).get(metric)
+    trivial = "majority_tag" if newest[0].get("scheme") == "plain" else FAMILY.get(newest[0]["family"], ("trivial",))[0]
+    return ({trivial: value} if _number(value) else {}) | found
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
 def strongest(named: dict[str, float]) -> tuple[str, float] | None:
@@ -151,7 +154,7 @@ def constant_of(kept: list[dict]) -> str | None:
     """What every kept run predicted on test when each predicted one thing (the descriptions, `; `-joined), else
     None; also None when a kept run's record is from before predictions were checked (unknown is not constant)."""
     seen = [r.get("constant_predictions") for r in kept]
-    if not kept or any(not isinstance(c, dict) or "test" not in c for c in seen):
+    if not kept or any(not isinstance(c, dict) or not isinstance(c.get("test"), str) for c in seen):
         return None
     return "; ".join(sorted({c["test"] for c in seen}))
 
