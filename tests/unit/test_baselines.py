@@ -189,6 +189,9 @@ def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():
     for text in (_cmp_rows([c]), _holds_cell(c), verdict([c])):
         assert "± 0.00" not in text and "p 1.000" not in text and "differences of 0.00" not in text
         assert "the predictions are constant (squad2: no answer)" in text
+    from encoderlab.study.report import _category_cell
+
+    assert _category_cell(a) == "32.00 ± undefined (zero variance: squad2: no answer)"
     plain = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1)
     steady = compare(CategoryScore(40.0, 0.0, {0: 40.0, 1: 40.0}, 1), plain, "QA")  # none constant: still no p
     assert steady.p is None and "each side scored the same on every seed" in steady.undefined

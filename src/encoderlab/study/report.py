@@ -47,7 +47,7 @@ class Report:
         rows, csv_rows = [], []
         for lb in labels:
             scores = self.res.categories.get(lb, {})
-            row = [row_name(lb)] + [_fmt(scores[c].mean, scores[c].ci95) if c in scores else "-" for c in cats]
+            row = [row_name(lb)] + [_category_cell(scores[c]) if c in scores else "-" for c in cats]
             if self.paper:
                 pub = self.paper.get(lb, {})
                 row.append(" / ".join(f"{pub[c]:.2f}" if c in pub else "-" for c in cats))
@@ -282,6 +282,13 @@ def _lrs(lr_by_seed: dict[int, float]) -> str:
     """'lr 5e-05', or 'lrs 5e-05/5e-05/0.0001' in seed order when the seeds kept different LRs."""
     lrs = [lr_by_seed[s] for s in sorted(lr_by_seed)]
     return f"lr {lrs[0]:g}" if len(set(lrs)) == 1 else "lrs " + "/".join(f"{lr:g}" for lr in lrs)
+
+
+def _category_cell(c: CategoryScore) -> str:
+    """'61.20 ± 1.30'; where every seed scored the same, no interval is claimed (not '± 0.00')."""
+    if c.ci95 == 0 and len(c.by_seed) > 1:
+        return f"{c.mean:.2f} ± undefined (zero variance" + (f": {'; '.join(c.constant)})" if c.constant else ")")
+    return _fmt(c.mean, c.ci95)
 
 
 def _score_cell(ts) -> str:
