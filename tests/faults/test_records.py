@@ -113,3 +113,21 @@ def test_a_study_report_lists_an_empty_record_and_leaves_it_out(tmp_path):
     assert "m / rt-polarity: 2 of 3 runs recorded" in missing
     assert f"{emptied}: does not read as a JSON record" in missing
     assert "30.0" in text.split("## Per-dataset scores")[1]
+
+
+@pytest.mark.parametrize("extra", [{}, {"baselines": "damaged", "constant_predictions": ["x"]},
+                                   {"baselines": {"test": {"bm25": "93"}}, "constant_predictions": {"test": 1}}])
+def test_records_without_or_with_damaged_baselines_are_summarised_with_dashes(extra):
+    """Records from before the baselines (or with the fields damaged by hand): their trivial baseline and "-" for the
+    rest, never a crash, never called constant."""
+    from encoderlab.evaluation.sweep import summarize
+    from encoderlab.evaluation.tasks import baselines
+
+    recs = [{"task": "ir", "family": "retrieval", "metric": "ndcg@10", "status": "ok", "lr": 1e-3, "seed": seed,
+             "scores": {"validation": {"score": 5.0}, "test": {"score": 5.0 + seed}},
+             "baseline": {"test": {"score": 0.4}}, **extra} for seed in (0, 1)]
+    [entry] = summarize(recs)["tasks"].values()
+    assert entry["constant"] is None and entry["warning"] is None
+    cells = [baselines.cell(entry, n) for n in baselines.columns("retrieval", [entry])]
+    assert cells[1] in ("-", "n/a") and (cells[0] == "0.40" or not isinstance(extra.get("baselines"), dict))
+

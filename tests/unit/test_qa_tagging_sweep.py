@@ -59,7 +59,7 @@ def test_a_tagging_sweep_records_both_metrics(tmp_path, packed_dir, monkeypatch,
     summary = run_sweep(tmp_path / "tiny", ["toy-cloze"], protocol, tmp_path / "evals", log=lines.append,
                         show_progress=False)
     assert summary["tasks"]["toy-cloze"]["runs"] == 2 and summary["tasks"]["toy-cloze"]["failed"] == 0
-    assert any("toy-cloze (qa, token_f1)" in line and "24 training examples" in line for line in lines)
+    assert any("toy-cloze (qa, token_f1)" in line and "24 training questions" in line for line in lines)
     found = [r for r in records.load_all(tmp_path / "evals") if r["task"] == "toy-cloze"]
     assert len(found) == 2
     for record in found:

@@ -144,6 +144,6 @@ def test_every_table_says_its_metric_and_lr_rule(tmp_path):
     root = study(tmp_path, "mean_over_seeds")
     report = Report(root, metric="standard")
     table = report.dataset_tables([CLM])
-    assert f"| {CLM} | 71.00 ± 2.48 (lr 0.0001) |" in table and "sst2 (accuracy)" in table
+    assert f"| {CLM} | 71.00 ± 2.48 (lr 0.0001; +21.00 vs majority class) |" in table and "sst2 (accuracy)" in table
     assert "the field's standard metric (`standard`" in table and "`lr_choice: mean_over_seeds`" in table
     assert "the protocol's metric (`score`" in Report(root).category_table([CLM], "c", "title")

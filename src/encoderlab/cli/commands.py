@@ -10,6 +10,7 @@ from rich.table import Table
 from encoderlab.cli.console import emit, log, log_after, out
 from encoderlab.cli.finetuning import SAVE_HELP, SAVE_MODELS_HELP, cache_dir, keeper, workers_option
 from encoderlab.cli.study import study_app
+from encoderlab.cli.sweep_table import render_sweep as _render_sweep
 from encoderlab.config import SET_MERGES
 from encoderlab.errors import EncoderlabError
 
@@ -362,28 +363,4 @@ def finetune_cmd(
     emit(summary, as_json, _render_sweep)
 
 
-def _render_sweep(s: dict) -> None:
-    p = s["protocol"]
-    out.print(f"[bold]{s['tag']}[/bold]: protocol {p['name']} ({p['max_steps']} steps max, batch {p['batch_size']}, "
-              f"{len(p['lrs'])} LRs x {len(p['seeds'])} seeds, LR chosen on {p['selection_split']})")
-    families: dict[str, list] = {}
-    for name, t in s["tasks"].items():
-        families.setdefault(t["family"], []).append((name, t))
-    for family, rows in families.items():
-        table = Table(title=family, title_justify="left")
-        for col in ("task", "metric", "test", "95% CI", "best LR", "validation", "trivial", "std seeds",
-                    "std LRs", "runs"):
-            table.add_column(col, justify="left" if col in ("task", "metric") else "right")
-        for name, t in rows:
-            if "test" not in t:
-                table.add_row(name, t["metric"], "-", "-", "-", "-", f"{t['baseline']:.2f}", "-", "-",
-                              f"{t['runs'] - t['failed']}/{t['runs']}")
-                continue
-            ci = f"± {t['ci95']:.2f}" if t["ci95"] is not None else "n/a"
-            table.add_row(name, t["metric"], f"{t['test']:.2f}", ci, f"{t['best_lr']:g}", f"{t['validation']:.2f}",
-                          f"{t['baseline']:.2f}", f"{t['std_over_seeds']:.2f}", f"{t['std_over_lrs']:.2f}",
-                          f"{t['runs'] - t['failed']}/{t['runs']}")
-        out.print(table)
-    out.print(f"{s['runs_done_this_time']} runs this time in {s['seconds_this_time']}s; records under the "
-              f"output folder, summary in {s['tag']}/{s['protocol_key']}/summary.json")
 

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.evaluation.tasks.base import EvalTask, set_apart
 from encoderlab.model.attention import Dense
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
@@ -115,7 +115,7 @@ def scored_record(task: EvalTask, backbone: nn.Module, head: nn.Module, *, lr: f
     bad = [s for s, m in scores.items() if not math.isfinite(m["score"])]
     if bad:
         return failed_record(f"{'/'.join(bad)} score is not finite", lr, seed, steps, curve, seconds)
-    return {"status": "ok", "lr": lr, "seed": seed, "steps": steps, "scores": scores, "curve": curve.points,
+    return {"status": "ok", "lr": lr, "seed": seed, "steps": steps, **set_apart(scores), "curve": curve.points,
             "seconds": round(seconds, 2)}
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from torch import Tensor, nn
 
+from encoderlab.evaluation.tasks.base import set_apart
 from encoderlab.evaluation.tasks.retrieval import RetrievalTask
 
 
@@ -46,7 +47,7 @@ class TrainedOnce:
         """The run's record body as one body per member: its own scores (a failed run fails for all)."""
         if body["status"] != "ok":
             return {m.name: body for m in self.members}
-        return {m.name: {**body, "scores": {s: v["by_task"][m.name] for s, v in body["scores"].items()}}
+        return {m.name: {**body, **set_apart({s: v["by_task"][m.name] for s, v in body["scores"].items()})}
                 for m in self.members}
 
 

@@ -31,6 +31,7 @@ from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_p
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.shared_training import TrainedOnce, training_units
 from encoderlab.evaluation.tasks import load_task, task_family, task_identity
+from encoderlab.evaluation.tasks import baselines
 from encoderlab.evaluation.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.train import checkpoint as ckpt
@@ -57,10 +58,12 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
         t0 = time.perf_counter()
         own = protocol.for_task(task.name)
         task.prepare(tokenizer, own.length_for(task.family), cache_dir)
+        task.baseline_scores = baselines.compute(task, tokenizer, own.length_for(task.family), cache_dir)
         scheme = f" over {task.scheme} tags" if hasattr(task, "scheme") else ""
-        log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} training examples, "
+        log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} {task.train_unit}, "
             f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s; "
-            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}")
+            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}; baselines on test: "
+            + ", ".join(f"{baselines.LABELS[b]} {s['score']:.2f}" for b, s in task.baseline_scores["test"].items()))
     return tasks
 
 
@@ -169,7 +172,7 @@ class Sweep:
         self.digest = ckpt.weights_digest(self.checkpoint)  # its records' identity: the same weights, wherever
         self.units = training_units(self.tasks, self.train_on)  # what trains: a task, or one TrainedOnce
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
-        self.baselines = {t.name: {s: t.trivial_baseline(s) for s in ("validation", "test")} for t in self.tasks}
+        self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}
 
     def announce(self, todo: list, workers: int) -> None:
         """Before the first run: what a run needs (refused when it cannot fit); then a heartbeat while runs train."""
@@ -293,12 +296,13 @@ class Sweep:
 
     def record(self, task: EvalTask, train: EvalTask, body: dict) -> dict:
         """The record of `task` for a run trained on `train` with this result body."""
+        base, trivial = self.baselines[task.name], baselines.trivial_name(task)
         return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
                 "task": task.name, "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
                 "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
                 "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                 "truncated": {**task.truncated, "unit": task.truncation_unit},
-                "baseline": self.baselines[task.name], "device": str(self.device),
+                "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
                 "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
                 "data_split": getattr(task, "data_split", None),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
@@ -375,6 +379,8 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
         entry = {"family": rs[0]["family"], "metric": rs[0]["metric"], "shown": metric, "lr_choice": choice,
                  "runs": len(rs), "failed": len(rs) - len(ok),
                  "baseline": rs[0].get("baseline", {}).get("test", {}).get(metric),
+                 "baselines": baselines.of_records(rs, metric),
+                 "baselines_recorded": any(isinstance(r.get("baselines"), dict) for r in rs),
                  "failures": [{"lr": r["lr"], "seed": r["seed"], "reason": r["reason"]} for r in rs if r not in ok]}
         if len(scored) < len(ok):
             entry["without_metric"] = len(ok) - len(scored)
@@ -400,5 +406,10 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                           "test_all_runs": [t for _, t in score.values()],
                           "std_over_seeds": round(std(test), 3), "std_over_lrs": round(std(per_lr_test), 3),
                           "validation_by_lr": {f"{lr:g}": round(v, 3) for lr, v in sorted(val.items())}})
+            by_run = {(r["lr"], r["seed"]): r for r in scored}
+            entry["constant"] = baselines.constant_of([by_run[lr, seed] for seed, (lr, _, _) in kept.items()])
+        best = baselines.strongest(entry["baselines"])
+        entry["strongest_baseline"] = {"name": best[0], "value": best[1]} if best else None
+        entry["warning"] = baselines.warning(entry)
         tasks[name] = entry
     return {"tasks": tasks}

@@ -16,6 +16,7 @@ import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation.tasks import baselines
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
 from encoderlab.train.logging import read_metrics
@@ -151,17 +152,33 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
     lines = []
     for e in evaluations:
         lines += [f"Protocol `{e['protocol']}` (`{e['path']}`): test score at the learning rate chosen on validation, "
-                  "mean over seeds with a 95% confidence interval.", "",
-                  "| task | family | metric | test | 95% CI | best LR | seeds |", "|---|---|---|---|---|---|---|"]
+                  "mean over seeds with a 95% confidence interval, beside the task's strongest baseline (the best of "
+                  "its family's: majority class and TF-IDF + logistic regression, all \"O\", first span and always "
+                  "abstaining, random and BM25 rankings); \"-\": an evaluation from before that baseline was "
+                  "recorded.", "",
+                  "| task | family | metric | test | 95% CI | best LR | seeds | strongest baseline | vs baseline |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for name, t in e["tasks"].items():
             if "test" not in t:
-                lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | failed | | | |")
+                lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | failed | | | | | |")
                 continue
             ci = f"± {t['ci95']:.2f}" if t.get("ci95") is not None else "n/a"
+            if t.get("constant") or (t.get("seeds", 0) > 1 and t.get("std_over_seeds") == 0):
+                ci = "undefined (zero variance)"
             lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | {t['test']:.2f} | {ci} | "
-                         f"{t.get('best_lr', 0):g} | {t.get('seeds', '')} |")
+                         f"{t.get('best_lr', 0):g} | {t.get('seeds', '')} | {_strongest(t)} | {_versus(t)} |")
         lines.append("")
     return lines
+
+
+def _strongest(t: dict) -> str:
+    best = t.get("strongest_baseline")
+    return f"{baselines.LABELS.get(best['name'], best['name'])} {best['value']:.2f}" if best else "-"
+
+
+def _versus(t: dict) -> str:
+    """The score against the strongest baseline, or what makes it no learned score (a constant, below baseline)."""
+    return t.get("warning") or baselines.versus(t)
 
 
 def _version_guard(target: Target) -> list[str]:
@@ -202,9 +219,16 @@ def _model_index(name: str, evaluations: list[dict]) -> list[dict]:
                 "dataset": {"name": task, "type": task},
                 "metrics": [{"type": t.get("metric"), "value": round(t["test"], 2),
                              "name": f"test {t.get('metric')} (protocol {e['protocol']}, mean of {t.get('seeds')} "
-                                     "seeds at the learning rate chosen on validation)"}]}
+                                     f"seeds at the learning rate chosen on validation{_caveat(t)})"}]}
                for e in evaluations for task, t in e["tasks"].items() if "test" in t]
     return [{"name": name, "results": results}] if results else []
+
+
+def _caveat(t: dict) -> str:
+    """What the model-index must say beside a score: its strongest baseline, and a warning when there is one."""
+    best = t.get("strongest_baseline")
+    said = f"; strongest baseline {_strongest(t)}" if best else ""
+    return said + (f"; {t['warning']}" if t.get("warning") else "")
 
 
 def _front_matter(target: Target, info: dict, evaluations: list[dict], name: str) -> list[str]:

@@ -12,7 +12,9 @@ A_HIGHER, B_HIGHER, NO_DIFFERENCE = "A higher", "B higher", "no difference shown
 
 def cmp_rows(comps: list[Comparison], label=outcome) -> str:
     """A comparison table, one category a row; `label` says each row's outcome."""
-    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
+    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | {c.undefined} | - | - | {label(c)} |"
+            if c.undefined else
+            f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
             f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} | "
             f"{'-' if c.mde is None else f'{c.mde:.2f}'} | {label(c)} |" for c in comps]
     return ("| category | A | B | A - B | 95% CI of A - B | p (Welch) | detectable (80% power) | outcome |\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from encoderlab.evaluation.tasks import baselines
 from encoderlab.io import atomic_file
 from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.study.results import (REPRODUCED, CATEGORIES, STANDARD_METRIC, CategoryScore, StudyResults,
@@ -46,7 +47,7 @@ class Report:
         rows, csv_rows = [], []
         for lb in labels:
             scores = self.res.categories.get(lb, {})
-            row = [row_name(lb)] + [_fmt(scores[c].mean, scores[c].ci95) if c in scores else "-" for c in cats]
+            row = [row_name(lb)] + [_category_cell(scores[c]) if c in scores else "-" for c in cats]
             if self.paper:
                 pub = self.paper.get(lb, {})
                 row.append(" / ".join(f"{pub[c]:.2f}" if c in pub else "-" for c in cats))
@@ -69,18 +70,23 @@ class Report:
                 ts = self.res.tasks.get(lb, {})
                 if not any(t in ts for t in names):
                     continue
-                rows.append([lb] + [f"{_fmt(ts[t].test, ts[t].ci95)} ({_lrs(ts[t].lr_by_seed)})"
-                                    if t in ts and ts[t].test is not None else "-" for t in names])
-                csv_rows += [[lb, t, ts[t].test, ts[t].ci95, ts[t].best_lr, ts[t].std_seeds, ts[t].std_lrs,
-                              ts[t].baseline, ts[t].failed] for t in names if t in ts]
-            base = {t: next(self.res.tasks[lb][t].baseline for lb in labels if t in self.res.tasks[lb]) for t in names}
-            rows.append(["*trivial baseline*"] + [_fmt(base[t]) for t in names])
-            metric = {t: next(self.res.tasks[lb][t].metric for lb in labels if t in self.res.tasks[lb]) for t in names}
+                rows.append([lb] + [_score_cell(ts[t]) if t in ts and ts[t].test is not None else "-" for t in names])
+                csv_rows += [_csv_row(lb, ts[t]) for t in names if t in ts]
+            first = {t: next(self.res.tasks[lb][t] for lb in labels if t in self.res.tasks[lb]) for t in names}
+            entries = [s.summary or {} for s in first.values()]
+            for b in baselines.columns(entries[0].get("family", ""), entries):
+                rows.append([f"*baseline: {baselines.LABELS[b]}*"]
+                            + [baselines.cell(first[t].summary or {}, b) for t in names])
+            metric = {t: first[t].metric for t in names}
             parts.append(f"#### {cat}\n\n" + _table(["model"] + [f"{t} ({metric[t]})" for t in names], rows))
         _csv(self.out / "datasets.csv", ["model", "task", "test", "ci95", "best_lr", "std_seeds", "std_lrs",
-                                         "baseline", "failed_runs"], csv_rows)
-        return "\n\n".join(parts) + f"\n\nTest score ± 95% CI over seeds, the LR kept in brackets (one per seed " \
-            f"where they differ). {self.basis()} CSV: `datasets.csv`\n"
+                                         "baseline", "failed_runs", "strongest_baseline", "strongest_baseline_value",
+                                         "vs_strongest_baseline", "constant_predictions"], csv_rows)
+        return "\n\n".join(parts) + f"\n\nTest score ± 95% CI over seeds, the LR kept and the difference from " \
+            "the task's strongest baseline in brackets (which one is named; the family's baselines are the rows in " \
+            "italics); a model whose every kept run predicts one thing on test is said to predict a constant, its " \
+            f"score no evidence of learning. Baselines on test: {baselines.MISSING}. {self.basis()} CSV: " \
+            "`datasets.csv` (`baseline`: the trivial one)\n"
 
     def sanity_section(self) -> str:
         """Every pretrained final model against the random-init baseline of its size, per category."""
@@ -298,7 +304,29 @@ def _lrs(lr_by_seed: dict[int, float]) -> str:
     return f"lr {lrs[0]:g}" if len(set(lrs)) == 1 else "lrs " + "/".join(f"{lr:g}" for lr in lrs)
 
 
+def _category_cell(c: CategoryScore) -> str:
+    """'61.20 ± 1.30'; where every seed scored the same, no interval is claimed (not '± 0.00')."""
+    if c.ci95 == 0 and len(c.by_seed) > 1:
+        return f"{c.mean:.2f} ± undefined (zero variance" + (f": {'; '.join(c.constant)})" if c.constant else ")")
+    return _fmt(c.mean, c.ci95)
+
+
+def _score_cell(ts) -> str:
+    """'61.20 ± 1.30 (lr 5e-05; +3.10 vs TF-IDF + LR)'; with no variance over seeds, no interval is claimed."""
+    ci = None if ts.std_seeds == 0 else ts.ci95
+    return f"{_fmt(ts.test, ci)} ({_lrs(ts.lr_by_seed)}; {baselines.versus(ts.summary or {})})"
+
+
+def _csv_row(label: str, ts) -> list:
+    best = (ts.summary or {}).get("strongest_baseline") or {}
+    gap = round(ts.test - best["value"], 3) if ts.test is not None and best else None
+    return [label, ts.task, ts.test, ts.ci95, ts.best_lr, ts.std_seeds, ts.std_lrs, ts.baseline, ts.failed,
+            best.get("name"), best.get("value"), gap, ts.constant or ""]
+
+
 def _holds_cell(c) -> str:
+    if c.undefined:
+        return f"no: {c.diff:+.2f}, {c.undefined}"
     ci = "-" if c.ci95 is None else f"{c.ci95:.2f}"
     p = "-" if c.p is None else f"{c.p:.3f}"
     return f"{'**yes**' if outcome(c) == REPRODUCED else 'no'}: {c.diff:+.2f} ± {ci} (p {p})"

@@ -9,7 +9,7 @@ noise that decides whether two models differ.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from scipy import stats
@@ -48,6 +48,12 @@ class TaskScore:
     failed: int
     lr_by_seed: dict[int, float]
     without_metric: int = 0  # ok runs whose records lack the metric shown (older than the "standard" score)
+    summary: dict | None = None  # the sweep's summary entry: its baselines, strongest baseline and warnings
+
+    @property
+    def constant(self) -> str | None:
+        """What every kept run predicted on test, when each predicted one thing (a model that learned nothing)."""
+        return (self.summary or {}).get("constant")
 
 
 def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "score") -> TaskScore:
@@ -61,7 +67,7 @@ def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "s
                      e["baseline"], e.get("test_by_seed", {}), [t - centre for t in runs],
                      e["std_over_seeds"] if e.get("seeds", 0) > 1 else None,
                      e["std_over_lrs"] if len(e.get("validation_by_lr", {})) > 1 else None, e["runs"], e["failed"],
-                     e.get("lr_by_seed", {}), e.get("without_metric", 0))
+                     e.get("lr_by_seed", {}), e.get("without_metric", 0), e)
 
 
 @dataclass
@@ -71,6 +77,7 @@ class CategoryScore:
     by_seed: dict[int, float]
     datasets: int
     baseline: float | None = None  # the mean of its datasets' trivial baselines (None when one has none)
+    constant: list[str] = field(default_factory=list)  # `task: what it predicts`, for its tasks that predict a constant
 
 
 # A score within this share of the headroom above the trivial baseline (100 - baseline), or within its own 95%
@@ -100,7 +107,8 @@ def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
         mean = sum(sum(t.by_seed.values()) / len(t.by_seed) for t in members) / len(members)
         bases = [t.baseline for t in members]
         base = None if None in bases else sum(bases) / len(bases)
-        out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members), base)
+        out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members), base,
+                                 [f"{t.task}: {t.constant}" for t in members if t.constant])
     return out
 
 
@@ -183,6 +191,7 @@ class Comparison:
     p: float | None
     mde: float | None = None  # the smallest |a - b| this test finds 80% of the time at alpha 0.05
     measurable: bool = True  # False: both sides at their trivial baseline's level (`at_baseline`)
+    undefined: str | None = None  # why no interval, p or mde exists where seeds were enough: no variance at all
 
     @property
     def significant(self) -> bool:
@@ -197,8 +206,8 @@ def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
         return Comparison(category, a.mean, b.mean, diff, None, None)
     va, vb = std(xs) ** 2 / len(xs), std(ys) ** 2 / len(ys)
     se = math.sqrt(va + vb)
-    if se == 0:
-        return Comparison(category, a.mean, b.mean, diff, 0.0, 0.0 if diff else 1.0, 0.0)
+    if se == 0:  # every seed the same on both sides: no interval, p or power exists (not "± 0.00, p 1.000")
+        return Comparison(category, a.mean, b.mean, diff, None, None, undefined=no_variance(a, b))
     df = (va + vb) ** 2 / ((va**2 / (len(xs) - 1) if va else 0) + (vb**2 / (len(ys) - 1) if vb else 0) or 1e-12)
     p = float(2 * stats.t.sf(abs(diff / se), df))
     mde = float((stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se)
@@ -207,6 +216,14 @@ def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
 
 def _measurable(c: Comparison, a: CategoryScore, b: CategoryScore) -> Comparison:
     return replace(c, measurable=not (at_baseline(a) and at_baseline(b)))
+
+
+def no_variance(a: CategoryScore, b: CategoryScore) -> str:
+    """Why a comparison has no statistics: its scores do not vary over seeds, and which tasks predict a constant."""
+    constant = a.constant + [c for c in b.constant if c not in a.constant]
+    why = f"the predictions are constant ({'; '.join(constant)})" if constant else "each side scored the same on " \
+        "every seed"
+    return f"undefined: no variance over seeds, {why}"
 
 
 REPRODUCED, OPPOSITE, INCONCLUSIVE = "reproduced", "opposite", "inconclusive at this scale"
@@ -249,7 +266,7 @@ def verdict(comparisons: list[Comparison], expect_positive: bool = True, unit: s
         span = f"{min(mdes):.2f}" + (f" to {max(mdes):.2f}" if max(mdes) > min(mdes) else "")
         text += (f"; where the interval includes zero, this run could have detected differences of {span} points "
                  "(80% power, alpha 0.05)")
-    return text
+    return text + "".join(f"; {c.category}: {c.undefined}" for c in comparisons if c.undefined)
 
 
 def tally(outcomes: list[str], unit: str) -> str:

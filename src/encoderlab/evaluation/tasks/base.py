@@ -34,6 +34,9 @@ class EvalTask(ABC):
     truncation_unit: str  # what `truncated` counts: examples, words, questions, texts
     inputs: str = "bos_eos"  # the protocol's `inputs` (adopt): bos_eos or eos
     batch_order: str = "length_buckets"  # the protocol's `batch_order` (adopt)
+    train_unit: str = "training examples"  # what num_train_examples() counts, as the sweep's log says it
+    # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (sweep.prepare_tasks)
+    baseline_scores: dict[str, dict[str, dict[str, float]]] | None = None
 
     def adopt(self, protocol) -> None:
         """Take the protocol's choices that shape this task's inputs, batches, head, labels or metric (before
@@ -83,7 +86,8 @@ class EvalTask(ABC):
 
     @abstractmethod
     def trivial_baseline(self, split: str) -> dict[str, float]:
-        """The score of the trivial predictor (majority class, all-O tags, first span, random ranking)."""
+        """The score of the trivial predictor (majority class, all-O tags, first span, random ranking); the
+        family's other baselines (lexical models, always abstaining) are in evaluation/tasks/baselines.py."""
 
     def subsample(self, split: str, n: int, seed: int) -> None:
         """Keep a seeded random `n` examples of a split (CPU protocols); call before `prepare`.
@@ -114,6 +118,31 @@ class ListTask(EvalTask, ABC):
         if not self.ids:
             raise RuntimeError(f"task {self.name!r}: call prepare(tokenizer, max_length) first")
         return self.ids[split]
+
+CONSTANT = "constant"  # evaluate()'s key, present only when every prediction of the split was the same
+
+
+def constant(predictions: list, describe) -> dict[str, str]:
+    """{CONSTANT: what was predicted} when a split's predictions (two or more) are all the same, else {}: the mark of
+    a model that learned nothing (one class, all "O", always "no answer", one ranking for every query), which its
+    record and every table name rather than let its score pass for a learned one. `describe(prediction)` says it."""
+    first = predictions[0] if predictions else None
+    if len(predictions) < 2 or any(p != first for p in predictions):
+        return {}
+    return {CONSTANT: describe(first)}
+
+
+def set_apart(scores: dict[str, dict]) -> dict:
+    """A run's {split: evaluate() result} as its record keeps it: "scores" (numbers only) and, beside them,
+    "constant_predictions" ({split: what}, for the splits where every prediction was the same)."""
+    return {"scores": {s: {k: v for k, v in m.items() if k != CONSTANT} for s, m in scores.items()},
+            "constant_predictions": {s: m[CONSTANT] for s, m in scores.items() if CONSTANT in m}}
+
+
+def answer(text: str) -> str:
+    """A QA prediction as `constant` names it."""
+    return f"the answer {text!r}" if text else "no answer"
+
 
 def linear_head(hidden_size: int, outputs: int, generator: torch.Generator) -> nn.Linear:
     """A linear head with normal(0, 0.02) weights drawn from the run's generator and zero bias."""

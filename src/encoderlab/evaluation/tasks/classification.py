@@ -31,7 +31,7 @@ from encoderlab.errors import DataError
 from encoderlab.io import read_jsonl
 from encoderlab.evaluation.metrics import accuracy, macro_f1
 from encoderlab.data.offline.taskfiles import read_task
-from encoderlab.evaluation.tasks.base import SPLITS, ListTask, linear_head, mean_pool, pad
+from encoderlab.evaluation.tasks.base import SPLITS, ListTask, constant, linear_head, mean_pool, pad
 from encoderlab.evaluation.tasks.common import (
     check_splits,
     column,
@@ -183,7 +183,8 @@ class ClassificationTask(ListTask):
         return preds
 
     def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
-        return self._scores(self.predict(backbone, head, split, batch_size), split)
+        preds = self.predict(backbone, head, split, batch_size)
+        return {**self._scores(preds, split), **constant(preds, lambda y: f"class {self.labels[y]!r}")}
 
     def _scores(self, preds: Sequence[int], split: str) -> dict[str, float]:
         acc, f1 = accuracy(preds, self.gold[split]), macro_f1(preds, self.gold[split], len(self.labels))

@@ -32,7 +32,7 @@ from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores
 from encoderlab.data.offline.taskfiles import read_task
-from encoderlab.evaluation.tasks.base import SPLITS, EvalTask
+from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, answer, constant
 from encoderlab.evaluation.tasks.common import cached, char_span_to_tokens, split_validation
 from encoderlab.model.transformer import Transformer
 
@@ -203,6 +203,12 @@ class QATask(EvalTask):
         self._prepared("train")
         return len(self._train_windows)
 
+    @property
+    def train_unit(self) -> str:
+        """What `num_train_examples` counts: the spans format's windows (a long context gives several), questions."""
+        questions = f"{len(self.splits['train']):,} questions"
+        return "training questions" if self.tagging else f"training windows (of {questions})"
+
     def windows(self, split: str) -> list[dict]:
         """The prepared windows of a split, readable (for tests and inspection)."""
         p = self._prepared(split)
@@ -291,8 +297,10 @@ class QATask(EvalTask):
     def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
         if self.tagging:
             return self.tagging.evaluate(backbone, head, split, batch_size)
-        scores = squad_scores(self.predict(backbone, head, split, batch_size), self.references(split))
-        return {"score": scores["f1"], "standard": scores["f1"], **scores}
+        predictions = self.predict(backbone, head, split, batch_size)
+        scores = squad_scores(predictions, self.references(split))
+        return {"score": scores["f1"], "standard": scores["f1"], **scores,
+                **constant(list(predictions.values()), answer)}
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """First span: the first k words of the context, k = the median gold answer length (words) in train."""

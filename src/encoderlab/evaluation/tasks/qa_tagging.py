@@ -36,7 +36,7 @@ from torch import Tensor, nn
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import squad_scores, token_position_f1
-from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, linear_head
+from encoderlab.evaluation.tasks.base import SPLITS, EvalTask, answer, constant, linear_head
 from encoderlab.evaluation.tasks.common import cached, char_span_to_tokens, eval_mode
 
 from encoderlab.model.transformer import Transformer
@@ -205,7 +205,9 @@ class QATagging:
         return {"score": score, "token_f1": score, "standard": squad["f1"], **squad}
 
     def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
-        return self.scores(split, self.predict_positions(backbone, head, split, batch_size))
+        positions = self.predict_positions(backbone, head, split, batch_size)
+        texts = [self.span_text(split, i, pos) for i, pos in enumerate(positions)]
+        return {**self.scores(split, positions, texts), **constant(texts, answer)}
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """The spans format's first span (the first k words of the context, k = the median gold answer length in

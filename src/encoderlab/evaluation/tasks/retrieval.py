@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import DataError
 from encoderlab.evaluation.metrics import ndcg_at_k, ndcg_top_k_only, recall_at_k
-from encoderlab.evaluation.tasks.base import EvalTask, mean_pool, pad
+from encoderlab.evaluation.tasks.base import EvalTask, constant, mean_pool, pad
 from encoderlab.evaluation.tasks.common import cached
 from encoderlab.evaluation.tasks.retrieval_data import Split, Tokens, tokenise, validate
 
@@ -341,7 +341,9 @@ class RetrievalTask(EvalTask):
         """The protocol's NDCG ("score"), standard NDCG@10 ("standard"), both by name, and recall@100; the head's
         temperature does not change a ranking, so it is unused."""
         run = self.search(backbone, split, batch_size)
-        return _scores(run, self.qrels[split], self._binary, self._ndcg)
+        rankings = [tuple(sorted(found, key=found.get, reverse=True)[:10]) for found in run.values()]
+        return {**_scores(run, self.qrels[split], self._binary, self._ndcg),
+                **constant(rankings, lambda top: f"the same top 10 for every query, {top[0]!r} first")}
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """A random ranking (seed 0): NDCG@10 about 10 * relevant / corpus size, recall@100 about 100 * 100 / size."""
@@ -351,7 +353,24 @@ class RetrievalTask(EvalTask):
         k = min(TOP_K, len(searched))
         picks = {q: rng.choice(searched, size=k, replace=False) for q in sorted(self._check_split(split))}
         run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(picked)} for q, picked in picks.items()}
+        return self.score_run(run, split)
+
+    def score_run(self, run: dict[str, dict[str, float]], split: str) -> dict[str, float]:
+        """A ranking of `split`'s queries ({query: {document: score}}) scored as `evaluate` scores the model's."""
         return _scores(run, self.qrels[split], self._binary, self._ndcg)
+
+    def baseline_texts(self, split: str) -> tuple[dict[str, str], dict[str, str]]:
+        """({document id: text} of the corpus searched for `split`, {query id: text} of its queries), without the
+        model's "Query: " / "Document: " prefixes: what a lexical ranker ranks (tasks/baselines.py)."""
+        searched = self._searched_in(split)
+        searched = range(len(self.doc_ids)) if searched is None else searched.tolist()
+        cut = len(DOCUMENT_PREFIX)
+        return ({self.doc_ids[i]: self._doc_texts[i][cut:] for i in searched},
+                {q: self._query_source[q] for q in sorted(self._check_split(split))})
+
+    def retrieval_settings(self) -> dict:
+        """The protocol's settings that decide what is searched and how a ranking is scored."""
+        return {"corpus": self._corpus, "binary": self._binary, "ndcg": self._ndcg}
 
 
 def _scores(run: dict[str, dict[str, float]], qrels: Split, binary: bool = False, ndcg: str = "standard"

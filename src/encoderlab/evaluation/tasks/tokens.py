@@ -42,7 +42,7 @@ from encoderlab.errors import DataError
 from encoderlab.io import read_jsonl
 from encoderlab.evaluation.metrics import entity_f1, sentence_macro_f1, token_accuracy
 from encoderlab.data.offline.taskfiles import read_task
-from encoderlab.evaluation.tasks.base import SPLITS, ListTask, linear_head, pad
+from encoderlab.evaluation.tasks.base import SPLITS, ListTask, constant, linear_head, pad
 from encoderlab.evaluation.tasks.common import (
     check_splits,
     column,
@@ -227,7 +227,9 @@ class TokenTask(ListTask):
         return preds
 
     def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
-        return self._scores(self.predict(backbone, head, split, batch_size), split)
+        preds = self.predict(backbone, head, split, batch_size)
+        every = [t for sentence in preds for t in sentence]
+        return {**self._scores(preds, split), **constant(every, lambda t: f"{self.labels[t]!r} for every word")}
 
     def _scores(self, preds: Sequence[Sequence[int]], split: str) -> dict[str, float]:
         """"score" (the protocol's metric), "standard" (entity F1; token accuracy for plain tags) and every metric

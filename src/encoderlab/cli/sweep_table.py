@@ -1,0 +1,49 @@
+"""The sweep's summary on the console: per family, every task's test score beside the family's baselines, the
+difference from the strongest of them (named), and a warning for a model that learned nothing."""
+from __future__ import annotations
+
+from rich.table import Table
+
+from encoderlab.cli.console import out
+
+
+def render_sweep(s: dict) -> None:
+    """A sweep's summary as one table per family, each score beside the family's baselines."""
+    from encoderlab.evaluation.tasks import baselines  # deferred, as every command's heavy imports are (torch)
+
+    p = s["protocol"]
+    out.print(f"[bold]{s['tag']}[/bold]: protocol {p['name']} ({p['max_steps']} steps max, batch {p['batch_size']}, "
+              f"{len(p['lrs'])} LRs x {len(p['seeds'])} seeds, LR chosen on {p['selection_split']})")
+    families: dict[str, list] = {}
+    for name, t in s["tasks"].items():
+        families.setdefault(t["family"], []).append((name, t))
+    for family, rows in families.items():
+        table = Table(title=family, title_justify="left")
+        names = baselines.columns(family, [t for _, t in rows])
+        for col in ("task", "metric", "test", "95% CI", "best LR", "validation",
+                    *(baselines.LABELS[n] for n in names), "vs strongest baseline", "std seeds", "std LRs", "runs"):
+            table.add_column(col, justify="left" if col in ("task", "metric", "vs strongest baseline") else "right")
+        for name, t in rows:
+            base = [baselines.cell(t, n) for n in names]
+            runs = f"{t['runs'] - t['failed']}/{t['runs']}"
+            if "test" not in t:
+                table.add_row(name, t["metric"], "-", "-", "-", "-", *base, "-", "-", "-", runs)
+                continue
+            table.add_row(name, t["metric"], f"{t['test']:.2f}", _ci(t), f"{t['best_lr']:g}", f"{t['validation']:.2f}",
+                          *base, baselines.versus(t), f"{t['std_over_seeds']:.2f}", f"{t['std_over_lrs']:.2f}", runs)
+        out.print(table)
+    out.print(f"Baselines on test: {baselines.MISSING}.")
+    for name, t in s["tasks"].items():
+        if t.get("warning"):
+            out.print(f"[yellow]{name}: {t['warning']}: its test score is not evidence that it learned the task[/]")
+    out.print(f"{s['runs_done_this_time']} runs this time in {s['seconds_this_time']}s; records under the "
+              f"output folder, summary in {s['tag']}/{s['protocol_key']}/summary.json")
+
+
+def _ci(t: dict) -> str:
+    """The 95% CI half-width, or why there is none (one seed; every seed's score the same: zero variance)."""
+    if t["ci95"] is None:
+        return "n/a"
+    if t.get("seeds", 0) > 1 and t["std_over_seeds"] == 0:
+        return "undefined (zero variance)"
+    return f"± {t['ci95']:.2f}"
