@@ -157,21 +157,33 @@ def join(src: Path, out: Path, tokenizer: Path) -> dict:
             "seconds_with_tokenizer": round(time.perf_counter() - start, 2)}
 
 
-def main() -> None:
+def tokenizer_file(name: str, corpus: list[str], quick: bool) -> Path:
+    if name == "llama3-shape":
+        return llama3_shape_bpe(corpus if quick else texts(None), quick)
+    if name != "offline":
+        raise SystemExit(f"--tokenizers {name!r}: choose from offline, llama3-shape")
+    path = encoderlab_home() / "data" / "offline" / "packed" / "tokenizer" / "tokenizer.json"
+    if not path.exists():
+        raise SystemExit(f"the offline tokenizer is missing ({path}): run `encoderlab data prepare offline` first, "
+                         "or pass --tokenizers llama3-shape")
+    return path
+
+
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="4,000 documents: checks that it works, numbers are noise")
+    ap.add_argument("--documents", type=int, default=None, help="this many documents (default: all; --quick 4,000)")
     ap.add_argument("--tokenizers", default="offline,llama3-shape")
     ap.add_argument("--json", type=Path, help="Also write the results here.")
     ap.add_argument("--worker", nargs=4, metavar=("SHARD", "SRC", "OUT", "TOKENIZER"), help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.worker:
         shard, src, out, tokenizer = args.worker
         return worker(src, out, tokenizer, shard)
-    corpus = texts(4_000 if args.quick else None)
+    corpus = texts(args.documents or (4_000 if args.quick else None))
     results = {"documents": len(corpus), "cores": os.cpu_count(), "tokenizers": {}}
     for name in args.tokenizers.split(","):
-        tokenizer = (encoderlab_home() / "data" / "offline" / "packed" / "tokenizer" / "tokenizer.json"
-                     if name == "offline" else llama3_shape_bpe(corpus if args.quick else texts(None), args.quick))
+        tokenizer = tokenizer_file(name, corpus, args.quick)
         with tempfile.TemporaryDirectory(prefix="prepare-bench-") as tmp:
             src = write_source(corpus, Path(tmp))
             one = shards(src, Path(tmp) / "one", tokenizer, 1)

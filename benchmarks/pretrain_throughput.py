@@ -13,6 +13,7 @@ Peak memory is measured apart from the timing, one implementation at a time: on 
 steps; both count from before the model is built (weights, AdamW state, gradients, activations).
 
     python benchmarks/pretrain_throughput.py --presets tiny mini 210m:128 --objectives mlm40 clm
+    python benchmarks/pretrain_throughput.py --quick --no-memory     # smoke test: the default test suite runs it
     (PRESET:SEQ_LEN gives one preset its own sequence length; --seq-len is the others')
 """
 from __future__ import annotations
@@ -230,7 +231,7 @@ def peak_memory(impl: str, shape: Shape, device: torch.device) -> int:
         return pool.apply(_peak_memory_here, (impl, shape, str(device), torch.get_num_threads()))
 
 
-def main() -> None:
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "mini"], help="PRESET or PRESET:SEQ_LEN")
     parser.add_argument("--objectives", nargs="+", default=["mlm40", "clm"])
@@ -243,12 +244,16 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="torch.compile each block of both models")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test (numbers are noise): micro at 64 tokens, batch 2, one step each")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.presets, args.batch, args.reps, args.warmup = ["micro:64"], 2, 1, 0
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
-    peak = bf16_peak_flops(device)
+    peak = bf16_peak_flops(device, reps=2 if args.quick else 20)
     shapes = [Shape(name, o, args.batch, seq_len, args.compile) for name, seq_len in
               (parse_preset(p, args.seq_len) for p in args.presets) for o in args.objectives]
     results = []

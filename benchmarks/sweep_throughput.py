@@ -41,8 +41,17 @@ DEFAULT_TASKS = ["rt-polarity", "conll-ner", "wiki-cloze", "wiki-title"]
 def build_protocol(args) -> Protocol:
     data = load_yaml(args.protocol)
     data.update({"name": "bench", "max_steps": args.steps, "batch_size": args.batch, "lrs": args.lrs,
-                 "seeds": args.seeds, "max_eval_examples": args.max_eval_examples,
-                 "max_corpus_documents": args.max_corpus_documents})
+                 "seeds": args.seeds, "max_eval_examples": args.max_eval_examples})
+    # Each task is timed alone and trained on its own pairs, as the Trainer baseline is: no shared retrieval trainer.
+    retrieval = data["retrieval"] = {**data.get("retrieval", {}), "train_on": None}
+    corpus = retrieval.get("corpus", "all")
+    if args.max_corpus_documents is not None:
+        if corpus != "all":  # the protocol refuses both: random extra documents vs only the judged ones
+            raise SystemExit(f"--max-corpus-documents: {args.protocol} says retrieval.corpus: {corpus} (only the "
+                             "judged documents are searched); leave the option out or use a protocol with corpus: all")
+        data["max_corpus_documents"] = args.max_corpus_documents
+    elif args.quick and corpus == "all":
+        data["max_corpus_documents"] = 200
     if args.max_length:
         data.update({"max_length": args.max_length, "max_length_by_family": {}})
     if args.dtype:
@@ -87,7 +96,8 @@ def write_hf_data(task: EvalTask, folder: Path) -> Path:
 
 
 def time_encoderlab(args, spec: str, protocol: Protocol, work: Path, engine: str) -> dict:
-    out, cache = work / "evals" / engine, work / "cache" / engine / spec  # a fresh cache: tokenisation counts
+    # A fresh cache: tokenisation counts. A spec may be a task file's path: one folder name, never a path below.
+    out, cache = work / "evals" / engine, work / "cache" / engine / spec.replace("/", "_")
     # "workers": sequential runs spread over --workers processes, each with its share of the threads.
     workers = args.workers if engine == "workers" else 1
     started = time.perf_counter()
@@ -151,7 +161,8 @@ def parse_args(argv=None):
     p.add_argument("--max-length", type=int, default=None, help="one length for every family (default: protocol's)")
     p.add_argument("--dtype", choices=["bf16", "fp32"], default=None, help="default: the protocol's")
     p.add_argument("--max-eval-examples", type=int, default=500, help="validation/test examples scored per run")
-    p.add_argument("--max-corpus-documents", type=int, default=2000, help="retrieval: documents searched")
+    p.add_argument("--max-corpus-documents", type=int, default=None,
+                   help="retrieval: documents searched (only where the protocol's retrieval.corpus is 'all')")
     p.add_argument("--engines", nargs="+", default=["sequential", "batched", "workers"],
                    choices=["sequential", "batched", "workers"],
                    help="'workers': sequential runs on --workers processes sharing the threads")
@@ -168,7 +179,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.quick:
         args.lrs, args.seeds, args.steps = [1e-4, 1e-3], [0, 1], 3
-        args.max_eval_examples, args.max_corpus_documents = 32, 200
+        args.max_eval_examples = 32
         args.max_length = args.max_length or 64
     return args
 

@@ -1,0 +1,117 @@
+"""Benchmarks cannot rot: each script in benchmarks/ runs its quick mode here on tiny inputs, so an interface change
+that breaks one fails the default suite. Structure only: the numbers of a smoke run are noise and no timing is
+asserted (gpu_check.py has its own smoke test, tests/unit/test_gpu_check.py)."""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from encoderlab.config import validate
+from encoderlab.train.config import PretrainConfig
+from encoderlab.train.loop import Trainer
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import prepare_throughput  # noqa: E402
+import pretrain_throughput  # noqa: E402
+import sweep_throughput  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
+
+
+def test_pretrain_throughput_quick(capsys):
+    pretrain_throughput.main(["--quick", "--no-memory", "--json", "--device", "cpu"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["bf16_peak_tflops"] > 0 and out["device"] == "cpu"
+    rows = out["results"]
+    assert [(r["preset"], r["seq_len"], r["objective"]) for r in rows] == [("micro", 64, "mlm40"), ("micro", 64, "clm")]
+    for row in rows:
+        for impl in pretrain_throughput.IMPLEMENTATIONS:
+            assert row[impl]["tokens_per_s"] > 0 and row[impl]["mfu"] >= 0
+        assert row["ratio"] > 0
+
+
+def test_pretrain_throughput_peak_memory_counts_the_model():
+    """The memory path in this process (the script runs it in a fresh one): weights, AdamW state and activations."""
+    shape = pretrain_throughput.Shape("micro", "clm", 2, 64)
+    for impl in pretrain_throughput.IMPLEMENTATIONS:
+        assert pretrain_throughput._peak_memory_here(impl, shape, "cpu", 1) >= 0
+
+
+def test_prepare_throughput_quick(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENCODERLAB_HOME", str(tmp_path / "home"))  # no offline corpus there: synthetic sentences
+    out = tmp_path / "prepare.json"
+    prepare_throughput.main(["--quick", "--documents", "400", "--tokenizers", "llama3-shape", "--json", str(out)])
+    results = json.loads(out.read_text())
+    assert results["documents"] == 400
+    row = results["tokenizers"]["llama3-shape"]
+    assert row["one_process"]["tokens"] == row["two_processes"]["tokens"] >= row["join"]["tokens"] > 0
+    assert row["one_process"]["tokens"] - row["join"]["tokens"] < 2048  # windows of 2,048: the rest is left over
+    assert row["two_processes"]["processes"] == 2 and row["scaling"] > 0
+    with pytest.raises(SystemExit, match="data prepare offline"):  # said, not a FileNotFoundError deep inside
+        prepare_throughput.main(["--quick", "--documents", "40", "--tokenizers", "offline"])
+
+
+@pytest.fixture(scope="module")
+def micro_checkpoint(tmp_path_factory, packed_dir):
+    out = tmp_path_factory.mktemp("runs")
+    model = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "num_key_value_heads": 1}
+    cfg = validate(PretrainConfig, {
+        "name": "micro", "out_dir": str(out), "data": {"path": str(packed_dir)}, "model": model, "objective": "mlm40",
+        "lr_schedule": {"warmup_steps": 1, "decay_steps": 1},
+        "train": {"steps": 2, "global_batch": 4, "dtype": "fp32", "tensorboard": False}}, "test")
+    Trainer(cfg, show_progress=False).run()
+    return out / "micro"
+
+
+def write_task(folder: Path) -> Path:
+    rng = random.Random(0)
+    folder.mkdir()
+    for split, n in (("train", 24), ("dev", 8), ("test", 8)):
+        rows = [{"text": f"the film was {rng.choice(['good', 'bad'])} and long", "label": rng.choice("ab")}
+                for _ in range(n)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "task.yaml").write_text("name: films\nfamily: classification\ntrain: train.jsonl\nvalidation: dev.jsonl\n"
+                                      "test: test.jsonl\ntext_column: text\nlabel_column: label\n")
+    return folder / "task.yaml"
+
+
+def write_retrieval_task(folder: Path) -> Path:
+    """BEIR layout: the baseline's data comes from the task's private fields, the likeliest part to break."""
+    rng = random.Random(1)
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+    (folder / "qrels").mkdir(parents=True)
+    docs = {f"d{i}": " ".join(rng.choices(words, k=10)) for i in range(24)}
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "text": t}) + "\n" for d, t in docs.items()))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": docs[f"d{i}"][:20]}) + "\n"
+                                                  for i in range(24)))
+    for split, ids in (("train", range(0, 16)), ("dev", range(16, 20)), ("test", range(20, 24))):
+        (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+            f"q{i}\td{i}\t1\n" for i in ids))
+    (folder / "task.yaml").write_text("name: beir\nfamily: retrieval\nfolder: .\n")
+    return folder / "task.yaml"
+
+
+def test_sweep_throughput_quick_with_its_default_protocol(tmp_path, micro_checkpoint, capsys):
+    """Both encoderlab engines and one Trainer run each (hf_finetune.py, in its own process) on a classification and
+    a retrieval task, with the default protocol (paper.yaml: its judged corpus once made the script crash)."""
+    out = tmp_path / "sweep.json"
+    tasks = [str(write_task(tmp_path / "t")), str(write_retrieval_task(tmp_path / "r"))]
+    sweep_throughput.main(["--quick", "--checkpoint", str(micro_checkpoint), "--tasks", *tasks,
+                           "--engines", "sequential", "batched", "--hf-runs", "1", "--batch", "8", "--threads", "1",
+                           "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["task"], r["family"]) for r in rows] == [("films", "classification"), ("beir", "retrieval")]
+    for row in rows:
+        for engine in ("sequential", "batched"):
+            assert row[engine]["runs"] == 4 and row[engine]["failed"] == 0  # 2 LRs x 2 seeds
+        assert row["transformers"]["runs"] == 1 and row["transformers"]["failed"] == 0
+        assert row["transformers"]["mean_test"] is not None  # hf_finetune.py printed its scores line
+    printed = capsys.readouterr().out
+    assert "whole sweep" in printed and "batched / sequential" in printed
