@@ -120,7 +120,7 @@ def test_a_study_report_lists_an_empty_record_and_leaves_it_out(tmp_path):
 def test_records_without_or_with_damaged_baselines_are_summarised_with_dashes(extra):
     """Records from before the baselines (or with the fields damaged by hand): their trivial baseline and "-" for the
     rest, never a crash, never called constant."""
-    from encoderlab.evaluation.sweep import summarize
+    from encoderlab.evaluation.aggregate import summarize
     from encoderlab.evaluation.tasks import baselines
 
     recs = [{"task": "ir", "family": "retrieval", "metric": "ndcg@10", "status": "ok", "lr": 1e-3, "seed": seed,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.evaluation.sweep import summarize
+from encoderlab.evaluation.aggregate import summarize
 from encoderlab.evaluation.tasks import baselines
 from encoderlab.evaluation.tasks.base import CONSTANT, constant
 from encoderlab.evaluation.tasks.classification import ClassificationTask
@@ -181,8 +181,8 @@ def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():
     from encoderlab.study.report_text import _cmp_rows
     from encoderlab.study.results import CategoryScore, compare, verdict
 
-    a = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1, ["squad2: no answer"])
-    b = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1, ["squad2: no answer"])
+    a = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1, constant=["squad2: no answer"])
+    b = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1, constant=["squad2: no answer"])
     c = compare(a, b, "QA")
     assert (c.ci95, c.p, c.mde) == (None, None, None)
     assert c.undefined == "undefined: no variance over seeds, the predictions are constant (squad2: no answer)"

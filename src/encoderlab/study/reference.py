@@ -40,7 +40,7 @@ class Reference:
 
 def load_reference(root: Path, model: str, lr_choice: str) -> Reference:
     """One model's results under `root` (the authors' `results/` folder), aggregated under `lr_choice` by the same
-    function as a study's records (sweep.choose_runs via results.task_scores), scores x100."""
+    function as a study's records (aggregate.choose_runs via results.task_scores), scores x100."""
     folder = Path(root) / model
     if not folder.is_dir():
         have = sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else []

@@ -1,6 +1,6 @@
 """A study's records as numbers: per-dataset and per-category scores with CIs, stability, and the five findings.
 
-A dataset's score is the mean over seeds of each seed's kept run (evaluation/sweep.py `choose_runs`, as the
+A dataset's score is the mean over seeds of each seed's kept run (evaluation/aggregate.py `choose_runs`, as the
 protocol's `lr_choice` says), on the protocol's metric ("score") or the field's standard one ("standard"). A category
 score is the plain mean of its datasets' scores. Its confidence interval comes from the per-seed category scores
 (each seed's kept test score averaged over the datasets), a t interval over seeds, so it carries the seed-to-seed
@@ -17,7 +17,7 @@ from scipy import stats
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation import records
 from encoderlab.evaluation.metrics import mean_ci95, std
-from encoderlab.evaluation.sweep import summarize
+from encoderlab.evaluation.aggregate import summarize
 from encoderlab.io import read_json
 from encoderlab.train.checkpoint import weights_digest
 from encoderlab.train.logging import read_metrics
