@@ -78,6 +78,7 @@ def test_sweep_records_resume_and_summary(tmp_path, tiny_checkpoint, task_yaml, 
     assert len(sorted(out.rglob("lr*.json"))) == 4
     (task,) = summary["tasks"].values()
     assert task["runs"] == 4 and task["failed"] == 0 and task["seeds"] == 2
+    assert task["test_examples"] == 24  # what its test score averages over, for the model card
     assert task["best_lr"] in (1e-3, 3e-3) and 0 <= task["test"] <= 100 and task["ci95"] >= 0
     record = json.loads(records[0].read_text())
     assert record["status"] == "ok" and record["steps"] == 6 and record["curve"][-1][0] == 6

@@ -60,6 +60,7 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                  "baseline": rs[0].get("baseline", {}).get("test", {}).get(metric),
                  "baselines": baselines.of_records(rs, metric),
                  "baselines_recorded": any(isinstance(r.get("baselines"), dict) for r in rs),
+                 "test_examples": (rs[-1].get("examples") or {}).get("test"),  # None: recorded before it was
                  "failures": [{"lr": r["lr"], "seed": r["seed"], "reason": r["reason"]} for r in rs if r not in ok]}
         if len(scored) < len(ok):
             entry["without_metric"] = len(ok) - len(scored)

@@ -31,6 +31,20 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+# What each metric a record can name means, in one line (model cards and reports print it beside the score).
+DEFINITIONS = {
+    "accuracy": "share of examples (or, for plain tags, of words) predicted right",
+    "entity_f1": "seqeval's entity-level micro F1 (CoNLL conlleval rules)",
+    "sentence_macro_f1": "scikit-learn's macro F1 over the tags of each sentence (gold or predicted), averaged over "
+                         "sentences (the paper authors' token-classification metric)",
+    "f1": "SQuAD word-overlap F1 against the best-matching gold answer (official v2.0 script; no answer = empty)",
+    "token_f1": "F1 between the predicted and gold sets of answer-token positions, an empty set counting as {0} "
+                "(the paper authors' QA metric)",
+    "ndcg@10": "NDCG@10 with linear gains, the ideal over every relevant document (trec_eval's ndcg_cut_10)",
+    "ndcg@10_top10_only": "scikit-learn's ndcg_score on the 10 top-ranked documents only, the ideal over the relevant "
+                          "ones retrieved (the paper authors' retrieval metric)",
+}
+
 __all__ = [
     "accuracy",
     "entity_f1",

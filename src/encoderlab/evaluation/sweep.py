@@ -302,6 +302,7 @@ class Sweep:
                 "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
                 "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                 "truncated": {**task.truncated, "unit": task.truncation_unit},
+                "examples": {s: task.scored_examples(s) for s in ("validation", "test")},  # what a score averages
                 "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
                 "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
                 "data_split": getattr(task, "data_split", None),

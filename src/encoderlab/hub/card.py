@@ -16,6 +16,7 @@ import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation.metrics import DEFINITIONS
 from encoderlab.evaluation.tasks import baselines
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
@@ -156,17 +157,20 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
                   "its family's: majority class and TF-IDF + logistic regression, all \"O\", first span and always "
                   "abstaining, random and BM25 rankings); \"-\": an evaluation from before that baseline was "
                   "recorded.", "",
-                  "| task | family | metric | test | 95% CI | best LR | seeds | strongest baseline | vs baseline |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "| task | family | metric | test | 95% CI | best LR | seeds | test examples | strongest baseline | "
+                  "vs baseline |", "|---|---|---|---|---|---|---|---|---|---|"]
         for name, t in e["tasks"].items():
             if "test" not in t:
-                lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | failed | | | | | |")
+                lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | failed | | | | | | |")
                 continue
             ci = f"± {t['ci95']:.2f}" if t.get("ci95") is not None else "n/a"
             if t.get("constant") or (t.get("seeds", 0) > 1 and t.get("std_over_seeds") == 0):
                 ci = "undefined (zero variance)"
             lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | {t['test']:.2f} | {ci} | "
-                         f"{t.get('best_lr', 0):g} | {t.get('seeds', '')} | {_strongest(t)} | {_versus(t)} |")
+                         f"{t.get('best_lr', 0):g} | {t.get('seeds', '')} | {t.get('test_examples') or '-'} | "
+                         f"{_strongest(t)} | {_versus(t)} |")
+        used = sorted({t.get("metric") for t in e["tasks"].values()} & set(DEFINITIONS))
+        lines += ["", *(f"- `{m}`: {DEFINITIONS[m]}" for m in used)]
         lines.append("")
     return lines
 

@@ -89,6 +89,10 @@ class EvalTask(ABC):
         """The score of the trivial predictor (majority class, all-O tags, first span, random ranking); the
         family's other baselines (lexical models, always abstaining) are in evaluation/tasks/baselines.py."""
 
+    def scored_examples(self, split: str) -> int:
+        """How many examples (texts, sentences, questions; queries for retrieval) a split's score averages over."""
+        return len(self.splits[split])  # type: ignore[attr-defined]
+
     def subsample(self, split: str, n: int, seed: int) -> None:
         """Keep a seeded random `n` examples of a split (CPU protocols); call before `prepare`.
 

@@ -136,6 +136,9 @@ class RetrievalTask(EvalTask):
         self._query_index = {q: i for i, q in enumerate(self.query_ids)}
         self._query_texts = [query_text(self._query_source[q]) for q in self.query_ids]
 
+    def scored_examples(self, split: str) -> int:
+        return len(self.qrels.get(split, {}))
+
     def subsample(self, split: str, n: int, seed: int) -> None:
         """Keep a seeded random `n` queries of a split (CPU protocols); the corpus stays whole. Before `prepare`."""
         judged = self.qrels.get(split, {})
