@@ -235,3 +235,20 @@ def test_batched_engine_gives_the_sequential_records(one_thread):
     task.adopt(protocol.model_copy(update={"tokens": protocol.tokens.model_copy(update={"dropout": 0.1})}))
     task.prepare(tok, 40)
     assert "random" in engines.batched_step_fails(task, cfg, weights, runs[:2], protocol, CPU)
+
+
+def test_always_abstain_is_a_baseline_wherever_the_cut_input_lost_an_answer(words):
+    # Without e3 no question is unanswerable, but at 12 tokens e4's answer ("Rome") is cut off: labelled all 0 as the
+    # authors label it, so "no answer" scores it 1 and the baseline that abstains everywhere must be shown.
+    from encoderlab.evaluation.tasks import baselines
+
+    answerable = [e for e in EXAMPLES if e["id"] != "e3"]
+    task = tagging_task(answerable, inputs="eos")
+    task.prepare(words, max_length=12)
+    assert baselines.answers_cut(task, "test") == 1
+    abstain = baselines.every(task)["test"]["always_abstain"]
+    gold = task.tagging.gold("test")
+    by_hand = 100 * sum(1.0 if not g else 0.0 for g in gold) / len(gold)  # {0} vs {0} for the cut one, else 0
+    assert abstain["score"] == abstain["token_f1"] == by_hand == 100 / len(answerable)
+    task.prepare(words, max_length=64)  # nothing cut, nothing unanswerable: no always-abstain baseline
+    assert baselines.answers_cut(task, "test") == 0 and "always_abstain" not in baselines.every(task)["test"]

@@ -62,9 +62,17 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
         scheme = f" over {task.scheme} tags" if hasattr(task, "scheme") else ""
         log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} {task.train_unit}, "
             f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s; "
-            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}; baselines on test: "
+            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}{answers_lost(task)}; baselines on test: "
             + ", ".join(f"{baselines.LABELS[b]} {s['score']:.2f}" for b, s in task.baseline_scores["test"].items()))
     return tasks
+
+
+def answers_lost(task: EvalTask) -> str:
+    """QA tagging: the answers the cut inputs lost (scored as "no answer", as the paper authors' code does)."""
+    if getattr(task, "tagging", None) is None:
+        return ""
+    lost = {s: baselines.answers_cut(task, s) for s in ("train", "validation", "test")}
+    return "; answers cut off (labelled no answer): " + ", ".join(f"{n:,} of {s}" for s, n in lost.items())
 
 
 def truncation(task: EvalTask) -> str:
