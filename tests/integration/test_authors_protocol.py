@@ -138,7 +138,7 @@ def test_the_file_keeps_the_authors_choices_and_the_records_hold_them(swept):
     # the sizes are ours, the rest the file's
     assert (protocol.max_steps, protocol.batch_size, protocol.seeds, protocol.lrs) == (4, 8, [0, 2], [1e-3, 3e-3])
     assert (protocol.max_length, protocol.max_eval_examples, protocol.dtype) == (48, 8, "fp32")
-    assert protocol.name == "small-study-authors" and protocol.max_length_by_family == {"qa": 96, "retrieval": 64}
+    assert protocol.name == "small-study-authors" and protocol.max_length_by_family == {"qa": 256, "retrieval": 64}
     assert protocol.optim.betas == (0.9, 0.95) and protocol.warmup_fraction == 0.1
     found = swept["records"]
     assert len(found) == 16  # 4 tasks x 2 LRs x 2 seeds; retrieval's runs trained once on toy-ir and scored on it
