@@ -52,8 +52,8 @@ def deep_merge(base: dict, override: dict) -> dict:
 
 
 # The --set help of every command that takes it (apply_overrides).
-SET_MERGES = ("A mapping updates its section key by key (--set 'lr_schedule={warmup_steps: 100}'); KEY!=VALUE "
-              "replaces the whole section, its other keys back to their defaults.")
+SET_MERGES = ("A mapping updates its section key by key (--set 'SECTION={KEY: VALUE}' keeps the section's other "
+              "keys); SECTION!=VALUE replaces the whole section, its other keys back to their defaults.")
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

@@ -146,6 +146,8 @@ CLI_CASES = [
          "--set task_overrides.rt-polarity.lr=5: task_overrides.rt-polarity: lr cannot be set per task"),
     Case("sweep-task-override-value", ("sweep", "{ckpt}", "rt-polarity", "--set", "task_overrides.rt-polarity.epochs=0",
                                        "--out", "{tmp}/e"), "--set task_overrides.rt-polarity.epochs=0: "),
+    Case("sweep-lr-given-twice", ("sweep", "{ckpt}", "rt-polarity", "--set", "lrs=[1e-3,1e-3]", "--out", "{tmp}/e"),
+         "lrs: 0.001 is given twice; list each value once"),
     Case("sweep-override-markup", ("sweep", "{ckpt}", "rt-polarity", "--set", "seeds=[a]", "--out", "{tmp}/e"),
          "--set seeds=[a]: seeds.0"),
     Case("pretrain-last-override-blamed", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "name=ok", "--set",

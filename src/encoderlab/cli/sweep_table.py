@@ -13,7 +13,8 @@ def render_sweep(s: dict) -> None:
 
     p = s["protocol"]
     out.print(f"[bold]{s['tag']}[/bold]: protocol {p['name']} ({p['max_steps']} steps max, batch {p['batch_size']}, "
-              f"{len(p['lrs'])} LRs x {len(p['seeds'])} seeds, LR chosen on {p['selection_split']})")
+              f"{len(p['lrs'])} LRs x {len(p['seeds'])} seeds, LR chosen on {p['selection_split']} "
+              f"{'per seed' if p.get('lr_choice') == 'per_seed' else 'by the mean over seeds'})")
     families: dict[str, list] = {}
     for name, t in s["tasks"].items():
         families.setdefault(t["family"], []).append((name, t))
@@ -29,7 +30,7 @@ def render_sweep(s: dict) -> None:
             if "test" not in t:
                 table.add_row(name, t["metric"], "-", "-", "-", "-", *base, "-", "-", "-", runs)
                 continue
-            table.add_row(name, t["metric"], f"{t['test']:.2f}", _ci(t), f"{t['best_lr']:g}", f"{t['validation']:.2f}",
+            table.add_row(name, t["metric"], f"{t['test']:.2f}", _ci(t), _lr(t), f"{t['validation']:.2f}",
                           *base, baselines.versus(t), f"{t['std_over_seeds']:.2f}", f"{t['std_over_lrs']:.2f}", runs)
         out.print(table)
     out.print(f"Baselines on test: {baselines.MISSING}.")
@@ -47,3 +48,9 @@ def _ci(t: dict) -> str:
     if t.get("seeds", 0) > 1 and t["std_over_seeds"] == 0:
         return "undefined (zero variance)"
     return f"± {t['ci95']:.2f}"
+
+
+def _lr(t: dict) -> str:
+    """The kept LR, or each seed's where `lr_choice: per_seed` kept different ones (seed order)."""
+    kept = [lr for _, lr in sorted((t.get("lr_by_seed") or {}).items())]
+    return "/".join(f"{lr:g}" for lr in kept) if len(set(kept)) > 1 else f"{t['best_lr']:g}"

@@ -116,6 +116,14 @@ class Protocol(BaseModel):
     _context: int | None = PrivateAttr(None)  # the checkpoint's max_position_embeddings (`with_context`)
 
     @model_validator(mode="after")
+    def _check_grid(self) -> Protocol:
+        for key in ("lrs", "seeds"):  # a repeated value would run once but count twice, under another record key
+            values = getattr(self, key)
+            if twice := sorted({v for v in values if values.count(v) > 1}):
+                raise ValueError(f"{key}: {twice[0]:g} is given twice; list each value once")
+        return self
+
+    @model_validator(mode="after")
     def _check_weights(self) -> Protocol:
         if self.weights == "bf16" and self.dtype == "fp32":
             raise ValueError("weights: bf16 computes in bf16; it cannot go with dtype: fp32 (use dtype: bf16)")

@@ -116,6 +116,9 @@ def reference_section(report) -> str:
     res, root = report.res, Path(report.reference)
     if not root.is_dir():
         raise EncoderlabError(f"--reference {root}: no such folder (give the authors' results/ folder)")
+    if next(root.glob("*/*/*/*/results.json"), None) is None:
+        raise EncoderlabError(f"--reference {root}: no MODEL/TASK/DATASET/RUN/results.json in it (give the authors' "
+                              "results/ folder)")
     pairs = [(m.split("=", 1)[0], m.split("=", 1)[1]) if "=" in m else (m if m in res.evaluations else None, m)
              for m in report.reference_models]
     pairs = pairs or [(lb, lb) for lb in res.evaluations if (root / lb).is_dir()]
@@ -137,6 +140,8 @@ def reference_section(report) -> str:
         csv_rows += [[theirs, t, s.test, s.ci95, " ".join(f"{lr:g}" for _, lr in sorted(s.lr_by_seed.items()))]
                      for t, s in ref.tasks.items()]
         notes += [f"- {theirs}: {n}" for n in ref.notes]
+        if ours:
+            notes += _dataset_note(theirs, ref.tasks, ours, res.tasks.get(ours, {}))
     _csv(report.out / "reference.csv", ["authors_model", "task", "test", "ci95", "lr_by_seed"], csv_rows)
     return ("## The authors' own runs, aggregated as this report\n\n"
             f"The paper authors' per-run results (`{root}`, their EncodEval `results/` layout) aggregated by the "
@@ -145,3 +150,20 @@ def reference_section(report) -> str:
             f"files hold; this study's rows are as in every table here ({res.metric}). Per dataset: "
             "`reference.csv`.\n\n"
             + _table(["model", "source"] + CATEGORIES, rows) + "\n\n" + "\n".join(notes) + "\n")
+
+
+def _dataset_note(theirs: str, their_tasks: dict, ours: str, our_tasks: dict) -> list[str]:
+    """Where a category averages other datasets on the two sides, say so: those cells do not compare."""
+    lines = []
+    for cat in CATEGORIES:
+        a = sorted(t for t, s in their_tasks.items() if s.category == cat)
+        b = sorted(t for t, s in our_tasks.items() if s.category == cat)
+        if a and b and {_same_name(t) for t in a} != {_same_name(t) for t in b}:
+            lines.append(f"- {cat}: {theirs} averages {', '.join(a)}, {ours} averages {', '.join(b)}: other datasets, "
+                         "so this cell does not compare the models")
+    return lines
+
+
+def _same_name(task: str) -> str:
+    """encoderlab's name of a dataset either side may call it by (the authors' `mnli_m` is `mnli`)."""
+    return next((names[task] for names in DATASETS.values() if task in names), task)
