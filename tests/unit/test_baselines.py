@@ -201,7 +201,8 @@ def test_the_model_card_shows_the_strongest_baseline_and_names_a_constant_model(
     from encoderlab.hub.card import _evaluation_lines, _model_index
 
     learned = {"family": "retrieval", "metric": "ndcg@10", "test": 95.0, "ci95": 1.0, "best_lr": 1e-4, "seeds": 3,
-               "std_over_seeds": 0.8, "test_examples": 300, "strongest_baseline": {"name": "bm25", "value": 93.4}, "warning": None}
+               "std_over_seeds": 0.8, "test_examples": 300, "strongest_baseline": {"name": "bm25", "value": 93.4},
+               "warning": None}
     abstains = {"family": "qa", "metric": "f1", "test": 32.0, "ci95": 0.0, "best_lr": 1e-4, "seeds": 3,
                 "std_over_seeds": 0.0, "constant": "no answer", "warning": "predicts a constant (no answer)",
                 "strongest_baseline": {"name": "always_abstain", "value": 32.0}}

@@ -139,7 +139,7 @@ def test_the_report_shows_the_authors_runs_beside_the_study_model_of_the_same_na
     with pytest.raises(EncoderlabError, match="'610m-x' is no evaluation of this study"):
         reference_section(Report(root, reference=FIXTURE, reference_models=(f"610m-x={MLM}",)))
     # the study ran sst2 alone where the authors' SC averages three datasets: the cell is said not to compare
-    assert f"- SC: {MLM} averages mnli_m, qqp, sst2, {CLM} averages sst2: other datasets" in text
+    assert f"- SC: {MLM} averages mnli, qqp, sst2, {CLM} averages sst2: other datasets" in text
     (tmp_path / "runs" / "m").mkdir(parents=True)  # a folder, but no results tree in it
     with pytest.raises(EncoderlabError, match="no MODEL/TASK/DATASET/RUN/results.json in it"):
         reference_section(Report(root, reference=tmp_path / "runs"))
