@@ -224,3 +224,14 @@ def test_a_ranking_that_is_the_same_for_every_query_is_named(monkeypatch):
     assert task.evaluate(None, None, "test", 4)[CONSTANT] == "the same top 10 for every query, 'd3' first"
     monkeypatch.setattr(task, "search", lambda *a: {"q0": dict(same), "q1": {"d2": 1.0, "d3": 0.5}})
     assert CONSTANT not in task.evaluate(None, None, "test", 4)
+
+
+def test_zero_variance_up_to_rounding_is_still_zero_variance():
+    # Per-seed category means of constant scores differ in their last bits: no interval is claimed for them either.
+    from encoderlab.study.report import _category_cell
+    from encoderlab.study.results import CategoryScore, compare
+
+    a = CategoryScore(13.7, 4.9e-15, {0: 13.7, 1: 13.700000000000001, 2: 13.7}, 2, constant=["qa: no answer"])
+    b = CategoryScore(13.7, 0.0, {0: 13.7, 1: 13.7, 2: 13.7}, 2, constant=["qa: no answer"])
+    assert compare(a, b, "QA").undefined.startswith("undefined: no variance over seeds")
+    assert _category_cell(a) == "13.70 ± undefined (zero variance: qa: no answer)"

@@ -206,7 +206,9 @@ def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
         return Comparison(category, a.mean, b.mean, diff, None, None)
     va, vb = std(xs) ** 2 / len(xs), std(ys) ** 2 / len(ys)
     se = math.sqrt(va + vb)
-    if se == 0:  # every seed the same on both sides: no interval, p or power exists (not "± 0.00, p 1.000")
+    # Every seed the same on both sides: no interval, p or power exists (not "± 0.00, p 1.000"). Up to rounding: the
+    # per-seed means of constant scores differ in their last bits (a standard error of 5e-15 on scores near 14).
+    if se <= 1e-9 * max(1.0, abs(a.mean), abs(b.mean)):
         return Comparison(category, a.mean, b.mean, diff, None, None, undefined=no_variance(a, b))
     df = (va + vb) ** 2 / ((va**2 / (len(xs) - 1) if va else 0) + (vb**2 / (len(ys) - 1) if vb else 0) or 1e-12)
     p = float(2 * stats.t.sf(abs(diff / se), df))
