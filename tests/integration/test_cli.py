@@ -90,7 +90,7 @@ def test_set_updates_a_section_and_replaces_it_only_when_told(tmp_path, packed_d
     replaced = schedule("lr_schedule!={warmup_steps: 1}")  # asked for: the rest at the defaults
     assert replaced["warmup_steps"] == 1 and replaced["decay_steps"] != 50
     help_text = " ".join(run_cli("pretrain", "--help", home=tmp_path).stdout.split())
-    assert "KEY!=VALUE replaces the whole section" in help_text
+    assert "SECTION!=VALUE replaces the whole section" in help_text
 
 
 def test_the_default_protocol_and_demo_study_are_the_clones():
