@@ -42,12 +42,9 @@ def render_sweep(s: dict) -> None:
 
 
 def _ci(t: dict) -> str:
-    """The 95% CI half-width, or why there is none (one seed; every seed's score the same: zero variance)."""
-    if t["ci95"] is None:
-        return "n/a"
-    if t.get("seeds", 0) > 1 and t["std_over_seeds"] == 0:
-        return "undefined (zero variance)"
-    return f"± {t['ci95']:.2f}"
+    from encoderlab.evaluation.aggregate import ci_text  # deferred, as every command's heavy imports are
+
+    return ci_text(t)
 
 
 def _lr(t: dict) -> str:

@@ -93,3 +93,11 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
         entry["warning"] = baselines.warning(entry)
         tasks[name] = entry
     return {"tasks": tasks}
+
+
+def ci_text(t: dict) -> str:
+    """A task summary's 95% CI as tables and cards print it: the half-width; "n/a" with one seed; "undefined (zero
+    variance)" where every seed scored the same (a model that predicts a constant among them)."""
+    if t.get("seeds", 0) > 1 and (t.get("constant") or t.get("std_over_seeds") == 0):
+        return "undefined (zero variance)"
+    return "n/a" if t.get("ci95") is None else f"± {t['ci95']:.2f}"

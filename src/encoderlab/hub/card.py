@@ -16,6 +16,7 @@ import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation.aggregate import ci_text
 from encoderlab.evaluation.metrics import DEFINITIONS
 from encoderlab.evaluation.tasks import baselines
 from encoderlab.hub.hf import Target
@@ -163,10 +164,7 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
             if "test" not in t:
                 lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | failed | | | | | | |")
                 continue
-            ci = f"± {t['ci95']:.2f}" if t.get("ci95") is not None else "n/a"
-            if t.get("constant") or (t.get("seeds", 0) > 1 and t.get("std_over_seeds") == 0):
-                ci = "undefined (zero variance)"
-            lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | {t['test']:.2f} | {ci} | "
+            lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | {t['test']:.2f} | {ci_text(t)} | "
                          f"{t.get('best_lr', 0):g} | {t.get('seeds', '')} | {t.get('test_examples') or '-'} | "
                          f"{_strongest(t)} | {_versus(t)} |")
         used = sorted({t.get("metric") for t in e["tasks"].values()} & set(DEFINITIONS))
