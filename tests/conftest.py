@@ -30,6 +30,24 @@ def synthetic_documents(n: int, seed: int = 0) -> list[Document]:
     return docs
 
 
+TINY_MODEL = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 2, "num_key_value_heads": 1}
+
+
+def train_tiny(out: Path, packed: Path, name: str = "tiny") -> Path:
+    """A 2-step pretraining of TINY_MODEL on `packed` into `out/name` (fp32): a real checkpoint for evaluation tests."""
+    from encoderlab.config import validate
+    from encoderlab.train.config import PretrainConfig
+    from encoderlab.train.loop import Trainer
+
+    cfg = validate(PretrainConfig, {
+        "name": name, "out_dir": str(out), "data": {"path": str(packed)}, "model": TINY_MODEL,
+        "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
+        "train": {"steps": 2, "global_batch": 4, "dtype": "fp32", "eval_batches": 1, "tensorboard": False}}, "test")
+    Trainer(cfg, show_progress=False, log=lambda m: None).run()
+    return out / name
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny matrices: with 2 threads on a busy machine a step can take 100x longer (OpenMP contention)."""

@@ -4,6 +4,8 @@ checkpoint. Checks that every family takes the authors' path (inputs, heads, lab
 the per-seed LR choice) and that both the authors' metric and the field's standard one reach the records."""
 from __future__ import annotations
 
+from conftest import train_tiny
+
 import random
 from pathlib import Path
 
@@ -11,15 +13,13 @@ import pytest
 import torch
 from torch import nn
 
-from encoderlab.config import load_config, validate
+from encoderlab.config import load_config
 from encoderlab.data.offline.taskfiles import write_task_folder
 from encoderlab.evaluation import records
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.sweep import run_sweep
 from encoderlab.io import write_jsonl
 from encoderlab.train import checkpoint as ckpt
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
 
 CONFIG = Path(__file__).parents[2] / "configs" / "eval" / "small-study-authors.yaml"
 # Only the sizes change (and the task retrieval trains on, which must be one of ours); two LRs, so that the per-seed
@@ -101,13 +101,7 @@ def swept(tmp_path_factory, packed_dir, one_thread):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ENCODERLAB_HOME", str(tmp / "home"))
         write_tasks(tmp / "home" / "data" / "offline" / "tasks")
-        cfg = validate(PretrainConfig, {
-            "name": "tiny", "out_dir": str(tmp), "data": {"path": str(packed_dir)},
-            "model": {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                      "num_attention_heads": 2, "num_key_value_heads": 1},
-            "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
-            "train": {"steps": 2, "global_batch": 4, "dtype": "fp32", "eval_batches": 1, "tensorboard": False}}, "t")
-        Trainer(cfg, show_progress=False, log=lambda m: None).run()
+        train_tiny(tmp, packed_dir)
         protocol = load_config(Protocol, CONFIG, SIZES, str(CONFIG))  # what `encoderlab sweep --set ...` does
         prepared: dict = {}
         summary = run_sweep(tmp / "tiny", TASKS, protocol, tmp / "evals", log=lambda m: None, show_progress=False,

@@ -3,6 +3,8 @@ that breaks one fails the default suite. Structure only: the numbers of a smoke 
 asserted (gpu_check.py has its own smoke test, tests/unit/test_gpu_check.py)."""
 from __future__ import annotations
 
+from conftest import TINY_MODEL
+
 import json
 import random
 import sys
@@ -60,8 +62,7 @@ def test_prepare_throughput_quick(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def micro_checkpoint(tmp_path_factory, packed_dir):
     out = tmp_path_factory.mktemp("runs")
-    model = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-             "num_attention_heads": 2, "num_key_value_heads": 1}
+    model = TINY_MODEL
     cfg = validate(PretrainConfig, {
         "name": "micro", "out_dir": str(out), "data": {"path": str(packed_dir)}, "model": model, "objective": "mlm40",
         "lr_schedule": {"warmup_steps": 1, "decay_steps": 1},

@@ -3,11 +3,12 @@ the authors' QA choices (qa.format tagging, inputs eos, dropout, random batch or
 a tagging task that learns its answers."""
 from __future__ import annotations
 
+from conftest import train_tiny
+
 import random
 
 import torch
 
-from encoderlab.config import validate
 from encoderlab.data.offline.taskfiles import write_task_folder
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.evaluation import records
@@ -16,8 +17,6 @@ from encoderlab.evaluation.sweep import run_sweep
 from encoderlab.evaluation.tasks.qa import QATask
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
 
 NAMES = ["Paris", "Berlin", "Oslo", "Nile", "Kenya", "Rhine"]
 FILLER = "the river ran past old towns where people traded grain and cloth while boats carried news".split()
@@ -45,13 +44,7 @@ def test_a_tagging_sweep_records_both_metrics(tmp_path, packed_dir, monkeypatch,
     write_task_folder(tmp_path / "home" / "data" / "offline" / "tasks",
                       {"name": "toy-cloze", "family": "qa", "description": "tagging test"}, {},
                       {s: rows(n, s, k) for k, (s, n) in enumerate((("train", 24), ("validation", 10), ("test", 10)))})
-    cfg = validate(PretrainConfig, {
-        "name": "tiny", "out_dir": str(tmp_path), "data": {"path": str(packed_dir)},
-        "model": {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                  "num_attention_heads": 2, "num_key_value_heads": 1},
-        "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
-        "train": {"steps": 2, "global_batch": 4, "dtype": "fp32", "eval_batches": 1, "tensorboard": False}}, "test")
-    Trainer(cfg, show_progress=False, log=lambda m: None).run()
+    train_tiny(tmp_path, packed_dir)
     protocol = Protocol(name="t", max_steps=4, batch_size=8, eval_batch_size=8, lrs=[1e-3], seeds=[0, 1],
                         max_length=48, dtype="fp32", curve_every=2, qa={"format": "tagging"}, inputs="eos",
                         batch_order="random", tokens={"dropout": 0.1})
