@@ -23,3 +23,13 @@ class ChecksumError(EncoderlabError):
 
 class DataError(EncoderlabError):
     """A data source is missing, empty, malformed or unreachable."""
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says memory ran out: Python's MemoryError, torch's `OutOfMemoryError` (CUDA: a RuntimeError
+    saying "out of memory") or the CPU allocator's RuntimeError ("can't allocate memory"). What a process that the
+    kernel's out-of-memory killer ends raises is nothing: it is gone (a study or sweep names its dead worker)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)

@@ -228,11 +228,12 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
 
 
 @contextmanager
-def run_lock(folder: Path, what: str) -> Iterator[None]:
+def run_lock(folder: Path, what: str, shared: bool = False) -> Iterator[None]:
     """Hold `folder/.lock` while the block runs: one process at a time writes `what` into `folder`; another one is
     refused in one line naming the holder. The kernel releases the lock when its process dies, however it dies, so
     a dead process's lock file is simply taken over: its content only names the holder, it never decides. Taken
-    before any work, it refuses first an unwritable folder."""
+    before any work, it refuses first an unwritable folder. `shared`: any number of shared holders at once (each
+    writing parts that lock themselves, like a study's `--job`s), none while an exclusive one holds it."""
     check_writable(folder, f"the folder of {what}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / ".lock"
@@ -240,10 +241,13 @@ def run_lock(folder: Path, what: str) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             raise EncoderlabError(f"cannot write {what} into {folder}: {_holder(path)} is writing there; wait "
                                   "for it to end or stop it (one process at a time writes a folder)") from None
+        if shared:  # the file names exclusive holders only: shared ones would overwrite each other's names
+            yield
+            return
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.argv)}
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(holder).encode())
@@ -259,7 +263,7 @@ def _holder(path: Path) -> str:
     try:
         holder = json.loads(path.read_text())
         return f"process {holder['pid']} on {holder['host']} ({holder['command']})"
-    except (OSError, ValueError, KeyError, TypeError):  # the holder is still writing its name
+    except (OSError, ValueError, KeyError, TypeError):  # a shared holder, or one still writing its name
         return "another process"
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shlex
+import socket
 import sys
 
 import pytest
@@ -18,9 +21,10 @@ from safetensors.torch import load_file
 from encoderlab.config import validate
 from encoderlab.train import checkpoint
 from encoderlab.train.config import PretrainConfig
-from encoderlab.train.divergence import Diverged
+from encoderlab.errors import is_out_of_memory
+from encoderlab.train.divergence import Diverged, out_of_memory
 from encoderlab.train.loop import Trainer
-from runs import TINY, config
+from runs import STEPS, TINY, config
 
 DIVERGING_LR = 1e6  # the update after step 1 makes the weights, then the gradients, non-finite
 
@@ -38,6 +42,7 @@ def command(monkeypatch, capsys, *args) -> tuple[int, list[str], str]:
         code = exit_.code
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err, captured.err
+    command.log = captured.err  # the log lines (stderr), for a test that reads them
     return code, [line for line in captured.err.splitlines() if line.startswith("error:")], captured.out
 
 
@@ -76,6 +81,49 @@ def test_a_diverging_run_stops_at_its_first_bad_step_and_keeps_its_last_finite_c
     assert code == 1 and len(errors) == 1 and f"pretraining diverged at step {bad} in " in errors[0], errors
     assert "no checkpoint was saved" in errors[0]
     assert not list((tmp_path / "late" / "checkpoints").glob("step-*")) and not (tmp_path / "late" / "LATEST").exists()
+
+
+CPU_OUT_OF_MEMORY = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+                     "tried to allocate 2147483648 bytes. Error code 12 (Cannot allocate memory)")
+
+
+def out_of_memory_at(step: int, real=Trainer.train_step):
+    def train_step(self, objective):
+        if self.step + 1 == step:
+            raise RuntimeError(CPU_OUT_OF_MEMORY)
+        return real(self, objective)
+    return train_step
+
+
+def test_out_of_memory_is_one_line_and_a_start_that_saved_nothing_does_not_block_its_name(tmp_path, packed_dir,
+                                                                                         monkeypatch, capsys,
+                                                                                         one_thread):
+    run, file = tmp_path / "big", write_run(tmp_path, packed_dir, "big", 1e-3, micro_batch=4, keep_checkpoints=2)
+    monkeypatch.setattr(Trainer, "train_step", out_of_memory_at(1))
+    code, errors, _ = command(monkeypatch, capsys, "pretrain", file)
+    assert code == 1 and len(errors) == 1, errors
+    assert errors[0].startswith(f"error: pretraining ran out of memory at step 1 in {run} (it asked for 2.00 GiB): "
+                                "a micro-batch of 4 sequences x ")
+    assert "tokens did not fit; set train.micro_batch=2 (the step's global batch of 4 stays" in errors[0]
+    assert errors[0].endswith("it saved no checkpoint, so the next start begins it again")
+    assert (run / "config.yaml").exists() and not (run / "checkpoints").exists()
+    # Its folder held a start with nothing to resume from: a new start (no --resume) takes the name again...
+    monkeypatch.setattr(Trainer, "train_step", out_of_memory_at(3))
+    code, errors, _ = command(monkeypatch, capsys, "pretrain", file)
+    assert f"{run} held a start that saved no checkpoint (config.yaml, metrics.jsonl removed)" in command.log
+    assert code == 1 and len(errors) == 1 and "at step 3 in" in errors[0], errors
+    assert f"its last checkpoint, step-0000002, is kept: pass --resume with the new setting" in errors[0]
+    assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    # ...but a run with a checkpoint is never replaced: refused, then resumed with the smaller micro-batch.
+    monkeypatch.undo()
+    code, errors, _ = command(monkeypatch, capsys, "pretrain", file)
+    assert code == 2 and "already holds a run (last checkpoint step-0000002)" in errors[0], errors
+    code, errors, _ = command(monkeypatch, capsys, "pretrain", file, "--resume", "--set", "train.micro_batch=2")
+    assert code == 0 and not errors and checkpoint.latest(run).name == checkpoint.checkpoint_name(STEPS)
+    # CUDA's message reads the same way; what is no memory error stays a bug (its traceback).
+    cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity")
+    assert is_out_of_memory(cuda) and not is_out_of_memory(RuntimeError("shape mismatch"))
+    assert "(it asked for 20.00 MiB)" in str(out_of_memory(cuda, run, 7, 8, 512, 64))
 
 
 def trainer(tmp_path, packed_dir, resume=False, **train):
@@ -157,6 +205,30 @@ def test_an_edited_study_file_is_refused_naming_what_changed(tmp_path, packed_di
     write_study(tmp_path, packed_dir, task, 3e-3)  # restored: what was done stays done
     code, _, out = command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain", "--json")
     assert code == 0 and json.loads(out)["done_now"] == 0
+
+
+def test_one_process_runs_a_study_at_a_time_and_jobs_share_it(tmp_path, packed_dir, classification_task,
+                                                                monkeypatch, capsys, one_thread):
+    """Two `study run`s at once: the second took the first one's running jobs for failed ones. Now it is refused in
+    one line naming the holder; `--job`s (one per cluster job) run side by side, but not beside a whole run."""
+    from encoderlab.io import run_lock
+
+    write_study(tmp_path, packed_dir, classification_task(tmp_path / "task"), 3e-3)
+    study, root, holder = tmp_path / "study.yaml", tmp_path / "studies" / "s", shlex.join(sys.argv)
+    with run_lock(root, "a study"):  # another whole `study run` (the lock conflicts within one process too)
+        for job in ([], ["--job", "pretrain:tiny-clm-4"]):
+            code, errors, _ = command(monkeypatch, capsys, "study", "run", study, *job)
+            assert code == 2 and errors == [f"error: cannot write study s into {root}: process {os.getpid()} on "
+                                            f"{socket.gethostname()} ({holder}) is writing there; wait "
+                                            "for it to end or stop it (one process at a time writes a folder)"]
+            assert sorted(p.name for p in root.iterdir()) == [".lock"]  # nothing written
+    with run_lock(root, "a study", shared=True):  # a `--job` running: another job runs, a whole run is refused
+        assert command(monkeypatch, capsys, "study", "run", study, "--job", "pretrain:tiny-clm-4")[0] == 0
+        code, errors, _ = command(monkeypatch, capsys, "study", "run", study)
+        assert code == 2 and errors[0].startswith(f"error: cannot write study s into {root}: another process is "
+                                                  "writing there")
+    code, _, out = command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain", "--json")
+    assert code == 0 and json.loads(out)["done_now"] == 1  # the job run beside the held lock is done
 
 
 # ------------------------------------------------------------------------------------------------ sweeps

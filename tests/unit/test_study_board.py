@@ -1,10 +1,13 @@
 """The study scheduler's bookkeeping and executor, on jobs that run nothing: what is ready, what a failure skips."""
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 
-from encoderlab.study import runner
-from encoderlab.study.runner import Board, Job
+from encoderlab.study.scheduler import WORKER_DIED, Board, Job, run_jobs
 
 
 def chain(tmp_path) -> list[Job]:
@@ -44,12 +47,33 @@ def test_in_process_execution_records_errors_and_stops_on_ctrl_c(tmp_path, monke
             raise KeyboardInterrupt
         return {"seconds": 0.0}
 
-    monkeypatch.setattr(runner, "execute", execute)
     board = Board(chain(tmp_path), done=set())
-    outcomes = runner._execute(board, workers=1)
+    outcomes = run_jobs(board, 1, execute)
     job, result, error = next(outcomes)
     assert job.id == "pretrain:trunk" and result is None
     assert error.splitlines()[0] == "RuntimeError: disk on fire" and "Traceback" in error
     board.fail(job, error)
     with pytest.raises(KeyboardInterrupt):  # the next ready job is eval:other
         next(outcomes)
+
+
+def kill_a_or_wait(job) -> dict:
+    """A job run in a worker process: job `a` kills its own worker (as kill -9 or the out-of-memory killer would)."""
+    if job.id == "pretrain:a":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(2.0 if job.id == "pretrain:b" else 0.0)
+    return {"seconds": 0.0}
+
+
+def test_a_dead_worker_fails_the_jobs_of_its_pool_and_the_rest_goes_on_in_a_new_one():
+    """A killed worker broke the pool: BrokenProcessPool's traceback ended the whole study. Now the jobs running in
+    that pool fail, by name and with that reason, their dependents are skipped, and the other jobs still run."""
+    jobs = [Job("pretrain:a", "pretrain", [], {}, cost=8.0), Job("pretrain:b", "pretrain", [], {}, cost=4.0),
+            Job("eval:a", "eval", ["pretrain:a"], {}), Job("eval:c", "eval", [], {})]
+    board = Board(jobs, done=set())
+    for job, _, error in run_jobs(board, 2, kill_a_or_wait):  # as run_study records them
+        board.finish(job) if error is None else board.fail(job, error)
+    assert sorted(board.failed) == ["pretrain:a", "pretrain:b"] and board.skipped == {"eval:a"}
+    assert all(reason.startswith(WORKER_DIED) and reason.endswith("it resumes on the next study run")
+               for reason in board.failed.values())
+    assert board.done == {"eval:c"} and not board.pending

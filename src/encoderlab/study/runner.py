@@ -13,31 +13,19 @@ cores / workers threads. On a multi-GPU machine, run one `study run --job ...` p
 """
 from __future__ import annotations
 
-import os
+import shutil
 import time
-import traceback
-from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
-from multiprocessing import get_context
+from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.io import atomic_file, die_with_parent, write_json
+from encoderlab.io import atomic_file, run_lock, write_json
 from encoderlab.evaluation import records
 from encoderlab.errors import EncoderlabError
 from encoderlab.train.checkpoint import checkpoint_name, weights_digest
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.plan import Plan, build_plan, expand_tasks, load_protocol
-
-
-@dataclass
-class Job:
-    id: str
-    kind: str  # "pretrain", "random" or "eval"
-    deps: list[str]  # job ids, or "JOB@PATH": that job's checkpoint at PATH exists (a branch needs no more)
-    args: dict
-    cost: float = 1.0  # ordering hint: big jobs first keep the workers busy to the end
+from encoderlab.study.scheduler import Board, Job, run_jobs
 
 
 def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
@@ -100,13 +88,6 @@ def is_done(job: Job) -> bool:
 # ------------------------------------------------------------------------------------------------ in a worker
 
 _PREPARED: dict[tuple, dict] = {}  # per process, by protocol and tokenizer: tasks by spec, tokenised once
-
-
-def _init_worker(threads: int, parent: int) -> None:
-    die_with_parent(parent)  # a killed study leaves no worker writing into its folders
-    import torch
-
-    torch.set_num_threads(threads)
 
 
 def execute(job: Job, log: Callable[[str], None] | None = None) -> dict:
@@ -210,7 +191,21 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
               only: str | None = None, job_id: str | None = None) -> dict:
     """Run every job not yet done. `only`: 'pretrain' stops before evaluation; `job_id`: that job alone (its
     dependencies must be done: a cluster scheduler orders them). Returns counts and failures.
-    The pipeline: the jobs and what is done (`Board`) -> `_execute` yields each job as it ends -> record it."""
+    The pipeline: the jobs and what is done (`Board`) -> `run_jobs` yields each job as it ends -> record it.
+    One process runs a study at a time (the study folder's lock): another one would take the first one's running
+    jobs for failed ones. `--job`s share it, each job's own folders locking themselves."""
+    created = not plan.root.exists()
+    try:
+        with run_lock(plan.root, f"study {plan.spec.name}", shared=job_id is not None):
+            return _run_study(plan, base_dir, workers=workers, log=log, only=only, job_id=job_id)
+    except EncoderlabError:
+        if created and plan.root.is_dir() and [p.name for p in plan.root.iterdir()] == [".lock"]:
+            shutil.rmtree(plan.root)  # a refused new study leaves no folder behind
+        raise
+
+
+def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str], None], only: str | None,
+               job_id: str | None) -> dict:
     if plan.spec.imported:  # before anything trains; then the plan has the imports' own shapes, not a hint's
         prepare_imports(plan.spec, base_dir, plan.root, plan.base_config.get("data", {}).get("path", "offline"),
                         log=log)
@@ -228,7 +223,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         f"({workers} worker{'s' if workers > 1 else ''})")
     started = time.perf_counter()
     (plan.root / "status").mkdir(parents=True, exist_ok=True)
-    for job, result, error in _execute(board, workers):
+    for job, result, error in run_jobs(board, workers, _run_in_worker):
         if error is None:
             board.finish(job)
             status_file(plan, job.id).unlink(missing_ok=True)
@@ -296,90 +291,6 @@ def _one_job(jobs: list[Job], job_id: str, plan: Plan) -> Job:
     if missing:
         raise EncoderlabError(f"job {job_id} needs {', '.join(missing)} to finish first")
     return known[job_id]
-
-
-class Board:
-    """Where each job of one start stands: done, failed, skipped (a dependency failed) or pending. A dependency
-    not among `jobs` (not selected this time) counts as done."""
-
-    def __init__(self, jobs: list[Job], done: set[str]):
-        self.ids, self.done, self.done_now = {j.id for j in jobs}, done, 0
-        self.pending = [j for j in jobs if j.id not in done]
-        self.failed: dict[str, str] = {}
-        self.skipped: set[str] = set()
-
-    def ready(self) -> list[Job]:
-        """Pending jobs whose dependencies are met, pretraining and the biggest first."""
-        out = [j for j in self.pending if all(self._met(d) for d in j.deps)]
-        return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
-
-    def _met(self, dep: str) -> bool:
-        job, _, path = dep.partition("@")
-        if path:  # a branch point: that checkpoint is written, by a run that has not failed
-            return job not in self.failed and (job in self.done or Path(path).exists())
-        return job in self.done or job not in self.ids
-
-    def finish(self, job: Job) -> None:
-        self.pending.remove(job)
-        self.done.add(job.id)
-        self.done_now += 1
-
-    def fail(self, job: Job, error: str) -> list[str]:
-        """Record `job` as failed and skip every job that depends on it; returns those, in order."""
-        self.pending.remove(job)
-        self.failed[job.id] = error
-        blocked = [job.id]
-        for other in list(self.pending):  # in `jobs_of` order: a job comes after the jobs it depends on
-            if any(d.partition("@")[0] in blocked for d in other.deps):
-                self.pending.remove(other)
-                self.skipped.add(other.id)
-                blocked.append(other.id)
-        return blocked[1:]
-
-
-class _InProcess(Executor):
-    """`workers` 1: a job runs in this process as it is submitted, so a Ctrl-C stops it where it is."""
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        future = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except Exception as exc:  # noqa: BLE001 - any failure of one job is recorded, the study goes on
-            future.set_exception(exc)
-        return future
-
-
-def _execute(board: Board, workers: int) -> Iterator[tuple[Job, dict | None, str | None]]:
-    """Runs what the board has ready until nothing is; yields (job, result, error) as each job ends. The caller
-    records each on the board before asking for the next, so what is ready follows."""
-    workers = max(1, workers)
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    with (_InProcess() if workers <= 1 else ProcessPoolExecutor(workers, mp_context=get_context("spawn"),
-                                                                initializer=_init_worker,
-                                                                initargs=(threads, os.getpid()))) as pool:
-        running: dict[Future, Job] = {}
-        while True:
-            busy = {j.id for j in running.values()}
-            for job in [j for j in board.ready() if j.id not in busy][:workers - len(running)]:
-                running[pool.submit(_run_in_worker, job)] = job
-            if not running:
-                return
-            # a timeout, so branches start when their checkpoint appears, not only when a job ends
-            finished, _ = wait(running, timeout=2.0, return_when=FIRST_COMPLETED)
-            for future in finished:
-                job, exc = running.pop(future), future.exception()
-                if exc is None:
-                    yield job, future.result(), None
-                elif isinstance(exc, Exception):
-                    yield job, None, _reason(exc)
-                else:  # a Ctrl-C in a worker stops the study, as one in this process does
-                    raise exc
-
-
-def _reason(exc: BaseException) -> str:
-    """A failed job's reason: the error, then (a job run in this process) where it was raised."""
-    where = "\n" + "".join(traceback.format_exception(exc, limit=4)) if exc.__traceback__ else ""
-    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _brief(result: dict | None) -> str:

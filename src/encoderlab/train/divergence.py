@@ -1,5 +1,6 @@
 """Divergence stops a run: a non-finite training loss or gradient norm, non-finite weights about to be saved, or
-(`train.loss_spike`, off by default) a logged loss that jumps above a multiple of the lowest one logged before.
+(`train.loss_spike`, off by default) a logged loss that jumps above a multiple of the lowest one logged before. A run
+that runs out of memory ends in one line too (`out_of_memory`).
 
 The loop hands every step's loss and gradient norm to a `Watch`, which keeps them on the device (reading them each
 step would make the host wait for the accelerator) and looks at them where the loop waits anyway: at each log line
@@ -13,6 +14,7 @@ summed over ranks besides (one small all-reduce per log line or checkpoint), so 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import torch
@@ -86,3 +88,18 @@ class Watch:
 def _losses(record: dict) -> dict[str, float]:
     """A log line's finite training losses by key (`mlm40/loss`), validation losses left out."""
     return {k: v for k, v in record.items() if k.endswith("/loss") and not k.startswith("val/") and math.isfinite(v)}
+
+
+def out_of_memory(exc: BaseException, run_dir: Path, step: int, micro: int, seq_len: int, global_batch: int) -> Failed:
+    """A run that ran out of memory, in one line (exit code 1): what did not fit, and the settings that make it fit
+    without changing the run: train.micro_batch and activation checkpointing are free on --resume."""
+    found = checkpoint.latest(run_dir)
+    kept = (f"its last checkpoint, {found.name}, is kept: pass --resume with the new setting" if found else
+            "it saved no checkpoint, so the next start begins it again")
+    asked = re.search(r"tried to allocate ([\d.]+) ?([KMG]iB)?", str(exc), re.IGNORECASE)
+    cause = (f"it asked for {asked[1]} {asked[2]}" if asked and asked[2] else
+             f"it asked for {int(asked[1]) / 2**30:.2f} GiB" if asked else type(exc).__name__)
+    return Failed(f"pretraining ran out of memory at step {step} in {run_dir} ({cause}): a micro-batch of {micro} "
+                  f"sequences x {seq_len} tokens did not fit; set train.micro_batch={max(1, micro // 2)} (the step's "
+                  f"global batch of {global_batch} stays, as gradient accumulation: the same run, the same numbers) "
+                  f"or train.activation_checkpointing=true; {kept}")

@@ -18,13 +18,13 @@ from encoderlab import objectives
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data  # resolve_data: also the study's
 from encoderlab.io import run_lock, write_json
-from encoderlab.errors import EncoderlabError
+from encoderlab.errors import EncoderlabError, is_out_of_memory
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.seeds import derive_seed
 from encoderlab.train import checkpoint, distributed, optim, resume as same_run
-from encoderlab.train.divergence import Watch
+from encoderlab.train.divergence import Watch, out_of_memory
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.logging import MetricsLog, Progress, describe_step, read_metrics, require_wandb
 
@@ -155,6 +155,9 @@ class Trainer:
             self._check_run_dir(resume, extend)
         if self.world.is_main:  # before anything is written there; the other ranks follow rank 0
             self._lock.enter_context(run_lock(self.run_dir, "a pretraining run"))
+            if not resume and (cleared := same_run.clear_unsaved_start(self.run_dir)):
+                self.log(f"{self.run_dir} held a start that saved no checkpoint ({', '.join(cleared)} removed): "
+                         "nothing to resume from, so this run starts it again")
         found, extended = self._check_run_dir(resume, extend)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.world.is_main and (stale := checkpoint.clean_stale(self.run_dir)):
@@ -326,7 +329,14 @@ class Trainer:
         """Train to the end of the budget (or, to simulate a kill in tests, stop after step `stop_at`); the run
         folder's lock is released when it returns or fails."""
         with self._lock:
-            return self._train(stop_at)
+            try:
+                return self._train(stop_at)
+            except (MemoryError, RuntimeError) as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                micro = self.cfg.train.micro_batch or self.global_batch // self.world.size
+                raise out_of_memory(exc, self.run_dir, self.step + 1, micro, self.train_data.seq_len,
+                                    self.global_batch) from None
 
     def _train(self, stop_at: int | None) -> dict:
         cfg, total = self.cfg, self.cfg.train.steps

@@ -9,6 +9,7 @@ exactly what it was.
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import yaml
@@ -26,6 +27,25 @@ def has_run(run_dir: Path) -> bool:
     """Whether a run was started in `run_dir` (it may have no checkpoint yet, or have lost its LATEST)."""
     return any((run_dir / name).exists() for name in (checkpoint.LATEST, CONFIG, "metrics.jsonl")) or \
         checkpoint.newest_complete(run_dir) is not None
+
+# What a run writes before its first checkpoint (and the leftovers `checkpoint.clean_stale` removes).
+_UNSAVED = ("config.yaml", "metrics.jsonl", "tensorboard", "summary.json", "checkpoints")
+
+
+def clear_unsaved_start(run_dir: Path) -> list[str]:
+    """A run that failed or was killed before its first checkpoint (out of memory at step 1, a kill at step 900 of
+    a run saving at 1,000) has nothing to resume from: a new start under its name would train it again from
+    scratch anyway, so its config and log are removed rather than blocking the name. Never touches a run with a
+    checkpoint, a LATEST (even a dangling one: checkpoints removed by hand are not 'none saved') or an extension.
+    Call with the run's lock held; returns the names removed."""
+    if not run_dir.is_dir() or (run_dir / checkpoint.LATEST).exists() or any(run_dir.glob("config.extend-*.yaml")) \
+            or checkpoint.newest_complete(run_dir) is not None:
+        return []
+    removed = [run_dir / name for name in _UNSAVED if (run_dir / name).exists()]
+    for path in removed:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return [p.name for p in removed]
+
 
 # Keys that may differ on --resume. Where the run lies (a moved run folder is the same run; the data is compared by
 # content, through the fingerprint its checkpoints record), what is logged and kept, when a diverging run stops,

@@ -1,0 +1,142 @@
+"""The study's scheduler: which jobs are ready, failed or skipped (`Board`), and running them, in this process or in
+worker processes, as their dependencies allow (`run_jobs`).
+
+A worker process that dies (killed, or ended by the kernel's out-of-memory killer) breaks its pool: every job then
+running fails with that reason (which of them lost its worker cannot be told), their dependents are skipped, and the
+rest of the study goes on in a new pool. The jobs that failed so resume on the next `study run` (a pretraining run
+from its last checkpoint, a sweep from its records).
+"""
+from __future__ import annotations
+
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+from encoderlab.io import die_with_parent
+
+WORKER_DIED = ("its worker process died (killed by a signal: kill -9, or the kernel's out-of-memory killer) while "
+               "this job or one beside it ran")
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str  # "pretrain", "random" or "eval"
+    deps: list[str]  # job ids, or "JOB@PATH": that job's checkpoint at PATH exists (a branch needs no more)
+    args: dict
+    cost: float = 1.0  # ordering hint: big jobs first keep the workers busy to the end
+
+
+def _init_worker(threads: int, parent: int) -> None:
+    die_with_parent(parent)  # a killed study leaves no worker writing into its folders
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+class Board:
+    """Where each job of one start stands: done, failed, skipped (a dependency failed) or pending. A dependency
+    not among `jobs` (not selected this time) counts as done."""
+
+    def __init__(self, jobs: list[Job], done: set[str]):
+        self.ids, self.done, self.done_now = {j.id for j in jobs}, done, 0
+        self.pending = [j for j in jobs if j.id not in done]
+        self.failed: dict[str, str] = {}
+        self.skipped: set[str] = set()
+
+    def ready(self) -> list[Job]:
+        """Pending jobs whose dependencies are met, pretraining and the biggest first."""
+        out = [j for j in self.pending if all(self._met(d) for d in j.deps)]
+        return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
+
+    def _met(self, dep: str) -> bool:
+        job, _, path = dep.partition("@")
+        if path:  # a branch point: that checkpoint is written, by a run that has not failed
+            return job not in self.failed and (job in self.done or Path(path).exists())
+        return job in self.done or job not in self.ids
+
+    def finish(self, job: Job) -> None:
+        self.pending.remove(job)
+        self.done.add(job.id)
+        self.done_now += 1
+
+    def fail(self, job: Job, error: str) -> list[str]:
+        """Record `job` as failed and skip every job that depends on it; returns those, in order."""
+        self.pending.remove(job)
+        self.failed[job.id] = error
+        blocked = [job.id]
+        for other in list(self.pending):  # in `jobs_of` order: a job comes after the jobs it depends on
+            if any(d.partition("@")[0] in blocked for d in other.deps):
+                self.pending.remove(other)
+                self.skipped.add(other.id)
+                blocked.append(other.id)
+        return blocked[1:]
+
+
+class _InProcess(Executor):
+    """`workers` 1: a job runs in this process as it is submitted, so a Ctrl-C stops it where it is."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        future = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - any failure of one job is recorded, the study goes on
+            future.set_exception(exc)
+        return future
+
+
+def run_jobs(board: Board, workers: int, run: Callable) -> Iterator[tuple[Job, dict | None, str | None]]:
+    """Runs `run(job)` for what the board has ready until nothing is; yields (job, result, error) as each job
+    ends. The caller records each on the board before asking for the next, so what is ready follows. `run` is a
+    module-level function (it travels to spawned workers)."""
+    workers = max(1, workers)
+    while True:
+        pool = _InProcess() if workers <= 1 else ProcessPoolExecutor(
+            workers, mp_context=get_context("spawn"), initializer=_init_worker,
+            initargs=(max(1, (os.cpu_count() or 1) // workers), os.getpid()))
+        with pool:
+            broke = yield from _drive(pool, board, workers, run)
+        if not broke:
+            return
+
+
+def _drive(pool: Executor, board: Board, workers: int, run: Callable):
+    """Feed one pool until the board has nothing ready (returns False) or the pool breaks (True)."""
+    running: dict[Future, Job] = {}
+    while True:
+        busy = {j.id for j in running.values()}
+        try:
+            for job in [j for j in board.ready() if j.id not in busy][:workers - len(running)]:
+                running[pool.submit(run, job)] = job
+        except BrokenProcessPool:
+            pass  # seen below, as the running jobs' exception
+        if not running:
+            return False
+        # a timeout, so branches start when their checkpoint appears, not only when a job ends
+        finished, _ = wait(running, timeout=2.0, return_when=FIRST_COMPLETED)
+        broke = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
+        for future in list(running) if broke else finished:  # a broken pool fails every job it held
+            job, exc = running.pop(future), future.exception() if future.done() else BrokenProcessPool()
+            if exc is None:
+                yield job, future.result(), None
+            elif isinstance(exc, BrokenProcessPool):
+                yield job, None, f"{WORKER_DIED}; it resumes on the next study run"
+            elif isinstance(exc, Exception):
+                yield job, None, _reason(exc)
+            else:  # a Ctrl-C in a worker stops the study, as one in this process does
+                raise exc
+        if broke:
+            return True
+
+
+def _reason(exc: BaseException) -> str:
+    """A failed job's reason: the error, then (a job run in this process) where it was raised."""
+    where = "\n" + "".join(traceback.format_exception(exc, limit=4)) if exc.__traceback__ else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
