@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import pickle
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 
 import torch
@@ -25,6 +25,7 @@ from encoderlab.io import die_with_parent
 from encoderlab.model.config import ModelConfig
 
 _WORKER: dict = {}  # in a worker process: what every run needs, received once
+POLL_S = 5.0  # how often the parent looks up from its workers' runs to let a progress line be said (a heartbeat)
 
 
 def threads_per_worker(workers: int) -> int:
@@ -68,8 +69,11 @@ def _cost(task: EvalTask, protocol: Protocol) -> float:
 
 
 def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelConfig,
-                 weights: dict[str, torch.Tensor], protocol: Protocol, workers: int) -> Iterator[tuple[EvalTask, dict]]:
-    """Train `runs` on `workers` processes; yields (task, record body) in this process as each finishes.
+                 weights: dict[str, torch.Tensor], protocol: Protocol, workers: int,
+                 on_wait: Callable[[int, int], None] | None = None,
+                 poll: float | None = None) -> Iterator[tuple[EvalTask, dict]]:
+    """Train `runs` on `workers` processes; yields (task, record body) in this process as each finishes, and calls
+    `on_wait(runs finished, runs running)` at least every `poll` seconds (default `POLL_S`; Heartbeat.waiting).
 
     The longest runs start first (steps x length), so that no long run is left alone at the end. An exception in
     a worker (a bug, not a diverged run: those come back as failed records) is raised once the runs under way have
@@ -82,13 +86,15 @@ def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelCo
     # leaving the parent's NumPy views of those tensors (tasks keep some) pointing at freed memory, which the next
     # worker would then receive. Plain pickle copies and changes nothing here.
     payload = pickle.dumps((tasks, model_cfg, weights, protocol), protocol=pickle.HIGHEST_PROTOCOL)
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn"),
+    size = min(workers, len(runs))
+    pool = ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(payload, threads_per_worker(workers), os.getpid()))
     error: BaseException | None = None
+    done = 0
     try:
         pending: dict[Future, EvalTask] = {pool.submit(_run, t.name, lr, seed): t for t, lr, seed in runs}
         while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            finished, _ = wait(pending, timeout=poll or POLL_S, return_when=FIRST_COMPLETED)
             for future in finished:
                 task = pending.pop(future)
                 if future.cancelled():
@@ -99,7 +105,10 @@ def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelCo
                     for other in pending:
                         other.cancel()
                     continue
+                done += 1
                 yield task, future.result()
+            if on_wait is not None:
+                on_wait(done, min(size, len(pending)))
     finally:
         # Ctrl-C (or the caller closing this generator) reaches the workers too: nothing is waited for, and runs
         # without a record are redone next time.
