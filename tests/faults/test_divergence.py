@@ -112,7 +112,7 @@ def test_out_of_memory_is_one_line_and_a_start_that_saved_nothing_does_not_block
     code, errors, _ = command(monkeypatch, capsys, "pretrain", file)
     assert f"{run} held a start that saved no checkpoint (config.yaml, metrics.jsonl removed)" in command.log
     assert code == 1 and len(errors) == 1 and "at step 3 in" in errors[0], errors
-    assert f"its last checkpoint, step-0000002, is kept: pass --resume with the new setting" in errors[0]
+    assert "its last checkpoint, step-0000002, is kept: pass --resume with the new setting" in errors[0]
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     # ...but a run with a checkpoint is never replaced: refused, then resumed with the smaller micro-batch.
     monkeypatch.undo()

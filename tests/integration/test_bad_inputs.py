@@ -184,6 +184,22 @@ CLS = "family: classification\ntrain: train.csv\nvalidation: train.csv\n"
 CONLL = "Anna B-PER\nKarenina I-PER\nreads O\n\nOslo B-LOC\nsleeps O\n\n"
 TOK = "family: tokens\ntrain: train.txt\nvalidation: train.txt\n"
 SWEEP = ("sweep", "{ckpt}", "{tmp}/t.yaml", "--out", "{tmp}/o")
+SQUAD = json.dumps({"data": [{"title": "t", "paragraphs": [{"context": "Anna reads in Oslo", "qas": [
+    {"id": f"q{i}", "question": "who reads in Oslo today?", "answers": [{"text": "Anna", "answer_start": 0}]}]}
+    for i in range(4)]}]}).replace("{", "{{").replace("}", "}}")  # written through str.format
+
+
+def beir_files(tmp: Path, ctx: dict) -> None:
+    """A retrieval task file `t.yaml` over a BEIR folder of four documents, one query each."""
+    write("t.yaml", "family: retrieval\nfolder: beir\n")(tmp, ctx)
+    write("beir/corpus.jsonl", "".join(f'{{{{"_id": "d{i}", "text": "the film {i} in Oslo"}}}}\n' for i in range(4)))(
+        tmp, ctx)
+    write("beir/queries.jsonl", "".join(f'{{{{"_id": "q{i}", "text": "film {i}"}}}}\n' for i in range(4)))(tmp, ctx)
+    for split in ("train", "dev", "test"):
+        write(f"beir/qrels/{split}.tsv", "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
+                                                                               for i in range(4)))(tmp, ctx)
+
+
 FINETUNE_SAVE = ("finetune", "{ckpt}", "{tmp}/t.yaml", "--lr", "1e-3", "--out", "{tmp}/o", "--save")
 TASK_CASES: list[Case] = [
     Case("task-csv-not-utf8", SWEEP, "{tmp}/train.csv:3: not UTF-8 text (invalid start byte: byte 0xff at column 1)",
@@ -230,6 +246,16 @@ TASK_CASES: list[Case] = [
                                                                                       train_csv=CSV)),
     Case("task-unknown-family", SWEEP, "task file {tmp}/t.yaml: family", task_files("family: ner\ntrain: a\n")),
     Case("task-missing-train", SWEEP, "task file {tmp}/t.yaml: train", task_files("family: qa\nvalidation: v\n")),
+    # a max_length that holds no text: refused when the task is prepared, before any run (it used to be accepted)
+    Case("task-override-max-length-below-the-special-tokens", (*SWEEP, "--set", "task_overrides.t.max_length=2"),
+         "max_length=2 is too small for task 't': at least 3", task_files(CLS, train_csv=CSV)),
+    Case("sweep-max-length-below-a-qa-window", (*SWEEP, "--set", "task_overrides.t.max_length=6"),
+         "max_length=6 is too small for QA task 't': at least 7 (its special tokens, the question's first "
+         "max_length // 2 tokens and a token of the context)",
+         task_files("family: qa\ntrain: train.json\nvalidation: train.json\ntest: train.json\n", train_json=SQUAD)),
+    Case("sweep-max-length-below-a-retrieval-text", (*SWEEP, "--set", "task_overrides.t.max_length=3", "--set",
+                                                      "retrieval.train_on=null"),
+         "max_length=3 is too small for task 't': at least", beir_files),
     Case("sweep-zero-lr", (*SWEEP, "--set", "lrs=[0]"), "--set lrs=[0]: lrs.0", task_files(CLS, train_csv=CSV)),
     Case("sweep-negative-lr", (*SWEEP, "--set", "lrs=[-1e-3]"), "--set lrs=[-1e-3]: lrs.0",
          task_files(CLS, train_csv=CSV)),

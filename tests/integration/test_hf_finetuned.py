@@ -10,13 +10,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
+import yaml
 from torch import nn
 
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation.metrics import DEFINITIONS
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.sweep import run_sweep
 from encoderlab.evaluation.tasks.base import pad
+from encoderlab.evaluation.tasks.baselines import LABELS
 from encoderlab.evaluation.tasks.retrieval import encode
 from encoderlab.hub.finetuned import MANIFEST, SavedModels
 from encoderlab.model.config import ModelConfig
@@ -107,10 +110,24 @@ def sweep_and_save(setup, spec: str, mode: str = "all", ckpt: str = "ckpt", **ov
 
 
 def check_card(folder, record: dict) -> None:
+    """The card's row: the run's scores, its test examples, every baseline of its task, the strongest named and the
+    run against it (or that it predicts a constant, or does not beat it), the metric's definition; the same caveat
+    in the model-index."""
     card = (folder / "README.md").read_text()
-    test, base = record["scores"]["test"]["score"], record["baseline"]["test"]["score"]
-    protocol_line = f"Protocol `{record['protocol']['name']}`"
-    for text in (record["task"], record["metric"], f"{test:.2f}", f"{base:.2f}", protocol_line,
+    val, test = record["scores"]["validation"]["score"], record["scores"]["test"]["score"]
+    named = {LABELS[name]: s["score"] for name, s in record["baselines"]["test"].items()}
+    best, value = max(named.items(), key=lambda kv: kv[1])
+    constant = (record.get("constant_predictions") or {}).get("test")
+    versus = (f"predicts a constant ({constant})" if constant else f"not above the {best} baseline ({value:.2f})"
+              if test <= value else f"{test - value:+.2f} vs {best}")
+    every = ", ".join(f"{name} {named[name]:.2f}" for name in named)
+    assert (f"| {record['task']} | {record['metric']} | {val:.2f} | {test:.2f} | {record['examples']['test']} | "
+            f"{every} | {best} {value:.2f} | {versus} |") in card
+    meta = yaml.safe_load(card.split("---")[1])
+    (result,) = [r for r in meta["model-index"][0]["results"] if r["dataset"]["name"] == record["task"]]
+    assert result["metrics"][0]["name"].endswith(f"; strongest baseline {best} {value:.2f}"
+                                                 + ("" if versus.startswith(("+", "-")) else f"; {versus}") + ")")
+    for text in (f"- `{record['metric']}`: {DEFINITIONS[record['metric']]}", f"Protocol `{record['protocol']['name']}`",
                  f"cut at {record['max_length']} tokens"):
         assert text in card, text
     assert str(folder.parent) not in card  # no local path

@@ -22,6 +22,7 @@ import yaml
 
 from encoderlab.config import validate
 from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation import records
 from encoderlab.train import checkpoint
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.loop import Trainer
@@ -144,6 +145,44 @@ def test_a_sweeps_workers_and_resource_tracker_end_when_its_parent_is_killed(tmp
                   "--out", str(tmp_path / "evals"), "--engine", "sequential", "--workers", "2",
                   env={"ENCODERLAB_HOME": str(tmp_path / "home")})
     assert_workers_end_with(process)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_a_killed_sweep_worker_ends_the_sweep_in_one_line_and_keeps_the_finished_runs(tmp_path, run,
+                                                                                       classification_task):
+    """It used to end in BrokenProcessPool's traceback."""
+    tasks = [classification_task(tmp_path / name) for name in ("short", "long")]
+    for task in tasks:
+        task.write_text(task.read_text() + f"name: {task.parent.name}\n")
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump({  # the long run outlasts the test; the short one ends
+        "name": "p", "max_steps": 2, "batch_size": 4, "lrs": [1e-3], "seeds": [0], "max_length": 16, "dtype": "fp32",
+        "task_overrides": {"long": {"max_steps": 100000, "epochs": 10000}}}))
+    process = cli("sweep", str(run), *map(str, tasks), "--protocol", str(tmp_path / "protocol.yaml"), "--out",
+                  str(tmp_path / "evals"), "--engine", "sequential", "--workers", "2",
+                  env={"ENCODERLAB_HOME": str(tmp_path / "home")})
+    spawned: set[int] = set()
+    try:
+        deadline = time.monotonic() + 240
+        while not list(tmp_path.glob("evals/*/*/short/*/lr*.json")) and process.poll() is None:
+            assert time.monotonic() < deadline, "the short run never finished"
+            time.sleep(0.5)
+        spawned = children(process.pid)
+        worker = min(pid for pid in spawned if b"spawn_main" in (Path("/proc") / str(pid) / "cmdline").read_bytes())
+        os.kill(worker, signal.SIGKILL)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        for pid in spawned | {process.pid}:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert process.returncode == 1 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: a fine-tuning worker process died (pid {worker}, killed by SIGKILL): killed by hand (kill -9) or by "
+        "the system's out-of-memory killer; the sweep stopped. The 1 run(s) finished before are recorded, and running "
+        "the sweep again resumes from them (if memory ran out: fewer --workers, or a smaller batch_size or max_length "
+        "in the protocol)")
+    (kept,) = tmp_path.glob("evals/*/*/short/*/lr*.json")
+    assert records.usable(kept, checkpoint.weights_digest(checkpoint.resolve(run)))[0]["status"] == "ok"
+    assert not list(tmp_path.glob("evals/*/*/long/*/lr*.json"))
 
 
 def assert_workers_end_with(process: subprocess.Popen) -> None:

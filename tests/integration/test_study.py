@@ -10,7 +10,7 @@ import yaml
 
 from encoderlab.config import ConfigError
 from encoderlab.evaluation import records
-from encoderlab.study import runner as runner_module
+from encoderlab.study import runner as runner_module, scheduler
 from encoderlab.study.plan import build_plan
 from encoderlab.study.report import write_report
 from encoderlab.study.runner import run_study
@@ -199,11 +199,11 @@ def test_a_killed_study_resumes_to_the_same_records(tmp_path, packed_dir, task_y
     plan_b, base_b = plan_of(killed)
     calls, original = [], runner_module.execute
 
-    def dying(job, log=None):
+    def dying(job, log=None, **progress):
         if len(calls) == 4:
             raise KeyboardInterrupt  # the kill: mid-study, after some pretraining and evaluation
         calls.append(job.id)
-        return original(job, log)
+        return original(job, log, **progress)
 
     monkeypatch.setattr(runner_module, "execute", dying)
     with pytest.raises(KeyboardInterrupt):
@@ -226,10 +226,10 @@ def test_a_failed_run_skips_its_dependents_and_the_rest_goes_on(tmp_path, packed
     plan, base = plan_of(study)
     original = runner_module.execute
 
-    def failing(job, log=None):
+    def failing(job, log=None, **progress):
         if job.id == "pretrain:micro-clm-20":
             raise RuntimeError("disk on fire")
-        return original(job, log)
+        return original(job, log, **progress)
 
     monkeypatch.setattr(runner_module, "execute", failing)
     result = run_study(plan, base, log=lambda m: None)
@@ -318,7 +318,7 @@ def test_report_of_a_folder_that_is_not_a_study(tmp_path):
 
 
 def test_two_worker_processes_give_the_records_of_one(tmp_path, packed_dir, task_yaml, one_thread, monkeypatch):
-    monkeypatch.setattr(runner_module.os, "cpu_count", lambda: 2)  # one thread per worker, as one_thread here
+    monkeypatch.setattr(scheduler.os, "cpu_count", lambda: 2)  # one thread per worker, as one_thread here
     spec = {"splits": {"sizes": ["micro"], "shares": [50], "budgets": [20]}}
     roots = []
     for name, workers in (("one", 1), ("two", 2)):

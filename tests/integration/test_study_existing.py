@@ -42,12 +42,20 @@ def write_study(tmp_path: Path, task: Path, checkpoints: dict) -> Path:
 
 
 def test_a_study_of_two_existing_checkpoints_trains_nothing_and_compares_them(tmp_path, two_runs, task_yaml,  # noqa: F811
-                                                                               one_thread):
+                                                                               one_thread, capsys, monkeypatch):
+    from encoderlab.cli.console import out
+    from encoderlab.cli.study import render_plan
+
     run_a, run_b = two_runs
     ckpt_b = run_b / "checkpoints" / "step-0000001"  # any checkpoint, not only a run's latest
     spec, base = load_study(write_study(tmp_path, task_yaml, {"a": str(run_a), "b": str(ckpt_b)}))
     plan = build_plan(spec, base)
     assert plan.runs == {} and plan.summary()["steps"] == 0
+    monkeypatch.setattr(out, "width", 300)  # one line, however long
+    render_plan(plan.summary())  # `study plan`: no empty table of pretraining runs, one line saying there is none
+    printed = capsys.readouterr().out
+    assert "pretraining runs" not in printed and "┃" not in printed, printed
+    assert "pretraining none: the study evaluates existing models only" in printed
     assert {e.label: (e.kind, e.path) for e in plan.evaluations} == {
         "a": ("checkpoint", (run_a / "checkpoints" / "step-0000002").resolve()), "b": ("checkpoint", ckpt_b)}
     jobs = jobs_of(plan, base)

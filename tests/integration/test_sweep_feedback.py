@@ -2,6 +2,7 @@
 line at least every 30 seconds."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -63,3 +64,48 @@ def test_the_heartbeat_speaks_at_least_every_30_seconds():
     assert len(lines) == 1 + 13  # then one line each 30 s (15 steps) up to 400 s, none in between
     assert lines[1] == ("imdb lr=1e-05 seed=0 (run 1 of 4): step 16/200, 2.00 s/step, this run's training ends in "
                         "~6.1 min")
+
+
+def test_the_heartbeat_of_runs_in_worker_processes_says_runs_done_running_and_left():
+    now = [0.0]
+    lines: list[str] = []
+    beat = Heartbeat(lines.append, runs=6, clock=lambda: now[0])
+    for done in (0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1):  # the parent looks up every 5 s
+        now[0] += 5.0
+        beat.waiting(done, 2)
+    assert lines == ["0 of 6 runs done, 2 running, 4 waiting; 0.5 min so far, no run finished yet to time the rest by",
+                     "1 of 6 runs done, 2 running, 3 waiting; 1.0 min so far, ~5.0 min left at the finished runs' pace"]
+
+
+def test_a_sweep_on_worker_processes_is_never_silent(tmp_path, tiny_checkpoint, task_yaml, monkeypatch):  # noqa: F811
+    from functools import partial
+
+    from encoderlab.evaluation import parallel, sweep
+
+    monkeypatch.setattr(sweep, "Heartbeat", partial(Heartbeat, every=0))  # a line each time the parent looks up
+    monkeypatch.setattr(parallel, "POLL_S", 0.05)  # and it looks up far more often than a run ends
+    lines: list[str] = []
+    run_sweep(tiny_checkpoint, [str(task_yaml)], Protocol(**{**PROTOCOL, "lrs": [1e-3, 2e-3, 3e-3]}),
+              tmp_path / "evals", log=lines.append, show_progress=False, workers=2, engine="sequential")
+    beats = [re.match(r"(\d) of 3 runs done, (\d) running, (\d) waiting; [0-9.]+ min so far, (.*)$", line)
+             for line in lines if " runs done, " in line]
+    assert all(beats) and len(beats) >= 2, "\n".join(lines)  # one a run still trains, at least (the third's)
+    counts = [tuple(int(b[i]) for i in (1, 2, 3)) for b in beats]
+    assert counts == sorted(counts, key=lambda c: c[0]) and counts[-1] == (3, 0, 0)
+    assert all(d + r + w == 3 and r == min(2, 3 - d) for d, r, w in counts)
+    assert all(re.fullmatch("no run finished yet to time the rest by" if b[1] == "0" else
+                            r"~[0-9.]+ min left at the finished runs' pace", b[4]) for b in beats)
+    assert len(records.load_all(tmp_path / "evals")) == 3
+
+
+def test_a_studys_eval_job_says_its_sweeps_heartbeat(tmp_path, tiny_checkpoint, task_yaml, capfd):  # noqa: F811
+    from encoderlab.study import runner
+
+    job = runner.Job("eval:final-x:task", "eval", [], {"checkpoint": str(tiny_checkpoint), "tasks": [str(task_yaml)],
+                                                        "protocol": Protocol(**PROTOCOL).model_dump(mode="json"),
+                                                        "out": str(tmp_path / "evals")})
+    lines: list[str] = []
+    runner.execute(job, log=lines.append, progress=lines.append)
+    assert any(line.startswith("eval:final-x:task: ") and ": first step " in line for line in lines), lines
+    runner._run_in_worker(runner.Job(job.id, "eval", [], {**job.args, "out": str(tmp_path / "other")}))
+    assert "· eval:final-x:task: " in capfd.readouterr().err  # a worker's: on the console it shares

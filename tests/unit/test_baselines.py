@@ -176,6 +176,35 @@ def test_the_sweep_table_says_which_baseline_and_that_predictions_are_constant(c
     assert "± 0.00" not in printed
 
 
+def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from encoderlab.cli.console import out
+    from encoderlab.cli.sweep_table import render_sweep
+    from encoderlab.evaluation.aggregate import ci_text, spread_text
+    from encoderlab.study.report import Report
+    from encoderlab.study.results import task_scores
+
+    [one] = summarize([record(0, 40.0)])["tasks"].values()  # one seed, one LR: it used to print std 0.00
+    assert (ci_text(one), spread_text(one, "seeds"), spread_text(one, "lrs")) == (
+        "undefined (one seed)", "undefined (one seed)", "undefined (one LR)")
+    grid = [record(0, 40.0), record(1, 44.0), {**record(0, 30.0), "lr": 1e-4}, {**record(1, 30.0), "lr": 1e-4}]
+    [two] = summarize(grid)["tasks"].values()
+    assert (spread_text(two, "seeds"), spread_text(two, "lrs")) == ("2.83", "8.48")  # std of 40, 44; of 42, 30
+    monkeypatch.setattr(out, "width", 300)  # no cell wrapped
+    render_sweep({"tasks": {"qa": one}, "tag": "t", "protocol_key": "k", "runs_done_this_time": 1,
+                  "seconds_this_time": 1.0, "protocol": {"name": "p", "max_steps": 1, "batch_size": 1, "lrs": [1e-3],
+                                                         "seeds": [0], "selection_split": "validation"}})
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ qa"))
+    cells = [cell.strip() for cell in row.split("│")]
+    assert cells.count("undefined (one seed)") == 2 and "undefined (one LR)" in cells and "0.00" not in cells
+    report = SimpleNamespace(res=SimpleNamespace(  # the study report's stability table, from one seed and one LR
+        categories={"m": {"QA": None}}, tasks={"m": {"qa": task_scores([record(0, 40.0)])}},
+        plan={"protocol": {"seeds": [0], "lrs": [1e-3]}}), out=tmp_path, _plt=Report._plt.__get__(object()))
+    _, table = Report.stability_figure(report, ["m"])
+    assert "| m | QA | undefined (one seed) | undefined (one LR) | - |" in table
+
+
 def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():
     from encoderlab.study.report import _holds_cell
     from encoderlab.study.report_text import _cmp_rows

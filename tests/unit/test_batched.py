@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 import torch
@@ -159,6 +160,16 @@ def test_groups_respect_the_size_limit_and_keep_a_seed_together(tok):
                                                     "toy-cls: 2 runs trained together (group 2 of 2)"]
     assert sorted((b["lr"], b["seed"]) for b in bodies) == [(1e-3, 0), (1e-3, 1), (3e-3, 0), (3e-3, 1)]
     assert all(b["status"] == "ok" and b["steps"] == 2 for b in bodies)
+
+
+def test_a_long_group_says_its_step_at_least_every_heartbeat(tok, monkeypatch):
+    task, cfg, weights, protocol = setup("classification", tok, max_steps=20, epochs=10)
+    for heartbeat, steps in ((1e9, [2, 4, 6, 8, 10, 12, 14, 16, 18]), (0.0, list(range(1, 20)))):
+        monkeypatch.setattr(batched, "HEARTBEAT_S", heartbeat)  # 0: every step is 30 s after the last line
+        seen: list[str] = []
+        list(batched.finetune_grid(task, cfg, weights, [(1e-3, 0)], protocol=protocol, device=CPU, log=seen.append))
+        said = [re.match(r"toy-cls: step (\d+)/20 of 1 runs, eta ~[0-9.]+ min before evaluation$", m) for m in seen[1:]]
+        assert all(said) and [int(m[1]) for m in said] == steps, seen  # every tenth of the steps, or every step
 
 
 def test_calls_split_where_padding_costs_more_than_a_call():

@@ -157,9 +157,9 @@ def test_inputs_eos_no_bos_and_a_cut_text_loses_its_eos(tok, tmp_path):  # noqa:
     assert q[0] != tok.bos_id and q[-1] == tok.eos_id and tok.decode(q[:-1]) == "Query: " + queries["q3"]
     ids = tok.encode_batch([R.document_text(corpus["d5"]["title"], corpus["d5"]["text"])])[0]
     assert docs[task.doc_ids.index("d5")] == [*ids, tok.eos_id]
-    task.prepare(tok, max_length=8)
-    assert docs_cut(task, "d5") == ids[:8]  # `text + EOS` cut at 8 tokens: no EOS left, as the authors' tokenizer
-    cut = sum(len(x) + 1 > 8 for x in tok.encode_batch(task._doc_texts))
+    task.prepare(tok, max_length=12)  # at least the "Document:" prompt (9 tokens here), a token of text and EOS
+    assert docs_cut(task, "d5") == ids[:12]  # `text + EOS` cut at 12 tokens: no EOS left, as the authors' tokenizer
+    cut = sum(len(x) + 1 > 12 for x in tok.encode_batch(task._doc_texts))
     assert task.truncated["corpus"] == cut > 0
 
 

@@ -40,7 +40,7 @@ def test_a_failure_skips_every_dependent_and_nothing_else(tmp_path):
 
 
 def test_in_process_execution_records_errors_and_stops_on_ctrl_c(tmp_path, monkeypatch):
-    def execute(job, log=None):
+    def execute(job, log=None, **progress):
         if job.id == "pretrain:trunk":
             raise RuntimeError("disk on fire")
         if job.id == "eval:other":

@@ -73,8 +73,11 @@ def test_prefixes_special_tokens_and_truncation(tok):
     d = docs[task.doc_ids.index("d5")]
     assert d[0] == tok.bos_id and d[-1] == tok.eos_id
     assert tok.decode(d[1:-1]) == f"Document: {corpus['d5']['title']} {corpus['d5']['text']}"
-    task.prepare(tok, max_length=8)
-    assert max(task._prepared()[0].lengths) == 8 and task._prepared()[0][5][-1] == tok.eos_id
+    task.prepare(tok, max_length=12)  # at least BOS, the "Document:" prompt (9 tokens here), a token of text, EOS
+    assert max(task._prepared()[0].lengths) == 12 and task._prepared()[0][5][-1] == tok.eos_id
+    with pytest.raises(DataError, match=r"max_length=11 is too small for task 'synthetic': at least 12 \(its special "
+                       r"tokens, the 'Query: ' or 'Document: ' prompt and a token of text\)"):
+        task.prepare(tok, max_length=11)  # it used to read the prompt alone, no word of any text
 
 
 def test_mean_pool_ignores_padding(tok):

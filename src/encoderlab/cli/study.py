@@ -30,7 +30,8 @@ def render_plan(s: dict) -> None:
                   f"tokenizer into windows of {i['seq_len']} -> {i['data']}: "
                   + ("done" if i["done"] else "the first thing `study run` does (until then, the shapes planned with "
                                          "come from the study's shape or the source's config.json)"))
-    out.print(table)
+    if s["runs"]:  # a study of existing models only says so below, in one line, not with an empty table
+        out.print(table)
     kinds = [e["kind"] for e in s["evaluations"]]
     imported = f", {kinds.count('imported')} imported" if "imported" in kinds else ""
     imported += f", {kinds.count('checkpoint')} existing" if "checkpoint" in kinds else ""

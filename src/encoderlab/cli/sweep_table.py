@@ -31,7 +31,7 @@ def render_sweep(s: dict) -> None:
                 table.add_row(name, t["metric"], "-", "-", "-", "-", *base, "-", "-", "-", runs)
                 continue
             table.add_row(name, t["metric"], f"{t['test']:.2f}", _ci(t), _lr(t), f"{t['validation']:.2f}",
-                          *base, baselines.versus(t), f"{t['std_over_seeds']:.2f}", f"{t['std_over_lrs']:.2f}", runs)
+                          *base, baselines.versus(t), _spread(t, "seeds"), _spread(t, "lrs"), runs)
         out.print(table)
     out.print(f"Baselines on test: {baselines.MISSING}.")
     for name, t in s["tasks"].items():
@@ -45,6 +45,12 @@ def _ci(t: dict) -> str:
     from encoderlab.evaluation.aggregate import ci_text  # deferred, as every command's heavy imports are
 
     return ci_text(t)
+
+
+def _spread(t: dict, over: str) -> str:
+    from encoderlab.evaluation.aggregate import spread_text  # deferred, as every command's heavy imports are
+
+    return spread_text(t, over)
 
 
 def _lr(t: dict) -> str:

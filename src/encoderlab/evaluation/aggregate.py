@@ -96,8 +96,20 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
 
 
 def ci_text(t: dict) -> str:
-    """A task summary's 95% CI as tables and cards print it: the half-width; "n/a" with one seed; "undefined (zero
-    variance)" where every seed scored the same (a model that predicts a constant among them)."""
+    """A task summary's 95% CI as tables and cards print it: the half-width; "undefined (one seed)"; "undefined
+    (zero variance)" where every seed scored the same (a model that predicts a constant among them)."""
+    if t.get("seeds") == 1:
+        return ONE["seeds"]
     if t.get("seeds", 0) > 1 and (t.get("constant") or t.get("std_over_seeds") == 0):
         return "undefined (zero variance)"
     return "n/a" if t.get("ci95") is None else f"± {t['ci95']:.2f}"
+
+
+ONE = {"seeds": "undefined (one seed)", "lrs": "undefined (one LR)"}  # one value has no spread, not a spread of 0
+
+
+def spread_text(t: dict, over: str) -> str:
+    """A task summary's standard deviation over its seeds' kept runs (`over` "seeds") or over its LRs' mean test
+    scores ("lrs") as tables print it; undefined where there is one of them, as its interval is (`ci_text`)."""
+    n = t.get("seeds", 0) if over == "seeds" else len(t.get("validation_by_lr") or {})
+    return ONE[over] if n < 2 else f"{t[f'std_over_{over}']:.2f}"

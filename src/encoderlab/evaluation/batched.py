@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation.feedback import HEARTBEAT_S, minutes
 from encoderlab.evaluation.finetune import (LossCurve, attention_for, diverged_record, lr_factor, planned_steps,
                                             scored_record, seeded_head, to_device, weight_dtype)
 from encoderlab.evaluation.protocol import Protocol
@@ -352,7 +353,8 @@ def finetune_grid(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Ten
                   log: Callable[[str], None] = lambda m: None) -> Iterator[dict]:
     """Train and score the (lr, seed) runs of one task, a memory-sized group at a time; yields finetune-format
     record bodies as each group finishes. `skip(lr, seed)` is asked before each group (another sweep may have
-    recorded a run meanwhile). Progress (step, ETA) goes to `log` every tenth of a group's steps."""
+    recorded a run meanwhile). Progress (step, ETA) goes to `log` every tenth of a group's steps, and at least every
+    `HEARTBEAT_S` seconds (a tenth of a long group's steps is minutes)."""
     size = group_size(task, model_cfg, protocol, device, budget)
     size = min(size, max_group or size)
     groups = split_groups(runs, size)
@@ -362,11 +364,12 @@ def finetune_grid(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Ten
             continue
         log(f"{task.name}: {len(members)} runs trained together (group {g + 1} of {len(groups)})")
         group = Group(task, model_cfg, weights, members, protocol, device)
-        every = max(1, group.total // 10)
+        every, said = max(1, group.total // 10), time.perf_counter()
         while not group.done:
             group.step()
-            if group.step_no % every == 0 and not group.done:
-                spent = time.perf_counter() - group.started
+            now = time.perf_counter()
+            if (group.step_no % every == 0 or now - said >= HEARTBEAT_S) and not group.done:
+                said, spent = now, now - group.started
                 log(f"{task.name}: step {group.step_no}/{group.total} of {len(group.alive)} runs, "
-                    f"eta {spent / group.step_no * (group.total - group.step_no) / 60:.1f} min before evaluation")
+                    f"eta ~{minutes(spent / group.step_no * (group.total - group.step_no))} before evaluation")
         yield from group.results(model_cfg, evaluate_splits)

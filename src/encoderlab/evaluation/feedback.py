@@ -1,6 +1,7 @@
 """What a sweep says before and while it trains: the memory a run will need, refused in one line when it cannot fit,
-and a line at least every `HEARTBEAT_S` seconds while a run trains (a CPU run of a large model takes minutes a run,
-and a sweep that prints only when a run ends looks dead).
+and a line at least every `HEARTBEAT_S` seconds while runs train (a CPU run of a large model takes minutes a run,
+and a sweep that prints only when a run ends looks dead), whichever engine trains them: the step of the run in this
+process (sequential), the runs done, running and left (worker processes, `--workers N`), the group's step (batched).
 
 The memory is estimated from shapes, not measured: weights, gradients and AdamW's two moments in the protocol's
 weight dtype, the checkpoint's weights the sweep keeps to start every run from, and the activations a backward keeps
@@ -38,6 +39,11 @@ class Estimate:
     def parts(self) -> str:
         return (f"{size(self.weights)} weights, gradients and AdamW state, {size(self.activations)} activations at "
                 f"{self.sequences} sequences x {self.length} tokens")
+
+
+def minutes(seconds: float) -> str:
+    """A duration as every progress line of a sweep writes it."""
+    return f"{seconds / 60:.1f} min"
 
 
 def size(n: float) -> str:
@@ -97,27 +103,46 @@ def check_memory(tasks, protocol, model_cfg, device: torch.device, workers: int,
 
 class Heartbeat:
     """Lines while runs train: the first step's time with what it makes of a run and of the runs left, then the
-    step, its pace and the run's ETA at least every `every` seconds."""
+    step, its pace and the run's ETA at least every `every` seconds; for runs trained in worker processes, the runs
+    done, running and left with an ETA at the finished runs' pace (`waiting`)."""
 
     def __init__(self, log: Callable[[str], None], runs: int, every: float = HEARTBEAT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.log, self.runs, self.every, self.clock = log, runs, every, clock
-        self.started = self.last = clock()
+        self.begun = self.started = self.last = clock()
         self.what, self.first_said, self.run = "", False, 0
 
     def start(self, what: str) -> None:
         self.what, self.run = what, self.run + 1
         self.started = self.last = self.clock()
 
+    def due(self) -> float | None:
+        """The time now when a line is due (`every` seconds since the last), else None."""
+        now = self.clock()
+        if now - self.last < self.every:
+            return None
+        self.last = now
+        return now
+
     def step(self, done: int, total: int) -> None:
         now = self.clock()
         pace = (now - self.started) / done
         if not self.first_said:
             self.first_said, self.last = True, now
-            self.log(f"{self.what}: first step {pace:.2f} s; a run of {total} steps ~{pace * total / 60:.1f} min "
-                     f"of training, the {self.runs} runs to do ~{pace * total * self.runs / 60:.1f} min (scoring "
+            self.log(f"{self.what}: first step {pace:.2f} s; a run of {total} steps ~{minutes(pace * total)} "
+                     f"of training, the {self.runs} runs to do ~{minutes(pace * total * self.runs)} (scoring "
                      "not included)")
-        elif now - self.last >= self.every:
-            self.last = now
+        elif self.due() is not None:
             self.log(f"{self.what} (run {self.run} of {self.runs}): step {done}/{total}, {pace:.2f} s/step, this run's "
-                     f"training ends in ~{pace * (total - done) / 60:.1f} min")
+                     f"training ends in ~{minutes(pace * (total - done))}")
+
+    def waiting(self, done: int, running: int) -> None:
+        """Runs trained elsewhere (worker processes), asked often: a line when one is due. The ETA is the finished
+        runs' pace (wall time per finished run, the workers' overlap included) times the runs not finished."""
+        if (now := self.due()) is None:
+            return
+        spent = now - self.begun
+        eta = (f"~{minutes(spent / done * (self.runs - done))} left at the finished runs' pace" if done
+               else "no run finished yet to time the rest by")
+        self.log(f"{done} of {self.runs} runs done, {running} running, {self.runs - done - running} waiting; "
+                 f"{minutes(spent)} so far, {eta}")

@@ -13,11 +13,13 @@ import multiprocessing
 import os
 import pickle
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 import torch
 
+from encoderlab.errors import Failed
 from encoderlab.evaluation.finetune import finetune, planned_steps
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
@@ -25,6 +27,7 @@ from encoderlab.io import die_with_parent
 from encoderlab.model.config import ModelConfig
 
 _WORKER: dict = {}  # in a worker process: what every run needs, received once
+POLL_S = 5.0  # how often the parent looks up from its workers' runs to let a progress line be said (a heartbeat)
 
 
 def threads_per_worker(workers: int) -> int:
@@ -68,12 +71,16 @@ def _cost(task: EvalTask, protocol: Protocol) -> float:
 
 
 def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelConfig,
-                 weights: dict[str, torch.Tensor], protocol: Protocol, workers: int) -> Iterator[tuple[EvalTask, dict]]:
-    """Train `runs` on `workers` processes; yields (task, record body) in this process as each finishes.
+                 weights: dict[str, torch.Tensor], protocol: Protocol, workers: int,
+                 on_wait: Callable[[int, int], None] | None = None,
+                 poll: float | None = None) -> Iterator[tuple[EvalTask, dict]]:
+    """Train `runs` on `workers` processes; yields (task, record body) in this process as each finishes, and calls
+    `on_wait(runs finished, runs running)` at least every `poll` seconds (default `POLL_S`; Heartbeat.waiting).
 
     The longest runs start first (steps x length), so that no long run is left alone at the end. An exception in
     a worker (a bug, not a diverged run: those come back as failed records) is raised once the runs under way have
-    finished and been yielded; the runs not started are left for the next sweep."""
+    finished and been yielded; the runs not started are left for the next sweep. A worker process that dies (killed,
+    or by the out-of-memory killer) ends the sweep with `Failed`, one line naming it (`worker_died`)."""
     runs = sorted(runs, key=lambda r: -_cost(r[0], protocol.for_task(r[0].name)))
     if not runs:
         return
@@ -82,13 +89,16 @@ def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelCo
     # leaving the parent's NumPy views of those tensors (tasks keep some) pointing at freed memory, which the next
     # worker would then receive. Plain pickle copies and changes nothing here.
     payload = pickle.dumps((tasks, model_cfg, weights, protocol), protocol=pickle.HIGHEST_PROTOCOL)
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=multiprocessing.get_context("spawn"),
+    size = min(workers, len(runs))
+    pool = ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(payload, threads_per_worker(workers), os.getpid()))
     error: BaseException | None = None
+    done, processes = 0, []
     try:
         pending: dict[Future, EvalTask] = {pool.submit(_run, t.name, lr, seed): t for t, lr, seed in runs}
+        processes = list(getattr(pool, "_processes", {}).values())  # started by the submits: which one may die
         while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            finished, _ = wait(pending, timeout=poll or POLL_S, return_when=FIRST_COMPLETED)
             for future in finished:
                 task = pending.pop(future)
                 if future.cancelled():
@@ -99,10 +109,34 @@ def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelCo
                     for other in pending:
                         other.cancel()
                     continue
+                done += 1
                 yield task, future.result()
+            if on_wait is not None:
+                on_wait(done, min(size, len(pending)))
     finally:
         # Ctrl-C (or the caller closing this generator) reaches the workers too: nothing is waited for, and runs
         # without a record are redone next time.
         pool.shutdown(wait=False, cancel_futures=True)
+    if isinstance(error, BrokenProcessPool):
+        raise Failed(worker_died(processes, done)) from None
     if error is not None:
         raise error
+
+
+def worker_died(processes: list[multiprocessing.process.BaseProcess], done: int) -> str:
+    """Why the pool broke, in one line: the worker that died and how (its signal or exit code), and what is kept.
+    The pool ends the other workers itself (SIGTERM) once one has died, so the first to die is one that ended
+    otherwise, when there is one."""
+    ended = [p for p in processes if p.exitcode not in (None, 0)]
+    dead = next((p for p in ended if p.exitcode != -signal.SIGTERM), ended[0] if ended else None)
+    how, cause = "how is unknown", "killed, or out of memory"
+    if dead is not None and dead.exitcode < 0:
+        name = signal.Signals(-dead.exitcode).name if -dead.exitcode in signal.valid_signals() else -dead.exitcode
+        how = f"pid {dead.pid}, killed by {name}"
+        if dead.exitcode == -signal.SIGKILL:
+            cause = "killed by hand (kill -9) or by the system's out-of-memory killer"
+    elif dead is not None:
+        how, cause = f"pid {dead.pid}, exit code {dead.exitcode}", "it crashed, or ran out of memory"
+    return (f"a fine-tuning worker process died ({how}): {cause}; the sweep stopped. The {done} run(s) finished "
+            "before are recorded, and running the sweep again resumes from them (if memory ran out: fewer "
+            "--workers, or a smaller batch_size or max_length in the protocol)")

@@ -83,7 +83,8 @@ def truncation(task: EvalTask) -> str:
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
               cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None, engine: str = "auto",
-              workers: int | str = 1, keep: Keeper | None = None) -> dict:
+              workers: int | str = 1, keep: Keeper | None = None,
+              progress_log: Callable[[str], None] | None = None) -> dict:
     """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec; the
     others are prepared here and added to it (a study's worker keeps it across checkpoints).
 
@@ -98,7 +99,10 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
 
     `keep`: save fine-tuned models (evaluation/keep.py): every run (`all`: then each trained sequentially here, and a
     recorded run without its saved model is trained again), or the runs the summary keeps (`chosen`, trained again
-    after the sweep)."""
+    after the sweep).
+
+    `progress_log`: where the lines said while runs train go (at least every 30 s, evaluation/feedback.py), when not
+    to `log` (a study keeps its sweeps' logs quiet, but not their heartbeat)."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_execution(engine, workers, device)
     check_keep(keep, engine, workers)
@@ -125,7 +129,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     if trainer is not None and (trainer.family != "retrieval" or not trainer.has_train):
         raise EncoderlabError(f"retrieval.train_on: {train_on!r} must be a retrieval task with train pairs")
     sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer,
-                  keep=keep)
+                  keep=keep, progress_log=progress_log)
     with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep
         if protocol.wandb is not None:
             sweep.tracker = locks.enter_context(closing(Wandb(protocol.wandb, out, sweep.tag, sweep.about())))
@@ -171,8 +175,9 @@ class Sweep:
     log: Callable[[str], None]
     train_on: EvalTask | None = None  # retrieval.train_on: the task that trains every retrieval task's runs
     tracker: Wandb | None = None  # protocol.wandb: each record's scores, and the summary, go to W&B as well
-    heartbeat: Heartbeat | None = None  # lines while a sequential run trains (evaluation/feedback.py)
+    heartbeat: Heartbeat | None = None  # lines while runs train, whatever trains them (evaluation/feedback.py)
     keep: Keeper | None = None  # saves fine-tuned models (evaluation/keep.py)
+    progress_log: Callable[[str], None] | None = None  # the heartbeat's lines, when not `log`
 
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
@@ -187,7 +192,7 @@ class Sweep:
         if todo:
             training = [*self.tasks, *([self.train_on] if self.train_on else [])]
             check_memory(training, self.protocol, self.model_cfg, self.device, workers, self.log)
-        self.heartbeat = Heartbeat(self.log, len(todo))
+        self.heartbeat = Heartbeat(self.progress_log or self.log, len(todo))
 
     def path(self, task: EvalTask, lr: float, seed: int) -> Path:
         return records.record_path(self.out, self.tag, self.key, task.name, task.fingerprint, lr, seed)
@@ -244,7 +249,8 @@ class Sweep:
         """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
         if workers > 1 and len(todo) > 1:
             self.log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
-            for task, body in run_parallel(todo, self.model_cfg, self.weights, self.protocol, workers):
+            beat = self.heartbeat and self.heartbeat.waiting
+            for task, body in run_parallel(todo, self.model_cfg, self.weights, self.protocol, workers, on_wait=beat):
                 yield Outcome(task, {**body, "engine": "sequential"},
                               f"{task.name} lr={body['lr']:g} seed={body['seed']}")
             return
@@ -260,7 +266,7 @@ class Sweep:
         engine = "sequential" if self.keep is not None and self.keep.mode == "all" else self.engine  # keep.py
         if choose_engine(engine, *args, runs, own, self.device, self.log) == "batched":
             trained = 0
-            for body in finetune_grid(*args, runs, protocol=own, device=self.device, log=self.log,
+            for body in finetune_grid(*args, runs, protocol=own, device=self.device, log=self.progress_log or self.log,
                                       skip=lambda lr, seed: self.recorded(task, lr, seed)):
                 trained += 1
                 yield Outcome(task, {**body, "engine": "batched"},

@@ -166,19 +166,24 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
                 continue
             lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | {t['test']:.2f} | {ci_text(t)} | "
                          f"{t.get('best_lr', 0):g} | {t.get('seeds', '')} | {t.get('test_examples') or '-'} | "
-                         f"{_strongest(t)} | {_versus(t)} |")
-        used = sorted({t.get("metric") for t in e["tasks"].values()} & set(DEFINITIONS))
-        lines += ["", *(f"- `{m}`: {DEFINITIONS[m]}" for m in used)]
+                         f"{strongest_text(t)} | {versus_text(t)} |")
+        lines += ["", *definition_lines(t.get("metric") for t in e["tasks"].values())]
         lines.append("")
     return lines
 
 
-def _strongest(t: dict) -> str:
+def definition_lines(metrics) -> list[str]:
+    """`- `metric`: what it is`, for each metric named (once, sorted) that has a definition."""
+    return [f"- `{m}`: {DEFINITIONS[m]}" for m in sorted(set(metrics) & set(DEFINITIONS))]
+
+
+def strongest_text(t: dict) -> str:
+    """A summary's strongest baseline, named, with its test value; "-" when it has none recorded."""
     best = t.get("strongest_baseline")
     return f"{baselines.LABELS.get(best['name'], best['name'])} {best['value']:.2f}" if best else "-"
 
 
-def _versus(t: dict) -> str:
+def versus_text(t: dict) -> str:
     """The score against the strongest baseline, or what makes it no learned score (a constant, below baseline)."""
     return t.get("warning") or baselines.versus(t)
 
@@ -221,15 +226,15 @@ def _model_index(name: str, evaluations: list[dict]) -> list[dict]:
                 "dataset": {"name": task, "type": task},
                 "metrics": [{"type": t.get("metric"), "value": round(t["test"], 2),
                              "name": f"test {t.get('metric')} (protocol {e['protocol']}, mean of {t.get('seeds')} "
-                                     f"seeds at the learning rate chosen on validation{_caveat(t)})"}]}
+                                     f"seeds at the learning rate chosen on validation{caveat(t)})"}]}
                for e in evaluations for task, t in e["tasks"].items() if "test" in t]
     return [{"name": name, "results": results}] if results else []
 
 
-def _caveat(t: dict) -> str:
+def caveat(t: dict) -> str:
     """What the model-index must say beside a score: its strongest baseline, and a warning when there is one."""
     best = t.get("strongest_baseline")
-    said = f"; strongest baseline {_strongest(t)}" if best else ""
+    said = f"; strongest baseline {strongest_text(t)}" if best else ""
     return said + (f"; {t['warning']}" if t.get("warning") else "")
 
 

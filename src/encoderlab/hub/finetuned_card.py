@@ -1,12 +1,17 @@
 """The model card (README.md) of a saved fine-tuned model (hub/finetuned.py): which run it is, what it scored against
 what baseline, under which protocol, and how to load it. Like the export's card (hub/card.py) it is meant to be
-published: Hub metadata in its front matter, no local path."""
+published: Hub metadata in its front matter, no local path. A score is read as the export's card and the sweep
+table read one (evaluation/aggregate.py `summarize`, hub/card.py): beside every baseline of its task, against the
+strongest, named, or flagged when the run predicts a constant or does not beat it."""
 from __future__ import annotations
 
 import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.hub.card import HUB_TASKS, SENTENCE, TRANSFORMERS, public
+from encoderlab.evaluation.aggregate import summarize
+from encoderlab.evaluation.tasks import baselines
+from encoderlab.hub.card import HUB_TASKS, SENTENCE, TRANSFORMERS, caveat, definition_lines, public, strongest_text, \
+    versus_text
 from encoderlab.model.config import ModelConfig
 
 # The protocol settings that shape a family's inputs, head or metric (the others are in every card).
@@ -26,10 +31,17 @@ AUTO = {"classification": "AutoModelForSequenceClassification", "tokens": "AutoM
         "qa": "AutoModelForQuestionAnswering"}
 
 
-def _scores(name: str, r: dict) -> list[str]:
-    s, base = r["scores"], (r.get("baseline") or {}).get("test", {})
-    trivial = f"{base['score']:.2f}" if "score" in base else "n/a"
-    return [f"| {name} | {r['metric']} | {s['validation']['score']:.2f} | {s['test']['score']:.2f} | {trivial} |"]
+def read(records: dict[str, dict]) -> dict[str, dict]:
+    """Each task's record of this one run, summarised as a sweep's task is: its baselines, the strongest named, the
+    constant it predicts (if it does), the warning, the number of test examples."""
+    return {task: summarize([r])["tasks"][r["task"]] for task, r in records.items()}
+
+
+def _scores(name: str, r: dict, t: dict) -> str:
+    s = r["scores"]
+    every = ", ".join(f"{baselines.LABELS.get(b, b)} {v:.2f}" for b, v in t["baselines"].items()) or "-"
+    return (f"| {name} | {r['metric']} | {s['validation']['score']:.2f} | {s['test']['score']:.2f} | "
+            f"{t.get('test_examples') or '-'} | {every} | {strongest_text(t)} | {versus_text(t)} |")
 
 
 def _protocol_lines(family: str, record: dict, key: str) -> list[str]:
@@ -65,7 +77,7 @@ def _loads_with(cls: str, config: dict) -> str:
 def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, dict], identity: dict, name: str,
                    tok: TextTokenizer, config: dict) -> str:
     """README.md of the saved run `identity`, with the `records` of the tasks it was scored on."""
-    first = next(iter(records.values()))
+    first, read_as = next(iter(records.values())), read(records)
     trained = first["trained_on"]["task"]
     library = SENTENCE if family == "retrieval" else "transformers"
     meta = {"library_name": library, "pipeline_tag": HUB_TASKS[family], "tags": ["encoderlab", "fine-tuned", family],
@@ -73,7 +85,8 @@ def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, d
             "model-index": [{"name": name, "results": [
                 {"task": {"type": HUB_TASKS[family], "name": family}, "dataset": {"name": task, "type": task},
                  "metrics": [{"type": r["metric"], "value": round(r["scores"]["test"]["score"], 2),
-                              "name": f"test {r['metric']} (one run: lr {identity['lr']:g}, seed {identity['seed']})"}]}
+                              "name": f"test {r['metric']} (one run: lr {identity['lr']:g}, seed "
+                                      f"{identity['seed']}{caveat(read_as[task])})"}]}
                 for task, r in records.items()]}]}
     framing = f"{'<bos> ' if first['protocol'].get('inputs', 'bos_eos') == 'bos_eos' else ''}text <eos>"
     lines = ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
@@ -87,11 +100,15 @@ def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, d
              "",
              "License: not recorded by encoderlab (`unknown` above): set it from the base model's and the task "
              "data's terms before publishing.", "",
-             "## Scores", "", "This model's own scores (the percentages encoderlab recorded for this run), and the "
-             "trivial predictor's (majority class, all-O tags, first span, random ranking) on test:", "",
-             "| task | metric | validation | test | trivial baseline (test) |", "|---|---|---|---|---|"]
-    for task, r in records.items():
-        lines += _scores(task, r)
+             "## Scores", "", "This model's own scores (the percentages encoderlab recorded for this run), the number "
+             "of test examples scored, and on test the scores of the task's baselines, trivial and lexical predictors "
+             "that use no model (those that apply of: majority class and TF-IDF + logistic regression, all "
+             "\"O\", first span and always abstaining, random and BM25 rankings), the strongest of them named, and "
+             "this run against it (or that it predicts a constant, or does not beat it):", "",
+             "| task | metric | validation | test | test examples | baselines (test) | strongest baseline | "
+             "vs baseline |", "|---|---|---|---|---|---|---|---|"]
+    lines += [_scores(task, r, read_as[task]) for task, r in records.items()]
+    lines += ["", *definition_lines(r["metric"] for r in records.values())]
     lines += ["", "## Protocol", "", *_protocol_lines(family, first, identity["protocol_key"]), "",
               "## Inputs", "", f"The tokenizer frames a text as `{framing}` (a pair: the second text and `<eos>` "
               f"follow), as in fine-tuning; `model_max_length` is {first['max_length']}, the length it was "

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from encoderlab.evaluation.aggregate import ONE
 from encoderlab.evaluation.tasks import baselines
 from encoderlab.io import atomic_file
 from encoderlab.study.tables import _csv, _fmt, _table
@@ -238,9 +239,11 @@ class Report:
         plt.close(fig)
         _csv(self.out / "stability.csv", ["model", "category", "std_over_seeds", "std_over_lrs", "std_all_runs"],
              rows)
+        grid = self.res.plan["protocol"]
+        one = {over: ONE[over] if len(grid[over]) < 2 else None for over in ("seeds", "lrs")}  # no spread, not "-"
         table = _table(["model", "category", "std over seeds", "std over LRs", "std of all runs"],
-                       [[r[0], r[1], _fmt(r[2]), _fmt(r[3]), _fmt(r[4])] for r in rows])
-        runs = len(self.res.plan["protocol"]["lrs"]) * len(self.res.plan["protocol"]["seeds"])
+                       [[r[0], r[1], one["seeds"] or _fmt(r[2]), one["lrs"] or _fmt(r[3]), _fmt(r[4])] for r in rows])
+        runs = len(grid["lrs"]) * len(grid["seeds"])
         caption = (f"Each box pools a model's runs over a category's datasets ({runs} LR x seed runs per dataset), "
                    "each run minus its dataset's mean: the box is the middle half, whiskers reach 1.5 box lengths. "
                    f"With {runs} runs per dataset a standard deviation is itself uncertain by about "

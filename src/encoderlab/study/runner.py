@@ -14,6 +14,7 @@ cores / workers threads. On a multi-GPU machine, run one `study run --job ...` p
 from __future__ import annotations
 
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -90,8 +91,10 @@ def is_done(job: Job) -> bool:
 _PREPARED: dict[tuple, dict] = {}  # per process, by protocol and tokenizer: tasks by spec, tokenised once
 
 
-def execute(job: Job, log: Callable[[str], None] | None = None) -> dict:
-    """Run one job to the end; returns a short summary. Raises on failure (the scheduler records it)."""
+def execute(job: Job, log: Callable[[str], None] | None = None,
+            progress: Callable[[str], None] | None = None) -> dict:
+    """Run one job to the end; returns a short summary. Raises on failure (the scheduler records it). `progress`:
+    where an eval job's sweep says, at least every 30 s, how its runs go (a long sweep is never silent)."""
     log = log or (lambda m: None)
     started = time.perf_counter()
     if job.kind == "pretrain":
@@ -105,7 +108,7 @@ def execute(job: Job, log: Callable[[str], None] | None = None) -> dict:
         return {"seconds": round(time.perf_counter() - started, 1), "loss": loss}
     if job.kind == "random":
         return _random_init(job)
-    return _evaluate(job, log, started)
+    return _evaluate(job, log, started, progress)
 
 
 def _random_init(job: Job) -> dict:
@@ -141,7 +144,7 @@ def run_config(job: Job) -> dict:
     return dict(job.args["config"], init={}, name=run_dir.name, out_dir=str(run_dir.parent))
 
 
-def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
+def _evaluate(job: Job, log: Callable[[str], None], started: float, progress: Callable[[str], None] | None) -> dict:
     from encoderlab.config import validate
     from encoderlab.io import encoderlab_home
     from encoderlab.evaluation.protocol import Protocol
@@ -153,7 +156,7 @@ def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
     prepared = _PREPARED.setdefault((records.protocol_key(job.args["protocol"]), hash(tok)), {})
     summary = run_sweep(job.args["checkpoint"], job.args["tasks"], protocol, Path(job.args["out"]),
                         log=lambda m: None, show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks",
-                        prepared=prepared)
+                        prepared=prepared, progress_log=progress and (lambda m: progress(f"{job.id}: {m}")))
     entries = list(summary["tasks"].values())  # under their names (a YAML's is not its spec)
     tests = [e["test"] for e in entries if e.get("test") is not None]
     return {"seconds": round(time.perf_counter() - started, 1), "test": sum(tests) / len(tests) if tests else None,
@@ -161,7 +164,8 @@ def _evaluate(job: Job, log: Callable[[str], None], started: float) -> dict:
 
 
 def _run_in_worker(job: Job) -> dict:
-    return execute(job)
+    # its sweep's heartbeat on stderr, the study's console, from whichever process runs it (a spawned worker shares it)
+    return execute(job, progress=lambda m: print(f"· {m}", file=sys.stderr, flush=True))
 
 
 # ------------------------------------------------------------------------------------------------ the scheduler

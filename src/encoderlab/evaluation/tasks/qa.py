@@ -181,6 +181,11 @@ class QATask(EvalTask):
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
         if self.tagging:
             return self.tagging.prepare(tokenizer, max_length, cache_dir)
+        # A window is [<bos>] question <eos> context <eos>, its question cut at max_length // 2 tokens: below this a
+        # window of a long question and one context token would be longer than max_length
+        if max_length < (need := 7 if self.inputs == "bos_eos" else 5):
+            raise DataError(f"max_length={max_length} is too small for QA task {self.name!r}: at least {need} (its "
+                            "special tokens, the question's first max_length // 2 tokens and a token of the context)")
         inputs = "" if self.inputs == "bos_eos" else f"{self.inputs}|"  # the default keeps its old cache key
         data = f"{CACHE_VERSION}|{self.stride}|{inputs}" + json.dumps(self.splits, sort_keys=True, ensure_ascii=False)
         self._prep = cached(cache_dir, "qa", self.name, tokenizer, max_length, data, lambda: {

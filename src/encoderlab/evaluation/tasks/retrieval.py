@@ -207,8 +207,10 @@ class RetrievalTask(EvalTask):
         def framed(ids: list[int]) -> list[int]:
             return self.framed(ids, tokenizer.bos_id, tokenizer.eos_id)
 
-        if max_length < len(framed([])) + 1:
-            raise ValueError(f"max_length={max_length}: a sequence needs room for its special tokens and one token")
+        prompt = max(map(len, tokenizer.encode_batch([QUERY_PREFIX.rstrip(), DOCUMENT_PREFIX.rstrip()])))
+        if max_length < (need := len(framed([])) + prompt + 1):  # else no text, or nothing but its prompt, is read
+            raise DataError(f"max_length={max_length} is too small for task {self.name!r}: at least {need} (its "
+                            "special tokens, the 'Query: ' or 'Document: ' prompt and a token of text)")
         # `inputs: eos` is the authors' tokenisation of `text + eos_token`: a cut text loses its EOS (tokenise)
         keep_eos = self.inputs == "bos_eos"
         inputs = [] if keep_eos else [f"inputs={self.inputs}"]  # the default's cache key is the one it always had
