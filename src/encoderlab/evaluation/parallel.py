@@ -127,6 +127,8 @@ def worker_died(processes: list[multiprocessing.process.BaseProcess], done: int)
     """Why the pool broke, in one line: the worker that died and how (its signal or exit code), and what is kept.
     The pool ends the other workers itself (SIGTERM) once one has died, so the first to die is one that ended
     otherwise, when there is one."""
+    for process in processes:  # their exit codes are read once each is joined (a loaded machine may lag)
+        process.join(timeout=2.0)
     ended = [p for p in processes if p.exitcode not in (None, 0)]
     dead = next((p for p in ended if p.exitcode != -signal.SIGTERM), ended[0] if ended else None)
     how, cause = "how is unknown", "killed, or out of memory"
