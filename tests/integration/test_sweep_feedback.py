@@ -109,3 +109,20 @@ def test_a_studys_eval_job_says_its_sweeps_heartbeat(tmp_path, tiny_checkpoint, 
     assert any(line.startswith("eval:final-x:task: ") and ": first step " in line for line in lines), lines
     runner._run_in_worker(runner.Job(job.id, "eval", [], {**job.args, "out": str(tmp_path / "other")}))
     assert "· eval:final-x:task: " in capfd.readouterr().err  # a worker's: on the console it shares
+
+
+def test_a_studys_pretraining_job_says_its_step_every_30_seconds(tmp_path, packed_dir):
+    """A study's pretraining job was silent to its end (10 minutes in the demo). Now it says its step, loss and ETA
+    at its first log line, then at most once every 30 s, and at its last step."""
+    from encoderlab.study import runner
+
+    config = {"name": "x", "out_dir": str(tmp_path), "data": {"path": str(packed_dir)},
+              "model": {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                        "num_attention_heads": 2, "num_key_value_heads": 1},
+              "objective": "mlm40", "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
+              "train": {"steps": 4, "global_batch": 2, "dtype": "fp32", "log_every": 1, "eval_batches": 1,
+                        "tensorboard": False}}
+    lines: list[str] = []
+    runner.execute(runner.Job("pretrain:x", "pretrain", [], {"config": config}), progress=lines.append)
+    assert [line.split("  ")[0] for line in lines] == ["pretrain:x: step 1/4", "pretrain:x: step 4/4"], lines
+    assert "loss " in lines[0] and lines[0].endswith(" min")

@@ -94,7 +94,7 @@ _PREPARED: dict[tuple, dict] = {}  # per process, by protocol and tokenizer: tas
 def execute(job: Job, log: Callable[[str], None] | None = None,
             progress: Callable[[str], None] | None = None) -> dict:
     """Run one job to the end; returns a short summary. Raises on failure (the scheduler records it). `progress`:
-    where an eval job's sweep says, at least every 30 s, how its runs go (a long sweep is never silent)."""
+    where a job says, at least every 30 s, how it goes: a pretraining run's step, an eval job's sweep's runs."""
     log = log or (lambda m: None)
     started = time.perf_counter()
     if job.kind == "pretrain":
@@ -103,7 +103,8 @@ def execute(job: Job, log: Callable[[str], None] | None = None,
         from encoderlab.train.loop import Trainer
 
         cfg = validate(PretrainConfig, job.args["config"], where=job.id)
-        result = Trainer(cfg, resume=True, log=log, show_progress=False).run()
+        heartbeat = progress and (lambda m: progress(f"{job.id}: {m}"))
+        result = Trainer(cfg, resume=True, log=log, show_progress=heartbeat or False).run()
         loss = {k: round(v, 3) for k, v in result["final"].items() if k.startswith("val/")}
         return {"seconds": round(time.perf_counter() - started, 1), "loss": loss}
     if job.kind == "random":

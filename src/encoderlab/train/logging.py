@@ -3,7 +3,9 @@ Biases) and a live progress line."""
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -128,13 +130,16 @@ class Progress:
     """`unit done/total`, what is going on and the ETA on stderr: a live bar on a terminal, one line per update
     otherwise (CI logs, `make demo > log`); silent when disabled (tests, --json). Pretraining steps and sweep runs."""
 
-    def __init__(self, unit: str, total: int, *, start: int = 0, enabled: bool = True):
+    def __init__(self, unit: str, total: int, *, start: int = 0, enabled: bool | Callable[[str], None] = True):
+        """`enabled` a function: lines go to it instead, at most one every 30 s (a study's jobs: a heartbeat)."""
         self.unit, self.total, self.start = unit, total, start
-        self.enabled = enabled and total > start
+        self.enabled = bool(enabled) and total > start
+        self.say = enabled if callable(enabled) else None
+        self.every_s, self.last = (30.0 if self.say else 0.0), -math.inf
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.t0 = time.perf_counter()
         self.bar = None
-        if self.enabled and self.console.is_terminal:
+        if self.enabled and self.say is None and self.console.is_terminal:
             columns = (TextColumn(unit), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
             self.bar = RichProgress(*columns, console=self.console)
@@ -147,8 +152,12 @@ class Progress:
         if self.bar is not None:
             self.bar.update(self.task, completed=done, description=what)
             return
-        eta = (time.perf_counter() - self.t0) / max(done - self.start, 1) * (self.total - done)
-        self.console.print(f"{self.unit} {done}/{self.total}  {what}  eta {eta / 60:.1f} min")
+        now = time.perf_counter()
+        if now - self.last < self.every_s and done < self.total:
+            return
+        self.last = now
+        eta = (now - self.t0) / max(done - self.start, 1) * (self.total - done)
+        (self.say or self.console.print)(f"{self.unit} {done}/{self.total}  {what}  eta {eta / 60:.1f} min")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -101,10 +101,11 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases,
 
 class Trainer:
     def __init__(self, cfg: PretrainConfig, *, resume: bool = False, extend: bool = False,
-                 log: Callable[[str], None] = print, show_progress: bool = True, adopt_config: bool = False):
-        """`resume`: continue the run in the folder if there is one (the same run: resume.py), else start it;
-        `extend`: continue it to more steps (implies `resume`); `adopt_config`: resume a run without config
-        files whose checkpoint recorded none, taking `cfg` as its own."""
+                 log: Callable[[str], None] = print, show_progress: bool | Callable[[str], None] = True,
+                 adopt_config: bool = False):
+        """`resume`: continue the run in the folder if there is one (the same run: resume.py), else start it; `extend`:
+        to more steps (implies `resume`); `adopt_config`: resume a run without config files whose checkpoint recorded
+        none, taking `cfg` as its own; `show_progress` a function: a line to it every 30 s (logging.Progress)."""
         self.cfg, self.log, self.show_progress, self.adopt_config = cfg, log, show_progress, adopt_config
         self.run_dir = cfg.run_dir
         if cfg.train.threads:
