@@ -73,7 +73,11 @@ def test_a_dead_worker_fails_the_jobs_of_its_pool_and_the_rest_goes_on_in_a_new_
     board = Board(jobs, done=set())
     for job, _, error in run_jobs(board, 2, kill_a_or_wait):  # as run_study records them
         board.finish(job) if error is None else board.fail(job, error)
-    assert sorted(board.failed) == ["pretrain:a", "pretrain:b"] and board.skipped == {"eval:a"}
+    assert "pretrain:a" in board.failed and board.skipped == {"eval:a"} and not board.pending
     assert all(reason.startswith(WORKER_DIED) and reason.endswith("it resumes on the next study run")
                for reason in board.failed.values())
-    assert board.done == {"eval:c"} and not board.pending
+    # b ran beside a, so it normally fails with a's pool (which job lost its worker cannot be told); on a loaded
+    # machine b (and even c) may finish before the death is seen. Either way every job ended, and one that had not
+    # run when the pool broke ran in a new one.
+    assert set(board.failed) | board.done == {"pretrain:a", "pretrain:b", "eval:c"}
+    assert "eval:c" in board.done or "pretrain:b" in board.done
