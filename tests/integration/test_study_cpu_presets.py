@@ -9,6 +9,7 @@ from encoderlab.study.spec import DataShape, load_study
 
 STUDIES = Path(__file__).resolve().parents[2] / "configs" / "studies"
 OFFLINE = DataShape(vocab_size=8192, seq_len=512)  # the offline suite's tokenizer and windows
+RETRIEVAL = {"wiki-title", "wiki-description", "imdb-long"}  # the offline suite's retrieval tasks
 
 
 def plan(name: str, tmp_path, monkeypatch):
@@ -57,3 +58,26 @@ def test_small_study_asks_all_five_questions(tmp_path, monkeypatch):
     random_init = next(e for e in p.evaluations if e.kind == "random")
     assert len(random_init.tasks) == 9  # every task the final models run: the sanity check covers all of them
     assert p.eval_runs == 261
+
+
+def test_small_authors_is_the_small_study_under_the_authors_evaluation(tmp_path, monkeypatch):
+    """docs/findings.md compares the two reports model by model: the same runs with the same weights, the same tasks,
+    only the evaluation protocol differs (and the intermediate checkpoints skip QA, which only abstains there)."""
+    from encoderlab.evaluation import tasks as registry
+
+    # Retrieval trained once (`train_on`) counts its runs by family, read from the offline tasks (not prepared here).
+    monkeypatch.setattr(registry, "task_family", lambda t: "retrieval" if t in RETRIEVAL else "classification")
+    authors, small = plan("small-authors", tmp_path, monkeypatch), plan("small", tmp_path, monkeypatch)
+
+    def training(p, name):  # branches and CPT start from the same run of their own study folder
+        config = p.config(p.runs[name])
+        init = {k: v and str(v).replace(str(p.root), "STUDY") for k, v in config.get("init", {}).items()}
+        return {**config, "out_dir": None, "init": init, "train": {**config["train"], "save_at": None}}
+
+    assert authors.runs.keys() == small.runs.keys()
+    assert all(training(authors, name) == training(small, name) for name in small.runs)
+    tasks = {e.label: set(e.tasks) for e in small.evaluations}
+    for e in authors.evaluations:
+        qa = {"wiki-title-span"} if e.kind == "intermediate" else set()
+        assert set(e.tasks) == tasks[e.label] - qa, e.label
+    assert str(authors.spec.evaluation.protocol).endswith("eval/small-study-authors.yaml")
