@@ -104,7 +104,7 @@ def test_out_of_memory_is_one_line_and_a_start_that_saved_nothing_does_not_block
     assert code == 1 and len(errors) == 1, errors
     assert errors[0].startswith(f"error: pretraining ran out of memory at step 1 in {run} (it asked for 2.00 GiB): "
                                 "a micro-batch of 4 sequences x ")
-    assert "tokens did not fit; set train.micro_batch=2 (the step's global batch of 4 stays" in errors[0]
+    assert "tokens did not fit; set train.micro_batch=2 (this rank's batch of 4 stays, as gradient" in errors[0]
     assert errors[0].endswith("it saved no checkpoint, so the next start begins it again")
     assert (run / "config.yaml").exists() and not (run / "checkpoints").exists()
     # Its folder held a start with nothing to resume from: a new start (no --resume) takes the name again...
@@ -123,7 +123,13 @@ def test_out_of_memory_is_one_line_and_a_start_that_saved_nothing_does_not_block
     # CUDA's message reads the same way; what is no memory error stays a bug (its traceback).
     cuda = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity")
     assert is_out_of_memory(cuda) and not is_out_of_memory(RuntimeError("shape mismatch"))
-    assert "(it asked for 20.00 MiB)" in str(out_of_memory(cuda, run, 7, 8, 512, 64))
+    assert "(it asked for 20.00 MiB)" in str(out_of_memory(cuda, run, 7, 8, 64, 512, False))
+    # The advice is a setting that is accepted: a divisor of the rank's batch at most half the micro-batch, and
+    # activation checkpointing unless it is on; none when nothing is left to lower.
+    assert "set train.micro_batch=5 (this rank's batch of 15 stays" in str(out_of_memory(cuda, run, 1, 15, 15, 8, 1))
+    assert "set train.micro_batch=1 (this rank's batch of 3001" in str(out_of_memory(cuda, run, 1, 3001, 3001, 8, 0))
+    last = str(out_of_memory(cuda, run, 1, 1, 1, 8, True))
+    assert "a micro-batch of 1 sequence x 8 tokens did not fit; nothing of this run fits" in last
 
 
 def trainer(tmp_path, packed_dir, resume=False, **train):

@@ -90,16 +90,23 @@ def _losses(record: dict) -> dict[str, float]:
     return {k: v for k, v in record.items() if k.endswith("/loss") and not k.startswith("val/") and math.isfinite(v)}
 
 
-def out_of_memory(exc: BaseException, run_dir: Path, step: int, micro: int, seq_len: int, global_batch: int) -> Failed:
+def out_of_memory(exc: BaseException, run_dir: Path, step: int, micro: int, local_batch: int, seq_len: int,
+                  checkpointing: bool) -> Failed:
     """A run that ran out of memory, in one line (exit code 1): what did not fit, and the settings that make it fit
-    without changing the run: train.micro_batch and activation checkpointing are free on --resume."""
+    without changing the run (both free on --resume): a micro-batch at most half as large that divides this rank's
+    batch (gradient accumulation: the same numbers), activation checkpointing."""
     found = checkpoint.latest(run_dir)
     kept = (f"its last checkpoint, {found.name}, is kept: pass --resume with the new setting" if found else
             "it saved no checkpoint, so the next start begins it again")
     asked = re.search(r"tried to allocate ([\d.]+) ?([KMG]iB)?", str(exc), re.IGNORECASE)
     cause = (f"it asked for {asked[1]} {asked[2]}" if asked and asked[2] else
              f"it asked for {int(asked[1]) / 2**30:.2f} GiB" if asked else type(exc).__name__)
+    smaller = max((d for d in range(1, micro // 2 + 1) if local_batch % d == 0), default=None)
+    fixes = [f"train.micro_batch={smaller} (this rank's batch of {local_batch} stays, as gradient accumulation: the "
+             "same run, the same numbers)"] if smaller else []
+    fixes += [] if checkpointing else ["train.activation_checkpointing=true"]
+    advice = (f"set {' or '.join(fixes)}" if fixes else
+              "nothing of this run fits: a smaller model or shorter windows (`data prepare --seq-len`) is another run")
+    sequences = "sequence" if micro == 1 else "sequences"
     return Failed(f"pretraining ran out of memory at step {step} in {run_dir} ({cause}): a micro-batch of {micro} "
-                  f"sequences x {seq_len} tokens did not fit; set train.micro_batch={max(1, micro // 2)} (the step's "
-                  f"global batch of {global_batch} stays, as gradient accumulation: the same run, the same numbers) "
-                  f"or train.activation_checkpointing=true; {kept}")
+                  f"{sequences} x {seq_len} tokens did not fit; {advice}; {kept}")

@@ -335,9 +335,9 @@ class Trainer:
             except (MemoryError, RuntimeError) as exc:
                 if not is_out_of_memory(exc):
                     raise
-                micro = self.cfg.train.micro_batch or self.global_batch // self.world.size
-                raise out_of_memory(exc, self.run_dir, self.step + 1, micro, self.train_data.seq_len,
-                                    self.global_batch) from None
+                local = self.global_batch // self.world.size
+                raise out_of_memory(exc, self.run_dir, self.step + 1, self.cfg.train.micro_batch or local, local,
+                                    self.train_data.seq_len, self.cfg.train.activation_checkpointing) from None
 
     def _train(self, stop_at: int | None) -> dict:
         cfg, total = self.cfg, self.cfg.train.steps
