@@ -245,10 +245,18 @@ def run_lock(folder: Path, what: str, shared: bool = False) -> Iterator[None]:
         except BlockingIOError:
             raise EncoderlabError(f"cannot write {what} into {folder}: {_holder(path)} is writing there; wait "
                                   "for it to end or stop it (one process at a time writes a folder)") from None
-        if shared:  # the file names exclusive holders only: shared ones would overwrite each other's names
-            yield
-            return
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.argv)}
+        if not shared:  # no shared holder is left: what names one was left by a killed one
+            for stale in folder.glob(".lock.*"):
+                stale.unlink(missing_ok=True)
+        if shared:  # each shared holder names itself in a file of its own: one file would be overwritten
+            mine = folder / f".lock.{holder['host']}.{holder['pid']}.{secrets.token_hex(4)}"
+            mine.write_text(json.dumps(holder))
+            try:
+                yield
+            finally:
+                mine.unlink(missing_ok=True)
+            return
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps(holder).encode())
         try:
@@ -260,11 +268,27 @@ def run_lock(folder: Path, what: str, shared: bool = False) -> Iterator[None]:
 
 
 def _holder(path: Path) -> str:
+    """Who holds the lock: the exclusive holder the file names, else the shared holders' own files (a killed one's
+    file may outlive it: its process is then gone, which is said)."""
+    names = []
+    for file in [path, *sorted(path.parent.glob(".lock.*"))]:
+        try:
+            holder = json.loads(file.read_text())
+            if holder["host"] != socket.gethostname() or _alive(holder["pid"]):
+                names.append(f"process {holder['pid']} on {holder['host']} ({holder['command']})")
+        except (OSError, ValueError, KeyError, TypeError):  # nobody named, or a holder still writing its name
+            continue
+    return " and ".join(names) or "another process"
+
+
+def _alive(pid: int) -> bool:
     try:
-        holder = json.loads(path.read_text())
-        return f"process {holder['pid']} on {holder['host']} ({holder['command']})"
-    except (OSError, ValueError, KeyError, TypeError):  # a shared holder, or one still writing its name
-        return "another process"
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        pass
+    return True
 
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>

@@ -228,11 +228,13 @@ def test_one_process_runs_a_study_at_a_time_and_jobs_share_it(tmp_path, packed_d
                                             f"{socket.gethostname()} ({holder}) is writing there; wait "
                                             "for it to end or stop it (one process at a time writes a folder)"]
             assert sorted(p.name for p in root.iterdir()) == [".lock"]  # nothing written
+    holder = shlex.join(sys.argv)  # as `command` left it
     with run_lock(root, "a study", shared=True):  # a `--job` running: another job runs, a whole run is refused
         assert command(monkeypatch, capsys, "study", "run", study, "--job", "pretrain:tiny-clm-4")[0] == 0
         code, errors, _ = command(monkeypatch, capsys, "study", "run", study)
-        assert code == 2 and errors[0].startswith(f"error: cannot write study s into {root}: another process is "
-                                                  "writing there")
+        assert code == 2 and errors[0].startswith(f"error: cannot write study s into {root}: process {os.getpid()} "
+                                                  f"on {socket.gethostname()} ({holder}) is writing there"), errors
+    assert not list(root.glob(".lock.*"))  # a shared holder's name goes with it
     code, _, out = command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain", "--json")
     assert code == 0 and json.loads(out)["done_now"] == 1  # the job run beside the held lock is done
 
