@@ -174,6 +174,7 @@ def test_the_sweep_table_says_which_baseline_and_that_predictions_are_constant(c
     assert "always abstain" in printed and "first span" in printed
     assert "predicts a constant (no answer)" in printed and "undefined (zero variance)" in printed
     assert "± 0.00" not in printed
+    assert "not in the records" not in printed  # every baseline is there: no note about missing ones
 
 
 def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, tmp_path):

@@ -16,6 +16,7 @@ def render_sweep(s: dict) -> None:
               f"{len(p['lrs'])} LRs x {len(p['seeds'])} seeds, LR chosen on {p['selection_split']} "
               f"{'per seed' if p.get('lr_choice') == 'per_seed' else 'by the mean over seeds'})")
     families: dict[str, list] = {}
+    missing = False  # a baseline cell reads "-": say why, once
     for name, t in s["tasks"].items():
         families.setdefault(t["family"], []).append((name, t))
     for family, rows in families.items():
@@ -26,6 +27,7 @@ def render_sweep(s: dict) -> None:
             table.add_column(col, justify="left" if col in ("task", "metric", "vs strongest baseline") else "right")
         for name, t in rows:
             base = [baselines.cell(t, n) for n in names]
+            missing |= "-" in base
             runs = f"{t['runs'] - t['failed']}/{t['runs']}"
             if "test" not in t:
                 table.add_row(name, t["metric"], "-", "-", "-", "-", *base, "-", "-", "-", runs)
@@ -33,7 +35,8 @@ def render_sweep(s: dict) -> None:
             table.add_row(name, t["metric"], f"{t['test']:.2f}", _ci(t), _lr(t), f"{t['validation']:.2f}",
                           *base, baselines.versus(t), _spread(t, "seeds"), _spread(t, "lrs"), runs)
         out.print(table)
-    out.print(f"Baselines on test: {baselines.MISSING}.")
+    if missing:
+        out.print(f"Baselines on test: {baselines.MISSING}.")
     for name, t in s["tasks"].items():
         if t.get("warning"):
             out.print(f"[yellow]{name}: {t['warning']}: its test score is not evidence that it learned the task[/]")

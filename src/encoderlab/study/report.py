@@ -60,7 +60,7 @@ class Report:
 
     def dataset_tables(self, labels: list[str]) -> str:
         tasks = self.res.task_names()
-        parts, csv_rows = [], []
+        parts, csv_rows, missing = [], [], False
         for cat in CATEGORIES:
             names = [t for t in tasks if any(t in self.res.tasks[lb] and self.res.tasks[lb][t].category == cat
                                              for lb in labels)]
@@ -79,14 +79,16 @@ class Report:
                 rows.append([f"*baseline: {baselines.LABELS[b]}*"]
                             + [baselines.cell(first[t].summary or {}, b) for t in names])
             metric = {t: first[t].metric for t in names}
+            missing = missing or any("-" in row[1:] for row in rows if str(row[0]).startswith("*baseline"))
             parts.append(f"#### {cat}\n\n" + _table(["model"] + [f"{t} ({metric[t]})" for t in names], rows))
         _csv(self.out / "datasets.csv", ["model", "task", "test", "ci95", "best_lr", "std_seeds", "std_lrs",
                                          "baseline", "failed_runs", "strongest_baseline", "strongest_baseline_value",
                                          "vs_strongest_baseline", "constant_predictions"], csv_rows)
+        note = f" Baselines on test: {baselines.MISSING}." if missing else ""
         return "\n\n".join(parts) + f"\n\nTest score ± 95% CI over seeds, the LR kept and the difference from " \
             "the task's strongest baseline in brackets (which one is named; the family's baselines are the rows in " \
             "italics); a model whose every kept run predicts one thing on test is said to predict a constant, its " \
-            f"score no evidence of learning. Baselines on test: {baselines.MISSING}. {self.basis()} CSV: " \
+            f"score no evidence of learning.{note} {self.basis()} CSV: " \
             "`datasets.csv` (`baseline`: the trivial one)\n"
 
     def sanity_section(self) -> str:
