@@ -204,6 +204,9 @@ def test_auto_engine_batches_on_cuda_and_never_chooses_from_a_timing(tok, monkey
     assert choose("auto", max_steps=1000) == "sequential" and choose("auto") == "sequential"
     with pytest.raises(engines.EncoderlabError, match="engine 'fast' is not one of auto, sequential, batched"):
         choose("fast")
+    said: list[str] = []  # asked for on a CPU: it runs, and the log says it is the slower engine there
+    assert engines.choose_engine("batched", task, cfg, weights, runs, protocol, CPU, said.append) == "batched"
+    assert said and "slower there than one run after another" in said[0]
 
 
 def test_the_trial_step_trains_no_run(tok, monkeypatch):

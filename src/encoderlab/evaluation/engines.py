@@ -31,6 +31,9 @@ def choose_engine(requested: str, task: EvalTask, model_cfg: ModelConfig, weight
     the GPU idle) once one batched step of two runs has worked there; sequential anywhere else."""
     if requested not in ENGINES:
         raise EncoderlabError(f"engine {requested!r} is not one of {', '.join(ENGINES)}")
+    if requested == "batched" and device.type == "cpu" and len(runs) > 1:
+        log(f"{task.name}: the batched engine, as asked, on a CPU: it is slower there than one run after another "
+            "(docs/benchmarks.md); --engine auto takes the sequential one")
     if requested != "auto":
         return requested
     if len(runs) < 2 or device.type != "cuda":
