@@ -76,11 +76,10 @@ def fineweb_like_doc_ids(batch: int, seq_len: int, seed: int, median: float = 40
 
 def flex_backend(device: torch.device, seq_len: int):
     """The trainer's flex backend (compiled on CUDA); on CPU flex_attention's eager reference."""
-    from encoderlab.model.attention import Flex
-    from encoderlab.train.distributed import choose_attention
+    from encoderlab.model.attention import Flex, for_pretraining
 
     if device.type == "cuda":
-        return choose_attention(SimpleNamespace(attention="flex", compile=False), device, seq_len)
+        return for_pretraining("flex", False, device, seq_len)
     return Flex()
 
 
@@ -101,12 +100,11 @@ def attend_with(backend, causal, docs, q, k, v, cot, device, dtype, grad: bool):
 
 
 def attention(ctx) -> Section:
-    from encoderlab.model.attention import Dense
-    from encoderlab.train.distributed import dense_for
+    from encoderlab.model.attention import Dense, for_finetuning
 
     s, shape = Section(ctx), ctx.sizes["attention"]
     docs = fineweb_like_doc_ids(shape["batch"], shape["seq_len"], seed=0, median=shape["median_doc"])
-    flex, dense = flex_backend(ctx.device, shape["seq_len"]), dense_for(ctx.device, shape["seq_len"])
+    flex, dense = flex_backend(ctx.device, shape["seq_len"]), for_finetuning(ctx.device, shape["seq_len"])
     flex_grad = ctx.device.type == "cuda"
     if not flex_grad:
         s.skip("flex backward", f"flex_attention has no backward on {ctx.device.type} (forward checked)")
@@ -320,7 +318,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def attention_speed(ctx) -> Section:
-    from encoderlab.train.distributed import dense_for
+    from encoderlab.model.attention import for_finetuning
 
     s, shape = Section(ctx), ctx.sizes["attention_speed"]
     dtype = torch.bfloat16 if ctx.device.type == "cuda" else torch.float32
@@ -331,7 +329,7 @@ def attention_speed(ctx) -> Section:
         s.skip("flex backward timing", f"flex_attention has no backward on {ctx.device.type}: forward only")
     results = {}
     for name, backend, grad in (("flex", flex_backend(ctx.device, shape["seq_len"]), grad_flex),
-                                ("dense", dense_for(ctx.device, shape["seq_len"]), True)):
+                                ("dense", for_finetuning(ctx.device, shape["seq_len"]), True)):
         for causal in (True, False):
             started = time.perf_counter()
             plan = backend.plan(causal, docs, None)

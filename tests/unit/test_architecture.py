@@ -129,3 +129,24 @@ def test_a_downward_import_is_allowed(tmp_path):
     (tmp_path / "study").mkdir()
     (tmp_path / "study" / "x.py").write_text("from encoderlab.hub.importer import import_hf\nimport encoderlab.io\n")
     assert violations(tmp_path) == []
+
+
+# What only the one attention choice may touch: the backends' constructors, the eager/flash threshold and SDPA's
+# kernel selection. Anything else asks model/attention.py (for_pretraining, for_finetuning, for_batched,
+# for_inference), so that a kernel is never picked in two places with two rules.
+CHOICE_ONLY = ("Dense(", "Varlen(", "Flex(", "EAGER_MAX_LEN", "sdpa_kernel", "SDPBackend", "form_for(")
+
+
+def attention_choices_outside(src: Path) -> list[str]:
+    return [f"{path.relative_to(src)}:{n}: {word}" for path in sorted(src.rglob("*.py"))
+            if path.relative_to(src).as_posix() != "model/attention.py"
+            for n, line in enumerate(path.read_text().splitlines(), start=1) if not line.lstrip().startswith("#")
+            for word in CHOICE_ONLY if word in line]
+
+
+def test_the_attention_is_chosen_in_one_module(tmp_path):
+    assert attention_choices_outside(SRC) == []
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "attention.py").write_text("EAGER_MAX_LEN = 192\n")
+    (tmp_path / "engine.py").write_text("with sdpa_kernel(SDPBackend.MATH):\n    pass\n")
+    assert attention_choices_outside(tmp_path) == ["engine.py:1: sdpa_kernel", "engine.py:1: SDPBackend"]

@@ -10,7 +10,7 @@ import torch
 from encoderlab.model.attention import WORTH_IT, Dense, DensePlan, Flex, Varlen, attend, plan_segments
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.train.distributed import choose_attention
+from encoderlab.model.attention import for_pretraining
 
 CFG = ModelConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2)
@@ -61,6 +61,10 @@ def test_plan_puts_every_position_back_once():
     assert plan.work >= sum(x * x for x in lengths) / (4 * 96 * 96)  # padding inside buckets only adds work
 
 
+def choose(train, seq_len: int):
+    return for_pretraining(train.attention, train.compile, torch.device("cpu"), seq_len)
+
+
 def test_one_long_document_keeps_the_dense_kernel():
     docs = torch.zeros(2, 32, dtype=torch.long)
     assert plan_segments(docs, causal=False).work == 1.0 >= WORTH_IT
@@ -70,7 +74,7 @@ def test_one_long_document_keeps_the_dense_kernel():
 
 def test_compile_switches_varlen_off():
     train = SimpleNamespace(compile=True, attention="auto")
-    assert choose_attention(train, torch.device("cpu"), 512) == Dense("flash")
+    assert choose(train, 512) == Dense("flash")
 
 
 @pytest.mark.parametrize("form", ["eager", "flash", "repeat-kv"])
@@ -122,8 +126,8 @@ def test_trainer_refuses_attention_kernels_the_device_or_compile_cannot_run():
         TrainSection(steps=10, global_batch=8, attention="varlen", compile=True)
     train = TrainSection(steps=10, global_batch=8, attention="flex")
     with pytest.raises(EncoderlabError, match="flex needs a CUDA device"):
-        choose_attention(train, torch.device("cpu"), 512)
-    varlen = choose_attention(TrainSection(steps=10, global_batch=8, attention="varlen"), torch.device("cpu"), 512)
+        choose(train, 512)
+    varlen = choose(TrainSection(steps=10, global_batch=8, attention="varlen"), 512)
     assert varlen == Varlen(Dense("flash"), fallback=False)
 
 
@@ -135,7 +139,7 @@ def test_trainer_chooses_one_backend_per_run(seq_len, form):
 
     for kind, want in (("auto", Varlen(Dense(form))), ("dense", Dense(form))):
         train = TrainSection(steps=10, global_batch=8, attention=kind)
-        assert choose_attention(train, torch.device("cpu"), seq_len) == want
+        assert choose(train, seq_len) == want
 
 
 def test_the_model_has_no_attention_modes_and_ignores_gradients():

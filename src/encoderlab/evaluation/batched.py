@@ -37,7 +37,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
 
 import torch
 from torch import Tensor, nn
@@ -45,10 +44,11 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation.feedback import HEARTBEAT_S, minutes
-from encoderlab.evaluation.finetune import (LossCurve, attention_for, diverged_record, lr_factor, planned_steps,
+from encoderlab.evaluation.finetune import (LossCurve, diverged_record, lr_factor, planned_steps,
                                             scored_record, seeded_head, to_device, weight_dtype)
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.train.optim import autocast, build_adamw, max_grad_norm, set_lr
@@ -87,7 +87,8 @@ class Group:
         self.runs = sorted(runs, key=lambda r: (r[1], r[0]))  # same seed adjacent: their calls are slices, not copies
         self.total = planned_steps(task, protocol)
         self.step_no = 0
-        self.attention = attention_for(task, protocol, device)  # the training steps' and the scoring's
+        # the training steps' and the scoring's
+        self.attention = attention.for_finetuning(device, protocol.length_for(task.family))
         heads = [seeded_head(task, model_cfg.hidden_size, seed) for _, seed in self.runs]
         with torch.device("meta"):  # structure only: functional_call swaps in every run's weights
             template = _Run(task, Transformer(model_cfg, self.attention), copy.deepcopy(heads[0]).to("meta"))
@@ -123,14 +124,6 @@ class Group:
     def _loss(self, params: dict[str, Tensor], buffers: dict[str, Tensor], batch: dict[str, Tensor]) -> Tensor:
         return functional_call(self.module, (params, buffers), (batch,))
 
-    def _attention(self):
-        # SDPA's fused CPU kernel has no vmap rule (vmap would loop over the K runs); its math form batches, and
-        # measured faster here. CUDA's fused kernels have vmap rules and keep their memory savings.
-        if self.device.type == "cpu":
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            return sdpa_kernel(SDPBackend.MATH)
-        return nullcontext()
 
     @property
     def done(self) -> bool:
@@ -177,7 +170,7 @@ class Group:
         return {n: p.index_select(0, where) for n, p in self.params.items()}
 
     def _call(self, params: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
-        with autocast(self.protocol.dtype, self.device), self._attention():
+        with autocast(self.protocol.dtype, self.device), attention.for_batched(self.device):
             return self._grad(params, self.buffers, to_device(batch, self.device))
 
     def _clip(self, grads: dict[str, Tensor]) -> None:

@@ -15,10 +15,9 @@ from torch import Tensor, nn
 
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.tasks.base import EvalTask, set_apart
-from encoderlab.model.attention import Dense
+from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-from encoderlab.train.distributed import dense_for
 from encoderlab.train.optim import autocast, build_adamw, max_grad_norm, set_lr
 
 
@@ -43,12 +42,6 @@ CPU_SCORING_BATCH = 32
 def scoring_batch_size(protocol: Protocol, device: torch.device) -> int:
     """The protocol's eval_batch_size, capped on CPU (CPU_SCORING_BATCH)."""
     return min(protocol.eval_batch_size, CPU_SCORING_BATCH) if device.type == "cpu" else protocol.eval_batch_size
-
-
-def attention_for(task: EvalTask, protocol: Protocol, device: torch.device) -> Dense:
-    """The attention of a fine-tuning run, for its training steps and its scoring alike (one numerics per run):
-    the form measured fastest under a backward at the run's longest input (the protocol's length for the task)."""
-    return dense_for(device, protocol.length_for(task.family))
 
 
 def weight_dtype(protocol: Protocol) -> torch.dtype:
@@ -125,7 +118,7 @@ class Run:
     def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], seed: int,
                  protocol: Protocol, device: torch.device) -> None:
         self.task, self.protocol, self.device = task, protocol, device
-        self.backbone = Transformer(model_cfg, attention_for(task, protocol, device))
+        self.backbone = Transformer(model_cfg, attention.for_finetuning(device, protocol.length_for(task.family)))
         self.backbone.load_state_dict(weights)
         self.backbone.to(device, weight_dtype(protocol))
         self.head = seeded_head(task, model_cfg.hidden_size, seed).to(device, weight_dtype(protocol))

@@ -1,7 +1,9 @@
-"""Attention backends: how the layers compute softmax(q k^T / sqrt(D)) v, chosen once per run by the model's caller.
+"""Attention backends: how the layers compute softmax(q k^T / sqrt(D)) v, and the one place that chooses them.
 
-The trainer (the `train.attention` config key, train/distributed.py) and the fine-tuner (evaluation/finetune.py
-`attention_for`) build one backend per run and give it to the model, which only calls it: once per forward
+Every choice of a backend or a kernel is made here, once per run: `for_pretraining` (the `train.attention` config key),
+`for_finetuning` (a fine-tuning run's training steps and scoring alike), `for_batched` (the kernel the batched
+engine's vmap needs), and inside `Varlen` the form of each length bucket (`form_for`). The trainer and the fine-tuner
+give the chosen backend to the model, which only calls it: once per forward
 `backend.plan(causal, doc_ids, attention_mask, window)` lays the batch out, and every layer calls that plan with
 its q (B, T, H, D), k and v (B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on
 (docs/architecture.md, convention 5), so a run's training steps and its scoring share their numerics.
@@ -9,19 +11,22 @@ its q (B, T, H, D), k and v (B, T, Hkv, D). No kernel is picked by device, lengt
 - `Dense(form)`: a dense boolean mask (documents, causality, padding), or none (SDPA's own causal flag) without
   documents and padding. Forms: "eager" (transformers' `eager_attention_forward`), "flash" (SDPA given the KV
   heads as they are: the flash kernel on CPU), "repeat-kv" (KV heads repeated first: CUDA's memory-efficient
-  kernel, the one that takes a mask, has no GQA). The caller picks the form (train/distributed.py `dense_for`:
-  the one measured fastest for the device and length).
+  kernel, the one that takes a mask, has no GQA). `form_for` picks the form measured fastest for the device and
+  length.
 - `Varlen(dense)`: packed documents on CPU, each attending to itself in a few length buckets.
 - `Flex(kernel, dense)`: packed documents on CUDA through the block-sparse `flex_attention`.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from encoderlab.errors import EncoderlabError
 
 FORMS = ("eager", "flash", "repeat-kv")
 
@@ -154,7 +159,7 @@ class VarlenPlan:
             qb, kb, vb = (x.view(n, L, -1, D).transpose(1, 2) for x in parts)  # (n, heads, L, D)
             # Each bucket has its own length, so its own fastest form (EAGER_MAX_LEN). Causal: a real query never
             # sees the right padding after it, so the flag alone is exact for real tokens.
-            form = "eager" if L <= EAGER_MAX_LEN else "flash"
+            form = form_for("cpu", L)
             y = attend(form, qb, kb, vb, None if self.causal else pad_mask, self.causal)
             outs.append(y.transpose(1, 2).reshape(n * L, H, D))
         return torch.cat(outs).index_select(0, self.scatter).view(B, T, H, D)
@@ -266,3 +271,64 @@ class Flex:
 
 
 Backend = Dense | Varlen | Flex
+
+
+# ------------------------------------------------------------------------------------------------ the choice
+
+
+def form_for(device_type: str, length: int) -> str:
+    """The dense form measured fastest to train on up to `length` tokens (EAGER_MAX_LEN) on a device of this type."""
+    if device_type != "cpu":
+        return "repeat-kv"
+    return "eager" if length <= EAGER_MAX_LEN else "flash"
+
+
+def for_inference() -> Dense:
+    """A model that only computes forwards (inference, parity tests): the flash kernel, fastest without a backward
+    (EAGER_MAX_LEN's measurements)."""
+    return Dense("flash")
+
+
+def for_finetuning(device: torch.device, length: int) -> Dense:
+    """A fine-tuning run's backend, for its training steps and its scoring alike (one numerics per run): the form
+    measured fastest under a backward at the run's longest input."""
+    return Dense(form_for(device.type, length))
+
+
+def for_pretraining(kind: str, compiled: bool, device: torch.device, seq_len: int) -> Backend:
+    """A pretraining run's backend (`train.attention`; `compiled`: `train.compile`), chosen once and given to the
+    model. auto, as measured: flex on CUDA, varlen on a CPU where it saves work, except under compile (a new bucket
+    layout every batch would recompile the blocks)."""
+    dense = Dense(form_for(device.type, seq_len))  # every window has seq_len tokens
+    if kind == "auto":
+        if device.type == "cpu" and not compiled:
+            return Varlen(dense, fallback=True)
+        kind = "flex" if device.type == "cuda" else "dense"
+    check(kind, device)
+    if kind == "flex":
+        from torch.nn.attention.flex_attention import flex_attention
+
+        return Flex(torch.compile(flex_attention, dynamic=False), dense)  # the fused kernel, once per shape
+    if kind == "varlen":
+        return Varlen(dense, fallback=False)
+    return dense
+
+
+def check(kind: str, device: torch.device) -> None:
+    """A backend the device cannot run (`train.attention`), refused before any work (also by --dry-run)."""
+    if kind == "flex" and device.type != "cuda":
+        raise EncoderlabError(f"train.attention: flex needs a CUDA device (flex_attention has no backward on "
+                              f"{device.type}); use auto, dense or varlen")
+    if kind == "varlen" and device.type != "cpu":
+        raise EncoderlabError(f"train.attention: varlen is the CPU path; on {device.type} use auto or flex")
+
+
+def for_batched(device: torch.device) -> AbstractContextManager:
+    """The kernel the batched fine-tuning engine runs under: SDPA's fused CPU kernel has no vmap rule (vmap would
+    loop over the K runs); its math form batches, and measured faster there. CUDA's fused kernels have vmap rules
+    and keep their memory savings."""
+    if device.type == "cpu":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel(SDPBackend.MATH)
+    return nullcontext()

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.model.attention import Backend, Dense
+from encoderlab.model.attention import Backend, for_inference
 from encoderlab.model.config import ModelConfig, RopeScaling
 from encoderlab.model.lm_loss import fused_linear_cross_entropy
 
@@ -190,9 +190,9 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, attention: Backend | None = None) -> None:
         super().__init__()
         self.config = cfg
-        # How every layer attends (model/attention.py), chosen once per run from its config by the trainer or the
-        # fine-tuner; without one, dense SDPA in its flash form (the forward-only kernel: inference, parity tests).
-        self.attention = attention or Dense("flash")
+        # How every layer attends, chosen once per run (model/attention.py) by the trainer or the fine-tuner;
+        # without one, the forward-only choice (inference, parity tests).
+        self.attention = attention or for_inference()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)

@@ -41,7 +41,6 @@ from torch.utils.checkpoint import checkpoint as recompute
 
 from encoderlab.io import atomic_dir
 from encoderlab.errors import EncoderlabError
-from encoderlab.model.attention import EAGER_MAX_LEN, Backend, Dense, Flex, Varlen
 from encoderlab.train import checkpoint
 
 PARALLEL = ("none", "ddp", "fsdp2")
@@ -151,40 +150,6 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
         # parameter, so it must be sharded once, here, with it.
         fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
-
-
-def dense_for(device: torch.device, length: int) -> Dense:
-    """The dense backend measured fastest to train on up to `length` tokens on `device` (for callers, once a run)."""
-    if device.type != "cpu":
-        return Dense("repeat-kv")
-    return Dense("eager" if length <= EAGER_MAX_LEN else "flash")
-
-
-def choose_attention(train, device: torch.device, seq_len: int) -> Backend:
-    """The attention backend of a pretraining run (`train.attention`), chosen once and given to the model."""
-    dense = dense_for(device, seq_len)  # every window has seq_len tokens
-    kind = train.attention
-    if kind == "auto":  # measured: flex on CUDA, varlen on CPU where it saves work (under compile a new bucket
-        if device.type == "cpu" and not train.compile:  # layout every batch would recompile the blocks)
-            return Varlen(dense, fallback=True)
-        kind = "flex" if device.type == "cuda" else "dense"
-    check_attention(kind, device)
-    if kind == "flex":
-        from torch.nn.attention.flex_attention import flex_attention
-
-        return Flex(torch.compile(flex_attention, dynamic=False), dense)  # the fused kernel, once per shape
-    if kind == "varlen":
-        return Varlen(dense, fallback=False)
-    return dense
-
-
-def check_attention(kind: str, device: torch.device) -> None:
-    """A backend the device cannot run, refused before any work (also by --dry-run)."""
-    if kind == "flex" and device.type != "cuda":
-        raise EncoderlabError(f"train.attention: flex needs a CUDA device (flex_attention has no backward on "
-                              f"{device.type}); use auto, dense or varlen")
-    if kind == "varlen" and device.type != "cpu":
-        raise EncoderlabError(f"train.attention: varlen is the CPU path; on {device.type} use auto or flex")
 
 
 def _recomputed(forward):

@@ -19,6 +19,7 @@ from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data  # resolve_data: also the study's
 from encoderlab.io import run_lock, write_json
 from encoderlab.errors import EncoderlabError, is_out_of_memory
+from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
@@ -45,7 +46,7 @@ def describe(cfg: PretrainConfig) -> dict:
     phases = cfg.phases
     launched = distributed.torchrun_world()
     check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
-    distributed.check_attention(cfg.train.attention, resolve_device(cfg.train.device))
+    attention.check(cfg.train.attention, resolve_device(cfg.train.device))
     for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
         checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
@@ -125,8 +126,8 @@ class Trainer:
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         torch.manual_seed(cfg.train.seed)
-        attention = distributed.choose_attention(cfg.train, self.device, self.train_data.seq_len)
-        self.module = TransformerLM(self.model_cfg, attention)  # one attention backend for the whole run
+        self.module = TransformerLM(self.model_cfg, attention.for_pretraining(  # one backend for the whole run
+            cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len))
         self.module.init_weights(cfg.train.seed)  # on CPU, so a seed gives the same weights on every device
         self.module.to(self.device)
         # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.
@@ -327,8 +328,7 @@ class Trainer:
         return self.cfg.lr_schedule.factor(step, self.cfg.train.steps)
 
     def run(self, stop_at: int | None = None) -> dict:
-        """Train to the end of the budget (or, to simulate a kill in tests, stop after step `stop_at`); the run
-        folder's lock is released when it returns or fails."""
+        """Train to the end of the budget (tests: stop after step `stop_at`); the lock is released at the end."""
         with self._lock:
             try:
                 return self._train(stop_at)
