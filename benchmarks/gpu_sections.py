@@ -79,7 +79,9 @@ def flex_backend(device: torch.device, seq_len: int):
     from encoderlab.model.attention import Flex, for_pretraining
 
     if device.type == "cuda":
-        return for_pretraining("flex", False, device, seq_len)
+        from encoderlab.train.distributed import compile_kernel
+
+        return for_pretraining("flex", False, device, seq_len, compile_kernel)
     return Flex()
 
 

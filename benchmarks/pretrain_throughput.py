@@ -35,7 +35,7 @@ from encoderlab.hub.hf import hf_config
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.model.attention import for_pretraining
-from encoderlab.train.distributed import World, prepare_model
+from encoderlab.train.distributed import World, compile_kernel, prepare_model
 
 IMPLEMENTATIONS = ("encoderlab", "transformers")
 SPECIAL = [0, 1, 2, 3]  # bos, eos, pad, mask of the synthetic batches
@@ -97,7 +97,7 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
     if impl == "encoderlab":
         torch.manual_seed(0)
         # The trainer's default document attention (train.attention: auto): varlen on CPU, flex on CUDA.
-        attention = for_pretraining("auto", shape.compile, device, shape.seq_len)
+        attention = for_pretraining("auto", shape.compile, device, shape.seq_len, compile_kernel)
         model = TransformerLM(cfg, attention)
         model.init_weights(0)
         if shape.compile:

@@ -295,10 +295,12 @@ def for_finetuning(device: torch.device, length: int) -> Dense:
     return Dense(form_for(device.type, length))
 
 
-def for_pretraining(kind: str, compiled: bool, device: torch.device, seq_len: int) -> Backend:
+def for_pretraining(kind: str, compiled: bool, device: torch.device, seq_len: int,
+                    fuse: Callable[[Callable], Callable] = lambda kernel: kernel) -> Backend:
     """A pretraining run's backend (`train.attention`; `compiled`: `train.compile`), chosen once and given to the
     model. auto, as measured: flex on CUDA, varlen on a CPU where it saves work, except under compile (a new bucket
-    layout every batch would recompile the blocks)."""
+    layout every batch would recompile the blocks). `fuse` makes flex_attention's fused kernel: the trainer's compiler
+    (train/distributed.py `compile_kernel`; the model's code stays out of compilation)."""
     dense = Dense(form_for(device.type, seq_len))  # every window has seq_len tokens
     if kind == "auto":
         if device.type == "cpu" and not compiled:
@@ -308,7 +310,7 @@ def for_pretraining(kind: str, compiled: bool, device: torch.device, seq_len: in
     if kind == "flex":
         from torch.nn.attention.flex_attention import flex_attention
 
-        return Flex(torch.compile(flex_attention, dynamic=False), dense)  # the fused kernel, once per shape
+        return Flex(fuse(flex_attention), dense)
     if kind == "varlen":
         return Varlen(dense, fallback=False)
     return dense

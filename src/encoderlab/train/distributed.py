@@ -152,6 +152,11 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     return model
 
 
+def compile_kernel(kernel):
+    """flex_attention's fused kernel (model/attention.py `for_pretraining`): compiled once per shape."""
+    return torch.compile(kernel, dynamic=False)
+
+
 def _recomputed(forward):
     def run(*args):
         # Non-reentrant: works under compile, with FSDP2's hooks and with inputs that need no grad.

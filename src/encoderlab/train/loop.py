@@ -127,7 +127,7 @@ class Trainer:
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         torch.manual_seed(cfg.train.seed)
         self.module = TransformerLM(self.model_cfg, attention.for_pretraining(  # one backend for the whole run
-            cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len))
+            cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len, distributed.compile_kernel))
         self.module.init_weights(cfg.train.seed)  # on CPU, so a seed gives the same weights on every device
         self.module.to(self.device)
         # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.
