@@ -90,6 +90,20 @@ def test_a_disk_full_during_a_checkpoint_is_one_line_and_leaves_no_temporary(tmp
     assert not list(folder.iterdir()) and not (folder.parent / "LATEST").exists()  # nothing half-written
 
 
+def test_a_disk_full_during_data_prepare_is_one_line_and_leaves_nothing(tmp_path):
+    source = tmp_path / "corpus.jsonl"
+    source.write_text("".join(f'{{"text": "{" ".join(f"word{j % 97}" for j in range(i % 50 + 100))}"}}\n'
+                              for i in range(300)))  # about 250 KB: the corpus copy passes the limit at once
+    out = tmp_path / "prepared"
+    process = cli("data", "prepare", str(source), "--out", str(out), env={"ENCODERLAB_HOME": str(tmp_path / "h")},
+                  limit=LIMIT)
+    _, stderr = process.communicate(timeout=300)
+    last = stderr.strip().splitlines()[-1]
+    assert process.returncode == 2 and "Traceback" not in stderr, stderr
+    assert last.startswith(f"error: cannot write {out}/") and last.endswith("File too large; nothing was written there")
+    assert not out.exists() or not any(out.iterdir())  # no half-prepared data, no temporary folder
+
+
 def test_a_disk_full_during_a_record_is_one_line_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "evals" / "tag" / "key" / "task" / "lr0.001-seed0.json"
     script = (f"from pathlib import Path; from encoderlab.evaluation import records\n"
