@@ -81,3 +81,47 @@ def test_a_dead_worker_fails_the_jobs_of_its_pool_and_the_rest_goes_on_in_a_new_
     # run when the pool broke ran in a new one.
     assert set(board.failed) | board.done == {"pretrain:a", "pretrain:b", "eval:c"}
     assert "eval:c" in board.done or "pretrain:b" in board.done
+
+
+class _BrokenOnce:
+    """A pool that broke between two jobs (its worker died while idle): it refuses the next submit."""
+
+    def __init__(self):
+        self.pools = 0
+
+    def __call__(self, *args, **kwargs):
+        from concurrent.futures.process import BrokenProcessPool
+
+        from encoderlab.study.scheduler import _InProcess
+
+        self.pools += 1
+        pool = _InProcess()
+        if self.pools == 1:
+            def submit(*a, **k):
+                raise BrokenProcessPool("a worker died while idle")
+            pool.submit = submit
+        return pool
+
+
+def test_a_pool_found_broken_between_jobs_is_replaced_not_taken_for_the_end(monkeypatch):
+    """With nothing running, a refused submit once ended the scheduling: the jobs left were neither run nor failed."""
+    from encoderlab.study import scheduler
+
+    factory = _BrokenOnce()
+    monkeypatch.setattr(scheduler, "ProcessPoolExecutor", factory)
+    board = Board([Job("pretrain:a", "pretrain", [], {}), Job("eval:a", "eval", ["pretrain:a"], {})], done=set())
+    for job, _, error in run_jobs(board, 2, lambda job: {"seconds": 0.0}):
+        board.finish(job) if error is None else board.fail(job, error)
+    assert factory.pools == 2 and board.done == {"pretrain:a", "eval:a"} and not board.pending
+
+
+def test_a_job_that_can_never_run_fails_by_name(tmp_path):
+    """A branch point that never appears (no job writes it): its job and their dependents end failed and skipped,
+    never left pending while the study reports success."""
+    jobs = [Job("pretrain:b", "pretrain", [f"pretrain:gone@{tmp_path / 'step-4'}"], {}),
+            Job("eval:b", "eval", ["pretrain:b"], {})]
+    board = Board(jobs, done=set())
+    for job, _, error in run_jobs(board, 1, lambda job: {"seconds": 0.0}):
+        board.finish(job) if error is None else board.fail(job, error)
+    assert list(board.failed) == ["pretrain:b"] and board.skipped == {"eval:b"} and not board.pending
+    assert board.failed["pretrain:b"].startswith("it never became ready to run: it waits for pretrain:gone@")

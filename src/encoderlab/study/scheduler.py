@@ -102,6 +102,9 @@ def run_jobs(board: Board, workers: int, run: Callable) -> Iterator[tuple[Job, d
         with pool:
             broke = yield from _drive(pool, board, workers, run)
         if not broke:
+            for job in list(board.pending):  # never left neither done nor failed (the caller fails its dependents)
+                if job in board.pending:
+                    yield job, None, f"it never became ready to run: it waits for {', '.join(job.deps)}"
             return
 
 
@@ -113,8 +116,9 @@ def _drive(pool: Executor, board: Board, workers: int, run: Callable):
         try:
             for job in [j for j in board.ready() if j.id not in busy][:workers - len(running)]:
                 running[pool.submit(run, job)] = job
-        except BrokenProcessPool:
-            pass  # seen below, as the running jobs' exception
+        except BrokenProcessPool:  # seen below as the running jobs' exception; with none running, a new pool
+            if not running:
+                return True
         if not running:
             return False
         # a timeout, so branches start when their checkpoint appears, not only when a job ends
