@@ -227,6 +227,13 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
         yield row
 
 
+def drop_if_only_lock(folder: Path) -> None:
+    """Remove `folder` if it holds nothing but its lock: a start refused in a folder it created leaves no folder
+    behind. Call only for a folder the caller created, with the lock released."""
+    if folder.is_dir() and [p.name for p in folder.iterdir()] == [".lock"]:
+        shutil.rmtree(folder)
+
+
 @contextmanager
 def run_lock(folder: Path, what: str, shared: bool = False) -> Iterator[None]:
     """Hold `folder/.lock` while the block runs: one process at a time writes `what` into `folder`; another one is

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.train.logging import HEARTBEAT_S
 
-HEARTBEAT_S = 30.0
 LIMIT_ENV = "ENCODERLAB_MEMORY_LIMIT_GB"  # a limit of your own (a shared machine, a job's allocation); tests force one
 GB = 1024**3
 

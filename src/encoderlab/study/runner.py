@@ -13,13 +13,12 @@ cores / workers threads. On a multi-GPU machine, run one `study run --job ...` p
 """
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.io import atomic_file, run_lock, write_json
+from encoderlab.io import atomic_file, drop_if_only_lock, run_lock, write_json
 from encoderlab.evaluation import records
 from encoderlab.errors import EncoderlabError
 from encoderlab.train.checkpoint import checkpoint_name, weights_digest
@@ -96,6 +95,7 @@ def execute(job: Job, log: Callable[[str], None] | None = None,
     """Run one job to the end; returns a short summary. Raises on failure (the scheduler records it). `progress`:
     where a job says, at least every 30 s, how it goes: a pretraining run's step, an eval job's sweep's runs."""
     log = log or (lambda m: None)
+    progress = progress and (lambda m, say=progress: say(f"{job.id}: {m}"))
     started = time.perf_counter()
     if job.kind == "pretrain":
         from encoderlab.config import validate
@@ -103,8 +103,7 @@ def execute(job: Job, log: Callable[[str], None] | None = None,
         from encoderlab.train.loop import Trainer
 
         cfg = validate(PretrainConfig, job.args["config"], where=job.id)
-        heartbeat = progress and (lambda m: progress(f"{job.id}: {m}"))
-        result = Trainer(cfg, resume=True, log=log, show_progress=heartbeat or False).run()
+        result = Trainer(cfg, resume=True, log=log, show_progress=progress or False).run()
         loss = {k: round(v, 3) for k, v in result["final"].items() if k.startswith("val/")}
         return {"seconds": round(time.perf_counter() - started, 1), "loss": loss}
     if job.kind == "random":
@@ -157,7 +156,7 @@ def _evaluate(job: Job, log: Callable[[str], None], started: float, progress: Ca
     prepared = _PREPARED.setdefault((records.protocol_key(job.args["protocol"]), hash(tok)), {})
     summary = run_sweep(job.args["checkpoint"], job.args["tasks"], protocol, Path(job.args["out"]),
                         log=lambda m: None, show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks",
-                        prepared=prepared, progress_log=progress and (lambda m: progress(f"{job.id}: {m}")))
+                        prepared=prepared, progress_log=progress)
     entries = list(summary["tasks"].values())  # under their names (a YAML's is not its spec)
     tests = [e["test"] for e in entries if e.get("test") is not None]
     return {"seconds": round(time.perf_counter() - started, 1), "test": sum(tests) / len(tests) if tests else None,
@@ -204,8 +203,8 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         with run_lock(plan.root, f"study {plan.spec.name}", shared=job_id is not None):
             return _run_study(plan, base_dir, workers=workers, log=log, only=only, job_id=job_id)
     except EncoderlabError:
-        if created and plan.root.is_dir() and [p.name for p in plan.root.iterdir()] == [".lock"]:
-            shutil.rmtree(plan.root)  # a refused new study leaves no folder behind
+        if created:
+            drop_if_only_lock(plan.root)  # a refused new study leaves no folder behind
         raise
 
 

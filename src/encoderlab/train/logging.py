@@ -126,16 +126,19 @@ class MetricsLog:
             sink.close()
 
 
+# How often a long job says how it goes when no live bar shows it: pretraining in a study, every sweep engine.
+HEARTBEAT_S = 30.0
+
 class Progress:
     """`unit done/total`, what is going on and the ETA on stderr: a live bar on a terminal, one line per update
     otherwise (CI logs, `make demo > log`); silent when disabled (tests, --json). Pretraining steps and sweep runs."""
 
     def __init__(self, unit: str, total: int, *, start: int = 0, enabled: bool | Callable[[str], None] = True):
-        """`enabled` a function: lines go to it instead, at most one every 30 s (a study's jobs: a heartbeat)."""
+        """`enabled` a function: lines go to it instead, at most one every `HEARTBEAT_S` (a study's jobs)."""
         self.unit, self.total, self.start = unit, total, start
         self.enabled = bool(enabled) and total > start
         self.say = enabled if callable(enabled) else None
-        self.every_s, self.last = (30.0 if self.say else 0.0), -math.inf
+        self.every_s, self.last = (HEARTBEAT_S if self.say else 0.0), -math.inf
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
         self.t0 = time.perf_counter()
         self.bar = None

@@ -6,7 +6,6 @@ are summed over ranks, so the update is the single-process one whatever the numb
 """
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -17,7 +16,7 @@ import torch
 from encoderlab import objectives
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data  # resolve_data: also the study's
-from encoderlab.io import run_lock, write_json
+from encoderlab.io import drop_if_only_lock, run_lock, write_json
 from encoderlab.errors import EncoderlabError, is_out_of_memory
 from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
@@ -143,9 +142,8 @@ class Trainer:
             self._prepare_run_dir(resume or extend, extend)
         except BaseException:
             self._lock.close()
-            if created and self.world.is_main and self.run_dir.is_dir() and \
-                    [p.name for p in self.run_dir.iterdir()] == [".lock"]:
-                shutil.rmtree(self.run_dir)  # a refused run leaves no folder behind (it held only the lock)
+            if created and self.world.is_main:
+                drop_if_only_lock(self.run_dir)  # a refused run leaves no folder behind
             raise
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
 
