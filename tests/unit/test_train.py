@@ -18,6 +18,8 @@ from encoderlab.train import checkpoint
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.loop import Trainer
 from encoderlab.train.schedule import LRSchedule
+from encoderlab.evaluation.finetune import lr_factor
+from encoderlab.evaluation.protocol import Protocol
 
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1}
@@ -118,6 +120,21 @@ def test_wsd_schedule_shape():
                                                                  round(1 - math.sqrt(0.75), 4)]
     cos = LRSchedule(kind="cosine", warmup_steps=0, min_lr_ratio=0.1)
     assert cos.factor(0, 100) == pytest.approx(1.0) and cos.factor(100, 100) == pytest.approx(0.1)
+
+
+def test_one_schedule_for_pretraining_and_fine_tuning():
+    """Fine-tuning's warmup and linear decay is pretraining's schedule function (WSD whose decay starts after the
+    warmup); decay_steps exists for WSD only, and run folders that wrote the unused default still load."""
+    protocol = Protocol(name="p", warmup_fraction=0.1)
+    wsd = LRSchedule(kind="wsd", warmup_steps=15, decay_steps=135)
+    assert [lr_factor(s, 150, protocol) for s in range(150)] == [wsd.factor(s, 150) for s in range(150)]
+    constant = Protocol(name="p", warmup_fraction=0.1, decay="constant")
+    assert [lr_factor(s, 150, constant) for s in range(150)] == [
+        LRSchedule(kind="constant", warmup_steps=15).factor(s, 150) for s in range(150)]
+    assert LRSchedule().decay_steps == 2000 and LRSchedule(kind="cosine").decay_steps is None
+    with pytest.raises(ValueError, match="decay_steps applies to kind 'wsd' only"):
+        LRSchedule(kind="cosine", decay_steps=100)
+    assert LRSchedule.model_validate({"kind": "cosine", "decay_steps": 2000}).decay_steps is None  # older dumps
 
 
 def test_config_errors_name_the_key():
@@ -459,7 +476,7 @@ def test_extend_a_finished_run_continues_it_exactly(tmp_path, packed_dir):
     run = tmp_path / "ext"
     original = (run / "config.yaml").read_text()
     longer = make_config(tmp_path, packed_dir, name="ext", log_every=2)  # WSD over 10 steps; log_every is free
-    with pytest.raises(EncoderlabError, match=r"lr_schedule.decay_steps: 2000 -> 3, lr_schedule.kind: "
+    with pytest.raises(EncoderlabError, match=r"lr_schedule.decay_steps: None -> 3, lr_schedule.kind: "
                                               r"'constant' -> 'wsd', train.steps: 6 -> 10; to train it further, pass"):
         Trainer(longer, show_progress=False, resume=True)
     messages = []

@@ -18,6 +18,7 @@ from encoderlab.evaluation.tasks.base import EvalTask, set_apart
 from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
+from encoderlab.train import schedule
 from encoderlab.train.optim import autocast, build_adamw, max_grad_norm, set_lr
 
 
@@ -52,11 +53,7 @@ def weight_dtype(protocol: Protocol) -> torch.dtype:
 def lr_factor(step: int, total: int, protocol: Protocol) -> float:
     """The protocol's schedule at `step` of `total`: linear warmup, then linear decay to 0 (or constant)."""
     warmup = round(protocol.warmup_fraction * total)
-    if step < warmup:
-        return (step + 1) / warmup
-    if protocol.decay == "constant":
-        return 1.0
-    return max(0.0, (total - step) / max(1, total - warmup))
+    return schedule.factor(step, total, warmup=warmup, decay=protocol.decay, decay_start=warmup)
 
 
 def seeded_head(task: EvalTask, hidden_size: int, seed: int) -> nn.Module:
