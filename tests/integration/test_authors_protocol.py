@@ -230,3 +230,24 @@ def test_the_sweep_is_deterministic(swept):
         return {(r["task"], r["lr"], r["seed"]): (r["scores"], r["baseline"], r["curve"]) for r in found}
 
     assert scores(swept["rerun"]) == scores(swept["records"])
+
+
+def test_a_study_job_is_done_by_the_sweeps_rule(swept, tmp_path):
+    """A study's evaluation job is done by the rule a sweep skips a run by (evaluation/records.py `recorded`): a record
+    made by a model trained on other data is not done (the study used to take any usable record)."""
+    import json
+    import shutil
+
+    from encoderlab.study.runner import is_done
+    from encoderlab.study.scheduler import Job
+
+    out = tmp_path / "evals"
+    shutil.copytree(swept["checkpoint"].parent / "evals", out)
+    job = Job("eval:tiny:retrieval", "eval", [], {"checkpoint": str(ckpt.resolve(swept["checkpoint"])),
+                                                  "tasks": ["toy-ir"], "out": str(out),
+                                                  "protocol": swept["protocol"].model_dump(mode="json")})
+    assert is_done(job)
+    path = next(out.rglob("toy-ir/*/lr*-seed*.json"))
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "trained_on": {"task": "other", "fingerprint": "0" * 12}}))
+    assert not is_done(job)

@@ -337,8 +337,9 @@ def test_retrieval_trained_once_is_one_study_job():
     """With retrieval.train_on the retrieval tasks of a checkpoint share one model per LR and seed: one job trains
     it (the plan counts it once), where one job a task would train it again for each."""
     from encoderlab.evaluation.protocol import Protocol
+    from encoderlab.evaluation.shared_training import job_groups
 
     tasks = ["sst2", "msmarco", "nq", "mldr"]
-    assert runner_module._eval_groups(tasks, Protocol()) == [(t, [t]) for t in tasks]
+    assert job_groups(tasks, Protocol()) == [(t, [t]) for t in tasks]
     paper = Protocol(retrieval={"train_on": "msmarco", "corpus": "judged", "relevance": "binary", "loss": "mnrl"})
-    assert runner_module._eval_groups(tasks, paper) == [("sst2", ["sst2"]), ("retrieval", ["msmarco", "nq", "mldr"])]
+    assert job_groups(tasks, paper) == [("sst2", ["sst2"]), ("retrieval", ["msmarco", "nq", "mldr"])]

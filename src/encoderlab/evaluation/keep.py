@@ -18,7 +18,6 @@ from torch import nn
 from encoderlab.errors import EncoderlabError
 from encoderlab.evaluation.finetune import finetune
 from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.shared_training import TrainedOnce
 from encoderlab.evaluation.tasks import task_family, task_identity
 from encoderlab.model.config import ModelConfig
 
@@ -69,10 +68,9 @@ def check_tasks(keep: Keeper | None, specs: list[str], prepared: dict, protocol:
 
 def save_run(sweep, unit, backbone: nn.Module, head: nn.Module, body: dict) -> None:
     """Hand a trained run of `sweep` (evaluation/sweep.py) to its keeper with the records it scored."""
-    train = getattr(unit, "train", unit)
     body = {**body, "engine": "sequential"}
-    bodies = unit.member_bodies(body) if isinstance(unit, TrainedOnce) else {unit.name: body}
-    recs = {t.name: sweep.record(t, train, bodies[t.name]) for t in getattr(unit, "members", [unit])}
+    bodies = unit.member_bodies(body)
+    recs = {t.name: sweep.record(t, unit.training_task, bodies[t.name]) for t in unit.scored_tasks}
     sweep.keep.save(unit, backbone, head, recs, sweep.identity(unit, body["lr"], body["seed"]))
 
 
@@ -80,7 +78,7 @@ def save_chosen(sweep, tasks: dict) -> None:
     """Train again, sequentially, and save the runs the summary's `tasks` keep (`--save-models chosen`) that are
     not saved yet; each is saved with the scores that model reached (module docstring)."""
     for unit in sweep.units:
-        for lr, seed in chosen_runs([t.name for t in getattr(unit, "members", [unit])], tasks):
+        for lr, seed in chosen_runs([t.name for t in unit.scored_tasks], tasks):
             if sweep.keep.saved(unit.name, sweep.identity(unit, lr, seed)):
                 continue
             sweep.log(f"{unit.name}: training the kept run lr={lr:g} seed={seed} again to save it")

@@ -15,6 +15,18 @@ from encoderlab.train.config import AdamWSection, Seed, WandbSection
 TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_fraction")
 
 
+# Settings added after records existed, at the value that reproduces those records: left out of the protocol's hash
+# (evaluation/records.py protocol_key) there, so that the records made before each setting existed keep their key;
+# any other value is hashed, so never mixes.
+ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pairs": "segments", "holdout": "encoderlab",
+                  "retrieval": {"train_on": None, "corpus": "all", "relevance": "graded", "loss": "infonce"},
+                  "tokens": {"labels": "first_subword", "dropout": 0.0, "metric": "entity_f1"},
+                  "qa": {"format": "spans"}, "inputs": "bos_eos", "classification_head": "linear",
+                  "batch_order": "length_buckets"}
+# Settings added inside a section after records existed: dropped from it at that value, the rest of it hashed as before.
+ADDED_SUBSETTINGS = {"retrieval": {"ndcg": "standard"}}
+
+
 class RetrievalSection(BaseModel):
     """How retrieval tasks are trained and scored. The defaults are encoderlab's own protocol; the authors' (see
     docs/paper.md) is `train_on: msmarco, corpus: judged_any_split, relevance: binary, loss: mnrl, ndcg: top10_only`."""
@@ -33,6 +45,10 @@ class RetrievalSection(BaseModel):
         "standard", description="standard: NDCG@10 with the ideal over every relevant document; top10_only: "
         "scikit-learn's ndcg_score on the 10 top-ranked documents (ideal over the relevant ones retrieved), the "
         "authors' metric; the record holds both either way")
+
+    def scoring(self) -> dict[str, str]:
+        """What a retrieval task's own training and scoring follow (all but where its model is trained)."""
+        return self.model_dump(exclude={"train_on"})
 
 
 class TokensSection(BaseModel):

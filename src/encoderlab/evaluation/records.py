@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation.protocol import ADDED_SETTINGS, ADDED_SUBSETTINGS
 from encoderlab.io import write_json
 from encoderlab.train import checkpoint as ckpt
 
@@ -35,15 +36,6 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
 
 
-# Settings added after records existed, at the value that reproduces those records: left out of the hash there, so
-# that the records made before each setting existed keep their key; any other value is hashed, so never mixes.
-ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pairs": "segments", "holdout": "encoderlab",
-                  "retrieval": {"train_on": None, "corpus": "all", "relevance": "graded", "loss": "infonce"},
-                  "tokens": {"labels": "first_subword", "dropout": 0.0, "metric": "entity_f1"},
-                  "qa": {"format": "spans"}, "inputs": "bos_eos", "classification_head": "linear",
-                  "batch_order": "length_buckets"}
-# Settings added inside a section after records existed: dropped from it at that value, the rest of it hashed as before.
-ADDED_SUBSETTINGS = {"retrieval": {"ndcg": "standard"}}
 REPORTING = ("name", "curve_every", "eval_batch_size", "wandb", "lr_choice")  # never part of the key
 
 
@@ -64,6 +56,18 @@ def _without_added(key: str, value):
 
 def record_path(root: Path, tag: str, key: str, task: str, fingerprint: str, lr: float, seed: int) -> Path:
     return root / tag / key / task / fingerprint / f"lr{lr:g}-seed{seed}.json"
+
+
+def recorded(root: Path, tag: str, key: str, scored: list[tuple[str, str]], trained_on: str, lr: float, seed: int,
+             weights: str | None) -> bool:
+    """The one rule for "this run is done", for a sweep and for a study's jobs: every task it scores (`scored`: name,
+    fingerprint) has a usable record of these weights, made by a model trained on the data of fingerprint
+    `trained_on` (a record from before `trained_on` was written was trained on its own task)."""
+    for name, fingerprint in scored:
+        record, _ = usable(record_path(root, tag, key, name, fingerprint, lr, seed), weights)
+        if record is None or record.get("trained_on", {}).get("fingerprint", fingerprint) != trained_on:
+            return False
+    return True
 
 
 def other_versions(root: Path, tag: str, key: str, task: str, fingerprint: str) -> list[Path]:

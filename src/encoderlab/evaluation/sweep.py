@@ -29,7 +29,7 @@ from encoderlab.evaluation.keep import Keeper, check_keep, check_tasks, save_cho
 from encoderlab.evaluation.aggregate import summarize
 from encoderlab.evaluation.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.shared_training import TrainedOnce, training_units
+from encoderlab.evaluation.shared_training import Unit, check_trainer, trainer_spec, training_units
 from encoderlab.evaluation.tasks import load_task, task_family, task_identity
 from encoderlab.evaluation.tasks import baselines
 from encoderlab.evaluation.tasks.base import EvalTask
@@ -117,17 +117,12 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     check_tasks(keep, specs, prepared, protocol, model_cfg)  # before any task is prepared or trained
     weights = backbone_state(model.state_dict())
     del model
-    train_on = protocol.retrieval.train_on
-    if train_on and any(prepared[s].family == "retrieval" if s in prepared else task_family(s) == "retrieval"
-                       for s in specs):
-        specs_to_load = [*specs, train_on] if train_on not in specs else specs
-    else:
-        specs_to_load, train_on = specs, None
-    missing = list(dict.fromkeys(s for s in specs_to_load if s not in prepared))
+    shared = trainer_spec(protocol, specs, lambda s: prepared[s].family if s in prepared else task_family(s))
+    missing = list(dict.fromkeys(s for s in [*specs, *([shared] if shared else [])] if s not in prepared))
     prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
-    trainer = prepared[train_on] if train_on else None
-    if trainer is not None and (trainer.family != "retrieval" or not trainer.has_train):
-        raise EncoderlabError(f"retrieval.train_on: {train_on!r} must be a retrieval task with train pairs")
+    trainer = prepared[shared] if shared else None
+    if trainer is not None:
+        check_trainer(trainer, shared)
     sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer,
                   keep=keep, progress_log=progress_log)
     with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep
@@ -173,7 +168,7 @@ class Sweep:
     weights: dict[str, torch.Tensor]
     engine: str
     log: Callable[[str], None]
-    train_on: EvalTask | None = None  # retrieval.train_on: the task that trains every retrieval task's runs
+    trainer: EvalTask | None = None  # the task that trains every retrieval task's runs (shared_training.py)
     tracker: Wandb | None = None  # protocol.wandb: each record's scores, and the summary, go to W&B as well
     heartbeat: Heartbeat | None = None  # lines while runs train, whatever trains them (evaluation/feedback.py)
     keep: Keeper | None = None  # saves fine-tuned models (evaluation/keep.py)
@@ -183,34 +178,32 @@ class Sweep:
         self.tag = records.checkpoint_tag(self.checkpoint)
         self.key = records.protocol_key(self.protocol.model_dump(mode="json"))
         self.digest = ckpt.weights_digest(self.checkpoint)  # its records' identity: the same weights, wherever
-        self.units = training_units(self.tasks, self.train_on)  # what trains: a task, or one TrainedOnce
+        self.units = training_units(self.tasks, self.trainer)  # what trains: a task, or one TrainedOnce
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}
 
     def announce(self, todo: list, workers: int) -> None:
         """Before the first run: what a run needs (refused when it cannot fit); then a heartbeat while runs train."""
         if todo:
-            training = [*self.tasks, *([self.train_on] if self.train_on else [])]
+            training = [*self.tasks, *([self.trainer] if self.trainer else [])]
             check_memory(training, self.protocol, self.model_cfg, self.device, workers, self.log)
         self.heartbeat = Heartbeat(self.progress_log or self.log, len(todo))
 
     def path(self, task: EvalTask, lr: float, seed: int) -> Path:
         return records.record_path(self.out, self.tag, self.key, task.name, task.fingerprint, lr, seed)
 
-    def recorded(self, unit: EvalTask | TrainedOnce, lr: float, seed: int) -> bool:
-        """Every task the run scores has a record, made by a model trained on the same training data."""
-        train = getattr(unit, "train", unit)
-        for task in getattr(unit, "members", [unit]):
-            record, _ = records.usable(self.path(task, lr, seed), self.digest)
-            made_by = (record or {}).get("trained_on", {}).get("fingerprint", train.fingerprint)
-            if record is None or made_by != train.fingerprint:
-                return False
+    def recorded(self, unit: Unit, lr: float, seed: int) -> bool:
+        """The run is done (records.recorded) and, when every run's model is kept, its model saved."""
+        scored = [(t.name, t.fingerprint) for t in unit.scored_tasks]
+        if not records.recorded(self.out, self.tag, self.key, scored, unit.training_task.fingerprint, lr, seed,
+                                self.digest):
+            return False
         return self.keep is None or self.keep.mode != "all" or self.keep.saved(unit.name, self.identity(unit, lr, seed))
 
-    def identity(self, unit: EvalTask | TrainedOnce, lr: float, seed: int) -> dict:
+    def identity(self, unit: Unit, lr: float, seed: int) -> dict:
         """What a saved model is the run of: the weights, the protocol, the data it was trained on, LR and seed."""
         return {records.WEIGHTS: self.digest, "protocol_key": self.key,
-                "trained_on": getattr(unit, "train", unit).fingerprint, "lr": lr, "seed": seed}
+                "trained_on": unit.training_task.fingerprint, "lr": lr, "seed": seed}
 
     def run(self, workers: int | str, show_progress: bool) -> dict:
         """Train and record the runs not yet recorded, then summarise (and save the chosen runs' models)."""
@@ -284,19 +277,18 @@ class Sweep:
                                 on_step=self.heartbeat and self.heartbeat.step, on_trained=self._saver(task))
                 yield Outcome(task, {**body, "engine": "sequential"}, f"{task.name} lr={lr:g} seed={seed}")
 
-    def _saver(self, unit: EvalTask | TrainedOnce):
+    def _saver(self, unit: Unit):
         """The `on_trained` of a run whose model is saved: the keeper gets it with the records it scored."""
         if self.keep is None or self.keep.mode != "all":
             return None
         return lambda backbone, head, body: save_run(self, unit, backbone, head, body)
 
-    def write(self, unit: EvalTask | TrainedOnce, body: dict) -> None:
+    def write(self, unit: Unit, body: dict) -> None:
         """A finished run's records, one per task it scores: its results (`body`, ok or failed) and what it was a
         run of, `trained_on` included (the task whose train split trained the model)."""
-        train = getattr(unit, "train", unit)
-        bodies = unit.member_bodies(body) if isinstance(unit, TrainedOnce) else {unit.name: body}
-        for task in getattr(unit, "members", [unit]):
-            self._write(task, train, bodies[task.name])
+        bodies = unit.member_bodies(body)
+        for task in unit.scored_tasks:
+            self._write(task, unit.training_task, bodies[task.name])
         if body["status"] != "ok":
             self.log(f"run {unit.name} lr={body['lr']:g} seed={body['seed']} failed: {body['reason']} (recorded; "
                      "the sweep goes on)")

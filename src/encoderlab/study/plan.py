@@ -326,14 +326,10 @@ def expand_tasks(tasks: list[str]) -> list[str]:
 
 
 def _task_count(tasks: list[str], protocol) -> int:
-    """Trainings per LR and seed: one per task, and with `retrieval.train_on` one for all retrieval tasks."""
-    from encoderlab.evaluation.tasks import task_family
+    """Trainings per LR and seed: one per evaluation job (evaluation/shared_training.py `job_groups`)."""
+    from encoderlab.evaluation.shared_training import job_groups
 
-    specs = expand_tasks(tasks)
-    if not protocol.retrieval.train_on:
-        return len(specs)
-    retrieval = sum(task_family(t) == "retrieval" for t in specs)
-    return len(specs) - retrieval + min(retrieval, 1)
+    return len(job_groups(expand_tasks(tasks), protocol))
 
 
 def load_protocol(spec: StudySpec, base_dir: Path):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from encoderlab.io import atomic_file, drop_if_only_lock, run_lock, write_json
 from encoderlab.evaluation import records
+from encoderlab.evaluation.shared_training import job_groups, trainer_spec
 from encoderlab.errors import EncoderlabError
 from encoderlab.train.checkpoint import checkpoint_name, weights_digest
 from encoderlab.study.existing import import_checkpoints
@@ -46,22 +47,11 @@ def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
     for e in plan.evaluations:
         deps = [f"pretrain:{e.run}" if e.run else f"random:{e.size}"] if e.kind in ("final", "intermediate",
                                                                                    "random") else []
-        for name, tasks in _eval_groups(expand_tasks(e.tasks), protocol):
+        for name, tasks in job_groups(expand_tasks(e.tasks), protocol):
             jobs.append(Job(f"eval:{e.label}:{name}", "eval", deps,
                             {"checkpoint": str(plan.eval_checkpoint(e)), "tasks": tasks,
                              "protocol": protocol.model_dump(mode="json"), "out": str(plan.root / "evals")}))
     return jobs
-
-
-def _eval_groups(tasks: list[str], protocol) -> list[tuple[str, list[str]]]:
-    """One job a task; with `retrieval.train_on`, one job for every retrieval task: they share one trained model
-    per LR and seed, which separate jobs would each train again (the plan counts it once)."""
-    from encoderlab.evaluation.tasks import task_family
-
-    if not protocol.retrieval.train_on:
-        return [(t, [t]) for t in tasks]
-    retrieval = [t for t in tasks if task_family(t) == "retrieval"]
-    return [(t, [t]) for t in tasks if t not in retrieval] + ([("retrieval", retrieval)] if retrieval else [])
 
 
 def is_done(job: Job) -> bool:
@@ -72,7 +62,8 @@ def is_done(job: Job) -> bool:
         return (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / checkpoint_name(step)).exists()
     if job.kind == "random":
         return (Path(job.args["checkpoint"]) / "state.json").exists()
-    from encoderlab.evaluation.tasks import task_identity
+    from encoderlab.evaluation.protocol import Protocol
+    from encoderlab.evaluation.tasks import task_family, task_identity
 
     protocol, checkpoint = job.args["protocol"], Path(job.args["checkpoint"])
     try:  # the records of these weights: a checkpoint made again (other weights) has its evaluations done again
@@ -81,8 +72,11 @@ def is_done(job: Job) -> bool:
         return False  # not written yet, or damaged: the job runs, and says so if it cannot
     tag, key, out = records.checkpoint_tag(checkpoint), records.protocol_key(protocol), Path(job.args["out"])
     identities = [task_identity(task) for task in job.args["tasks"]]  # data hashed once per process, not per job
-    return all(records.usable(records.record_path(out, tag, key, name, fingerprint, lr, seed), weights)[0] is not None
-               for name, fingerprint in identities for lr in protocol["lrs"] for seed in protocol["seeds"])
+    shared = trainer_spec(Protocol.model_validate(protocol), job.args["tasks"], task_family)
+    trained_on = [task_identity(shared)[1] if shared else fingerprint for _, fingerprint in identities]
+    return all(records.recorded(out, tag, key, [identity], made_by, lr, seed, weights)
+               for identity, made_by in zip(identities, trained_on)
+               for lr in protocol["lrs"] for seed in protocol["seeds"])
 
 
 # ------------------------------------------------------------------------------------------------ in a worker

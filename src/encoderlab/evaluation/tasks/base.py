@@ -38,6 +38,20 @@ class EvalTask(ABC):
     # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (sweep.prepare_tasks)
     baseline_scores: dict[str, dict[str, dict[str, float]]] | None = None
 
+    # A task is the unit a sweep trains of itself: trained on its own train split, scoring itself
+    # (evaluation/shared_training.py has the other kind of unit).
+    @property
+    def training_task(self) -> EvalTask:
+        return self
+
+    @property
+    def scored_tasks(self) -> list[EvalTask]:
+        return [self]
+
+    def member_bodies(self, body: dict) -> dict[str, dict]:
+        """A run's record body per task it scores."""
+        return {self.name: body}
+
     def adopt(self, protocol) -> None:
         """Take the protocol's choices that shape this task's inputs, batches, head, labels or metric (before
         `prepare`; evaluation/protocol.py). Families with choices of their own extend it."""

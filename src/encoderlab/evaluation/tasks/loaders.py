@@ -133,7 +133,7 @@ def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | Non
     if kind == "nq" and "validation" not in qrels and "test" in qrels:
         qrels, note = halve_test(qrels, queries)
     task = RetrievalTask(kind, corpus, queries, qrels, files={k: str(v) for k, v in files.items()},
-                         train_only=pair_docs)
+                         pairs_only=pair_docs)
     task.data_split = note
     return task
 

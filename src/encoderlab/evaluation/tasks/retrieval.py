@@ -98,10 +98,10 @@ class RetrievalTask(EvalTask):
     data_split: dict | None = None  # how splits were derived where the source lacks one (NQ's validation)
 
     def __init__(self, name: str, corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split],
-                 *, files: dict[str, str] | None = None, train_only: set[str] = frozenset()) -> None:
+                 *, files: dict[str, str] | None = None, pairs_only: set[str] = frozenset()) -> None:
         """corpus: id -> {"title", "text"}; queries: id -> text; qrels: split -> query -> document -> grade.
 
-        `files` names where corpus, queries and each split's qrels came from, for error messages. `train_only`:
+        `files` names where corpus, queries and each split's qrels came from, for error messages. `pairs_only`:
         documents that are training positives only (given with their pairs, not part of the corpus): never searched.
         """
         self.name = name
@@ -127,7 +127,7 @@ class RetrievalTask(EvalTask):
         self._queries: Tokens | None = None
         self._pad_id = 0
         self._embedding_cache: tuple[tuple, list[tuple[Tensor, Tensor]]] | None = None
-        self._train_only = set(train_only)
+        self._pairs_only = set(pairs_only)
         self._searched = self._searchable()  # corpus indices that are ranked (None: all); see limit_corpus
         self._corpus, self._binary, self._loss, self._ndcg = "all", False, "infonce", "standard"  # see configure
 
@@ -156,23 +156,23 @@ class RetrievalTask(EvalTask):
         reduced corpus are higher than on the whole one; the protocol records the cap. Before `prepare`.
         """
         judged = {d for split, rel in self.qrels.items() if split != "train" for r in rel.values() for d in r}
-        if len(self.doc_ids) - len(self._train_only) <= max(n, len(judged)):
+        if len(self.doc_ids) - len(self._pairs_only) <= max(n, len(judged)):
             self._searched = self._searchable()
             return
-        others = sorted(set(self.doc_ids) - judged - self._train_only)
+        others = sorted(set(self.doc_ids) - judged - self._pairs_only)
         order = torch.randperm(len(others), generator=torch.Generator().manual_seed(seed)).tolist()
         keep = judged | {others[i] for i in order[: max(0, n - len(judged))]}
         self._searched = np.array(sorted(self._doc_index[d] for d in keep), dtype=np.int64)
         self._embedding_cache = None
 
     def _searchable(self) -> np.ndarray | None:
-        if not self._train_only:
+        if not self._pairs_only:
             return None
-        return np.array([i for i, d in enumerate(self.doc_ids) if d not in self._train_only], dtype=np.int64)
+        return np.array([i for i, d in enumerate(self.doc_ids) if d not in self._pairs_only], dtype=np.int64)
 
     def adopt(self, protocol) -> None:
         super().adopt(protocol)
-        self.configure(**protocol.retrieval.model_dump(exclude={"train_on"}))
+        self.configure(**protocol.retrieval.scoring())
 
     def configure(self, corpus: str, relevance: str, loss: str, ndcg: str = "standard") -> None:
         """The protocol's `retrieval` settings (evaluation/protocol.py RetrievalSection). Before `prepare`."""
