@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -17,7 +18,8 @@ from encoderlab.config import validate
 from encoderlab.evaluation import records
 from encoderlab.io import write_json
 from encoderlab.study.report import write_report
-from encoderlab.study.runner import Job, is_done
+from encoderlab.evaluation.protocol import Protocol
+from encoderlab.study.jobs import EvalJob
 from encoderlab.train.checkpoint import weights_digest
 from encoderlab.train.config import PretrainConfig
 from encoderlab.train.loop import Trainer
@@ -69,21 +71,20 @@ def test_a_foreign_or_empty_record_is_never_counted(models, tmp_path, monkeypatc
     task, out = models / "task" / "task.yaml", tmp_path / "evals"
     summary, _ = sweep(models / "a" / "mlm", task, out, monkeypatch, capsys)
     [folder] = {p.parent for p in out.rglob("lr*.json")}
-    job = Job("eval:a", "eval", [], {"checkpoint": str(models / "a" / "mlm" / "checkpoints" / "step-0000006"),
-                                     "tasks": [str(task)], "out": str(out),
-                                     "protocol": json.loads((folder / "lr0.001-seed0.json").read_text())["protocol"]})
-    assert is_done(job)
-    assert not is_done(Job(job.id, "eval", [], {**job.args, "checkpoint": job.args["checkpoint"].replace("/a/",
-                                                                                                         "/b/")}))
+    protocol = Protocol.model_validate(json.loads((folder / "lr0.001-seed0.json").read_text())["protocol"])
+    job = EvalJob(id="eval:a", checkpoint=models / "a" / "mlm" / "checkpoints" / "step-0000006", tasks=[str(task)],
+                  out=out, protocol=protocol)
+    assert job.is_done()
+    assert not replace(job, checkpoint=models / "b" / "mlm" / "checkpoints" / "step-0000006").is_done()
     shutil.copy(folder / "lr0.001-seed0.json", folder / "lr0.003-seed0.json")  # another LR's record over this one
     (folder / "lr0.003-seed1.json").write_bytes(b"")
     found, unused = records.scan(out, summary["tag"])
-    assert len(found) == 2 and not is_done(job)
+    assert len(found) == 2 and not job.is_done()
     assert any("lr0.003-seed0.json: is another run's record: run lr0.001-seed0.json" in u for u in unused), unused
     assert any("lr0.003-seed1.json: does not read as a JSON record" in u for u in unused), unused
     again, log = sweep(models / "a" / "mlm", task, out, monkeypatch, capsys)
     assert again["runs_done_this_time"] == 2 and "2 record(s) not used, their runs are done again" in log
-    assert records.scan(out, summary["tag"])[1] == [] and is_done(job)
+    assert records.scan(out, summary["tag"])[1] == [] and job.is_done()
     assert again["tasks"]["task"]["runs"] == 4
 
 

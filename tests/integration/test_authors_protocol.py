@@ -238,16 +238,14 @@ def test_a_study_job_is_done_by_the_sweeps_rule(swept, tmp_path):
     import json
     import shutil
 
-    from encoderlab.study.runner import is_done
-    from encoderlab.study.scheduler import Job
+    from encoderlab.study.jobs import EvalJob
 
     out = tmp_path / "evals"
     shutil.copytree(swept["checkpoint"].parent / "evals", out)
-    job = Job("eval:tiny:retrieval", "eval", [], {"checkpoint": str(ckpt.resolve(swept["checkpoint"])),
-                                                  "tasks": ["toy-ir"], "out": str(out),
-                                                  "protocol": swept["protocol"].model_dump(mode="json")})
-    assert is_done(job)
+    job = EvalJob(id="eval:tiny:retrieval", checkpoint=ckpt.resolve(swept["checkpoint"]), tasks=["toy-ir"], out=out,
+                  protocol=swept["protocol"])
+    assert job.is_done()
     path = next(out.rglob("toy-ir/*/lr*-seed*.json"))
     record = json.loads(path.read_text())
     path.write_text(json.dumps({**record, "trained_on": {"task": "other", "fingerprint": "0" * 12}}))
-    assert not is_done(job)
+    assert not job.is_done()

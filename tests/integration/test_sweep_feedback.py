@@ -3,6 +3,7 @@ line at least every 30 seconds."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +15,8 @@ from encoderlab.evaluation.feedback import LIMIT_ENV, Heartbeat, estimate
 from encoderlab.evaluation.protocol import Protocol
 from encoderlab.evaluation.sweep import run_sweep
 from encoderlab.model.presets import preset
+from encoderlab.study.jobs import EvalJob, PretrainJob
+from encoderlab.train.config import PretrainConfig
 
 PROTOCOL = {"name": "t", "max_steps": 3, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3], "seeds": [0],
             "max_length": 32, "dtype": "fp32"}
@@ -101,13 +104,12 @@ def test_a_sweep_on_worker_processes_is_never_silent(tmp_path, tiny_checkpoint, 
 def test_a_studys_eval_job_says_its_sweeps_heartbeat(tmp_path, tiny_checkpoint, task_yaml, capfd):  # noqa: F811
     from encoderlab.study import runner
 
-    job = runner.Job("eval:final-x:task", "eval", [], {"checkpoint": str(tiny_checkpoint), "tasks": [str(task_yaml)],
-                                                        "protocol": Protocol(**PROTOCOL).model_dump(mode="json"),
-                                                        "out": str(tmp_path / "evals")})
+    job = EvalJob(id="eval:final-x:task", checkpoint=tiny_checkpoint, tasks=[str(task_yaml)],
+                  protocol=Protocol(**PROTOCOL), out=tmp_path / "evals")
     lines: list[str] = []
     runner.execute(job, log=lines.append, progress=lines.append)
     assert any(line.startswith("eval:final-x:task: ") and ": first step " in line for line in lines), lines
-    runner._run_in_worker(runner.Job(job.id, "eval", [], {**job.args, "out": str(tmp_path / "other")}))
+    runner._run_in_worker(replace(job, out=tmp_path / "other"))
     assert "· eval:final-x:task: " in capfd.readouterr().err  # a worker's: on the console it shares
 
 
@@ -123,6 +125,6 @@ def test_a_studys_pretraining_job_says_its_step_every_30_seconds(tmp_path, packe
               "train": {"steps": 4, "global_batch": 2, "dtype": "fp32", "log_every": 1, "eval_batches": 1,
                         "tensorboard": False}}
     lines: list[str] = []
-    runner.execute(runner.Job("pretrain:x", "pretrain", [], {"config": config}), progress=lines.append)
+    runner.execute(PretrainJob(id="pretrain:x", config=PretrainConfig.model_validate(config)), progress=lines.append)
     assert [line.split("  ")[0] for line in lines] == ["pretrain:x: step 1/4", "pretrain:x: step 4/4"], lines
     assert "loss " in lines[0] and lines[0].endswith(" min")

@@ -10,14 +10,22 @@ import pytest
 from encoderlab.study.scheduler import WORKER_DIED, Board, Job, run_jobs
 
 
+class Stub(Job):
+    """A job of the kind its id starts with, that runs nothing (the scheduler knows no more of a job)."""
+
+    def __init__(self, id: str, deps: list[str] | None = None, cost: float = 1.0) -> None:
+        super().__init__(id=id, deps=deps or [], cost=cost)
+        self.kind = id.split(":")[0]
+
+
 def chain(tmp_path) -> list[Job]:
     """A trunk, a branch off its step-4 checkpoint, a run initialised from the trunk, and their evaluations."""
-    return [Job("pretrain:trunk", "pretrain", [], {}, cost=8.0),
-            Job("pretrain:branch", "pretrain", [f"pretrain:trunk@{tmp_path / 'step-4'}"], {}, cost=4.0),
-            Job("pretrain:cpt", "pretrain", ["pretrain:trunk"], {}, cost=2.0),
-            Job("eval:trunk", "eval", ["pretrain:trunk"], {}),
-            Job("eval:branch", "eval", ["pretrain:branch"], {}),
-            Job("eval:other", "eval", ["pretrain:elsewhere"], {})]  # a dependency not selected: counts as done
+    return [Stub("pretrain:trunk", [], cost=8.0),
+            Stub("pretrain:branch", [f"pretrain:trunk@{tmp_path / 'step-4'}"], cost=4.0),
+            Stub("pretrain:cpt", ["pretrain:trunk"], cost=2.0),
+            Stub("eval:trunk", ["pretrain:trunk"]),
+            Stub("eval:branch", ["pretrain:branch"]),
+            Stub("eval:other", ["pretrain:elsewhere"])]  # a dependency not selected: counts as done
 
 
 def test_ready_follows_dependencies_and_checkpoints(tmp_path):
@@ -68,8 +76,8 @@ def kill_a_or_wait(job) -> dict:
 def test_a_dead_worker_fails_the_jobs_of_its_pool_and_the_rest_goes_on_in_a_new_one():
     """A killed worker broke the pool: BrokenProcessPool's traceback ended the whole study. Now the jobs running in
     that pool fail, by name and with that reason, their dependents are skipped, and the other jobs still run."""
-    jobs = [Job("pretrain:a", "pretrain", [], {}, cost=8.0), Job("pretrain:b", "pretrain", [], {}, cost=4.0),
-            Job("eval:a", "eval", ["pretrain:a"], {}), Job("eval:c", "eval", [], {})]
+    jobs = [Stub("pretrain:a", [], cost=8.0), Stub("pretrain:b", [], cost=4.0),
+            Stub("eval:a", ["pretrain:a"]), Stub("eval:c", [])]
     board = Board(jobs, done=set())
     for job, _, error in run_jobs(board, 2, kill_a_or_wait):  # as run_study records them
         board.finish(job) if error is None else board.fail(job, error)
@@ -109,7 +117,7 @@ def test_a_pool_found_broken_between_jobs_is_replaced_not_taken_for_the_end(monk
 
     factory = _BrokenOnce()
     monkeypatch.setattr(scheduler, "ProcessPoolExecutor", factory)
-    board = Board([Job("pretrain:a", "pretrain", [], {}), Job("eval:a", "eval", ["pretrain:a"], {})], done=set())
+    board = Board([Stub("pretrain:a", []), Stub("eval:a", ["pretrain:a"])], done=set())
     for job, _, error in run_jobs(board, 2, lambda job: {"seconds": 0.0}):
         board.finish(job) if error is None else board.fail(job, error)
     assert factory.pools == 2 and board.done == {"pretrain:a", "eval:a"} and not board.pending
@@ -118,8 +126,8 @@ def test_a_pool_found_broken_between_jobs_is_replaced_not_taken_for_the_end(monk
 def test_a_job_that_can_never_run_fails_by_name(tmp_path):
     """A branch point that never appears (no job writes it): its job and their dependents end failed and skipped,
     never left pending while the study reports success."""
-    jobs = [Job("pretrain:b", "pretrain", [f"pretrain:gone@{tmp_path / 'step-4'}"], {}),
-            Job("eval:b", "eval", ["pretrain:b"], {})]
+    jobs = [Stub("pretrain:b", [f"pretrain:gone@{tmp_path / 'step-4'}"]),
+            Stub("eval:b", ["pretrain:b"])]
     board = Board(jobs, done=set())
     for job, _, error in run_jobs(board, 1, lambda job: {"seconds": 0.0}):
         board.finish(job) if error is None else board.fail(job, error)

@@ -1,8 +1,6 @@
 """Execute a study's plan: pretraining runs in dependency order, then fine-tuning sweeps; resumable, in parallel.
 
-Nothing is remembered but what is on disk: a pretraining run is done when its final checkpoint and summary exist
-(a partial one resumes from its last checkpoint), an evaluation when every (LR, seed) record exists, reads as
-a record of its own place and was made from the checkpoint's weights (evaluation/records.py `usable`). So a killed
+The jobs and what makes each done are in study/jobs.py; nothing is remembered but what is on disk, so a killed
 study started again redoes nothing finished. A job that raises is written to `status/` with its reason, and each of
 its dependents, by name, as skipped; the rest goes on, and the next start retries them (the command then exits
 non-zero). A run is done only for the settings it was started with: a study file changed since is refused
@@ -19,142 +17,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 from encoderlab.io import atomic_file, drop_if_only_lock, run_lock, write_json
-from encoderlab.evaluation import records
-from encoderlab.evaluation.shared_training import job_groups, trainer_spec
 from encoderlab.errors import EncoderlabError
-from encoderlab.train.checkpoint import checkpoint_name, weights_digest
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
-from encoderlab.study.plan import Plan, build_plan, expand_tasks, load_protocol
+from encoderlab.study.jobs import EvalJob, PretrainJob, RandomInitJob, jobs_of
+from encoderlab.study.plan import Plan, build_plan
 from encoderlab.study.scheduler import Board, Job, run_jobs
 
-
-def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
-    """Every job of the plan, each after the jobs it depends on."""
-    protocol = load_protocol(plan.spec, base_dir)
-    jobs: list[Job] = []
-    for run in plan.order():
-        # A branch starts as soon as its parent has written the branch-point checkpoint, not when it finishes.
-        deps = [f"pretrain:{run.parent}@{plan.checkpoint(run.parent, run.branch_step)}"] if run.parent else []
-        deps += [f"pretrain:{run.init}"] if run.init else []
-        jobs.append(Job(f"pretrain:{run.name}", "pretrain", deps, {"config": plan.config(run)},
-                        cost=float(run.steps - run.branch_step)))
-    for e in {e.size: e for e in plan.evaluations if e.kind == "random"}.values():  # one per size
-        same_size = next((r for r in plan.runs.values() if r.size == e.size), None)  # its model, before any step
-        jobs.append(Job(f"random:{e.size}", "random", [], {
-            "size": e.size, "config": plan.config(same_size) if same_size else None,
-            "checkpoint": str(plan.eval_checkpoint(e))}))
-    for e in plan.evaluations:
-        deps = [f"pretrain:{e.run}" if e.run else f"random:{e.size}"] if e.kind in ("final", "intermediate",
-                                                                                   "random") else []
-        for name, tasks in job_groups(expand_tasks(e.tasks), protocol):
-            jobs.append(Job(f"eval:{e.label}:{name}", "eval", deps,
-                            {"checkpoint": str(plan.eval_checkpoint(e)), "tasks": tasks,
-                             "protocol": protocol.model_dump(mode="json"), "out": str(plan.root / "evals")}))
-    return jobs
-
-
-def is_done(job: Job) -> bool:
-    if job.kind == "pretrain":
-        cfg = job.args["config"]
-        run_dir = Path(cfg["out_dir"]) / cfg["name"]
-        step = cfg["train"]["steps"]
-        return (run_dir / "summary.json").exists() and (run_dir / "checkpoints" / checkpoint_name(step)).exists()
-    if job.kind == "random":
-        return (Path(job.args["checkpoint"]) / "state.json").exists()
-    from encoderlab.evaluation.protocol import Protocol
-    from encoderlab.evaluation.tasks import task_family, task_identity
-
-    protocol, checkpoint = job.args["protocol"], Path(job.args["checkpoint"])
-    try:  # the records of these weights: a checkpoint made again (other weights) has its evaluations done again
-        weights = weights_digest(checkpoint)
-    except (OSError, EncoderlabError):
-        return False  # not written yet, or damaged: the job runs, and says so if it cannot
-    tag, key, out = records.checkpoint_tag(checkpoint), records.protocol_key(protocol), Path(job.args["out"])
-    identities = [task_identity(task) for task in job.args["tasks"]]  # data hashed once per process, not per job
-    shared = trainer_spec(Protocol.model_validate(protocol), job.args["tasks"], task_family)
-    trained_on = [task_identity(shared)[1] if shared else fingerprint for _, fingerprint in identities]
-    return all(records.recorded(out, tag, key, [identity], made_by, lr, seed, weights)
-               for identity, made_by in zip(identities, trained_on)
-               for lr in protocol["lrs"] for seed in protocol["seeds"])
-
-
-# ------------------------------------------------------------------------------------------------ in a worker
-
-_PREPARED: dict[tuple, dict] = {}  # per process, by protocol and tokenizer: tasks by spec, tokenised once
+__all__ = ["Job", "jobs_of", "execute", "run_study", "check_succeeded"]
 
 
 def execute(job: Job, log: Callable[[str], None] | None = None,
             progress: Callable[[str], None] | None = None) -> dict:
     """Run one job to the end; returns a short summary. Raises on failure (the scheduler records it). `progress`:
-    where a job says, at least every 30 s, how it goes: a pretraining run's step, an eval job's sweep's runs."""
-    log = log or (lambda m: None)
-    progress = progress and (lambda m, say=progress: say(f"{job.id}: {m}"))
-    started = time.perf_counter()
-    if job.kind == "pretrain":
-        from encoderlab.config import validate
-        from encoderlab.train.config import PretrainConfig
-        from encoderlab.train.loop import Trainer
-
-        cfg = validate(PretrainConfig, job.args["config"], where=job.id)
-        result = Trainer(cfg, resume=True, log=log, show_progress=progress or False).run()
-        loss = {k: round(v, 3) for k, v in result["final"].items() if k.startswith("val/")}
-        return {"seconds": round(time.perf_counter() - started, 1), "loss": loss}
-    if job.kind == "random":
-        return _random_init(job)
-    return _evaluate(job, log, started, progress)
-
-
-def _random_init(job: Job) -> dict:
-    """A checkpoint of the untrained model (the seed's initialisation): the random-init baseline."""
-    import shutil
-
-    from encoderlab.config import validate
-    from encoderlab.train import checkpoint
-    from encoderlab.train.config import PretrainConfig
-    from encoderlab.train.loop import Trainer
-
-    if job.args["config"] is None:
-        raise RuntimeError(f"random-init baseline for size {job.args['size']}: no run of that size to copy "
-                           "the data and model settings from")
-    ckpt = Path(job.args["checkpoint"])
-    run_dir = ckpt.parent.parent
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # never finished (the checkpoint is the last thing written): start clean
-    trainer = Trainer(validate(PretrainConfig, run_config(job), where=job.id), log=lambda m: None,
-                      show_progress=False)
-    checkpoint.save_weights_only(ckpt, trainer.module.state_dict(), trainer.model_cfg,
-                                 trainer.train_data.root / "tokenizer", {"reason": "random-init", "total_steps": 0})
-    checkpoint.set_latest(run_dir, ckpt)  # a run folder like any other: `encoderlab finetune DIR TASK` takes it
-    return {"seconds": 0.0}
-
-
-def run_config(job: Job) -> dict:
-    """The pretraining config of a job's run folder: a run's own, the random-init baseline's copied from a run of
-    its size (without its `init`, into its own folder)."""
-    if job.kind == "pretrain":
-        return job.args["config"]
-    run_dir = Path(job.args["checkpoint"]).parent.parent
-    return dict(job.args["config"], init={}, name=run_dir.name, out_dir=str(run_dir.parent))
-
-
-def _evaluate(job: Job, log: Callable[[str], None], started: float, progress: Callable[[str], None] | None) -> dict:
-    from encoderlab.config import validate
-    from encoderlab.io import encoderlab_home
-    from encoderlab.evaluation.protocol import Protocol
-    from encoderlab.evaluation.sweep import run_sweep
-    from encoderlab.train import checkpoint
-
-    protocol = validate(Protocol, job.args["protocol"], where=job.id)
-    tok = (checkpoint.resolve(job.args["checkpoint"]) / "tokenizer" / "tokenizer.json").read_bytes()
-    prepared = _PREPARED.setdefault((records.protocol_key(job.args["protocol"]), hash(tok)), {})
-    summary = run_sweep(job.args["checkpoint"], job.args["tasks"], protocol, Path(job.args["out"]),
-                        log=lambda m: None, show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks",
-                        prepared=prepared, progress_log=progress)
-    entries = list(summary["tasks"].values())  # under their names (a YAML's is not its spec)
-    tests = [e["test"] for e in entries if e.get("test") is not None]
-    return {"seconds": round(time.perf_counter() - started, 1), "test": sum(tests) / len(tests) if tests else None,
-            "failed": sum(e.get("failed", 0) for e in entries)}
+    where a job says, at least every 30 s, how it goes (a pretraining run's step, an eval job's sweep's runs), each
+    line prefixed with the job's id."""
+    return job.execute(log or (lambda m: None), progress and (lambda m, say=progress: say(f"{job.id}: {m}")))
 
 
 def _run_in_worker(job: Job) -> dict:
@@ -175,10 +53,10 @@ def write_configs(plan: Plan, jobs: list[Job]) -> None:
     lines = ["job\tdepends_on\tconfig"]
     for job in jobs:
         config = ""
-        if job.kind == "pretrain":
-            path = folder / f"{job.args['config']['name']}.yaml"
+        if isinstance(job, PretrainJob):
+            path = folder / f"{job.config.name}.yaml"
             with atomic_file(path) as tmp:
-                tmp.write_text(yaml.safe_dump(job.args["config"], sort_keys=False))
+                tmp.write_text(yaml.safe_dump(job.config.model_dump(mode="json"), sort_keys=False))
             config = str(path)
         lines.append(f"{job.id}\t{','.join(job.deps)}\t{config}")
     with atomic_file(folder / "jobs.tsv") as tmp:
@@ -214,9 +92,9 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
     plan.root.mkdir(parents=True, exist_ok=True)
     write_json(plan.root / "plan.json", plan.record(base_dir))
     write_configs(plan, all_jobs)
-    jobs = [j for j in all_jobs if only is None or j.kind != "eval"]
+    jobs = [j for j in all_jobs if only is None or not isinstance(j, EvalJob)]
     jobs = jobs if job_id is None else [_one_job(all_jobs, job_id, plan)]
-    board = Board(jobs, done={j.id for j in jobs if is_done(j)})
+    board = Board(jobs, done={j.id for j in jobs if j.is_done()})
     log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(board.done)} already done, {len(board.pending)} to do "
         f"({workers} worker{'s' if workers > 1 else ''})")
     started = time.perf_counter()
@@ -261,15 +139,14 @@ def refuse_changed(plan: Plan, jobs: list[Job]) -> None:
     now gives is refused, naming the keys, before anything is written: resuming or skipping it would report the old
     settings as the new ones, and running it again into its folder would replace the checkpoints that the study's
     records were made from."""
-    from encoderlab.config import validate
-    from encoderlab.errors import EncoderlabError
-    from encoderlab.train.config import PretrainConfig
     from encoderlab.train.resume import changes_from_saved
 
     changed: dict[str, list[str]] = {}
-    # An unfinished random-init baseline is started again from scratch anyway (`_random_init`): nothing to mix.
-    for job in (j for j in jobs if j.kind == "pretrain" or (j.kind == "random" and j.args["config"] and is_done(j))):
-        if diff := changes_from_saved(validate(PretrainConfig, run_config(job), where=job.id)):
+    # An unfinished random-init baseline is started again from scratch anyway (RandomInitJob): nothing to mix.
+    for job in jobs:
+        config = job.config if isinstance(job, (PretrainJob, RandomInitJob)) else None
+        if config is not None and (isinstance(job, PretrainJob) or job.is_done()) \
+                and (diff := changes_from_saved(config)):
             changed.setdefault(diff, []).append(job.id)
     if changed:
         what = "; ".join(f"{diff} in {', '.join(ids)}" for diff, ids in changed.items())
@@ -279,13 +156,11 @@ def refuse_changed(plan: Plan, jobs: list[Job]) -> None:
 
 
 def _one_job(jobs: list[Job], job_id: str, plan: Plan) -> Job:
-    from encoderlab.errors import EncoderlabError
-
     known = {j.id: j for j in jobs}
     if job_id not in known:
         raise EncoderlabError(f"no job {job_id!r} in study {plan.spec.name}: see {plan.root}/configs/jobs.tsv")
     missing = [d for d in known[job_id].deps if not (Path(d.split("@", 1)[1]).exists() if "@" in d
-                                                     else is_done(known[d]))]
+                                                     else known[d].is_done())]
     if missing:
         raise EncoderlabError(f"job {job_id} needs {', '.join(missing)} to finish first")
     return known[job_id]

@@ -13,9 +13,10 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
+from typing import ClassVar
 
 from encoderlab.io import die_with_parent
 
@@ -23,13 +24,20 @@ WORKER_DIED = ("its worker process died (killed by a signal: kill -9, or the ker
                "this job or one beside it ran")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Job:
+    """What the scheduler knows of a job; each kind (study/jobs.py) says when it is done and how it runs."""
+    kind: ClassVar[str] = "job"  # "pretrain", "random" or "eval": evaluations are started last
     id: str
-    kind: str  # "pretrain", "random" or "eval"
-    deps: list[str]  # job ids, or "JOB@PATH": that job's checkpoint at PATH exists (a branch needs no more)
-    args: dict
+    deps: list[str] = field(default_factory=list)  # job ids, or "JOB@PATH": that job's checkpoint at PATH exists
     cost: float = 1.0  # ordering hint: big jobs first keep the workers busy to the end
+
+    def is_done(self) -> bool:
+        raise NotImplementedError
+
+    def execute(self, log: Callable[[str], None], progress: Callable[[str], None] | None) -> dict:
+        """Run to the end; a short summary. Raises on failure (the scheduler records it)."""
+        raise NotImplementedError
 
 
 def _init_worker(threads: int, parent: int) -> None:

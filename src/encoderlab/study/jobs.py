@@ -1,0 +1,157 @@
+"""A study's jobs, one class per kind: what each runs on (validated configs, not dicts), when it is done, and how it
+runs. `jobs_of` turns a plan into them; the scheduler (study/scheduler.py) orders and runs them without knowing
+their kinds beyond `Job`.
+
+Nothing is remembered but what is on disk: a pretraining run is done when its final checkpoint and summary exist
+(a partial one resumes from its last checkpoint), the random-init baseline when its checkpoint is written, an
+evaluation when every run of its grid is recorded by the rule a sweep uses (evaluation/records.py `recorded`).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from encoderlab.config import validate
+from encoderlab.errors import EncoderlabError
+from encoderlab.evaluation import records
+from encoderlab.evaluation.protocol import Protocol
+from encoderlab.evaluation.shared_training import job_groups, trainer_spec
+from encoderlab.study.plan import Plan, expand_tasks, load_protocol
+from encoderlab.study.scheduler import Job
+from encoderlab.train.checkpoint import checkpoint_name, weights_digest
+from encoderlab.train.config import PretrainConfig
+
+Say = Callable[[str], None]
+
+
+@dataclass(kw_only=True)
+class PretrainJob(Job):
+    """One pretraining run of the plan, resumed from its last checkpoint when it has one."""
+    kind = "pretrain"
+    config: PretrainConfig
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.config.out_dir) / self.config.name
+
+    def is_done(self) -> bool:
+        final = self.run_dir / "checkpoints" / checkpoint_name(self.config.train.steps)
+        return (self.run_dir / "summary.json").exists() and final.exists()
+
+    def execute(self, log: Say, progress: Say | None) -> dict:
+        from encoderlab.train.loop import Trainer
+
+        started = time.perf_counter()
+        result = Trainer(self.config, resume=True, log=log, show_progress=progress or False).run()
+        loss = {k: round(v, 3) for k, v in result["final"].items() if k.startswith("val/")}
+        return {"seconds": round(time.perf_counter() - started, 1), "loss": loss}
+
+
+@dataclass(kw_only=True)
+class RandomInitJob(Job):
+    """A checkpoint of the untrained model of one size (the seed's initialisation): the random-init baseline. Its
+    run folder's config is a run of that size's, without its `init`, in its own folder (None: no run of the size)."""
+    kind = "random"
+    size: str
+    config: PretrainConfig | None
+    checkpoint: Path
+
+    def is_done(self) -> bool:
+        return (self.checkpoint / "state.json").exists()
+
+    def execute(self, log: Say, progress: Say | None) -> dict:
+        import shutil
+
+        from encoderlab.train import checkpoint
+        from encoderlab.train.loop import Trainer
+
+        if self.config is None:
+            raise RuntimeError(f"random-init baseline for size {self.size}: no run of that size to copy the data "
+                               "and model settings from")
+        run_dir = self.checkpoint.parent.parent
+        if run_dir.exists():
+            shutil.rmtree(run_dir)  # never finished (the checkpoint is the last thing written): start clean
+        trainer = Trainer(self.config, log=lambda m: None, show_progress=False)
+        checkpoint.save_weights_only(self.checkpoint, trainer.module.state_dict(), trainer.model_cfg,
+                                     trainer.train_data.root / "tokenizer", {"reason": "random-init", "total_steps": 0})
+        checkpoint.set_latest(run_dir, self.checkpoint)  # a run folder like any other: `encoderlab finetune DIR TASK`
+        return {"seconds": 0.0}
+
+
+_PREPARED: dict[tuple, dict] = {}  # per process, by protocol and tokenizer: tasks by spec, tokenised once
+
+
+@dataclass(kw_only=True)
+class EvalJob(Job):
+    """One checkpoint's sweep over one task, or over the retrieval tasks that share their training."""
+    kind = "eval"
+    checkpoint: Path
+    tasks: list[str]
+    protocol: Protocol
+    out: Path
+
+    def is_done(self) -> bool:
+        from encoderlab.evaluation.tasks import task_family, task_identity
+
+        try:  # the records of these weights: a checkpoint made again (other weights) has its evaluations done again
+            weights = weights_digest(self.checkpoint)
+        except (OSError, EncoderlabError):
+            return False  # not written yet, or damaged: the job runs, and says so if it cannot
+        tag, key = records.checkpoint_tag(self.checkpoint), records.protocol_key(self.protocol.model_dump(mode="json"))
+        identities = [task_identity(task) for task in self.tasks]  # data hashed once per process, not per job
+        shared = trainer_spec(self.protocol, self.tasks, task_family)
+        made_by = [task_identity(shared)[1] if shared else fingerprint for _, fingerprint in identities]
+        return all(records.recorded(self.out, tag, key, [identity], trained_on, lr, seed, weights)
+                   for identity, trained_on in zip(identities, made_by)
+                   for lr in self.protocol.lrs for seed in self.protocol.seeds)
+
+    def execute(self, log: Say, progress: Say | None) -> dict:
+        from encoderlab.evaluation.sweep import run_sweep
+        from encoderlab.io import encoderlab_home
+        from encoderlab.train import checkpoint
+
+        started = time.perf_counter()
+        tok = (checkpoint.resolve(self.checkpoint) / "tokenizer" / "tokenizer.json").read_bytes()
+        key = records.protocol_key(self.protocol.model_dump(mode="json"))
+        summary = run_sweep(self.checkpoint, self.tasks, self.protocol, self.out, log=lambda m: None,
+                            show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks",
+                            prepared=_PREPARED.setdefault((key, hash(tok)), {}), progress_log=progress)
+        entries = list(summary["tasks"].values())  # under their names (a YAML's is not its spec)
+        tests = [e["test"] for e in entries if e.get("test") is not None]
+        return {"seconds": round(time.perf_counter() - started, 1),
+                "test": sum(tests) / len(tests) if tests else None, "failed": sum(e.get("failed", 0) for e in entries)}
+
+
+def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
+    """Every job of the plan, each after the jobs it depends on; configs and the protocol validated once, here."""
+    protocol = load_protocol(plan.spec, base_dir)
+    configs = {name: validate(PretrainConfig, plan.config(run), where=f"pretrain:{name}")
+               for name, run in plan.runs.items()}
+    jobs: list[Job] = []
+    for run in plan.order():
+        # A branch starts as soon as its parent has written the branch-point checkpoint, not when it finishes.
+        deps = [f"pretrain:{run.parent}@{plan.checkpoint(run.parent, run.branch_step)}"] if run.parent else []
+        deps += [f"pretrain:{run.init}"] if run.init else []
+        jobs.append(PretrainJob(id=f"pretrain:{run.name}", deps=deps, config=configs[run.name],
+                                cost=float(run.steps - run.branch_step)))
+    for e in {e.size: e for e in plan.evaluations if e.kind == "random"}.values():  # one per size
+        same_size = next((r for r in plan.runs.values() if r.size == e.size), None)  # its model, before any step
+        checkpoint = plan.eval_checkpoint(e)
+        jobs.append(RandomInitJob(id=f"random:{e.size}", size=e.size, checkpoint=checkpoint,
+                                  config=_own_folder(configs[same_size.name], checkpoint) if same_size else None))
+    for e in plan.evaluations:
+        deps = [f"pretrain:{e.run}" if e.run else f"random:{e.size}"] if e.kind in ("final", "intermediate",
+                                                                                   "random") else []
+        for name, tasks in job_groups(expand_tasks(e.tasks), protocol):
+            jobs.append(EvalJob(id=f"eval:{e.label}:{name}", deps=deps, checkpoint=plan.eval_checkpoint(e),
+                                tasks=tasks, protocol=protocol, out=plan.root / "evals"))
+    return jobs
+
+
+def _own_folder(config: PretrainConfig, checkpoint: Path) -> PretrainConfig:
+    """A run's config for the random-init baseline's folder (the checkpoint's run folder), without its `init`."""
+    run_dir = checkpoint.parent.parent
+    data = dict(config.model_dump(mode="json"), init={}, name=run_dir.name, out_dir=str(run_dir.parent))
+    return PretrainConfig.model_validate(data)
