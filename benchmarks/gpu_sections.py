@@ -79,7 +79,7 @@ def flex_backend(device: torch.device, seq_len: int):
     from encoderlab.model.attention import Flex, for_pretraining
 
     if device.type == "cuda":
-        from encoderlab.train.distributed import compile_kernel
+        from encoderlab.pretrain.distributed import compile_kernel
 
         return for_pretraining("flex", False, device, seq_len, compile_kernel)
     return Flex()
@@ -167,8 +167,8 @@ def packed_data(work: Path, seq_len: int) -> Path:
 
 
 def pretrain_config(ctx, name: str, device: str, dtype: str, objective: str = "clm", **train):
-    from encoderlab.config import validate
-    from encoderlab.train.config import PretrainConfig
+    from encoderlab.core.config import validate
+    from encoderlab.pretrain.config import PretrainConfig
 
     p = ctx.sizes["pretrain"]
     data = {"name": name, "out_dir": str(ctx.work / "runs"), "data": {"path": str(packed_data(ctx.work, p["seq_len"]))},
@@ -180,7 +180,7 @@ def pretrain_config(ctx, name: str, device: str, dtype: str, objective: str = "c
 
 
 def train_losses(ctx, cfg) -> list[float]:
-    from encoderlab.train.loop import Trainer
+    from encoderlab.pretrain.loop import Trainer
 
     Trainer(cfg, show_progress=False, log=lambda m: None).run()
     return metrics_losses(ctx.work / "runs" / cfg.name)
@@ -220,10 +220,10 @@ def pretraining(ctx) -> Section:
 
 
 def finetuning(ctx) -> Section:
-    from encoderlab.evaluation import batched
-    from encoderlab.evaluation.finetune import backbone_state, finetune
-    from encoderlab.evaluation.protocol import Protocol
-    from encoderlab.train import checkpoint as ckpt
+    from encoderlab.finetune import batched
+    from encoderlab.finetune.training import backbone_state, finetune
+    from encoderlab.finetune.protocol import Protocol
+    from encoderlab.runs import checkpoint as ckpt
     from tests.unit.test_batched import FAMILIES
 
     s, f = Section(ctx), ctx.sizes["finetune"]

@@ -30,7 +30,7 @@ from pathlib import Path
 ENV = {"RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 os.environ.update(ENV)  # before tokenizers is imported: its thread pool is sized once
 
-from encoderlab.io import encoderlab_home  # noqa: E402
+from encoderlab.core.io import encoderlab_home  # noqa: E402
 
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                 r"\s*[\r\n]+|\s+(?!\S)|\s+")

@@ -30,12 +30,12 @@ from types import SimpleNamespace
 
 import torch
 
-from encoderlab import objectives
+from encoderlab.pretrain import objectives
 from encoderlab.hub.hf import hf_config
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.model.attention import for_pretraining
-from encoderlab.train.distributed import World, compile_kernel, prepare_model
+from encoderlab.pretrain.distributed import World, compile_kernel, prepare_model
 
 IMPLEMENTATIONS = ("encoderlab", "transformers")
 SPECIAL = [0, 1, 2, 3]  # bos, eos, pad, mask of the synthetic batches

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.config import load_yaml
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import prepare_tasks, run_sweep
-from encoderlab.evaluation.tasks.base import EvalTask
+from encoderlab.core.config import load_yaml
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import prepare_tasks, run_sweep
+from encoderlab.tasks.base import EvalTask
 from encoderlab.hub.exporter import export_checkpoint
-from encoderlab.train import checkpoint as ckpt
+from encoderlab.runs import checkpoint as ckpt
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_SCRIPT = Path(__file__).resolve().parent / "hf_finetune.py"

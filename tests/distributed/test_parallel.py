@@ -21,12 +21,12 @@ import yaml
 from filelock import FileLock
 from safetensors.torch import load_file
 
-from encoderlab.config import ConfigError, validate
-from encoderlab.errors import EncoderlabError
-from encoderlab.train import checkpoint
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.distributed import DistributedError
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import ConfigError, validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.runs import checkpoint
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.distributed import DistributedError
+from encoderlab.pretrain.loop import Trainer
 
 # A tied LM head: FSDP2 must shard the embedding and the head as one parameter.
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -165,9 +165,9 @@ def test_resume_in_one_or_two_processes_equals_no_interruption(runs, name):
 
 
 def test_bad_parallel_settings_fail_clearly(tmp_path, packed_dir, monkeypatch):
-    from encoderlab import objectives
+    from encoderlab.pretrain import objectives
     from encoderlab.model.presets import preset
-    from encoderlab.train.loop import check_compatible
+    from encoderlab.pretrain.loop import check_compatible
 
     with pytest.raises(ConfigError, match=r"train\.parallel"):
         make_config(tmp_path, packed_dir, "x", parallel="fsdp")

@@ -27,11 +27,12 @@ from pathlib import Path
 import torch
 import torch._dynamo  # noqa: F401  (imported lazily by a run's first steps: here once, not in every child)
 
-from encoderlab.config import validate
-from encoderlab.train import checkpoint, distributed
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.logging import MetricsLog
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.runs import checkpoint
+from encoderlab.pretrain import distributed
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.runs.logging import MetricsLog
+from encoderlab.pretrain.loop import Trainer
 
 
 class Points:
@@ -61,7 +62,7 @@ class Points:
 
 
 def instrument(points: Points) -> None:
-    """Wrap the operations through which a run writes and deletes (all of them: io.py and checkpoint.py call
+    """Wrap the operations through which a run writes and deletes (all of them: core/io.py and checkpoint.py call
     os.replace and shutil.rmtree through their modules)."""
     real_replace, real_rmtree = os.replace, shutil.rmtree
     real_save_file, real_dcp_save, real_write = checkpoint.save_file, distributed.dcp.save, MetricsLog.write

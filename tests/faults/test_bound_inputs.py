@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from encoderlab.data import packing
-from encoderlab.io import run_lock
+from encoderlab.core.io import run_lock
 from runs import config
 from test_divergence import command
 
@@ -134,7 +134,7 @@ def test_an_offline_suite_with_a_cut_task_file_is_built_again(tmp_path, monkeypa
     against suite.json, and the (deterministic) suite built again when one differs."""
     from encoderlab.data import prepare as prep
     from encoderlab.data.offline import build
-    from encoderlab.io import write_json
+    from encoderlab.core.io import write_json
 
     builds: list[Path] = []
 

@@ -16,11 +16,11 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from encoderlab.config import validate
-from encoderlab.errors import EncoderlabError
-from encoderlab.train import checkpoint
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.runs import checkpoint
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
 from runs import STEPS, config
 
 LATEST_STEP, OLDER_STEP = "step-0000004", "step-0000003"
@@ -128,7 +128,7 @@ def test_the_older_checkpoint_the_refusal_names_resumes_to_the_uninterrupted_run
 
 
 def test_a_damaged_metrics_record_before_the_last_is_refused_and_a_torn_last_one_dropped(run):
-    from encoderlab.train.logging import MetricsLog
+    from encoderlab.runs.logging import MetricsLog
 
     lines = (run / "metrics.jsonl").read_text().splitlines()
     (run / "metrics.jsonl").write_text("\n".join(lines) + '\n{"step": 5, "ph')  # torn by a kill: redone anyway

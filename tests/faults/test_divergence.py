@@ -18,12 +18,12 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from encoderlab.config import validate
-from encoderlab.train import checkpoint
-from encoderlab.train.config import PretrainConfig
-from encoderlab.errors import is_out_of_memory
-from encoderlab.train.divergence import Diverged, out_of_memory
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.runs import checkpoint
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.core.errors import is_out_of_memory
+from encoderlab.pretrain.divergence import Diverged, out_of_memory
+from encoderlab.pretrain.loop import Trainer
 from runs import STEPS, TINY, config
 
 DIVERGING_LR = 1e6  # the update after step 1 makes the weights, then the gradients, non-finite
@@ -217,7 +217,7 @@ def test_one_process_runs_a_study_at_a_time_and_jobs_share_it(tmp_path, packed_d
                                                                 monkeypatch, capsys, one_thread):
     """Two `study run`s at once: the second took the first one's running jobs for failed ones. Now it is refused in
     one line naming the holder; `--job`s (one per cluster job) run side by side, but not beside a whole run."""
-    from encoderlab.io import run_lock
+    from encoderlab.core.io import run_lock
 
     write_study(tmp_path, packed_dir, classification_task(tmp_path / "task"), 3e-3)
     study, root, holder = tmp_path / "study.yaml", tmp_path / "studies" / "s", shlex.join(sys.argv)
@@ -244,7 +244,7 @@ def test_one_process_runs_a_study_at_a_time_and_jobs_share_it(tmp_path, packed_d
 
 def test_a_sweep_whose_run_raises_does_not_finish(tmp_path, packed_dir, classification_task, monkeypatch, capsys,
                                                   one_thread):
-    from encoderlab.evaluation import sweep
+    from encoderlab.finetune import sweep
 
     Trainer(validate(PretrainConfig, config(tmp_path, packed_dir, "run"), "test"), show_progress=False,
             log=lambda m: None).run()

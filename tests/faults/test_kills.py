@@ -23,8 +23,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from encoderlab.errors import EncoderlabError
-from encoderlab.train import checkpoint
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.runs import checkpoint
 from runs import STEPS, config
 
 KILLER = Path(__file__).with_name("killer.py")
@@ -134,9 +134,9 @@ def test_kill_at_a_random_time_then_resume_gives_the_same_run(server, reference,
 
 
 def test_a_second_writer_is_refused_until_the_first_is_killed(server, reference, packed_dir):
-    from encoderlab.config import validate
-    from encoderlab.train.config import PretrainConfig
-    from encoderlab.train.loop import Trainer
+    from encoderlab.core.config import validate
+    from encoderlab.pretrain.config import PretrainConfig
+    from encoderlab.pretrain.loop import Trainer
 
     held = server.out / "held-pid"
     server.send("two-writers", resume=False, kill=point("replace:.step-", 1, "after"), hold=str(held))

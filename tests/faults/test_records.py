@@ -14,15 +14,15 @@ from dataclasses import replace
 
 import pytest
 
-from encoderlab.config import validate
-from encoderlab.evaluation import records
-from encoderlab.io import write_json
+from encoderlab.core.config import validate
+from encoderlab.finetune import records
+from encoderlab.core.io import write_json
 from encoderlab.study.report import write_report
-from encoderlab.evaluation.protocol import Protocol
+from encoderlab.finetune.protocol import Protocol
 from encoderlab.study.jobs import EvalJob
-from encoderlab.train.checkpoint import weights_digest
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
+from encoderlab.runs.checkpoint import weights_digest
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
 from runs import config
 
 GRID = ["--set", "max_steps=1", "--set", "lrs=[0.001, 0.003]", "--set", "seeds=[0, 1]", "--engine", "sequential",
@@ -121,8 +121,8 @@ def test_a_study_report_lists_an_empty_record_and_leaves_it_out(tmp_path):
 def test_records_without_or_with_damaged_baselines_are_summarised_with_dashes(extra):
     """Records from before the baselines (or with the fields damaged by hand): their trivial baseline and "-" for the
     rest, never a crash, never called constant."""
-    from encoderlab.evaluation.aggregate import summarize
-    from encoderlab.evaluation.tasks import baselines
+    from encoderlab.finetune.aggregate import summarize
+    from encoderlab.tasks import baselines
 
     recs = [{"task": "ir", "family": "retrieval", "metric": "ndcg@10", "status": "ok", "lr": 1e-3, "seed": seed,
              "scores": {"validation": {"score": 5.0}, "test": {"score": 5.0 + seed}},

@@ -13,13 +13,13 @@ import pytest
 import torch
 from torch import nn
 
-from encoderlab.config import load_config
+from encoderlab.core.config import load_config
 from encoderlab.data.offline.taskfiles import write_task_folder
-from encoderlab.evaluation import records
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import run_sweep
-from encoderlab.io import write_jsonl
-from encoderlab.train import checkpoint as ckpt
+from encoderlab.finetune import records
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import run_sweep
+from encoderlab.core.io import write_jsonl
+from encoderlab.runs import checkpoint as ckpt
 
 CONFIG = Path(__file__).parents[2] / "configs" / "eval" / "small-study-authors.yaml"
 # Only the sizes change (and the task retrieval trains on, which must be one of ours); two LRs, so that the per-seed
@@ -233,7 +233,7 @@ def test_the_sweep_is_deterministic(swept):
 
 
 def test_a_study_job_is_done_by_the_sweeps_rule(swept, tmp_path):
-    """A study's evaluation job is done by the rule a sweep skips a run by (evaluation/records.py `recorded`): a record
+    """A study's evaluation job is done by the rule a sweep skips a run by (finetune/records.py `recorded`): a record
     made by a model trained on other data is not done (the study used to take any usable record)."""
     import json
     import shutil

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from encoderlab.config import validate
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_TINY = ROOT / "configs" / "pretrain" / "demo-tiny.yaml"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from encoderlab.config import validate
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))

@@ -121,7 +121,7 @@ def test_ctrl_c_in_pretraining_says_how_to_resume(tmp_path, packed_dir, monkeypa
     from typer.testing import CliRunner
 
     from encoderlab.cli import app
-    from encoderlab.train import loop
+    from encoderlab.pretrain import loop
 
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
@@ -149,7 +149,7 @@ def test_a_full_disk_where_no_writer_names_its_file_is_one_line(tmp_path, packed
     import yaml
 
     from encoderlab.cli import main
-    from encoderlab.train import logging as train_logging
+    from encoderlab.runs import logging as train_logging
 
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({

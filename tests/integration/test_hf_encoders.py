@@ -15,12 +15,12 @@ from sentence_transformers import SentenceTransformer
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModel, AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation.tasks.retrieval import encode
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.tasks.retrieval import encode
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.hf import CLASSES
 from encoderlab.hub.importer import import_hf
-from encoderlab.train.checkpoint import load_model
+from encoderlab.runs.checkpoint import load_model
 
 TOL = 1e-5
 SHAPE = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -61,11 +61,11 @@ def source_folder(path, family: str, tokenizer: Tokenizer) -> None:
 
 def continued(root, family: str, tokenizer: Tokenizer, synthetic):
     """import -> 2 MLM steps from the imported weights: the checkpoint a user exports."""
-    from encoderlab.config import validate
+    from encoderlab.core.config import validate
     from encoderlab.data.packing import pack
     from encoderlab.data.tokenizer import load_tokenizer
-    from encoderlab.train.config import PretrainConfig
-    from encoderlab.train.loop import Trainer
+    from encoderlab.pretrain.config import PretrainConfig
+    from encoderlab.pretrain.loop import Trainer
 
     source_folder(root / "source", family, tokenizer)
     import_hf(str(root / "source"), root / "import")
@@ -195,7 +195,7 @@ def test_encoder_export_imports_back_as_an_encoder(route):
 def test_refusals_name_the_export_asked_for_and_an_encoder_that_holds(tmp_path, route):
     from encoderlab.model.config import ModelConfig
     from encoderlab.model.transformer import TransformerLM
-    from encoderlab.train.checkpoint import save_weights_only
+    from encoderlab.runs.checkpoint import save_weights_only
 
     family, ckpt, _, tok, root = route
     if family == "qwen3":  # q/k norms: EuroBERT cannot hold them; the hint names encoders that can

@@ -8,14 +8,14 @@ import random
 import pytest
 from transformers import pipeline
 
-from encoderlab.config import validate
+from encoderlab.core.config import validate
 from encoderlab.data.documents import Document
 from encoderlab.data.packing import pack
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.hub.exporter import export_checkpoint
-from encoderlab.train import checkpoint
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
+from encoderlab.runs import checkpoint
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
 
 # Six sentences with few shared words: memorised, each masked word is determined by its neighbours.
 SENTENCES = [

@@ -14,17 +14,17 @@ import yaml
 from torch import nn
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation.metrics import DEFINITIONS
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import run_sweep
-from encoderlab.evaluation.tasks.base import pad
-from encoderlab.evaluation.tasks.baselines import LABELS
-from encoderlab.evaluation.tasks.retrieval import encode
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.tasks.metrics import DEFINITIONS
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import run_sweep
+from encoderlab.tasks.base import pad
+from encoderlab.tasks.baselines import LABELS
+from encoderlab.tasks.retrieval import encode
 from encoderlab.hub.finetuned import MANIFEST, SavedModels
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.train.checkpoint import save_weights_only
+from encoderlab.runs.checkpoint import save_weights_only
 
 WORDS = "the film was very quite rather plot actors story good bad Anna Oslo reads sleeps in at".split()
 

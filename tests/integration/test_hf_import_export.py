@@ -28,12 +28,12 @@ from transformers import (
 )
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.importer import import_hf
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.train.checkpoint import load_model, save_weights_only
+from encoderlab.runs.checkpoint import load_model, save_weights_only
 
 TOL = 1e-4
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -260,11 +260,11 @@ def test_cli_export_json_and_one_line_error(tmp_path, bpe):
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_imported_checkpoint_continues_pretraining(tmp_path, raw_tokenizer, synthetic, one_thread, tied):
     """init.from_weights on an import, with data packed by the imported tokenizer, trains and checkpoints."""
-    from encoderlab.config import validate
+    from encoderlab.core.config import validate
     from encoderlab.data.packing import pack
     from encoderlab.data.tokenizer import load_tokenizer
-    from encoderlab.train.config import PretrainConfig
-    from encoderlab.train.loop import Trainer
+    from encoderlab.pretrain.config import PretrainConfig
+    from encoderlab.pretrain.loop import Trainer
 
     import_hf(str(hf_folder(tmp_path / "llama", llama(raw_tokenizer, tie_word_embeddings=tied), raw_tokenizer)),
               tmp_path / "ckpt")
@@ -281,7 +281,7 @@ def test_imported_checkpoint_continues_pretraining(tmp_path, raw_tokenizer, synt
 
 
 def test_model_card_reports_evaluation_given_or_found(tmp_path, bpe, monkeypatch):
-    from encoderlab.evaluation.records import checkpoint_tag
+    from encoderlab.finetune.records import checkpoint_tag
 
     _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
     summary = {"checkpoint": str(ckpt), "protocol": {"name": "demo"}, "tasks": {

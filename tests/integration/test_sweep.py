@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from encoderlab.config import validate
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation import sweep as sweep_module
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import run_sweep
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune import sweep as sweep_module
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import run_sweep
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
 
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1}
@@ -187,7 +187,7 @@ def test_the_batched_engine_writes_the_records_of_the_sequential_one(tmp_path, t
 
 
 def test_a_task_can_override_steps_and_length(tmp_path, tiny_checkpoint, task_yaml):
-    from encoderlab.evaluation.tasks import load_task
+    from encoderlab.tasks import load_task
 
     name = load_task(str(task_yaml)).name
     own = protocol(lrs=[1e-3], seeds=[0], task_overrides={name: {"max_steps": 3, "max_length": 16}})
@@ -229,7 +229,7 @@ def beir_yaml(tmp_path):
 def test_worker_processes_write_the_records_of_one_process(tmp_path, tiny_checkpoint, task_yaml, beir_yaml):
     import torch
 
-    from encoderlab.evaluation.tasks import load_task
+    from encoderlab.tasks import load_task
 
     name = load_task(str(task_yaml)).name
     own = protocol(task_overrides={name: {"max_steps": 4}})  # the workers apply a task's overrides too
@@ -267,7 +267,7 @@ def test_workers_are_refused_where_they_do_not_apply(tmp_path, tiny_checkpoint, 
 def test_auto_workers_one_per_thread_on_cpu_only(monkeypatch):
     import torch
 
-    from encoderlab.evaluation import parallel
+    from encoderlab.finetune import parallel
     from encoderlab.model.presets import preset
 
     cfg = preset("tiny")

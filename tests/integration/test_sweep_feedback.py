@@ -9,14 +9,14 @@ from types import SimpleNamespace
 import pytest
 from test_sweep import task_yaml, tiny_checkpoint  # noqa: F401 - fixtures
 
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation import records
-from encoderlab.evaluation.feedback import LIMIT_ENV, Heartbeat, estimate
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import run_sweep
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune import records
+from encoderlab.finetune.feedback import LIMIT_ENV, Heartbeat, estimate
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import run_sweep
 from encoderlab.model.presets import preset
 from encoderlab.study.jobs import EvalJob, PretrainJob
-from encoderlab.train.config import PretrainConfig
+from encoderlab.pretrain.config import PretrainConfig
 
 PROTOCOL = {"name": "t", "max_steps": 3, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3], "seeds": [0],
             "max_length": 32, "dtype": "fp32"}
@@ -83,7 +83,7 @@ def test_the_heartbeat_of_runs_in_worker_processes_says_runs_done_running_and_le
 def test_a_sweep_on_worker_processes_is_never_silent(tmp_path, tiny_checkpoint, task_yaml, monkeypatch):  # noqa: F811
     from functools import partial
 
-    from encoderlab.evaluation import parallel, sweep
+    from encoderlab.finetune import parallel, sweep
 
     monkeypatch.setattr(sweep, "Heartbeat", partial(Heartbeat, every=0))  # a line each time the parent looks up
     monkeypatch.setattr(parallel, "POLL_S", 0.05)  # and it looks up far more often than a run ends

@@ -10,13 +10,13 @@ import pytest
 import wandb
 from wandb.proto import wandb_internal_pb2
 
-from encoderlab.config import validate
-from encoderlab.evaluation import records
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import run_sweep
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.logging import read_metrics
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.finetune import records
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import run_sweep
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.runs.logging import read_metrics
+from encoderlab.pretrain.loop import Trainer
 
 BLOCK, HEADER = 32768, 7  # the .wandb file: LevelDB's log format behind a 7-byte ":W&B" header
 

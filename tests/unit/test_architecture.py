@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "encoderlab"
-# Bottom to top. The foundation modules may use each other (config reports errors); nothing else shares a layer.
-LAYERS = [("errors", "io", "seeds", "config"), ("data",), ("model",), ("objectives",), ("train",), ("evaluation",),
-          ("hub",), ("study",), ("cli",)]
+# Bottom to top, one package a layer (docs/architecture.md).
+LAYERS = [("core",), ("data",), ("model",), ("runs",), ("pretrain",), ("tasks",), ("finetune",), ("hub",), ("study",),
+          ("cli",)]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 
 
@@ -44,7 +44,7 @@ def violations(src: Path) -> list[str]:
     problems = []
     for path in sorted(src.rglob("*.py")):
         rel = path.relative_to(src)
-        here = rel.parts[0].removesuffix(".py").replace("__init__", "errors")  # the root: nothing above layer 0
+        here = rel.parts[0].removesuffix(".py").replace("__init__", "core")  # the root: nothing above layer 0
         for line, module in imports_of(path.read_text(), module_name(src, path), path.name == "__init__.py"):
             there = unit_of(module)
             if there not in LAYER or here not in LAYER:
@@ -110,16 +110,19 @@ def test_every_package_and_module_has_a_layer():
 
 
 @pytest.mark.parametrize(("where", "line", "expected"), [
-    ("model/x.py", "from encoderlab.train.checkpoint import save", "model (layer 2) may not import from train"),
-    ("data/x.py", "    from encoderlab.evaluation import records", "data (layer 1) may not import from evaluation"),
-    ("io.py", "from encoderlab import objectives", "io (layer 0) may not import from objectives"),
-    ("train/x.py", "import encoderlab.cli.commands", "train (layer 4) may not import from cli"),
+    ("model/x.py", "from encoderlab.runs.checkpoint import save", "model (layer 2) may not import from runs"),
+    ("data/x.py", "    from encoderlab.finetune import records", "data (layer 1) may not import from finetune"),
+    ("core/io.py", "from encoderlab.pretrain import objectives", "core (layer 0) may not import from pretrain"),
+    ("runs/x.py", "from encoderlab.pretrain.config import PretrainConfig",
+     "runs (layer 3) may not import from pretrain"),
+    ("tasks/x.py", "from encoderlab.finetune.protocol import Protocol", "tasks (layer 5) may not import from finetune"),
+    ("pretrain/x.py", "import encoderlab.cli.commands", "pretrain (layer 4) may not import from cli"),
 ])
 def test_a_back_edge_is_named(tmp_path, where, line, expected):
     file = tmp_path / where
     file.parent.mkdir(parents=True, exist_ok=True)
     body = f"def f():\n{line}\n" if line.startswith(" ") else line + "\n"
-    file.write_text("from encoderlab.errors import EncoderlabError\n" + body)
+    file.write_text("from encoderlab.core.errors import EncoderlabError\n" + body)
     (found,) = violations(tmp_path)
     line_no = 3 if line.startswith(" ") else 2  # function-local imports are found too
     assert found.startswith(f"{where}:{line_no} imports ") and expected in found
@@ -127,7 +130,8 @@ def test_a_back_edge_is_named(tmp_path, where, line, expected):
 
 def test_a_downward_import_is_allowed(tmp_path):
     (tmp_path / "study").mkdir()
-    (tmp_path / "study" / "x.py").write_text("from encoderlab.hub.importer import import_hf\nimport encoderlab.io\n")
+    (tmp_path / "study" / "x.py").write_text("from encoderlab.hub.importer import import_hf\n"
+                                             "import encoderlab.core.io\n")
     assert violations(tmp_path) == []
 
 

@@ -1,4 +1,4 @@
-"""The baselines beside every score (evaluation/tasks/baselines.py), each on a small fixture with a value checked by
+"""The baselines beside every score (tasks/baselines.py), each on a small fixture with a value checked by
 hand, and the mark of a model that learned nothing: constant predictions, in the record, the summary and the table."""
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.evaluation.aggregate import summarize
-from encoderlab.evaluation.tasks import baselines
-from encoderlab.evaluation.tasks.base import CONSTANT, constant
-from encoderlab.evaluation.tasks.classification import ClassificationTask
-from encoderlab.evaluation.tasks.qa import QATask
-from encoderlab.evaluation.tasks.retrieval import RetrievalTask
+from encoderlab.finetune.aggregate import summarize
+from encoderlab.tasks import baselines
+from encoderlab.tasks.base import CONSTANT, constant
+from encoderlab.tasks.classification import ClassificationTask
+from encoderlab.tasks.qa import QATask
+from encoderlab.tasks.retrieval import RetrievalTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 
@@ -182,7 +182,7 @@ def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, t
 
     from encoderlab.cli.console import out
     from encoderlab.cli.sweep_table import render_sweep
-    from encoderlab.evaluation.aggregate import ci_text, spread_text
+    from encoderlab.finetune.aggregate import ci_text, spread_text
     from encoderlab.study.report import Report
     from encoderlab.study.results import task_scores
 

@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.evaluation import batched, engines
-from encoderlab.evaluation.finetune import Run, finetune
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.tasks.classification import ClassificationTask
-from encoderlab.evaluation.tasks.qa import QATask
-from encoderlab.evaluation.tasks.retrieval import RetrievalTask
-from encoderlab.evaluation.tasks.tokens import TokenTask
+from encoderlab.finetune import batched, engines
+from encoderlab.finetune.training import Run, finetune
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.tasks.classification import ClassificationTask
+from encoderlab.tasks.qa import QATask
+from encoderlab.tasks.retrieval import RetrievalTask
+from encoderlab.tasks.tokens import TokenTask
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from encoderlab.errors import EncoderlabError
-from encoderlab.train import checkpoint
-from encoderlab.train.loop import Trainer
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.runs import checkpoint
+from encoderlab.pretrain.loop import Trainer
 from test_train import make_config, weights, written_before_manifests
 
 
@@ -48,7 +48,7 @@ def dcp_file(folder):
 
 
 def test_the_manifest_lists_every_file_with_size_and_sha256(run):
-    from encoderlab.io import sha256_of
+    from encoderlab.core.io import sha256_of
 
     folder = run / "checkpoints" / "step-0000004"
     files = json.loads((folder / checkpoint.MANIFEST).read_text())["files"]

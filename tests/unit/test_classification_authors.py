@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from encoderlab.errors import DataError
-from encoderlab.evaluation import batched
-from encoderlab.evaluation.finetune import finetune, seeded_head
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.tasks.base import mean_pool, pad, random_order
-from encoderlab.evaluation.tasks.classification import ClassificationTask, dense_gelu_head
+from encoderlab.core.errors import DataError
+from encoderlab.finetune import batched
+from encoderlab.finetune.training import finetune, seeded_head
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.tasks.base import mean_pool, pad, random_order
+from encoderlab.tasks.classification import ClassificationTask, dense_gelu_head
 from encoderlab.model.transformer import Transformer
 from test_batched import CPU, compare, setup, tok  # noqa: F401 - tok is a fixture
 

@@ -119,8 +119,8 @@ def test_unknown_form_is_refused():
 def test_trainer_refuses_attention_kernels_the_device_or_compile_cannot_run():
     from pydantic import ValidationError
 
-    from encoderlab.errors import EncoderlabError
-    from encoderlab.train.config import TrainSection
+    from encoderlab.core.errors import EncoderlabError
+    from encoderlab.pretrain.config import TrainSection
 
     with pytest.raises(ValidationError, match="recompile the blocks every step"):
         TrainSection(steps=10, global_batch=8, attention="varlen", compile=True)
@@ -135,7 +135,7 @@ def test_trainer_refuses_attention_kernels_the_device_or_compile_cannot_run():
 def test_trainer_chooses_one_backend_per_run(seq_len, form):
     """auto on CPU: varlen buckets where they save work, else the dense form measured fastest for the run's
     window length, whether or not gradients are on."""
-    from encoderlab.train.config import TrainSection
+    from encoderlab.pretrain.config import TrainSection
 
     for kind, want in (("auto", Varlen(Dense(form))), ("dense", Dense(form))):
         train = TrainSection(steps=10, global_batch=8, attention=kind)

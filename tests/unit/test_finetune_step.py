@@ -1,4 +1,4 @@
-"""The pieces every training engine is built from (evaluation/finetune.py, train/optim.py), tested on their own."""
+"""The pieces every training engine is built from (finetune/training.py, runs/optim.py), tested on their own."""
 from __future__ import annotations
 
 import math
@@ -6,12 +6,12 @@ import math
 import torch
 from torch import nn
 
-from encoderlab.evaluation.finetune import LossCurve, Run, scored_record
-from encoderlab.evaluation.protocol import Protocol
+from encoderlab.finetune.training import LossCurve, Run, scored_record
+from encoderlab.finetune.protocol import Protocol
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-from encoderlab.train.config import AdamWSection, OptimSection
-from encoderlab.train.optim import build_adamw
+from encoderlab.pretrain.config import AdamWSection, OptimSection
+from encoderlab.runs.optim import build_adamw
 
 CPU = torch.device("cpu")
 

@@ -13,14 +13,14 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.hf import CLASSES, hf_config
 from encoderlab.hub.importer import import_hf
 from encoderlab.model.attention import Dense, Flex, Varlen
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM, count_parameters
-from encoderlab.train.checkpoint import load_model
+from encoderlab.runs.checkpoint import load_model
 
 TOL = 1e-4
 T = 40  # beyond Mistral's window of 16 and Llama 3's original context of 16

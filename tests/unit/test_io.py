@@ -1,4 +1,4 @@
-"""io.py: files are replaced whole or not at all, a failed write leaves nothing behind and says why in one line,
+"""core/io.py: files are replaced whole or not at all, a failed write leaves nothing behind and says why in one line,
 outputs get the umask's permissions, unwritable folders and names that leave their folder are refused."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from encoderlab.errors import EncoderlabError
-from encoderlab.io import (atomic_dir, atomic_file, check_writable, folder_name, read_jsonl, write_failure, write_json,
-                           write_jsonl)
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import (atomic_dir, atomic_file, check_writable, folder_name, read_jsonl, write_failure,
+                                write_json, write_jsonl)
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):

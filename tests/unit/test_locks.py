@@ -10,18 +10,18 @@ import sys
 
 import pytest
 
-from encoderlab.config import validate
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation import records
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import run_sweep
-from encoderlab.evaluation.tasks import load_task
-from encoderlab.io import run_lock
-from encoderlab.train import checkpoint as ckpt
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
+from encoderlab.core.config import validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune import records
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import run_sweep
+from encoderlab.tasks import load_task
+from encoderlab.core.io import run_lock
+from encoderlab.runs import checkpoint as ckpt
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
 
-HOLD = ("import sys, time\nfrom pathlib import Path\nfrom encoderlab.io import run_lock\n"
+HOLD = ("import sys, time\nfrom pathlib import Path\nfrom encoderlab.core.io import run_lock\n"
         "with run_lock(Path(sys.argv[1]), 'a test'):\n    print('locked', flush=True)\n    time.sleep(600)\n")
 
 

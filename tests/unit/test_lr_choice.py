@@ -1,14 +1,14 @@
-"""How a dataset's score is read off the LR x seed grid (evaluation/aggregate.py `choose_runs`, `summarize`): each
+"""How a dataset's score is read off the LR x seed grid (finetune/aggregate.py `choose_runs`, `summarize`): each
 seed's own best-validation LR (per_seed) or one LR for all seeds (mean_over_seeds), ties to the smallest LR, on the
 protocol's metric or the standard one; and a study's results follow its protocol's `lr_choice`."""
 from __future__ import annotations
 
 import pytest
 
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation import records
-from encoderlab.evaluation.aggregate import choose_runs, summarize
-from encoderlab.io import write_json
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune import records
+from encoderlab.finetune.aggregate import choose_runs, summarize
+from encoderlab.core.io import write_json
 from encoderlab.study.results import StudyResults
 
 # (lr, seed, validation, test)

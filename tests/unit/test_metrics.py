@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from encoderlab.evaluation.metrics import (
+from encoderlab.tasks.metrics import (
     accuracy,
     entity_f1,
     macro_f1,

@@ -13,14 +13,14 @@ import torch
 import yaml
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.records import protocol_key
-from encoderlab.evaluation.tasks import PAPER_TASKS, load_task
-from encoderlab.evaluation.tasks.classification import ClassificationTask, field_label, load_glue
-from encoderlab.evaluation.tasks.loaders import load_hub_qa
-from encoderlab.io import write_jsonl
-from encoderlab.train.config import OptimSection
-from encoderlab.train.optim import build_adamw
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.records import protocol_key
+from encoderlab.tasks import PAPER_TASKS, load_task
+from encoderlab.tasks.classification import ClassificationTask, field_label, load_glue
+from encoderlab.tasks.loaders import load_hub_qa
+from encoderlab.core.io import write_jsonl
+from encoderlab.pretrain.config import OptimSection
+from encoderlab.runs.optim import build_adamw
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -10,12 +10,12 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from encoderlab.data.tokenizer import TextTokenizer, train_bpe
-from encoderlab.evaluation import batched, engines
-from encoderlab.evaluation.finetune import finetune
-from encoderlab.evaluation.metrics import token_position_f1
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.tasks.qa import QATask
-from encoderlab.evaluation.tasks.qa_tagging import TaggingHead
+from encoderlab.finetune import batched, engines
+from encoderlab.finetune.training import finetune
+from encoderlab.tasks.metrics import token_position_f1
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.tasks.qa import QATask
+from encoderlab.tasks.qa_tagging import TaggingHead
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 
@@ -240,7 +240,7 @@ def test_batched_engine_gives_the_sequential_records(one_thread):
 def test_always_abstain_is_a_baseline_wherever_the_cut_input_lost_an_answer(words):
     # Without e3 no question is unanswerable, but at 12 tokens e4's answer ("Rome") is cut off: labelled all 0 as the
     # authors label it, so "no answer" scores it 1 and the baseline that abstains everywhere must be shown.
-    from encoderlab.evaluation.tasks import baselines
+    from encoderlab.tasks import baselines
 
     answerable = [e for e in EXAMPLES if e["id"] != "e3"]
     task = tagging_task(answerable, inputs="eos")

@@ -11,10 +11,10 @@ import torch
 
 from encoderlab.data.offline.taskfiles import write_task_folder
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.evaluation import records
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import run_sweep
-from encoderlab.evaluation.tasks.qa import QATask
+from encoderlab.finetune import records
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import run_sweep
+from encoderlab.tasks.qa import QATask
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation import records
-from encoderlab.io import write_json
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune import records
+from encoderlab.core.io import write_json
 from encoderlab.study.reference import load_reference, reference_section
 from encoderlab.study.report import Report
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from encoderlab.evaluation.tasks import loaders
-from encoderlab.evaluation.tasks import retrieval as R
+from encoderlab.tasks import loaders
+from encoderlab.tasks import retrieval as R
 from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is a fixture
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -137,8 +137,8 @@ def test_msmarco_from_a_local_beir_folder_keeps_its_own_train_qrels(tmp_path):
 
 
 def test_a_hub_msmarco_is_identified_with_its_training_pairs():
-    from encoderlab.evaluation.tasks import default_hub_id, task_identity
-    from encoderlab.evaluation.tasks.taskfile import paper_fingerprint
+    from encoderlab.tasks import default_hub_id, task_identity
+    from encoderlab.tasks.taskfile import paper_fingerprint
 
     assert default_hub_id("msmarco") == "BeIR/msmarco" and default_hub_id("mldr") == "hgissbkh/mldr-en"
     assert task_identity("msmarco")[1] == paper_fingerprint("msmarco", "BeIR/msmarco", "hgissbkh/msmarco-pairs")

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.evaluation.tasks.classification import ClassificationTask
-from encoderlab.seeds import derive_seed
+from encoderlab.tasks.classification import ClassificationTask
+from encoderlab.core.seeds import derive_seed
 
 
 def test_derive_seed_is_a_known_value_in_every_process():
     # Fixed numbers: a change of the derivation changes every run's masks and orders, and must be deliberate.
     assert derive_seed("epoch-order", 0, 1) == 1677176441568237276
     assert derive_seed("mlm-mask", 0, 0) == 1038772914652080663
-    code = "from encoderlab.seeds import derive_seed; print(derive_seed('epoch-order', 0, 1))"
+    code = "from encoderlab.core.seeds import derive_seed; print(derive_seed('epoch-order', 0, 1))"
     for hash_seed in ("1", "2"):  # Python's own hash() would differ between these two processes
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**os.environ, "PYTHONHASHSEED": hash_seed}).stdout

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from test_study_verdicts import CLM, CPT, MLM, RANDOM, TASKS, finding, flat, write_study
 
-from encoderlab.io import write_json
+from encoderlab.core.io import write_json
 from encoderlab.study.report import Report
 from encoderlab.study.report_text import compose, findings
 from encoderlab.study.results import StudyResults

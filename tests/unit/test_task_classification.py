@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.errors import DataError
-from encoderlab.evaluation.tasks import classification as cls
-from encoderlab.evaluation.tasks import common
-from encoderlab.evaluation.tasks.base import pad
-from encoderlab.evaluation.tasks.classification import (
+from encoderlab.core.errors import DataError
+from encoderlab.tasks import classification as cls
+from encoderlab.tasks import common
+from encoderlab.tasks.base import pad
+from encoderlab.tasks.classification import (
     ClassificationTask,
     fit_pair,
     load_glue,

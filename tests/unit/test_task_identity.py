@@ -1,8 +1,8 @@
 """The identity of a task: what its records are kept by (its name and a fingerprint of definition and data)."""
 from __future__ import annotations
 
-from encoderlab.evaluation import records
-from encoderlab.evaluation.tasks import taskfile, task_identity
+from encoderlab.finetune import records
+from encoderlab.tasks import taskfile, task_identity
 
 FILES = "family: classification\ntrain: train.csv\nvalidation: train.csv\n"
 
@@ -56,8 +56,8 @@ def test_records_of_another_version_are_found_and_named(tmp_path):
 def test_a_paper_task_read_from_the_hub_is_known_by_its_dataset_id():
     """Without a local copy a paper task is its Hub dataset: a default id that changes (the authors' copies replaced
     earlier ones) gives new records, never the old ones."""
-    from encoderlab.evaluation.tasks import PAPER_TASKS, default_hub_id, task_identity
-    from encoderlab.evaluation.tasks.taskfile import paper_fingerprint
+    from encoderlab.tasks import PAPER_TASKS, default_hub_id, task_identity
+    from encoderlab.tasks.taskfile import paper_fingerprint
 
     assert default_hub_id("conll2003") == "hgissbkh/conll2003-en" and default_hub_id("record") == "hgissbkh/record"
     assert all(default_hub_id(name) for name in PAPER_TASKS)

@@ -11,8 +11,8 @@ import torch
 
 from encoderlab.data.offline import qa as offline_qa
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.errors import DataError
-from encoderlab.evaluation.tasks.qa import (
+from encoderlab.core.errors import DataError
+from encoderlab.tasks.qa import (
     QATask,
     best_span,
     char_span_to_tokens,
@@ -20,7 +20,7 @@ from encoderlab.evaluation.tasks.qa import (
     load_offline_qa,
     load_squad_json,
 )
-from encoderlab.evaluation.tasks.loaders import _record_rows, load_hub_qa
+from encoderlab.tasks.loaders import _record_rows, load_hub_qa
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 
@@ -195,7 +195,7 @@ def test_answers_that_are_not_spans_are_refused():
 
 
 def test_prepare_is_cached(tok, tmp_path, monkeypatch):
-    import encoderlab.evaluation.tasks.qa as qa_module
+    import encoderlab.tasks.qa as qa_module
 
     task = QATask("c", splits_of(small_examples(6)))
     task.prepare(tok, 64, tmp_path)

@@ -11,11 +11,11 @@ import torch
 from encoderlab.data.offline import build as offline, ir as offline_ir, units
 from encoderlab.data.decontaminate import normalize
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.errors import DataError
-from encoderlab.evaluation.metrics import ndcg_at_k
-from encoderlab.evaluation.tasks import loaders
-from encoderlab.evaluation.tasks import retrieval as R
-from encoderlab.evaluation.tasks.base import mean_pool
+from encoderlab.core.errors import DataError
+from encoderlab.tasks.metrics import ndcg_at_k
+from encoderlab.tasks import loaders
+from encoderlab.tasks import retrieval as R
+from encoderlab.tasks.base import mean_pool
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 

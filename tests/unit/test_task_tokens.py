@@ -10,14 +10,14 @@ import torch
 from torch import nn
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.errors import DataError
-from encoderlab.evaluation.tasks.tokens import (
+from encoderlab.core.errors import DataError
+from encoderlab.tasks.tokens import (
     TokenTask,
     load_conll_columns,
     load_conll_like,
     load_offline_tokens,
 )
-from encoderlab.evaluation.tasks.schemes import derive, first_invalid
+from encoderlab.tasks.schemes import derive, first_invalid
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 

@@ -9,9 +9,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from torch import nn
 
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.tasks.base import random_order
-from encoderlab.evaluation.tasks.tokens import TokenTask, vote
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.tasks.base import random_order
+from encoderlab.tasks.tokens import TokenTask, vote
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 

@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
-from encoderlab.evaluation import batched
-from encoderlab.evaluation.finetune import finetune
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.sweep import prepare_tasks
+from encoderlab.finetune import batched
+from encoderlab.finetune.training import finetune
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.sweep import prepare_tasks
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 

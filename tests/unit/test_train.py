@@ -12,14 +12,14 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from encoderlab.config import ConfigError, apply_overrides, validate
-from encoderlab.errors import EncoderlabError
-from encoderlab.train import checkpoint
-from encoderlab.train.config import PretrainConfig
-from encoderlab.train.loop import Trainer
-from encoderlab.train.schedule import LRSchedule
-from encoderlab.evaluation.finetune import lr_factor
-from encoderlab.evaluation.protocol import Protocol
+from encoderlab.core.config import ConfigError, apply_overrides, validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.runs import checkpoint
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretrain.loop import Trainer
+from encoderlab.runs.schedule import LRSchedule
+from encoderlab.finetune.training import lr_factor
+from encoderlab.finetune.protocol import Protocol
 
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1}
@@ -183,7 +183,7 @@ def test_steps_past_the_run_are_refused_in_one_line(extra, message):
 
 
 def test_non_positive_fine_tuning_lrs_are_refused():
-    from encoderlab.evaluation.protocol import Protocol
+    from encoderlab.finetune.protocol import Protocol
 
     for lrs in ([0.0], [1e-3, -1e-3]):
         with pytest.raises(ConfigError, match=r"lrs\.\d: Input should be greater than 0"):
@@ -303,9 +303,9 @@ def test_schedule_reads_and_writes_as_the_users_string(tmp_path, packed_dir):
 
 
 def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packed_dir):
-    from encoderlab import objectives
+    from encoderlab.pretrain import objectives
     from encoderlab.model.presets import preset
-    from encoderlab.train.loop import check_compatible
+    from encoderlab.pretrain.loop import check_compatible
 
     cfg = make_config(tmp_path, packed_dir)
     cfg.model = type(cfg.model)(**{**TINY, "max_position_embeddings": 32})
@@ -324,7 +324,7 @@ def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packe
 
 
 def test_a_tiny_model_overfits_one_batch():
-    from encoderlab import objectives
+    from encoderlab.pretrain import objectives
     from encoderlab.model.presets import preset
     from encoderlab.model.transformer import TransformerLM
 
@@ -346,7 +346,7 @@ def test_a_tiny_model_overfits_one_batch():
 def test_every_shipped_config_validates_and_bases_merge(tmp_path):
     from pathlib import Path
 
-    from encoderlab.config import load_yaml
+    from encoderlab.core.config import load_yaml
 
     root = Path(__file__).resolve().parents[2] / "configs" / "pretrain"
     files = sorted(root.rglob("*.yaml"))
@@ -518,7 +518,7 @@ def test_resume_compares_the_data_by_content(tmp_path, packed_dir):
 
 def test_every_reader_of_metrics_drops_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
     """One reader for the resume, the study report and the model card: a kill mid-write is no reason to fail."""
-    from encoderlab.train.logging import read_metrics
+    from encoderlab.runs.logging import read_metrics
 
     path = tmp_path / "metrics.jsonl"
     assert read_metrics(path) == []

@@ -8,7 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.model import transformer as transformer_module
 from encoderlab.model.attention import build_attention_mask
 from encoderlab.model.config import ModelConfig

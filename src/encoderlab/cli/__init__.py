@@ -1,8 +1,8 @@
 """The command line: thin typer commands (parse -> build -> run) over the packages below; one console."""
 from encoderlab.cli.commands import app
 from encoderlab.cli.console import err, error
-from encoderlab.errors import EncoderlabError
-from encoderlab.io import write_failure
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import write_failure
 
 __all__ = ["app", "main"]
 

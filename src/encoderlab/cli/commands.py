@@ -11,8 +11,8 @@ from encoderlab.cli.console import emit, log, log_after, out
 from encoderlab.cli.finetuning import SAVE_HELP, SAVE_MODELS_HELP, cache_dir, keeper, workers_option
 from encoderlab.cli.study import study_app
 from encoderlab.cli.sweep_table import render_sweep as _render_sweep
-from encoderlab.config import SET_MERGES
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.config import SET_MERGES
+from encoderlab.core.errors import EncoderlabError
 
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -49,7 +49,7 @@ def data_prepare(
     """Build a pretraining corpus, its tokenizer and packed shards (and, for 'offline', the evaluation tasks)."""
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
     from encoderlab.data.shards import parse_shard, parse_tokens
-    from encoderlab.io import check_writable
+    from encoderlab.core.io import check_writable
 
     check_writable(out_dir or default_out(source), "--out" if out_dir else "the default --out")
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction, tokenizer=tokenizer,
@@ -123,8 +123,8 @@ def data_inspect(
 
 
 def _load_pretrain_config(config: Path, overrides: list[str]):
-    from encoderlab.config import load_config
-    from encoderlab.train.config import PretrainConfig
+    from encoderlab.core.config import load_config
+    from encoderlab.pretrain.config import PretrainConfig
 
     return load_config(PretrainConfig, config, overrides, str(config))
 
@@ -144,9 +144,9 @@ def pretrain(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Pretrain (or resume) one run: a model preset, an objective schedule, an LR schedule and a step budget."""
-    from encoderlab.train.distributed import is_main_process
-    from encoderlab.train.loop import Trainer, describe
-    from encoderlab.train.resume import has_run
+    from encoderlab.pretrain.distributed import is_main_process
+    from encoderlab.pretrain.loop import Trainer, describe
+    from encoderlab.pretrain.resume import has_run
 
     cfg = _load_pretrain_config(config, overrides)
     plan = describe(cfg)
@@ -162,7 +162,7 @@ def pretrain(
     try:
         summary = trainer.run()
     except KeyboardInterrupt:
-        from encoderlab.train import checkpoint
+        from encoderlab.runs import checkpoint
 
         last = checkpoint.latest(cfg.run_dir)
         again = shlex.join(["encoderlab", "pretrain", str(config), *(f"--set={o}" for o in overrides), "--resume"])
@@ -291,8 +291,8 @@ def export_cmd(
 
 
 def _protocol(path: Path | None, overrides: list[str]):
-    from encoderlab.config import load_config
-    from encoderlab.evaluation.protocol import Protocol
+    from encoderlab.core.config import load_config
+    from encoderlab.finetune.protocol import Protocol
 
     path = path or _default_protocol()
     return load_config(Protocol, path, overrides, "the default protocol"), \
@@ -323,9 +323,9 @@ def sweep(
     models: Path = typer.Option(Path("models"), "--models", help="Where --save-models saves them (TAG/RUN/)."),
 ) -> None:
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
-    from encoderlab.evaluation.sweep import run_sweep
-    from encoderlab.evaluation.tasks import offline_task_names
-    from encoderlab.io import check_writable
+    from encoderlab.finetune.sweep import run_sweep
+    from encoderlab.tasks import offline_task_names
+    from encoderlab.core.io import check_writable
 
     check_writable(out_dir, "--out")
     specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
@@ -351,8 +351,8 @@ def finetune_cmd(
     save: Path | None = typer.Option(None, "--save", help=SAVE_HELP),
 ) -> None:
     """One fine-tuning run (the sweep's unit): writes one result record."""
-    from encoderlab.evaluation.sweep import run_sweep
-    from encoderlab.io import check_writable
+    from encoderlab.finetune.sweep import run_sweep
+    from encoderlab.core.io import check_writable
 
     if not lr > 0:
         raise EncoderlabError(f"--lr {lr:g}: the learning rate must be greater than 0")

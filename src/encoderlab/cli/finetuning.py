@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from encoderlab.cli.console import log
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 
 SAVE_HELP = ("Save the fine-tuned model in this folder: stock transformers classes (or sentence-transformers, for "
              "retrieval) load it, with a card of its scores (docs/hf.md).")
@@ -16,14 +16,14 @@ SAVE_MODELS_HELP = ("none | chosen | all: save fine-tuned models under --models:
 
 def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = False):
     """The `Keeper` of `--save` (exact: one run's folder) or `--save-models MODE --models FOLDER`; None: nothing."""
-    from encoderlab.evaluation.keep import MODES
+    from encoderlab.finetune.keep import MODES
 
     if mode not in MODES:
         raise EncoderlabError(f"--save-models {mode!r}: give one of {', '.join(MODES)}")
     if mode == "none" or folder is None:
         return None
     from encoderlab.hub.finetuned import SavedModels
-    from encoderlab.train import checkpoint as ckpt
+    from encoderlab.runs import checkpoint as ckpt
 
     return SavedModels(mode, folder, ckpt.resolve(checkpoint), exact=exact, log=log)
 
@@ -37,6 +37,6 @@ def workers_option(value: str) -> int | str:
 
 
 def cache_dir() -> Path:
-    from encoderlab.io import encoderlab_home
+    from encoderlab.core.io import encoderlab_home
 
     return encoderlab_home() / "cache" / "tasks"

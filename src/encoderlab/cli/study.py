@@ -98,7 +98,7 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON on stdout."),
 ) -> None:
     """Run a study's pretraining and evaluation jobs in dependency order; resumable, a failure skips dependents."""
-    from encoderlab.errors import EncoderlabError
+    from encoderlab.core.errors import EncoderlabError
     from encoderlab.study.plan import build_plan
     from encoderlab.study.runner import check_succeeded, run_study
     from encoderlab.study.spec import load_study

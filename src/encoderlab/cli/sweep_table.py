@@ -9,7 +9,7 @@ from encoderlab.cli.console import out
 
 def render_sweep(s: dict) -> None:
     """A sweep's summary as one table per family, each score beside the family's baselines."""
-    from encoderlab.evaluation.tasks import baselines  # deferred, as every command's heavy imports are (torch)
+    from encoderlab.tasks import baselines  # deferred, as every command's heavy imports are (torch)
 
     p = s["protocol"]
     out.print(f"[bold]{s['tag']}[/bold]: protocol {p['name']} ({p['max_steps']} steps max, batch {p['batch_size']}, "
@@ -45,13 +45,13 @@ def render_sweep(s: dict) -> None:
 
 
 def _ci(t: dict) -> str:
-    from encoderlab.evaluation.aggregate import ci_text  # deferred, as every command's heavy imports are
+    from encoderlab.finetune.aggregate import ci_text  # deferred, as every command's heavy imports are
 
     return ci_text(t)
 
 
 def _spread(t: dict, over: str) -> str:
-    from encoderlab.evaluation.aggregate import spread_text  # deferred, as every command's heavy imports are
+    from encoderlab.finetune.aggregate import spread_text  # deferred, as every command's heavy imports are
 
     return spread_text(t, over)
 

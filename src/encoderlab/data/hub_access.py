@@ -1,13 +1,13 @@
 """Whether the Hugging Face Hub can be reached, found in milliseconds: huggingface_hub itself retries 5 times with
 backoff (about 24 s per attempt, even when DNS fails at once). Used by every reader of hub data (corpora here, the
-paper's evaluation sets in evaluation/tasks/)."""
+paper's evaluation sets in tasks/)."""
 from __future__ import annotations
 
 import os
 import socket
 from urllib.parse import urlsplit
 
-from encoderlab.errors import DataError
+from encoderlab.core.errors import DataError
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")

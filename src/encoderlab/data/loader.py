@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from encoderlab.data.packing import check_shards, read_meta
-from encoderlab.errors import DataError, EncoderlabError
-from encoderlab.io import encoderlab_home
+from encoderlab.core.errors import DataError, EncoderlabError
+from encoderlab.core.io import encoderlab_home
 
 
 PREPARE_AGAIN = "prepare the data again (`encoderlab data prepare SOURCE --out FOLDER --force`)"

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from encoderlab.data import packing, shards, sources
 from encoderlab.data.offline import build as offline
-from encoderlab.io import atomic_dir, read_jsonl, remove_leftovers, run_lock, write_json, write_jsonl
+from encoderlab.core.io import atomic_dir, read_jsonl, remove_leftovers, run_lock, write_json, write_jsonl
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer, check_bpe_size, load_tokenizer, train_bpe
-from encoderlab.io import encoderlab_home
-from encoderlab.errors import DataError
+from encoderlab.core.io import encoderlab_home
+from encoderlab.core.errors import DataError
 
 OFFLINE = "offline"
 

@@ -23,7 +23,7 @@ from typing import Any, Literal, get_args
 
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
-from encoderlab.errors import DataError
+from encoderlab.core.errors import DataError
 
 TxtUnit = Literal["file", "paragraph", "line"]
 OnInvalidUtf8 = Literal["error", "replace", "skip"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from encoderlab.errors import DataError
+from encoderlab.core.errors import DataError
 
 SPECIAL_TOKENS = ("<bos>", "<eos>", "<pad>", "<mask>")
 MANIFEST = "encoderlab_tokenizer.json"

@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.errors import ChecksumError, DataError
-from encoderlab.io import encoderlab_home, sha256_of
+from encoderlab.core.errors import ChecksumError, DataError
+from encoderlab.core.io import encoderlab_home, sha256_of
 
 
 @dataclass(frozen=True)

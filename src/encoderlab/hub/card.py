@@ -15,13 +15,13 @@ from pathlib import Path
 import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation.aggregate import ci_text
-from encoderlab.evaluation.metrics import DEFINITIONS
-from encoderlab.evaluation.tasks import baselines
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune.aggregate import ci_text
+from encoderlab.tasks.metrics import DEFINITIONS
+from encoderlab.tasks import baselines
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
-from encoderlab.train.logging import read_metrics
+from encoderlab.runs.logging import read_metrics
 
 # The Hub id and license of the sources encoderlab can name: the pinned SmolLM2 GGUF (docs/data.md), and any folder in
 # the huggingface_hub cache, whose path names its repository (.../models--OWNER--NAME/snapshots/REVISION).
@@ -97,7 +97,7 @@ def training_info(path: Path, state: dict) -> dict:
 
 def evaluation_summaries(path: Path, given: Path | None) -> list[dict]:
     """Sweep summaries of this checkpoint: a summary.json, a sweep output folder, or (not given) ./evals if any."""
-    from encoderlab.evaluation.records import checkpoint_tag
+    from encoderlab.finetune.records import checkpoint_tag
 
     tag = checkpoint_tag(path)
     if given is not None and not given.exists():

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from tokenizers.processors import TemplateProcessing
 
-from encoderlab.io import atomic_dir
+from encoderlab.core.io import atomic_dir
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.hub.hf import CLASSES, ENCODERS, Target, family, hf_config, refusal
 from encoderlab.hub.card import evaluation_summaries, model_card, training_info
 from encoderlab.hub.folders import prepare_out
@@ -139,7 +139,7 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, attention
                       evaluation: Path | None = None, force: bool = False,
                       log: Callable[[str], None] = lambda message: None) -> dict:
     """Write the transformers folder `out` from a checkpoint (or a run folder's latest checkpoint)."""
-    from encoderlab.train import checkpoint as ckpt
+    from encoderlab.runs import checkpoint as ckpt
 
     check_request(kind, attention)
     started = time.perf_counter()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.hub.folders import UnsupportedModelError
 
 

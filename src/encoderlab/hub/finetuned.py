@@ -27,14 +27,14 @@ from tokenizers.processors import TemplateProcessing
 from torch import nn
 
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.records import checkpoint_tag
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.records import checkpoint_tag
 from encoderlab.hub import sentence
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
 from encoderlab.hub.hf import family, hf_config, refusal
-from encoderlab.io import atomic_dir, check_writable, folder_name
+from encoderlab.core.io import atomic_dir, check_writable, folder_name
 from encoderlab.model.config import ModelConfig
 
 MANIFEST = "finetuned.json"  # which run the folder holds (its identity) and the records it scored
@@ -121,7 +121,7 @@ def frame(tok: TextTokenizer, inputs: str) -> None:
 
 @dataclass
 class SavedModels:
-    """A `Keeper` (evaluation/keep.py): saves runs as folders under `root` (`exact`: `root` is the one run's folder)."""
+    """A `Keeper` (finetune/keep.py): saves runs as folders under `root` (`exact`: `root` is the one run's folder)."""
     mode: str
     root: Path
     checkpoint: Path

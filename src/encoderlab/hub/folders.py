@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from encoderlab.errors import EncoderlabError
-from encoderlab.io import check_writable
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import check_writable
 
 
 class UnsupportedModelError(EncoderlabError):

@@ -10,7 +10,7 @@ package); or `smollm2`, the pinned SmolLM2-135M GGUF of docs/data.md. Our parame
   is refused, naming what differs (other rotary scalings, non-zero MLP biases, another activation...).
 - a tokenizer without a mask token gets one (the MLM phases of continued pretraining need it) and the embedding
   (and an untied LM head) grows by one row, see `_mask_row`.
-- the result is a checkpoint as train/checkpoint.py writes one, minus the optimizer: model.safetensors (fp32),
+- the result is a checkpoint as runs/checkpoint.py writes one, minus the optimizer: model.safetensors (fp32),
   model_config.json, tokenizer/, state.json (step 0, reason 'imported'), plus import.json recording the mapping.
   Continue pretraining from it with `init.from_weights`; it has no optimizer or data position to branch from.
 """
@@ -26,11 +26,11 @@ import torch
 from pydantic import ValidationError
 
 from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.hub.families import architecture_fields, our_weights
 from encoderlab.hub.folders import UnsupportedModelError, prepare_out
-from encoderlab.train.checkpoint import save_weights_only, weight_mismatches
+from encoderlab.runs.checkpoint import save_weights_only, weight_mismatches
 from encoderlab.hub.source import (
     CAUSAL,
     folder_weights,

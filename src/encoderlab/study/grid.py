@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from encoderlab import objectives
-from encoderlab.config import ConfigError, deep_merge, validate
+from encoderlab.pretrain import objectives
+from encoderlab.core.config import ConfigError, deep_merge, validate
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset, preset_names
 from encoderlab.study.spec import StudySpec
-from encoderlab.train.config import PretrainConfig
+from encoderlab.pretrain.config import PretrainConfig
 
 
 def steps_label(n: int) -> str:
@@ -169,7 +169,7 @@ def stable_end(cfg: PretrainConfig, steps: int) -> int:
 def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
     """Vocabulary size, window length and, when the data is prepared, its training tokens (and token budget): from
     the prepared data's meta.json when it exists, else the study's `data_shape`; `from` says which."""
-    from encoderlab.train.loop import resolve_data
+    from encoderlab.pretrain.loop import resolve_data
 
     try:
         packed = resolve_data(cfg.data.path)

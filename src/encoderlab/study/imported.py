@@ -13,8 +13,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.config import ConfigError
-from encoderlab.io import write_json
+from encoderlab.core.config import ConfigError
+from encoderlab.core.io import write_json
 from encoderlab.study.spec import StudySpec, resolve_path
 
 DATA_KEY = "study-data.json"  # in STUDY/data/NAME: what the packed windows were made from

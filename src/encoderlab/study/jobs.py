@@ -4,7 +4,7 @@ their kinds beyond `Job`.
 
 Nothing is remembered but what is on disk: a pretraining run is done when its final checkpoint and summary exist
 (a partial one resumes from its last checkpoint), the random-init baseline when its checkpoint is written, an
-evaluation when every run of its grid is recorded by the rule a sweep uses (evaluation/records.py `recorded`).
+evaluation when every run of its grid is recorded by the rule a sweep uses (finetune/records.py `recorded`).
 """
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.config import validate
-from encoderlab.errors import EncoderlabError
-from encoderlab.evaluation import records
-from encoderlab.evaluation.protocol import Protocol
-from encoderlab.evaluation.shared_training import job_groups, trainer_spec
+from encoderlab.core.config import validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune import records
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.shared_training import job_groups, trainer_spec
 from encoderlab.study.plan import Plan, expand_tasks, load_protocol
 from encoderlab.study.scheduler import Job
-from encoderlab.train.checkpoint import checkpoint_name, weights_digest
-from encoderlab.train.config import PretrainConfig
+from encoderlab.runs.checkpoint import checkpoint_name, weights_digest
+from encoderlab.pretrain.config import PretrainConfig
 
 Say = Callable[[str], None]
 
@@ -41,7 +41,7 @@ class PretrainJob(Job):
         return (self.run_dir / "summary.json").exists() and final.exists()
 
     def execute(self, log: Say, progress: Say | None) -> dict:
-        from encoderlab.train.loop import Trainer
+        from encoderlab.pretrain.loop import Trainer
 
         started = time.perf_counter()
         result = Trainer(self.config, resume=True, log=log, show_progress=progress or False).run()
@@ -64,8 +64,8 @@ class RandomInitJob(Job):
     def execute(self, log: Say, progress: Say | None) -> dict:
         import shutil
 
-        from encoderlab.train import checkpoint
-        from encoderlab.train.loop import Trainer
+        from encoderlab.runs import checkpoint
+        from encoderlab.pretrain.loop import Trainer
 
         if self.config is None:
             raise RuntimeError(f"random-init baseline for size {self.size}: no run of that size to copy the data "
@@ -93,7 +93,7 @@ class EvalJob(Job):
     out: Path
 
     def is_done(self) -> bool:
-        from encoderlab.evaluation.tasks import task_family, task_identity
+        from encoderlab.tasks import task_family, task_identity
 
         try:  # the records of these weights: a checkpoint made again (other weights) has its evaluations done again
             weights = weights_digest(self.checkpoint)
@@ -108,9 +108,9 @@ class EvalJob(Job):
                    for lr in self.protocol.lrs for seed in self.protocol.seeds)
 
     def execute(self, log: Say, progress: Say | None) -> dict:
-        from encoderlab.evaluation.sweep import run_sweep
-        from encoderlab.io import encoderlab_home
-        from encoderlab.train import checkpoint
+        from encoderlab.finetune.sweep import run_sweep
+        from encoderlab.core.io import encoderlab_home
+        from encoderlab.runs import checkpoint
 
         started = time.perf_counter()
         tok = (checkpoint.resolve(self.checkpoint) / "tokenizer" / "tokenizer.json").read_bytes()

@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoderlab import objectives
-from encoderlab.config import ConfigError, deep_merge, load_yaml, validate
+from encoderlab.pretrain import objectives
+from encoderlab.core.config import ConfigError, deep_merge, load_yaml, validate
 from encoderlab.model.config import ModelConfig
 from encoderlab.study import imported as imp
 from encoderlab.study.existing import locate
 from encoderlab.study.grid import Grid, Run, shared_config
 from encoderlab.study.spec import StudySpec, resolve_path
-from encoderlab.train.checkpoint import checkpoint_name
-from encoderlab.train.config import PretrainConfig
+from encoderlab.runs.checkpoint import checkpoint_name
+from encoderlab.pretrain.config import PretrainConfig
 
 # Dense bf16 matrix-product peaks (vendor datasheets, TFLOP/s, without sparsity) for --gpu estimates.
 GPU_PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "l40s": 362.0, "mi250x": 383.0,
@@ -108,7 +108,7 @@ class Plan:
 
     def record(self, base_dir: Path) -> dict:
         """What the report needs, written to the study folder as plan.json: it reads nothing else but records."""
-        from encoderlab.evaluation.records import checkpoint_tag
+        from encoderlab.finetune.records import checkpoint_tag
 
         protocol = load_protocol(self.spec, base_dir)
         paper = None
@@ -232,7 +232,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
 
 def _check_labels(spec: StudySpec, evaluations: list[Evaluation]) -> None:
     """Two evaluations under one label, or whose records would share one folder, would mix their records."""
-    from encoderlab.evaluation.records import checkpoint_tag
+    from encoderlab.finetune.records import checkpoint_tag
 
     seen: dict[str, str] = {}
     for e in evaluations:
@@ -317,7 +317,7 @@ def _evaluations(spec: StudySpec, runs: dict[str, Run], full: dict[tuple[str, st
 
 def expand_tasks(tasks: list[str]) -> list[str]:
     """'offline' stands for every prepared offline task."""
-    from encoderlab.evaluation.tasks import offline_task_names
+    from encoderlab.tasks import offline_task_names
 
     out: list[str] = []
     for t in tasks:
@@ -326,14 +326,14 @@ def expand_tasks(tasks: list[str]) -> list[str]:
 
 
 def _task_count(tasks: list[str], protocol) -> int:
-    """Trainings per LR and seed: one per evaluation job (evaluation/shared_training.py `job_groups`)."""
-    from encoderlab.evaluation.shared_training import job_groups
+    """Trainings per LR and seed: one per evaluation job (finetune/shared_training.py `job_groups`)."""
+    from encoderlab.finetune.shared_training import job_groups
 
     return len(job_groups(expand_tasks(tasks), protocol))
 
 
 def load_protocol(spec: StudySpec, base_dir: Path):
-    from encoderlab.evaluation.protocol import Protocol
+    from encoderlab.finetune.protocol import Protocol
 
     path = resolve_path(base_dir, spec.evaluation.protocol)
     return validate(Protocol, load_yaml(path), where=str(path))

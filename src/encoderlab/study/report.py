@@ -4,9 +4,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from encoderlab.evaluation.aggregate import ONE
-from encoderlab.evaluation.tasks import baselines
-from encoderlab.io import atomic_file
+from encoderlab.finetune.aggregate import ONE
+from encoderlab.tasks import baselines
+from encoderlab.core.io import atomic_file
 from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.study.results import (REPRODUCED, CATEGORIES, STANDARD_METRIC, CategoryScore, StudyResults,
                                       category_scores, outcome)

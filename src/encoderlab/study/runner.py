@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.io import atomic_file, drop_if_only_lock, run_lock, write_json
-from encoderlab.errors import EncoderlabError
+from encoderlab.core.io import atomic_file, drop_if_only_lock, run_lock, write_json
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import EvalJob, PretrainJob, RandomInitJob, jobs_of
@@ -119,7 +119,7 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
 def check_succeeded(result: dict, name: str) -> None:
     """Raise `Failed` (exit code 1), in one line naming each failed job and its log, if any job failed (a skipped
     one follows a failed one): `study run` exits non-zero, so that a scheduler's `afterok` dependents do not start."""
-    from encoderlab.errors import Failed
+    from encoderlab.core.errors import Failed
 
     if not result["failed"]:
         return
@@ -139,7 +139,7 @@ def refuse_changed(plan: Plan, jobs: list[Job]) -> None:
     now gives is refused, naming the keys, before anything is written: resuming or skipping it would report the old
     settings as the new ones, and running it again into its folder would replace the checkpoints that the study's
     records were made from."""
-    from encoderlab.train.resume import changes_from_saved
+    from encoderlab.pretrain.resume import changes_from_saved
 
     changed: dict[str, list[str]] = {}
     # An unfinished random-init baseline is started again from scratch anyway (RandomInitJob): nothing to mix.

@@ -13,8 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from encoderlab.config import ConfigError, load_yaml, validate
-from encoderlab.io import folder_name
+from encoderlab.core.config import ConfigError, load_yaml, validate
+from encoderlab.core.io import folder_name
 
 
 class _Section(BaseModel):

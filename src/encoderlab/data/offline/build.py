@@ -24,7 +24,7 @@ from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.data.offline.units import (RECIPE_VERSION, SPLIT_SEED, Task, assign_splits, classification_task,
                                           detokenize, stable_key, write_task)
 from encoderlab.data.wheels import PINNED, TEXT_SOURCES, fetch
-from encoderlab.io import atomic_dir, sha256_of, write_json, write_jsonl
+from encoderlab.core.io import atomic_dir, sha256_of, write_json, write_jsonl
 
 
 

@@ -1,5 +1,5 @@
 """The one task-file format of the offline suite: what the builders here write and the loaders of
-evaluation/tasks/ read.
+tasks/ read.
 
 A task folder `tasks/NAME/` holds `task.json` (name, family, description, recipe, ...), `stats.json`, and its data:
 `{train,validation,test}.jsonl` for classification, tokens and QA; for retrieval the BEIR layout, `corpus.jsonl`,
@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.errors import DataError
-from encoderlab.io import atomic_dir, write_json, write_jsonl
+from encoderlab.core.errors import DataError
+from encoderlab.core.io import atomic_dir, write_json, write_jsonl
 
 SPLITS = ("train", "validation", "test")
 FAMILIES = ("classification", "tokens", "qa", "retrieval")

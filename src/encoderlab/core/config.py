@@ -1,0 +1,160 @@
+"""Typed configuration: YAML files, dotted overrides, and errors that name the key, the value and what is allowed."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from encoderlab.core.errors import EncoderlabError
+
+T = TypeVar("T", bound=BaseModel)
+
+
+class ConfigError(EncoderlabError):
+    """A configuration file or override is invalid."""
+
+
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """Load a YAML mapping; a top-level `base: other.yaml` (relative to this file) is loaded first and this file's
+    keys are merged over it, section by section."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder: give a YAML config file")
+    if path.resolve() in _seen:
+        raise ConfigError(f"config {path} includes itself through 'base'")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: not valid YAML: {exc.problem or exc.context}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of sections at the top level, not {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    return deep_merge(load_yaml(path.parent / base, (*_seen, path.resolve())), data)
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+# The --set help of every command that takes it (apply_overrides).
+SET_MERGES = ("A mapping updates its section key by key (--set 'SECTION={KEY: VALUE}' keeps the section's other "
+              "keys); SECTION!=VALUE replaces the whole section, its other keys back to their defaults.")
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """`["train.lr=3e-4", "objective=clm"]` -> nested updates; values are parsed as YAML (scalars, lists, mappings).
+    A mapping updates the section it is given for, key by key (`lr_schedule={warmup_steps: 1}` keeps the section's
+    other keys): replacing a whole section, its other keys back to their defaults, is asked for with `KEY!=VALUE`."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        replace = key.strip().endswith("!")
+        key = key.strip().removesuffix("!").strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.key=value (or section!=value to replace a "
+                              "whole section)")
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"override {item!r}: {part!r} is a value, not a section")
+            node = child
+        value, old = _parse_value(raw), node.get(parts[-1])
+        merge = isinstance(value, dict) and isinstance(old, dict) and not replace
+        node[parts[-1]] = deep_merge(old, value) if merge else value
+    return data
+
+
+def _parse_value(raw: str):
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set value {raw!r} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads "3e-4" as a string; users mean a number
+        except ValueError:
+            pass
+    return value
+
+
+def validate(model: type[T], data: dict[str, Any], where: str, overrides: list[str] = ()) -> T:
+    """`model` from `data`, or one line naming each bad key, its value and what is allowed; a key that came from an
+    override (`--set key=value`) is blamed on that override, not on the file it overrode."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = [_problem(model, e, where, overrides) for e in exc.errors()]
+        raise ConfigError("; ".join(dict.fromkeys(problems))) from None
+
+
+def load_config(model: type[T], path: str | Path | None, overrides: list[str], default: str) -> T:
+    """A config file (or `default` settings when there is none) with `--set` overrides, validated."""
+    data = load_yaml(path) if path else {}
+    return validate(model, apply_overrides(data, overrides), str(path or default), overrides)
+
+
+def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[str]) -> str:
+    loc = [str(p) for p in error["loc"]]
+    message = error["msg"].removeprefix("Value error, ")
+    if not loc:  # a check across keys: its message names them; blame the override it names, else the file
+        return f"{_named(overrides, message, where)}: {message}"
+    key = ".".join(loc)
+    source = _blamed(overrides, loc, where)
+    if error["type"] == "extra_forbidden":
+        allowed = _allowed_keys(model, loc[:-1])
+        hint = f" (allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})" if allowed else ""
+        return f"{source}: {key}: unknown key{hint}"
+    shown = "" if error["type"] == "missing" else f" (got {error.get('input')!r})"
+    return f"{source}: {key}: {message}{shown}"
+
+
+def _blamed(overrides: list[str], loc: list[str], where: str) -> str:
+    """The override that set the bad key: the most specific one, the last given (it wins); else the file."""
+    matching = [o for o in overrides if _override_key(o) in _prefixes(loc)]
+    return f"--set {max(reversed(matching), key=lambda o: len(_override_key(o)))}" if matching else where
+
+
+def _named(overrides: list[str], message: str, where: str) -> str:
+    """The override a message about several keys is about: the one whose key (or the longest start of it) the
+    message begins with, else one whose key it names; else the file."""
+    def score(override: str) -> int:
+        parts = _override_key(override).split(".")
+        starts = [n for n in range(len(parts), 0, -1) if message.startswith(".".join(parts[:n]))]
+        return 100 * starts[0] if starts else int(".".join(parts) in message)
+    best = max(reversed(overrides), key=score, default=None)
+    return f"--set {best}" if best is not None and score(best) else where
+
+
+def _override_key(override: str) -> str:
+    return override.partition("=")[0].strip().removesuffix("!").strip()
+
+
+def _prefixes(loc: list[str]) -> set[str]:
+    return {".".join(loc[:n]) for n in range(1, len(loc) + 1)}
+
+
+def _allowed_keys(model: type[BaseModel], path: list[str]) -> list[str]:
+    """The keys a section takes, following the model's nested sections; none when the path leaves them."""
+    for part in path:
+        field = model.model_fields.get(part)
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return []
+        model = annotation
+    return sorted(model.model_fields)

@@ -1,0 +1,323 @@
+"""The bottom layer every package may use: atomic files and folders (a reader sees either the old complete version
+or the new complete one), JSON and JSON lines, checksums, the lock that keeps one writer per output folder, and the
+home folder where data and caches live."""
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import secrets
+import shutil
+import socket
+import stat
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from encoderlab.core.errors import DataError, EncoderlabError
+
+
+def encoderlab_home() -> Path:
+    return Path(os.environ.get("ENCODERLAB_HOME", Path.home() / ".cache" / "encoderlab")).expanduser()
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# The causes of a failed write that the user fixes (space, quota, permissions, a file size limit), by errno.
+WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG)
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """Why a write failed when the disk or permissions are the cause, else None (a bug keeps its traceback).
+    Python raises OSError; safetensors a text with 'os error N'; torch.save (also inside DCP, which wraps it in a
+    CheckpointException) only 'unexpected pos', without the errno."""
+    seen: list[BaseException] = []
+    while exc is not None and exc not in seen:
+        seen.append(exc)
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+            return f"{exc.filename}: {os.strerror(exc.errno)}" if exc.filename else os.strerror(exc.errno)
+        text = str(exc)
+        for code in WRITE_ERRNOS:
+            if f"os error {code})" in text or os.strerror(code) in text:
+                return os.strerror(code)
+        if "unexpected pos" in text or "file write failed" in text:
+            return "a write was cut short (is the disk full, or the quota or file size limit reached?)"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Report a disk-full or permission failure inside the block as one line naming `path` and the cause."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit, GeneratorExit, EncoderlabError):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is not an Exception
+        cause = write_failure(exc)
+        if cause is None:
+            raise
+        raise EncoderlabError(f"cannot write {path}: {cause}; nothing was written there") from exc
+
+
+def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
+    """Refuse, before any work, an output folder this process cannot write: `path` itself, or the nearest folder
+    above it that exists (where the missing ones will be made); with `replaced` (written whole beside it, then
+    renamed over it) its parent. `what` names the option or key that gave the path. Root passes permission bits
+    (it can write anyway); a read-only file system refuses root too."""
+    path = Path(path)
+    if os.path.lexists(path) and not path.exists():  # a link to nowhere: a loop, or its target is gone
+        raise EncoderlabError(f"{what} {path} is a symbolic link that leads to no file or folder ({os.readlink(path)}"
+                              "): give a folder path, or remove the link")
+    folder = path.parent if replaced else path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if (path.exists() and not path.is_dir()) or not folder.is_dir():
+        bad = path if path.exists() else folder
+        raise EncoderlabError(f"{what} {path}: {bad} is a file, not a folder; give a folder path")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        readonly = os.statvfs(folder).f_flag & os.ST_RDONLY
+        why = "is on a read-only file system" if readonly else (
+            f"is not writable by this user (mode {stat.S_IMODE(folder.stat().st_mode):04o})")
+        raise EncoderlabError(f"{what} {path} cannot be written: {folder} {why}; choose another folder or change "
+                              "its permissions")
+
+
+def folder_name(name: str) -> str:
+    """`name` when it is one folder name, else ValueError (a config error): a name from a config or a file becomes
+    a folder inside an output folder, and `..`, `a/b` or `/abs` would put it elsewhere."""
+    if name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError("must be one folder name (not empty, . or .., no / or \\): the folder OUT_DIR/NAME must "
+                         "stay inside out_dir")
+    return name
+
+
+def umask() -> int:
+    try:  # Linux: read without setting it (setting it to learn it races with threads creating files)
+        return int(next(line for line in Path("/proc/self/status").read_text().splitlines()
+                        if line.startswith("Umask:")).split()[1], 8)
+    except (OSError, StopIteration):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+@contextmanager
+def atomic_dir(dest: Path) -> Iterator[Path]:
+    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed. What it holds gets
+    the umask's permissions (0644 files, 0755 folders by default), whoever wrote it: safetensors writes its files
+    0600 and mkdtemp its folders 0700, and the rename would publish them so."""
+    with writing(dest):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        tmp.mkdir()
+        try:
+            yield tmp
+            mask = umask()
+            for path in [tmp, *tmp.rglob("*")]:
+                path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+            if dest.exists():
+                old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+                os.replace(dest, old)
+                os.replace(tmp, dest)
+                shutil.rmtree(old)
+            else:
+                os.replace(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """Yield a temporary sibling path to write; it replaces `path` when the block ends (a reader sees the old
+    complete file or the new one) and is removed if the block fails."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with writing(path):
+            yield tmp
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_leftovers(folder: Path) -> list[str]:
+    """Remove from `folder` what killed atomic writes left there (`.NAME.tmp-*` files and folders, `.NAME.old-*`
+    folders); call it holding the folder's lock, when no other writer can be using them. Returns the names."""
+    found = sorted(p for pattern in (".*.tmp-*", ".*.old-*") for p in Path(folder).glob(pattern))
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else \
+            path.unlink(missing_ok=True)
+    return [p.name for p in found]
+
+
+def read_json(path: Path, fix: str):
+    """The JSON value in `path`, refused in one line saying what is wrong and `fix` when it is a folder, empty,
+    unreadable or not JSON (each of these used to end in a traceback)."""
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+        return json.loads(text)
+    except IsADirectoryError:
+        why = "is a folder, not a file"
+    except OSError as e:
+        why = f"cannot be read ({e.strerror})"
+    except UnicodeDecodeError:
+        why = "is not UTF-8 text"
+    except ValueError as e:
+        why = "is empty" if not text.strip() else f"is not JSON ({e})"
+    raise DataError(f"{path} {why}: {fix}")
+
+
+def write_json(path: Path, obj) -> None:
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
+    n = 0
+    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def utf8_lines(path: Path) -> Iterator[str]:
+    """The lines of a text file, ends kept (as `open(newline="")` gives them); bytes that are not UTF-8 fail
+    naming the file and the line, not as a UnicodeDecodeError from somewhere in a block."""
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{line_no}: not UTF-8 text ({e.reason}: byte {raw[e.start]:#04x} at "
+                                f"column {e.start + 1}); save the file as UTF-8") from None
+
+
+def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
+    """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON or UTF-8, or lacks a
+    `required` key, fails naming the file and the line."""
+    for line_no, line in enumerate(utf8_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg}); JSON Lines expected, one object a "
+                            "line") from e
+        if not isinstance(row, dict):
+            raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+        missing = [key for key in required if key not in row]
+        if missing:
+            raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
+        yield row
+
+
+def drop_if_only_lock(folder: Path) -> None:
+    """Remove `folder` if it holds nothing but its lock: a start refused in a folder it created leaves no folder
+    behind. Call only for a folder the caller created, with the lock released."""
+    if folder.is_dir() and [p.name for p in folder.iterdir()] == [".lock"]:
+        shutil.rmtree(folder)
+
+
+@contextmanager
+def run_lock(folder: Path, what: str, shared: bool = False) -> Iterator[None]:
+    """Hold `folder/.lock` while the block runs: one process at a time writes `what` into `folder`; another one is
+    refused in one line naming the holder. The kernel releases the lock when its process dies, however it dies, so
+    a dead process's lock file is simply taken over: its content only names the holder, it never decides. Taken
+    before any work, it refuses first an unwritable folder. `shared`: any number of shared holders at once (each
+    writing parts that lock themselves, like a study's `--job`s), none while an exclusive one holds it."""
+    check_writable(folder, f"the folder of {what}")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ".lock"
+    # Never deleted: a process that opened the old file could then lock it while another locks a new one.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EncoderlabError(f"cannot write {what} into {folder}: {_holder(path)} is writing there; wait "
+                                  "for it to end or stop it (one process at a time writes a folder)") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.argv)}
+        if not shared:  # no shared holder is left: what names one was left by a killed one
+            for stale in folder.glob(".lock.*"):
+                stale.unlink(missing_ok=True)
+        if shared:  # each shared holder names itself in a file of its own: one file would be overwritten
+            mine = folder / f".lock.{holder['host']}.{holder['pid']}.{secrets.token_hex(4)}"
+            mine.write_text(json.dumps(holder))
+            try:
+                yield
+            finally:
+                mine.unlink(missing_ok=True)
+            return
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(holder).encode())
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # released: the file names nobody
+    finally:
+        os.close(fd)
+
+
+def _holder(path: Path) -> str:
+    """Who holds the lock: the exclusive holder the file names, else the shared holders' own files (a killed one's
+    file may outlive it: its process is then gone, which is said)."""
+    names = []
+    for file in [path, *sorted(path.parent.glob(".lock.*"))]:
+        try:
+            holder = json.loads(file.read_text())
+            if holder["host"] != socket.gethostname() or _alive(holder["pid"]):
+                names.append(f"process {holder['pid']} on {holder['host']} ({holder['command']})")
+        except (OSError, ValueError, KeyError, TypeError):  # nobody named, or a holder still writing its name
+            continue
+    return " and ".join(names) or "another process"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        pass
+    return True
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent(parent: int) -> None:
+    """End this worker process as soon as process `parent` ends, however it ends: after a kill -9 no shutdown
+    reaches a pool, and orphaned workers (and the resource tracker, which waits for them) would run on for nobody,
+    writing into folders that a new run may be using. Call it first in a pool's initializer."""
+    # Linux: the kernel kills this process when the thread that spawned it ends; a pool spawns its workers from
+    # the thread that submits the work, which holds the pool to its end.
+    try:
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0:
+            if os.getppid() != parent:  # it ended before the request took effect
+                os._exit(1)
+            return
+    except (OSError, AttributeError):  # no prctl: elsewhere than Linux
+        pass
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:  # an orphan is adopted by another process
+        time.sleep(1)
+    os._exit(1)

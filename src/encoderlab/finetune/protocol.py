@@ -1,0 +1,190 @@
+"""The evaluation protocol as data (docs/architecture.md, convention 10): printed in every report, stored in every
+record."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, ValidationError, model_validator
+
+from encoderlab.core.errors import EncoderlabError
+
+from encoderlab.runs.config import AdamWSection, Seed, WandbSection
+
+# What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),
+# the optimizer and the selection rule stay the same for every task, or the tasks' scores would not compare.
+TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_fraction")
+
+
+# Settings added after records existed, at the value that reproduces those records: left out of the protocol's hash
+# (finetune/records.py protocol_key) there, so that the records made before each setting existed keep their key;
+# any other value is hashed, so never mixes.
+ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pairs": "segments", "holdout": "encoderlab",
+                  "retrieval": {"train_on": None, "corpus": "all", "relevance": "graded", "loss": "infonce"},
+                  "tokens": {"labels": "first_subword", "dropout": 0.0, "metric": "entity_f1"},
+                  "qa": {"format": "spans"}, "inputs": "bos_eos", "classification_head": "linear",
+                  "batch_order": "length_buckets"}
+# Settings added inside a section after records existed: dropped from it at that value, the rest of it hashed as before.
+ADDED_SUBSETTINGS = {"retrieval": {"ndcg": "standard"}}
+
+
+class RetrievalSection(BaseModel):
+    """How retrieval tasks are trained and scored. The defaults are encoderlab's own protocol; the authors' (see
+    docs/paper.md) is `train_on: msmarco, corpus: judged_any_split, relevance: binary, loss: mnrl, ndcg: top10_only`."""
+
+    model_config = ConfigDict(extra="forbid")
+    train_on: str | None = Field(None, description="a retrieval task whose train pairs train one model per LR and "
+                                 "seed, scored on every retrieval task of the sweep (None: each on its own train)")
+    corpus: Literal["all", "judged", "judged_any_split"] = Field(
+        "all", description="judged: search only the documents that appear in the split's relevance judgements; "
+        "judged_any_split: one corpus for validation and test, every document of their judgements (any grade), as the "
+        "authors' code searches")
+    relevance: Literal["graded", "binary"] = Field("graded", description="binary: every grade >= 1 counts as 1")
+    loss: Literal["infonce", "mnrl"] = Field("infonce", description="infonce: learned temperature, false negatives "
+                                             "masked; mnrl: cosine x 20, in-batch negatives, nothing masked")
+    ndcg: Literal["standard", "top10_only"] = Field(
+        "standard", description="standard: NDCG@10 with the ideal over every relevant document; top10_only: "
+        "scikit-learn's ndcg_score on the 10 top-ranked documents (ideal over the relevant ones retrieved), the "
+        "authors' metric; the record holds both either way")
+
+    def scoring(self) -> dict[str, str]:
+        """What a retrieval task's own training and scoring follow (all but where its model is trained)."""
+        return self.model_dump(exclude={"train_on"})
+
+
+class TokensSection(BaseModel):
+    """How token classification is labelled, headed and scored (the authors' choice: all_subwords, dropout 0.1,
+    sentence_macro_f1; the record holds seqeval's entity F1 and the per-sentence macro F1 either way)."""
+
+    model_config = ConfigDict(extra="forbid")
+    labels: Literal["first_subword", "all_subwords"] = Field(
+        "first_subword", description="first_subword: a word's tag on its first sub-word, the others ignored; "
+        "all_subwords: every sub-word carries its word's tag and a word's prediction is its sub-words' majority vote")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout before the token head (tokens and tagging QA)")
+    metric: Literal["entity_f1", "sentence_macro_f1"] = Field(
+        "entity_f1", description="entity_f1: seqeval's entity micro F1; sentence_macro_f1: scikit-learn's macro F1 "
+        "over the tags of each sentence, averaged over sentences")
+
+
+class QASection(BaseModel):
+    """How extractive QA is framed (the authors' choice: tagging; the record holds SQuAD F1/EM either way)."""
+
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["spans", "tagging"] = Field(
+        "spans", description="spans: start/end head over stride-128 windows, n-best, SQuAD F1; tagging: the "
+        "answer's tokens tagged 1 by a 2-label token head on one truncated input, F1 between the predicted and gold "
+        "sets of token positions (empty = {0})")
+
+
+class Protocol(BaseModel):
+    """Up to `max_steps` or `epochs` over the training set, whichever comes first; `lrs` x `seeds` runs per task;
+    the LR is chosen on `selection_split` as `lr_choice` says."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "custom"
+    max_steps: int = Field(1000, gt=0)
+    epochs: float = Field(1.0, gt=0)
+    batch_size: int = Field(32, gt=0)
+    eval_batch_size: int = Field(128, gt=0)
+    lrs: list[PositiveFloat] = Field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4], min_length=1)
+    seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
+    warmup_fraction: float = Field(0.1, ge=0, lt=1)
+    decay: Literal["linear", "constant"] = "linear"
+    optim: AdamWSection = AdamWSection()
+    max_length: int | Literal["auto"] = Field(512, description="tokens; auto: round(max_length_fraction x the "
+                                              "checkpoint's max_position_embeddings), as the authors' code does")
+    max_length_fraction: float = Field(0.99, gt=0, le=1)
+    max_length_by_family: dict[str, int] = Field(default_factory=dict)
+    selection_split: Literal["validation"] = "validation"
+    dtype: Literal["bf16", "fp32"] = "bf16"
+    weights: Literal["fp32", "bf16"] = Field("fp32", description="fp32: fp32 weights and AdamW state under "
+                                             "`dtype` autocast; bf16: the weights and AdamW state are bf16")
+    sentence_pairs: Literal["segments", "labelled"] = Field(
+        "segments", description="segments: `<bos> a <eos> b <eos>`; labelled: one text 'Premise: a\nHypothesis: b'")
+    holdout: Literal["encoderlab", "train_test_split"] = Field(
+        "encoderlab", description="validation where the test set is hidden: encoderlab (5% of train, seed 1234; "
+        "whole articles for QA) or datasets' train_test_split(train_size=0.95, seed=42) of the train rows")
+    max_train_examples: int | None = Field(None, gt=0, description="subsample train (CPU demos); seeded")
+    max_eval_examples: int | None = Field(None, gt=0, description="subsample validation/test (CPU demos)")
+    max_corpus_documents: int | None = Field(None, gt=0, description="retrieval: judged documents plus random "
+                                             "others up to this many (CPU demos; scores rise as the corpus shrinks)")
+    retrieval: RetrievalSection = RetrievalSection()
+    tokens: TokensSection = TokensSection()
+    qa: QASection = QASection()
+    inputs: Literal["bos_eos", "eos"] = Field(
+        "bos_eos", description="bos_eos: `<bos> text <eos>`; eos: the text without special tokens and EOS appended, "
+        "no BOS (the authors')")
+    classification_head: Literal["linear", "dense_gelu"] = Field(
+        "linear", description="after mean pooling: linear, or Linear(h, h) -> GELU -> Linear (the authors', "
+        "transformers' EuroBertForSequenceClassification)")
+    batch_order: Literal["length_buckets", "random"] = Field(
+        "length_buckets", description="length_buckets: seeded batches of similar lengths (less padding); random: "
+        "a seeded random permutation, as the HF Trainer's sampler (the authors')")
+    lr_choice: Literal["mean_over_seeds", "per_seed"] = Field(
+        "mean_over_seeds", description="how a dataset's score is read off the grid: mean_over_seeds (one LR, best "
+        "mean validation over seeds; its seeds' test scores) or per_seed (each seed's best-validation LR, that "
+        "run's test score, the mean over seeds: the authors'); reporting only, not part of the protocol key")
+    curve_every: int = Field(10, gt=0, description="training loss recorded every N steps")
+    wandb: WandbSection | None = Field(None, description="also log each run's scores and the summary to Weights & "
+                                       "Biases (one W&B run per sweep); reporting only, not part of the protocol key")
+    task_overrides: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per task name: its own " + ", ".join(TASK_OVERRIDABLE) +
+        " (e.g. more epochs for a small training set, longer inputs for long documents)")
+    _context: int | None = PrivateAttr(None)  # the checkpoint's max_position_embeddings (`with_context`)
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> Protocol:
+        for key in ("lrs", "seeds"):  # a repeated value would run once but count twice, under another record key
+            values = getattr(self, key)
+            if twice := sorted({v for v in values if values.count(v) > 1}):
+                raise ValueError(f"{key}: {twice[0]:g} is given twice; list each value once")
+        return self
+
+    @model_validator(mode="after")
+    def _check_weights(self) -> Protocol:
+        if self.weights == "bf16" and self.dtype == "fp32":
+            raise ValueError("weights: bf16 computes in bf16; it cannot go with dtype: fp32 (use dtype: bf16)")
+        return self
+
+    @model_validator(mode="after")
+    def _check_overrides(self) -> Protocol:
+        for task, keys in self.task_overrides.items():
+            bad = sorted(set(keys) - set(TASK_OVERRIDABLE))
+            if bad:
+                raise ValueError(f"task_overrides.{task}: {', '.join(bad)} cannot be set per task "
+                                 f"(allowed: {', '.join(TASK_OVERRIDABLE)})")
+            try:
+                self.for_task(task)  # the values are checked like the protocol's own
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise ValueError(f"task_overrides.{task}.{'.'.join(map(str, first['loc']))}: {first['msg']} "
+                                 f"(got {first.get('input')!r})") from None
+        if self.retrieval.corpus != "all" and self.max_corpus_documents:
+            raise ValueError("max_corpus_documents adds random documents to the searched corpus; retrieval.corpus: "
+                             f"{self.retrieval.corpus} searches only the judged ones: set one of them")
+        return self
+
+    def for_task(self, task: str) -> Protocol:
+        """The protocol one task runs under: this one with the task's overrides applied (max_length set for a
+        task wins over max_length_by_family)."""
+        keys = self.task_overrides.get(task)
+        if not keys:
+            return self
+        data = self.model_dump()
+        data.update(keys)
+        if "max_length" in keys:
+            data["max_length_by_family"] = {}
+        data["task_overrides"] = {}
+        return Protocol.model_validate(data).with_context(self._context)
+
+    def with_context(self, positions: int | None) -> Protocol:
+        """This protocol for a checkpoint of `positions` max_position_embeddings (what `max_length: auto` reads)."""
+        out = self.model_copy()
+        out._context = positions
+        return out
+
+    def length_for(self, family: str) -> int:
+        if family in self.max_length_by_family or self.max_length != "auto":
+            return self.max_length_by_family.get(family, self.max_length)  # type: ignore[return-value]
+        if self._context is None:
+            raise EncoderlabError("max_length: auto is a fraction of the checkpoint's context; it has none here")
+        return round(self.max_length_fraction * self._context)

@@ -1,0 +1,189 @@
+"""The result store: one JSON record per fine-tuning run, written atomically, found again by its key.
+
+`OUT/<checkpoint-tag>/<protocol-key>/<task>/<fingerprint>/lr<lr>-seed<seed>.json`. A run with a record (finished or
+failed) is never redone, so a killed sweep started again does only what is left; the protocol key (its name and a
+hash of its settings) keeps runs made under different protocols apart, and the task's fingerprint (a hash of its
+definition and data files, tasks/taskfile.py) runs of a task whose data or definition changed: those
+are run again, and the old records stay where they were.
+
+A record belongs to the weights it was made from: each names the SHA-256 of its checkpoint's `model.safetensors`
+(`weights_sha256`), and nothing is used unchecked. A record is used (reused by a sweep, counted by a summary or a
+report) only when it reads, has the fields of a record, is the record of its own place (task, fingerprint, protocol
+key, tag, LR and seed as its path says: not another run's copied over) and was made from these weights. Anything
+else is run again by a sweep and named in its log, or left out of a report and named there. A record from before
+weights were named is used when the checkpoint it names holds these weights now (that path is how it was found
+before); when that checkpoint is gone or holds other weights, the run is done again, and the log says why.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune.protocol import ADDED_SETTINGS, ADDED_SUBSETTINGS
+from encoderlab.core.io import write_json
+from encoderlab.runs import checkpoint as ckpt
+
+WEIGHTS = "weights_sha256"  # the record's field: the SHA-256 of the weights file it was made from
+
+
+def checkpoint_tag(checkpoint: str | Path) -> str:
+    """`runs/demo/checkpoints/step-0000250` -> `demo-step-0000250`; any other path -> its last two parts."""
+    path = Path(checkpoint).resolve()
+    parts = [path.parent.parent.name, path.name] if path.parent.name == "checkpoints" else [path.parent.name, path.name]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
+
+
+REPORTING = ("name", "curve_every", "eval_batch_size", "wandb", "lr_choice")  # never part of the key
+
+
+def protocol_key(protocol: dict) -> str:
+    """`demo-1a2b3c4d`: the protocol's name and a hash of every setting but the reporting ones."""
+    settings = {k: _without_added(k, v) for k, v in protocol.items() if k not in REPORTING}
+    settings = {k: v for k, v in settings.items() if not (k in ADDED_SETTINGS and v == ADDED_SETTINGS[k])}
+    digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', protocol.get('name', 'protocol'))}-{digest}"
+
+
+def _without_added(key: str, value):
+    added = ADDED_SUBSETTINGS.get(key)
+    if not added or not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if not (k in added and v == added[k])}
+
+
+def record_path(root: Path, tag: str, key: str, task: str, fingerprint: str, lr: float, seed: int) -> Path:
+    return root / tag / key / task / fingerprint / f"lr{lr:g}-seed{seed}.json"
+
+
+def recorded(root: Path, tag: str, key: str, scored: list[tuple[str, str]], trained_on: str, lr: float, seed: int,
+             weights: str | None) -> bool:
+    """The one rule for "this run is done", for a sweep and for a study's jobs: every task it scores (`scored`: name,
+    fingerprint) has a usable record of these weights, made by a model trained on the data of fingerprint
+    `trained_on` (a record from before `trained_on` was written was trained on its own task)."""
+    for name, fingerprint in scored:
+        record, _ = usable(record_path(root, tag, key, name, fingerprint, lr, seed), weights)
+        if record is None or record.get("trained_on", {}).get("fingerprint", fingerprint) != trained_on:
+            return False
+    return True
+
+
+def other_versions(root: Path, tag: str, key: str, task: str, fingerprint: str) -> list[Path]:
+    """Folders with records of the same task name under another fingerprint (or none: before fingerprints)."""
+    folder = root / tag / key / task
+    if not folder.is_dir() or any((folder / fingerprint).glob("lr*.json")):
+        return []
+    others = [p for p in sorted(folder.iterdir()) if p.is_dir() and any(p.glob("lr*.json"))]
+    return others + ([folder] if any(folder.glob("lr*.json")) else [])
+
+
+def usable(path: Path, weights: str | None) -> tuple[dict | None, str]:
+    """(the record at `path`, "") when it may be used for weights `weights` (None: any); (None, "") when there is
+    none; (None, why) when the file there is not one to use: unreadable, not a record, another place's, or made from
+    other weights."""
+    if not path.exists():
+        return None, ""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):  # a torn file cannot exist (atomic writes): a damaged or hand-made one is not used
+        return None, "does not read as a JSON record"
+    why = _not_a_record(record) or _not_its_place(record, path) or _other_weights(record, weights)
+    return (None, why) if why else (record, "")
+
+
+FIELDS = {"task": str, "tag": str, "fingerprint": str, "lr": (int, float), "seed": int, "status": str,
+          "protocol": dict, "family": str, "metric": str}
+
+
+def _not_a_record(record) -> str:
+    if not isinstance(record, dict):
+        return "is not a record (a JSON object)"
+    wrong = [k for k, kind in FIELDS.items() if not isinstance(record.get(k), kind) or isinstance(record[k], bool)]
+    scores = ("scores.validation", "scores.test") if record.get("status") == "ok" else ()
+    wrong += [k for k in ("baseline.test", *scores) if not isinstance(_score(record, k), (int, float))]
+    if record.get("status") not in ("ok", "failed") or (record["status"] == "failed"
+                                                        and not isinstance(record.get("reason"), str)):
+        wrong.append("status")
+    return f"is not a whole record: {', '.join(wrong)} missing or of the wrong type" if wrong else ""
+
+
+def _score(record: dict, where: str):
+    for part in (*where.split("."), "score"):
+        record = record.get(part) if isinstance(record, dict) else None
+    return record
+
+
+def _not_its_place(record: dict, path: Path) -> str:
+    """Where the record's own key differs from its path's (another run's record copied or moved here)."""
+    task = path.parent.parent
+    try:
+        key = protocol_key(record["protocol"])
+    except (TypeError, ValueError, AttributeError):
+        key = "?"
+    own = {"run": f"lr{record['lr']:g}-seed{record['seed']}.json", "fingerprint": record["fingerprint"],
+           "task": record["task"], "protocol key": key, "tag": record["tag"]}
+    place = {"run": path.name, "fingerprint": path.parent.name, "task": task.name, "protocol key": task.parent.name,
+             "tag": task.parent.parent.name}
+    differ = [f"{k} {own[k]} (its path says {place[k]})" for k in own if own[k] != place[k]]
+    return f"is another run's record: {'; '.join(differ)}" if differ else ""
+
+
+def _other_weights(record: dict, weights: str | None) -> str:
+    made = record.get(WEIGHTS)
+    if weights is None or made == weights:
+        return ""
+    if made is None:  # from before records named their weights: the checkpoint it names says which they were
+        named = record.get("checkpoint")
+        made = _weights_at(named) if isinstance(named, str) else None
+        if made is None:
+            return (f"was made before records named their weights, and the checkpoint it names ({named}) is gone or "
+                    "unreadable: "
+                    "which weights made it cannot be told")
+        if made == weights:
+            return ""
+    return f"was made from other weights (SHA-256 {str(made)[:12]}, this checkpoint's {weights[:12]})"
+
+
+def _weights_at(checkpoint: str) -> str | None:
+    path = Path(checkpoint)
+    if not (path / ckpt.WEIGHTS).is_file():
+        return None
+    try:
+        return ckpt.weights_digest(path)
+    except (OSError, EncoderlabError):
+        return None
+
+
+def write(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, record)
+
+
+def scan(root: Path, tag: str = "*", key: str = "*", weights: str | None = None) -> tuple[list[dict], list[str]]:
+    """The usable records under `root/tag/key` (made from `weights`, None: any), and `PATH: why` for every file
+    there that is not used."""
+    found, unused = [], []
+    for path in sorted(root.glob(f"{tag}/{key}/*/*/lr*.json")):
+        record, why = usable(path, weights)
+        if record is not None:
+            found.append(record)
+        elif why:
+            unused.append(f"{path}: {why}")
+    return found, unused
+
+
+def load_all(root: Path, tag: str = "*", key: str = "*", weights: str | None = None) -> list[dict]:
+    return scan(root, tag, key, weights)[0]
+
+
+def current(recs: list[dict]) -> list[dict]:
+    """Per task name, the records of the fingerprint recorded last: the old records of a task whose data changed
+    stay on disk, but only its newest version is reported."""
+    newest: dict[str, tuple[str, str | None]] = {}
+    for r in recs:
+        stamp = (r.get("finished", ""), r.get("fingerprint"))
+        if r["task"] not in newest or stamp[0] > newest[r["task"]][0]:
+            newest[r["task"]] = stamp  # type: ignore[assignment]
+    return [r for r in recs if r.get("fingerprint") == newest[r["task"]][1]]

@@ -1,0 +1,91 @@
+"""Retrieval trained once, scored on many sets (the authors' protocol, `retrieval.train_on`): one run per LR and seed
+fine-tunes on the train pairs of one retrieval task and is scored on every retrieval task of the sweep.
+
+The one place that reads `retrieval.train_on`: which task trains (`trainer_spec`), what a sweep trains
+(`training_units`) and how a study groups its evaluation jobs (`job_groups`). A sweep trains *units*: a task is the
+unit of itself (`EvalTask.training_task`, `scored_tasks`, `member_bodies`), and `TrainedOnce` is the other kind, which
+the engines train like a task (its batches, head and loss are the training task's), whose `evaluate` scores every
+member and whose `member_bodies` turns the one run's record body into one body per member.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+from torch import Tensor, nn
+
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.tasks.base import EvalTask, set_apart
+from encoderlab.tasks.retrieval import RetrievalTask
+
+
+class TrainedOnce:
+    family = "retrieval"
+
+    def __init__(self, train: RetrievalTask, members: list[RetrievalTask]) -> None:
+        self.training_task, self.scored_tasks = train, members
+        self.metric, self.standard_metric = train.metric, train.standard_metric  # one protocol: the members' too
+        self.name = train.name  # its protocol overrides (steps, batch, length) are the training task's
+
+    def num_train_examples(self) -> int:
+        return self.training_task.num_train_examples()
+
+    def make_head(self, hidden_size: int, generator) -> nn.Module:
+        return self.training_task.make_head(hidden_size, generator)
+
+    def train_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+        return self.training_task.train_batches(batch_size, seed)
+
+    def epoch_batches(self, batch_size: int, seed: int) -> Iterator[dict[str, Tensor]]:
+        return self.training_task.epoch_batches(batch_size, seed)
+
+    def loss(self, backbone: nn.Module, head: nn.Module, batch: dict[str, Tensor]) -> Tensor:
+        return self.training_task.loss(backbone, head, batch)
+
+    def evaluate(self, backbone: nn.Module, head: nn.Module, split: str, batch_size: int) -> dict:
+        """Every member's metrics under "by_task"; "score" is their sum, only so that a non-finite one is seen."""
+        by_task = {m.name: m.evaluate(backbone, head, split, batch_size) for m in self.scored_tasks}
+        return {"score": math.fsum(m["score"] for m in by_task.values()), "by_task": by_task}
+
+    def member_bodies(self, body: dict) -> dict[str, dict]:
+        """The run's record body as one body per member: its own scores (a failed run fails for all)."""
+        if body["status"] != "ok":
+            return {m.name: body for m in self.scored_tasks}
+        return {m.name: {**body, **set_apart({s: v["by_task"][m.name] for s, v in body["scores"].items()})}
+                for m in self.scored_tasks}
+
+
+Unit = EvalTask | TrainedOnce  # what one (LR, seed) run of a sweep trains
+
+
+def trainer_spec(protocol, specs: list[str], family_of: Callable[[str], str]) -> str | None:
+    """The task whose train pairs train every retrieval task of `specs` (`retrieval.train_on`), or None: none set, or
+    no retrieval task to train. `family_of` gives a spec's family (a loaded task's, or without loading it)."""
+    spec = protocol.retrieval.train_on
+    return spec if spec and any(family_of(s) == "retrieval" for s in specs) else None
+
+
+def check_trainer(task: EvalTask, spec: str) -> None:
+    if task.family != "retrieval" or not task.has_train:
+        raise EncoderlabError(f"retrieval.train_on: {spec!r} must be a retrieval task with train pairs")
+
+
+def training_units(tasks: list[EvalTask], trainer: RetrievalTask | None) -> list:
+    """What the sweep trains: every task on its own, or with a trainer all retrieval tasks as one `TrainedOnce`."""
+    if trainer is None:
+        return list(tasks)
+    retrieval = [t for t in tasks if t.family == "retrieval"]
+    others = [t for t in tasks if t.family != "retrieval"]
+    return others + ([TrainedOnce(trainer, retrieval)] if retrieval else [])
+
+
+def job_groups(specs: list[str], protocol) -> list[tuple[str, list[str]]]:
+    """A study's evaluation jobs of one checkpoint, as (name, task specs): one a task, or with `retrieval.train_on`
+    one for every retrieval task, which share one trained model per LR and seed (separate jobs would each train it
+    again). Also the number of trainings per LR and seed that the plan counts."""
+    from encoderlab.tasks import task_family
+
+    if not protocol.retrieval.train_on:
+        return [(t, [t]) for t in specs]
+    retrieval = [t for t in specs if task_family(t) == "retrieval"]
+    return [(t, [t]) for t in specs if t not in retrieval] + ([("retrieval", retrieval)] if retrieval else [])

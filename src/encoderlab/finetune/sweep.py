@@ -1,0 +1,335 @@
+"""The LR x seed grid of one checkpoint over tasks: resumable, failure-tolerant, aggregated as the paper does.
+
+Aggregation per task (`choose_runs`, the protocol's `lr_choice`): one run kept per seed, either at the one LR with
+the best mean validation score over seeds (mean_over_seeds) or at each seed's own best-validation LR (per_seed, the
+authors'); the kept runs' test scores give the mean and a 95% confidence interval (t distribution over seeds).
+Stability, the paper's third finding, is measured as the standard deviation over seeds (of the kept runs) and over
+LRs (of the per-LR mean test score).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, closing
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+from encoderlab.core.io import run_lock, write_json
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.finetune import records
+from encoderlab.finetune.batched import finetune_grid
+from encoderlab.finetune.engines import ENGINES, choose_engine
+from encoderlab.finetune.feedback import Heartbeat, check_memory
+from encoderlab.finetune.training import backbone_state, finetune, planned_steps
+from encoderlab.finetune.keep import Keeper, check_keep, check_tasks, save_chosen, save_run
+from encoderlab.finetune.aggregate import summarize
+from encoderlab.finetune.parallel import auto_workers, run_parallel, threads_per_worker
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.shared_training import Unit, check_trainer, trainer_spec, training_units
+from encoderlab.tasks import load_task, task_family, task_identity
+from encoderlab.tasks import baselines
+from encoderlab.tasks.base import EvalTask
+from encoderlab.model.config import ModelConfig
+from encoderlab.runs import checkpoint as ckpt
+from encoderlab.runs.logging import Progress, Wandb, require_wandb
+
+
+def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
+                  log: Callable[[str], None]) -> list[EvalTask]:
+    """Load every task first, so bad input fails before any training, then tokenise each once."""
+    tasks = [load_task(spec, holdout=protocol.holdout) for spec in specs]
+    names = [t.name for t in tasks]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise EncoderlabError(f"two tasks are named {twice[0]!r} in {' '.join(specs)}; give a task file a name of "
+                              "its own (`name:`)")
+    for task in tasks:
+        if protocol.max_train_examples:
+            task.subsample("train", protocol.max_train_examples, seed=0)
+        if protocol.max_eval_examples:
+            for split in ("validation", "test"):
+                task.subsample(split, protocol.max_eval_examples, seed=0)
+        task.adopt(protocol)
+        if task.family == "retrieval" and protocol.max_corpus_documents:
+            task.limit_corpus(protocol.max_corpus_documents, seed=0)
+        t0 = time.perf_counter()
+        own = protocol.for_task(task.name)
+        task.prepare(tokenizer, own.length_for(task.family), cache_dir)
+        task.baseline_scores = baselines.compute(task, tokenizer, own.length_for(task.family), cache_dir)
+        scheme = f" over {task.scheme} tags" if hasattr(task, "scheme") else ""
+        log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} {task.train_unit}, "
+            f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s; "
+            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}{answers_lost(task)}; baselines on test: "
+            + ", ".join(f"{baselines.LABELS[b]} {s['score']:.2f}" for b, s in task.baseline_scores["test"].items()))
+    return tasks
+
+
+def answers_lost(task: EvalTask) -> str:
+    """QA tagging: the answers the cut inputs lost (scored as "no answer", as the paper authors' code does)."""
+    if getattr(task, "tagging", None) is None:
+        return ""
+    lost = {s: baselines.answers_cut(task, s) for s in ("train", "validation", "test")}
+    return "; answers cut off (labelled no answer): " + ", ".join(f"{n:,} of {s}" for s, n in lost.items())
+
+
+def truncation(task: EvalTask) -> str:
+    """`12 of train, 0 of validation, 3 of test examples`: what prepare() cut at max_length, said, never silent."""
+    return ", ".join(f"{n:,} of {part}" for part, n in task.truncated.items()) + f" {task.truncation_unit}"
+
+
+def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
+              device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
+              cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None, engine: str = "auto",
+              workers: int | str = 1, keep: Keeper | None = None,
+              progress_log: Callable[[str], None] | None = None) -> dict:
+    """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec; the
+    others are prepared here and added to it (a study's worker keeps it across checkpoints).
+
+    `engine`: how a task's runs are trained: "sequential" (one after another), "batched" (together, one computation:
+    finetune/batched.py) or "auto" (batched on CUDA, sequential on a CPU: never chosen from a timing,
+    finetune/engines.py). It is not part of the protocol: both give the same records up to float rounding, and
+    each record names its engine.
+
+    `workers` > 1 (CPU): the runs are spread over that many processes, each with its share of the threads
+    (finetune/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows.
+    The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary.
+
+    `keep`: save fine-tuned models (finetune/keep.py): every run (`all`: then each trained sequentially here, and a
+    recorded run without its saved model is trained again), or the runs the summary keeps (`chosen`, trained again
+    after the sweep).
+
+    `progress_log`: where the lines said while runs train go (at least every 30 s, finetune/feedback.py), when not
+    to `log` (a study keeps its sweeps' logs quiet, but not their heartbeat)."""
+    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    check_execution(engine, workers, device)
+    check_keep(keep, engine, workers)
+    require_wandb(protocol.wandb, "wandb")
+    prepared = {} if prepared is None else prepared
+    path = ckpt.resolve(checkpoint)  # a path that is no checkpoint is named first, whatever the tasks
+    for spec in specs:
+        if spec not in prepared:
+            task_identity(spec)  # a bad task file or a missing data file fails here, before the checkpoint loads
+    model, model_cfg, tokenizer = ckpt.load_model(path)
+    protocol = protocol.with_context(model_cfg.max_position_embeddings)  # what `max_length: auto` is a fraction of
+    check_tasks(keep, specs, prepared, protocol, model_cfg)  # before any task is prepared or trained
+    weights = backbone_state(model.state_dict())
+    del model
+    shared = trainer_spec(protocol, specs, lambda s: prepared[s].family if s in prepared else task_family(s))
+    missing = list(dict.fromkeys(s for s in [*specs, *([shared] if shared else [])] if s not in prepared))
+    prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
+    trainer = prepared[shared] if shared else None
+    if trainer is not None:
+        check_trainer(trainer, shared)
+    sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer,
+                  keep=keep, progress_log=progress_log)
+    with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep
+        if protocol.wandb is not None:
+            sweep.tracker = locks.enter_context(closing(Wandb(protocol.wandb, out, sweep.tag, sweep.about())))
+        for task in sweep.tasks:
+            locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
+            sweep.say_what_runs_again(task)
+        return sweep.run(workers, show_progress)
+
+
+def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
+    if engine not in ENGINES:
+        raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if workers != "auto" and (not isinstance(workers, int) or workers < 1):
+        raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
+    if workers != "auto" and workers > 1 and device.type != "cpu":
+        raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched "
+                              "engine trains a task's runs together instead (--engine auto or batched, --workers 1)")
+    if workers != "auto" and workers > 1 and engine == "batched":
+        raise EncoderlabError("--engine batched trains a task's runs together in one process: use it with "
+                              "--workers 1, or --engine sequential/auto with several workers")
+
+
+class Outcome(NamedTuple):
+    """A finished run's record body, or None for `runs` runs that another sweep recorded meanwhile (skipped)."""
+    task: EvalTask
+    body: dict | None
+    note: str  # for the progress display
+    runs: int = 1
+
+
+@dataclass
+class Sweep:
+    """One checkpoint's LR x seed grid over tasks under one protocol, and how its runs are trained. Its records on
+    disk are all it knows: a killed sweep resumes (run_sweep keeps a second sweep of a task's grid out)."""
+    checkpoint: Path
+    tasks: list[EvalTask]
+    protocol: Protocol
+    out: Path
+    device: torch.device
+    model_cfg: ModelConfig
+    weights: dict[str, torch.Tensor]
+    engine: str
+    log: Callable[[str], None]
+    trainer: EvalTask | None = None  # the task that trains every retrieval task's runs (shared_training.py)
+    tracker: Wandb | None = None  # protocol.wandb: each record's scores, and the summary, go to W&B as well
+    heartbeat: Heartbeat | None = None  # lines while runs train, whatever trains them (finetune/feedback.py)
+    keep: Keeper | None = None  # saves fine-tuned models (finetune/keep.py)
+    progress_log: Callable[[str], None] | None = None  # the heartbeat's lines, when not `log`
+
+    def __post_init__(self) -> None:
+        self.tag = records.checkpoint_tag(self.checkpoint)
+        self.key = records.protocol_key(self.protocol.model_dump(mode="json"))
+        self.digest = ckpt.weights_digest(self.checkpoint)  # its records' identity: the same weights, wherever
+        self.units = training_units(self.tasks, self.trainer)  # what trains: a task, or one TrainedOnce
+        self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
+        self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}
+
+    def announce(self, todo: list, workers: int) -> None:
+        """Before the first run: what a run needs (refused when it cannot fit); then a heartbeat while runs train."""
+        if todo:
+            training = [*self.tasks, *([self.trainer] if self.trainer else [])]
+            check_memory(training, self.protocol, self.model_cfg, self.device, workers, self.log)
+        self.heartbeat = Heartbeat(self.progress_log or self.log, len(todo))
+
+    def path(self, task: EvalTask, lr: float, seed: int) -> Path:
+        return records.record_path(self.out, self.tag, self.key, task.name, task.fingerprint, lr, seed)
+
+    def recorded(self, unit: Unit, lr: float, seed: int) -> bool:
+        """The run is done (records.recorded) and, when every run's model is kept, its model saved."""
+        scored = [(t.name, t.fingerprint) for t in unit.scored_tasks]
+        if not records.recorded(self.out, self.tag, self.key, scored, unit.training_task.fingerprint, lr, seed,
+                                self.digest):
+            return False
+        return self.keep is None or self.keep.mode != "all" or self.keep.saved(unit.name, self.identity(unit, lr, seed))
+
+    def identity(self, unit: Unit, lr: float, seed: int) -> dict:
+        """What a saved model is the run of: the weights, the protocol, the data it was trained on, LR and seed."""
+        return {records.WEIGHTS: self.digest, "protocol_key": self.key,
+                "trained_on": unit.training_task.fingerprint, "lr": lr, "seed": seed}
+
+    def run(self, workers: int | str, show_progress: bool) -> dict:
+        """Train and record the runs not yet recorded, then summarise (and save the chosen runs' models)."""
+        todo = [run for run in self.runs if not self.recorded(*run)]
+        self.log(f"{len(self.runs)} runs in the grid, {len(self.runs) - len(todo)} already recorded, {len(todo)} "
+                 "to do")
+        workers = auto_workers(self.device, self.engine, self.model_cfg, len(todo)) if workers == "auto" else workers
+        workers = 1 if self.keep is not None and self.keep.mode == "all" else workers  # saved from this process
+        self.announce(todo, workers)
+        progress = Progress("run", len(todo), enabled=show_progress)
+        started, done = time.perf_counter(), 0
+        try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
+            for outcome in self.execute(todo, workers):
+                if outcome.body is not None:
+                    self.write(outcome.task, outcome.body)
+                done += outcome.runs
+                progress.update(done, outcome.note)
+        finally:
+            progress.close()
+        summary = self.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
+        if self.keep is not None and self.keep.mode == "chosen":
+            save_chosen(self, summary["tasks"])
+        return summary
+
+    def say_what_runs_again(self, task: EvalTask) -> None:
+        """Why runs that left files are done again: the task changed, or a file of its grid is not a usable record
+        (`PATH: why`, the first one named)."""
+        if others := records.other_versions(self.out, self.tag, self.key, task.name, task.fingerprint):
+            self.log(f"{task.name}: its data or definition changed since the records in {others[-1]}: running again")
+        paths = [self.path(task, lr, seed) for lr in self.protocol.lrs for seed in self.protocol.seeds]
+        if unused := [f"{path}: {why}" for path in paths if (why := records.usable(path, self.digest)[1])]:
+            more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
+            self.log(f"{task.name}: {len(unused)} record(s) not used, their runs are done again: {unused[0]}{more}")
+
+    def execute(self, todo: list[tuple[EvalTask, float, int]], workers: int) -> Iterator[Outcome]:
+        """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
+        if workers > 1 and len(todo) > 1:
+            self.log(f"{len(todo)} runs on {workers} worker processes, {threads_per_worker(workers)} thread(s) each")
+            beat = self.heartbeat and self.heartbeat.waiting
+            for task, body in run_parallel(todo, self.model_cfg, self.weights, self.protocol, workers, on_wait=beat):
+                yield Outcome(task, {**body, "engine": "sequential"},
+                              f"{task.name} lr={body['lr']:g} seed={body['seed']}")
+            return
+        for unit in self.units:
+            if runs := [(lr, seed) for t, lr, seed in todo if t is unit]:
+                yield from self._execute_task(unit, runs)
+
+    def _execute_task(self, task: EvalTask, runs: list[tuple[float, int]]) -> Iterator[Outcome]:
+        """Batched or one after another; each run is looked up on disk just before it starts (another sweep over
+        the grid may have recorded it meanwhile)."""
+        own = self.protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
+        args = (task, self.model_cfg, self.weights)
+        engine = "sequential" if self.keep is not None and self.keep.mode == "all" else self.engine  # keep.py
+        if choose_engine(engine, *args, runs, own, self.device, self.log) == "batched":
+            trained = 0
+            for body in finetune_grid(*args, runs, protocol=own, device=self.device, log=self.progress_log or self.log,
+                                      skip=lambda lr, seed: self.recorded(task, lr, seed)):
+                trained += 1
+                yield Outcome(task, {**body, "engine": "batched"},
+                              f"{task.name} lr={body['lr']:g} seed={body['seed']} (batched)")
+            if trained < len(runs):
+                yield Outcome(task, None, f"{task.name}: the other runs recorded by another sweep", len(runs) - trained)
+            return
+        for lr, seed in runs:
+            if self.recorded(task, lr, seed):
+                yield Outcome(task, None, f"{task.name} lr={lr:g} seed={seed} (recorded by another sweep)")
+            else:
+                if self.heartbeat is not None:
+                    self.heartbeat.start(f"{task.name} lr={lr:g} seed={seed}")
+                body = finetune(*args, lr=lr, seed=seed, protocol=own, device=self.device,
+                                on_step=self.heartbeat and self.heartbeat.step, on_trained=self._saver(task))
+                yield Outcome(task, {**body, "engine": "sequential"}, f"{task.name} lr={lr:g} seed={seed}")
+
+    def _saver(self, unit: Unit):
+        """The `on_trained` of a run whose model is saved: the keeper gets it with the records it scored."""
+        if self.keep is None or self.keep.mode != "all":
+            return None
+        return lambda backbone, head, body: save_run(self, unit, backbone, head, body)
+
+    def write(self, unit: Unit, body: dict) -> None:
+        """A finished run's records, one per task it scores: its results (`body`, ok or failed) and what it was a
+        run of, `trained_on` included (the task whose train split trained the model)."""
+        bodies = unit.member_bodies(body)
+        for task in unit.scored_tasks:
+            self._write(task, unit.training_task, bodies[task.name])
+        if body["status"] != "ok":
+            self.log(f"run {unit.name} lr={body['lr']:g} seed={body['seed']} failed: {body['reason']} (recorded; "
+                     "the sweep goes on)")
+
+    def _write(self, task: EvalTask, train: EvalTask, body: dict) -> None:
+        lr, seed = body["lr"], body["seed"]
+        records.write(self.path(task, lr, seed), self.record(task, train, body))
+        if self.tracker is not None and body["status"] == "ok":
+            scores = {f"runs/{task.name}/{split}": body["scores"][split]["score"] for split in ("validation", "test")}
+            self.tracker.log({**scores, f"runs/{task.name}/lr": lr, f"runs/{task.name}/seed": seed})
+
+    def record(self, task: EvalTask, train: EvalTask, body: dict) -> dict:
+        """The record of `task` for a run trained on `train` with this result body."""
+        base, trivial = self.baselines[task.name], baselines.trivial_name(task)
+        return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
+                "task": task.name, "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
+                "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
+                "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
+                "truncated": {**task.truncated, "unit": task.truncation_unit},
+                "examples": {s: task.scored_examples(s) for s in ("validation", "test")},  # what a score averages
+                "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
+                "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
+                "data_split": getattr(task, "data_split", None),
+                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
+
+    def about(self) -> dict:
+        return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
+                "protocol_key": self.key, "protocol": self.protocol.model_dump(mode="json")}
+
+    def summarize(self, *, runs_done: int, seconds: float) -> dict:
+        """This sweep's tasks, aggregated over every record of their grid (earlier sweeps' included); summary.json
+        holds every task recorded for this checkpoint and protocol (the newest version of each), so that a sweep of
+        some tasks does not drop the others from it."""
+        found = records.load_all(self.out, self.tag, self.key, self.digest)
+        ours = {(t.name, t.fingerprint) for t in self.tasks}
+        about = self.about()
+        choice = self.protocol.lr_choice
+        write_json(self.out / self.tag / self.key / "summary.json",
+                   {**summarize(records.current(found), choice), **about})
+        summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours], choice)
+        if self.tracker is not None:
+            self.tracker.summarize({f"{name}/{key}": t[key] for name, t in summary["tasks"].items()
+                                    for key in ("test", "ci95", "best_lr", "validation") if t.get(key) is not None})
+        return {**summary, **about, "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1)}

@@ -1,0 +1,154 @@
+"""The configuration of one pretraining run: each component gets its own section."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (BaseModel, ConfigDict, Field, PlainSerializer, PlainValidator, ValidationInfo, WithJsonSchema,
+                      field_validator, model_validator)
+
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import folder_name
+from encoderlab.pretrain.objectives import Phase, Schedule
+from encoderlab.runs.config import AdamWSection, Seed, WandbSection
+from encoderlab.runs.config import Section as _Section
+from encoderlab.runs.schedule import LRSchedule
+
+
+class DataSection(_Section):
+    path: str = Field("offline", description="packed dataset folder, or 'offline' for the prepared offline suite")
+    seed: Seed = 0
+
+
+class ModelSection(BaseModel):
+    """`preset` plus any ModelConfig field to override it; vocabulary and special ids come from the data."""
+
+    model_config = ConfigDict(extra="allow")
+    preset: str = "tiny"
+
+
+class OptimSection(AdamWSection):
+    lr: float = Field(5e-4, gt=0)
+    decay: Literal["matrices", "all"] = Field("matrices", description="which parameters weight decay shrinks: the "
+                                              "matrices, or all (norm gains too, as the paper's Optimus does)")
+
+
+class InitSection(_Section):
+    """Where the weights come from. `branch_from` continues a trunk's full state (weights, optimizer, step, data
+    position) under this config's schedule and decay, as the paper's budgets and splits were trained;
+    `from_weights` loads weights only and starts at step 0 (continued pretraining of a finished model)."""
+
+    branch_from: str | None = None
+    from_weights: str | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> InitSection:
+        if self.branch_from and self.from_weights:
+            raise ValueError("give branch_from or from_weights, not both")
+        return self
+
+
+class TrainSection(_Section):
+    steps: int = Field(..., gt=0)
+    global_batch: int | None = Field(None, gt=0, description="sequences per optimizer step (all ranks together)")
+    global_batch_tokens: int | None = Field(None, gt=0, description="or: tokens per step (a multiple of seq_len)")
+    micro_batch: int | None = Field(None, gt=0, description="sequences per forward; global/micro = accumulation")
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto: CUDA when available")
+    dtype: Literal["bf16", "fp32"] = "bf16"
+    seed: Seed = 0
+    log_every: int = Field(10, gt=0)
+    eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0: only at the end")
+    eval_batches: int = Field(4, ge=0)
+    save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at phase switches and end")
+    save_at: list[int] = Field(default_factory=list, description="extra checkpoint steps (branch points); kept")
+    keep_checkpoints: int = Field(3, ge=1, description="periodic checkpoints kept (phase/stable/final are kept)")
+    threads: int | None = Field(None, gt=0, description="torch intra-op threads; default: all cores")
+    loss_spike: float | None = Field(
+        None, gt=1, description="stop the run (as diverged) when a logged training loss is over this many times the "
+        "lowest one logged before for its objective, e.g. 3; off by default. A non-finite loss, gradient norm or "
+        "weight always stops the run")
+    tensorboard: bool = True
+    wandb: WandbSection | None = None
+    # Parallelism and speed switches (docs/distributed.md). Off by default: each changes memory, speed or kernels.
+    parallel: Literal["none", "ddp", "fsdp2"] = Field(
+        "none", description="data parallelism over the processes of a torchrun launch (none: one process)")
+    compile: bool = Field(False, description="torch.compile each transformer block")
+    activation_checkpointing: bool = Field(
+        False, description="recompute each block's activations in the backward pass: less memory, more compute")
+    attention: Literal["auto", "dense", "varlen", "flex"] = Field(
+        "auto", description="how packed documents attend: auto (flex on CUDA; varlen on CPU where it saves work, "
+        "dense under compile), dense (SDPA with a block mask), varlen (CPU: per-document buckets), flex (CUDA: "
+        "compiled flex_attention)")
+
+    @model_validator(mode="after")
+    def _batch(self) -> TrainSection:
+        if (self.global_batch is None) == (self.global_batch_tokens is None):
+            raise ValueError("give exactly one of global_batch (sequences) and global_batch_tokens")
+        if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
+            raise ValueError(f"micro_batch {self.micro_batch} must divide global_batch {self.global_batch}")
+        if self.attention == "varlen" and self.compile:
+            raise ValueError("attention: varlen changes its bucket layout every batch, which would recompile the "
+                             "blocks every step under compile: true; use attention: dense or auto with compile")
+        return self
+
+    def sequences_per_step(self, seq_len: int) -> int:
+        if self.global_batch is not None:
+            return self.global_batch
+        assert self.global_batch_tokens is not None
+        if self.global_batch_tokens % seq_len:
+            raise EncoderlabError(f"train.global_batch_tokens={self.global_batch_tokens} is not a multiple of the "
+                                  f"data's seq_len {seq_len}: use {self.global_batch_tokens // seq_len * seq_len}")
+        return self.global_batch_tokens // seq_len
+
+
+def _schedule(value: object) -> Schedule:
+    if not isinstance(value, str):
+        raise ValueError("must be a schedule such as 'mlm40' or 'clm:25%,mlm40:75%'")
+    return Schedule.parse(value)
+
+
+# Written and read as the user's string ('clm:25%,mlm40:75%'), held parsed: its errors are config errors.
+ObjectiveSchedule = Annotated[Schedule, PlainValidator(_schedule), PlainSerializer(lambda s: s.text, return_type=str),
+                              WithJsonSchema({"type": "string"})]
+
+
+class PretrainConfig(_Section):
+    name: str = "run"
+    out_dir: str = Field("runs", description="the run folder is OUT_DIR/NAME")
+    data: DataSection = DataSection()
+    model: ModelSection = ModelSection()
+    init: InitSection = InitSection()
+    optim: OptimSection = OptimSection()
+    lr_schedule: LRSchedule = LRSchedule()
+    train: TrainSection
+    # After `train`: its lengths are checked against train.steps, which pydantic has validated by then.
+    objective: ObjectiveSchedule = Field("mlm40", validate_default=True,
+                                         description="e.g. 'mlm40', 'clm', or phases 'clm:25%,mlm40:75%'")
+
+    _name_is_one_folder = field_validator("name")(folder_name)
+
+    @model_validator(mode="after")
+    def _steps_fit_the_run(self) -> PretrainConfig:
+        steps = self.train.steps
+        if self.lr_schedule.warmup_steps > steps:
+            raise ValueError(f"lr_schedule.warmup_steps={self.lr_schedule.warmup_steps} is longer than the run "
+                             f"(train.steps={steps}): the LR would never reach its peak; use at most {steps}")
+        late = sorted(s for s in self.train.save_at if not 0 < s <= steps)
+        if late:
+            raise ValueError(f"train.save_at={late} lies outside the run's steps 1..{steps} (train.steps)")
+        return self
+
+    @field_validator("objective")
+    @classmethod
+    def _fits_the_run(cls, schedule: Schedule, info: ValidationInfo) -> Schedule:
+        if "train" in info.data:  # else train's own error is reported
+            schedule.phases(info.data["train"].steps)
+        return schedule
+
+    @property
+    def phases(self) -> list[Phase]:
+        return self.objective.phases(self.train.steps)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.out_dir) / self.name

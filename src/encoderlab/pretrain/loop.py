@@ -1,0 +1,398 @@
+"""The pretraining loop: AdamW, LR schedule, objective phases, bf16 autocast, accumulation, checkpoints, logs.
+
+Data parallelism (DDP, FSDP2 under torchrun) and the speed switches are pretrain/distributed.py's business; this loop
+only calls it: rank r trains on the r-th slice of each global batch, and the step's token count, loss and accuracy
+are summed over ranks, so the update is the single-process one whatever the number of processes.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
+
+import torch
+
+from encoderlab.pretrain import objectives
+from encoderlab.data import packing
+from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data  # resolve_data: also the study's
+from encoderlab.core.io import drop_if_only_lock, run_lock, write_json
+from encoderlab.core.errors import EncoderlabError, is_out_of_memory
+from encoderlab.model import attention
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.presets import preset
+from encoderlab.model.transformer import TransformerLM
+from encoderlab.core.seeds import derive_seed
+from encoderlab.runs import checkpoint, optim
+from encoderlab.pretrain import distributed, resume as same_run
+from encoderlab.pretrain.divergence import Watch, out_of_memory
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.runs.logging import MetricsLog, Progress, describe_step, read_metrics, require_wandb
+
+
+def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
+    extra = dict(cfg.model.model_extra or {})
+    ids = {"vocab_size": tokenizer["vocab_size"], "bos_token_id": tokenizer["bos_id"],
+           "eos_token_id": tokenizer["eos_id"], "pad_token_id": tokenizer["pad_id"],
+           "mask_token_id": tokenizer["mask_id"]}
+    return preset(cfg.model.preset, **{**ids, **extra})
+
+
+def describe(cfg: PretrainConfig) -> dict:
+    """The resolved run: what --dry-run prints and what is written beside the checkpoints."""
+    data = resolve_data(cfg.data.path)
+    meta = PackedDataset(data).meta  # its shards checked against the index: a cut file fails here, not mid-run
+    mcfg = model_config(cfg, meta["tokenizer"])
+    phases = cfg.phases
+    launched = distributed.torchrun_world()
+    check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
+    attention.check(cfg.train.attention, resolve_device(cfg.train.device))
+    for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
+        checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
+    global_batch = cfg.train.sequences_per_step(meta["seq_len"])
+    tokens_per_step = global_batch * meta["seq_len"]
+    return {
+        "run_dir": str(cfg.run_dir), "data": str(data), "seq_len": meta["seq_len"],
+        "train_windows": meta["splits"]["train"]["windows"],
+        "model": mcfg.model_dump(), "parameters": mcfg.num_parameters(),
+        "non_embedding_parameters": mcfg.num_parameters(include_embeddings=False),
+        "phases": [p.describe() for p in phases],
+        "stable_checkpoint_step": cfg.lr_schedule.decay_start(cfg.train.steps),
+        "tokens_per_step": tokens_per_step, "total_tokens": tokens_per_step * cfg.train.steps,
+        "global_batch": global_batch,
+        "epochs": round(global_batch * cfg.train.steps / meta["splits"]["train"]["windows"], 3),
+        "init": cfg.init.model_dump(exclude_none=True),
+        "config": cfg.model_dump(mode="json"),
+    }
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise EncoderlabError(f"train.device={name!r} but PyTorch sees no CUDA device here; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases, world_size: int = 1) -> None:
+    """Fail before any work when the data, the model and the objectives cannot go together (or W&B is missing)."""
+    require_wandb(cfg.train.wandb, "train.wandb")
+    if meta["seq_len"] > mcfg.max_position_embeddings:
+        raise EncoderlabError(f"the data's windows have {meta['seq_len']} tokens but the model's positions stop at "
+                              f"{mcfg.max_position_embeddings}: raise model.max_position_embeddings or repack")
+    uses_mlm = any(isinstance(o, objectives.MLM) for p in phases for o in p.members)
+    if uses_mlm and meta["tokenizer"].get("mask_id") is None:
+        raise EncoderlabError("the schedule uses MLM but the data's tokenizer has no mask token: prepare the data "
+                              "again (encoderlab adds a mask token to tokenizers that lack one)")
+    top = packing.max_token_id(meta)
+    if top >= mcfg.vocab_size:
+        raise EncoderlabError(f"the data's token ids go up to {top} but the model's vocabulary has "
+                              f"{mcfg.vocab_size} ids (model.vocab_size): use at least {top + 1}, or data packed with "
+                              f"that vocabulary (its tokenizer has {meta['tokenizer']['vocab_size']} tokens)")
+    global_batch, micro = cfg.train.sequences_per_step(meta["seq_len"]), cfg.train.micro_batch
+    if global_batch % world_size:
+        raise EncoderlabError(f"the global batch of {global_batch} sequences cannot be split evenly over "
+                              f"{world_size} processes: use a multiple of {world_size}")
+    per_process = global_batch // world_size
+    if micro and per_process % micro:
+        what = ("the global batch" if world_size == 1 else
+                f"the {per_process} sequences of each of the {world_size} processes (global batch {global_batch})")
+        raise EncoderlabError(f"train.micro_batch={micro} does not divide {what}")
+
+
+class Trainer:
+    def __init__(self, cfg: PretrainConfig, *, resume: bool = False, extend: bool = False,
+                 log: Callable[[str], None] = print, show_progress: bool | Callable[[str], None] = True,
+                 adopt_config: bool = False):
+        """`resume`: continue the run in the folder if there is one (the same run: resume.py), else start it; `extend`:
+        to more steps (implies `resume`); `adopt_config`: resume a run without config files whose checkpoint recorded
+        none, taking `cfg` as its own; `show_progress` a function: a line to it every 30 s (logging.Progress)."""
+        self.cfg, self.log, self.show_progress, self.adopt_config = cfg, log, show_progress, adopt_config
+        self.run_dir = cfg.run_dir
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
+        data_root = resolve_data(cfg.data.path)
+        self.train_data = PackedDataset(data_root, "train")
+        self.val_data = PackedDataset(data_root, "validation")
+        self.data_fingerprint = packing.fingerprint(self.train_data.meta)
+        tok = self.train_data.meta["tokenizer"]
+        specials = {tok["bos_id"], tok["eos_id"], tok["pad_id"], tok["mask_id"]} - {None}
+        self.vocab = objectives.Vocab(tok["vocab_size"], tok["mask_id"], tuple(sorted(specials)))
+        self.model_cfg = model_config(cfg, tok)
+        self.phases = cfg.phases
+        self.world, self.device = distributed.init(cfg.train.parallel, resolve_device(cfg.train.device))
+        if not self.world.is_main:  # one voice per run: rank 0 logs and shows progress
+            self.log, self.show_progress = (lambda message: None), False
+        check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
+        self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
+        torch.manual_seed(cfg.train.seed)
+        self.module = TransformerLM(self.model_cfg, attention.for_pretraining(  # one backend for the whole run
+            cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len, distributed.compile_kernel))
+        self.module.init_weights(cfg.train.seed)  # on CPU, so a seed gives the same weights on every device
+        self.module.to(self.device)
+        # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.
+        self.model = distributed.prepare_model(self.module, cfg.train, self.world, self.device)
+        self.optimizer = optim.build_adamw(self.model.parameters(), cfg.optim, cfg.optim.lr,
+                                           decay_all=cfg.optim.decay == "all")
+        self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed, rank=self.world.rank,
+                                   world_size=self.world.size)
+        self.step = 0
+        self._lock = ExitStack()  # the run folder's lock (rank 0's): held from here to the end of run()
+        created = not self.run_dir.exists()
+        try:
+            self._prepare_run_dir(resume or extend, extend)
+        except BaseException:
+            self._lock.close()
+            if created and self.world.is_main:
+                drop_if_only_lock(self.run_dir)  # a refused run leaves no folder behind
+            raise
+        distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
+
+    def _prepare_run_dir(self, resume: bool, extend: bool) -> None:
+        # A resume is checked before the lock, so that a refused one changes no file (the lock file included), and
+        # again under it: another process may have moved the run on in between. A new run is checked under the lock
+        # only, so that a run being written is refused naming its process.
+        if resume:
+            self._check_run_dir(resume, extend)
+        if self.world.is_main:  # before anything is written there; the other ranks follow rank 0
+            self._lock.enter_context(run_lock(self.run_dir, "a pretraining run"))
+            if not resume and (cleared := same_run.clear_unsaved_start(self.run_dir)):
+                self.log(f"{self.run_dir} held a start that saved no checkpoint ({', '.join(cleared)} removed): "
+                         "nothing to resume from, so this run starts it again")
+        found, extended = self._check_run_dir(resume, extend)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.world.is_main and (stale := checkpoint.clean_stale(self.run_dir)):
+            self.log(f"removed what an interrupted run left in {self.run_dir / 'checkpoints'}: {', '.join(stale)}")
+        if found is not None:
+            self._load_full_state(found, "resume")
+            if not (self.run_dir / checkpoint.LATEST).exists():
+                self.log(f"{self.run_dir / checkpoint.LATEST} is missing: continuing from the newest complete "
+                         f"checkpoint, {found.name}")
+            self.log(f"{'extended' if extended else 'resumed'} {self.run_dir} from {found.name} (step {self.step})"
+                     + (f" to {self.cfg.train.steps} steps" if extended else ""))
+        elif self.cfg.init.branch_from:
+            source = checkpoint.resolve(self.cfg.init.branch_from)
+            self._load_full_state(source, "branch")
+            self.log(f"branched from {source} at step {self.step}")
+        elif self.cfg.init.from_weights:
+            source = checkpoint.resolve(self.cfg.init.from_weights)
+            distributed.load_weights(source, self.model)
+            self.log(f"initialised weights from {source}")
+        if self.world.is_main:
+            same_run.record_config(self.cfg, self.step if extended else None)
+
+    def _check_run_dir(self, resume: bool, extend: bool) -> tuple[Path | None, bool]:
+        """(the checkpoint to resume from, whether it is an extension), once the folder is found to hold no run
+        (a new one) or, with `resume`, this same run: read-only."""
+        found = checkpoint.latest(self.run_dir) if self.run_dir.exists() else None
+        if found is None and (orphan := checkpoint.newest_complete(self.run_dir)) is not None:
+            # LATEST is missing (a kill before the first one was written, or a hand): never start again over the run
+            found = orphan
+        if not self.world.is_main:  # rank 0 checks (and writes config.yaml meanwhile); the others follow it
+            return (found if resume else None), False
+        if not resume:
+            if found is not None or same_run.has_run(self.run_dir):
+                last = f" (last checkpoint {found.name})" if found else ""
+                raise EncoderlabError(f"{self.run_dir} already holds a run{last}: pass --resume to continue it or "
+                                      "choose another name (--set name=...)")
+            return None, False
+        if extend and found is None:
+            raise EncoderlabError(f"cannot extend {self.run_dir}: it has no checkpoint to continue from")
+        state = checkpoint.load_state(found) if found is not None else None
+        return found, same_run.check_same_run(self.cfg, state, self.data_fingerprint, extend, found,
+                                              self.adopt_config)
+
+    def _load_full_state(self, path: Path, why: str) -> None:
+        state = checkpoint.load_state(path)
+        if state["data"]["global_batch_size"] != self.global_batch:
+            raise EncoderlabError(f"cannot {why} from {path}: it was trained with a global batch of "
+                                  f"{state['data']['global_batch_size']} sequences, this config has "
+                                  f"{self.global_batch}; the data position would not mean the same thing")
+        if why == "branch":
+            here = self._lr_factor(state["step"])
+            if abs(here - state["lr_factor"]) > 1e-9:
+                raise EncoderlabError(
+                    f"cannot branch from {path}: it was trained at {state['lr_factor']:.3g} x peak LR at step "
+                    f"{state['step']}, this schedule gives {here:.3g} there; branch from a checkpoint taken before "
+                    "the trunk's decay (its 'stable' checkpoint) into a schedule whose decay starts later")
+        distributed.load_checkpoint(path, self.model, self.optimizer)
+        self.loader.load_state_dict(state["data"])
+        self.step = state["step"]
+
+    # ------------------------------------------------------------------------------------------- one step
+
+    def _generator(self, step: int, skip_rows: int = 0) -> torch.Generator:
+        # Masks depend on (seed, step) only, so resuming reproduces them without saving RNG state.
+        gen = torch.Generator(self.device).manual_seed(derive_seed("mlm-mask", self.cfg.train.seed, step))
+        return objectives.skip_mask_draws(gen, skip_rows, self.train_data.seq_len)
+
+    def train_step(self, objective) -> dict[str, torch.Tensor]:
+        batch = self.loader.next_batch()  # this rank's slice of the global batch
+        local_batch = batch.input_ids.shape[0]
+        micro = self.cfg.train.micro_batch or local_batch
+        gen = self._generator(self.step, skip_rows=self.world.rank * local_batch)
+        # Accumulated on the device: nothing here waits for the accelerator (logging reads them every N steps).
+        total_tokens = torch.zeros((), dtype=torch.int64, device=self.device)
+        loss_sum = torch.zeros((), device=self.device)
+        correct = torch.zeros((), device=self.device)
+        self.model.train()
+        input_ids, doc_ids = (self._to_device(t) for t in (batch.input_ids, batch.doc_ids))
+        micro_batches = list(zip(input_ids.split(micro), doc_ids.split(micro)))
+        for i, (ids, docs) in enumerate(micro_batches):
+            with distributed.grad_sync(self.model, last_micro_batch=i == len(micro_batches) - 1):
+                with optim.autocast(self.cfg.train.dtype, self.device):
+                    sums = objectives.loss_sums(self.model, ids, docs, objective, self.vocab, gen)
+                # Sum of per-token losses here; divided by the step's token count below, so the gradient is the
+                # exact token-weighted mean however the batch is split into micro-batches and ranks.
+                sums.loss.backward()
+            total_tokens += sums.tokens
+            loss_sum += sums.loss.detach()
+            correct += sums.correct
+        total_tokens, loss_sum, correct = distributed.sum_over_ranks(self.world, total_tokens, loss_sum, correct)
+        denom = total_tokens.clamp_min(1).float()
+        # DDP and FSDP2 average gradients over ranks: dividing by tokens / ranks makes that the sum over all tokens.
+        grad_denom = denom / self.world.size
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.div_(grad_denom)
+        grad_norm = distributed.clip_grad_norm(self.model, optim.max_grad_norm(self.cfg.optim.grad_clip))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"loss": loss_sum / denom, "accuracy": correct / denom, "grad_norm": grad_norm,
+                "predicted_tokens": total_tokens}
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.device.type == "cuda":  # page-locked, so that the copy does not make the host wait
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
+
+    @torch.no_grad()
+    def evaluate(self, objective) -> dict[str, float]:
+        """Held-out loss on a fixed set of validation windows with fixed masks: comparable across steps.
+
+        Every rank evaluates an equal, contiguous share of the windows (FSDP2 needs every rank in every forward)
+        with the masks a single process would draw there, and the sums are added over ranks."""
+        share = min(len(self.val_data), self.cfg.train.eval_batches * self.global_batch) // self.world.size
+        if share == 0:
+            return {}
+        self.module.eval()
+        first = self.world.rank * share
+        # The same masks for every run and step, whatever its seed: validation losses compare across runs.
+        gen = torch.Generator(self.device).manual_seed(derive_seed("validation-masks"))
+        gen = objectives.skip_mask_draws(gen, first, self.val_data.seq_len)
+        total = torch.zeros((), dtype=torch.int64, device=self.device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        micro = self.cfg.train.micro_batch or self.global_batch // self.world.size
+        for start in range(first, first + share, micro):
+            ids, docs = (torch.from_numpy(a).to(self.device)
+                         for a in self.val_data.windows(list(range(start, min(first + share, start + micro)))))
+            with optim.autocast(self.cfg.train.dtype, self.device):
+                sums = objectives.loss_sums(self.module, ids, docs, objective, self.vocab, gen)
+            total += sums.tokens
+            loss_sum += sums.loss.double()
+        total, loss_sum = distributed.sum_over_ranks(self.world, total, loss_sum)
+        return {f"val/loss_{objective.name}": float(loss_sum / total.clamp_min(1))}
+
+    # ------------------------------------------------------------------------------------------- the run
+
+    def _save(self, reason: str, phase, watch: Watch) -> None:
+        watch.check_weights(self.model, self.step)  # a diverged run never saves, so never prunes
+        state = {"reason": reason, "phase": phase.index, "objective": phase.objective.name,
+                 "schedule": self.cfg.objective.text,
+                 "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
+                 "total_steps": self.cfg.train.steps, "data_fingerprint": self.data_fingerprint,
+                 "config": self.cfg.model_dump(mode="json")}  # the run's definition, should config.yaml be lost
+        path = distributed.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, state,
+                                           tokenizer_dir=self.train_data.root / "tokenizer", world=self.world)
+        if self.world.is_main:
+            checkpoint.prune(self.run_dir, self.cfg.train.keep_checkpoints)
+        self.log(f"checkpoint ({reason}) -> {path}")
+
+    def _save_reason(self, decay_start: int | None) -> str | None:
+        """Why the state after `self.step` steps is saved, if it is: one checkpoint per step at most."""
+        step, train = self.step, self.cfg.train
+        if step == train.steps:
+            return "final"
+        if any(p.start == step for p in self.phases[1:]):
+            return "phase"  # the state in which the next objective begins
+        if decay_start and step == decay_start:
+            return "stable"  # the last state before decay: where branches leave the trunk
+        if step in train.save_at:
+            return "requested"
+        if train.save_every and step % train.save_every == 0:
+            return "periodic"
+        return None
+
+    def _lr_factor(self, step: int) -> float:
+        return self.cfg.lr_schedule.factor(step, self.cfg.train.steps)
+
+    def run(self, stop_at: int | None = None) -> dict:
+        """Train to the end of the budget (tests: stop after step `stop_at`); the lock is released at the end."""
+        with self._lock:
+            try:
+                return self._train(stop_at)
+            except (MemoryError, RuntimeError) as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                local = self.global_batch // self.world.size
+                raise out_of_memory(exc, self.run_dir, self.step + 1, self.cfg.train.micro_batch or local, local,
+                                    self.train_data.seq_len, self.cfg.train.activation_checkpointing) from None
+
+    def _train(self, stop_at: int | None) -> dict:
+        cfg, total = self.cfg, self.cfg.train.steps
+        decay_start = cfg.lr_schedule.decay_start(total)
+        metrics = MetricsLog(self.run_dir, resume_from=self.step, tensorboard=cfg.train.tensorboard,
+                             wandb=cfg.train.wandb, config=cfg.model_dump(mode="json"), enabled=self.world.is_main)
+        progress = Progress("step", total, start=self.step, enabled=self.show_progress)
+        watch = Watch(self.run_dir, self.world, cfg.train.loss_spike, resumed_at=self.step)
+        tokens_per_step = self.global_batch * self.train_data.seq_len
+        window: dict[str, list] = {}
+        t_window, steps_in_window = time.perf_counter(), 0
+        started = time.perf_counter()
+        last: dict = {}
+        try:
+            while self.step < total:
+                phase = objectives.phase_at(self.phases, self.step)
+                optim.set_lr(self.optimizer, cfg.optim.lr * self._lr_factor(self.step))
+                objective = phase.objective_at(self.step, cfg.train.seed)
+                stats = self.train_step(objective)
+                self.step += 1
+                steps_in_window += 1
+                watch.add(self.step, stats)
+                for key, value in stats.items():
+                    window.setdefault(f"{objective.name}/{key}", []).append(value)
+                if self.step % cfg.train.log_every == 0 or self.step == total:
+                    elapsed = time.perf_counter() - t_window
+                    record = {k: float(torch.stack(v).float().mean()) for k, v in window.items()}
+                    record.update({"step": self.step, "phase": phase.objective.name,
+                                   "lr": self.optimizer.param_groups[0]["lr"],
+                                   "tokens": self.step * tokens_per_step,
+                                   "tokens_per_s": steps_in_window * tokens_per_step / max(elapsed, 1e-9)})
+                    if (cfg.train.eval_every and self.step % cfg.train.eval_every == 0) or self.step == total:
+                        for member in phase.members:
+                            record.update(self.evaluate(member))
+                    metrics.write(record)  # the diverging line too: the log shows what stopped the run
+                    watch.check_record(record)
+                    last = record
+                    window, t_window, steps_in_window = {}, time.perf_counter(), 0
+                    progress.update(self.step, describe_step(record))
+                reason = self._save_reason(decay_start)
+                if reason:
+                    self._save(reason, objectives.phase_at(self.phases, min(self.step, total - 1)), watch)
+                if stop_at is not None and self.step >= stop_at:
+                    return {"stopped_at": self.step}
+        finally:
+            progress.close()
+            metrics.close()
+        if not last:  # resumed when already finished: its final record is the one logged before
+            self.log(f"{self.run_dir} had already trained its {total} steps")
+            last = (read_metrics(self.run_dir / "metrics.jsonl")[-1:] or [{}])[0]
+        seconds = round(time.perf_counter() - started, 1)
+        summary = {"run_dir": str(self.run_dir), "steps": total, "tokens": total * tokens_per_step,
+                   "parameters": self.model_cfg.num_parameters(), "seconds_this_session": seconds, "final": last,
+                   "checkpoint": str(checkpoint.latest(self.run_dir)), "metrics": str(self.run_dir / "metrics.jsonl")}
+        if self.world.is_main:
+            write_json(self.run_dir / "summary.json", summary)
+        distributed.barrier(self.world)  # ranks exit together: a peer tearing gloo down early aborted rank 0 at exit
+        return summary
+

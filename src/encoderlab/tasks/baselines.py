@@ -1,0 +1,212 @@
+"""The baselines beside every score: what a model has to beat before its score says it learned something.
+
+Per family, on the validation and test splits, each scored as `evaluate()` scores a model ("score", the protocol's
+metric; "standard", the field's; and the rest by name):
+- classification: the majority class of train (`majority`) and a lexical model (`tfidf_logreg`): TF-IDF over the
+  MAX_FEATURES most frequent words of train (sublinear term frequencies), one vectoriser per text field, and a
+  logistic regression (scikit-learn, its defaults: C = 1) fitted on train; nothing is chosen, on test or elsewhere.
+  Word bigrams and a C chosen on validation were measured on the offline suite: within a point of this, and 3 to 10
+  times slower (wiki-topic's 30 labels: 60 s a fit against 7 s);
+- tokens: every word "O" (`all_o`; the most frequent train tag for tags without chunks, `majority_tag`);
+- QA: the first span (`first_span`) and, on a split with unanswerable questions, always answering "no answer"
+  (`always_abstain`): a model that learned only to abstain scores exactly this;
+- retrieval: a random ranking (`random`) and BM25 (`bm25`, the `bm25s` library, its defaults, no stop words, no
+  stemming, so that no language is favoured) over the same searched corpus, on the raw query and document texts.
+
+They are computed once per task content (the examples and the settings that score them), tokenizer and max_length,
+and kept in the tokenisation cache (common.cached): the QA tagging format's spans are token positions, so they
+depend on the tokenizer; the others do not but cost little to key the same way.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.tasks.metrics import squad_scores
+from encoderlab.tasks.base import EvalTask
+from encoderlab.tasks.common import cached, content_hash
+
+VERSION = "baselines-v3"  # bump when a baseline changes, so that cached ones are computed again
+SPLITS = ("validation", "test")
+MAX_FEATURES = 50_000  # per text field: the most frequent words of train
+BM25_DEPTH = 100  # documents kept per query, as the model's own search keeps (retrieval.TOP_K)
+# How each baseline is named in tables, records and model cards
+LABELS = {"majority": "majority class", "tfidf_logreg": "TF-IDF + LR", "all_o": 'all "O"',
+          "majority_tag": "majority tag", "first_span": "first span", "always_abstain": "always abstain",
+          "random": "random ranking", "bm25": "BM25"}
+# A family's baselines in the order tables show them, the trivial one first
+FAMILY = {"classification": ("majority", "tfidf_logreg"), "tokens": ("all_o", "majority_tag"),
+          "qa": ("first_span", "always_abstain"), "retrieval": ("random", "bm25")}
+
+
+def trivial_name(task: EvalTask) -> str:
+    """The name of `task.trivial_baseline`: what the record's `baseline` field has always held."""
+    if task.family == "tokens":
+        return "majority_tag" if task.scheme == "plain" else "all_o"
+    return FAMILY[task.family][0]
+
+
+def compute(task: EvalTask, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None
+            ) -> dict[str, dict[str, dict[str, float]]]:
+    """{split: {baseline name: scores}} of a prepared task, from the cache when this content was seen before."""
+    data = VERSION + content_hash(_content(task))
+    return cached(cache_dir, "baselines", task.name, tokenizer, max_length, data, lambda: every(task))
+
+
+def every(task: EvalTask) -> dict[str, dict[str, dict[str, float]]]:
+    """{split: {baseline name: scores}}, computed now."""
+    out = {split: of_split(task, split) for split in SPLITS}
+    if task.family == "classification":  # fitted once, for both splits
+        for split, predictions in tfidf_logreg(task).items():
+            out[split]["tfidf_logreg"] = task._scores(predictions, split)
+    return out
+
+
+def of_split(task: EvalTask, split: str) -> dict[str, dict[str, float]]:
+    """The baselines of one split that need no fitting."""
+    out = {trivial_name(task): task.trivial_baseline(split)}
+    if task.family == "qa" and (any(not ex["answers"]["text"] for ex in task.splits[split])
+                                or answers_cut(task, split)):
+        out["always_abstain"] = always_abstain(task, split)
+    if task.family == "retrieval":
+        out["bm25"] = task.score_run(bm25_run(*task.baseline_texts(split)), split)
+    return out
+
+
+def _content(task: EvalTask) -> list:
+    """What decides the baselines' scores: the examples and the settings that score them."""
+    settings = {k: getattr(task, k, None) for k in ("family", "metric", "scheme", "format", "labels", "text_fields",
+                                                     "default_tag", "allow_unanswerable")}
+    if task.family == "retrieval":
+        return [settings, task.retrieval_settings(), [task.baseline_texts(s) for s in SPLITS],
+                {s: task.qrels[s] for s in SPLITS}]
+    return [settings, task.splits]
+
+
+def answers_cut(task: EvalTask, split: str) -> int:
+    """Tagging: the answerable questions whose answer the truncated input lost. They are labelled all 0, as the paper
+    authors' code labels them, so "no answer" scores them 1: the always-abstain baseline must be shown for them."""
+    if getattr(task, "tagging", None) is None:
+        return 0
+    gold = task.tagging.gold(split)
+    return sum(1 for ex, positions in zip(task.splits[split], gold) if ex["answers"]["text"] and not positions)
+
+
+def always_abstain(task: EvalTask, split: str) -> dict[str, float]:
+    """Every question answered "no answer", scored by the task's own metrics (both QA formats)."""
+    examples = task.splits[split]
+    if getattr(task, "tagging", None) is not None:  # set by adopt(): the tagging format
+        return task.tagging.scores(split, [[] for _ in examples], ["" for _ in examples])
+    scores = squad_scores({ex["id"]: "" for ex in examples}, task.references(split))
+    return {"score": scores["f1"], "standard": scores["f1"], **scores}
+
+
+def tfidf_logreg(task: EvalTask) -> dict[str, list[int]]:
+    """{split: predicted label per example} of the lexical classifier, for validation and test."""
+    from scipy.sparse import hstack
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    def texts(split: str, field: str) -> list[str]:
+        return [ex[field] for ex in task.splits[split]]
+
+    vectorisers = [TfidfVectorizer(sublinear_tf=True, max_features=MAX_FEATURES, dtype=np.float32)
+                   .fit(texts("train", f)) for f in task.text_fields]
+    x = {s: hstack([v.transform(texts(s, f)) for v, f in zip(vectorisers, task.text_fields)]).tocsr()
+         for s in ("train", *SPLITS)}
+    gold = task.gold
+    if len(set(gold["train"])) < 2:  # one class in train: nothing to fit, the majority class is the model
+        return {s: [gold["train"][0]] * len(gold[s]) for s in SPLITS}
+    model = LogisticRegression(max_iter=1000).fit(x["train"], gold["train"])
+    return {s: model.predict(x[s]).tolist() for s in SPLITS}
+
+
+def bm25_run(documents: dict[str, str], queries: dict[str, str]) -> dict[str, dict[str, float]]:
+    """{query: {document: BM25 score}}, the top BM25_DEPTH of `documents` for each query, as bm25s ranks them."""
+    import bm25s
+
+    ids = list(documents)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(list(documents.values()), stopwords=None, show_progress=False),
+                    show_progress=False)
+    words = bm25s.tokenize(list(queries.values()), stopwords=None, show_progress=False, return_ids=False)
+    found, scores = retriever.retrieve(words, k=min(BM25_DEPTH, len(ids)), show_progress=False)
+    return {q: {ids[int(d)]: float(s) for d, s in zip(found[r], scores[r])} for r, q in enumerate(queries)}
+
+
+# ------------------------------------------------------------------------------------------- in summaries
+
+
+def of_records(recs: list[dict], metric: str = "score") -> dict[str, float]:
+    """{baseline name: test value on `metric`} of a task's records (the newest that has them). A record from before
+    the family's other baselines has only its trivial one (`baseline`): the others are missing, never made up."""
+    newest = sorted(recs, key=lambda r: r.get("finished", ""), reverse=True)
+    named = next((r["baselines"] for r in newest if isinstance(r.get("baselines"), dict)), {})
+    test = named.get("test") if isinstance(named.get("test"), dict) else {}  # a damaged field: what reads as numbers
+    found = {n: s[metric] for n, s in test.items() if isinstance(s, dict) and _number(s.get(metric))}
+    value = (newest[0].get("baseline") or {}).get("test", {}).get(metric)
+    trivial = "majority_tag" if newest[0].get("scheme") == "plain" else FAMILY.get(newest[0]["family"], ("trivial",))[0]
+    return ({trivial: value} if _number(value) else {}) | found
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def strongest(named: dict[str, float]) -> tuple[str, float] | None:
+    """(name, value) of the best baseline: the one a score has to beat (the first of equals in FAMILY order)."""
+    return max(named.items(), key=lambda kv: kv[1]) if named else None
+
+
+def constant_of(kept: list[dict]) -> str | None:
+    """What every kept run predicted on test when each predicted one thing (the descriptions, `; `-joined), else
+    None; also None when a kept run's record is from before predictions were checked (unknown is not constant)."""
+    seen = [r.get("constant_predictions") for r in kept]
+    if not kept or any(not isinstance(c, dict) or not isinstance(c.get("test"), str) for c in seen):
+        return None
+    return "; ".join(sorted({c["test"] for c in seen}))
+
+
+def warning(entry: dict) -> str | None:
+    """What a summary's reader must be told before reading its test score as learned: that the model predicts a
+    constant, or that it does not beat the strongest baseline."""
+    if entry.get("constant"):
+        return f"predicts a constant ({entry['constant']})"
+    best, test = entry.get("strongest_baseline"), entry.get("test")
+    if best and test is not None and test <= best["value"]:
+        return f"not above the {LABELS.get(best['name'], best['name'])} baseline ({best['value']:.2f})"
+    return None
+
+
+# ------------------------------------------------------------------------------------------- in tables
+
+MISSING = ('"-": not in the records (made before that baseline was added; they keep the baselines of their time); '
+           '"n/a": does not apply (always abstain: no unanswerable question in test)')
+
+
+def columns(family: str, entries: list[dict]) -> list[str]:
+    """The baseline columns of a family's table: its baselines, in FAMILY order, that apply to its tasks."""
+    names = FAMILY.get(family, ())
+    if family == "tokens":  # all "O" or the majority tag, whichever the tasks' tag schemes have
+        names = tuple(n for n in names if any(n in e.get("baselines", {}) for e in entries)) or names[:1]
+    return list(names)
+
+
+def cell(entry: dict, name: str) -> str:
+    """A baseline's test value in a table: the number, "-" (not recorded) or "n/a" (does not apply)."""
+    value = entry.get("baselines", {}).get(name)
+    if value is not None:
+        return f"{value:.2f}"
+    return "n/a" if entry.get("baselines_recorded") else "-"
+
+
+def versus(entry: dict) -> str:
+    """The test score against the strongest baseline, saying which; or why it cannot be read as learned."""
+    if entry.get("constant"):
+        return f"predicts a constant ({entry['constant']})"
+    best = entry.get("strongest_baseline")
+    if entry.get("test") is None or not best:
+        return "-"
+    return f"{entry['test'] - best['value']:+.2f} vs {LABELS.get(best['name'], best['name'])}"

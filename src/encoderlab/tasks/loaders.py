@@ -1,0 +1,248 @@
+"""Loading QA and retrieval datasets that are not plain tables: retrieval folders in the BEIR layout (the offline
+suite's and local copies), and the paper's sets from the Hugging Face Hub or a local copy in the hub schema (SQuAD,
+SQuAD v2, ReCoRD, QED, MS MARCO, NQ, MLDR). One reachability check for all (`common.check_hub`), so an offline machine
+fails in seconds with one line saying which local layout to give instead."""
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Literal
+
+from encoderlab.data.offline.taskfiles import read_task
+from encoderlab.core.errors import DataError
+from encoderlab.core.io import read_jsonl
+from encoderlab.tasks.common import check_hub, split_validation
+from encoderlab.tasks.qa import QATask, _row, hold_out
+from encoderlab.tasks.retrieval import RetrievalTask, Split
+
+# The authors' copies (docs/paper.md#the-datasets-on-the-hugging-face-hub): hgissbkh/record and hgissbkh/qed are in
+# SQuAD's schema, as are local copies;
+# ReCoRD in SuperGLUE's schema (aps/super_glue:record) is read too.
+HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "record": "hgissbkh/record", "qed": "hgissbkh/qed"}
+
+
+def _record_rows(ds) -> list[dict]:
+    """ReCoRD rows (passage, query, entity_spans, answers, idx) in the cloze schema with answer spans."""
+    rows = []
+    for row in ds:
+        context, spans = row["passage"], row.get("entity_spans") or {"text": [], "start": []}
+        texts, starts = [], []
+        for answer in dict.fromkeys(row["answers"]):
+            found = [s for t, s in zip(spans["text"], spans["start"]) if t == answer and context[s:].startswith(t)]
+            if not found:  # no entity span recorded for it: every occurrence of the string
+                at = context.find(answer)
+                while at >= 0 and answer:
+                    found.append(at)
+                    at = context.find(answer, at + 1)
+            found = sorted(set(found))
+            texts, starts = texts + [answer] * len(found), starts + found
+        if texts:
+            idx = row["idx"]
+            rows.append(_row(f"record-{idx['passage']}-{idx['query']}", context, row["query"], texts, starts))
+    return rows
+
+
+def _hub_unreachable(spec: str, reason: str) -> DataError:
+    return DataError(f"cannot load {spec!r} from the Hugging Face Hub ({' '.join(reason.split())[:200]}); give a "
+                     "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
+
+
+def load_hub_qa(kind: Literal["squad", "squad_v2", "record", "qed"], source: str | None = None,
+                holdout: str = "encoderlab") -> QATask:
+    """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
+
+    Their test answers are hidden: test = the official validation split, validation = 5% of train held out
+    (`holdout`: encoderlab's whole articles or passages with a fixed seed, or the authors' train_test_split).
+    """
+    if kind not in HUB:
+        raise DataError(f"unknown QA dataset {kind!r}; known: {', '.join(HUB)}")
+    spec = source or HUB[kind]
+    local = Path(spec).expanduser()
+    if not local.exists():
+        check_hub(spec, "train and validation files in the hub schema, e.g. squad=DIR")
+    import datasets  # deferred: heavy, and only these loaders need it
+
+    try:
+        hub_id, _, config = spec.partition(":")
+        ds = datasets.load_dataset(str(local)) if local.exists() else datasets.load_dataset(hub_id, config or None)
+    except Exception as e:
+        if local.exists():
+            raise DataError(f"{local}: not readable as a {kind} dataset in the hub schema ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]})") from e
+        raise _hub_unreachable(spec, f"{type(e).__name__}: {e}") from e
+    missing = [s for s in ("train", "validation") if s not in ds]
+    if missing:
+        raise DataError(f"{spec!r} has no {' or '.join(missing)} split (it has {', '.join(ds)})")
+    if "passage" in ds["train"].column_names:  # ReCoRD in SuperGLUE's schema
+        train, test = _record_rows(ds["train"]), _record_rows(ds["validation"])
+    else:
+        train, test = ([_row(r.get("id", f"{s}-{i}"), r["context"], r["question"], r["answers"]["text"],
+                             r["answers"]["answer_start"], r.get("title", "")) for i, r in enumerate(ds[s])]
+                       for s in ("train", "validation"))
+    train, validation = split_validation(train, holdout, hold_out)
+    return QATask(kind, {"train": train, "validation": validation, "test": test},
+                  allow_unanswerable=kind == "squad_v2")
+
+
+HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "hgissbkh/mldr-en"}
+# The authors train retrieval on these pairs (one relevant passage text per query), not on BeIR's train qrels
+HUB_TRAIN_PAIRS = {"msmarco": "hgissbkh/msmarco-pairs"}
+# MLDR hub copies: (corpus config, queries config, hub split of each of our splits). The authors' mldr-en has no train
+MLDR_SCHEMAS = {"hgissbkh/mldr-en": ("corpus", "default", {"validation": "dev", "test": "test"}),
+                "Shitao/MLDR": ("corpus-en", "en", {"train": "train", "validation": "dev", "test": "test"})}
+# NQ has test judgements only: its test queries are halved into validation and test. The authors drew their halves
+# with no seed, so theirs cannot be reproduced; this one is fixed (docs/paper.md).
+NQ_SPLIT_SEED = 42
+
+
+def halve_test(qrels: dict[str, Split], queries: dict[str, str], seed: int = NQ_SPLIT_SEED
+               ) -> tuple[dict[str, Split], dict]:
+    """Half of the test queries become validation, as EncodEval's `split_retrieval_dataset(train_size=0.5, seed)`:
+    `random.seed(seed)`, then `random.sample` of round(half) of the sorted distinct query texts (queries sharing a
+    text stay together). Returns the qrels and the description of the split that records keep."""
+    judged = qrels["test"]
+    texts = sorted({queries[q] for q in judged})
+    picked = set(random.Random(seed).sample(texts, round(0.5 * len(texts))))
+    halves = {"validation": {q: r for q, r in judged.items() if queries[q] in picked},
+              "test": {q: r for q, r in judged.items() if queries[q] not in picked}}
+    note = {"validation": "half of the test queries", "test": "the other half", "seed": seed,
+            "queries": {s: len(h) for s, h in halves.items()}}
+    return {**{s: j for s, j in qrels.items() if s != "test"}, **halves}, note
+
+
+def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:
+    """MS MARCO or NQ (BEIR schema: `ID` corpus/queries + `ID-qrels`) or MLDR (English), from the hub or a folder.
+
+    `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). From the hub, MS MARCO's train
+    split is the authors' pairs (`HUB_TRAIN_PAIRS`). BeIR's NQ has test qrels only: without validation qrels its test
+    queries are halved (`halve_test`, seed NQ_SPLIT_SEED, kept in `data_split`).
+    """
+    if kind not in HUB_IDS:
+        raise DataError(f"unknown retrieval dataset {kind!r}; known: {', '.join(HUB_IDS)}")
+    pair_docs: set[str] = set()
+    if source and Path(source).exists():
+        corpus, queries, qrels, files = _read_beir(Path(source))
+    else:
+        hub_id = source or HUB_IDS[kind]
+        corpus, queries, qrels = _hub_retrieval(kind, hub_id)
+        files = {"corpus": hub_id, "queries": hub_id}
+        if kind in HUB_TRAIN_PAIRS:
+            pair_docs = _add_pairs(kind, corpus, queries, qrels)
+            files["train"] = f"{HUB_TRAIN_PAIRS[kind]} (train pairs)"
+    note = None
+    if kind == "nq" and "validation" not in qrels and "test" in qrels:
+        qrels, note = halve_test(qrels, queries)
+    task = RetrievalTask(kind, corpus, queries, qrels, files={k: str(v) for k, v in files.items()},
+                         pairs_only=pair_docs)
+    task.data_split = note
+    return task
+
+
+def _hub_retrieval(kind: str, hub_id: str) -> tuple[dict, dict, dict]:
+    """(corpus, queries, qrels) of a paper retrieval set on the hub (BEIR schema, or MLDR's)."""
+    check_hub(hub_id, f"the BEIR layout (corpus.jsonl, queries.jsonl, qrels/{{train,dev,test}}.tsv), e.g. "
+                      f"`{kind}=/path/to/folder`")
+    try:
+        import datasets  # deferred: heavy, and only hub ids need it
+
+        if kind == "mldr":
+            return _hub_mldr(datasets, hub_id)
+        corpus = {str(r["_id"]): {"title": r["title"], "text": r["text"]}
+                  for r in datasets.load_dataset(hub_id, "corpus", split="corpus")}
+        queries = {str(r["_id"]): r["text"] for r in datasets.load_dataset(hub_id, "queries", split="queries")}
+        qrels = {}
+        for split, rows in datasets.load_dataset(f"{hub_id}-qrels").items():
+            if split == "train" and kind in HUB_TRAIN_PAIRS:  # the authors train on their own pairs instead
+                continue
+            for r in rows:
+                qrels.setdefault("validation" if split == "dev" else split, {}).setdefault(
+                    str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
+    except Exception as e:
+        raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
+    return corpus, queries, qrels
+
+
+def _hub_mldr(datasets, hub_id: str) -> tuple[dict, dict, dict]:
+    """MLDR's corpus {docid, text} and query rows {query_id, query, positive_passages: [{docid}]}."""
+    corpus_config, queries_config, splits = MLDR_SCHEMAS.get(hub_id, MLDR_SCHEMAS[HUB_IDS["mldr"]])
+    corpus = {r["docid"]: {"title": "", "text": r["text"]}
+              for r in datasets.load_dataset(hub_id, corpus_config, split="corpus")}
+    queries, qrels = {}, {}
+    for split, hub_split in splits.items():
+        for r in datasets.load_dataset(hub_id, queries_config, split=hub_split):
+            queries[r["query_id"]] = r["query"]
+            qrels.setdefault(split, {})[r["query_id"]] = {p["docid"]: 1 for p in r["positive_passages"]}
+    return corpus, queries, qrels
+
+
+def _add_pairs(kind: str, corpus: dict, queries: dict, qrels: dict) -> set[str]:
+    """The authors' training pairs, given as texts ({query, positive}), become the train split under ids of their own
+    ("pair-q-N", "pair-d-N"); returns those documents, which are never searched (they are not the split's corpus)."""
+    hub_id = HUB_TRAIN_PAIRS[kind]
+    try:
+        import datasets  # deferred: heavy, and only hub ids need it
+
+        rows = datasets.load_dataset(hub_id, split="train")
+        train = qrels["train"] = {f"pair-q-{i}": {f"pair-d-{i}": 1} for i in range(len(rows))}
+        for i, r in enumerate(rows):
+            queries[f"pair-q-{i}"], corpus[f"pair-d-{i}"] = r["query"], {"title": "", "text": r["positive"]}
+    except Exception as e:
+        raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
+    return {d for rel in train.values() for d in rel}
+
+
+def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:
+    reason = " ".join(reason.split())[:200]
+    return DataError(f"{kind}: cannot load {hub_id!r} from the Hugging Face Hub ({reason}); give a local folder in "
+                     f"the BEIR layout instead (corpus.jsonl, queries.jsonl, qrels/{{train,dev,test}}.tsv), "
+                     f"e.g. `{kind}=/path/to/folder`")
+
+
+def _qrels_tsv(path: Path) -> Split:
+    out: Split = {}
+    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        cols = line.split("\t")
+        if not line.strip() or (line_no == 1 and cols[-1].strip().lower() == "score"):
+            continue
+        if len(cols) != 3 or not cols[2].strip().lstrip("-").isdigit():
+            raise DataError(f"{path}:{line_no}: expected 'query-id<TAB>corpus-id<TAB>integer score', got {line!r}")
+        out.setdefault(cols[0].strip(), {})[cols[1].strip()] = int(cols[2])
+    return out
+
+
+def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
+    """A BEIR-layout folder: corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv (dev is validation).
+
+    Without qrels/train.tsv the task is zero-shot only (`has_train` is False).
+    """
+    folder = Path(folder)
+    corpus, queries, qrels, files = _read_beir(folder)
+    return RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+
+
+def _read_beir(folder: Path) -> tuple[dict, dict, dict, dict]:
+    """(corpus, queries, qrels, the files read) of a BEIR-layout folder."""
+    files = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl"}
+    for path in files.values():
+        if not path.is_file():
+            raise DataError(f"{folder} is not a BEIR-layout folder: {path.name} is missing (expected corpus.jsonl, "
+                            "queries.jsonl, qrels/{train,dev,test}.tsv)")
+    for split, names in (("train", ("train",)), ("validation", ("dev", "validation")), ("test", ("test",))):
+        found = [folder / "qrels" / f"{n}.tsv" for n in names if (folder / "qrels" / f"{n}.tsv").is_file()]
+        if len(found) > 1:
+            raise DataError(f"{folder}/qrels holds both dev.tsv and validation.tsv: keep one")
+        if found:
+            files[split] = found[0]
+    if len(files) == 2:
+        raise DataError(f"{folder}/qrels holds none of train.tsv, dev.tsv (or validation.tsv), test.tsv")
+    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r.get("text") or ""}
+              for r in read_jsonl(files["corpus"], ("_id", "text"))}
+    queries = {str(r["_id"]): r["text"] for r in read_jsonl(files["queries"], ("_id", "text"))}
+    qrels = {split: _qrels_tsv(path) for split, path in files.items() if split not in ("corpus", "queries")}
+    return corpus, queries, qrels, files
+
+
+def load_offline_retrieval(root: Path, name: str) -> RetrievalTask:
+    """A retrieval task of the offline suite (`encoderlab data prepare offline`), written by data/offline/ir.py."""
+    folder, _ = read_task(root, name, "retrieval")
+    return load_beir(folder, name)

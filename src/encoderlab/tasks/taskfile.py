@@ -1,0 +1,171 @@
+"""Task YAML files, strictly typed, and the content identity of every task.
+
+A task YAML names its family, its files (relative to the YAML) and its columns; anything else is refused, naming the
+key and the keys allowed (docs/evaluation.md):
+
+    name: bbc-sport          # optional: letters, digits, - _ . (default: the YAML file's name without .yaml)
+    family: classification   # classification | tokens | qa | retrieval
+    train: train.csv
+    ...
+
+A task's *fingerprint* is a hash of what decides its results: its definition (the YAML's settings, or the offline
+task's task.json, or the paper dataset's hub id) and the SHA-256 of each of its data files. Records are stored and
+found by task name and fingerprint, so edited data or another definition under the same name can never reuse
+results (finetune/records.py). Each file is hashed once per process (a memo keyed by its size and mtime).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from encoderlab.core.config import load_yaml, validate
+from encoderlab.data.offline.taskfiles import data_files
+from encoderlab.core.errors import DataError
+from encoderlab.core.io import sha256_of
+
+SAFE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a task (it names the folder of its records, beside the protocol's summary.json)."""
+    if not re.fullmatch(SAFE_NAME, name):
+        return "a task name is letters, digits, '-', '_' and '.', starting with a letter or digit"
+    if name == "summary.json":
+        return "summary.json is the name of the sweep's summary, beside the task folders: choose another"
+    return None
+
+
+class _TaskFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(None, max_length=100)
+
+    @field_validator("name")
+    @classmethod
+    def _safe(cls, name: str | None) -> str | None:
+        if name is not None and (problem := name_problem(name)):
+            raise ValueError(problem)
+        return name
+
+
+class _SplitFiles(_TaskFile):
+    train: str
+    validation: str
+    test: str | None = Field(None, description="without it, validation is the test set and 5% of train validation")
+
+
+class ClassificationFile(_SplitFiles):
+    family: Literal["classification"]
+    text_column: str | list[str] = Field("text", description="one column, or two for a pair")
+    label_column: str = "label"
+
+
+class TokensFile(_SplitFiles):
+    family: Literal["tokens"]
+    word_column: int = 0
+    tag_column: int = -1
+    tag_scheme: Literal["iob1", "iob2", "bioes", "plain"] | None = None
+
+
+class QAFile(_SplitFiles):
+    family: Literal["qa"]
+
+
+class RetrievalFile(_TaskFile):
+    family: Literal["retrieval"]
+    folder: str
+
+
+class _Family(BaseModel):
+    family: Literal["classification", "tokens", "qa", "retrieval"]
+
+
+MODELS: dict[str, type[_TaskFile]] = {"classification": ClassificationFile, "tokens": TokensFile, "qa": QAFile,
+                                      "retrieval": RetrievalFile}
+FILE_KEYS = ("train", "validation", "test", "folder")
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    """A validated task YAML: its settings, its files resolved against its folder, and its identity."""
+    path: Path
+    settings: _TaskFile
+    files: dict[str, Path]  # train/validation/test or folder -> path
+
+    @property
+    def name(self) -> str:
+        return self.settings.name or self.path.stem
+
+    @property
+    def family(self) -> str:
+        return self.settings.family  # type: ignore[attr-defined]
+
+    def fingerprint(self) -> str:
+        settings = self.settings.model_dump(exclude={"name", *FILE_KEYS})
+        data = {role: (folder_digests(p) if role == "folder" else file_digest(p)) for role, p in self.files.items()}
+        return fingerprint({"task file": settings, "files": data})
+
+
+def read_task_file(path: Path) -> TaskFile:
+    """A task YAML, validated; every file it names must exist."""
+    where = f"task file {path}"
+    data = load_yaml(path)
+    family = validate(_Family, {k: v for k, v in data.items() if k == "family"}, where).family
+    settings = validate(MODELS[family], data, where)
+    files = {k: path.parent / v for k in FILE_KEYS if (v := getattr(settings, k, None)) is not None}
+    for key, file in files.items():
+        if not (file.is_dir() if key == "folder" else file.is_file()):
+            raise DataError(f"{where}: {key}: {file} does not exist"
+                            f"{' or is not a folder' if key == 'folder' else ''}")
+    if settings.name is None and (problem := name_problem(path.stem)):
+        raise DataError(f"{where}: the task is named after its file, {path.stem!r}, but {problem}; give it a name:")
+    if isinstance(settings, TokensFile) and settings.word_column == settings.tag_column:
+        raise DataError(f"{where}: word_column {settings.word_column} and tag_column {settings.tag_column} are the "
+                        "same column: the model would read the gold tags")
+    return TaskFile(path, settings, files)
+
+
+# ---------------------------------------------------------------------------------------- identity
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, computed once per process for a given path, size and modification time."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = sha256_of(path)
+    return _DIGESTS[key]
+
+
+def folder_digests(folder: Path, names: list[str] | None = None) -> dict[str, str]:
+    """{relative path: SHA-256} of `names` in a folder, or of every file under it (hidden ones left out)."""
+    paths = ([folder / n for n in names] if names is not None else
+             sorted(p for p in folder.rglob("*") if p.is_file() and not any(
+                 part.startswith(".") for part in p.relative_to(folder).parts)))
+    return {str(p.relative_to(folder)): file_digest(p) for p in paths}
+
+
+def fingerprint(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def offline_fingerprint(folder: Path, family: str) -> str:
+    return fingerprint({"offline": folder_digests(folder, ["task.json", *data_files(family)])})
+
+
+def paper_fingerprint(name: str, source: str | None, train_pairs: str | None = None) -> str:
+    """A local copy by its files; a hub dataset by its id (the default one of `name` when `source` is None; a
+    local copy pins the content, which a hub dataset's id alone does not), and that of its training pairs if any."""
+    local = Path(source).expanduser() if source else None
+    if local is not None and local.exists():
+        files = folder_digests(local) if local.is_dir() else {local.name: file_digest(local)}
+        return fingerprint({"paper": name, "files": files})
+    return fingerprint({"paper": name, "hub": source, **({"train_pairs": train_pairs} if train_pairs else {})})
+
