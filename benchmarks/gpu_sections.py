@@ -94,9 +94,9 @@ def attention_inputs(shape: dict, dtype: torch.dtype, seed: int):
 
 
 def attend_with(backend, causal, docs, q, k, v, cot, device, dtype, grad: bool):
-    """Output (and q, k, v gradients) of one backend's plan, in float64 on the CPU for comparison."""
+    """Output (and q, k, v gradients) of one backend's layout, in float64 on the CPU for comparison."""
     qq, kk, vv = (x.to(device, dtype, copy=True).requires_grad_(grad) for x in (q, k, v))
-    out = backend.plan(causal, docs.to(device), None)(qq, kk, vv)
+    out = backend.layout(causal, docs.to(device), None)(qq, kk, vv)
     grads = torch.autograd.grad(out, (qq, kk, vv), cot.to(device, out.dtype)) if grad else ()
     return [t.detach().double().cpu() for t in (out, *grads)]
 
@@ -297,10 +297,10 @@ def fsdp2(ctx) -> Section:
 # ---- speed ---------------------------------------------------------------------------------------------------
 
 
-def time_fwd_bwd(plan, q, k, v, reps: int, grad: bool) -> float:
-    """Median seconds of plan(q, k, v) (and its backward), after two warm-ups."""
+def time_fwd_bwd(attend, q, k, v, reps: int, grad: bool) -> float:
+    """Median seconds of attend(q, k, v) (and its backward), after two warm-ups."""
     def once():
-        out = plan(q, k, v)
+        out = attend(q, k, v)
         if grad:
             torch.autograd.grad(out, (q, k, v), out)
     times = []
@@ -334,13 +334,13 @@ def attention_speed(ctx) -> Section:
                                 ("dense", for_finetuning(ctx.device, shape["seq_len"]), True)):
         for causal in (True, False):
             started = time.perf_counter()
-            plan = backend.plan(causal, docs, None)
+            attend = backend.layout(causal, docs, None)
             synchronize(ctx.device)
-            plan_ms = (time.perf_counter() - started) * 1e3
-            ms = time_fwd_bwd(plan, *(x if grad else x.detach() for x in (q, k, v)), shape["reps"], grad) * 1e3
+            layout_ms = (time.perf_counter() - started) * 1e3
+            ms = time_fwd_bwd(attend, *(x if grad else x.detach() for x in (q, k, v)), shape["reps"], grad) * 1e3
             results[name, causal] = ms
             s.numbers[f"{name} {'causal' if causal else 'bidirectional'}"] = {
-                "ms (fwd+bwd)" if grad else "ms (fwd)": round(ms, 3), "plan ms": round(plan_ms, 2)}
+                "ms (fwd+bwd)" if grad else "ms (fwd)": round(ms, 3), "layout ms": round(layout_ms, 2)}
     for causal in (True, False):
         tag = "causal" if causal else "bidirectional"
         s.numbers[f"flex speed-up over dense, {tag} (target >= 1.5x)"] = round(

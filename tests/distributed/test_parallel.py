@@ -167,7 +167,7 @@ def test_resume_in_one_or_two_processes_equals_no_interruption(runs, name):
 def test_bad_parallel_settings_fail_clearly(tmp_path, packed_dir, monkeypatch):
     from encoderlab.pretrain import objectives
     from encoderlab.model.presets import preset
-    from encoderlab.pretrain.loop import check_compatible
+    from encoderlab.pretrain.setup import check_compatible
 
     with pytest.raises(ConfigError, match=r"train\.parallel"):
         make_config(tmp_path, packed_dir, "x", parallel="fsdp")

@@ -20,7 +20,7 @@ import torch
 
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.finetune import batched, engines
-from encoderlab.finetune.training import Run, finetune
+from encoderlab.finetune.training import FinetuneRun, finetune
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.tasks.classification import ClassificationTask
 from encoderlab.tasks.qa import QATask
@@ -229,13 +229,13 @@ def test_a_run_trains_and_scores_with_one_attention_form(max_length, form, tok, 
     from encoderlab.model.attention import Dense
 
     seen = []
-    plan = Dense.plan
+    layout = Dense.layout
 
     def recording(self, causal, doc_ids, attention_mask, window=None):
         seen.append((self.form, torch.is_grad_enabled()))
-        return plan(self, causal, doc_ids, attention_mask, window)
+        return layout(self, causal, doc_ids, attention_mask, window)
 
-    monkeypatch.setattr(Dense, "plan", recording)
+    monkeypatch.setattr(Dense, "layout", recording)
     task, cfg, weights, protocol = setup("classification", tok, max_length=max_length, max_steps=2)
     engines = {"sequential": lambda: finetune(task, cfg, weights, lr=1e-3, seed=0, protocol=protocol, device=CPU),
                "batched": lambda: list(batched.finetune_grid(task, cfg, weights, [(1e-3, 0)], protocol=protocol,
@@ -254,7 +254,7 @@ BF16_LOSS_RTOL = 3e-2
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_bf16_weights_train_bf16_parameters_alike_in_both_engines(family, tok):
     task, cfg, weights, protocol = setup(family, tok, weights="bf16", dtype="bf16", lrs=[3e-3], seeds=[0])
-    run = Run(task, cfg, weights, 0, protocol, CPU)
+    run = FinetuneRun(task, cfg, weights, 0, protocol, CPU)
     run.step(next(task.epoch_batches(4, 0)), 1e-3)
     assert {p.dtype for p in run.params} == {torch.bfloat16}
     assert {t.dtype for s in run.optimizer.state.values() for k, t in s.items() if k != "step"} == {torch.bfloat16}

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from encoderlab.model.attention import WORTH_IT, Dense, DensePlan, Flex, Varlen, attend, plan_segments
+from encoderlab.model.attention import WORTH_IT, Dense, DenseLayout, Flex, Varlen, attend, segment_layout
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.model.attention import for_pretraining
@@ -38,7 +38,7 @@ def test_varlen_equals_dense_mask_outputs_and_gradients(causal):
     model = TransformerLM(CFG)
     model.init_weights(0)
     docs = packed_docs(2, 256, mean=20, seed=1)
-    assert plan_segments(docs, causal).work < WORTH_IT  # the varlen path is taken
+    assert segment_layout(docs, causal).work < WORTH_IT  # the varlen path is taken
     x = torch.randint(0, CFG.vocab_size, docs.shape, generator=torch.Generator().manual_seed(2))
     out_v, grads_v = run(model, x, docs, causal, varlen=True)
     out_d, grads_d = run(model, x, docs, causal, varlen=False)
@@ -52,7 +52,7 @@ def test_varlen_equals_dense_mask_outputs_and_gradients(causal):
 
 def test_plan_puts_every_position_back_once():
     docs = packed_docs(4, 96, mean=10, seed=3)
-    plan = plan_segments(docs, causal=True)
+    plan = segment_layout(docs, causal=True)
     assert torch.equal(plan.gather[plan.scatter], torch.arange(docs.numel()))
     assert sum(n * L for n, L, _ in plan.buckets) == len(plan.gather)
     lengths = sorted(torch.unique_consecutive(docs.flatten() + 1000 * torch.arange(4).repeat_interleave(96),
@@ -67,9 +67,9 @@ def choose(train, seq_len: int):
 
 def test_one_long_document_keeps_the_dense_kernel():
     docs = torch.zeros(2, 32, dtype=torch.long)
-    assert plan_segments(docs, causal=False).work == 1.0 >= WORTH_IT
+    assert segment_layout(docs, causal=False).work == 1.0 >= WORTH_IT
     auto = Varlen(Dense("flash"), fallback=True)  # train.attention: auto on CPU
-    assert isinstance(auto.plan(False, docs, None), DensePlan)  # the dense mask path
+    assert isinstance(auto.layout(False, docs, None), DenseLayout)  # the dense mask path
 
 
 def test_compile_switches_varlen_off():

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from encoderlab.finetune.training import LossCurve, Run, scored_record
+from encoderlab.finetune.training import FinetuneRun, LossCurve, scored_record
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
@@ -64,11 +64,13 @@ def test_a_step_with_a_non_finite_loss_changes_nothing_and_a_non_finite_score_fa
                       num_attention_heads=2, num_key_value_heads=1)
     weights = Transformer(cfg).state_dict()
     protocol = Protocol(dtype="fp32", curve_every=1)
-    run = Run(_Task(), cfg, weights, seed=0, protocol=protocol, device=CPU)
+    run = FinetuneRun(_Task(), cfg, weights, seed=0, protocol=protocol, device=CPU)
     before = run.head.weight.detach().clone()
-    assert math.isnan(float(run.step({"ids": torch.zeros(1), "scale": math.nan}, lr=0.1)))
+    loss, finite = run.step({"ids": torch.zeros(1), "scale": math.nan}, lr=0.1)
+    assert math.isnan(float(loss)) and not finite
     assert torch.equal(run.head.weight, before)
-    assert math.isfinite(float(run.step({"ids": torch.zeros(1)}, lr=0.1)))
+    loss, finite = run.step({"ids": torch.zeros(1)}, lr=0.1)
+    assert math.isfinite(float(loss)) and finite
     assert not torch.equal(run.head.weight, before)
     curve = LossCurve(protocol, total=1)
     body = scored_record(_Task(), run.backbone, run.head, lr=0.1, seed=0, steps=1, curve=curve, protocol=protocol,

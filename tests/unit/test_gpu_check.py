@@ -67,10 +67,10 @@ def test_markdown_and_docs_section(report, tmp_path):
 class AcrossDocuments:
     """A broken backend: attends across document boundaries (what a wrong BlockMask would do)."""
 
-    def plan(self, causal, doc_ids, attention_mask, window=None):
+    def layout(self, causal, doc_ids, attention_mask, window=None):
         from encoderlab.model.attention import Dense
 
-        return Dense("flash").plan(causal, None, attention_mask, window)
+        return Dense("flash").layout(causal, None, attention_mask, window)
 
 
 def test_a_wrong_attention_mask_fails_the_check(monkeypatch, tmp_path):

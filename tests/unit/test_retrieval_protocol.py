@@ -111,7 +111,7 @@ def hub(monkeypatch):
 
 def test_msmarco_trains_on_the_authors_pairs_and_is_scored_on_beir_judgements(hub):
     task = loaders.load_hub_retrieval("msmarco")
-    assert task.splits == ["test", "train", "validation"] and task.has_train and task.data_split is None
+    assert task.judged_splits == ["test", "train", "validation"] and task.has_train and task.data_split is None
     assert task.qrels["train"] == {f"pair-q-{i}": {f"pair-d-{i}": 1} for i in range(4)}  # not BeIR's train qrels
     texts = {task._query_source[q]: task._doc_texts[task._doc_index[d]]
              for q, rel in task.qrels["train"].items() for d in rel}
@@ -160,7 +160,7 @@ def test_nq_test_queries_halved_with_a_recorded_seed_as_encodeval_does(hub):
 
 def test_mldr_dev_and_test_from_the_authors_mldr_en(hub):
     task = loaders.load_hub_retrieval("mldr")
-    assert task.splits == ["test", "validation"] and not task.has_train  # the authors train on MS MARCO only
+    assert task.judged_splits == ["test", "validation"] and not task.has_train  # the authors train on MS MARCO only
     assert task.qrels["validation"] == {f"dev-{i}": {f"doc-dev-{i}": 1} for i in range(3)}
     assert task._query_source["test-1"] == "test question 1" and len(task.doc_ids) == 7
     task.configure(corpus="judged", relevance="binary", loss="mnrl")
@@ -169,5 +169,5 @@ def test_mldr_dev_and_test_from_the_authors_mldr_en(hub):
 
 def test_mldr_still_reads_shitao_mldr_when_named(hub):
     task = loaders.load_hub_retrieval("mldr", "Shitao/MLDR")
-    assert task.splits == ["test", "train", "validation"] and len(task.doc_ids) == 10
+    assert task.judged_splits == ["test", "train", "validation"] and len(task.doc_ids) == 10
     assert task.qrels["train"] == {f"train-{i}": {f"doc-train-{i}": 1} for i in range(3)}

@@ -242,7 +242,7 @@ def test_beir_folder_dev_split_and_file_named_in_errors(tmp_path):
     (folder / "qrels" / "dev.tsv").write_text("query-id\tcorpus-id\tscore\nq\ta\t1\n")
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\t2\t1\n")
     task = loaders.load_beir(folder)
-    assert task.splits == ["test", "validation"] and not task.has_train
+    assert task.judged_splits == ["test", "validation"] and not task.has_train
     with pytest.raises(DataError, match="zero-shot"):
         next(task.train_batches(2, 0))
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\tmissing\t1\n")
@@ -348,7 +348,7 @@ def test_offline_builders_follow_unit_splits_and_are_deterministic(tmp_path, mon
     review_split = {ex["id"]: s for s, exs in polarity.splits.items() for ex in exs}
     for name in ("wiki-description", "wiki-title", "imdb-long"):
         task = loaders.load_offline_retrieval(tmp_path / "a", name)
-        assert task.splits == ["test", "train", "validation"]
+        assert task.judged_splits == ["test", "train", "validation"]
         for split, judged in task.qrels.items():
             assert len(judged) == stats[name]["splits"][split]["queries"] > 0
             for rel in judged.values():

@@ -305,7 +305,7 @@ def test_schedule_reads_and_writes_as_the_users_string(tmp_path, packed_dir):
 def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packed_dir):
     from encoderlab.pretrain import objectives
     from encoderlab.model.presets import preset
-    from encoderlab.pretrain.loop import check_compatible
+    from encoderlab.pretrain.setup import check_compatible
 
     cfg = make_config(tmp_path, packed_dir)
     cfg.model = type(cfg.model)(**{**TINY, "max_position_embeddings": 32})

@@ -140,22 +140,24 @@ def pretrain(
                                 "objective schedule for the added steps; the steps trained must keep their LR."),
     adopt_config: bool = typer.Option(False, "--adopt-config", help="With --resume, continue a run whose "
                                       "config.yaml is lost (from a checkpoint too old to record it) with this config."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config and plan, train nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved run (model, data, tokens, phases), "
+                                 "train nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Pretrain (or resume) one run: a model preset, an objective schedule, an LR schedule and a step budget."""
     from encoderlab.pretrain.distributed import is_main_process
-    from encoderlab.pretrain.loop import Trainer, describe
+    from encoderlab.pretrain.loop import Trainer
+    from encoderlab.pretrain.setup import describe
     from encoderlab.pretrain.resume import has_run
 
     cfg = _load_pretrain_config(config, overrides)
-    plan = describe(cfg)
+    resolved = describe(cfg)
     if (resume or extend) and not has_run(cfg.run_dir):
         raise EncoderlabError(f"nothing to continue in {cfg.run_dir}: no run was started there (no LATEST, "
                               "config.yaml or metrics.jsonl); start it without --resume/--extend")
     main = is_main_process()  # under torchrun, rank 0 prints for all
-    if main and (dry_run or not as_json):  # --json prints the plan only when it is the result (--dry-run)
-        emit(plan, as_json, _render_plan)
+    if main and (dry_run or not as_json):  # --json prints the resolved run only when it is the result (--dry-run)
+        emit(resolved, as_json, _render_run)
     if dry_run:
         return
     trainer = Trainer(cfg, resume=resume, extend=extend, log=log, show_progress=not as_json, adopt_config=adopt_config)
@@ -175,7 +177,7 @@ def pretrain(
         emit(summary, as_json, _render_pretrain)
 
 
-def _render_plan(p: dict) -> None:
+def _render_run(p: dict) -> None:
     m = p["model"]
     out.print(f"[bold]model[/bold]   {m['num_hidden_layers']} layers, hidden {m['hidden_size']}, FFN "
               f"{m['intermediate_size']}, heads {m['num_attention_heads']}/{m['num_key_value_heads']} (q/kv), "

@@ -51,7 +51,7 @@ from encoderlab.tasks.base import EvalTask
 from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-from encoderlab.runs.optim import autocast, build_adamw, max_grad_norm, set_lr
+from encoderlab.runs.optim import autocast, build_adamw, clip_stacked, set_lr
 
 PAD_VALUES = {"labels": -100}  # every other batch tensor pads with 0 (token id, mask "absent", span "not allowed")
 # A call's fixed cost in tokens of work (module docstring). CPU: ~10 ms of dispatch per forward and backward
@@ -147,7 +147,7 @@ class Group:
                                                self.curves[i], (time.perf_counter() - self.started) / len(self.runs))
         factor = lr_factor(self.step_no, self.total, self.protocol)
         for idx, grads in outputs:
-            self._clip(grads)
+            clip_stacked(grads, self.protocol.optim.grad_clip)  # each run's own, as finetune's
             for j, i in enumerate(idx):
                 if finite[i]:
                     self._update(i, [grads[n][j] for n in self.names], self.runs[i][0] * factor)
@@ -172,16 +172,6 @@ class Group:
     def _call(self, params: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[dict[str, Tensor], Tensor]:
         with autocast(self.protocol.dtype, self.device), attention.for_batched(self.device):
             return self._grad(params, self.buffers, to_device(batch, self.device))
-
-    def _clip(self, grads: dict[str, Tensor]) -> None:
-        """finetune's clipping (torch.nn.utils.clip_grad_norm_: global norm over one run's gradients, coefficient
-        <= 1), vectorised over the runs of a call."""
-        clip = max_grad_norm(self.protocol.optim.grad_clip)
-        K = next(iter(grads.values())).shape[0]
-        sq = torch.stack([g.reshape(K, -1).float().pow(2).sum(1) for g in grads.values()]).sum(0)  # (K,)
-        coef = (clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
-        for g in grads.values():
-            g.mul_(coef.view(K, *([1] * (g.ndim - 1))).to(g.dtype))
 
     def _update(self, i: int, grads: list[Tensor], lr: float) -> None:
         """Run i's AdamW step on its rows. One fused pass per run, because a step takes one LR; K of them cost

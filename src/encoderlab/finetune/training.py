@@ -19,7 +19,7 @@ from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.runs import schedule
-from encoderlab.runs.optim import autocast, build_adamw, max_grad_norm, set_lr
+from encoderlab.runs.optim import autocast, build_adamw, clip, set_lr
 
 
 def backbone_state(lm_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -109,7 +109,7 @@ def scored_record(task: EvalTask, backbone: nn.Module, head: nn.Module, *, lr: f
             "seconds": round(seconds, 2)}
 
 
-class Run:
+class FinetuneRun:
     """One run's backbone (the pretrained weights), seeded head and AdamW; `step` takes one training step."""
 
     def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], seed: int,
@@ -122,24 +122,19 @@ class Run:
         self.params = [*self.backbone.parameters(), *self.head.parameters()]
         self.optimizer = build_adamw(self.params, protocol.optim, lr=0.0)  # `step` sets each step's LR
 
-    def step(self, batch: dict, lr: float) -> Tensor:
-        """Train on one batch at this LR and return its loss; a non-finite loss changes nothing."""
-        loss = self.loss(batch)
-        if torch.isfinite(loss):
-            self.update(loss, lr)
-        return loss.detach()
-
-    def loss(self, batch: dict) -> Tensor:
+    def step(self, batch: dict, lr: float) -> tuple[Tensor, bool]:
+        """Train on one batch at this LR: (its loss, whether it was finite). A non-finite loss changes nothing; the
+        check is the step's one host sync."""
         with autocast(self.protocol.dtype, self.device):
-            return self.task.loss(self.backbone, self.head, to_device(batch, self.device))
-
-    def update(self, loss: Tensor, lr: float) -> None:
-        """Backward, clipping and the AdamW step at this LR, for a loss the caller found finite."""
+            loss = self.task.loss(self.backbone, self.head, to_device(batch, self.device))
+        if not torch.isfinite(loss):
+            return loss.detach(), False
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, max_grad_norm(self.protocol.optim.grad_clip))
+        clip(self.params, self.protocol.optim.grad_clip)
         set_lr(self.optimizer, lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach(), True
 
 
 def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Tensor], *, lr: float, seed: int,
@@ -150,16 +145,15 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
     total)` after each step: the sweep's heartbeat (finetune/feedback.py); `on_trained` gets the trained backbone
     and head with the body of a run that scored (finetune/keep.py saves them)."""
     started = time.perf_counter()
-    run = Run(task, model_cfg, weights, seed, protocol, device)
+    run = FinetuneRun(task, model_cfg, weights, seed, protocol, device)
     total = planned_steps(task, protocol)
     curve = LossCurve(protocol, total)
     batches = task.epoch_batches(protocol.batch_size, seed)
     for step in range(total):
-        loss = run.loss(next(batches))
-        if not torch.isfinite(loss):  # the step's one host sync: checked once, before the update
-            return diverged_record(float(loss.detach()), lr, seed, step, total, curve, time.perf_counter() - started)
-        run.update(loss, lr * lr_factor(step, total, protocol))
-        curve.add(step + 1, loss.detach())
+        loss, finite = run.step(next(batches), lr * lr_factor(step, total, protocol))
+        if not finite:
+            return diverged_record(float(loss), lr, seed, step, total, curve, time.perf_counter() - started)
+        curve.add(step + 1, loss)
         if on_step is not None:
             on_step(step + 1, total)
     body = scored_record(task, run.backbone, run.head, lr=lr, seed=seed, steps=total, curve=curve,

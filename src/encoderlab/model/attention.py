@@ -4,7 +4,7 @@ Every choice of a backend or a kernel is made here, once per run: `for_pretraini
 `for_finetuning` (a fine-tuning run's training steps and scoring alike), `for_batched` (the kernel the batched
 engine's vmap needs), and inside `Varlen` the form of each length bucket (`form_for`). The trainer and the fine-tuner
 give the chosen backend to the model, which only calls it: once per forward
-`backend.plan(causal, doc_ids, attention_mask, window)` lays the batch out, and every layer calls that plan with
+`backend.layout(causal, doc_ids, attention_mask, window)` lays the batch out, and every layer calls that layout with
 its q (B, T, H, D), k and v (B, T, Hkv, D). No kernel is picked by device, length or whether gradients are on
 (docs/architecture.md, convention 5), so a run's training steps and its scoring share their numerics.
 
@@ -97,7 +97,7 @@ def build_attention_mask(causal: bool, doc_ids: Tensor | None = None, attention_
 
 
 @dataclass
-class DensePlan:
+class DenseLayout:
     form: str
     mask: Tensor | None  # (B, 1, T, T), or None: no mask at all (SDPA's fused causal or unmasked kernels)
     is_causal: bool
@@ -115,10 +115,10 @@ class Dense:
         if self.form not in FORMS:
             raise ValueError(f"attention form must be one of {FORMS}, not {self.form!r}")
 
-    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
-             window: int | None = None) -> DensePlan:
+    def layout(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
+             window: int | None = None) -> DenseLayout:
         mask = build_attention_mask(causal, doc_ids, attention_mask, window)
-        return DensePlan(self.form, mask, causal and mask is None)
+        return DenseLayout(self.form, mask, causal and mask is None)
 
 
 # ---- varlen: document-sparse attention on CPU --------------------------------------------------------------
@@ -137,7 +137,7 @@ WORTH_IT = 0.6
 
 
 @dataclass
-class VarlenPlan:
+class VarlenLayout:
     gather: Tensor  # (P,) flat B*T position of every bucket slot (padding slots repeat a slot's first position)
     scatter: Tensor  # (B*T,) slot in `gather` of every position
     buckets: list[tuple[int, int, Tensor | None]]  # (documents n, length L, key-padding mask (n, 1, 1, L) or None)
@@ -145,7 +145,7 @@ class VarlenPlan:
     causal: bool
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """q (B, T, H, D), k and v (B, T, Hkv, D) -> (B, T, H, D), attention inside each planned segment only."""
+        """q (B, T, H, D), k and v (B, T, Hkv, D) -> (B, T, H, D), attention inside each segment of the layout only."""
         B, T, H, D = q.shape
         Hkv = k.shape[2]
         qs = q.reshape(B * T, H, D).index_select(0, self.gather)  # (P, H, D)
@@ -165,7 +165,7 @@ class VarlenPlan:
         return torch.cat(outs).index_select(0, self.scatter).view(B, T, H, D)
 
 
-def plan_segments(doc_ids: Tensor, causal: bool) -> VarlenPlan:
+def segment_layout(doc_ids: Tensor, causal: bool) -> VarlenLayout:
     """Segments = maximal runs of equal document id in each row; buckets chosen to minimise work + calls."""
     B, T = doc_ids.shape
     ids = doc_ids.cpu()
@@ -192,7 +192,7 @@ def plan_segments(doc_ids: Tensor, causal: bool) -> VarlenPlan:
     scatter[gather[valid_slots]] = slots[valid_slots]
     device = doc_ids.device
     buckets = [(n, L, m if m is None else m.to(device)) for n, L, m in buckets]
-    return VarlenPlan(gather.to(device), scatter.to(device), buckets, work / (B * T * T), causal)
+    return VarlenLayout(gather.to(device), scatter.to(device), buckets, work / (B * T * T), causal)
 
 
 def _partition(lengths: list[int]) -> list[tuple[int, int]]:
@@ -219,14 +219,14 @@ class Varlen:
     dense: Dense  # padded batches, single documents, and (with `fallback`) batches the buckets barely shrink
     fallback: bool = True  # the dense path where the buckets keep WORTH_IT or more of the dense work
 
-    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
-             window: int | None = None) -> VarlenPlan | DensePlan:
+    def layout(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
+             window: int | None = None) -> VarlenLayout | DenseLayout:
         # A sliding window (imported Mistral) takes the dense mask: the buckets hold whole documents, unwindowed.
         segmented = doc_ids is not None and attention_mask is None and window is None
-        plan = plan_segments(doc_ids, causal) if segmented else None
-        if plan is None or (self.fallback and plan.work >= WORTH_IT):  # long documents: the dense kernel is as fast
-            return self.dense.plan(causal, doc_ids, attention_mask, window)
-        return plan
+        layout = segment_layout(doc_ids, causal) if segmented else None
+        if layout is None or (self.fallback and layout.work >= WORTH_IT):  # long documents: the dense kernel is as fast
+            return self.dense.layout(causal, doc_ids, attention_mask, window)
+        return layout
 
 
 # ---- flex: document masks on CUDA --------------------------------------------------------------------------
@@ -237,7 +237,7 @@ class Varlen:
 
 
 @dataclass
-class FlexPlan:
+class FlexLayout:
     block_mask: object  # torch.nn.attention.flex_attention.BlockMask
     kernel: Callable
 
@@ -252,10 +252,10 @@ class Flex:
     kernel: Callable | None = None  # the compiled flex_attention; None: its eager reference
     dense: Dense = field(default_factory=lambda: Dense("repeat-kv"))  # padded batches, no documents
 
-    def plan(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
-             window: int | None = None) -> FlexPlan | DensePlan:
+    def layout(self, causal: bool, doc_ids: Tensor | None, attention_mask: Tensor | None,
+             window: int | None = None) -> FlexLayout | DenseLayout:
         if doc_ids is None or attention_mask is not None:
-            return self.dense.plan(causal, doc_ids, attention_mask, window)
+            return self.dense.layout(causal, doc_ids, attention_mask, window)
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
         B, T = doc_ids.shape
@@ -267,7 +267,7 @@ class Flex:
             return allowed & (q >= kv) if causal else allowed
 
         block_mask = create_block_mask(same_document, B, None, T, T, device=doc_ids.device)
-        return FlexPlan(block_mask, self.kernel or flex_attention)
+        return FlexLayout(block_mask, self.kernel or flex_attention)
 
 
 Backend = Dense | Varlen | Flex

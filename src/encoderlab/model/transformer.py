@@ -21,8 +21,8 @@ are recomputed per call. EuroBERT gives its embedding a `padding_idx`; that only
 and gradient of that row, not the forward, so it is not reproduced here.
 
 Attention is computed by the backend the caller gives the model (`model/attention.py`: dense SDPA in the
-form the caller chose, document-sparse varlen on CPU or flex on CUDA). It plans the batch once per forward (a
-mask, a document layout) and every layer calls that plan; the model itself never picks a kernel.
+form the caller chose, document-sparse varlen on CPU or flex on CUDA). It lays the batch out once per forward (a
+mask, a document layout) and every layer calls that layout; the model itself never picks a kernel.
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class Attention(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = attend(q, k, v)  # (B, T, H, D): the forward's plan of the run's attention backend
+        y = attend(q, k, v)  # (B, T, H, D): the forward's layout from the run's attention backend
         return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))  # (B, T, C)
 
 
@@ -232,8 +232,8 @@ class Transformer(nn.Module):
         window = self.config.sliding_window
         window = window if window is not None and window < T else None  # a window as long as T constrains nothing
         if window is not None and doc_ids is None and attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)  # the window is a mask: the plan takes its shape from this
-        attend = self.attention.plan(causal, doc_ids, attention_mask, window)  # once per forward, for every layer
+            attention_mask = torch.ones_like(input_ids)  # the window is a mask: the layout takes its shape from this
+        attend = self.attention.layout(causal, doc_ids, attention_mask, window)  # once per forward, for every layer
 
         x = self.embed_tokens(input_ids)  # (B, T, C)
         cfg = self.config

@@ -40,6 +40,23 @@ def max_grad_norm(grad_clip: float) -> float:
     return grad_clip if grad_clip > 0 else math.inf
 
 
+def clip(params: list[torch.Tensor], grad_clip: float) -> None:
+    """Scale the gradients of `params` down to the global norm `grad_clip` (0: no limit). Pretraining's parallel
+    wrappers clip through pretrain/distributed.py `clip_grad_norm` by the same rule."""
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm(grad_clip))
+
+
+def clip_stacked(grads: dict[str, torch.Tensor], grad_clip: float) -> None:
+    """`clip` for K runs' gradients stacked along their first dimension (the batched engine): each run's own global
+    norm and coefficient (<= 1), vectorised."""
+    limit = max_grad_norm(grad_clip)
+    K = next(iter(grads.values())).shape[0]
+    sq = torch.stack([g.reshape(K, -1).float().pow(2).sum(1) for g in grads.values()]).sum(0)  # (K,)
+    coef = (limit / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+    for g in grads.values():
+        g.mul_(coef.view(K, *([1] * (g.ndim - 1))).to(g.dtype))
+
+
 def autocast(dtype: str, device: torch.device) -> AbstractContextManager:
     """bf16 autocast for dtype "bf16"; nothing for "fp32"."""
     return torch.autocast(device.type, dtype=torch.bfloat16) if dtype == "bf16" else nullcontext()

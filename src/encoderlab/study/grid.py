@@ -1,5 +1,5 @@
 """The models a study asks for, before any sharing: the full-budget models, the CLM/MLM split arms and the CPT
-arms, each a `Run` with its objective schedule and step budget (plan.py then shares their trunks).
+arms, each a `PretrainRun` with its objective schedule and step budget (plan.py then shares their trunks).
 The same model asked for twice (a 0% split is the MLM model) is one run.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ def steps_label(n: int) -> str:
 
 
 @dataclass
-class Run:
+class PretrainRun:
     """One pretraining run folder: a model of the study, trained from `branch_step` (0: from its init) to `steps`."""
 
     name: str
@@ -69,7 +69,7 @@ class Grid:
             self.vocab, self.seq_len = self.data["vocab_size"], self.data["seq_len"]
         self.model_cfgs = {size: ModelConfig(**shapes[size]) if size in shapes else preset(size, vocab_size=self.vocab)
                            for size in study_sizes(spec)}
-        self.wanted: dict[str, Run] = {}
+        self.wanted: dict[str, PretrainRun] = {}
         self.full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
 
     def window(self, size: str) -> int:
@@ -94,7 +94,7 @@ class Grid:
                     (size, init, imported, schedule, steps):
                 return other.name
         window = self.window(size)
-        self.wanted[name] = Run(name, size, kind, schedule, steps, stable_end(cfg, steps), init=init,
+        self.wanted[name] = PretrainRun(name, size, kind, schedule, steps, stable_end(cfg, steps), init=init,
                                 imported=imported, tokens_per_step=cfg.train.sequences_per_step(window) * window)
         return name
 
@@ -169,7 +169,7 @@ def stable_end(cfg: PretrainConfig, steps: int) -> int:
 def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
     """Vocabulary size, window length and, when the data is prepared, its training tokens (and token budget): from
     the prepared data's meta.json when it exists, else the study's `data_shape`; `from` says which."""
-    from encoderlab.pretrain.loop import resolve_data
+    from encoderlab.data.loader import resolve_data
 
     try:
         packed = resolve_data(cfg.data.path)

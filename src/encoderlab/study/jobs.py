@@ -64,8 +64,11 @@ class RandomInitJob(Job):
     def execute(self, log: Say, progress: Say | None) -> dict:
         import shutil
 
+        from encoderlab.data.loader import PackedDataset, resolve_data
+        from encoderlab.model import attention
+        from encoderlab.pretrain.setup import initial_model, model_config
+        from encoderlab.pretrain.resume import record_config
         from encoderlab.runs import checkpoint
-        from encoderlab.pretrain.loop import Trainer
 
         if self.config is None:
             raise RuntimeError(f"random-init baseline for size {self.size}: no run of that size to copy the data "
@@ -73,9 +76,13 @@ class RandomInitJob(Job):
         run_dir = self.checkpoint.parent.parent
         if run_dir.exists():
             shutil.rmtree(run_dir)  # never finished (the checkpoint is the last thing written): start clean
-        trainer = Trainer(self.config, log=lambda m: None, show_progress=False)
-        checkpoint.save_weights_only(self.checkpoint, trainer.module.state_dict(), trainer.model_cfg,
-                                     trainer.train_data.root / "tokenizer", {"reason": "random-init", "total_steps": 0})
+        run_dir.mkdir(parents=True)
+        record_config(self.config, None)  # config.yaml, as a run's: what refuse_changed compares the study file with
+        data = PackedDataset(resolve_data(self.config.data.path), "train")
+        model_cfg = model_config(self.config, data.meta["tokenizer"])
+        model = initial_model(self.config, model_cfg, attention.for_inference())  # the trained runs' first weights
+        checkpoint.save_weights_only(self.checkpoint, model.state_dict(), model_cfg, data.root / "tokenizer",
+                                     {"reason": "random-init", "total_steps": 0})
         checkpoint.set_latest(run_dir, self.checkpoint)  # a run folder like any other: `encoderlab finetune DIR TASK`
         return {"seconds": 0.0}
 

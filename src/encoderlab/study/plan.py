@@ -17,7 +17,7 @@ from encoderlab.core.config import ConfigError, deep_merge, load_yaml, validate
 from encoderlab.model.config import ModelConfig
 from encoderlab.study import imported as imp
 from encoderlab.study.existing import locate
-from encoderlab.study.grid import Grid, Run, shared_config
+from encoderlab.study.grid import Grid, PretrainRun, shared_config
 from encoderlab.study.spec import StudySpec, resolve_path
 from encoderlab.runs.checkpoint import checkpoint_name
 from encoderlab.pretrain.config import PretrainConfig
@@ -45,7 +45,7 @@ class Evaluation:
 class Plan:
     spec: StudySpec
     root: Path  # the study folder
-    runs: dict[str, Run]
+    runs: dict[str, PretrainRun]
     evaluations: list[Evaluation]
     base_config: dict
     seq_len: int
@@ -54,7 +54,7 @@ class Plan:
     baseline_runs: int = 0  # of eval_runs, those on random-init baselines (an extra to a paper's grid)
     data: dict = field(default_factory=dict)  # what the shapes were planned from (grid._data_shape)
 
-    def config(self, run: Run) -> dict:
+    def config(self, run: PretrainRun) -> dict:
         """The pretraining config of a run, as `encoderlab pretrain` takes it."""
         own: dict = {"model": {"preset": run.size}}
         if run.size in self.shapes:  # every field given, so the preset only fills what nothing else would
@@ -89,12 +89,12 @@ class Plan:
             return imp.checkpoint_dir(self.root, e.size)
         return self.root / "random-init" / e.size / "checkpoints" / checkpoint_name(0)
 
-    def order(self) -> list[Run]:
+    def order(self) -> list[PretrainRun]:
         """Runs in an order where every run comes after the runs it starts from."""
-        done: list[Run] = []
+        done: list[PretrainRun] = []
         seen: set[str] = set()
 
-        def visit(r: Run) -> None:
+        def visit(r: PretrainRun) -> None:
             if r.name in seen:
                 return
             for dep in filter(None, (r.parent, r.init)):
@@ -176,7 +176,7 @@ class Plan:
         return out
 
 
-def _shared(a: Run, b: Run) -> int:
+def _shared(a: PretrainRun, b: PretrainRun) -> int:
     """Steps at the start that two runs train identically (same objective, stable LR)."""
     limit = min(a.stable_end, b.stable_end)
     for step in sorted({s for _, s in a.schedule} | {s for _, s in b.schedule}):
@@ -187,7 +187,7 @@ def _shared(a: Run, b: Run) -> int:
     return limit
 
 
-def _flops(run: Run, start: int, cfg: ModelConfig, seq_len: int) -> float:
+def _flops(run: PretrainRun, start: int, cfg: ModelConfig, seq_len: int) -> float:
     total = 0.0
     bounds = [s for _, s in run.schedule] + [run.steps]
     for (obj, a), b in zip(run.schedule, bounds[1:]):
@@ -262,9 +262,9 @@ def finetuning_runs(evaluations: list[Evaluation], protocol) -> int:
     return sum(_task_count(e.tasks, protocol) for e in evaluations) * len(protocol.lrs) * len(protocol.seeds)
 
 
-def _share_trunks(wanted: dict[str, Run]) -> dict[str, Run]:
-    placed: dict[str, Run] = {}
-    def key(r: Run) -> tuple:  # models before CPT arms, longest first
+def _share_trunks(wanted: dict[str, PretrainRun]) -> dict[str, PretrainRun]:
+    placed: dict[str, PretrainRun] = {}
+    def key(r: PretrainRun) -> tuple:  # models before CPT arms, longest first
         return (r.init is not None or r.imported is not None, -r.steps, r.kind != "model", r.name)
 
     for run in sorted(wanted.values(), key=key):
@@ -284,14 +284,14 @@ def _share_trunks(wanted: dict[str, Run]) -> dict[str, Run]:
     return {name: placed[name] for name in wanted}
 
 
-def _owner(runs: dict[str, Run], name: str, step: int) -> str:
+def _owner(runs: dict[str, PretrainRun], name: str, step: int) -> str:
     run = runs[name]
     while run.parent and step <= run.branch_step:
         run = runs[run.parent]
     return run.name
 
 
-def _evaluations(spec: StudySpec, runs: dict[str, Run], full: dict[tuple[str, str], str]) -> list[Evaluation]:
+def _evaluations(spec: StudySpec, runs: dict[str, PretrainRun], full: dict[tuple[str, str], str]) -> list[Evaluation]:
     ev = spec.evaluation
     inter_tasks = ev.intermediate_tasks or ev.tasks
     out = [Evaluation(r.name, r.name, r.steps, "final", r.name, r.size, ev.tasks) for r in runs.values()]

@@ -98,7 +98,7 @@ class Imported(_Section):
                                "(a folder's config.json is read instead when there is one)")
 
 
-class Evaluation(_Section):
+class EvaluationSection(_Section):
     protocol: str = Field(..., description="an evaluation protocol YAML (configs/eval/), relative to the study")
     tasks: list[str] = Field(..., min_length=1, description="task names, 'offline', paper datasets or task YAMLs")
     intermediate_tasks: list[str] | None = Field(
@@ -134,7 +134,7 @@ class StudySpec(_Section):
     checkpoints: dict[str, str] = Field(default_factory=dict, description="NAME: an existing model to evaluate "
                                         "as it is, no pretraining: a checkpoint folder, a run folder (its latest "
                                         "checkpoint), or an import-hf SRC (a transformers folder, a .gguf file)")
-    evaluation: Evaluation
+    evaluation: EvaluationSection
     data_shape: DataShape | None = None
     paper_results: str | None = Field(None, description="published numbers to print beside ours (YAML)")
 

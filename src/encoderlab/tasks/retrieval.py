@@ -193,7 +193,7 @@ class RetrievalTask(EvalTask):
         return len(self.doc_ids) if searched is None else len(searched)
 
     @property
-    def splits(self) -> list[str]:
+    def judged_splits(self) -> list[str]:
         return sorted(self.qrels)
 
     @property
@@ -270,7 +270,7 @@ class RetrievalTask(EvalTask):
 
     def _check_split(self, split: str) -> Split:
         if split not in self.qrels:
-            raise DataError(f"{self.name} has no {split!r} qrels; it has: {', '.join(self.splits)}")
+            raise DataError(f"{self.name} has no {split!r} qrels; it has: {', '.join(self.judged_splits)}")
         return self.qrels[split]
 
     def _embed(self, backbone: nn.Module, tokens: Tokens, indices: Sequence[int], batch_size: int

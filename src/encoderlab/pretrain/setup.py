@@ -1,0 +1,97 @@
+"""What a pretraining run is made of before its first step: the model config from the preset and the data's
+tokenizer, the seed's initial model, the device, the checks that data, model and objectives go together, and the
+resolved run that `--dry-run` prints (`describe`)."""
+from __future__ import annotations
+
+import torch
+
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.data import packing
+from encoderlab.data.loader import PackedDataset, resolve_data
+from encoderlab.model import attention
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.presets import preset
+from encoderlab.model.transformer import TransformerLM
+from encoderlab.pretrain import distributed, objectives
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.runs import checkpoint
+from encoderlab.runs.logging import require_wandb
+
+
+def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
+    extra = dict(cfg.model.model_extra or {})
+    ids = {"vocab_size": tokenizer["vocab_size"], "bos_token_id": tokenizer["bos_id"],
+           "eos_token_id": tokenizer["eos_id"], "pad_token_id": tokenizer["pad_id"],
+           "mask_token_id": tokenizer["mask_id"]}
+    return preset(cfg.model.preset, **{**ids, **extra})
+
+
+def initial_model(cfg: PretrainConfig, model_cfg: ModelConfig, backend) -> TransformerLM:
+    """The run's model before its first step: the seed's initialisation, made on CPU so that a seed gives the same
+    weights on every device (the trainer's, and the random-init baseline's)."""
+    torch.manual_seed(cfg.train.seed)
+    module = TransformerLM(model_cfg, backend)
+    module.init_weights(cfg.train.seed)
+    return module
+
+
+def describe(cfg: PretrainConfig) -> dict:
+    """The resolved run: what --dry-run prints and what is written beside the checkpoints."""
+    data = resolve_data(cfg.data.path)
+    meta = PackedDataset(data).meta  # its shards checked against the index: a cut file fails here, not mid-run
+    mcfg = model_config(cfg, meta["tokenizer"])
+    phases = cfg.phases
+    launched = distributed.torchrun_world()
+    check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
+    attention.check(cfg.train.attention, resolve_device(cfg.train.device))
+    for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
+        checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
+    global_batch = cfg.train.sequences_per_step(meta["seq_len"])
+    tokens_per_step = global_batch * meta["seq_len"]
+    return {
+        "run_dir": str(cfg.run_dir), "data": str(data), "seq_len": meta["seq_len"],
+        "train_windows": meta["splits"]["train"]["windows"],
+        "model": mcfg.model_dump(), "parameters": mcfg.num_parameters(),
+        "non_embedding_parameters": mcfg.num_parameters(include_embeddings=False),
+        "phases": [p.describe() for p in phases],
+        "stable_checkpoint_step": cfg.lr_schedule.decay_start(cfg.train.steps),
+        "tokens_per_step": tokens_per_step, "total_tokens": tokens_per_step * cfg.train.steps,
+        "global_batch": global_batch,
+        "epochs": round(global_batch * cfg.train.steps / meta["splits"]["train"]["windows"], 3),
+        "init": cfg.init.model_dump(exclude_none=True),
+        "config": cfg.model_dump(mode="json"),
+    }
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise EncoderlabError(f"train.device={name!r} but PyTorch sees no CUDA device here; use 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases, world_size: int = 1) -> None:
+    """Fail before any work when the data, the model and the objectives cannot go together (or W&B is missing)."""
+    require_wandb(cfg.train.wandb, "train.wandb")
+    if meta["seq_len"] > mcfg.max_position_embeddings:
+        raise EncoderlabError(f"the data's windows have {meta['seq_len']} tokens but the model's positions stop at "
+                              f"{mcfg.max_position_embeddings}: raise model.max_position_embeddings or repack")
+    uses_mlm = any(isinstance(o, objectives.MLM) for p in phases for o in p.members)
+    if uses_mlm and meta["tokenizer"].get("mask_id") is None:
+        raise EncoderlabError("the schedule uses MLM but the data's tokenizer has no mask token: prepare the data "
+                              "again (encoderlab adds a mask token to tokenizers that lack one)")
+    top = packing.max_token_id(meta)
+    if top >= mcfg.vocab_size:
+        raise EncoderlabError(f"the data's token ids go up to {top} but the model's vocabulary has "
+                              f"{mcfg.vocab_size} ids (model.vocab_size): use at least {top + 1}, or data packed with "
+                              f"that vocabulary (its tokenizer has {meta['tokenizer']['vocab_size']} tokens)")
+    global_batch, micro = cfg.train.sequences_per_step(meta["seq_len"]), cfg.train.micro_batch
+    if global_batch % world_size:
+        raise EncoderlabError(f"the global batch of {global_batch} sequences cannot be split evenly over "
+                              f"{world_size} processes: use a multiple of {world_size}")
+    per_process = global_batch // world_size
+    if micro and per_process % micro:
+        what = ("the global batch" if world_size == 1 else
+                f"the {per_process} sequences of each of the {world_size} processes (global batch {global_batch})")
+        raise EncoderlabError(f"train.micro_batch={micro} does not divide {what}")
