@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from encoderlab.data import packing
-from encoderlab.core.io import run_lock
+from encoderlab.core.process import run_lock
 from runs import config
 from test_divergence import command
 

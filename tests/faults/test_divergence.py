@@ -217,7 +217,7 @@ def test_one_process_runs_a_study_at_a_time_and_jobs_share_it(tmp_path, packed_d
                                                                 monkeypatch, capsys, one_thread):
     """Two `study run`s at once: the second took the first one's running jobs for failed ones. Now it is refused in
     one line naming the holder; `--job`s (one per cluster job) run side by side, but not beside a whole run."""
-    from encoderlab.core.io import run_lock
+    from encoderlab.core.process import run_lock
 
     write_study(tmp_path, packed_dir, classification_task(tmp_path / "task"), 3e-3)
     study, root, holder = tmp_path / "study.yaml", tmp_path / "studies" / "s", shlex.join(sys.argv)

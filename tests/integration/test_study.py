@@ -80,7 +80,7 @@ def test_budgets_and_splits_branch_off_shared_trunks(tmp_path):
     order = [r.name for r in plan.order()]
     assert all(order.index(r.parent) < order.index(r.name) for r in runs.values() if r.parent)
     assert all(order.index(r.init) < order.index(r.name) for r in runs.values() if r.init)
-    jobs = runner_module.jobs_of(plan, base)  # the runner skips a failed job's dependents in one pass over this
+    jobs = runner_module.jobs_of(plan)  # the runner skips a failed job's dependents in one pass over this
     ids = [j.id for j in jobs]
     assert all(ids.index(d.partition("@")[0]) < ids.index(j.id) for j in jobs for d in j.deps)
 

@@ -58,7 +58,7 @@ def test_a_study_of_two_existing_checkpoints_trains_nothing_and_compares_them(tm
     assert "pretraining none: the study evaluates existing models only" in printed
     assert {e.label: (e.kind, e.path) for e in plan.evaluations} == {
         "a": ("checkpoint", (run_a / "checkpoints" / "step-0000002").resolve()), "b": ("checkpoint", ckpt_b)}
-    jobs = jobs_of(plan, base)
+    jobs = jobs_of(plan)
     assert [(j.kind, j.deps) for j in jobs] == [("eval", []), ("eval", [])]
     result = run_study(plan, base, log=lambda m: None)
     assert not result["failed"] and result["done"] == 2

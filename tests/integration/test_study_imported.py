@@ -110,7 +110,7 @@ def test_plan_before_and_after_the_import(tmp_path, llama_dir, corpus_dir, one_t
     summary = plan.summary()
     assert summary["imports"][0]["done"] is False and "imported tinyllama (weights)" in [r["from"] for r in
                                                                                            summary["runs"]]
-    assert {j.id: j.deps for j in jobs_of(plan, base)}["eval:tinyllama-imported:rt-polarity"] == []
+    assert {j.id: j.deps for j in jobs_of(plan)}["eval:tinyllama-imported:rt-polarity"] == []
 
     prepare_imports(spec, base, plan.root, str(corpus_dir), log=lambda m: None)
     plan, _, _ = plan_of(tmp_path / "study.yaml")

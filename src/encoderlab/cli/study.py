@@ -81,7 +81,7 @@ def plan_cmd(
     plan = build_plan(spec, base)
     summary = plan.summary(gpu, mfu)
     if write_configs:
-        write(plan, jobs_of(plan, base))
+        write(plan, jobs_of(plan))
         log(f"wrote {plan.root / 'configs'} (jobs.tsv and one YAML per pretraining run)")
     emit(summary, as_json, render_plan)
 

@@ -1,23 +1,15 @@
-"""The bottom layer every package may use: atomic files and folders (a reader sees either the old complete version
-or the new complete one), JSON and JSON lines, checksums, the lock that keeps one writer per output folder, and the
-home folder where data and caches live."""
+"""Files as every package writes and reads them: atomic files and folders (a reader sees either the old complete
+version or the new complete one), JSON and JSON lines, checksums, write failures in one line, and the home folder
+where data and caches live. Who may write a folder, and for how long a process lives, is core/process.py."""
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
 import hashlib
 import json
 import os
-import shlex
 import secrets
 import shutil
-import socket
 import stat
-import signal
-import sys
-import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -225,99 +217,3 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
         if missing:
             raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
         yield row
-
-
-def drop_if_only_lock(folder: Path) -> None:
-    """Remove `folder` if it holds nothing but its lock: a start refused in a folder it created leaves no folder
-    behind. Call only for a folder the caller created, with the lock released."""
-    if folder.is_dir() and [p.name for p in folder.iterdir()] == [".lock"]:
-        shutil.rmtree(folder)
-
-
-@contextmanager
-def run_lock(folder: Path, what: str, shared: bool = False) -> Iterator[None]:
-    """Hold `folder/.lock` while the block runs: one process at a time writes `what` into `folder`; another one is
-    refused in one line naming the holder. The kernel releases the lock when its process dies, however it dies, so
-    a dead process's lock file is simply taken over: its content only names the holder, it never decides. Taken
-    before any work, it refuses first an unwritable folder. `shared`: any number of shared holders at once (each
-    writing parts that lock themselves, like a study's `--job`s), none while an exclusive one holds it."""
-    check_writable(folder, f"the folder of {what}")
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / ".lock"
-    # Never deleted: a process that opened the old file could then lock it while another locks a new one.
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise EncoderlabError(f"cannot write {what} into {folder}: {_holder(path)} is writing there; wait "
-                                  "for it to end or stop it (one process at a time writes a folder)") from None
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": shlex.join(sys.argv)}
-        if not shared:  # no shared holder is left: what names one was left by a killed one
-            for stale in folder.glob(".lock.*"):
-                stale.unlink(missing_ok=True)
-        if shared:  # each shared holder names itself in a file of its own: one file would be overwritten
-            mine = folder / f".lock.{holder['host']}.{holder['pid']}.{secrets.token_hex(4)}"
-            mine.write_text(json.dumps(holder))
-            try:
-                yield
-            finally:
-                mine.unlink(missing_ok=True)
-            return
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps(holder).encode())
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)  # released: the file names nobody
-    finally:
-        os.close(fd)
-
-
-def _holder(path: Path) -> str:
-    """Who holds the lock: the exclusive holder the file names, else the shared holders' own files (a killed one's
-    file may outlive it: its process is then gone, which is said)."""
-    names = []
-    for file in [path, *sorted(path.parent.glob(".lock.*"))]:
-        try:
-            holder = json.loads(file.read_text())
-            if holder["host"] != socket.gethostname() or _alive(holder["pid"]):
-                names.append(f"process {holder['pid']} on {holder['host']} ({holder['command']})")
-        except (OSError, ValueError, KeyError, TypeError):  # nobody named, or a holder still writing its name
-            continue
-    return " and ".join(names) or "another process"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: alive
-        pass
-    return True
-
-
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def die_with_parent(parent: int) -> None:
-    """End this worker process as soon as process `parent` ends, however it ends: after a kill -9 no shutdown
-    reaches a pool, and orphaned workers (and the resource tracker, which waits for them) would run on for nobody,
-    writing into folders that a new run may be using. Call it first in a pool's initializer."""
-    # Linux: the kernel kills this process when the thread that spawned it ends; a pool spawns its workers from
-    # the thread that submits the work, which holds the pool to its end.
-    try:
-        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0:
-            if os.getppid() != parent:  # it ended before the request took effect
-                os._exit(1)
-            return
-    except (OSError, AttributeError):  # no prctl: elsewhere than Linux
-        pass
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-
-
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:  # an orphan is adopted by another process
-        time.sleep(1)
-    os._exit(1)

@@ -23,7 +23,7 @@ from encoderlab.core.errors import Failed
 from encoderlab.finetune.training import finetune, planned_steps
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.tasks.base import EvalTask
-from encoderlab.core.io import die_with_parent
+from encoderlab.core.process import die_with_parent
 from encoderlab.model.config import ModelConfig
 
 _WORKER: dict = {}  # in a worker process: what every run needs, received once

@@ -18,7 +18,8 @@ from typing import NamedTuple
 
 import torch
 
-from encoderlab.core.io import run_lock, write_json
+from encoderlab.core.io import write_json
+from encoderlab.core.process import run_lock
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetune import records
 from encoderlab.finetune.batched import finetune_grid

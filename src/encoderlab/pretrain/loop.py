@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from encoderlab.core.errors import EncoderlabError, is_out_of_memory
-from encoderlab.core.io import drop_if_only_lock, run_lock, write_json
+from encoderlab.core.io import write_json
+from encoderlab.core.process import drop_if_only_lock, run_lock
 from encoderlab.core.seeds import derive_seed
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data

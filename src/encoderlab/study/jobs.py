@@ -13,12 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetune import records
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.shared_training import job_groups, trainer_spec
-from encoderlab.study.plan import Plan, expand_tasks, load_protocol
+from encoderlab.study.plan import Plan, expand_tasks
 from encoderlab.study.scheduler import Job
 from encoderlab.runs.checkpoint import checkpoint_name, weights_digest
 from encoderlab.pretrain.config import PretrainConfig
@@ -131,11 +130,10 @@ class EvalJob(Job):
                 "test": sum(tests) / len(tests) if tests else None, "failed": sum(e.get("failed", 0) for e in entries)}
 
 
-def jobs_of(plan: Plan, base_dir: Path) -> list[Job]:
-    """Every job of the plan, each after the jobs it depends on; configs and the protocol validated once, here."""
-    protocol = load_protocol(plan.spec, base_dir)
-    configs = {name: validate(PretrainConfig, plan.config(run), where=f"pretrain:{name}")
-               for name, run in plan.runs.items()}
+def jobs_of(plan: Plan) -> list[Job]:
+    """Every job of the plan, each after the jobs it depends on, holding the configs and protocol the plan
+    validated."""
+    protocol, configs = plan.protocol, plan.configs
     jobs: list[Job] = []
     for run in plan.order():
         # A branch starts as soon as its parent has written the branch-point checkpoint, not when it finishes.

@@ -10,6 +10,7 @@ of all schedules' prefixes (a trie), the least any plan can train.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from encoderlab.pretrain import objectives
@@ -53,6 +54,8 @@ class Plan:
     shapes: dict[str, dict] = field(default_factory=dict)  # imported name -> its ModelConfig fields
     baseline_runs: int = 0  # of eval_runs, those on random-init baselines (an extra to a paper's grid)
     data: dict = field(default_factory=dict)  # what the shapes were planned from (grid._data_shape)
+    configs: dict[str, PretrainConfig] = field(default_factory=dict)  # each run's, validated when planned
+    protocol: Any = None  # the evaluation protocol (finetune/protocol.py Protocol), validated when planned
 
     def config(self, run: PretrainRun) -> dict:
         """The pretraining config of a run, as `encoderlab pretrain` takes it."""
@@ -110,7 +113,7 @@ class Plan:
         """What the report needs, written to the study folder as plan.json: it reads nothing else but records."""
         from encoderlab.finetune.records import checkpoint_tag
 
-        protocol = load_protocol(self.spec, base_dir)
+        protocol = self.protocol
         paper = None
         if self.spec.paper_results:
             paper = load_yaml(resolve_path(base_dir, self.spec.paper_results))
@@ -221,10 +224,10 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
         for name, path in existing.items()]
     _check_labels(spec, evaluations)
     plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes, data=grid.data)
-    for run in runs.values():  # every config must be valid before anything runs
-        validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {run.name}")
+    plan.configs = {name: validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {name}")
+                    for name, run in runs.items()}  # every config valid before anything runs; the jobs take them
     _check_published(spec, base_dir, evaluations)
-    protocol = load_protocol(spec, base_dir)
+    plan.protocol = protocol = load_protocol(spec, base_dir)
     plan.eval_runs = finetuning_runs(evaluations, protocol)
     plan.baseline_runs = finetuning_runs([e for e in evaluations if e.kind == "random"], protocol)
     return plan

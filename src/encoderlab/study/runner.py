@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.core.io import atomic_file, drop_if_only_lock, run_lock, write_json
+from encoderlab.core.io import atomic_file, write_json
+from encoderlab.core.process import drop_if_only_lock, run_lock
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
@@ -87,7 +88,7 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
                         log=log)
         plan = build_plan(plan.spec, base_dir)
     import_checkpoints(plan.spec, base_dir, plan.root, log=log)  # existing models as transformers folders
-    all_jobs = jobs_of(plan, base_dir)
+    all_jobs = jobs_of(plan)
     refuse_changed(plan, all_jobs)
     plan.root.mkdir(parents=True, exist_ok=True)
     write_json(plan.root / "plan.json", plan.record(base_dir))

@@ -18,7 +18,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import ClassVar
 
-from encoderlab.core.io import die_with_parent
+from encoderlab.core.process import die_with_parent
 
 WORKER_DIED = ("its worker process died (killed by a signal: kill -9, or the kernel's out-of-memory killer) while "
                "this job or one beside it ran")
