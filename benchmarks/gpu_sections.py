@@ -155,9 +155,10 @@ def lm_loss(ctx) -> Section:
 
 
 def packed_data(work: Path, seq_len: int) -> Path:
+    from tests.conftest import synthetic_documents
+
     from encoderlab.data.packing import pack
     from encoderlab.data.tokenizer import train_bpe
-    from tests.conftest import synthetic_documents
 
     out = work / f"packed-{seq_len}"
     if not (out / "meta.json").exists():
@@ -220,11 +221,12 @@ def pretraining(ctx) -> Section:
 
 
 def finetuning(ctx) -> Section:
-    from encoderlab.finetune import batched
-    from encoderlab.finetune.training import backbone_state, finetune
-    from encoderlab.finetune.protocol import Protocol
-    from encoderlab.runs import checkpoint as ckpt
     from tests.unit.test_batched import FAMILIES
+
+    from encoderlab.finetune import batched
+    from encoderlab.finetune.protocol import Protocol
+    from encoderlab.finetune.training import backbone_state, finetune
+    from encoderlab.runs import checkpoint as ckpt
 
     s, f = Section(ctx), ctx.sizes["finetune"]
     if ctx.checkpoint is None:

@@ -30,11 +30,11 @@ from types import SimpleNamespace
 
 import torch
 
-from encoderlab.pretrain import objectives
 from encoderlab.hub.hf import hf_config
+from encoderlab.model.attention import for_pretraining
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.model.attention import for_pretraining
+from encoderlab.pretrain import objectives
 from encoderlab.pretrain.distributed import World, compile_kernel, prepare_model
 
 IMPLEMENTATIONS = ("encoderlab", "transformers")

@@ -29,9 +29,9 @@ import torch
 from encoderlab.core.config import load_yaml
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import prepare_tasks, run_sweep
-from encoderlab.tasks.base import EvalTask
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.runs import checkpoint as ckpt
+from encoderlab.tasks.base import EvalTask
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_SCRIPT = Path(__file__).resolve().parent / "hf_finetune.py"

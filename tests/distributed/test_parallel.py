@@ -23,10 +23,10 @@ from safetensors.torch import load_file
 
 from encoderlab.core.config import ConfigError, validate
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs import checkpoint
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.distributed import DistributedError
 from encoderlab.pretrain.loop import Trainer
+from encoderlab.runs import checkpoint
 
 # A tied LM head: FSDP2 must shard the embedding and the head as one parameter.
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -165,8 +165,8 @@ def test_resume_in_one_or_two_processes_equals_no_interruption(runs, name):
 
 
 def test_bad_parallel_settings_fail_clearly(tmp_path, packed_dir, monkeypatch):
-    from encoderlab.pretrain import objectives
     from encoderlab.model.presets import preset
+    from encoderlab.pretrain import objectives
     from encoderlab.pretrain.setup import check_compatible
 
     with pytest.raises(ConfigError, match=r"train\.parallel"):

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import yaml
-
-from encoderlab.data import packing
-from encoderlab.core.process import run_lock
 from runs import config
 from test_divergence import command
+
+from encoderlab.core.process import run_lock
+from encoderlab.data import packing
 
 
 def write_run(tmp_path, packed, name="run", **train) -> object:
@@ -132,9 +132,9 @@ def test_a_killed_prepares_leftovers_are_removed_by_the_next(tmp_path):
 def test_an_offline_suite_with_a_cut_task_file_is_built_again(tmp_path, monkeypatch):
     """`data prepare offline` used to say "up to date" over a truncated task file: every file is now checked
     against suite.json, and the (deterministic) suite built again when one differs."""
+    from encoderlab.core.io import write_json
     from encoderlab.data import prepare as prep
     from encoderlab.data.offline import build
-    from encoderlab.core.io import write_json
 
     builds: list[Path] = []
 

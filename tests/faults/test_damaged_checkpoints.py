@@ -14,14 +14,14 @@ import sys
 import pytest
 import torch
 import yaml
+from runs import STEPS, config
 from safetensors.torch import load_file
 
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs import checkpoint
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
-from runs import STEPS, config
+from encoderlab.runs import checkpoint
 
 LATEST_STEP, OLDER_STEP = "step-0000004", "step-0000003"
 

@@ -16,15 +16,15 @@ import sys
 import pytest
 import torch
 import yaml
+from runs import STEPS, TINY, config
 from safetensors.torch import load_file
 
 from encoderlab.core.config import validate
-from encoderlab.runs import checkpoint
-from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.core.errors import is_out_of_memory
+from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.divergence import Diverged, out_of_memory
 from encoderlab.pretrain.loop import Trainer
-from runs import STEPS, TINY, config
+from encoderlab.runs import checkpoint
 
 DIVERGING_LR = 1e6  # the update after step 1 makes the weights, then the gradients, non-finite
 

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from runs import STEPS, config
 from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.runs import checkpoint
-from runs import STEPS, config
 
 KILLER = Path(__file__).with_name("killer.py")
 

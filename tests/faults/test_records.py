@@ -13,17 +13,17 @@ import sys
 from dataclasses import replace
 
 import pytest
+from runs import config
 
 from encoderlab.core.config import validate
-from encoderlab.finetune import records
 from encoderlab.core.io import write_json
-from encoderlab.study.report import write_report
+from encoderlab.finetune import records
 from encoderlab.finetune.protocol import Protocol
-from encoderlab.study.jobs import EvalJob
-from encoderlab.runs.checkpoint import weights_digest
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
-from runs import config
+from encoderlab.runs.checkpoint import weights_digest
+from encoderlab.study.jobs import EvalJob
+from encoderlab.study.report import write_report
 
 GRID = ["--set", "max_steps=1", "--set", "lrs=[0.001, 0.003]", "--set", "seeds=[0, 1]", "--engine", "sequential",
         "--workers", "1"]

@@ -4,8 +4,6 @@ checkpoint. Checks that every family takes the authors' path (inputs, heads, lab
 the per-seed LR choice) and that both the authors' metric and the field's standard one reach the records."""
 from __future__ import annotations
 
-from conftest import train_tiny
-
 import random
 from pathlib import Path
 
@@ -13,12 +11,13 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import train_tiny
 from encoderlab.core.config import load_config
+from encoderlab.core.io import write_jsonl
 from encoderlab.data.offline.taskfiles import write_task_folder
 from encoderlab.finetune import records
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import run_sweep
-from encoderlab.core.io import write_jsonl
 from encoderlab.runs import checkpoint as ckpt
 
 CONFIG = Path(__file__).parents[2] / "configs" / "eval" / "small-study-authors.yaml"

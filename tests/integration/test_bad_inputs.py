@@ -319,8 +319,9 @@ def flip_bytes(packed: Path) -> None:
 def prepared(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
     """A setup: a small corpus prepared (as PREPARE's arguments say) into {tmp}/d, whose packed/ is then hurt."""
     def setup(tmp: Path, ctx: dict) -> None:
-        from encoderlab.data.prepare import PrepareOptions, prepare
         from tests.conftest import synthetic_documents
+
+        from encoderlab.data.prepare import PrepareOptions, prepare
 
         rows = (json.dumps({"text": d.text}) for d in synthetic_documents(60))
         (tmp / "docs.jsonl").write_text("\n".join(rows) + "\n")
@@ -339,9 +340,10 @@ JOIN = ("data", "prepare", "{tmp}/src", "--out", "{tmp}/d", "--tokenizer", "{tmp
 def sharded(hurt: Callable[[Path], None]) -> Callable[[Path, dict], None]:
     """A setup: 2 files of text tokenised as shards 0/2 and 1/2 into {tmp}/d/parts, which is then hurt."""
     def setup(tmp: Path, ctx: dict) -> None:
+        from tests.conftest import synthetic_documents
+
         from encoderlab.data.prepare import PrepareOptions, prepare
         from encoderlab.data.tokenizer import train_bpe
-        from tests.conftest import synthetic_documents
 
         docs = synthetic_documents(60)
         train_bpe((d.text for d in docs), 300).tokenizer.save(str(tmp / "tokenizer.json"))
@@ -375,8 +377,9 @@ def state_without_config(run: Path) -> None:
 def swap_tokenizer(packed: Path, vocab_size: int | None = None) -> None:
     """Another BPE (of the same vocabulary size unless given) in place of the data's tokenizer: its ids decode to
     other text."""
-    from encoderlab.data.tokenizer import train_bpe
     from tests.conftest import synthetic_documents
+
+    from encoderlab.data.tokenizer import train_bpe
 
     texts = [d.text[::-1] for d in synthetic_documents(100)]
     size = vocab_size or json.loads((packed / "meta.json").read_text())["tokenizer"]["vocab_size"]

@@ -3,8 +3,6 @@ that breaks one fails the default suite. Structure only: the numbers of a smoke 
 asserted (gpu_check.py has its own smoke test, tests/unit/test_gpu_check.py)."""
 from __future__ import annotations
 
-from conftest import TINY_MODEL
-
 import json
 import random
 import sys
@@ -12,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import TINY_MODEL
 from encoderlab.core.config import validate
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer

@@ -13,9 +13,9 @@ from encoderlab.data.documents import Document
 from encoderlab.data.packing import pack
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.hub.exporter import export_checkpoint
-from encoderlab.runs import checkpoint
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
+from encoderlab.runs import checkpoint
 
 # Six sentences with few shared words: memorised, each masked word is determined by its neighbours.
 SENTENCES = [

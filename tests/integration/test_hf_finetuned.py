@@ -13,18 +13,18 @@ import transformers
 import yaml
 from torch import nn
 
-from encoderlab.data.tokenizer import train_bpe
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.tasks.metrics import DEFINITIONS
+from encoderlab.data.tokenizer import train_bpe
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import run_sweep
-from encoderlab.tasks.base import pad
-from encoderlab.tasks.baselines import LABELS
-from encoderlab.tasks.retrieval import encode
 from encoderlab.hub.finetuned import MANIFEST, SavedModels
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.runs.checkpoint import save_weights_only
+from encoderlab.tasks.base import pad
+from encoderlab.tasks.baselines import LABELS
+from encoderlab.tasks.metrics import DEFINITIONS
+from encoderlab.tasks.retrieval import encode
 
 WORDS = "the film was very quite rather plot actors story good bad Anna Oslo reads sleeps in at".split()
 

@@ -27,11 +27,11 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from encoderlab.data.tokenizer import train_bpe
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.model.config import ModelConfig
+from encoderlab.data.tokenizer import train_bpe
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.importer import import_hf
+from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.runs.checkpoint import load_model, save_weights_only
 

@@ -12,12 +12,12 @@ import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.tasks.base import pad
-from encoderlab.tasks.retrieval import RetrievalTask, _Tokens, document_text, encode, query_text
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.runs.checkpoint import save_weights_only
+from encoderlab.tasks.base import pad
+from encoderlab.tasks.retrieval import RetrievalTask, _Tokens, document_text, encode, query_text
 
 CONTEXT = 24  # short, so the long text below is cut: truncation must match too
 TEXTS = ["the cat sat on the mat", "x", "a much longer sentence about many different things " * 4,

@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from encoderlab.data import wheels
 from encoderlab.core.io import encoderlab_home, read_jsonl
+from encoderlab.data import wheels
 from encoderlab.data.decontaminate import normalize
 from encoderlab.data.offline.build import build_offline_suite, build_tasks
 from encoderlab.data.offline.taskfiles import SPLITS

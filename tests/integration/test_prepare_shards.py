@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from encoderlab.core.errors import DataError
 from encoderlab.data import shards
 from encoderlab.data.packing import read_meta
 from encoderlab.data.prepare import PrepareOptions, prepare
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.core.errors import DataError
 
 SEQ = 32
 

@@ -10,12 +10,13 @@ import yaml
 
 from encoderlab.core.config import ConfigError
 from encoderlab.finetune import records
-from encoderlab.study import runner as runner_module, scheduler
+from encoderlab.runs import checkpoint
+from encoderlab.study import runner as runner_module
+from encoderlab.study import scheduler
 from encoderlab.study.plan import build_plan
 from encoderlab.study.report import write_report
 from encoderlab.study.runner import run_study
 from encoderlab.study.spec import load_study
-from encoderlab.runs import checkpoint
 
 MICRO = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
          "num_key_value_heads": 1}

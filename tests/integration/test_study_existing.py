@@ -10,12 +10,13 @@ import yaml
 from test_study import scores, task_yaml  # noqa: F401 - task_yaml is a fixture
 
 from encoderlab.core.config import ConfigError, validate
-from encoderlab.study.plan import build_plan
-from encoderlab.study.report import write_report
-from encoderlab.study.runner import jobs_of, run_study
-from encoderlab.study.spec import load_study
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
+from encoderlab.study.jobs import jobs_of
+from encoderlab.study.plan import build_plan
+from encoderlab.study.report import write_report
+from encoderlab.study.runner import run_study
+from encoderlab.study.spec import load_study
 
 
 @pytest.fixture(scope="module")

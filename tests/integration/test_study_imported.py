@@ -15,9 +15,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from encoderlab.core.config import ConfigError
 from encoderlab.finetune import records
 from encoderlab.study.imported import prepare_imports
+from encoderlab.study.jobs import jobs_of
 from encoderlab.study.plan import build_plan
 from encoderlab.study.report import write_report
-from encoderlab.study.runner import jobs_of, run_study
+from encoderlab.study.runner import run_study
 from encoderlab.study.spec import load_study
 
 SHAPE = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from encoderlab.pretrain import objectives
 from encoderlab.core.config import load_yaml
+from encoderlab.pretrain import objectives
 from encoderlab.study.plan import build_plan
 from encoderlab.study.spec import load_study
 

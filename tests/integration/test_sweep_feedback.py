@@ -15,8 +15,8 @@ from encoderlab.finetune.feedback import LIMIT_ENV, Heartbeat, estimate
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import run_sweep
 from encoderlab.model.presets import preset
-from encoderlab.study.jobs import EvalJob, PretrainJob
 from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.study.jobs import EvalJob, PretrainJob
 
 PROTOCOL = {"name": "t", "max_steps": 3, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3], "seeds": [0],
             "max_length": 32, "dtype": "fp32"}

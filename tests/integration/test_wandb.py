@@ -15,8 +15,8 @@ from encoderlab.finetune import records
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import run_sweep
 from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.runs.logging import read_metrics
 from encoderlab.pretrain.loop import Trainer
+from encoderlab.runs.logging import read_metrics
 
 BLOCK, HEADER = 32768, 7  # the .wandb file: LevelDB's log format behind a 7-byte ":W&B" header
 

@@ -19,8 +19,8 @@ from transformers import (
     LlamaModel,
 )
 
-from encoderlab.model.config import ModelConfig
 from encoderlab.hub.hf import hf_config_kwargs
+from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
 
 TOL = 1e-4

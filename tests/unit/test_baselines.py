@@ -8,13 +8,13 @@ import torch
 
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.finetune.aggregate import summarize
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks import baselines
 from encoderlab.tasks.base import CONSTANT, constant
 from encoderlab.tasks.classification import ClassificationTask
 from encoderlab.tasks.qa import QATask
 from encoderlab.tasks.retrieval import RetrievalTask
-from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import Transformer
 
 GOOD, BAD = "great lovely superb wonderful".split(), "awful dreadful horrid terrible".split()
 

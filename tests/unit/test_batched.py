@@ -20,14 +20,14 @@ import torch
 
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.finetune import batched, engines
-from encoderlab.finetune.training import FinetuneRun, finetune
 from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.training import FinetuneRun, finetune
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.classification import ClassificationTask
 from encoderlab.tasks.qa import QATask
 from encoderlab.tasks.retrieval import RetrievalTask
 from encoderlab.tasks.tokens import TokenTask
-from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import Transformer
 
 LOSS_RTOL = 1e-5
 WORDS = ("the cat sat on a mat while dogs ran across green fields and birds sang in tall trees near the old river "

@@ -6,11 +6,11 @@ import json
 import shutil
 
 import pytest
+from test_train import make_config, weights, written_before_manifests
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs import checkpoint
 from encoderlab.pretrain.loop import Trainer
-from test_train import make_config, weights, written_before_manifests
+from encoderlab.runs import checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -6,16 +6,16 @@ import math
 
 import pytest
 import torch
+from test_batched import CPU, compare, setup, tok  # noqa: F401 - tok is a fixture
 from torch import nn
 
 from encoderlab.core.errors import DataError
 from encoderlab.finetune import batched
-from encoderlab.finetune.training import finetune, seeded_head
 from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.training import finetune, seeded_head
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.base import mean_pool, pad, random_order
 from encoderlab.tasks.classification import ClassificationTask, dense_gelu_head
-from encoderlab.model.transformer import Transformer
-from test_batched import CPU, compare, setup, tok  # noqa: F401 - tok is a fixture
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 

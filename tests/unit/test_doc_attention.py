@@ -7,10 +7,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from encoderlab.model.attention import WORTH_IT, Dense, DenseLayout, Flex, Varlen, attend, segment_layout
+from encoderlab.model.attention import (
+    WORTH_IT,
+    Dense,
+    DenseLayout,
+    Flex,
+    Varlen,
+    attend,
+    for_pretraining,
+    segment_layout,
+)
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.model.attention import for_pretraining
 
 CFG = ModelConfig(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2)

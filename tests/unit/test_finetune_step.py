@@ -6,8 +6,8 @@ import math
 import torch
 from torch import nn
 
-from encoderlab.finetune.training import FinetuneRun, LossCurve, scored_record
 from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.training import FinetuneRun, LossCurve, scored_record
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.pretrain.config import AdamWSection, OptimSection

@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.core.io import (atomic_dir, atomic_file, check_writable, folder_name, read_jsonl, write_failure,
-                                write_json, write_jsonl)
+from encoderlab.core.io import (
+    atomic_dir,
+    atomic_file,
+    check_writable,
+    folder_name,
+    read_jsonl,
+    write_failure,
+    write_json,
+    write_jsonl,
+)
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):

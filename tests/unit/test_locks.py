@@ -12,14 +12,14 @@ import pytest
 
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.process import run_lock
 from encoderlab.finetune import records
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import run_sweep
-from encoderlab.tasks import load_task
-from encoderlab.core.process import run_lock
-from encoderlab.runs import checkpoint as ckpt
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
+from encoderlab.runs import checkpoint as ckpt
+from encoderlab.tasks import load_task
 
 HOLD = ("import sys, time\nfrom pathlib import Path\nfrom encoderlab.core.process import run_lock\n"
         "with run_lock(Path(sys.argv[1]), 'a test'):\n    print('locked', flush=True)\n    time.sleep(600)\n")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import write_json
 from encoderlab.finetune import records
 from encoderlab.finetune.aggregate import choose_runs, summarize
-from encoderlab.core.io import write_json
 from encoderlab.study.results import StudyResults
 
 # (lr, seed, validation, test)

@@ -7,7 +7,6 @@ import torch
 import torch.nn.functional as F
 
 import encoderlab.model.transformer as transformer_module
-
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from encoderlab.core.errors import DataError
+from encoderlab.core.io import sha256_of
 from encoderlab.data.documents import Document
 from encoderlab.data.loader import PackedDataset, PackedLoader
 from encoderlab.data.packing import is_heldout, pack, read_meta, token_dtype
 from encoderlab.data.tokenizer import TextTokenizer, train_bpe
-from encoderlab.core.errors import DataError
-from encoderlab.core.io import sha256_of
 
 SEQ = 16
 WORDS = ("alpha", "beta", "gamma", "delta", "river", "mountain", "forest", "city", "music", "story", "night",

@@ -12,15 +12,15 @@ import pytest
 import torch
 import yaml
 
+from encoderlab.core.io import write_jsonl
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.records import protocol_key
+from encoderlab.pretrain.config import OptimSection
+from encoderlab.runs.optim import build_adamw
 from encoderlab.tasks import PAPER_TASKS, load_task
 from encoderlab.tasks.classification import ClassificationTask, field_label, load_glue
 from encoderlab.tasks.loaders import load_hub_qa
-from encoderlab.core.io import write_jsonl
-from encoderlab.pretrain.config import OptimSection
-from encoderlab.runs.optim import build_adamw
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

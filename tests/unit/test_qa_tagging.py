@@ -11,13 +11,13 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from encoderlab.data.tokenizer import TextTokenizer, train_bpe
 from encoderlab.finetune import batched, engines
-from encoderlab.finetune.training import finetune
-from encoderlab.tasks.metrics import token_position_f1
 from encoderlab.finetune.protocol import Protocol
-from encoderlab.tasks.qa import QATask
-from encoderlab.tasks.qa_tagging import TaggingHead
+from encoderlab.finetune.training import finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
+from encoderlab.tasks.metrics import token_position_f1
+from encoderlab.tasks.qa import QATask
+from encoderlab.tasks.qa_tagging import TaggingHead
 
 CPU = torch.device("cpu")
 WORDS = ["<bos>", "<eos>", "<pad>", "<mask>", "<unk>", "Question", ":", "Context", "?",

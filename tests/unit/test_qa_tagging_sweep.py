@@ -3,20 +3,19 @@ the authors' QA choices (qa.format tagging, inputs eos, dropout, random batch or
 a tagging task that learns its answers."""
 from __future__ import annotations
 
-from conftest import train_tiny
-
 import random
 
 import torch
 
+from conftest import train_tiny
 from encoderlab.data.offline.taskfiles import write_task_folder
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.finetune import records
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import run_sweep
-from encoderlab.tasks.qa import QATask
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
+from encoderlab.tasks.qa import QATask
 
 NAMES = ["Paris", "Berlin", "Oslo", "Nile", "Kenya", "Rhine"]
 FILLER = "the river ran past old towns where people traded grain and cloth while boats carried news".split()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune import records
 from encoderlab.core.io import write_json
+from encoderlab.finetune import records
 from encoderlab.study.reference import load_reference, reference_section
 from encoderlab.study.report import Report
 

@@ -9,10 +9,10 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
+from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is a fixture
 
 from encoderlab.tasks import loaders
 from encoderlab.tasks import retrieval as R
-from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is a fixture
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

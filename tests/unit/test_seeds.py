@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
+from encoderlab.core.seeds import derive_seed
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.tasks.classification import ClassificationTask
-from encoderlab.core.seeds import derive_seed
 
 
 def test_derive_seed_is_a_known_value_in_every_process():

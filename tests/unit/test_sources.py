@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from encoderlab.core.errors import DataError
 from encoderlab.data import hub_access, sources
 from encoderlab.data.documents import Document
 from encoderlab.data.sources import SUPPORTED_SUFFIXES, describe_spec, iter_documents
-from encoderlab.core.errors import DataError
 
 BAD_UTF8 = b"caf\xe9 au lait"  # latin-1 bytes, the most common way a "text" file is not UTF-8
 
@@ -428,8 +428,8 @@ def test_hub_missing_column(fake_datasets: types.SimpleNamespace, monkeypatch: p
 def test_a_jsonl_records_own_id_and_source_are_kept_in_the_corpus(tmp_path):
     """`data prepare` keeps a user's `id` and `source` under those names and puts encoderlab's (where each text was
     read) beside them; reading the corpus back gives encoderlab's locator to the packer and the user's fields."""
-    from encoderlab.data.prepare import _documents, corpus_row
     from encoderlab.core.io import write_jsonl as write_rows
+    from encoderlab.data.prepare import _documents, corpus_row
 
     write_jsonl(tmp_path / "reviews.jsonl", [{"id": "r-17", "source": "amazon", "text": "great"},
                                              {"id": 42, "text": "bad"}, {"text": "plain"}])

@@ -8,8 +8,10 @@ import datasets
 import pytest
 import torch
 
-from encoderlab.data.tokenizer import train_bpe
 from encoderlab.core.errors import DataError
+from encoderlab.data.tokenizer import train_bpe
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks import classification as cls
 from encoderlab.tasks import common
 from encoderlab.tasks.base import pad
@@ -20,8 +22,6 @@ from encoderlab.tasks.classification import (
     load_offline_classification,
     load_user_classification,
 )
-from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import Transformer
 
 WORDS = ("the cat sat on a mat while dogs ran across green fields and birds sang in tall trees near the old "
          "river where children played with boats made of paper good bad great awful movie film").split()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from encoderlab.finetune import records
-from encoderlab.tasks import taskfile, task_identity
+from encoderlab.tasks import task_identity, taskfile
 
 FILES = "family: classification\ntrain: train.csv\nvalidation: train.csv\n"
 

@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 import torch
 
+from encoderlab.core.errors import DataError
 from encoderlab.data.offline import qa as offline_qa
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.core.errors import DataError
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import Transformer
+from encoderlab.tasks.loaders import _record_rows, load_hub_qa
 from encoderlab.tasks.qa import (
     QATask,
     best_span,
@@ -20,9 +23,6 @@ from encoderlab.tasks.qa import (
     load_offline_qa,
     load_squad_json,
 )
-from encoderlab.tasks.loaders import _record_rows, load_hub_qa
-from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import Transformer
 
 NAMES = ["Paris", "Berlin", "Ada Lovelace", "the Rhine", "Zürich", "Mount Kenya", "Oslo", "Nile"]
 FILLER = ("the river ran past old towns where people traded grain and cloth while boats carried news "

@@ -8,16 +8,18 @@ import random
 import pytest
 import torch
 
-from encoderlab.data.offline import build as offline, ir as offline_ir, units
-from encoderlab.data.decontaminate import normalize
-from encoderlab.data.tokenizer import train_bpe
 from encoderlab.core.errors import DataError
-from encoderlab.tasks.metrics import ndcg_at_k
+from encoderlab.data.decontaminate import normalize
+from encoderlab.data.offline import build as offline
+from encoderlab.data.offline import ir as offline_ir
+from encoderlab.data.offline import units
+from encoderlab.data.tokenizer import train_bpe
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks import loaders
 from encoderlab.tasks import retrieval as R
 from encoderlab.tasks.base import mean_pool
-from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import Transformer
+from encoderlab.tasks.metrics import ndcg_at_k
 
 WORDS = ("river mountain forest city castle bridge garden ocean desert valley island tower market harbor "
          "library temple village canyon meadow glacier volcano prairie lagoon orchard quarry").split()

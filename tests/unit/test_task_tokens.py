@@ -9,17 +9,17 @@ import pytest
 import torch
 from torch import nn
 
-from encoderlab.data.tokenizer import train_bpe
 from encoderlab.core.errors import DataError
+from encoderlab.data.tokenizer import train_bpe
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import Transformer
+from encoderlab.tasks.schemes import derive, first_invalid
 from encoderlab.tasks.tokens import (
     TokenTask,
     load_conll_columns,
     load_conll_like,
     load_offline_tokens,
 )
-from encoderlab.tasks.schemes import derive, first_invalid
-from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import Transformer
 
 NER = ["B-LOC", "B-PER", "I-PER", "O"]
 OUT, LOC, PER, IPER = 3, 0, 1, 2

@@ -7,8 +7,8 @@ import json
 import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from encoderlab.data.tokenizer import SPECIAL_TOKENS, TextTokenizer, load_tokenizer, train_bpe
 from encoderlab.core.errors import DataError
+from encoderlab.data.tokenizer import SPECIAL_TOKENS, TextTokenizer, load_tokenizer, train_bpe
 
 CORPUS = [
     f"The {adj} {noun} walked to the {place} and said hello {i}."

@@ -10,8 +10,8 @@ import torch
 from sklearn.metrics import f1_score
 from torch.func import vmap
 
-from encoderlab.tasks.metrics import sentence_macro_f1
 from encoderlab.tasks.dropout import row_seeds, seeded_dropout
+from encoderlab.tasks.metrics import sentence_macro_f1
 
 OUT = 8  # "O" among 9 tags: ids 8 and above share set slots with 0.. (see tokens.vote), irrelevant to the F1
 

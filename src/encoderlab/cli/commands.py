@@ -47,9 +47,9 @@ def data_prepare(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Build a pretraining corpus, its tokenizer and packed shards (and, for 'offline', the evaluation tasks)."""
+    from encoderlab.core.io import check_writable
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
     from encoderlab.data.shards import parse_shard, parse_tokens
-    from encoderlab.core.io import check_writable
 
     check_writable(out_dir or default_out(source), "--out" if out_dir else "the default --out")
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction, tokenizer=tokenizer,
@@ -147,8 +147,8 @@ def pretrain(
     """Pretrain (or resume) one run: a model preset, an objective schedule, an LR schedule and a step budget."""
     from encoderlab.pretrain.distributed import is_main_process
     from encoderlab.pretrain.loop import Trainer
-    from encoderlab.pretrain.setup import describe
     from encoderlab.pretrain.resume import has_run
+    from encoderlab.pretrain.setup import describe
 
     cfg = _load_pretrain_config(config, overrides)
     resolved = describe(cfg)
@@ -325,9 +325,9 @@ def sweep(
     models: Path = typer.Option(Path("models"), "--models", help="Where --save-models saves them (TAG/RUN/)."),
 ) -> None:
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
+    from encoderlab.core.io import check_writable
     from encoderlab.finetune.sweep import run_sweep
     from encoderlab.tasks import offline_task_names
-    from encoderlab.core.io import check_writable
 
     check_writable(out_dir, "--out")
     specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
@@ -353,8 +353,8 @@ def finetune_cmd(
     save: Path | None = typer.Option(None, "--save", help=SAVE_HELP),
 ) -> None:
     """One fine-tuning run (the sweep's unit): writes one result record."""
-    from encoderlab.finetune.sweep import run_sweep
     from encoderlab.core.io import check_writable
+    from encoderlab.finetune.sweep import run_sweep
 
     if not lr > 0:
         raise EncoderlabError(f"--lr {lr:g}: the learning rate must be greater than 0")

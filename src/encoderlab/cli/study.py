@@ -73,8 +73,9 @@ def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
 ) -> None:
     """Expand a study into its run graph: shared trunks, branches, steps, tokens, FLOPs against independent runs."""
+    from encoderlab.study.jobs import jobs_of
     from encoderlab.study.plan import build_plan
-    from encoderlab.study.runner import jobs_of, write_configs as write
+    from encoderlab.study.runner import write_configs as write
     from encoderlab.study.spec import load_study
 
     spec, base = load_study(study)

@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoderlab.data.packing import check_shards, read_meta
 from encoderlab.core.errors import DataError, EncoderlabError
 from encoderlab.core.io import encoderlab_home
-
+from encoderlab.data.packing import check_shards, read_meta
 
 PREPARE_AGAIN = "prepare the data again (`encoderlab data prepare SOURCE --out FOLDER --force`)"
 

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from encoderlab.core.errors import DataError
 from encoderlab.core.io import atomic_dir, read_json, sha256_of, write_json
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
-from encoderlab.core.errors import DataError
 
 FORMAT_VERSION = 1
 META = "meta.json"

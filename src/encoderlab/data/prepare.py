@@ -14,14 +14,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.data import packing, shards, sources
-from encoderlab.data.offline import build as offline
-from encoderlab.core.io import atomic_dir, read_jsonl, remove_leftovers, write_json, write_jsonl
-from encoderlab.core.process import run_lock
-from encoderlab.data.documents import Document
-from encoderlab.data.tokenizer import TextTokenizer, check_bpe_size, load_tokenizer, train_bpe
-from encoderlab.core.io import encoderlab_home
 from encoderlab.core.errors import DataError
+from encoderlab.core.io import atomic_dir, encoderlab_home, read_jsonl, remove_leftovers, write_json, write_jsonl
+from encoderlab.core.process import run_lock
+from encoderlab.data import packing, shards, sources
+from encoderlab.data.documents import Document
+from encoderlab.data.offline import build as offline
+from encoderlab.data.tokenizer import TextTokenizer, check_bpe_size, load_tokenizer, train_bpe
 
 OFFLINE = "offline"
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from encoderlab.core.errors import DataError
+from encoderlab.core.io import atomic_dir, sha256_of, write_json
 from encoderlab.data import packing, sources
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
-from encoderlab.core.errors import DataError
-from encoderlab.core.io import atomic_dir, sha256_of, write_json
 
 PART_DOCUMENTS = 65_536  # a unit of a one-file source; fixed, so units (and parts) are the same for any N
 PARTS_FORMAT = 1

@@ -21,9 +21,9 @@ from glob import glob
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from encoderlab.core.errors import DataError
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
-from encoderlab.core.errors import DataError
 
 TxtUnit = Literal["file", "paragraph", "line"]
 OnInvalidUtf8 = Literal["error", "replace", "skip"]

@@ -4,8 +4,8 @@ results (study/reference.py)."""
 from __future__ import annotations
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.tasks.metrics import mean_ci95, std
 from encoderlab.tasks import baselines
+from encoderlab.tasks.metrics import mean_ci95, std
 
 LR_CHOICES = ("mean_over_seeds", "per_seed")
 

@@ -1,6 +1,6 @@
 """K fine-tuning runs of one (checkpoint, task) grid trained together, as one computation per step.
 
-Each run is trained with finetune.py's pieces, as `finetune.finetune` trains it: its seed's data order
+Each run is trained with finetune/training.py's pieces, as `training.finetune` trains it: its seed's data order
 (`task.epoch_batches`), its seeded head, its LR times the protocol's schedule, its own AdamW (`build_adamw` over its
 rows of the stacks), its own gradient clipping (the same global norm over its own parameters, vectorised here), its
 loss curve and its records (a NaN/inf loss records the run as failed and drops it from the group; the others go on).
@@ -44,14 +44,22 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetune.feedback import HEARTBEAT_S, minutes
-from encoderlab.finetune.training import (LossCurve, diverged_record, lr_factor, planned_steps,
-                                            scored_record, seeded_head, to_device, weight_dtype)
 from encoderlab.finetune.protocol import Protocol
-from encoderlab.tasks.base import EvalTask
+from encoderlab.finetune.training import (
+    LossCurve,
+    diverged_record,
+    lr_factor,
+    planned_steps,
+    scored_record,
+    seeded_head,
+    to_device,
+    weight_dtype,
+)
 from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.runs.optim import autocast, build_adamw, clip_stacked, set_lr
+from encoderlab.tasks.base import EvalTask
 
 PAD_VALUES = {"labels": -100}  # every other batch tensor pads with 0 (token id, mask "absent", span "not allowed")
 # A call's fixed cost in tokens of work (module docstring). CPU: ~10 ms of dispatch per forward and backward

@@ -18,8 +18,8 @@ from torch import Tensor
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetune.batched import Group
 from encoderlab.finetune.protocol import Protocol
-from encoderlab.tasks.base import EvalTask
 from encoderlab.model.config import ModelConfig
+from encoderlab.tasks.base import EvalTask
 
 ENGINES = ("auto", "sequential", "batched")
 

@@ -16,10 +16,10 @@ from typing import Protocol as Interface
 from torch import nn
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune.training import finetune
 from encoderlab.finetune.protocol import Protocol
-from encoderlab.tasks import task_family, task_identity
+from encoderlab.finetune.training import finetune
 from encoderlab.model.config import ModelConfig
+from encoderlab.tasks import task_family, task_identity
 
 MODES = ("none", "chosen", "all")
 

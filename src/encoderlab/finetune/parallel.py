@@ -20,11 +20,11 @@ from concurrent.futures.process import BrokenProcessPool
 import torch
 
 from encoderlab.core.errors import Failed
-from encoderlab.finetune.training import finetune, planned_steps
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.tasks.base import EvalTask
 from encoderlab.core.process import die_with_parent
+from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetune.training import finetune, planned_steps
 from encoderlab.model.config import ModelConfig
+from encoderlab.tasks.base import EvalTask
 
 _WORKER: dict = {}  # in a worker process: what every run needs, received once
 POLL_S = 5.0  # how often the parent looks up from its workers' runs to let a progress line be said (a heartbeat)

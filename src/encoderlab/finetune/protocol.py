@@ -7,7 +7,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, ValidationError, model_validator
 
 from encoderlab.core.errors import EncoderlabError
-
 from encoderlab.runs.config import AdamWSection, Seed, WandbSection
 
 # What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),

@@ -18,25 +18,24 @@ from typing import NamedTuple
 
 import torch
 
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
 from encoderlab.core.process import run_lock
-from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetune import records
+from encoderlab.finetune.aggregate import summarize
 from encoderlab.finetune.batched import finetune_grid
 from encoderlab.finetune.engines import ENGINES, choose_engine
 from encoderlab.finetune.feedback import Heartbeat, check_memory
-from encoderlab.finetune.training import backbone_state, finetune, planned_steps
 from encoderlab.finetune.keep import Keeper, check_keep, check_tasks, save_chosen, save_run
-from encoderlab.finetune.aggregate import summarize
 from encoderlab.finetune.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.shared_training import Unit, check_trainer, trainer_spec, training_units
-from encoderlab.tasks import load_task, task_family, task_identity
-from encoderlab.tasks import baselines
-from encoderlab.tasks.base import EvalTask
+from encoderlab.finetune.training import backbone_state, finetune, planned_steps
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.logging import Progress, Wandb, require_wandb
+from encoderlab.tasks import baselines, load_task, task_family, task_identity
+from encoderlab.tasks.base import EvalTask
 
 
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,

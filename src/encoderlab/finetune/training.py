@@ -14,12 +14,12 @@ import torch
 from torch import Tensor, nn
 
 from encoderlab.finetune.protocol import Protocol
-from encoderlab.tasks.base import EvalTask, set_apart
 from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.runs import schedule
 from encoderlab.runs.optim import autocast, build_adamw, clip, set_lr
+from encoderlab.tasks.base import EvalTask, set_apart
 
 
 def backbone_state(lm_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import yaml
 
-from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetune.aggregate import ci_text
-from encoderlab.tasks.metrics import DEFINITIONS
-from encoderlab.tasks import baselines
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs.logging import read_metrics
+from encoderlab.tasks import baselines
+from encoderlab.tasks.metrics import DEFINITIONS
 
 # The Hub id and license of the sources encoderlab can name: the pinned SmolLM2 GGUF (docs/data.md), and any folder in
 # the huggingface_hub cache, whose path names its repository (.../models--OWNER--NAME/snapshots/REVISION).

@@ -29,13 +29,13 @@ from pathlib import Path
 
 from tokenizers.processors import TemplateProcessing
 
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_dir
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.core.errors import EncoderlabError
-from encoderlab.hub.hf import CLASSES, ENCODERS, Target, family, hf_config, refusal
+from encoderlab.hub import sentence
 from encoderlab.hub.card import evaluation_summaries, model_card, training_info
 from encoderlab.hub.folders import prepare_out
-from encoderlab.hub import sentence
+from encoderlab.hub.hf import CLASSES, ENCODERS, Target, family, hf_config, refusal
 
 KINDS = (*CLASSES, sentence.KIND)
 ATTENTIONS = ("bidirectional", "causal")

@@ -26,15 +26,15 @@ from pathlib import Path
 from tokenizers.processors import TemplateProcessing
 from torch import nn
 
-from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import atomic_dir, check_writable, folder_name
+from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.records import checkpoint_tag
 from encoderlab.hub import sentence
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
 from encoderlab.hub.hf import family, hf_config, refusal
-from encoderlab.core.io import atomic_dir, check_writable, folder_name
 from encoderlab.model.config import ModelConfig
 
 MANIFEST = "finetuned.json"  # which run the folder holds (its identity) and the records it scored

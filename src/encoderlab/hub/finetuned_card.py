@@ -9,10 +9,18 @@ import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetune.aggregate import summarize
-from encoderlab.tasks import baselines
-from encoderlab.hub.card import HUB_TASKS, SENTENCE, TRANSFORMERS, caveat, definition_lines, public, strongest_text, \
-    versus_text
+from encoderlab.hub.card import (
+    HUB_TASKS,
+    SENTENCE,
+    TRANSFORMERS,
+    caveat,
+    definition_lines,
+    public,
+    strongest_text,
+    versus_text,
+)
 from encoderlab.model.config import ModelConfig
+from encoderlab.tasks import baselines
 
 # The protocol settings that shape a family's inputs, head or metric (the others are in every card).
 SETTINGS = {"classification": ("sentence_pairs", "classification_head"), "tokens": ("tokens",), "qa": ("qa",),

@@ -25,12 +25,10 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
-from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.model.config import ModelConfig
+from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
 from encoderlab.hub.families import architecture_fields, our_weights
 from encoderlab.hub.folders import UnsupportedModelError, prepare_out
-from encoderlab.runs.checkpoint import save_weights_only, weight_mismatches
 from encoderlab.hub.source import (
     CAUSAL,
     folder_weights,
@@ -39,6 +37,8 @@ from encoderlab.hub.source import (
     require_tokenizer_files,
     resolve_source,
 )
+from encoderlab.model.config import ModelConfig
+from encoderlab.runs.checkpoint import save_weights_only, weight_mismatches
 
 # ---- the architecture (hub/families.py maps the config and the weights) ------------------------------------
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from encoderlab.tasks.retrieval import DOCUMENT_PREFIX, QUERY_PREFIX
 from encoderlab.model.config import ModelConfig
+from encoderlab.tasks.retrieval import DOCUMENT_PREFIX, QUERY_PREFIX
 
 KIND = "sentence-transformers"  # hub/card.py SENTENCE
 POOLING = "1_Pooling"

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_serializer,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_serializer, model_validator
 
 
 class RopeScaling(BaseModel):

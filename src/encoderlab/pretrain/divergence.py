@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from encoderlab.core.errors import Failed
-from encoderlab.runs import checkpoint
 from encoderlab.pretrain import distributed
+from encoderlab.runs import checkpoint
 from encoderlab.runs.logging import read_metrics
 
 

@@ -23,8 +23,8 @@ from encoderlab.model import attention
 from encoderlab.pretrain import distributed, objectives
 from encoderlab.pretrain import resume as same_run
 from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.setup import check_compatible, initial_model, model_config, resolve_device
 from encoderlab.pretrain.divergence import Watch, out_of_memory
+from encoderlab.pretrain.setup import check_compatible, initial_model, model_config, resolve_device
 from encoderlab.runs import checkpoint, optim
 from encoderlab.runs.logging import MetricsLog, Progress, describe_step, read_metrics
 

@@ -16,9 +16,9 @@ import yaml
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file
+from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.objectives import phase_at
 from encoderlab.runs import checkpoint
-from encoderlab.pretrain.config import PretrainConfig
 
 CONFIG = "config.yaml"
 

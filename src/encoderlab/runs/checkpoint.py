@@ -28,8 +28,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from encoderlab.core.io import atomic_dir, atomic_file, remove_leftovers, sha256_of, write_json
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import atomic_dir, atomic_file, remove_leftovers, sha256_of, write_json
 
 if TYPE_CHECKING:
     from encoderlab.data.tokenizer import TextTokenizer

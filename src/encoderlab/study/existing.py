@@ -13,8 +13,8 @@ from pathlib import Path
 
 from encoderlab.core.config import ConfigError
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.study.spec import StudySpec, resolve_path
 from encoderlab.runs.checkpoint import LATEST
+from encoderlab.study.spec import StudySpec, resolve_path
 
 
 def import_dir(root: Path, name: str) -> Path:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from encoderlab.pretrain import objectives
 from encoderlab.core.config import ConfigError, deep_merge, validate
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset, preset_names
-from encoderlab.study.spec import StudySpec
+from encoderlab.pretrain import objectives
 from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.study.spec import StudySpec
 
 
 def steps_label(n: int) -> str:

@@ -17,10 +17,10 @@ from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetune import records
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.shared_training import job_groups, trainer_spec
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.runs.checkpoint import checkpoint_name, weights_digest
 from encoderlab.study.plan import Plan, expand_tasks
 from encoderlab.study.scheduler import Job
-from encoderlab.runs.checkpoint import checkpoint_name, weights_digest
-from encoderlab.pretrain.config import PretrainConfig
 
 Say = Callable[[str], None]
 
@@ -65,8 +65,8 @@ class RandomInitJob(Job):
 
         from encoderlab.data.loader import PackedDataset, resolve_data
         from encoderlab.model import attention
-        from encoderlab.pretrain.setup import initial_model, model_config
         from encoderlab.pretrain.resume import record_config
+        from encoderlab.pretrain.setup import initial_model, model_config
         from encoderlab.runs import checkpoint
 
         if self.config is None:
@@ -114,8 +114,8 @@ class EvalJob(Job):
                    for lr in self.protocol.lrs for seed in self.protocol.seeds)
 
     def execute(self, log: Say, progress: Say | None) -> dict:
-        from encoderlab.finetune.sweep import run_sweep
         from encoderlab.core.io import encoderlab_home
+        from encoderlab.finetune.sweep import run_sweep
         from encoderlab.runs import checkpoint
 
         started = time.perf_counter()

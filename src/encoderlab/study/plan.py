@@ -10,18 +10,18 @@ of all schedules' prefixes (a trie), the least any plan can train.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 from pathlib import Path
+from typing import Any
 
-from encoderlab.pretrain import objectives
 from encoderlab.core.config import ConfigError, deep_merge, load_yaml, validate
 from encoderlab.model.config import ModelConfig
+from encoderlab.pretrain import objectives
+from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.runs.checkpoint import checkpoint_name
 from encoderlab.study import imported as imp
 from encoderlab.study.existing import locate
 from encoderlab.study.grid import Grid, PretrainRun, shared_config
 from encoderlab.study.spec import StudySpec, resolve_path
-from encoderlab.runs.checkpoint import checkpoint_name
-from encoderlab.pretrain.config import PretrainConfig
 
 # Dense bf16 matrix-product peaks (vendor datasheets, TFLOP/s, without sparsity) for --gpu estimates.
 GPU_PEAK_TFLOPS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "l40s": 362.0, "mi250x": 383.0,

@@ -4,7 +4,7 @@ study's records are, so that their numbers can stand beside ours (docs/paper.md)
 Their layout: `<model>/<TASK>/<dataset>/<run>/results.json`, run = `lr{LR}_sd{SEED}` or, for IR (one model trained
 on MS MARCO pairs per LR and seed, scored on each IR set), `msmarco_pairs_lr{LR}_sd{SEED}`; each file holds
 `{"validation": {"score": x}, "test": {"score": y}}` as fractions (per-example `scores_i` beside them, ignored).
-Their score is their protocol's metric (finetune/protocol.py `paper`); they kept no standard metric.
+Their score is their protocol's metric (configs/eval/paper.yaml's); they kept no standard metric.
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.study.results import CATEGORIES, CategoryScore, TaskScore, category_scores, task_scores
+from encoderlab.study.tables import _csv, _fmt, _table
 
 # The datasets of the paper's category means, under the authors' folder names -> encoderlab's task names. Their
 # repository also holds QA/qed, which the published QA means are read here not to include: it is skipped, and said.

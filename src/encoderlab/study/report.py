@@ -4,12 +4,19 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from encoderlab.finetune.aggregate import ONE
-from encoderlab.tasks import baselines
 from encoderlab.core.io import atomic_file
+from encoderlab.finetune.aggregate import ONE
+from encoderlab.study.results import (
+    CATEGORIES,
+    REPRODUCED,
+    STANDARD_METRIC,
+    CategoryScore,
+    StudyResults,
+    category_scores,
+    outcome,
+)
 from encoderlab.study.tables import _csv, _fmt, _table
-from encoderlab.study.results import (REPRODUCED, CATEGORIES, STANDARD_METRIC, CategoryScore, StudyResults,
-                                      category_scores, outcome)
+from encoderlab.tasks import baselines
 
 
 class Report:

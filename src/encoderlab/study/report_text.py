@@ -7,10 +7,10 @@ from datetime import datetime, timezone
 import yaml
 from scipy import stats
 
-from encoderlab.study.compare import cmp_rows as _cmp_rows, comparisons_section
+from encoderlab.study.compare import cmp_rows as _cmp_rows
+from encoderlab.study.compare import comparisons_section
 from encoderlab.study.reference import reference_section
-from encoderlab.study.results import (CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, tally,
-                                      verdict)
+from encoderlab.study.results import CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, tally, verdict
 
 # Where CLM stops being ahead in the paper (docs/paper.md, finding 2: ~10K of 42K steps on SC and QA, ~20K on IR), as a
 # share of the budget so that a smaller study judges the same stretch of its training.

@@ -15,12 +15,12 @@ from pathlib import Path
 from scipy import stats
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune import records
-from encoderlab.tasks.metrics import mean_ci95, std
-from encoderlab.finetune.aggregate import summarize
 from encoderlab.core.io import read_json
+from encoderlab.finetune import records
+from encoderlab.finetune.aggregate import summarize
 from encoderlab.runs.checkpoint import weights_digest
 from encoderlab.runs.logging import read_metrics
+from encoderlab.tasks.metrics import mean_ci95, std
 
 CATEGORY = {"classification": "SC", "tokens": "TC", "qa": "QA", "retrieval": "IR"}
 CATEGORIES = ["SC", "TC", "QA", "IR"]

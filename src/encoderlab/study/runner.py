@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
-from encoderlab.core.errors import EncoderlabError
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import EvalJob, PretrainJob, RandomInitJob, jobs_of
 from encoderlab.study.plan import Plan, build_plan
 from encoderlab.study.scheduler import Board, Job, run_jobs
 
-__all__ = ["Job", "jobs_of", "execute", "run_study", "check_succeeded"]
+__all__ = ["execute", "run_study", "check_succeeded"]
 
 
 def execute(job: Job, log: Callable[[str], None] | None = None,

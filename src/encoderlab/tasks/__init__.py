@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.core.io import encoderlab_home
 from encoderlab.core.errors import DataError
+from encoderlab.core.io import encoderlab_home
 from encoderlab.data.offline.taskfiles import FAMILIES, read_task, task_names
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks.taskfile import (

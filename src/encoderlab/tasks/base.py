@@ -16,10 +16,11 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from encoderlab.core.seeds import derive_seed
 from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
-from encoderlab.core.seeds import derive_seed
+
 
 class EvalTask(ABC):
     name: str  # e.g. "rt-polarity"

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.tasks.metrics import squad_scores
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks.common import cached, content_hash
+from encoderlab.tasks.metrics import squad_scores
 
 VERSION = "baselines-v3"  # bump when a baseline changes, so that cached ones are computed again
 SPLITS = ("validation", "test")

@@ -26,27 +26,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import read_jsonl
-from encoderlab.tasks.metrics import accuracy, macro_f1
 from encoderlab.data.offline.taskfiles import read_task
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.base import SPLITS, ListTask, constant, linear_head, mean_pool, pad
 from encoderlab.tasks.common import (
+    cached,
     check_splits,
     column,
-    split_validation,
-    cached,
     content_hash,
     eval_mode,
     load_hf_splits,
     pack_lists,
     read_table,
+    split_validation,
     unpack_lists,
 )
-from encoderlab.model.transformer import Transformer
-
-
+from encoderlab.tasks.metrics import accuracy, macro_f1
 
 # ---------------------------------------------------------------------------------------- the task
 

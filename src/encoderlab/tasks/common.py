@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from encoderlab.data.hub_access import is_network_error, offline_variable, probe_hub
-from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import atomic_file, read_jsonl, utf8_lines
+from encoderlab.data.hub_access import is_network_error, offline_variable, probe_hub
+from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.tasks.base import SPLITS
 
 HOLDOUT_FRACTION = 0.05

@@ -8,9 +8,9 @@ import random
 from pathlib import Path
 from typing import Literal
 
-from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import read_jsonl
+from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.tasks.common import check_hub, split_validation
 from encoderlab.tasks.qa import QATask, _row, hold_out
 from encoderlab.tasks.retrieval import RetrievalTask, Split

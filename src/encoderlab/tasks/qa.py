@@ -27,14 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.core.io import read_jsonl
-from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.core.errors import DataError
-from encoderlab.tasks.metrics import squad_scores
+from encoderlab.core.io import read_jsonl
 from encoderlab.data.offline.taskfiles import read_task
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.base import SPLITS, EvalTask, answer, constant
 from encoderlab.tasks.common import cached, char_span_to_tokens, split_validation
-from encoderlab.model.transformer import Transformer
+from encoderlab.tasks.metrics import squad_scores
 
 CACHE_VERSION = 2  # 2: questions cut to max_length // 2 are counted
 TOP_K = 20

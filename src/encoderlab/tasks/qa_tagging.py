@@ -33,14 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.core.errors import DataError
-from encoderlab.tasks.metrics import squad_scores, token_position_f1
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.base import SPLITS, EvalTask, answer, constant, linear_head
 from encoderlab.tasks.common import cached, char_span_to_tokens, eval_mode
-
-from encoderlab.model.transformer import Transformer
-
+from encoderlab.tasks.metrics import squad_scores, token_position_f1
 
 CACHE_VERSION = 1
 QUESTION = "Question: {}\nContext: "  # the authors' first sequence; the context is the second

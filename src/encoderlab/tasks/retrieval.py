@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.core.errors import DataError
-from encoderlab.tasks.metrics import ndcg_at_k, ndcg_top_k_only, recall_at_k
+from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.tasks.base import EvalTask, constant, mean_pool, pad
 from encoderlab.tasks.common import cached
+from encoderlab.tasks.metrics import ndcg_at_k, ndcg_top_k_only, recall_at_k
 from encoderlab.tasks.retrieval_data import Split, Tokens, tokenise, validate
 
 _Tokens = Tokens  # its name before it moved to retrieval_data

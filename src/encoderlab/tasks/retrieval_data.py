@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.core.errors import DataError
+from encoderlab.data.tokenizer import TextTokenizer
 
 Split = dict[str, dict[str, int]]  # query id -> document id -> relevance grade
 

@@ -25,9 +25,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from encoderlab.core.config import load_yaml, validate
-from encoderlab.data.offline.taskfiles import data_files
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import sha256_of
+from encoderlab.data.offline.taskfiles import data_files
 
 SAFE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 

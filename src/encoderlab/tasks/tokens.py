@@ -37,16 +37,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import read_jsonl
-from encoderlab.tasks.metrics import entity_f1, sentence_macro_f1, token_accuracy
 from encoderlab.data.offline.taskfiles import read_task
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.base import SPLITS, ListTask, constant, linear_head, pad
 from encoderlab.tasks.common import (
+    cached,
     check_splits,
     column,
-    cached,
     content_hash,
     eval_mode,
     holdout,
@@ -55,8 +55,8 @@ from encoderlab.tasks.common import (
     unpack_lists,
 )
 from encoderlab.tasks.dropout import row_seeds, seeded_dropout
+from encoderlab.tasks.metrics import entity_f1, sentence_macro_f1, token_accuracy
 from encoderlab.tasks.schemes import SCHEMES, Scheme, derive, first_invalid, metric_of
-from encoderlab.model.transformer import Transformer
 
 
 class TokenTask(ListTask):

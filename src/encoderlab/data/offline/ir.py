@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from encoderlab.core.errors import DataError
+from encoderlab.core.io import write_jsonl
 from encoderlab.data import decontaminate
 from encoderlab.data.offline.taskfiles import SPLITS, write_task_folder
 from encoderlab.data.offline.units import classification_task, stable_key
-from encoderlab.core.io import write_jsonl
-from encoderlab.core.errors import DataError
 
 RECIPE = 1  # bump when a change alters the built files
 LONG_MIN_WORDS = 400  # a review this long is longer than a 512-token window of the default BPE
