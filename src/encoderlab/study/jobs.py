@@ -108,10 +108,9 @@ class EvalJob(Job):
         tag, key = records.checkpoint_tag(self.checkpoint), records.protocol_key(self.protocol.model_dump(mode="json"))
         identities = [task_identity(task) for task in self.tasks]  # data hashed once per process, not per job
         shared = trainer_spec(self.protocol, self.tasks, task_family)
-        made_by = [task_identity(shared)[1] if shared else fingerprint for _, fingerprint in identities]
-        return all(records.recorded(self.out, tag, key, [identity], trained_on, lr, seed, weights)
-                   for identity, trained_on in zip(identities, made_by)
-                   for lr in self.protocol.lrs for seed in self.protocol.seeds)
+        trainer = task_identity(shared)[1] if shared else None  # else each task trained on its own data
+        return all(records.recorded(self.out, tag, key, [identity], trainer or identity[1], lr, seed, weights)
+                   for identity in identities for lr in self.protocol.lrs for seed in self.protocol.seeds)
 
     def execute(self, log: Say, progress: Say | None) -> dict:
         from encoderlab.core.io import encoderlab_home
