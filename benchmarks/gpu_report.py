@@ -27,7 +27,9 @@ def markdown(report: dict) -> str:
         lines += ["", *table(["section", "check", "error", "limit", ""], checks)]
     speed = report["sections"].get("pretrain-speed", {}).get("numbers")
     if speed:
-        lines += ["", f"Pretraining, bf16 matmul peak measured: {speed['bf16 matmul peak TFLOP/s (measured)']} "
+        measured = speed.get("matmul peak TFLOP/s (measured)") or {  # older reports: bf16 only
+            "dtype": "bf16", "TFLOP/s": speed["bf16 matmul peak TFLOP/s (measured)"]}
+        lines += ["", f"Pretraining, {measured['dtype']} matmul peak measured: {measured['TFLOP/s']} "
                   "TFLOP/s (target: MFU >= 45% and >= 1.3x transformers)", ""]
         lines += table(["preset", "seq", "batch", "objective", "compile", "encoderlab tok/s", "MFU", "peak MiB",
                         "transformers tok/s", "MFU", "peak MiB", "ratio"], [

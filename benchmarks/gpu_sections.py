@@ -356,8 +356,9 @@ def pretrain_speed(ctx) -> Section:
     import pretrain_throughput as pt
 
     s, p = Section(ctx), ctx.sizes["pretrain_speed"]
-    peak = pt.bf16_peak_flops(ctx.device, reps=p["peak_reps"])
-    s.numbers["bf16 matmul peak TFLOP/s (measured)"] = round(peak / 1e12, 2)
+    dtype = pt.resolve_dtype("auto", ctx.device.type)  # bf16 on the GPU; on a CPU without native bf16 (smoke), fp32
+    peak = pt.peak_flops(ctx.device, reps=p["peak_reps"], dtype=dtype, n=p.get("peak_n"))
+    s.numbers["matmul peak TFLOP/s (measured)"] = {"dtype": dtype, "TFLOP/s": float(f"{peak / 1e12:.4g}")}
     compiles = (False, True) if ctx.device.type == "cuda" else (False,)
     if ctx.device.type != "cuda":
         s.skip("compile", "inductor on CPU compiles for 10-40 s; `make bench` and tests/distributed cover it")
@@ -365,7 +366,7 @@ def pretrain_speed(ctx) -> Section:
     rows = []
     for compile_ in compiles:
         for objective in ("mlm40", "clm"):
-            shape = pt.Shape(p["preset"], objective, p["batch"], p["seq_len"], compile_)
+            shape = pt.Shape(p["preset"], objective, p["batch"], p["seq_len"], compile_, dtype)
             row = pt.bench(shape, p["reps"], p["warmup"], peak, ctx.device)
             if ctx.device.type == "cuda":
                 for impl in pt.IMPLEMENTATIONS:
@@ -403,7 +404,7 @@ SIZES = {
               "attention_speed": {"batch": 1, "seq_len": 64, "heads": 2, "kv_heads": 2, "head_dim": 16,
                                   "median_doc": 16, "reps": 1},
               "pretrain_speed": {"preset": "tiny", "batch": 1, "seq_len": 32, "reps": 1, "warmup": 0,
-                                 "peak_reps": 1}},
+                                 "peak_reps": 1, "peak_n": 256}},
 }
 
 
@@ -438,6 +439,10 @@ def run_all(device_name: str, smoke: bool, only: list[str] | None, log=print) ->
 
 def run_section(section, ctx, log) -> dict:
     """One section's outcome: a failing section is recorded and the others still run (device time is scarce)."""
+    # Each section compiles as a fresh process would: compiled functions share one cache per code object (the
+    # compiled flex_attention's too), and the sections' many shapes and dtypes would otherwise exhaust its
+    # recompile limit, after which a later section times the eager fallback (seen: flex 37 ms instead of ~1.5).
+    torch._dynamo.reset()
     started = time.perf_counter()
     try:
         s = section(ctx)

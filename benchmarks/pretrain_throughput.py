@@ -4,8 +4,9 @@ For each preset and objective, both models get the same shapes, weights, dtype (
 optimizer (AdamW), and their training steps alternate so that machine noise hits both alike. The baseline is the
 obvious alternative: `EuroBertForMaskedLM` (MLM) or `LlamaForCausalLM` (CLM) called with `labels`, in a plain
 PyTorch loop. encoderlab additionally applies document masks (packed windows of several documents); the baseline
-attends across the whole window, which is less work. MFU is model FLOPs per second over the bf16 matrix-product peak
-measured here, in this run, on the same device.
+attends across the whole window, which is less work. MFU is model FLOPs per second over the matrix-product peak of
+the run's dtype measured here, in this run, on the same device. `--dtype auto` (the default) is bf16 autocast where
+the device multiplies bf16 natively and fp32 elsewhere, as the configs' `dtype: auto`.
 
 Peak memory is measured apart from the timing, one implementation at a time: on CUDA the peak of
 `torch.cuda.max_memory_allocated` over two training steps, on CPU the growth of the peak resident set size
@@ -14,6 +15,7 @@ steps; both count from before the model is built (weights, AdamW state, gradient
 
     python benchmarks/pretrain_throughput.py --presets tiny mini 210m:128 --objectives mlm40 clm
     python benchmarks/pretrain_throughput.py --quick --no-memory     # smoke test: the default test suite runs it
+    python benchmarks/pretrain_throughput.py --presets micro --profile 3 --no-memory  # where each step's time goes
     (PRESET:SEQ_LEN gives one preset its own sequence length; --seq-len is the others')
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.pretrain import objectives
 from encoderlab.pretrain.distributed import World, compile_kernel, prepare_model
+from encoderlab.runs.optim import resolve_dtype
 
 IMPLEMENTATIONS = ("encoderlab", "transformers")
 SPECIAL = [0, 1, 2, 3]  # bos, eos, pad, mask of the synthetic batches
@@ -46,9 +49,11 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def bf16_peak_flops(device: torch.device, reps: int = 20) -> float:
-    n = 8192 if device.type == "cuda" else 2048
-    a, b = (torch.randn(n, n, dtype=torch.bfloat16, device=device) for _ in range(2))
+def peak_flops(device: torch.device, reps: int = 20, dtype: str = "bf16", n: int | None = None) -> float:
+    """FLOP/s of a large (n x n) matrix product in `dtype` ("bf16" or "fp32") on `device`."""
+    n = n or (8192 if device.type == "cuda" else 2048)
+    a, b = (torch.randn(n, n, dtype=torch.bfloat16 if dtype == "bf16" else torch.float32, device=device)
+            for _ in range(2))
     for _ in range(3):
         a @ b
     synchronize(device)
@@ -80,6 +85,7 @@ class Shape:
     batch: int
     seq_len: int
     compile: bool = False  # the trainer's train.compile (each block); the baseline's decoder layers alike
+    dtype: str = "bf16"  # bf16 autocast or fp32, both implementations
 
 
 def parse_preset(text: str, default_seq_len: int) -> tuple[str, int]:
@@ -120,8 +126,10 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
     vocab = objectives.Vocab(cfg.vocab_size, 3, tuple(SPECIAL))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=impl == "encoderlab")
 
+    bf16 = shape.dtype == "bf16"
+
     def step_encoderlab():
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             sums = objectives.loss_sums(model, ids, docs, objective, vocab, gen)
         (sums.loss / sums.tokens).backward()
         optimizer.step()
@@ -130,7 +138,7 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
     def step_transformers():
         inputs = objective.prepare(ids, docs, vocab, gen)
         labels = ids if objective.causal else inputs.labels  # HF shifts CLM labels itself
-        with torch.autocast(device.type, dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = model(input_ids=inputs.input_ids, labels=labels).loss
         loss.backward()
         optimizer.step()
@@ -161,13 +169,47 @@ def bench(shape: Shape, reps: int, warmup: int, peak: float, device: torch.devic
     head_fraction = getattr(objective, "mask_rate", 1.0)
     flops_per_token = cfg.flops_per_token(shape.seq_len, objective.causal, training=True, head_fraction=head_fraction)
     result = {"preset": shape.preset, "objective": objective.name, "batch": shape.batch, "seq_len": shape.seq_len,
-              "compile": shape.compile,
+              "compile": shape.compile, "dtype": shape.dtype,
               "device": str(device), "threads": torch.get_num_threads(), "parameters": cfg.num_parameters()}
     for impl, ts in times.items():
         tps = tokens / statistics.median(ts)
         result[impl] = {"tokens_per_s": round(tps), "mfu": round(tps * flops_per_token / peak, 4)}
     result["ratio"] = round(result["encoderlab"]["tokens_per_s"] / result["transformers"]["tokens_per_s"], 3)
     return result
+
+
+def profile(shape: Shape, steps: int, rows: int, device: torch.device) -> str:
+    """Where a training step's time goes: torch.profiler over `steps` steps of each implementation (after two
+    warm-ups), the `rows` operators with the most self time on the device (the CPU's time on a CPU), and per step
+    the wall time, the time kernels kept the device busy and how many kernels ran."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sort = "self_device_time_total" if cuda else "self_cpu_time_total"
+    ours, *_, step_ours = build("encoderlab", shape, device)
+    steps_of = {"encoderlab": step_ours, "transformers": build("transformers", shape, device,
+                                                               weights=ours.state_dict())[3]}
+    parts = []
+    for impl, step in steps_of.items():
+        for _ in range(2):
+            step()
+        synchronize(device)
+        with profiler(activities=activities) as prof:
+            started = time.perf_counter()
+            for _ in range(steps):
+                step()
+            synchronize(device)
+            wall = (time.perf_counter() - started) / steps
+        events = prof.key_averages()
+        line = f"{impl} {shape.preset} {shape.objective} compile={shape.compile}: {wall * 1e3:.1f} ms per step"
+        if cuda:
+            kernels = [e for e in prof.events() if e.device_type.name == "CUDA"]
+            busy = sum(e.device_time for e in kernels) / 1e3 / steps
+            line += f", device busy {busy:.1f} ms, {len(kernels) / steps:.0f} kernels per step"
+        parts.append(line + "\n" + events.table(sort_by=sort, row_limit=rows, max_name_column_width=60))
+    return "\n".join(parts)
 
 
 def _peak_memory_here(impl: str, shape: Shape, device_name: str, threads: int) -> int:
@@ -243,8 +285,13 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
     parser.add_argument("--compile", action="store_true", help="torch.compile each block of both models")
+    parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                        help="bf16 autocast or fp32; auto: bf16 where the device multiplies bf16 natively")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="also profile STEPS steps of each implementation per shape: the top operators by time")
+    parser.add_argument("--profile-rows", type=int, default=25)
     parser.add_argument("--quick", action="store_true",
                         help="smoke test (numbers are noise): micro at 64 tokens, batch 2, one step each")
     args = parser.parse_args(argv)
@@ -254,8 +301,9 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
-    peak = bf16_peak_flops(device, reps=2 if args.quick else 20)
-    shapes = [Shape(name, o, args.batch, seq_len, args.compile) for name, seq_len in
+    dtype = resolve_dtype(args.dtype, device.type)
+    peak = peak_flops(device, reps=2 if args.quick else 20, dtype=dtype, n=256 if args.quick else None)
+    shapes = [Shape(name, o, args.batch, seq_len, args.compile, dtype) for name, seq_len in
               (parse_preset(p, args.seq_len) for p in args.presets) for o in args.objectives]
     results = []
     for shape in shapes:
@@ -264,11 +312,13 @@ def main(argv=None) -> None:
             for impl in IMPLEMENTATIONS:
                 result[impl]["peak_memory_mib"] = round(peak_memory(impl, shape, device) / 2**20)
         results.append(result)
+        if args.profile:
+            print(profile(shape, args.profile, args.profile_rows, device), flush=True)
     if args.json:
-        print(json.dumps({"bf16_peak_tflops": round(peak / 1e12, 3), "device": str(device), "results": results},
-                         indent=2))
+        print(json.dumps({"dtype": dtype, "peak_tflops": float(f"{peak / 1e12:.4g}"), "device": str(device),
+                          "results": results}, indent=2))
         return
-    print(f"bf16 matmul peak measured: {peak / 1e12:.2f} TFLOP/s on {device}, {torch.get_num_threads()} threads, "
+    print(f"{dtype} matmul peak measured: {peak / 1e12:.3g} TFLOP/s on {device}, {torch.get_num_threads()} threads, "
           f"batch {args.batch}, median of {args.reps} alternating steps")
     print(f"{'preset':<6} {'seq':>5} {'objective':<9} {'encoderlab tok/s':>17} {'MFU':>6} {'peak MiB':>9} "
           f"{'transformers tok/s':>19} {'MFU':>6} {'peak MiB':>9} {'ratio':>6}")

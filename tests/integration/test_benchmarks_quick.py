@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
 def test_pretrain_throughput_quick(capsys):
     pretrain_throughput.main(["--quick", "--no-memory", "--json", "--device", "cpu"])
     out = json.loads(capsys.readouterr().out)
-    assert out["bf16_peak_tflops"] > 0 and out["device"] == "cpu"
+    assert out["peak_tflops"] > 0 and out["device"] == "cpu" and out["dtype"] in ("bf16", "fp32")
     rows = out["results"]
     assert [(r["preset"], r["seq_len"], r["objective"]) for r in rows] == [("micro", 64, "mlm40"), ("micro", 64, "clm")]
     for row in rows:
@@ -42,6 +42,15 @@ def test_pretrain_throughput_peak_memory_counts_the_model():
     shape = pretrain_throughput.Shape("micro", "clm", 2, 64)
     for impl in pretrain_throughput.IMPLEMENTATIONS:
         assert pretrain_throughput._peak_memory_here(impl, shape, "cpu", 1) >= 0
+
+
+def test_pretrain_throughput_profile_names_both_implementations():
+    """--profile's table: a step's wall time for each implementation and its top operators."""
+    text = pretrain_throughput.profile(pretrain_throughput.Shape("micro", "mlm40", 2, 64), 1, 3,
+                                       pretrain_throughput.torch.device("cpu"))
+    for impl in pretrain_throughput.IMPLEMENTATIONS:
+        assert f"{impl} micro mlm40 compile=False: " in text
+    assert text.count("Self CPU time total") == 2
 
 
 def test_prepare_throughput_quick(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from encoderlab.model.attention import (
     Flex,
     Varlen,
     attend,
+    document_block_mask,
     for_pretraining,
     segment_layout,
 )
@@ -113,6 +114,49 @@ def test_flex_block_mask_equals_dense_mask(causal):
     model.init_weights(0)
     docs = packed_docs(2, 96, mean=16, seed=4)
     x = torch.randint(0, CFG.vocab_size, docs.shape, generator=torch.Generator().manual_seed(5))
+    model.model.attention = Flex()
+    flex = model(x, causal=causal, doc_ids=docs)
+    model.model.attention = Dense("flash")
+    torch.testing.assert_close(flex, model(x, causal=causal, doc_ids=docs), rtol=1e-5, atol=1e-5)
+
+
+def tile_sets(block_mask, full: bool) -> list[list[set[int]]]:
+    counts = block_mask.full_kv_num_blocks if full else block_mask.kv_num_blocks
+    indices = block_mask.full_kv_indices if full else block_mask.kv_indices
+    return [[set(indices[b, 0, i, :counts[b, 0, i]].tolist()) for i in range(counts.shape[2])]
+            for b in range(counts.shape[0])]
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["block-causal", "block-diagonal"])
+@pytest.mark.parametrize("mean", [40, 300, 5000], ids=["short-docs", "long-docs", "one-doc"])
+def test_document_block_mask_is_create_block_mask(causal, mean):
+    """The tiles computed from document ids (model/attention.py `document_block_mask`) are exactly those
+    create_block_mask finds by evaluating the mask on every pair: which are skipped, partial and full."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    docs = packed_docs(3, 1024, mean=mean, seed=mean)
+
+    def same_document(b, h, q, kv):
+        allowed = docs[b, q] == docs[b, kv]
+        return allowed & (q >= kv) if causal else allowed
+
+    got = document_block_mask(docs, causal, same_document)
+    want = create_block_mask(same_document, 3, None, 1024, 1024, device="cpu")
+    for full in (False, True):
+        assert tile_sets(got, full) == tile_sets(want, full)
+    torch.testing.assert_close(got.to_dense(), want.to_dense())
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["block-causal", "block-diagonal"])
+@torch.no_grad()
+def test_flex_with_tiles_from_document_ids_equals_dense_mask(causal):
+    """At a length that is a multiple of the tile, Flex takes document_block_mask; unsorted document ids too (a
+    tile whose id range overlaps another's without a shared document is partial: mask_mod still decides)."""
+    model = TransformerLM(CFG).eval()
+    model.init_weights(0)
+    docs = packed_docs(2, 256, mean=30, seed=6)
+    docs[1] = docs[1][torch.randperm(256, generator=torch.Generator().manual_seed(7))]  # ids in no order
+    x = torch.randint(0, CFG.vocab_size, docs.shape, generator=torch.Generator().manual_seed(8))
     model.model.attention = Flex()
     flex = model(x, causal=causal, doc_ids=docs)
     model.model.attention = Dense("flash")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, ValidationError, model_validator
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.runs.config import AdamWSection, Seed, WandbSection
+from encoderlab.runs.optim import resolve_dtype
 
 # What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),
 # the optimizer and the selection rule stay the same for every task, or the tasks' scores would not compare.
@@ -94,7 +96,9 @@ class Protocol(BaseModel):
     max_length_fraction: float = Field(0.99, gt=0, le=1)
     max_length_by_family: dict[str, int] = Field(default_factory=dict)
     selection_split: Literal["validation"] = "validation"
-    dtype: Literal["bf16", "fp32"] = "bf16"
+    dtype: Literal["bf16", "fp32", "auto"] = Field(
+        "bf16", description="bf16 (autocast) or fp32; auto: bf16 where the default device (CUDA when available) "
+        "multiplies bf16 natively, else fp32; resolved when the protocol is read, so records hold what ran")
     weights: Literal["fp32", "bf16"] = Field("fp32", description="fp32: fp32 weights and AdamW state under "
                                              "`dtype` autocast; bf16: the weights and AdamW state are bf16")
     sentence_pairs: Literal["segments", "labelled"] = Field(
@@ -136,6 +140,13 @@ class Protocol(BaseModel):
             values = getattr(self, key)
             if twice := sorted({v for v in values if values.count(v) > 1}):
                 raise ValueError(f"{key}: {twice[0]:g} is given twice; list each value once")
+        return self
+
+    @model_validator(mode="after")
+    def _resolve_dtype(self) -> Protocol:
+        if self.dtype == "auto" and self.weights == "bf16":  # bf16 weights compute in bf16 wherever they run
+            self.dtype = "bf16"
+        self.dtype = resolve_dtype(self.dtype, "cuda" if torch.cuda.is_available() else "cpu")
         return self
 
     @model_validator(mode="after")

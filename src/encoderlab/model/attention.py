@@ -266,8 +266,42 @@ class Flex:
                 allowed = allowed & ((q - kv < window) if causal else ((q - kv).abs() <= window))
             return allowed & (q >= kv) if causal else allowed
 
-        block_mask = create_block_mask(same_document, B, None, T, T, device=doc_ids.device)
+        if window is None and T % FLEX_BLOCK == 0:
+            block_mask = document_block_mask(doc_ids, causal, same_document)
+        else:
+            block_mask = create_block_mask(same_document, B, None, T, T, device=doc_ids.device)
         return FlexLayout(block_mask, self.kernel or flex_attention)
+
+
+FLEX_BLOCK = 128  # flex_attention's default tile, rows and columns
+
+
+def document_block_mask(doc_ids: Tensor, causal: bool, mask_mod: Callable):
+    """The BlockMask `create_block_mask(mask_mod, B, None, T, T)` makes for document masks, from each tile's smallest
+    and largest document id: (B, T/128, T/128) work instead of evaluating mask_mod on all B x T x T pairs, and no
+    host sync (on an H100 that evaluation took ~8 ms per step at 8 x 2,048 tokens). A tile pair whose id ranges do
+    not overlap holds no allowed pair; one whose tiles are a single, shared document is full (below the diagonal
+    when causal); any other overlapping pair is partial and mask_mod decides inside it."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    B, T = doc_ids.shape
+    tiles = doc_ids.view(B, T // FLEX_BLOCK, FLEX_BLOCK)
+    low, high = tiles.amin(-1), tiles.amax(-1)  # (B, n)
+    overlap = (low[:, :, None] <= high[:, None, :]) & (low[:, None, :] <= high[:, :, None])  # (B, q tile, kv tile)
+    single = low == high
+    full = overlap & single[:, :, None] & single[:, None, :]
+    if causal:
+        q_tile = torch.arange(T // FLEX_BLOCK, device=doc_ids.device)
+        overlap = overlap & (q_tile[:, None] >= q_tile[None, :])
+        full = full & (q_tile[:, None] > q_tile[None, :])
+    partial = overlap & ~full
+
+    def listed(tiles_on: Tensor) -> tuple[Tensor, Tensor]:  # per q tile: how many kv tiles, and which first
+        order = torch.sort(tiles_on.to(torch.int8), dim=-1, descending=True, stable=True).indices
+        return tiles_on.sum(-1, dtype=torch.int32)[:, None], order.to(torch.int32)[:, None]
+
+    return BlockMask.from_kv_blocks(*listed(partial), *listed(full), BLOCK_SIZE=FLEX_BLOCK, mask_mod=mask_mod,
+                                    seq_lengths=(T, T))
 
 
 Backend = Dense | Varlen | Flex

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
+import torch
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -21,6 +22,7 @@ from encoderlab.core.io import folder_name
 from encoderlab.pretrain.objectives import Phase, Schedule
 from encoderlab.runs.config import AdamWSection, Seed, WandbSection
 from encoderlab.runs.config import Section as _Section
+from encoderlab.runs.optim import resolve_dtype
 from encoderlab.runs.schedule import LRSchedule
 
 
@@ -63,7 +65,9 @@ class TrainSection(_Section):
     global_batch_tokens: int | None = Field(None, gt=0, description="or: tokens per step (a multiple of seq_len)")
     micro_batch: int | None = Field(None, gt=0, description="sequences per forward; global/micro = accumulation")
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto: CUDA when available")
-    dtype: Literal["bf16", "fp32"] = "bf16"
+    dtype: Literal["bf16", "fp32", "auto"] = Field(
+        "bf16", description="bf16 (autocast) or fp32; auto: bf16 where the device multiplies bf16 natively, else fp32 "
+        "(resolved when the config is read: the run folder keeps the choice)")
     seed: Seed = 0
     log_every: int = Field(10, gt=0)
     eval_every: int = Field(0, ge=0, description="held-out loss every N steps; 0: only at the end")
@@ -95,6 +99,9 @@ class TrainSection(_Section):
             raise ValueError("give exactly one of global_batch (sequences) and global_batch_tokens")
         if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
             raise ValueError(f"micro_batch {self.micro_batch} must divide global_batch {self.global_batch}")
+        if self.dtype == "auto":
+            cuda = self.device.startswith("cuda") or (self.device == "auto" and torch.cuda.is_available())
+            self.dtype = resolve_dtype("auto", "cuda" if cuda else "cpu")
         if self.attention == "varlen" and self.compile:
             raise ValueError("attention: varlen changes its bucket layout every batch, which would recompile the "
                              "blocks every step under compile: true; use attention: dense or auto with compile")
