@@ -107,7 +107,7 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
         model = TransformerLM(cfg, attention)
         model.init_weights(0)
         if shape.compile:
-            switches = SimpleNamespace(activation_checkpointing=False, compile=True, parallel="none", dtype="bf16")
+            switches = SimpleNamespace(activation_checkpointing=False, compile=True, parallel="none", dtype=shape.dtype)
             prepare_model(model, switches, World(), device)
     else:
         from transformers import AutoModelForCausalLM, AutoModelForMaskedLM

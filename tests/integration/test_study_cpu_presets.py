@@ -81,3 +81,20 @@ def test_small_authors_is_the_small_study_under_the_authors_evaluation(tmp_path,
         qa = {"wiki-title-span"} if e.kind == "intermediate" else set()
         assert set(e.tasks) == tasks[e.label] - qa, e.label
     assert str(authors.spec.evaluation.protocol).endswith("eval/small-study-authors.yaml")
+
+
+def test_written_configs_keep_dtype_auto_for_the_machine_that_runs_them(tmp_path, monkeypatch):
+    """`study plan --write-configs` writes the study file's `dtype: auto`, not this machine's choice: the jobs may run
+    on other machines (a cluster's GPU nodes), each deciding for itself."""
+    import yaml
+
+    from encoderlab.study.jobs import jobs_of
+    from encoderlab.study.runner import write_configs
+
+    p = plan("demo", tmp_path, monkeypatch)
+    write_configs(p, jobs_of(p))
+    written = sorted((p.root / "configs").glob("*.yaml"))
+    assert [f.stem for f in written] == ["micro-clm-1200", "micro-mlm40-1200"]
+    for file in written:
+        assert yaml.safe_load(file.read_text())["train"]["dtype"] == "auto"
+

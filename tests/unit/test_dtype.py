@@ -13,7 +13,7 @@ from encoderlab.runs import optim
 
 @pytest.fixture(params=[True, False], ids=["native-bf16", "no-native-bf16"])
 def native(request, monkeypatch):
-    monkeypatch.setattr(optim, "bf16_is_native", lambda device_type: request.param)
+    monkeypatch.setattr(optim, "bf16_is_native", lambda device: request.param)
     return request.param
 
 
@@ -36,8 +36,36 @@ def test_explicit_bf16_where_it_is_not_native_is_said(native):
     else:
         assert note.startswith("train.dtype: bf16 has no native matrix kernels on this cpu") and "auto" in note
     assert optim.slow_dtype_note("train.dtype", "fp32", cpu) is None
+    if not native:  # with bf16 weights `auto` resolves to bf16 too: the note does not suggest it
+        assert "auto" not in optim.slow_dtype_note("dtype", "bf16", cpu, auto_helps=False)
+
+
+def test_a_resume_refused_for_its_dtype_names_what_auto_does():
+    from encoderlab.pretrain.resume import _describe_changes
+
+    said = _describe_changes({"train.dtype": "bf16"}, {"train.dtype": "fp32"}, ["train.dtype"])
+    assert said.startswith("train.dtype: 'bf16' -> 'fp32' (`auto` takes bf16 only where")
 
 
 def test_this_machine_answers():
     assert optim.resolve_dtype("auto", "cpu") in ("bf16", "fp32")
     assert optim.bf16_is_native("cpu") == (optim.resolve_dtype("auto", "cpu") == "bf16")
+    assert TrainSection(steps=10, global_batch=8, device="cpu", dtype="auto").dtype_asked == "auto"
+
+
+def test_a_bf16_run_where_bf16_is_not_native_says_so_once(tmp_path, packed_dir, monkeypatch):
+    """The trainer says the note once it goes ahead (a refused run says only why it was refused)."""
+    from conftest import TINY_MODEL
+    from encoderlab.core.config import validate
+    from encoderlab.pretrain.config import PretrainConfig
+    from encoderlab.pretrain.loop import Trainer
+
+    monkeypatch.setattr(optim, "bf16_is_native", lambda device: False)
+    cfg = validate(PretrainConfig, {
+        "name": "run", "out_dir": str(tmp_path), "data": {"path": str(packed_dir)}, "model": TINY_MODEL,
+        "objective": "clm", "lr_schedule": {"warmup_steps": 1, "decay_steps": 1},
+        "train": {"steps": 1, "global_batch": 2, "device": "cpu", "dtype": "bf16", "tensorboard": False}}, "test")
+    said = []
+    Trainer(cfg, log=said.append, show_progress=False)
+    assert [line for line in said if "no native matrix kernels" in line] == [optim.slow_dtype_note(
+        "train.dtype", "bf16", torch.device("cpu"))]

@@ -146,7 +146,7 @@ class Protocol(BaseModel):
     def _resolve_dtype(self) -> Protocol:
         if self.dtype == "auto" and self.weights == "bf16":  # bf16 weights compute in bf16 wherever they run
             self.dtype = "bf16"
-        self.dtype = resolve_dtype(self.dtype, "cuda" if torch.cuda.is_available() else "cpu")
+        self.dtype = resolve_dtype(self.dtype, "cuda" if torch.cuda.is_available() else "cpu")  # the sweep's default
         return self
 
     @model_validator(mode="after")

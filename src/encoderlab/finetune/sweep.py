@@ -106,8 +106,6 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     to `log` (a study keeps its sweeps' logs quiet, but not their heartbeat)."""
     device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
     check_execution(engine, workers, device)
-    if note := slow_dtype_note("dtype", protocol.dtype, device):
-        log(note)
     check_keep(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
@@ -134,6 +132,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         for task in sweep.tasks:
             locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
             sweep.say_what_runs_again(task)
+        if note := slow_dtype_note("dtype", protocol.dtype, device, auto_helps=protocol.weights != "bf16"):
+            log(note)  # once everything is checked: a run that goes ahead, slowly
         return sweep.run(workers, show_progress)
 
 

@@ -11,6 +11,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
+    PrivateAttr,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
@@ -92,6 +93,11 @@ class TrainSection(_Section):
         "auto", description="how packed documents attend: auto (flex on CUDA; varlen on CPU where it saves work, "
         "dense under compile), dense (SDPA with a block mask), varlen (CPU: per-document buckets), flex (CUDA: "
         "compiled flex_attention)")
+    _dtype_asked: str = PrivateAttr("bf16")  # `dtype` as the config gave it ("auto" is resolved when read)
+
+    @property
+    def dtype_asked(self) -> str:
+        return self._dtype_asked
 
     @model_validator(mode="after")
     def _batch(self) -> TrainSection:
@@ -99,9 +105,10 @@ class TrainSection(_Section):
             raise ValueError("give exactly one of global_batch (sequences) and global_batch_tokens")
         if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
             raise ValueError(f"micro_batch {self.micro_batch} must divide global_batch {self.global_batch}")
+        self._dtype_asked = self.dtype
         if self.dtype == "auto":
             cuda = self.device.startswith("cuda") or (self.device == "auto" and torch.cuda.is_available())
-            self.dtype = resolve_dtype("auto", "cuda" if cuda else "cpu")
+            self.dtype = resolve_dtype("auto", (self.device if self.device != "auto" else "cuda") if cuda else "cpu")
         if self.attention == "varlen" and self.compile:
             raise ValueError("attention: varlen changes its bucket layout every batch, which would recompile the "
                              "blocks every step under compile: true; use attention: dense or auto with compile")

@@ -52,8 +52,6 @@ class Trainer:
         self.world, self.device = distributed.init(cfg.train.parallel, resolve_device(cfg.train.device))
         if not self.world.is_main:  # one voice per run: rank 0 logs and shows progress
             self.log, self.show_progress = (lambda message: None), False
-        if note := optim.slow_dtype_note("train.dtype", cfg.train.dtype, self.device):
-            self.log(note)
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         self.module = initial_model(cfg, self.model_cfg, attention.for_pretraining(  # one backend for the whole run
@@ -76,6 +74,8 @@ class Trainer:
                 drop_if_only_lock(self.run_dir)  # a refused run leaves no folder behind
             raise
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
+        if note := optim.slow_dtype_note("train.dtype", cfg.train.dtype, self.device):  # a run, not a refusal
+            self.log(note)
 
     def _prepare_run_dir(self, resume: bool, extend: bool) -> None:
         # A resume is checked before the lock, so that a refused one changes no file (the lock file included), and

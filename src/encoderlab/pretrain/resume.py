@@ -135,7 +135,11 @@ def _changed(old: dict, new: dict, keys) -> list[str]:
 
 
 def _describe_changes(old: dict, new: dict, keys: list[str]) -> str:
-    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys)
+    return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" + (DTYPE_HINT if k == "train.dtype" else "")
+                     for k in keys)
+
+
+DTYPE_HINT = " (`auto` takes bf16 only where the device multiplies bf16 natively; name the run's dtype to continue it)"
 
 
 def _check_past(cfg: PretrainConfig, state: dict, before: PretrainConfig | None) -> None:

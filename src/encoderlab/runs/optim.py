@@ -65,29 +65,31 @@ def autocast(dtype: str, device: torch.device) -> AbstractContextManager:
 # ---- the compute dtype -------------------------------------------------------------------------------------------
 
 
-def bf16_is_native(device_type: str) -> bool:
-    """Whether this machine multiplies bf16 matrices at full speed: a CUDA device with bf16 support, or a CPU where
-    oneDNN has bf16 kernels (AVX-512 or AMX on x86, the bf16 extension on Arm). Elsewhere PyTorch falls back to a
-    generic loop: on a 2-core AMD EPYC with AVX2 only, a micro pretraining step took 11.7 s in bf16 against 0.95 s
-    in fp32 (docs/benchmarks.md)."""
-    if device_type == "cuda":
-        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    if device_type == "cpu":
+def bf16_is_native(device: str) -> bool:
+    """Whether `device` ("cpu", "cuda", "cuda:1") multiplies bf16 matrices at full speed: a CUDA device of compute
+    capability 8.0 or more (older ones emulate bf16), or a CPU where oneDNN has bf16 kernels (AVX-512 or AMX on x86,
+    the bf16 extension on Arm). Elsewhere PyTorch falls back to a generic loop: on a 2-core AMD EPYC with AVX2 only,
+    a micro pretraining step took 11.7 s in bf16 against 0.95 s in fp32 (docs/benchmarks.md)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(torch.device(device))[0] >= 8
+    if kind == "cpu":
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     return True
 
 
-def resolve_dtype(dtype: str, device_type: str) -> str:
-    """A config's dtype as it runs: "auto" is bf16 where bf16 is native (`bf16_is_native`), else fp32."""
+def resolve_dtype(dtype: str, device: str) -> str:
+    """A config's dtype as it runs: "auto" is bf16 where bf16 is native on `device` (`bf16_is_native`), else fp32."""
     if dtype != "auto":
         return dtype
-    return "bf16" if bf16_is_native(device_type) else "fp32"
+    return "bf16" if bf16_is_native(device) else "fp32"
 
 
-def slow_dtype_note(key: str, dtype: str, device: torch.device) -> str | None:
+def slow_dtype_note(key: str, dtype: str, device: torch.device, auto_helps: bool = True) -> str | None:
     """The line a run says before its first step when its bf16 is not native here (it runs, many times slower)."""
-    if dtype != "bf16" or bf16_is_native(device.type):
+    if dtype != "bf16" or bf16_is_native(str(device)):
         return None
-    return (f"{key}: bf16 has no native matrix kernels on this {device.type} (no AVX-512/AMX): every matrix "
-            f"product runs several times slower than fp32 here; `{key}: auto` would take fp32 on such machines")
-
+    lacks = "AVX-512 or AMX" if device.type == "cpu" else "compute capability 8.0"
+    return (f"{key}: bf16 has no native matrix kernels on this {device.type} (it lacks {lacks}): every matrix product "
+            f"runs several times slower than in fp32 here" + (f"; `{key}: auto` takes fp32 on such machines"
+                                                               if auto_helps else ""))

@@ -57,7 +57,10 @@ def write_configs(plan: Plan, jobs: list[Job]) -> None:
         if isinstance(job, PretrainJob):
             path = folder / f"{job.config.name}.yaml"
             with atomic_file(path) as tmp:
-                tmp.write_text(yaml.safe_dump(job.config.model_dump(mode="json"), sort_keys=False))
+                config_dict = job.config.model_dump(mode="json")
+                # The dtype the study file asked for: `auto` is decided where the job runs, not on this machine.
+                config_dict["train"]["dtype"] = job.config.train.dtype_asked
+                tmp.write_text(yaml.safe_dump(config_dict, sort_keys=False))
             config = str(path)
         lines.append(f"{job.id}\t{','.join(job.deps)}\t{config}")
     with atomic_file(folder / "jobs.tsv") as tmp:
