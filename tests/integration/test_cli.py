@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,10 @@ def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir):
     assert [p["objective"] for p in plan["phases"]] == ["clm", "mlm40"]
     assert plan["phases"][0]["steps"] == round(0.25 * plan["config"]["train"]["steps"])
     assert plan["model"]["vocab_size"] == 320 and plan["seq_len"] == 64
+    assert (plan["dtype"], plan["dtype_asked"], plan["device"]) == (plan["config"]["train"]["dtype"], "bf16", "cpu")
+    text = run_cli("pretrain", str(config), "--dry-run", "--set", f"data.path={packed_dir}", "--set",
+                   "train.dtype=auto", home=tmp_path).stdout
+    assert re.search(r"compute (bf16|fp32) \(dtype: auto\) on cpu", text)
     bad = run_cli("pretrain", str(config), "--dry-run", "--set", "train.stepz=3", home=tmp_path, check=False)
     assert bad.returncode == 2 and "train.stepz: unknown key" in bad.stderr
     bad = run_cli("pretrain", str(config), "--dry-run", "--set", f"data.path={packed_dir}", "--set", "objective=xlm",

@@ -187,6 +187,9 @@ def _render_run(p: dict) -> None:
     out.print(f"[bold]schedule[/bold] {phases}; stable checkpoint at step {p['stable_checkpoint_step']}")
     out.print(f"[bold]data[/bold]    {p['data']}: {p['train_windows']:,} windows of {p['seq_len']}; "
               f"{p['tokens_per_step']:,} tokens/step, {p['total_tokens']:,} in all ({p['epochs']} epochs)")
+    asked = f" (dtype: {p['dtype_asked']})" if p["dtype_asked"] != p["dtype"] else ""
+    out.print(f"[bold]compute[/bold] {p['dtype']}{asked} on {p['device']}" + (f": {p['dtype_note']}"
+                                                                              if p["dtype_note"] else ""))
     out.print(f"[bold]run[/bold]     {p['run_dir']}")
 
 

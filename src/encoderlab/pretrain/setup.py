@@ -16,6 +16,7 @@ from encoderlab.pretrain import distributed, objectives
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.runs import checkpoint
 from encoderlab.runs.logging import require_wandb
+from encoderlab.runs.optim import slow_dtype_note
 
 
 def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
@@ -43,7 +44,8 @@ def describe(cfg: PretrainConfig) -> dict:
     phases = cfg.phases
     launched = distributed.torchrun_world()
     check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
-    attention.check(cfg.train.attention, resolve_device(cfg.train.device))
+    device = resolve_device(cfg.train.device)
+    attention.check(cfg.train.attention, device)
     for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
         checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
@@ -57,6 +59,8 @@ def describe(cfg: PretrainConfig) -> dict:
         "stable_checkpoint_step": cfg.lr_schedule.decay_start(cfg.train.steps),
         "tokens_per_step": tokens_per_step, "total_tokens": tokens_per_step * cfg.train.steps,
         "global_batch": global_batch,
+        "device": str(device), "dtype": cfg.train.dtype, "dtype_asked": cfg.train.dtype_asked,
+        "dtype_note": slow_dtype_note("train.dtype", cfg.train.dtype, device),
         "epochs": round(global_batch * cfg.train.steps / meta["splits"]["train"]["windows"], 3),
         "init": cfg.init.model_dump(exclude_none=True),
         "config": cfg.model_dump(mode="json"),
