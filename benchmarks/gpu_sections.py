@@ -355,8 +355,10 @@ def attention_speed(ctx) -> Section:
 def pretrain_speed(ctx) -> Section:
     import pretrain_throughput as pt
 
+    from encoderlab.runs.optim import resolve_dtype
+
     s, p = Section(ctx), ctx.sizes["pretrain_speed"]
-    dtype = pt.resolve_dtype("auto", ctx.device.type)  # bf16 on the GPU; on a CPU without native bf16 (smoke), fp32
+    dtype = resolve_dtype("auto", ctx.device.type)  # bf16 on the GPU; on a CPU without native bf16 (smoke), fp32
     peak = pt.peak_flops(ctx.device, reps=p["peak_reps"], dtype=dtype, n=p.get("peak_n"))
     s.numbers["matmul peak TFLOP/s (measured)"] = {"dtype": dtype, "TFLOP/s": float(f"{peak / 1e12:.4g}")}
     compiles = (False, True) if ctx.device.type == "cuda" else (False,)

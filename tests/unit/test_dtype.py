@@ -53,6 +53,21 @@ def test_this_machine_answers():
     assert TrainSection(steps=10, global_batch=8, device="cpu", dtype="auto").dtype_asked == "auto"
 
 
+def test_the_cpu_answer_agrees_with_its_instruction_set():
+    """On x86 Linux, read against /proc/cpuinfo: AVX-512 (BW, VL, DQ) gives oneDNN bf16 kernels; a CPU with none of
+    AVX-512 BW, AMX-BF16 or AVX-NE-CONVERT (this project's AVX2-only EPYC) has none."""
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags here")
+    if {"avx512bw", "avx512vl", "avx512dq"} <= set(flags):
+        assert optim.bf16_is_native("cpu")
+    elif not {"avx512bw", "amx_bf16", "avx_ne_convert"} & set(flags):
+        assert not optim.bf16_is_native("cpu")
+    else:
+        pytest.skip("an instruction set between the two cases")
+
+
 def test_a_bf16_run_where_bf16_is_not_native_says_so_once(tmp_path, packed_dir, monkeypatch):
     """The trainer says the note once it goes ahead (a refused run says only why it was refused)."""
     from conftest import TINY_MODEL

@@ -144,9 +144,9 @@ class Protocol(BaseModel):
 
     @model_validator(mode="after")
     def _resolve_dtype(self) -> Protocol:
-        if self.dtype == "auto" and self.weights == "bf16":  # bf16 weights compute in bf16 wherever they run
-            self.dtype = "bf16"
-        self.dtype = resolve_dtype(self.dtype, "cuda" if torch.cuda.is_available() else "cpu")  # the sweep's default
+        if self.dtype == "auto":  # bf16 weights compute in bf16 wherever they run; else the sweep's default device's
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            self.dtype = "bf16" if self.weights == "bf16" else resolve_dtype("auto", device)
         return self
 
     @model_validator(mode="after")

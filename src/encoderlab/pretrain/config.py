@@ -105,13 +105,16 @@ class TrainSection(_Section):
             raise ValueError("give exactly one of global_batch (sequences) and global_batch_tokens")
         if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
             raise ValueError(f"micro_batch {self.micro_batch} must divide global_batch {self.global_batch}")
-        self._dtype_asked = self.dtype
-        if self.dtype == "auto":
-            cuda = self.device.startswith("cuda") or (self.device == "auto" and torch.cuda.is_available())
-            self.dtype = resolve_dtype("auto", (self.device if self.device != "auto" else "cuda") if cuda else "cpu")
         if self.attention == "varlen" and self.compile:
             raise ValueError("attention: varlen changes its bucket layout every batch, which would recompile the "
                              "blocks every step under compile: true; use attention: dense or auto with compile")
+        return self
+
+    @model_validator(mode="after")
+    def _resolve_dtype(self) -> TrainSection:
+        self._dtype_asked = self.dtype
+        device = self.device if self.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
+        self.dtype = resolve_dtype(self.dtype, device)
         return self
 
     def sequences_per_step(self, seq_len: int) -> int:
