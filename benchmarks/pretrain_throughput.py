@@ -32,6 +32,7 @@ from types import SimpleNamespace
 
 import torch
 
+from encoderlab.core.process import keep_freed_memory
 from encoderlab.hub.hf import hf_config
 from encoderlab.model.attention import for_pretraining
 from encoderlab.model.presets import preset
@@ -212,10 +213,12 @@ def profile(shape: Shape, steps: int, rows: int, device: torch.device) -> str:
     return "\n".join(parts)
 
 
-def _peak_memory_here(impl: str, shape: Shape, device_name: str, threads: int) -> int:
+def _peak_memory_here(impl: str, shape: Shape, device_name: str, threads: int, keep_freed: bool = False) -> int:
     """Bytes: peak memory of two training steps of `impl`, counted from before its model is built."""
     import transformers  # noqa: F401  (before the baseline: its code is no part of either implementation's memory)
 
+    if keep_freed:  # the allocator setting of the timed steps (a spawned process starts from glibc's defaults)
+        keep_freed_memory()
     device = torch.device(device_name)
     torch.set_num_threads(threads)
     if device.type == "cuda":
@@ -266,12 +269,12 @@ def _proc_status_bytes(field: str) -> int:
     raise OSError(f"no {field} in /proc/self/status")
 
 
-def peak_memory(impl: str, shape: Shape, device: torch.device) -> int:
+def peak_memory(impl: str, shape: Shape, device: torch.device, keep_freed: bool = False) -> int:
     if device.type == "cuda":
         return _peak_memory_here(impl, shape, str(device), torch.get_num_threads())
     # The peak resident set size only grows: a fresh process per measurement starts from the import baseline.
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_peak_memory_here, (impl, shape, str(device), torch.get_num_threads()))
+        return pool.apply(_peak_memory_here, (impl, shape, str(device), torch.get_num_threads(), keep_freed))
 
 
 def main(argv=None) -> None:
@@ -288,6 +291,9 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
                         help="bf16 autocast or fp32; auto: bf16 where the device multiplies bf16 natively")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
+    parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
+                        help="keep: glibc keeps freed memory, as the encoderlab command sets it for itself and its "
+                             "workers (both implementations gain); default: glibc's own setting")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="also profile STEPS steps of each implementation per shape: the top operators by time")
@@ -295,6 +301,8 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smoke test (numbers are noise): micro at 64 tokens, batch 2, one step each")
     args = parser.parse_args(argv)
+    malloc = ("keep" if keep_freed_memory() else "not set (not glibc, or set by the environment)"
+              ) if args.malloc == "keep" else "default"
     if args.quick:
         args.presets, args.batch, args.reps, args.warmup = ["micro:64"], 2, 1, 0
     if args.threads:
@@ -310,16 +318,16 @@ def main(argv=None) -> None:
         result = bench(shape, args.reps, args.warmup, peak, device)
         if not args.no_memory:
             for impl in IMPLEMENTATIONS:
-                result[impl]["peak_memory_mib"] = round(peak_memory(impl, shape, device) / 2**20)
+                result[impl]["peak_memory_mib"] = round(peak_memory(impl, shape, device, malloc == "keep") / 2**20)
         results.append(result)
         if args.profile:
             print(profile(shape, args.profile, args.profile_rows, device), flush=True)
     if args.json:
         print(json.dumps({"dtype": dtype, "peak_tflops": float(f"{peak / 1e12:.4g}"), "device": str(device),
-                          "results": results}, indent=2))
+                          "malloc": malloc, "results": results}, indent=2))
         return
     print(f"{dtype} matmul peak measured: {peak / 1e12:.3g} TFLOP/s on {device}, {torch.get_num_threads()} threads, "
-          f"batch {args.batch}, median of {args.reps} alternating steps")
+          f"batch {args.batch}, median of {args.reps} alternating steps; allocator: {malloc}")
     print(f"{'preset':<6} {'seq':>5} {'objective':<9} {'encoderlab tok/s':>17} {'MFU':>6} {'peak MiB':>9} "
           f"{'transformers tok/s':>19} {'MFU':>6} {'peak MiB':>9} {'ratio':>6}")
     for r in results:

