@@ -28,10 +28,10 @@ NO_DAC_OVERRIDE := $(shell [ "$$(id -u)" = 0 ] && command -v setpriv >/dev/null 
 	--bounding-set=-dac_override,-dac_read_search --inh-caps=-dac_override,-dac_read_search)
 
 test: setup
-	$(NO_DAC_OVERRIDE) $(BIN)/python -m pytest -q -n 2 tests
+	$(NO_DAC_OVERRIDE) $(BIN)/python -m pytest -q -n 2 --dist worksteal tests
 
 test-all: setup
-	$(NO_DAC_OVERRIDE) $(BIN)/python -m pytest -q -n 2 -m "slow or not slow" tests
+	$(NO_DAC_OVERRIDE) $(BIN)/python -m pytest -q -n 2 --dist worksteal -m "slow or not slow" tests
 
 # Throughput against transformers (same process, alternating steps), MFU against the bf16 peak measured in the same
 # run, and peak memory; tiny and mini at 512 tokens (the shape of docs/benchmarks.md), the paper's 210M shape at 128.
