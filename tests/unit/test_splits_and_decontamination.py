@@ -177,16 +177,16 @@ def test_short_examples_only_match_by_equality():
 
 def test_possibly_contained_needs_every_ngram():
     words = LONG_EVAL.split()  # 14 words -> 7 n-grams of 8
-    index = dc.corpus_ngram_index([" ".join(words[:-1]) + " evening"])  # last n-gram missing
+    index = dc.corpus_ngram_index([dc.words(" ".join(words[:-1]) + " evening")])  # last n-gram missing
     assert dc.possibly_contained([LONG_EVAL], index) == []
-    index = dc.corpus_ngram_index(["so " + LONG_EVAL.upper() + " indeed"])
+    index = dc.corpus_ngram_index([dc.words("so " + LONG_EVAL.upper() + " indeed")])
     assert dc.possibly_contained([LONG_EVAL, "too short to test"], index) == [0]
     assert dc.possibly_contained([LONG_EVAL], dc.corpus_ngram_index([])) == []
 
 
 def test_ngrams_do_not_span_documents():
     words = LONG_EVAL.split()
-    index = dc.corpus_ngram_index([" ".join(words[:5]), " ".join(words[5:])])
+    index = dc.corpus_ngram_index([dc.words(" ".join(words[:5])), dc.words(" ".join(words[5:]))])
     assert dc.possibly_contained([LONG_EVAL], index) == []
 
 
@@ -197,7 +197,7 @@ def test_suspect_spread_over_two_documents_is_kept():
         {"id": "a", "source": "x", "text": "Start. " + " ".join(words[:11]) + " etc."},  # n-grams 0..3
         {"id": "b", "source": "x", "text": "More: " + " ".join(words[4:]) + " end."},  # n-grams 4..6
     ]
-    index = dc.corpus_ngram_index(d["text"] for d in docs)
+    index = dc.corpus_ngram_index(dc.words(d["text"]) for d in docs)
     assert dc.possibly_contained([LONG_EVAL], index) == [0]  # flagged as suspect by the n-gram proof
     assert not any(dc.normalize(LONG_EVAL) in dc.normalize(d["text"]) for d in docs)
     kept, stats = dc.decontaminate(docs, [LONG_EVAL])

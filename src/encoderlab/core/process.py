@@ -122,10 +122,17 @@ def keep_freed_memory() -> bool:
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
+def start_worker(parent: int) -> None:
+    """The first call of a worker process encoderlab spawns (a pool's initializer): it dies with `parent`, and keeps
+    freed memory as the command does (a spawned process starts from glibc's defaults)."""
+    die_with_parent(parent)
+    keep_freed_memory()
+
+
 def die_with_parent(parent: int) -> None:
     """End this worker process as soon as process `parent` ends, however it ends: after a kill -9 no shutdown
     reaches a pool, and orphaned workers (and the resource tracker, which waits for them) would run on for nobody,
-    writing into folders that a new run may be using. Call it first in a pool's initializer."""
+    writing into folders that a new run may be using (`start_worker` calls it)."""
     # Linux: the kernel kills this process when the thread that spawned it ends; a pool spawns its workers from
     # the thread that submits the work, which holds the pool to its end.
     try:

@@ -45,11 +45,11 @@ def _ngram_hashes(h: np.ndarray) -> np.ndarray:
     return out
 
 
-def corpus_ngram_index(documents: Iterable[str | list[str]]) -> np.ndarray:
-    """Sorted n-gram hashes of all documents (texts or their `words`; n-grams never span two documents)."""
+def corpus_ngram_index(documents: Iterable[list[str]]) -> np.ndarray:
+    """Sorted n-gram hashes of all documents, given as their `words` (n-grams never span two documents)."""
     parts = []
     for doc in documents:
-        parts.append(_word_hashes(words(doc) if isinstance(doc, str) else doc))
+        parts.append(_word_hashes(doc))
         parts.append(np.array([_SEPARATOR], dtype=np.uint64))  # n-grams across it match nothing real
     if not parts:
         return np.empty(0, dtype=np.uint64)

@@ -20,7 +20,7 @@ from concurrent.futures.process import BrokenProcessPool
 import torch
 
 from encoderlab.core.errors import Failed
-from encoderlab.core.process import die_with_parent, keep_freed_memory
+from encoderlab.core.process import start_worker
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.training import finetune, planned_steps
 from encoderlab.model.config import ModelConfig
@@ -52,8 +52,7 @@ def _init_worker(payload: bytes, threads: int, parent: int) -> None:
     # Ctrl-C ends a worker at once. Python's default would raise KeyboardInterrupt inside the run, which the pool
     # hands back as that run's result before taking the next one, so a sweep took its queued runs to stop.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    die_with_parent(parent)
-    keep_freed_memory()  # a spawned process starts from glibc's defaults
+    start_worker(parent)
     torch.set_num_threads(threads)
     tasks, model_cfg, weights, protocol = pickle.loads(payload)
     _WORKER.update(tasks=tasks, model_cfg=model_cfg, weights=weights, protocol=protocol)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, ValidationError, model_validator
 
 from encoderlab.core.errors import EncoderlabError
@@ -145,8 +144,7 @@ class Protocol(BaseModel):
     @model_validator(mode="after")
     def _resolve_dtype(self) -> Protocol:
         if self.dtype == "auto":  # bf16 weights compute in bf16 wherever they run; else the sweep's default device's
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-            self.dtype = "bf16" if self.weights == "bf16" else resolve_dtype("auto", device)
+            self.dtype = "bf16" if self.weights == "bf16" else resolve_dtype("auto", "auto")
         return self
 
     @model_validator(mode="after")

@@ -34,7 +34,7 @@ from encoderlab.finetune.training import backbone_state, finetune, planned_steps
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.logging import Progress, Wandb, require_wandb
-from encoderlab.runs.optim import slow_dtype_note
+from encoderlab.runs.optim import default_device, slow_dtype_note
 from encoderlab.tasks import baselines, load_task, task_family, task_identity
 from encoderlab.tasks.base import EvalTask
 
@@ -104,7 +104,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
 
     `progress_log`: where the lines said while runs train go (at least every 30 s, finetune/feedback.py), when not
     to `log` (a study keeps its sweeps' logs quiet, but not their heartbeat)."""
-    device = device or torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or default_device()
     check_execution(engine, workers, device)
     check_keep(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")

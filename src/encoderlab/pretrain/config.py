@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-import torch
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -113,8 +112,7 @@ class TrainSection(_Section):
     @model_validator(mode="after")
     def _resolve_dtype(self) -> TrainSection:
         self._dtype_asked = self.dtype
-        device = self.device if self.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
-        self.dtype = resolve_dtype(self.dtype, device)
+        self.dtype = resolve_dtype(self.dtype, self.device)
         return self
 
     def sequences_per_step(self, seq_len: int) -> int:

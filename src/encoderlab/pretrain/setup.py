@@ -16,7 +16,7 @@ from encoderlab.pretrain import distributed, objectives
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.runs import checkpoint
 from encoderlab.runs.logging import require_wandb
-from encoderlab.runs.optim import slow_dtype_note
+from encoderlab.runs.optim import default_device, slow_dtype_note
 
 
 def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
@@ -69,7 +69,7 @@ def describe(cfg: PretrainConfig) -> dict:
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return default_device()
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise EncoderlabError(f"train.device={name!r} but PyTorch sees no CUDA device here; use 'cpu' or 'auto'")
     return torch.device(name)

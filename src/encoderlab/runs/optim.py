@@ -78,11 +78,17 @@ def bf16_is_native(device: str) -> bool:
     return True
 
 
+def default_device() -> torch.device:
+    """What `device: auto` means: CUDA when PyTorch sees a device, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def resolve_dtype(dtype: str, device: str) -> str:
-    """A config's dtype as it runs: "auto" is bf16 where bf16 is native on `device` (`bf16_is_native`), else fp32."""
+    """A config's dtype as it runs: "auto" is bf16 where bf16 is native on `device` (`bf16_is_native`; "auto":
+    `default_device()`), else fp32."""
     if dtype != "auto":
         return dtype
-    return "bf16" if bf16_is_native(device) else "fp32"
+    return "bf16" if bf16_is_native(str(default_device()) if device == "auto" else device) else "fp32"
 
 
 def slow_dtype_note(key: str, dtype: str, device: torch.device, auto_helps: bool = True) -> str | None:

@@ -18,7 +18,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import ClassVar
 
-from encoderlab.core.process import die_with_parent, keep_freed_memory
+from encoderlab.core.process import start_worker
 
 WORKER_DIED = ("its worker process died (killed by a signal: kill -9, or the kernel's out-of-memory killer) while "
                "this job or one beside it ran")
@@ -41,8 +41,7 @@ class Job:
 
 
 def _init_worker(threads: int, parent: int) -> None:
-    die_with_parent(parent)  # a killed study leaves no worker writing into its folders
-    keep_freed_memory()  # a spawned process starts from glibc's defaults
+    start_worker(parent)  # a killed study leaves no worker writing into its folders
     import torch
 
     torch.set_num_threads(threads)
