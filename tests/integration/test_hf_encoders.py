@@ -11,7 +11,6 @@ import json
 import pytest
 import torch
 import transformers
-from sentence_transformers import SentenceTransformer
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModel, AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
@@ -144,6 +143,7 @@ def test_encoder_card_names_the_version_that_honours_is_causal(route):
 
 @torch.no_grad()
 def test_sentence_transformers_body_is_the_family(route):
+    from sentence_transformers import SentenceTransformer  # 4 s of import: paid by the worker that runs this only
     family, ckpt, model, tok, root = route
     out = root / "st"
     summary = export_checkpoint(ckpt, out, "sentence-transformers")

@@ -9,7 +9,6 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from sentence_transformers import SentenceTransformer
 
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.hub.exporter import export_checkpoint
@@ -49,6 +48,7 @@ def ours(model: TransformerLM, tok, texts: list[str]) -> torch.Tensor:
 
 
 def test_loads_without_warnings_and_embeds_like_encoderlab(exported, caplog):
+    from sentence_transformers import SentenceTransformer  # 4 s of import: paid by the worker that runs this only
     model, tok, folder, summary = exported
     assert summary["class"] == "EuroBertModel" and summary["as"] == "sentence-transformers"
     with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):

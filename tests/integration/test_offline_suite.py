@@ -31,6 +31,13 @@ IR_TASKS = ("wiki-description", "wiki-title", "imdb-long")
 CORPUS_SOURCES = {"imdb", "rotten_tomatoes", "wikipedia", "conll2003", "shakespeare"}
 
 
+def utf8(text: str) -> bytes:
+    """Substring search on UTF-8 bytes finds exactly the str matches (a UTF-8 sequence never starts inside another
+    character's), and scans 1 byte a character where the corpus, with one non-Latin-1 letter, is stored at 2: ~2.5x
+    faster here."""
+    return text.encode()
+
+
 def example_text(ex: dict) -> str:
     return " ".join(ex["tokens"]) if "tokens" in ex else ex["text"]
 
@@ -201,12 +208,12 @@ def test_no_eval_example_equals_a_corpus_line_or_document(suite, eval_examples, 
 
 def test_no_long_eval_example_is_a_substring_of_the_corpus(eval_examples, corpus_norms):
     """Brute force, independent of the n-gram index: plain `in` on the joined normalised corpus (word bounded)."""
-    haystack = "\n".join(f" {n} " for n in corpus_norms)
+    haystack = utf8("\n".join(f" {n} " for n in corpus_norms))
     long_examples = sorted({(task, normalize(text)) for task, _, text in eval_examples
                             if len(normalize(text).split()) >= 8})
     sample = random.Random(2026).sample(long_examples, 400)
     assert len({task for task, _ in sample}) >= len(TASKS) + 4  # the tasks are well represented
-    leaks = [(task, text[:80]) for task, text in sample if f" {text} " in haystack]
+    leaks = [(task, text[:80]) for task, text in sample if utf8(f" {text} ") in haystack]
     assert not leaks, leaks[:5]
 
 
@@ -216,8 +223,8 @@ def test_no_wikipedia_eval_article_in_the_corpus(suite, corpus_norms):
     assert len(held_out) > 1_500
     corpus_ids = {d["id"] for d in suite["docs"]}
     assert not {ex["id"] for ex in held_out} & corpus_ids
-    wiki_haystack = "\n".join(f" {n} " for d, n in zip(suite["docs"], corpus_norms) if d["source"] == "wikipedia")
-    leaks = [ex["title"] for ex in held_out if f" {normalize(ex['text'])} " in wiki_haystack]
+    wiki_haystack = utf8("\n".join(f" {n} " for d, n in zip(suite["docs"], corpus_norms) if d["source"] == "wikipedia"))
+    leaks = [ex["title"] for ex in held_out if utf8(f" {normalize(ex['text'])} ") in wiki_haystack]
     assert not leaks, leaks[:5]
     # ... and the wrapped text is not lurking in another source either (whole-document equality, all sources).
     assert not {normalize(ex["text"]) for ex in held_out} & set(corpus_norms)

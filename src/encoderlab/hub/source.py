@@ -5,10 +5,12 @@ architecture is importer.py's business.
 """
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -131,14 +133,33 @@ def read_gguf(folder: Path, name: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name)
-        tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=name)
+        with _gguf_parsed_once():
+            model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name)
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=name)
     except Exception as exc:  # e.g. an architecture transformers' GGUF reader does not know
         raise EncoderlabError(f"transformers could not load {folder / name}: {exc}") from exc
     check_model_type(model.config.model_type, folder / name)
     tok_dir = Path(tempfile.mkdtemp(prefix="encoderlab-gguf-tokenizer-"))
     tokenizer.save_pretrained(str(tok_dir))
     return model.config, dict(model.state_dict()), tok_dir
+
+
+@contextmanager
+def _gguf_parsed_once():
+    """transformers parses the GGUF file afresh for the config, the weights and the tokenizer (`gguf.GGUFReader`
+    walks every metadata field, SmolLM2's 49k-token vocabulary included), and rebuilds gguf's tensor-name table for
+    every module it maps: 2/3 of a SmolLM2 import. Both are pure functions of their arguments (the reader is a
+    read-only memory map), so while transformers reads one file they are computed once. transformers imports both
+    from `gguf` when it calls them; should that change, this only stops saving time."""
+    import gguf
+
+    saved = gguf.GGUFReader, gguf.get_tensor_name_map
+    gguf.GGUFReader = functools.lru_cache(maxsize=None)(saved[0])
+    gguf.get_tensor_name_map = functools.lru_cache(maxsize=None)(saved[1])
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = saved
 
 
 def check_model_type(model_type: str | None, where: Path) -> None:
