@@ -4,10 +4,13 @@ evaluation text reaches the pretraining corpus, checked independently of the pro
 from __future__ import annotations
 
 import json
+import os
 import random
+import shutil
 from collections import Counter
 
 import pytest
+from filelock import FileLock
 
 from encoderlab.core.io import encoderlab_home, read_jsonl
 from encoderlab.data import wheels
@@ -44,8 +47,17 @@ def example_text(ex: dict) -> str:
 
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("offline-suite")
-    summary = build_offline_suite(out, home=encoderlab_home(), log=lambda *_: None)
+    """Built once per test session: under xdist the workers share it (a lock and a folder beside theirs), so a
+    worker that steals some of these tests reads the other's build instead of spending ~50 s on its own."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out = shared / "offline-suite"
+    with FileLock(str(shared / "offline-suite.lock")):
+        if not (out / "suite.json").exists():  # written last: a folder without it is a build that did not finish
+            shutil.rmtree(out, ignore_errors=True)
+            build_offline_suite(out, home=encoderlab_home(), log=lambda *_: None)
+    summary = json.loads((out / "suite.json").read_text())
     tasks = {}
     for name in TASKS:
         folder = out / "tasks" / name

@@ -178,16 +178,25 @@ def test_short_examples_only_match_by_equality():
 def test_possibly_contained_needs_every_ngram():
     words = LONG_EVAL.split()  # 14 words -> 7 n-grams of 8
     index = dc.corpus_ngram_index([dc.words(" ".join(words[:-1]) + " evening")])  # last n-gram missing
-    assert dc.possibly_contained([LONG_EVAL], index) == []
+    assert dc.possibly_contained([dc.words(LONG_EVAL)], index) == []
     index = dc.corpus_ngram_index([dc.words("so " + LONG_EVAL.upper() + " indeed")])
-    assert dc.possibly_contained([LONG_EVAL, "too short to test"], index) == [0]
-    assert dc.possibly_contained([LONG_EVAL], dc.corpus_ngram_index([])) == []
+    assert dc.possibly_contained([dc.words(LONG_EVAL), dc.words("too short to test")], index) == [0]
+    assert dc.possibly_contained([dc.words(LONG_EVAL)], dc.corpus_ngram_index([])) == []
+
+
+def test_the_first_ngram_hash_is_the_arrays_first():
+    rng = random.Random(7)
+    for n in range(dc.NGRAM + 12):
+        words = ["".join(rng.choices("abcdeé東", k=rng.randint(1, 5))) for _ in range(n)]
+        arrays, first = dc.ngram_hashes(words), dc.first_ngram_hash(words)
+        assert (first is None) if n < dc.NGRAM else (first == int(arrays[0]) and len(arrays) == n - dc.NGRAM + 1)
+    assert dc.first_ngram_hash("a b c d e f g h".split()) != dc.first_ngram_hash("a b c d e f h g".split())
 
 
 def test_ngrams_do_not_span_documents():
     words = LONG_EVAL.split()
     index = dc.corpus_ngram_index([dc.words(" ".join(words[:5])), dc.words(" ".join(words[5:]))])
-    assert dc.possibly_contained([LONG_EVAL], index) == []
+    assert dc.possibly_contained([dc.words(LONG_EVAL)], index) == []
 
 
 def test_suspect_spread_over_two_documents_is_kept():
@@ -198,7 +207,7 @@ def test_suspect_spread_over_two_documents_is_kept():
         {"id": "b", "source": "x", "text": "More: " + " ".join(words[4:]) + " end."},  # n-grams 4..6
     ]
     index = dc.corpus_ngram_index(dc.words(d["text"]) for d in docs)
-    assert dc.possibly_contained([LONG_EVAL], index) == [0]  # flagged as suspect by the n-gram proof
+    assert dc.possibly_contained([dc.words(LONG_EVAL)], index) == [0]  # flagged as suspect by the n-gram proof
     assert not any(dc.normalize(LONG_EVAL) in dc.normalize(d["text"]) for d in docs)
     kept, stats = dc.decontaminate(docs, [LONG_EVAL])
     assert kept == docs  # ... but only a document that really contains it is removed

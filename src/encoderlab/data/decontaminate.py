@@ -31,7 +31,7 @@ def words(text: str) -> list[str]:
 
 def _word_hashes(tokens: Sequence[str]) -> np.ndarray:
     # Python's str hash is salted per process, which is fine: both sides are hashed in this process.
-    return np.fromiter((hash(w) for w in tokens), dtype=np.int64, count=len(tokens)).view(np.uint64)
+    return np.fromiter(map(hash, tokens), dtype=np.int64, count=len(tokens)).view(np.uint64)
 
 
 def _ngram_hashes(h: np.ndarray) -> np.ndarray:
@@ -45,6 +45,20 @@ def _ngram_hashes(h: np.ndarray) -> np.ndarray:
     return out
 
 
+def ngram_hashes(tokens: Sequence[str]) -> np.ndarray:
+    """The hash of every run of NGRAM consecutive words, in order (none for fewer words); equal n-grams hash alike
+    within a process, different ones collide with negligible probability."""
+    return _ngram_hashes(_word_hashes(tokens))
+
+
+def first_ngram_hash(tokens: Sequence[str]) -> int | None:
+    """`ngram_hashes(tokens)[0]` in Python integers: ~15x faster for one n-gram than the arrays. None for fewer
+    than NGRAM words."""
+    if len(tokens) < NGRAM:
+        return None
+    return sum((hash(w) % 2**64) * m for w, m in zip(tokens, _MULTIPLIERS.tolist())) % 2**64
+
+
 def corpus_ngram_index(documents: Iterable[list[str]]) -> np.ndarray:
     """Sorted n-gram hashes of all documents, given as their `words` (n-grams never span two documents)."""
     parts = []
@@ -56,11 +70,12 @@ def corpus_ngram_index(documents: Iterable[list[str]]) -> np.ndarray:
     return np.sort(_ngram_hashes(np.concatenate(parts)))  # sorting beats np.unique's hashing by ~10x here
 
 
-def possibly_contained(examples: Sequence[str], index: np.ndarray) -> list[int]:
-    """Indices of examples (>= NGRAM words) every n-gram of which occurs in the indexed corpus."""
+def possibly_contained(examples: Sequence[list[str]], index: np.ndarray) -> list[int]:
+    """Indices of examples, given as their `words`, (>= NGRAM words) every n-gram of which occurs in the indexed
+    corpus."""
     grams, owner = [], []
-    for i, text in enumerate(examples):
-        g = _ngram_hashes(_word_hashes(words(text)))
+    for i, example in enumerate(examples):
+        g = ngram_hashes(example)
         grams.append(g)
         owner.append(np.full(len(g), i, dtype=np.int64))
     if not grams:
@@ -68,7 +83,11 @@ def possibly_contained(examples: Sequence[str], index: np.ndarray) -> list[int]:
     all_grams, all_owner = np.concatenate(grams), np.concatenate(owner)
     if len(index) == 0:
         return []
-    present = index[np.searchsorted(index, all_grams).clip(max=len(index) - 1)] == all_grams
+    # Looked up in sorted order (the same positions, ~4x faster than in the examples' order: the index is read once).
+    order = np.argsort(all_grams)
+    at = np.empty(len(all_grams), dtype=np.int64)
+    at[order] = np.searchsorted(index, all_grams[order])
+    present = index[at.clip(max=len(index) - 1)] == all_grams
     total = np.bincount(all_owner, minlength=len(examples))
     hits = np.bincount(all_owner, weights=present, minlength=len(examples))
     return [i for i in range(len(examples)) if total[i] > 0 and hits[i] == total[i]]
@@ -76,7 +95,8 @@ def possibly_contained(examples: Sequence[str], index: np.ndarray) -> list[int]:
 
 def decontaminate(docs: list[dict], eval_examples: Sequence[str]) -> tuple[list[dict], dict]:
     """Remove evaluation text from `docs` (dicts with a "text" key). Returns the kept docs and counts."""
-    banned = {normalize(t) for t in eval_examples}
+    eval_words = [words(t) for t in eval_examples]
+    banned = {" ".join(w) for w in eval_words}
     banned.discard("")
     kept, kept_words, lines_removed, docs_removed = [], [], 0, 0
     for doc in docs:
@@ -84,10 +104,11 @@ def decontaminate(docs: list[dict], eval_examples: Sequence[str]) -> tuple[list[
         # in order (its normal form too), whichever lines are kept.
         lines = doc["text"].split("\n")
         line_words = [words(ln) for ln in lines]
-        if " ".join(w for lw in line_words for w in lw) in banned:
+        line_norms = [" ".join(lw) for lw in line_words]
+        if " ".join(n for n in line_norms if n) in banned:
             docs_removed += 1
             continue
-        clean = [i for i, lw in enumerate(line_words) if " ".join(lw) not in banned]
+        clean = [i for i, n in enumerate(line_norms) if n not in banned]
         lines_removed += len(lines) - len(clean)
         text = "\n".join(lines[i] for i in clean).strip()
         if text:
@@ -96,7 +117,7 @@ def decontaminate(docs: list[dict], eval_examples: Sequence[str]) -> tuple[list[
         else:
             docs_removed += 1
     index = corpus_ngram_index(kept_words)
-    suspects = [normalize(eval_examples[i]) for i in possibly_contained(eval_examples, index)]
+    suspects = [" ".join(eval_words[i]) for i in possibly_contained(eval_words, index)]
     contained_docs = 0
     if suspects:
         final = []

@@ -133,7 +133,7 @@ def build_tasks(paths: dict[str, Path]) -> tuple[list[Task], dict]:
                                ("conll-chunk", 2, "syntactic chunks (IOB)")):
         tasks.append(_conll_task(name, column, what, conll))
     units = {"wikipedia": wiki_split, "conll2003": {s: s for s in SPLITS}}
-    return tasks, {"wiki": wiki, "conll": conll, "reviews": reviews, "units": units}
+    return tasks, {"wiki": wiki, "conll": conll, "reviews": reviews, "units": units, "imdb_polarity": tasks[1]}
 
 
 def _conll_task(name: str, column: int, what: str, conll) -> Task:

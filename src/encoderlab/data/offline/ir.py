@@ -24,7 +24,7 @@ from encoderlab.core.errors import DataError
 from encoderlab.core.io import write_jsonl
 from encoderlab.data import decontaminate
 from encoderlab.data.offline.taskfiles import SPLITS, write_task_folder
-from encoderlab.data.offline.units import classification_task, stable_key
+from encoderlab.data.offline.units import stable_key
 
 RECIPE = 1  # bump when a change alters the built files
 LONG_MIN_WORDS = 400  # a review this long is longer than a 512-token window of the default BPE
@@ -192,6 +192,26 @@ def take_sentences(text: str, seed_key: str, k: int = QUERIES_PER_REVIEW,
     return [lines[li][si] for li, si in sorted(picked)], _without(lines, set(picked))
 
 
+def _reviews_holding(norm: dict[str, str]) -> Callable[[list[str]], set[str]]:
+    """words -> the reviews (ids of `norm`, normalised texts) whose words include the first NGRAM of them: every
+    review that can hold them, and with a negligible chance of a hash collision one more, which the caller's exact
+    comparison turns away. None for fewer words."""
+    ids = list(norm)
+    grams = [decontaminate.ngram_hashes(text.split()) for text in norm.values()]
+    owner = np.concatenate([np.full(len(g), i) for i, g in enumerate(grams)] or [np.empty(0, dtype=np.int64)])
+    hashes = np.concatenate(grams or [np.empty(0, dtype=np.uint64)])
+    order = np.argsort(hashes, kind="stable")
+    hashes, owner = hashes[order], owner[order]
+
+    def holding(words: list[str]) -> set[str]:
+        first = decontaminate.first_ngram_hash(words)
+        if first is None:
+            return set()
+        lo, hi = hashes.searchsorted(np.uint64(first), "left"), hashes.searchsorted(np.uint64(first), "right")
+        return {ids[i] for i in owner[lo:hi]}
+    return holding
+
+
 def imdb_long(raw: dict) -> _Dataset:
     ds = _Dataset(
         "imdb-long",
@@ -203,24 +223,18 @@ def imdb_long(raw: dict) -> _Dataset:
         "the answer is never a verbatim copy and must be recognised from the rest of the review (plot, names, "
         "opinion). Sentences come from anywhere in the review: a window shorter than the review sees only part of "
         "the evidence. A query's split is its review's split in imdb-polarity; documents have no title.")
-    # The exact assignment of imdb-polarity (same rows, same seeded stratified split), so held-out reviews here
-    # are held-out reviews there, absent from the pretraining corpus.
-    polarity = classification_task("imdb-polarity", "", ["negative", "positive"], raw["reviews"]["imdb"],
-                                           "imdb")
+    # imdb-polarity's own rows and seeded stratified split, so held-out reviews here are held-out reviews there,
+    # absent from the pretraining corpus.
+    polarity = raw["imdb_polarity"]
     reviews = [(split, ex) for split in SPLITS for ex in polarity.splits[split]]
     long = [(split, ex) for split, ex in reviews if len(ex["text"].split()) >= LONG_MIN_WORDS]
     # Near-duplicate reviews (one author posting twice) share sentences: such a sentence is no query.
     norm = {ex["id"]: f" {decontaminate.normalize(ex['text'])} " for _, ex in long}
-    by_gram: dict[str, set[str]] = {}
-    for rid, text in norm.items():
-        words = text.split()
-        for i in range(len(words) - 7):
-            by_gram.setdefault(" ".join(words[i : i + 8]), set()).add(rid)
+    holding = _reviews_holding(norm)
 
     def in_other_review(rid: str, sentence: str) -> bool:
         words = decontaminate.normalize(sentence)
-        others = by_gram.get(" ".join(words.split()[:8]), set()) - {rid}
-        return any(f" {words} " in norm[other] for other in others)
+        return any(f" {words} " in norm[other] for other in holding(words.split()) - {rid})
 
     no_sentence = 0
     for split, ex in long:

@@ -217,6 +217,8 @@ def wiki_title_span(wiki: list[dict], split_of: dict[str, str]) -> dict[str, lis
     groups: dict[tuple[str, str], list[dict]] = {}
     for a in wiki:
         groups.setdefault((split_of[a["title"]], a["topic"]), []).append(a)
+    for members in groups.values():  # sorted once (stable): each article's pool is its group without it
+        members.sort(key=lambda b: b["title"])
     out: dict[str, list[dict]] = {s: [] for s in SPLITS}
     for a in wiki:
         split, title, description = split_of[a["title"]], _base_title(a["title"]), a.get("description", "").strip()
@@ -224,7 +226,7 @@ def wiki_title_span(wiki: list[dict], split_of: dict[str, str]) -> dict[str, lis
         if not description or title.lower() in description.lower() or not find_all(title, lead, ignore_case=True):
             continue
         rng = _rng("wiki-title-span", a["title"])
-        pool = sorted((b for b in groups[(split, a["topic"])] if b["title"] != a["title"]), key=lambda b: b["title"])
+        pool = [b for b in groups[(split, a["topic"])] if b["title"] != a["title"]]
         distractors = []
         for j in rng.permutation(len(pool)):
             b = pool[j]

@@ -57,22 +57,24 @@ def assign_splits(keys: list[str], strata: list[str], seed: int = SPLIT_SEED) ->
     return out
 
 
-def _dedupe_labelled(rows: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], int]:
-    """Collapse texts that normalise alike (keeps one copy); drop those seen with different labels."""
+def _dedupe_labelled(rows: list[tuple[str, int]]) -> tuple[list[tuple[str, int]], list[str], int]:
+    """Collapse texts that normalise alike (keeps one copy); drop those seen with different labels. Returns the kept
+    rows, their normal forms and the number dropped."""
     groups: dict[str, list[tuple[str, int]]] = {}
     for text, label in rows:
         groups.setdefault(decontaminate.normalize(text), []).append((text, label))
-    kept, dropped = [], 0
-    for members in groups.values():
+    kept, norms, dropped = [], [], 0
+    for norm, members in groups.items():
         if len({label for _, label in members}) == 1:
             kept.append(members[0])
+            norms.append(norm)
         dropped += len(members) - (1 if len({label for _, label in members}) == 1 else 0)
-    return kept, dropped
+    return kept, norms, dropped
 
 
 def classification_task(name, description, labels, rows, source) -> Task:
-    rows, dropped = _dedupe_labelled(rows)
-    keys = [stable_key(decontaminate.normalize(t)) for t, _ in rows]
+    rows, norms, dropped = _dedupe_labelled(rows)
+    keys = [stable_key(norm) for norm in norms]
     split_of = assign_splits(keys, [labels[y] for _, y in rows])
     task = Task(name, "classification", description, labels, {s: [] for s in SPLITS})
     for key, (text, label) in sorted(zip(keys, rows)):
