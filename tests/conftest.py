@@ -57,6 +57,28 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def run_command(monkeypatch, capsys, *args, home: Path | None = None) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the `encoderlab` command's own `main()` with these arguments, run in this
+    process as the console script runs it once Python has started (ENCODERLAB_HOME=home where given; a 1000-column
+    console, so that an error is one line however long). A fresh process spends ~5 s importing torch before it reads
+    its arguments: tests of what a command prints, saves or refuses run it here; tests/integration/test_cli.py
+    starts the real process."""
+    from encoderlab.cli import main
+
+    monkeypatch.setattr("sys.argv", ["encoderlab", *map(str, args)])
+    if home is not None:
+        monkeypatch.setenv("ENCODERLAB_HOME", str(home))
+    monkeypatch.setenv("COLUMNS", "1000")
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:  # typer ends every command this way, 0 included
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def write_classification_task(folder: Path) -> Path:
     """A tiny task file in `folder` ('good'/'bad' films, 8 rows a split): for tests that need some task, not scores."""
     folder.mkdir(parents=True, exist_ok=True)

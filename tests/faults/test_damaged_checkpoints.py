@@ -9,7 +9,6 @@ tests/unit/test_checkpoint_verify.py checks the same refusals function by functi
 from __future__ import annotations
 
 import shutil
-import sys
 
 import pytest
 import torch
@@ -95,19 +94,15 @@ def files(folder):
 @pytest.mark.parametrize(("command", "name", "how", "says"), CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_a_damaged_checkpoint_is_refused_by_every_command(run, written, monkeypatch, capsys, command, name, how,
                                                           says):
-    from encoderlab.cli import main
+    from conftest import run_command
 
     folder = run / "checkpoints" / LATEST_STEP
     damage(folder / name, how)
     before = files(run.parent)
     args = [a.format(tmp=run.parent, run=run, written=written) for a in COMMANDS[command]]
-    monkeypatch.setattr(sys, "argv", ["encoderlab", *args])
-    monkeypatch.setenv("COLUMNS", "400")  # one line, however long the message
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    stderr = capsys.readouterr().err
+    code, _, stderr = run_command(monkeypatch, capsys, *args)
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert exit_.value.code == 2 and len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert code == 2 and len(errors) == 1 and "Traceback" not in stderr, stderr
     assert f"checkpoint file {folder}/" in errors[0] and says in errors[0], errors[0]
     assert f"{run / 'checkpoints' / OLDER_STEP} is an older complete checkpoint" in errors[0]
     after = files(run.parent)

@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 import yaml
+from conftest import run_command
 from runs import STEPS, TINY, config
 from safetensors.torch import load_file
 
@@ -31,19 +32,10 @@ DIVERGING_LR = 1e6  # the update after step 1 makes the weights, then the gradie
 
 def command(monkeypatch, capsys, *args) -> tuple[int, list[str], str]:
     """(exit code, error lines, stdout) of one `encoderlab` command run in this process."""
-    from encoderlab.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["encoderlab", *map(str, args)])
-    monkeypatch.setenv("COLUMNS", "1000")  # one line, however long the message
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err, captured.err
-    command.log = captured.err  # the log lines (stderr), for a test that reads them
-    return code, [line for line in captured.err.splitlines() if line.startswith("error:")], captured.out
+    code, out, err = run_command(monkeypatch, capsys, *args)
+    assert "Traceback" not in err, err
+    command.log = err  # the log lines (stderr), for a test that reads them
+    return code, [line for line in err.splitlines() if line.startswith("error:")], out
 
 
 def write_run(tmp_path, packed_dir, name, lr, **train):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from dataclasses import replace
 
 import pytest
@@ -41,15 +40,11 @@ def models(tmp_path_factory, packed_dir, classification_task):
 
 
 def sweep(run, task, out, monkeypatch, capsys) -> tuple[dict, str]:
-    from encoderlab.cli import main
+    from conftest import run_command
 
-    monkeypatch.setattr(sys, "argv", ["encoderlab", "sweep", str(run), str(task), "--out", str(out), *GRID, "--json"])
-    monkeypatch.setenv("COLUMNS", "400")
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    captured = capsys.readouterr()
-    assert exit_.value.code == 0, captured.err
-    return json.loads(captured.out), captured.err
+    code, stdout, stderr = run_command(monkeypatch, capsys, "sweep", run, task, "--out", out, *GRID, "--json")
+    assert code == 0, stderr
+    return json.loads(stdout), stderr
 
 
 def test_one_run_name_in_two_folders_is_two_models(models, tmp_path, monkeypatch, capsys):

@@ -617,7 +617,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_refused_in_one_line(case: Case, tmp_path, context, monkeypatch, capsys):
-    from encoderlab.cli import main
+    from conftest import run_command
 
     ctx = {**context, "tmp": tmp_path}
     if case.setup:
@@ -625,12 +625,8 @@ def test_bad_input_is_refused_in_one_line(case: Case, tmp_path, context, monkeyp
     if case.without:
         monkeypatch.setitem(sys.modules, case.without, None)  # `import` raises ImportError, as if not installed
     before, shared_before = snapshot(tmp_path), snapshot(context["run"])
-    monkeypatch.setattr(sys, "argv", ["encoderlab", *(a.format(**ctx) for a in case.args)])
-    monkeypatch.setenv("COLUMNS", "400")  # one line, however long the message
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    stderr = capsys.readouterr().err
-    assert exit_.value.code == 2, stderr
+    code, _, stderr = run_command(monkeypatch, capsys, *(a.format(**ctx) for a in case.args))
+    assert code == 2, stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:"), stderr
     assert case.says.format(**ctx) in lines[0], stderr

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_command
 
 
 def run_cli(*args: str, home: Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -65,31 +66,35 @@ def _with_out(args: list[str], tmp_path: Path) -> list[str]:
     return [*args, "--out", str(tmp_path / "o")] if args[:2] == ["data", "prepare"] else args
 
 
-def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir):
+def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir, monkeypatch, capsys):
     config = Path(__file__).resolve().parents[2] / "configs" / "pretrain" / "demo-tiny.yaml"
-    plan = json.loads(run_cli("pretrain", str(config), "--dry-run", "--json", "--set", f"data.path={packed_dir}",
-                              "--set", "objective=clm:25%,mlm40:75%", "--set", f"out_dir={tmp_path}",
-                              home=tmp_path).stdout)
+
+    def pretrain(*args: str) -> tuple[int, str, str]:
+        return run_command(monkeypatch, capsys, "pretrain", config, "--dry-run", *args, home=tmp_path)
+    code, out, err = pretrain("--json", "--set", f"data.path={packed_dir}", "--set", "objective=clm:25%,mlm40:75%",
+                              "--set", f"out_dir={tmp_path}")
+    assert code == 0, err
+    plan = json.loads(out)
     assert [p["objective"] for p in plan["phases"]] == ["clm", "mlm40"]
     assert plan["phases"][0]["steps"] == round(0.25 * plan["config"]["train"]["steps"])
     assert plan["model"]["vocab_size"] == 320 and plan["seq_len"] == 64
     assert (plan["dtype"], plan["dtype_asked"], plan["device"]) == (plan["config"]["train"]["dtype"], "bf16", "cpu")
-    text = run_cli("pretrain", str(config), "--dry-run", "--set", f"data.path={packed_dir}", "--set",
-                   "train.dtype=auto", home=tmp_path).stdout
-    assert re.search(r"compute (bf16|fp32) \(dtype: auto\) on cpu", text)
-    bad = run_cli("pretrain", str(config), "--dry-run", "--set", "train.stepz=3", home=tmp_path, check=False)
-    assert bad.returncode == 2 and "train.stepz: unknown key" in bad.stderr
-    bad = run_cli("pretrain", str(config), "--dry-run", "--set", f"data.path={packed_dir}", "--set", "objective=xlm",
-                  home=tmp_path, check=False)
-    assert bad.returncode == 2 and "unknown objective 'xlm'" in bad.stderr
+    code, text, err = pretrain("--set", f"data.path={packed_dir}", "--set", "train.dtype=auto")
+    assert code == 0 and re.search(r"compute (bf16|fp32) \(dtype: auto\) on cpu", text), err
+    code, _, err = pretrain("--set", "train.stepz=3")
+    assert code == 2 and "train.stepz: unknown key" in err
+    code, _, err = pretrain("--set", f"data.path={packed_dir}", "--set", "objective=xlm")
+    assert code == 2 and "unknown objective 'xlm'" in err
 
 
-def test_set_updates_a_section_and_replaces_it_only_when_told(tmp_path, packed_dir):
+def test_set_updates_a_section_and_replaces_it_only_when_told(tmp_path, packed_dir, monkeypatch, capsys):
     config = Path(__file__).resolve().parents[2] / "configs" / "pretrain" / "demo-tiny.yaml"
 
     def schedule(value: str) -> dict:
-        return json.loads(run_cli("pretrain", str(config), "--dry-run", "--json", "--set", f"data.path={packed_dir}",
-                                  "--set", value, home=tmp_path).stdout)["config"]["lr_schedule"]
+        code, out, err = run_command(monkeypatch, capsys, "pretrain", config, "--dry-run", "--json", "--set",
+                                     f"data.path={packed_dir}", "--set", value, home=tmp_path)
+        assert code == 0, err
+        return json.loads(out)["config"]["lr_schedule"]
     merged = schedule("lr_schedule={warmup_steps: 1}")  # the file's decay_steps 50 stays (it became 2000)
     assert (merged["warmup_steps"], merged["decay_steps"], merged["kind"]) == (1, 50, "wsd")
     replaced = schedule("lr_schedule!={warmup_steps: 1}")  # asked for: the rest at the defaults
@@ -109,16 +114,16 @@ def test_the_default_protocol_and_demo_study_are_the_clones():
     assert (main.CHECKOUT / "configs" / "studies" / "demo.yaml").exists()
 
 
-def test_demo_refuses_a_wrong_study_before_building_the_data(tmp_path):
+def test_demo_refuses_a_wrong_study_before_building_the_data(tmp_path, monkeypatch, capsys):
     """`demo --study` with a missing or invalid study file is refused in one line before the offline suite is
     fetched and built (minutes of work, and a data folder the user did not ask for)."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\n")
     for study, says in ((tmp_path / "nope.yaml", "config file not found"), (bad, "evaluation: Field required")):
-        proc = run_cli("demo", "--study", str(study), home=tmp_path / "home", check=False)
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert proc.returncode == 2 and len(lines) == 1 and says in lines[0], proc.stderr
-        assert not (tmp_path / "home").exists() and proc.stdout == ""
+        code, out, err = run_command(monkeypatch, capsys, "demo", "--study", study, home=tmp_path / "home")
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and says in lines[0], err
+        assert not (tmp_path / "home").exists() and out == ""
 
 
 def test_ctrl_c_in_pretraining_says_how_to_resume(tmp_path, packed_dir, monkeypatch):

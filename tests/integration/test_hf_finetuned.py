@@ -217,20 +217,18 @@ def test_what_no_stock_class_computes_is_refused_before_any_work(setup, tmp_path
     assert not (tmp_path / "evals").exists() and not (tmp_path / "models").exists()
 
 
-def test_finetune_save_from_the_command_line_and_again(setup, tmp_path):
+def test_finetune_save_from_the_command_line_and_again(setup, tmp_path, monkeypatch, capsys):
+    from conftest import run_command
+
     """`encoderlab finetune ... --save DIR`: the folder, loaded with the Auto class, scores the record's test score;
     the same command again trains nothing (the run is recorded and saved)."""
-    import os
-    import subprocess
-    import sys
-
-    args = [sys.executable, "-m", "encoderlab.cli", "finetune", str(setup / "ckpt"), str(setup / "cls.yaml"), "--lr",
-            "3e-3", "--out", str(tmp_path / "evals"), "--save", str(tmp_path / "kept"), "--json",
-            *(x for over in ("max_steps=4", "batch_size=4", "max_length=48", "dtype=fp32",
-                             "classification_head=dense_gelu") for x in ("--set", over))]
-    env = {**os.environ, "ENCODERLAB_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
-    first = json.loads(subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout)
-    again = json.loads(subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout)
+    args = ["finetune", setup / "ckpt", setup / "cls.yaml", "--lr", "3e-3", "--out", tmp_path / "evals", "--save",
+            tmp_path / "kept", "--json", *(x for over in ("max_steps=4", "batch_size=4", "max_length=48", "dtype=fp32",
+                                                          "classification_head=dense_gelu") for x in ("--set", over))]
+    (code, out, err), (code_again, out_again, _) = (run_command(monkeypatch, capsys, *args, home=tmp_path / "home")
+                                                    for _ in "12")
+    assert code == code_again == 0, err
+    first, again = json.loads(out), json.loads(out_again)
     assert first["runs_done_this_time"] == 1 and again["runs_done_this_time"] == 0
     (task,) = first["tasks"].values()
     saved = json.loads((tmp_path / "kept" / MANIFEST).read_text())

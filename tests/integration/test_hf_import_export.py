@@ -4,8 +4,6 @@ represented exactly is refused with a message naming the difference."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -240,21 +238,20 @@ def test_outputs_are_never_overwritten_silently(tmp_path, bpe):
     assert (tmp_path / "taken" / "keep.txt").read_text() == "precious"
 
 
-def test_cli_export_json_and_one_line_error(tmp_path, bpe):
+def test_cli_export_json_and_one_line_error(tmp_path, bpe, monkeypatch, capsys):
+    from conftest import run_command
+
     _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
-    env = {**os.environ, "ENCODERLAB_HOME": str(tmp_path), "COLUMNS": "200"}
-    cli = [sys.executable, "-m", "encoderlab.cli"]
-    proc = subprocess.run([*cli, "export", str(ckpt), "--out", str(tmp_path / "llama"), "--as", "llama",
-                           "--attention", "causal", "--json"], capture_output=True, text=True, env=env, timeout=300,
-                          cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads(proc.stdout)
+    code, out, err = run_command(monkeypatch, capsys, "export", ckpt, "--out", tmp_path / "llama", "--as", "llama",
+                                 "--attention", "causal", "--json", home=tmp_path)
+    assert code == 0, err
+    summary = json.loads(out)
     assert summary["class"] == "LlamaForCausalLM" and "last trained with mlm40" in summary["note"]
-    assert "note:" in proc.stderr  # an MLM-trained model exported as causal is pointed out
-    proc = subprocess.run([*cli, "import-hf", str(tmp_path / "ckpt"), "--out", str(tmp_path / "x")],
-                          capture_output=True, text=True, env=env, timeout=300)
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert proc.returncode == 2 and len(errors) == 1 and "no config.json" in errors[0], proc.stderr
+    assert "note:" in err  # an MLM-trained model exported as causal is pointed out
+    code, _, err = run_command(monkeypatch, capsys, "import-hf", tmp_path / "ckpt", "--out", tmp_path / "x",
+                               home=tmp_path)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "no config.json" in errors[0], err
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
