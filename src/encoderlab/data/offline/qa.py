@@ -16,6 +16,7 @@ need randomness use a generator seeded by (SEED, task, unit), so the output does
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from pathlib import Path
 
@@ -217,8 +218,9 @@ def wiki_title_span(wiki: list[dict], split_of: dict[str, str]) -> dict[str, lis
     groups: dict[tuple[str, str], list[dict]] = {}
     for a in wiki:
         groups.setdefault((split_of[a["title"]], a["topic"]), []).append(a)
-    for members in groups.values():  # sorted once (stable): each article's pool is its group without it
+    for members in groups.values():  # sorted once (stable): each article's pool is its group without its title
         members.sort(key=lambda b: b["title"])
+    titles = {key: [b["title"] for b in members] for key, members in groups.items()}
     out: dict[str, list[dict]] = {s: [] for s in SPLITS}
     for a in wiki:
         split, title, description = split_of[a["title"]], _base_title(a["title"]), a.get("description", "").strip()
@@ -226,7 +228,8 @@ def wiki_title_span(wiki: list[dict], split_of: dict[str, str]) -> dict[str, lis
         if not description or title.lower() in description.lower() or not find_all(title, lead, ignore_case=True):
             continue
         rng = _rng("wiki-title-span", a["title"])
-        pool = [b for b in groups[(split, a["topic"])] if b["title"] != a["title"]]
+        group, names = groups[(split, a["topic"])], titles[(split, a["topic"])]
+        pool = group[: bisect_left(names, a["title"])] + group[bisect_right(names, a["title"]) :]
         distractors = []
         for j in rng.permutation(len(pool)):
             b = pool[j]
