@@ -195,7 +195,7 @@ def take_sentences(text: str, seed_key: str, k: int = QUERIES_PER_REVIEW,
 def _reviews_holding(norm: dict[str, str]) -> Callable[[list[str]], set[str]]:
     """words -> the reviews (ids of `norm`, normalised texts) whose words include the first NGRAM of them: every
     review that can hold them, and with a negligible chance of a hash collision one more, which the caller's exact
-    comparison turns away. None for fewer words."""
+    comparison turns away. No review for fewer words."""
     ids = list(norm)
     grams = [decontaminate.ngram_hashes(text.split()) for text in norm.values()]
     owner = np.concatenate([np.full(len(g), i) for i, g in enumerate(grams)] or [np.empty(0, dtype=np.int64)])
