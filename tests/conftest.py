@@ -4,10 +4,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 
 from encoderlab.data.documents import Document
 from encoderlab.data.packing import pack
@@ -55,6 +58,23 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """The folder `name`, filled by `build(folder)` once per test session: under xdist the workers share it (a lock
+    and a folder beside their own temporary folders), so the first worker to need it builds it and the others wait
+    and read it. A folder whose build did not finish (no `name.complete` beside it) is emptied and built again."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    out, complete = shared / name, shared / f"{name}.complete"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not complete.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            build(out)
+            complete.touch()
+    return out
 
 
 def run_command(monkeypatch, capsys, *args, home: Path | None = None) -> tuple[int, str, str]:

@@ -18,7 +18,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import yaml
-from filelock import FileLock
+from conftest import built_once
 from safetensors.torch import load_file
 
 from encoderlab.core.config import ConfigError, validate
@@ -75,18 +75,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, packed_dir):
     """The run folders: two-process runs from the spawned workers, single-process ones from here. Under xdist the
-    workers share them (a lock and a folder beside theirs): the processes are spawned once, not once per worker."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    out = shared / "parallel-runs"
-    with FileLock(str(shared / "parallel-runs.lock")):
-        if not (out / "complete").exists():
-            shutil.rmtree(out, ignore_errors=True)
-            out.mkdir()
-            _train_all(out, packed_dir)
-            (out / "complete").touch()
-    return out
+    workers share them (conftest `built_once`): the processes are spawned once, not once per worker."""
+    return built_once(tmp_path_factory, "parallel-runs", lambda out: _train_all(out, packed_dir))
 
 
 def _train_all(out, packed_dir) -> None:

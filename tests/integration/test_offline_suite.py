@@ -4,13 +4,11 @@ evaluation text reaches the pretraining corpus, checked independently of the pro
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 from collections import Counter
 
 import pytest
-from filelock import FileLock
+from conftest import built_once
 
 from encoderlab.core.io import encoderlab_home, read_jsonl
 from encoderlab.data import wheels
@@ -47,16 +45,10 @@ def example_text(ex: dict) -> str:
 
 @pytest.fixture(scope="session")
 def suite(tmp_path_factory) -> dict:
-    """Built once per test session: under xdist the workers share it (a lock and a folder beside theirs), so a
-    worker that steals some of these tests reads the other's build instead of spending ~50 s on its own."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent
-    out = shared / "offline-suite"
-    with FileLock(str(shared / "offline-suite.lock")):
-        if not (out / "suite.json").exists():  # written last: a folder without it is a build that did not finish
-            shutil.rmtree(out, ignore_errors=True)
-            build_offline_suite(out, home=encoderlab_home(), log=lambda *_: None)
+    """Built once per test session (conftest `built_once`): a worker that steals some of these tests reads the other
+    worker's build instead of spending ~50 s on its own."""
+    out = built_once(tmp_path_factory, "offline-suite",
+                     lambda folder: build_offline_suite(folder, home=encoderlab_home(), log=lambda *_: None))
     summary = json.loads((out / "suite.json").read_text())
     tasks = {}
     for name in TASKS:
@@ -221,8 +213,8 @@ def test_no_eval_example_equals_a_corpus_line_or_document(suite, eval_examples, 
 def test_no_long_eval_example_is_a_substring_of_the_corpus(eval_examples, corpus_norms):
     """Brute force, independent of the n-gram index: plain `in` on the joined normalised corpus (word bounded)."""
     haystack = utf8("\n".join(f" {n} " for n in corpus_norms))
-    long_examples = sorted({(task, normalize(text)) for task, _, text in eval_examples
-                            if len(normalize(text).split()) >= 8})
+    long_examples = sorted({(task, norm) for task, _, text in eval_examples
+                            if len((norm := normalize(text)).split()) >= 8})
     sample = random.Random(2026).sample(long_examples, 400)
     assert len({task for task, _ in sample}) >= len(TASKS) + 4  # the tasks are well represented
     leaks = [(task, text[:80]) for task, text in sample if utf8(f" {text} ") in haystack]
