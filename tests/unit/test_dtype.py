@@ -40,6 +40,24 @@ def test_explicit_bf16_where_it_is_not_native_is_said(native):
         assert "auto" not in optim.slow_dtype_note("dtype", "bf16", cpu, auto_helps=False)
 
 
+def test_the_demo_says_first_when_auto_runs_it_in_fp32(native):
+    """The README's demo times were measured where bf16 is native; where `auto` chose fp32 the demo says so."""
+    from types import SimpleNamespace
+
+    from encoderlab.cli.commands import fp32_demo_note
+
+    def config(dtype: str) -> SimpleNamespace:
+        return SimpleNamespace(train=TrainSection(steps=10, global_batch=8, device="cpu", dtype=dtype))
+
+    note = fp32_demo_note([config("auto"), config("auto")])
+    if native:
+        assert note is None
+    else:
+        assert note.startswith("this CPU has no native bf16 matrix kernels") and "42 minutes" in note
+    assert fp32_demo_note([config("fp32")]) is None  # fp32 by name: what the user asked for
+    assert fp32_demo_note([]) is None
+
+
 def test_a_resume_refused_for_its_dtype_names_what_auto_does():
     from encoderlab.pretrain.resume import _describe_changes
 
