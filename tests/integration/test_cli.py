@@ -78,7 +78,7 @@ def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir, monkeypatch, ca
     assert [p["objective"] for p in plan["phases"]] == ["clm", "mlm40"]
     assert plan["phases"][0]["steps"] == round(0.25 * plan["config"]["train"]["steps"])
     assert plan["model"]["vocab_size"] == 320 and plan["seq_len"] == 64
-    assert (plan["dtype"], plan["dtype_asked"], plan["device"]) == (plan["config"]["train"]["dtype"], "bf16", "cpu")
+    assert (plan["dtype"], plan["dtype_asked"], plan["device"]) == (plan["config"]["train"]["dtype"], "auto", "cpu")
     code, text, err = pretrain("--set", f"data.path={packed_dir}", "--set", "train.dtype=auto")
     assert code == 0 and re.search(r"compute (bf16|fp32) \(dtype: auto\) on cpu", text), err
     code, _, err = pretrain("--set", "train.stepz=3")
