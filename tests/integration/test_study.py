@@ -241,6 +241,28 @@ def test_a_failed_run_skips_its_dependents_and_the_rest_goes_on(tmp_path, packed
     assert result["done"] == 2  # the MLM model and its evaluation
 
 
+def test_the_study_says_its_jobs_dtype_lines_once_before_any_job(tmp_path, packed_dir, task_yaml, monkeypatch):
+    """A job's own lines go nowhere in a study, so the study says them: here a bf16 pretraining config on a device
+    without native bf16, once for its two models, before the first job ends."""
+    from encoderlab.runs import optim
+
+    monkeypatch.setattr(optim, "bf16_is_native", lambda device: False)
+    study = write_study(tmp_path, str(packed_dir), task=str(task_yaml))
+    pretrain = tmp_path / "pretrain.yaml"
+    pretrain.write_text(pretrain.read_text().replace("dtype: fp32", "dtype: bf16"))
+    plan, base = plan_of(study)
+
+    def not_now(job, log=None, **progress):
+        raise RuntimeError("not now")
+
+    monkeypatch.setattr(runner_module, "execute", not_now)
+    lines: list[str] = []
+    run_study(plan, base, log=lines.append)
+    notes = [line for line in lines if "no native matrix kernels" in line]
+    assert len(notes) == 1 and notes[0].startswith("train.dtype: bf16 has no native matrix kernels on this cpu")
+    assert lines[0].startswith("study s: 4 jobs, 0 already done, 4 to do") and lines[1] == notes[0]
+
+
 # ------------------------------------------------------------------------------------------------ report
 
 FAMILIES = {"rt-polarity": ("classification", "accuracy", 50.0), "conll-ner": ("tokens", "f1", 0.0),

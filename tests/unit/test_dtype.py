@@ -40,22 +40,36 @@ def test_explicit_bf16_where_it_is_not_native_is_said(native):
         assert "auto" not in optim.slow_dtype_note("dtype", "bf16", cpu, auto_helps=False)
 
 
-def test_the_demo_says_first_when_auto_runs_it_in_fp32(native):
-    """The README's demo times were measured where bf16 is native; where `auto` chose fp32 the demo says so."""
+def test_a_study_says_what_its_jobs_would_say_in_its_quiet_workers(native):
+    """A study's jobs log nowhere (their workers are quiet), so the study says their dtype lines once, before it
+    trains: bf16 asked for where it is not native, and fp32 chosen by `auto` on a CPU (where the README's times,
+    measured with native bf16, do not hold). Only for jobs it will run."""
     from types import SimpleNamespace
 
-    from encoderlab.cli.commands import fp32_demo_note
+    from encoderlab.study.jobs import EvalJob, PretrainJob
+    from encoderlab.study.runner import dtype_notes
 
-    def config(dtype: str) -> SimpleNamespace:
-        return SimpleNamespace(train=TrainSection(steps=10, global_batch=8, device="cpu", dtype=dtype))
+    def pretrain(dtype: str) -> PretrainJob:
+        job = PretrainJob.__new__(PretrainJob)  # only its config is read
+        job.config = SimpleNamespace(train=TrainSection(steps=10, global_batch=8, device="cpu", dtype=dtype))
+        return job
 
-    note = fp32_demo_note([config("auto"), config("auto")])
+    def sweep(dtype: str) -> EvalJob:
+        job = EvalJob.__new__(EvalJob)
+        job.protocol = Protocol(dtype=dtype)
+        return job
+
+    auto = dtype_notes([pretrain("auto"), pretrain("auto"), sweep("auto")])
+    bf16 = dtype_notes([pretrain("bf16"), sweep("bf16"), sweep("bf16")])
     if native:
-        assert note is None
+        assert auto == [] and bf16 == []
     else:
-        assert note.startswith("this CPU has no native bf16 matrix kernels") and "42 minutes" in note
-    assert fp32_demo_note([config("fp32")]) is None  # fp32 by name: what the user asked for
-    assert fp32_demo_note([]) is None
+        assert len(auto) == 1 and auto[0].startswith("train.dtype: auto runs in fp32 here: this CPU has no native")
+        assert "42 minutes" in auto[0] and "AVX-512 or AMX" in auto[0]
+        assert [n.split(":")[0] for n in bf16] == ["train.dtype", "dtype"]
+        assert all("bf16 has no native matrix kernels" in n for n in bf16)
+    assert dtype_notes([pretrain("fp32"), sweep("fp32")]) == []  # fp32 by name: what the user asked for
+    assert dtype_notes([]) == []
 
 
 def test_a_resume_refused_for_its_dtype_names_what_auto_does():

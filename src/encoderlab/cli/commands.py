@@ -231,8 +231,6 @@ def demo(
     from encoderlab.cli.study import render_plan
 
     render_plan(plan.summary())
-    if note := fp32_demo_note(plan.configs.values()):
-        log(note)
     result = run_study(plan, base, workers=workers or min(2, os.cpu_count() or 1), log=log)
     report = write_report(plan.root)
     minutes = (time.perf_counter() - started) / 60
@@ -241,22 +239,6 @@ def demo(
     out.print(f"\n[bold green]demo finished[/bold green] in {minutes:.1f} min: {result['done']}/{result['jobs']} jobs "
               f"done; report {report}")
     check_succeeded(result, spec.name)
-
-
-def fp32_demo_note(configs) -> str | None:
-    """The line the demo says before it trains when `dtype: auto` chose fp32 for its models (a CPU without native bf16
-    matrix kernels): the README's 11-21 minutes were measured where they are native, so the user hears it first."""
-    import torch
-
-    from encoderlab.runs.optim import default_device
-
-    def on_cpu(device: str) -> bool:
-        return (default_device() if device == "auto" else torch.device(device)).type == "cpu"
-
-    if not any(c.train.dtype_asked == "auto" and c.train.dtype == "fp32" and on_cpu(c.train.device) for c in configs):
-        return None
-    return ("this CPU has no native bf16 matrix kernels (no AVX-512 or AMX), so `dtype: auto` runs the demo in fp32: "
-            "on a 2-core AMD EPYC with AVX2 only it took 42 minutes, against 11-21 on CPUs with them (README)")
 
 
 @app.command("import-hf")

@@ -16,9 +16,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
+from encoderlab.runs.optim import default_device, fp32_auto_note, slow_dtype_note
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import EvalJob, PretrainJob, RandomInitJob, jobs_of
@@ -101,6 +104,8 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
     board = Board(jobs, done={j.id for j in jobs if j.is_done()})
     log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(board.done)} already done, {len(board.pending)} to do "
         f"({workers} worker{'s' if workers > 1 else ''})")
+    for note in dtype_notes(board.pending):
+        log(note)
     started = time.perf_counter()
     (plan.root / "status").mkdir(parents=True, exist_ok=True)
     for job, result, error in run_jobs(board, workers, _run_in_worker):
@@ -118,6 +123,23 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
     return {"jobs": len(jobs), "done": len(board.done), "done_now": board.done_now, "failed": board.failed,
             "skipped": sorted(board.skipped), "logs": {j: str(status_file(plan, j)) for j in board.failed},
             "seconds": round(time.perf_counter() - started, 1)}
+
+
+def dtype_notes(jobs: list[Job]) -> list[str]:
+    """What the jobs to do will say about their dtype, said once here: a job's own lines go nowhere in a study (its
+    worker's log is quiet), and these must reach the user before the time is spent. A pretraining run asked for bf16
+    where it is not native, or given fp32 by `auto` on a CPU; sweeps whose protocol asks for bf16 where it is not."""
+    notes = []
+    for job in jobs:
+        if isinstance(job, PretrainJob):
+            train = job.config.train
+            device = default_device() if train.device == "auto" else torch.device(train.device)
+            notes += [slow_dtype_note("train.dtype", train.dtype, device),
+                      fp32_auto_note("train.dtype", train.dtype_asked, train.dtype, device)]
+        elif isinstance(job, EvalJob):
+            notes.append(slow_dtype_note("dtype", job.protocol.dtype, default_device(),
+                                         auto_helps=job.protocol.weights != "bf16"))
+    return [n for n in dict.fromkeys(notes) if n is not None]
 
 
 def check_succeeded(result: dict, name: str) -> None:
