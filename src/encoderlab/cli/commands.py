@@ -220,6 +220,8 @@ def demo(
     from encoderlab.study.spec import load_study
 
     started = time.perf_counter()
+    if workers < 0:
+        raise EncoderlabError(f"--workers {workers}: give 0 (one per CPU core, at most 2) or more")
     if study is None and not (study := CHECKOUT / "configs" / "studies" / "demo.yaml").exists():
         raise EncoderlabError(f"demo study not found at {study}; run the demo from a clone of encoderlab")
     spec, base = load_study(study)  # a wrong --study is refused before the data is built

@@ -56,7 +56,7 @@ def render_plan(s: dict) -> None:
         budget = f" (budget {d['max_tokens']:,})" if d.get("max_tokens") else ""
         out.print(f"[bold]data[/bold]        prepared {d['path']}: {d['train_tokens']:,} train tokens{budget}, "
                   f"vocabulary {d['vocab_size']:,}, windows of {d['seq_len']}; the longest run reads "
-                  f"{d['longest_run_tokens']:,} tokens = {d['epochs']:g} epochs")
+                  f"{d['longest_run_tokens']:,} tokens = {d['longest_run_tokens'] / d['train_tokens']:.3g} epochs")
     elif d["from"] == "data_shape":
         out.print(f"[bold]data[/bold]        {d['path']} is not prepared: planned with the study's data_shape "
                   f"(vocabulary {d['vocab_size']:,}, windows of {d['seq_len']})")
@@ -73,11 +73,14 @@ def plan_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
 ) -> None:
     """Expand a study into its run graph: shared trunks, branches, steps, tokens, FLOPs against independent runs."""
+    from encoderlab.core.errors import EncoderlabError
     from encoderlab.study.jobs import jobs_of
     from encoderlab.study.plan import build_plan
     from encoderlab.study.runner import write_configs as write
     from encoderlab.study.spec import load_study
 
+    if not 0 < mfu <= 1:
+        raise EncoderlabError(f"--mfu {mfu:g}: give a fraction of the GPU's peak, above 0 and at most 1 (0.4 is 40%)")
     spec, base = load_study(study)
     plan = build_plan(spec, base)
     summary = plan.summary(gpu, mfu)
