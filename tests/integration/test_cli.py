@@ -79,8 +79,10 @@ def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir, monkeypatch, ca
     assert plan["phases"][0]["steps"] == round(0.25 * plan["config"]["train"]["steps"])
     assert plan["model"]["vocab_size"] == 320 and plan["seq_len"] == 64
     assert (plan["dtype"], plan["dtype_asked"], plan["device"]) == (plan["config"]["train"]["dtype"], "auto", "cpu")
-    code, text, err = pretrain("--set", f"data.path={packed_dir}", "--set", "train.dtype=auto")
+    code, text, err = pretrain("--set", f"data.path={packed_dir}")  # the file's `auto`, as it resolved
     assert code == 0 and re.search(r"compute (bf16|fp32) \(dtype: auto\) on cpu", text), err
+    code, text, err = pretrain("--set", f"data.path={packed_dir}", "--set", "train.dtype=fp32")  # named: said as is
+    assert code == 0 and "compute fp32 on cpu" in text and "(dtype:" not in text, err
     code, _, err = pretrain("--set", "train.stepz=3")
     assert code == 2 and "train.stepz: unknown key" in err
     code, _, err = pretrain("--set", f"data.path={packed_dir}", "--set", "objective=xlm")

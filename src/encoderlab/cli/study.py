@@ -56,7 +56,7 @@ def render_plan(s: dict) -> None:
         budget = f" (budget {d['max_tokens']:,})" if d.get("max_tokens") else ""
         out.print(f"[bold]data[/bold]        prepared {d['path']}: {d['train_tokens']:,} train tokens{budget}, "
                   f"vocabulary {d['vocab_size']:,}, windows of {d['seq_len']}; the longest run reads "
-                  f"{d['longest_run_tokens']:,} tokens = {d['longest_run_tokens'] / d['train_tokens']:.3g} epochs")
+                  f"{d['longest_run_tokens']:,} tokens = {d['epochs']:g} epochs")
     elif d["from"] == "data_shape":
         out.print(f"[bold]data[/bold]        {d['path']} is not prepared: planned with the study's data_shape "
                   f"(vocabulary {d['vocab_size']:,}, windows of {d['seq_len']})")

@@ -175,7 +175,7 @@ class Plan:
         longest = max((r.steps * r.tokens_per_step for r in self.runs.values() if not r.imported), default=0)
         if out.get("train_tokens"):
             out["longest_run_tokens"] = longest
-            out["epochs"] = round(longest / out["train_tokens"], 3)
+            out["epochs"] = float(f"{longest / out['train_tokens']:.3g}")  # a short run's share is not 0
         return out
 
 

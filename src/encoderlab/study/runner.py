@@ -16,11 +16,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
+from encoderlab.pretrain.setup import resolve_device
 from encoderlab.runs.optim import default_device, fp32_auto_note, slow_dtype_note
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
@@ -128,12 +127,16 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
 def dtype_notes(jobs: list[Job]) -> list[str]:
     """What the jobs to do will say about their dtype, said once here: a job's own lines go nowhere in a study (its
     worker's log is quiet), and these must reach the user before the time is spent. A pretraining run asked for bf16
-    where it is not native, or given fp32 by `auto` on a CPU; sweeps whose protocol asks for bf16 where it is not."""
+    where it is not native, or given fp32 by `auto` on a CPU; sweeps whose protocol asks for bf16 where it is not (a
+    protocol's `auto` is resolved when read and not kept: a sweep's fp32 is not told from one asked for)."""
     notes = []
     for job in jobs:
         if isinstance(job, PretrainJob):
             train = job.config.train
-            device = default_device() if train.device == "auto" else torch.device(train.device)
+            try:
+                device = resolve_device(train.device)
+            except EncoderlabError:  # no CUDA here: the job refuses itself, naming train.device
+                continue
             notes += [slow_dtype_note("train.dtype", train.dtype, device),
                       fp32_auto_note("train.dtype", train.dtype_asked, train.dtype, device)]
         elif isinstance(job, EvalJob):
