@@ -65,7 +65,7 @@ def test_a_study_says_what_its_jobs_would_say_in_its_quiet_workers(native):
         assert auto == [] and bf16 == []
     else:
         assert len(auto) == 1 and auto[0].startswith("train.dtype: auto runs in fp32 here: this CPU has no native")
-        assert "42 minutes" in auto[0] and optim._bf16_needs(torch.device("cpu")) in auto[0]
+        assert "42-46 minutes" in auto[0] and optim._bf16_needs(torch.device("cpu")) in auto[0]
         assert [n.split(":")[0] for n in bf16] == ["train.dtype", "dtype"]
         assert all("bf16 has no native matrix kernels" in n for n in bf16)
     assert dtype_notes([pretrain("fp32"), sweep("fp32")]) == []  # fp32 by name: what the user asked for

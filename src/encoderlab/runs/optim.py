@@ -107,8 +107,8 @@ def fp32_auto_note(key: str, asked: str, dtype: str, device: torch.device) -> st
     if asked != "auto" or dtype != "fp32" or device.type != "cpu":
         return None
     return (f"{key}: auto runs in fp32 here: this CPU has no native bf16 matrix kernels (it lacks "
-            f"{_bf16_needs(device)}), so training takes several times as long as on a CPU with them (the demo took 42 "
-            "minutes on a 2-core AMD EPYC with AVX2 only, against 11-21 elsewhere: README)")
+            f"{_bf16_needs(device)}), so training takes several times as long as on a CPU with them (the demo took "
+            "42-46 minutes on a 2-core AMD EPYC with AVX2 only, against 11-21 elsewhere: README)")
 
 
 def _bf16_needs(device: torch.device) -> str:
