@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from conftest import run_command
 import torch
 import yaml
 from runs import STEPS, config
@@ -94,8 +95,6 @@ def files(folder):
 @pytest.mark.parametrize(("command", "name", "how", "says"), CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
 def test_a_damaged_checkpoint_is_refused_by_every_command(run, written, monkeypatch, capsys, command, name, how,
                                                           says):
-    from conftest import run_command
-
     folder = run / "checkpoints" / LATEST_STEP
     damage(folder / name, how)
     before = files(run.parent)

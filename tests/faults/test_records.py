@@ -12,6 +12,7 @@ import shutil
 from dataclasses import replace
 
 import pytest
+from conftest import run_command
 from runs import config
 
 from encoderlab.core.config import validate
@@ -40,8 +41,6 @@ def models(tmp_path_factory, packed_dir, classification_task):
 
 
 def sweep(run, task, out, monkeypatch, capsys) -> tuple[dict, str]:
-    from conftest import run_command
-
     code, stdout, stderr = run_command(monkeypatch, capsys, "sweep", run, task, "--out", out, *GRID, "--json")
     assert code == 0, stderr
     return json.loads(stdout), stderr

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import run_command
 import yaml
 
 from encoderlab.core.config import validate
@@ -620,8 +621,6 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_refused_in_one_line(case: Case, tmp_path, context, monkeypatch, capsys):
-    from conftest import run_command
-
     ctx = {**context, "tmp": tmp_path}
     if case.setup:
         case.setup(tmp_path, ctx)

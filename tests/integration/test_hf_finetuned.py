@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 import yaml
+from conftest import run_command
 from torch import nn
 
 from encoderlab.core.errors import EncoderlabError
@@ -218,8 +219,6 @@ def test_what_no_stock_class_computes_is_refused_before_any_work(setup, tmp_path
 
 
 def test_finetune_save_from_the_command_line_and_again(setup, tmp_path, monkeypatch, capsys):
-    from conftest import run_command
-
     """`encoderlab finetune ... --save DIR`: the folder, loaded with the Auto class, scores the record's test score;
     the same command again trains nothing (the run is recorded and saved)."""
     args = ["finetune", setup / "ckpt", setup / "cls.yaml", "--lr", "3e-3", "--out", tmp_path / "evals", "--save",

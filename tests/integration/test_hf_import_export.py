@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_command
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
@@ -239,8 +240,6 @@ def test_outputs_are_never_overwritten_silently(tmp_path, bpe):
 
 
 def test_cli_export_json_and_one_line_error(tmp_path, bpe, monkeypatch, capsys):
-    from conftest import run_command
-
     _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
     code, out, err = run_command(monkeypatch, capsys, "export", ckpt, "--out", tmp_path / "llama", "--as", "llama",
                                  "--attention", "causal", "--json", home=tmp_path)
