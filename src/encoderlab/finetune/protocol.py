@@ -2,13 +2,16 @@
 record."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, ValidationError, model_validator
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.runs.config import AdamWSection, Seed, WandbSection
-from encoderlab.runs.optim import resolve_dtype
+from encoderlab.runs.optim import resolve_dtype, slow_dtype_note
+
+if TYPE_CHECKING:
+    import torch
 
 # What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),
 # the optimizer and the selection rule stay the same for every task, or the tasks' scores would not compare.
@@ -146,6 +149,11 @@ class Protocol(BaseModel):
         if self.dtype == "auto":  # bf16 weights compute in bf16 wherever they run; else the sweep's default device's
             self.dtype = "bf16" if self.weights == "bf16" else resolve_dtype("auto", "auto")
         return self
+
+    def dtype_note(self, device: torch.device) -> str | None:
+        """The line a sweep on `device` says before its first run when its bf16 is not native there (with bf16
+        weights `auto` is bf16 too, so the line does not suggest it)."""
+        return slow_dtype_note("dtype", self.dtype, device, auto_helps=self.weights != "bf16")
 
     @model_validator(mode="after")
     def _check_weights(self) -> Protocol:

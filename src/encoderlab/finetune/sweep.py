@@ -34,7 +34,7 @@ from encoderlab.finetune.training import backbone_state, finetune, planned_steps
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.logging import Progress, Wandb, require_wandb
-from encoderlab.runs.optim import default_device, slow_dtype_note
+from encoderlab.runs.optim import default_device
 from encoderlab.tasks import baselines, load_task, task_family, task_identity
 from encoderlab.tasks.base import EvalTask
 
@@ -132,7 +132,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         for task in sweep.tasks:
             locks.enter_context(run_lock(out / sweep.tag / sweep.key / task.name, f"the {task.name} records"))
             sweep.say_what_runs_again(task)
-        if note := slow_dtype_note("dtype", protocol.dtype, device, auto_helps=protocol.weights != "bf16"):
+        if note := protocol.dtype_note(device):
             log(note)  # once everything is checked: a run that goes ahead, slowly
         return sweep.run(workers, show_progress)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -22,8 +22,11 @@ from encoderlab.core.io import folder_name
 from encoderlab.pretrain.objectives import Phase, Schedule
 from encoderlab.runs.config import AdamWSection, Seed, WandbSection
 from encoderlab.runs.config import Section as _Section
-from encoderlab.runs.optim import resolve_dtype
+from encoderlab.runs.optim import resolve_dtype, slow_dtype_note
 from encoderlab.runs.schedule import LRSchedule
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DataSection(_Section):
@@ -114,6 +117,10 @@ class TrainSection(_Section):
         self._dtype_asked = self.dtype
         self.dtype = resolve_dtype(self.dtype, self.device)
         return self
+
+    def dtype_note(self, device: torch.device) -> str | None:
+        """The line a run on `device` says before its first step when its bf16 is not native there."""
+        return slow_dtype_note("train.dtype", self.dtype, device)
 
     def sequences_per_step(self, seq_len: int) -> int:
         if self.global_batch is not None:

@@ -74,7 +74,7 @@ class Trainer:
                 drop_if_only_lock(self.run_dir)  # a refused run leaves no folder behind
             raise
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
-        if note := optim.slow_dtype_note("train.dtype", cfg.train.dtype, self.device):  # a run, not a refusal
+        if note := cfg.train.dtype_note(self.device):  # a run, not a refusal
             self.log(note)
 
     def _prepare_run_dir(self, resume: bool, extend: bool) -> None:

@@ -16,7 +16,7 @@ from encoderlab.pretrain import distributed, objectives
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.runs import checkpoint
 from encoderlab.runs.logging import require_wandb
-from encoderlab.runs.optim import default_device, slow_dtype_note
+from encoderlab.runs.optim import default_device
 
 
 def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
@@ -60,7 +60,7 @@ def describe(cfg: PretrainConfig) -> dict:
         "tokens_per_step": tokens_per_step, "total_tokens": tokens_per_step * cfg.train.steps,
         "global_batch": global_batch,
         "device": str(device), "dtype": cfg.train.dtype, "dtype_asked": cfg.train.dtype_asked,
-        "dtype_note": slow_dtype_note("train.dtype", cfg.train.dtype, device),
+        "dtype_note": cfg.train.dtype_note(device),
         "epochs": round(global_batch * cfg.train.steps / meta["splits"]["train"]["windows"], 3),
         "init": cfg.init.model_dump(exclude_none=True),
         "config": cfg.model_dump(mode="json"),

@@ -20,7 +20,7 @@ from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
 from encoderlab.pretrain.setup import resolve_device
-from encoderlab.runs.optim import default_device, fp32_auto_note, slow_dtype_note
+from encoderlab.runs.optim import default_device, fp32_auto_note
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import EvalJob, PretrainJob, RandomInitJob, jobs_of
@@ -137,11 +137,9 @@ def dtype_notes(jobs: list[Job]) -> list[str]:
                 device = resolve_device(train.device)
             except EncoderlabError:  # no CUDA here: the job refuses itself, naming train.device
                 continue
-            notes += [slow_dtype_note("train.dtype", train.dtype, device),
-                      fp32_auto_note("train.dtype", train.dtype_asked, train.dtype, device)]
+            notes += [train.dtype_note(device), fp32_auto_note("train.dtype", train.dtype_asked, train.dtype, device)]
         elif isinstance(job, EvalJob):
-            notes.append(slow_dtype_note("dtype", job.protocol.dtype, default_device(),
-                                         auto_helps=job.protocol.weights != "bf16"))
+            notes.append(job.protocol.dtype_note(default_device()))
     return [n for n in dict.fromkeys(notes) if n is not None]
 
 
