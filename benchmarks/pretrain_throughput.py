@@ -118,6 +118,11 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
                                  attn_implementation="sdpa")
         if weights is not None:
             model.load_state_dict(weights, strict=True)
+        if objective.causal:
+            # Training keeps no KV cache (encoderlab keeps none). With Llama's default one, each compiled layer
+            # guards on its own cache entry: one recompile per layer, and past torch's recompile limit (8) the 210m's
+            # last 4 of 12 layers ran eager, a slower baseline than a user of transformers would train with.
+            model.config.use_cache = False
         if shape.compile:
             for layer in model.model.layers:
                 layer.compile()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import TINY_MODEL
 from encoderlab.core.config import validate
@@ -35,6 +36,14 @@ def test_pretrain_throughput_quick(capsys):
         for impl in pretrain_throughput.IMPLEMENTATIONS:
             assert row[impl]["tokens_per_s"] > 0 and row[impl]["mfu"] >= 0
         assert row["ratio"] > 0
+
+
+def test_the_causal_baseline_trains_without_a_kv_cache():
+    """With transformers' default cache each compiled Llama layer recompiles for its own cache entry, and past torch's
+    recompile limit (8 layers) the rest ran eager: the compiled CLM baseline was slower than it need be."""
+    shape = pretrain_throughput.Shape("micro", "clm", 2, 64, dtype="fp32")
+    model = pretrain_throughput.build("transformers", shape, torch.device("cpu"))[0]
+    assert model.config.use_cache is False
 
 
 def test_pretrain_throughput_peak_memory_counts_the_model():

@@ -57,7 +57,7 @@ def test_bf16_autocast_is_as_close_as_autocast_itself():
 
 def test_the_chunks_run_outside_autocast_in_the_compute_dtype(monkeypatch):
     """CUDA's autocast runs softmax in fp32: under it each chunk's (n, V) probabilities were written in fp32 and cast
-    back for both products (15 of an 86 ms step on an H100). CPU's autocast keeps softmax in bf16, so this checks the
+    back for both products (15 of an 88 ms step on an H100). CPU's autocast keeps softmax in bf16, so this checks the
     cause instead: the chunk's softmax runs with autocast off, on bf16 logits."""
     seen = []
 
