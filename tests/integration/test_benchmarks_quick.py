@@ -38,12 +38,17 @@ def test_pretrain_throughput_quick(capsys):
         assert row["ratio"] > 0
 
 
-def test_the_causal_baseline_trains_without_a_kv_cache():
-    """With transformers' default cache each compiled Llama layer recompiles for its own cache entry, and past torch's
-    recompile limit (8 layers) the rest ran eager: the compiled CLM baseline was slower than it need be."""
-    shape = pretrain_throughput.Shape("micro", "clm", 2, 64, dtype="fp32")
-    model = pretrain_throughput.build("transformers", shape, torch.device("cpu"))[0]
-    assert model.config.use_cache is False
+def test_the_baseline_trains_as_trainer_would(monkeypatch):
+    """No KV cache: with transformers' default one each compiled Llama layer recompiled for its own cache entry, and
+    past torch's recompile limit (8 layers) the rest ran eager. Fused AdamW: Trainer's default since torch 2.8."""
+    fused = []
+    adamw = torch.optim.AdamW
+    monkeypatch.setattr(torch.optim, "AdamW", lambda *a, **k: fused.append(k.get("fused")) or adamw(*a, **k))
+    for objective in ("clm", "mlm40"):
+        shape = pretrain_throughput.Shape("micro", objective, 2, 64, dtype="fp32")
+        model = pretrain_throughput.build("transformers", shape, torch.device("cpu"))[0]
+        assert objective != "clm" or model.config.use_cache is False
+    assert fused == [True, True]
 
 
 def test_pretrain_throughput_peak_memory_counts_the_model():
