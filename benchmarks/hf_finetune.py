@@ -62,7 +62,9 @@ def ndcg_at_10(ranked: list[str], relevant: dict[str, int]) -> float:
     return dcg / best if best > 0 else 0.0
 
 
-def fit(trainer):
+def fit(trainer, args):
+    if args.weights == "bf16":  # encoderlab's `weights: bf16`: bf16 weights and AdamW state, not fp32 under autocast
+        trainer.model.to(torch.bfloat16)
     trainer.train()
     # Trainer also orders *prediction* batches by length under group_by_length (a random order): predictions
     # must come back in dataset order to be matched with their examples.
@@ -90,7 +92,7 @@ def classification(args, tok, data: Path, meta: dict, training_args):
     splits = {s: d.map(encode, batched=True, remove_columns=d.column_names) for s, d in splits.items()}
     trainer = Trainer(model=model, args=training_args, train_dataset=splits["train"],
                       data_collator=DataCollatorWithPadding(tok))
-    fit(trainer)
+    fit(trainer, args)
     scores = {}
     for split in ("validation", "test"):
         out = trainer.predict(splits[split])
@@ -122,7 +124,7 @@ def tokens(args, tok, data: Path, meta: dict, training_args):
               for s, r in raw.items()}
     trainer = Trainer(model=model, args=training_args, train_dataset=splits["train"],
                       data_collator=DataCollatorForTokenClassification(tok))
-    fit(trainer)
+    fit(trainer, args)
     scores = {}
     for split in ("validation", "test"):
         out = trainer.predict(splits[split])
@@ -197,7 +199,7 @@ def qa(args, tok, data: Path, meta: dict, training_args):
     train = train.map(lambda r: features(r, True), batched=True, remove_columns=train.column_names)
     trainer = Trainer(model=model, args=training_args, train_dataset=train,
                       data_collator=DataCollatorWithPadding(tok))
-    fit(trainer)
+    fit(trainer, args)
     scores = {}
     for split in ("validation", "test"):
         d = Dataset.from_list(raw[split])
@@ -271,7 +273,7 @@ def retrieval(args, tok, data: Path, meta: dict, training_args):
 
     training_args.remove_unused_columns = False
     trainer = Trainer(model=model, args=training_args, train_dataset=train, data_collator=collate)
-    fit(trainer)
+    fit(trainer, args)
     device = next(model.parameters()).device
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
 
@@ -314,7 +316,8 @@ def main() -> None:
     p.add_argument("--eps", type=float, default=1e-5)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast (Trainer's bf16=True)")
+    p.add_argument("--weights", choices=["fp32", "bf16"], default="fp32", help="the weights' and AdamW state's dtype")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--sampling", default="group_by_length", help="Trainer's train_sampling_strategy")
     args = p.parse_args()

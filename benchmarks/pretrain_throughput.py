@@ -3,10 +3,11 @@
 For each preset and objective, both models get the same shapes, weights, dtype (bf16 autocast), batch, threads and
 optimizer (fused AdamW, the default of transformers' Trainer), and their training steps alternate so that machine
 noise hits both alike. The baseline is the obvious alternative: `EuroBertForMaskedLM` (MLM) or `LlamaForCausalLM`
-(CLM, without a KV cache) called with `labels`, in a plain PyTorch loop. encoderlab additionally applies document masks (packed windows of several documents); the baseline
-attends across the whole window, which is less work. MFU is model FLOPs per second over the matrix-product peak of
-the run's dtype measured here, in this run, on the same device. `--dtype auto` (the default) is bf16 autocast where
-the device multiplies bf16 natively and fp32 elsewhere, as the configs' `dtype: auto`.
+(CLM, without a KV cache) called with `labels`, in a plain PyTorch loop. encoderlab additionally applies document
+masks (packed windows of several documents); the baseline attends across the whole window, which is less work. MFU
+is model FLOPs per second over the matrix-product peak of the run's dtype measured here, in this run, on the same
+device. `--dtype auto` (the default) is bf16 autocast where the device multiplies bf16 natively and fp32 elsewhere,
+as the configs' `dtype: auto`.
 
 Peak memory is measured apart from the timing, one implementation at a time: on CUDA the peak of
 `torch.cuda.max_memory_allocated` over two training steps, on CPU the growth of the peak resident set size
@@ -220,10 +221,21 @@ def profile(shape: Shape, steps: int, rows: int, device: torch.device) -> str:
     return "\n".join(parts)
 
 
+def _import_model_code(shape: Shape) -> None:
+    """The baseline's modelling code, imported before the peak is reset: its code is no part of either
+    implementation's memory. transformers imports it lazily, at the first model built (about 80 MiB of modules, where
+    `import transformers` loads almost nothing); encoderlab's is imported with this script."""
+    from transformers.models.auto import modeling_auto
+
+    causal = objectives.parse_objective(shape.objective).causal
+    mapping = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING if causal else modeling_auto.MODEL_FOR_MASKED_LM_MAPPING
+    cfg = preset(shape.preset, bos_token_id=0, eos_token_id=1, pad_token_id=2, mask_token_id=3)
+    mapping[type(hf_config(cfg, "llama" if causal else "eurobert"))]  # the lookup imports the model's module
+
+
 def _peak_memory_here(impl: str, shape: Shape, device_name: str, threads: int, keep_freed: bool = False) -> int:
     """Bytes: peak memory of two training steps of `impl`, counted from before its model is built."""
-    import transformers  # noqa: F401  (before the baseline: its code is no part of either implementation's memory)
-
+    _import_model_code(shape)
     if keep_freed:  # the allocator setting of the timed steps (a spawned process starts from glibc's defaults)
         keep_freed_memory()
     device = torch.device(device_name)

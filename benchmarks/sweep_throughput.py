@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from encoderlab.core.config import load_yaml
+from encoderlab.core.process import keep_freed_memory
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import prepare_tasks, run_sweep
 from encoderlab.hub.exporter import export_checkpoint
@@ -38,10 +39,14 @@ HF_SCRIPT = Path(__file__).resolve().parent / "hf_finetune.py"
 DEFAULT_TASKS = ["rt-polarity", "conll-ner", "wiki-cloze", "wiki-title"]
 
 
-def build_protocol(args) -> Protocol:
+def build_protocol(args, context: int) -> Protocol:
+    """The protocol both sides run, for a checkpoint of `context` positions (what `max_length: auto` reads)."""
     data = load_yaml(args.protocol)
     data.update({"name": "bench", "max_steps": args.steps, "batch_size": args.batch, "lrs": args.lrs,
                  "seeds": args.seeds, "max_eval_examples": args.max_eval_examples})
+    # QA as span extraction on both sides: the baseline is transformers' run_qa.py way (stride windows, n-best
+    # spans); the authors' answer-token tagging has no transformers recipe to compare with.
+    data["qa"] = {**data.get("qa", {}), "format": "spans"}
     # Each task is timed alone and trained on its own pairs, as the Trainer baseline is: no shared retrieval trainer.
     retrieval = data["retrieval"] = {**data.get("retrieval", {}), "train_on": None}
     corpus = retrieval.get("corpus", "all")
@@ -56,7 +61,7 @@ def build_protocol(args) -> Protocol:
         data.update({"max_length": args.max_length, "max_length_by_family": {}})
     if args.dtype:
         data["dtype"] = args.dtype
-    return Protocol(**data)
+    return Protocol(**data).with_context(context)
 
 
 # ------------------------------------------------------------------------------------------------ the baseline's data
@@ -117,6 +122,9 @@ def time_transformers(args, protocol: Protocol, family: str, export: Path, data:
     warmup = round(protocol.warmup_fraction * protocol.max_steps)
     o = protocol.optim
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+    if args.keep_freed:  # the allocator setting encoderlab's side runs with (core/process.py keep_freed_memory)
+        env.update({"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)})
+    sampling = args.hf_sampling or ("group_by_length" if protocol.batch_order == "length_buckets" else "random")
     seconds, failed, scores = 0.0, 0, []
     for lr, seed in runs:
         command = [sys.executable, str(HF_SCRIPT), "--model", str(export), "--data", str(data), "--lr", str(lr),
@@ -124,7 +132,8 @@ def time_transformers(args, protocol: Protocol, family: str, export: Path, data:
                    "--batch", str(protocol.batch_size), "--eval-batch", str(protocol.eval_batch_size),
                    "--max-length", str(protocol.length_for(family)), "--betas", *map(str, o.betas),
                    "--eps", str(o.eps), "--weight-decay", str(o.weight_decay), "--grad-clip", str(o.grad_clip),
-                   "--sampling", args.hf_sampling, *(["--bf16"] if protocol.dtype == "bf16" else []),
+                   "--sampling", sampling, "--weights", protocol.weights,
+                   *(["--bf16"] if protocol.dtype == "bf16" else []),
                    *(["--threads", str(args.threads)] if args.threads else [])]
         started = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -169,8 +178,9 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=2, help="processes of the 'workers' engine")
     p.add_argument("--hf-runs", type=int, default=None,
                    help="time only this many Trainer runs per task, spread over the grid (runs/hour is a rate)")
-    p.add_argument("--hf-sampling", default="group_by_length",
-                   help="Trainer's train_sampling_strategy (length grouping, as encoderlab's bucketing)")
+    p.add_argument("--hf-sampling", default=None,
+                   help="Trainer's train_sampling_strategy (default: the protocol's batch_order, length_buckets as "
+                        "group_by_length, random as random)")
     p.add_argument("--threads", type=int, default=None, help="torch threads on both sides (default: torch's)")
     p.add_argument("--quick", action="store_true", help="smoke test: 2 LRs x 2 seeds, 3 steps, small caps")
     p.add_argument("--json", type=Path, default=None, help="also write every number here")
@@ -188,7 +198,9 @@ def main(argv=None) -> None:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    protocol = build_protocol(args)
+    args.keep_freed = keep_freed_memory()  # as the encoderlab command does for itself and its workers
+    _, model_cfg, tokenizer = ckpt.load_model(args.checkpoint)
+    protocol = build_protocol(args, model_cfg.max_position_embeddings)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     work = Path(tempfile.mkdtemp(prefix="sweep-bench-"))
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; {len(protocol.lrs)} LRs x "
@@ -197,7 +209,6 @@ def main(argv=None) -> None:
     try:
         export = work / "eurobert"
         export_checkpoint(args.checkpoint, export, "eurobert")
-        _, _, tokenizer = ckpt.load_model(args.checkpoint)
         rows = []
         for spec in args.tasks:
             (task,) = prepare_tasks([spec], tokenizer, protocol, cache_dir=None, log=lambda m: None)

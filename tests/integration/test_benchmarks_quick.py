@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import sys
 from pathlib import Path
 
@@ -138,3 +139,24 @@ def test_sweep_throughput_quick_with_its_default_protocol(tmp_path, micro_checkp
         assert row["transformers"]["mean_test"] is not None  # hf_finetune.py printed its scores line
     printed = capsys.readouterr().out
     assert "whole sweep" in printed and "batched / sequential" in printed
+
+
+def test_the_sweeps_baseline_gets_the_protocols_settings(tmp_path, monkeypatch):
+    """The default protocol (paper.yaml) resolves `max_length: auto` from the checkpoint's context (it crashed after
+    encoderlab's side had run), and the Trainer baseline gets its weight dtype, batch order and allocator setting."""
+    args = sweep_throughput.parse_args([])  # the defaults, not --quick (which sets its own length)
+    protocol = sweep_throughput.build_protocol(args, 2048)
+    assert protocol.length_for("classification") == 2028 and protocol.qa.format == "spans"
+    commands = []
+
+    def run(command, **kwargs):
+        commands.append((command, kwargs["env"]))
+        return subprocess.CompletedProcess(command, 1, "", "not run")
+
+    monkeypatch.setattr(sweep_throughput.subprocess, "run", run)
+    args.keep_freed, args.hf_runs = True, 1
+    sweep_throughput.time_transformers(args, protocol, "classification", tmp_path, tmp_path)
+    ((command, env),) = commands
+    value = {name: command[command.index(name) + 1] for name in ("--max-length", "--weights", "--sampling")}
+    assert value == {"--max-length": "2028", "--weights": "bf16", "--sampling": "random"}  # paper.yaml's
+    assert env["MALLOC_MMAP_MAX_"] == "0"
