@@ -171,8 +171,8 @@ def bench(shape: Shape, reps: int, warmup: int, peak: float, device: torch.devic
     times: dict[str, list[float]] = {impl: [] for impl in IMPLEMENTATIONS}
     for _ in range(warmup):
         step_ours(), step_hf()
-    for _ in range(reps):  # alternate, so drift in machine speed affects both
-        for impl in IMPLEMENTATIONS:
+    for rep in range(reps):  # alternate, each going first in turn, so drift in machine speed affects both alike
+        for impl in IMPLEMENTATIONS if rep % 2 == 0 else IMPLEMENTATIONS[::-1]:
             times[impl].append(timed(steps[impl], device))
     tokens = shape.batch * shape.seq_len
     head_fraction = getattr(objective, "mask_rate", 1.0)
