@@ -145,10 +145,13 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
         optimizer.zero_grad(set_to_none=True)
 
     def step_transformers():
-        inputs = objective.prepare(ids, docs, vocab, gen)
-        labels = ids if objective.causal else inputs.labels  # HF shifts CLM labels itself
+        if objective.causal:  # HF shifts CLM labels itself; no prepare, whose label positions cost a host sync
+            input_ids = labels = ids
+        else:
+            inputs = objective.prepare(ids, docs, vocab, gen)
+            input_ids, labels = inputs.input_ids, inputs.labels
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = model(input_ids=inputs.input_ids, labels=labels).loss
+            loss = model(input_ids=input_ids, labels=labels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
