@@ -204,7 +204,8 @@ def main(argv=None) -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     work = Path(tempfile.mkdtemp(prefix="sweep-bench-"))
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}; {len(protocol.lrs)} LRs x "
-          f"{len(protocol.seeds)} seeds, {protocol.max_steps} steps, batch {protocol.batch_size}, {protocol.dtype}; "
+          f"{len(protocol.seeds)} seeds, {protocol.max_steps} steps, batch {protocol.batch_size}, {protocol.dtype} "
+          f"({protocol.weights} weights), batch order {protocol.batch_order}, QA as spans on both sides; "
           f"work folder {work}")
     try:
         export = work / "eurobert"
