@@ -98,10 +98,16 @@ def parse_preset(text: str, default_seq_len: int) -> tuple[str, int]:
     return name, int(seq_len) if seq_len else default_seq_len
 
 
-def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = None):
-    """A model of `impl` on `device` and a function that makes one training step with it."""
+def configs(shape: Shape):
+    """(objective, encoderlab's model config, the baseline's transformers config) of `shape`."""
     objective = objectives.parse_objective(shape.objective)
     cfg = preset(shape.preset, bos_token_id=0, eos_token_id=1, pad_token_id=2, mask_token_id=3)
+    return objective, cfg, hf_config(cfg, "llama" if objective.causal else "eurobert")
+
+
+def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = None):
+    """A model of `impl` on `device` and a function that makes one training step with it."""
+    objective, cfg, hf_cfg = configs(shape)
     if impl == "encoderlab":
         torch.manual_seed(0)
         # The trainer's default document attention (train.attention: auto): varlen on CPU, flex on CUDA.
@@ -115,8 +121,7 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
         from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
         auto = AutoModelForCausalLM if objective.causal else AutoModelForMaskedLM
-        model = auto.from_config(hf_config(cfg, "llama" if objective.causal else "eurobert"),
-                                 attn_implementation="sdpa")
+        model = auto.from_config(hf_cfg, attn_implementation="sdpa")
         if weights is not None:
             model.load_state_dict(weights, strict=True)
         if objective.causal:
@@ -230,10 +235,10 @@ def _import_model_code(shape: Shape) -> None:
     `import transformers` loads almost nothing); encoderlab's is imported with this script."""
     from transformers.models.auto import modeling_auto
 
-    causal = objectives.parse_objective(shape.objective).causal
-    mapping = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING if causal else modeling_auto.MODEL_FOR_MASKED_LM_MAPPING
-    cfg = preset(shape.preset, bos_token_id=0, eos_token_id=1, pad_token_id=2, mask_token_id=3)
-    mapping[type(hf_config(cfg, "llama" if causal else "eurobert"))]  # the lookup imports the model's module
+    objective, _, hf_cfg = configs(shape)
+    mapping = (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING if objective.causal
+               else modeling_auto.MODEL_FOR_MASKED_LM_MAPPING)
+    mapping[type(hf_cfg)]  # the lookup imports the model's module
 
 
 def _peak_memory_here(impl: str, shape: Shape, device_name: str, threads: int, keep_freed: bool = False) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from encoderlab.core.config import load_yaml
-from encoderlab.core.process import keep_freed_memory
+from encoderlab.core.process import keep_freed_memory, keep_freed_memory_env
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import prepare_tasks, run_sweep
 from encoderlab.hub.exporter import export_checkpoint
@@ -123,7 +123,7 @@ def time_transformers(args, protocol: Protocol, family: str, export: Path, data:
     o = protocol.optim
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
     if args.keep_freed:  # the allocator setting encoderlab's side runs with (core/process.py keep_freed_memory)
-        env.update({"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**31 - 1)})
+        env.update(keep_freed_memory_env())
     sampling = args.hf_sampling or ("group_by_length" if protocol.batch_order == "length_buckets" else "random")
     seconds, failed, scores = 0.0, 0, []
     for lr, seed in runs:

@@ -96,6 +96,13 @@ def _alive(pid: int) -> bool:
 # glibc's mallopt parameters (<malloc.h>) and the environment settings of the same parameters, which win.
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
 _MALLOC_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+_KEEP_FREED = {M_MMAP_MAX: ("MALLOC_MMAP_MAX_", 0), M_TRIM_THRESHOLD: ("MALLOC_TRIM_THRESHOLD_", 2**31 - 1)}
+
+
+def keep_freed_memory_env() -> dict[str, str]:
+    """The environment that gives a process encoderlab does not own (a baseline's subprocess) the setting of
+    `keep_freed_memory`."""
+    return {name: str(value) for name, value in _KEEP_FREED.values()}
 
 
 def keep_freed_memory() -> bool:
@@ -116,7 +123,7 @@ def keep_freed_memory() -> bool:
         return False
     if not hasattr(libc, "gnu_get_libc_version"):  # only glibc has it (and mallopt's meaning)
         return False
-    return bool(libc.mallopt(M_MMAP_MAX, 0)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+    return all([bool(libc.mallopt(param, value)) for param, (_, value) in _KEEP_FREED.items()])
 
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
