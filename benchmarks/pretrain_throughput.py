@@ -7,8 +7,9 @@ noise hits both alike. The baseline is the obvious alternative: `EuroBertForMask
 masks (packed windows of several documents); the baseline attends across the whole window, which is less work. MFU
 is model FLOPs per second over the matrix-product peak of the run's dtype measured here, in this run, on the same
 device. Both implementations count the same model FLOPs (for MLM the head at its masked positions only), as MFU is
-defined: work an implementation does beyond them (the baseline's MLM head at every position) lowers its MFU. `--dtype auto` (the default) is bf16 autocast where the device multiplies bf16 natively and fp32 elsewhere,
-as the configs' `dtype: auto`.
+defined: work an implementation does beyond them (the baseline's MLM head at every position) lowers its MFU.
+`--dtype auto` (the default) is bf16 autocast where the device multiplies bf16 natively and fp32 elsewhere, as the
+configs' `dtype: auto`.
 
 Peak memory is measured apart from the timing, one implementation at a time: on CUDA the peak of
 `torch.cuda.max_memory_allocated` over two training steps, on CPU the growth of the peak resident set size

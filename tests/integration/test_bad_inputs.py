@@ -204,6 +204,13 @@ def beir_files(tmp: Path, ctx: dict) -> None:
                                                                                for i in range(4)))(tmp, ctx)
 
 
+def two(*setups: Callable[[Path, dict], None]) -> Callable[[Path, dict], None]:
+    def setup(tmp: Path, ctx: dict) -> None:
+        for each in setups:
+            each(tmp, ctx)
+    return setup
+
+
 FINETUNE_SAVE = ("finetune", "{ckpt}", "{tmp}/t.yaml", "--lr", "1e-3", "--out", "{tmp}/o", "--save")
 TASK_CASES: list[Case] = [
     Case("task-csv-not-utf8", SWEEP, "{tmp}/train.csv:3: not UTF-8 text (invalid start byte: byte 0xff at column 1)",
@@ -219,6 +226,22 @@ TASK_CASES: list[Case] = [
          lambda tmp, ctx: (write("my bbc.yaml", CLS)(tmp, ctx), write("train.csv", "text,label\na,x\n")(tmp, ctx))),
     Case("task-words-are-the-tags", SWEEP, "word_column -1 and tag_column -1 are the same column",
          task_files(TOK + "word_column: -1\n", train_txt=CONLL)),
+    Case("task-a-word-without-its-tag", SWEEP, "{tmp}/train.txt: line 2 has 1 column(s) ['Karenina']: word_column=0 "
+         "and tag_column=-1 are both column 0", task_files(TOK, train_txt=CONLL.replace("Karenina I-PER", "Karenina"))),
+    Case("task-conll-not-utf8", SWEEP, "{tmp}/train.txt:2: not UTF-8 text (invalid continuation byte: byte 0xe9",
+         task_files(TOK, train_txt=b"Anna B-PER\nCaf\xe9 O\n\n")),
+    Case("task-squad-not-utf8", SWEEP, "{tmp}/train.json:1: not UTF-8 text (invalid continuation byte: byte 0xe9)",
+         task_files("family: qa\ntrain: train.json\nvalidation: train.json\n",
+                    train_json=SQUAD.format().replace("Oslo", "Sm\xe9").encode("latin-1"))),
+    Case("task-qrels-not-utf8", (*SWEEP, "--set", "retrieval.train_on=null"),
+         "{tmp}/beir/qrels/test.tsv:2: not UTF-8 text", two(beir_files, write("beir/qrels/test.tsv",
+                                                                             b"query-id\tcorpus-id\tscore\nq\xe9\td0\t1\n"))),
+    Case("task-beir-train-qrels-only", (*SWEEP, "--set", "retrieval.train_on=null"), "{tmp}/beir: train qrels only; "
+         "a retrieval task is scored on validation (dev.tsv) and test (test.tsv) qrels",
+         two(beir_files, lambda tmp, ctx: [(tmp / f"beir/qrels/{s}.tsv").unlink() for s in ("dev", "test")])),
+    Case("sweep-train-on-names-no-task", (*SWEEP, "--set", "retrieval.train_on=no-such-set"),
+         "the protocol's retrieval.train_on ('no-such-set') trains every retrieval task of a sweep: unknown task "
+         "'no-such-set'", beir_files),
     Case("task-missing-folder", SWEEP, "task file {tmp}/t.yaml: folder: {tmp}/beir does not exist",
          task_files("family: retrieval\nfolder: beir\n")),
     Case("task-empty-label", SWEEP, "{tmp}/dev.csv: row 3 has an empty label (column 'label')",
@@ -528,13 +551,6 @@ def crafted_latest(tmp: Path, ctx: dict) -> None:
     """A copy of the shared run's files but its checkpoints, whose LATEST points outside the run."""
     (tmp / "run" / "checkpoints").mkdir(parents=True)
     (tmp / "run" / "LATEST").write_text("../../../etc\n")
-
-
-def two(*setups: Callable[[Path, dict], None]) -> Callable[[Path, dict], None]:
-    def setup(tmp: Path, ctx: dict) -> None:
-        for each in setups:
-            each(tmp, ctx)
-    return setup
 
 
 IO_CASES = [

@@ -18,6 +18,7 @@ from encoderlab.core.io import (
     check_writable,
     folder_name,
     read_jsonl,
+    utf8_lines,
     write_failure,
     write_json,
     write_jsonl,
@@ -133,3 +134,12 @@ def test_a_name_must_be_one_folder(name):
     with pytest.raises(ValueError, match="must be one folder name"):
         folder_name(name)
     assert folder_name("610m-clm50-mlm40-42k") == "610m-clm50-mlm40-42k"
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
+    from encoderlab.tasks.common import read_table
+
+    path = tmp_path / "train.csv"
+    path.write_bytes("\ufefftext,label\nfine \ufeff,pos\n".encode())  # as spreadsheet programs save UTF-8 CSV
+    assert read_table(path) == [{"text": "fine \ufeff", "label": "pos"}]  # only the file's first bytes are the mark
+    assert list(utf8_lines(path))[0] == "text,label\n"

@@ -252,6 +252,26 @@ def test_beir_folder_dev_split_and_file_named_in_errors(tmp_path):
         loaders.load_beir(folder)
 
 
+@pytest.mark.parametrize("only", ["dev", "test"])
+def test_beir_folder_with_one_evaluation_split_halves_its_queries(tmp_path, only):
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(f'{{"_id": "d{i}", "text": "doc {i}"}}\n' for i in range(10)))
+    (folder / "queries.jsonl").write_text("".join(f'{{"_id": "q{i}", "text": "query {i}"}}\n' for i in range(10)))
+    (folder / "qrels" / f"{only}.tsv").write_text("".join(f"q{i}\td{i}\t1\n" for i in range(10)))
+    task = loaders.load_beir(folder)
+    source = "test" if only == "test" else "validation"
+    assert task.judged_splits == ["test", "validation"] and not task.has_train
+    assert set(task.qrels["validation"]).isdisjoint(task.qrels["test"])
+    assert set(task.qrels["validation"]) | set(task.qrels["test"]) == {f"q{i}" for i in range(10)}
+    assert task.data_split == {"validation": f"half of the {source} queries", "test": "the other half",
+                               "seed": loaders.NQ_SPLIT_SEED, "queries": {"validation": 5, "test": 5}}
+    assert loaders.load_beir(folder).qrels == task.qrels  # seeded: the same halves every time
+    (folder / "qrels" / f"{only}.tsv").rename(folder / "qrels" / "train.tsv")
+    with pytest.raises(DataError, match="train qrels only"):
+        loaders.load_beir(folder)
+
+
 def test_hub_unreachable_is_one_line(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataError) as err:

@@ -190,11 +190,12 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
 
 def utf8_lines(path: Path) -> Iterator[str]:
     """The lines of a text file, ends kept (as `open(newline="")` gives them); bytes that are not UTF-8 fail
-    naming the file and the line, not as a UnicodeDecodeError from somewhere in a block."""
+    naming the file and the line, not as a UnicodeDecodeError from somewhere in a block. A byte order mark at the
+    start (spreadsheet programs write one) is not part of the text."""
     with open(path, "rb") as f:
         for line_no, raw in enumerate(f, start=1):
             try:
-                yield raw.decode("utf-8")
+                yield raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise DataError(f"{path}:{line_no}: not UTF-8 text ({e.reason}: byte {raw[e.start]:#04x} at "
                                 f"column {e.start + 1}); save the file as UTF-8") from None

@@ -65,6 +65,19 @@ def trainer_spec(protocol, specs: list[str], family_of: Callable[[str], str]) ->
     return spec if spec and any(family_of(s) == "retrieval" for s in specs) else None
 
 
+def check_trainer_spec(spec: str) -> None:
+    """Refuse a `retrieval.train_on` that names no task, saying that the protocol named it (a user who never
+    wrote it would not know where it came from)."""
+    from encoderlab.tasks import task_identity
+
+    try:
+        task_identity(spec)
+    except EncoderlabError as e:
+        raise EncoderlabError(f"the protocol's retrieval.train_on ({spec!r}) trains every retrieval task of a sweep: "
+                              f"{e}; set retrieval.train_on to a retrieval task with train pairs, or to null (each "
+                              "task trains on its own)") from None
+
+
 def check_trainer(task: EvalTask, spec: str) -> None:
     if task.family != "retrieval" or not task.has_train:
         raise EncoderlabError(f"retrieval.train_on: {spec!r} must be a retrieval task with train pairs")

@@ -29,7 +29,13 @@ from encoderlab.finetune.feedback import Heartbeat, check_memory
 from encoderlab.finetune.keep import Keeper, check_keep, check_tasks, save_chosen, save_run
 from encoderlab.finetune.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.shared_training import Unit, check_trainer, trainer_spec, training_units
+from encoderlab.finetune.shared_training import (
+    Unit,
+    check_trainer,
+    check_trainer_spec,
+    trainer_spec,
+    training_units,
+)
 from encoderlab.finetune.training import backbone_state, finetune, planned_steps
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
@@ -63,7 +69,8 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
         scheme = f" over {task.scheme} tags" if hasattr(task, "scheme") else ""
         log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} {task.train_unit}, "
             f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s; "
-            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}{answers_lost(task)}; baselines on test: "
+            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}{answers_lost(task)}{halved(task)}; "
+            "baselines on test: "
             + ", ".join(f"{baselines.LABELS[b]} {s['score']:.2f}" for b, s in task.baseline_scores["test"].items()))
     return tasks
 
@@ -74,6 +81,15 @@ def answers_lost(task: EvalTask) -> str:
         return ""
     lost = {s: baselines.answers_cut(task, s) for s in ("train", "validation", "test")}
     return "; answers cut off (labelled no answer): " + ", ".join(f"{n:,} of {s}" for s, n in lost.items())
+
+
+def halved(task: EvalTask) -> str:
+    """Retrieval with one evaluation split (tasks/loaders.py evaluation_splits): where validation and test came from."""
+    note = getattr(task, "data_split", None)
+    if not note:
+        return ""
+    return (f"; validation and test: {note['validation']} ({note['queries']['validation']:,}) and the other half "
+            f"({note['queries']['test']:,}), seed {note['seed']}")
 
 
 def truncation(task: EvalTask) -> str:
@@ -113,17 +129,23 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     for spec in specs:
         if spec not in prepared:
             task_identity(spec)  # a bad task file or a missing data file fails here, before the checkpoint loads
+    shared = trainer_spec(protocol, specs, lambda s: prepared[s].family if s in prepared else task_family(s))
+    if shared and shared not in prepared:
+        check_trainer_spec(shared)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     protocol = protocol.with_context(model_cfg.max_position_embeddings)  # what `max_length: auto` is a fraction of
     check_tasks(keep, specs, prepared, protocol, model_cfg)  # before any task is prepared or trained
     weights = backbone_state(model.state_dict())
     del model
-    shared = trainer_spec(protocol, specs, lambda s: prepared[s].family if s in prepared else task_family(s))
     missing = list(dict.fromkeys(s for s in [*specs, *([shared] if shared else [])] if s not in prepared))
     prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
     trainer = prepared[shared] if shared else None
     if trainer is not None:
         check_trainer(trainer, shared)
+        scored = [prepared[s].name for s in specs if prepared[s].family == "retrieval"]
+        log(f"retrieval: {', '.join(scored)} scored after training on {trainer.name}'s train pairs, not "
+            f"{'its' if len(scored) == 1 else 'their'} own (the protocol's retrieval.train_on; null: each task "
+            "trains on its own)")
     sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer,
                   keep=keep, progress_log=progress_log)
     with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep

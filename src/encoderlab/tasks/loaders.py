@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from encoderlab.core.errors import DataError
-from encoderlab.core.io import read_jsonl
+from encoderlab.core.io import read_jsonl, utf8_lines
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.tasks.common import check_hub, split_validation
 from encoderlab.tasks.qa import QATask, _row, hold_out
@@ -95,27 +95,40 @@ MLDR_SCHEMAS = {"hgissbkh/mldr-en": ("corpus", "default", {"validation": "dev", 
 NQ_SPLIT_SEED = 42
 
 
-def halve_test(qrels: dict[str, Split], queries: dict[str, str], seed: int = NQ_SPLIT_SEED
+def halve_test(qrels: dict[str, Split], queries: dict[str, str], seed: int = NQ_SPLIT_SEED, source: str = "test"
                ) -> tuple[dict[str, Split], dict]:
-    """Half of the test queries become validation, as EncodEval's `split_retrieval_dataset(train_size=0.5, seed)`:
-    `random.seed(seed)`, then `random.sample` of round(half) of the sorted distinct query texts (queries sharing a
-    text stay together). Returns the qrels and the description of the split that records keep."""
-    judged = qrels["test"]
+    """Half of the `source` split's queries become validation and the rest test, as EncodEval's
+    `split_retrieval_dataset(train_size=0.5, seed)`: `random.seed(seed)`, then `random.sample` of round(half) of the
+    sorted distinct query texts (queries sharing a text stay together). Returns the qrels and the description of the
+    split that records keep."""
+    judged = qrels[source]
     texts = sorted({queries[q] for q in judged})
     picked = set(random.Random(seed).sample(texts, round(0.5 * len(texts))))
     halves = {"validation": {q: r for q, r in judged.items() if queries[q] in picked},
               "test": {q: r for q, r in judged.items() if queries[q] not in picked}}
-    note = {"validation": "half of the test queries", "test": "the other half", "seed": seed,
+    note = {"validation": f"half of the {source} queries", "test": "the other half", "seed": seed,
             "queries": {s: len(h) for s, h in halves.items()}}
-    return {**{s: j for s, j in qrels.items() if s != "test"}, **halves}, note
+    return {**{s: j for s, j in qrels.items() if s not in ("validation", "test")}, **halves}, note
+
+
+def evaluation_splits(qrels: dict[str, Split], queries: dict[str, str], where) -> tuple[dict[str, Split], dict | None]:
+    """The qrels with both a validation and a test split, and the note of how they were made (None: as given). With
+    only one of them (BeIR's NQ has test qrels only), that one's queries are halved (`halve_test`)."""
+    evaluated = [s for s in ("validation", "test") if s in qrels]
+    if not evaluated:
+        raise DataError(f"{where}: train qrels only; a retrieval task is scored on validation (dev.tsv) and test "
+                        "(test.tsv) qrels: give at least one of them")
+    if len(evaluated) == 2:
+        return qrels, None
+    return halve_test(qrels, queries, source=evaluated[0])
 
 
 def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:
     """MS MARCO or NQ (BEIR schema: `ID` corpus/queries + `ID-qrels`) or MLDR (English), from the hub or a folder.
 
     `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). From the hub, MS MARCO's train
-    split is the authors' pairs (`HUB_TRAIN_PAIRS`). BeIR's NQ has test qrels only: without validation qrels its test
-    queries are halved (`halve_test`, seed NQ_SPLIT_SEED, kept in `data_split`).
+    split is the authors' pairs (`HUB_TRAIN_PAIRS`). BeIR's NQ has test qrels only: its test queries are halved
+    (`evaluation_splits`, seed NQ_SPLIT_SEED, kept in `data_split`).
     """
     if kind not in HUB_IDS:
         raise DataError(f"unknown retrieval dataset {kind!r}; known: {', '.join(HUB_IDS)}")
@@ -129,9 +142,7 @@ def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | Non
         if kind in HUB_TRAIN_PAIRS:
             pair_docs = _add_pairs(kind, corpus, queries, qrels)
             files["train"] = f"{HUB_TRAIN_PAIRS[kind]} (train pairs)"
-    note = None
-    if kind == "nq" and "validation" not in qrels and "test" in qrels:
-        qrels, note = halve_test(qrels, queries)
+    qrels, note = evaluation_splits(qrels, queries, source or HUB_IDS[kind])
     task = RetrievalTask(kind, corpus, queries, qrels, files={k: str(v) for k, v in files.items()},
                          pairs_only=pair_docs)
     task.data_split = note
@@ -200,7 +211,8 @@ def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:
 
 def _qrels_tsv(path: Path) -> Split:
     out: Split = {}
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for line_no, line in enumerate(utf8_lines(path), start=1):
+        line = line.rstrip("\r\n")
         cols = line.split("\t")
         if not line.strip() or (line_no == 1 and cols[-1].strip().lower() == "score"):
             continue
@@ -213,11 +225,18 @@ def _qrels_tsv(path: Path) -> Split:
 def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
     """A BEIR-layout folder: corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv (dev is validation).
 
-    Without qrels/train.tsv the task is zero-shot only (`has_train` is False).
+    Without qrels/train.tsv the task is zero-shot only (`has_train` is False). With only one of dev and test, that
+    split's queries are halved into validation and test (`evaluation_splits`, kept in `data_split`), as NQ's are.
     """
     folder = Path(folder)
     corpus, queries, qrels, files = _read_beir(folder)
-    return RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+    qrels, note = evaluation_splits(qrels, queries, folder)
+    if note is not None:  # both halves come from the one file there was
+        source = files.pop("validation" if "validation" in files else "test")
+        files.update(validation=source, test=source)
+    task = RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
+    task.data_split = note
+    return task
 
 
 def _read_beir(folder: Path) -> tuple[dict, dict, dict, dict]:

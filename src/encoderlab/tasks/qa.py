@@ -364,6 +364,10 @@ def _read_squad_json(path: str) -> list[dict]:
                                      [a["answer_start"] for a in answers], article.get("title", "")))
     except FileNotFoundError as e:
         raise DataError(f"SQuAD file not found: {path}") from e
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text ({e.reason}: byte {e.object[e.start]:#04x}); save the file "
+                        "as UTF-8") from None
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e})") from e
     except (KeyError, TypeError) as e:

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from encoderlab.core.errors import DataError
-from encoderlab.core.io import read_jsonl
+from encoderlab.core.io import read_jsonl, utf8_lines
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
@@ -344,20 +344,23 @@ def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> 
     sentences: list[tuple[list[str], list[str], int]] = []
     words: list[str] = []
     tags: list[str] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            cols = line.split()
-            if not cols or cols[0] == "-DOCSTART-":
-                if words:
-                    sentences.append((words, tags, n - len(words)))
-                words, tags = [], []
-                continue
-            try:
-                words.append(cols[word_column])
-                tags.append(cols[tag_column])
-            except IndexError:
-                raise DataError(f"{path}: line {n} has {len(cols)} column(s) {cols}; word_column={word_column} "
-                                f"and tag_column={tag_column} must both index them") from None
+    n = 0
+    for n, line in enumerate(utf8_lines(path), 1):
+        cols = line.split()
+        if not cols or cols[0] == "-DOCSTART-":
+            if words:
+                sentences.append((words, tags, n - len(words)))
+            words, tags = [], []
+            continue
+        if not (-len(cols) <= word_column < len(cols) and -len(cols) <= tag_column < len(cols)):
+            raise DataError(f"{path}: line {n} has {len(cols)} column(s) {cols}; word_column={word_column} "
+                            f"and tag_column={tag_column} must both index them")
+        if word_column % len(cols) == tag_column % len(cols):  # a line without its tag: the word would be its own tag
+            raise DataError(f"{path}: line {n} has {len(cols)} column(s) {cols}: word_column={word_column} and "
+                            f"tag_column={tag_column} are both column {word_column % len(cols)}; every word line "
+                            "needs a word and a tag column")
+        words.append(cols[word_column])
+        tags.append(cols[tag_column])
     if words:
         sentences.append((words, tags, n + 1 - len(words)))
     if not sentences:
