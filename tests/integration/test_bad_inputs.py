@@ -242,6 +242,20 @@ TASK_CASES: list[Case] = [
     Case("sweep-train-on-names-no-task", (*SWEEP, "--set", "retrieval.train_on=no-such-set"),
          "the protocol's retrieval.train_on ('no-such-set') trains every retrieval task of a sweep: unknown task "
          "'no-such-set'", beir_files),
+    Case("task-given-twice", (*SWEEP[:3], "{tmp}/t.yaml", *SWEEP[3:]), "task '{tmp}/t.yaml' is given twice",
+         task_files(CLS, train_csv=CSV)),
+    Case("task-of-one-class", SWEEP, "task 't': every train example has the label 'pos'; a classification task needs "
+         "at least two classes in train", task_files(CLS, train_csv=CSV.replace("neg", "pos"))),
+    Case("task-qa-without-answers", SWEEP, "QA task 't': no question of the train split has an answer",
+         task_files("family: qa\ntrain: train.json\nvalidation: train.json\ntest: train.json\n",
+                    train_json=SQUAD.replace('"answers": [{{"text": "Anna", "answer_start": 0}}]',
+                                             '"answers": [], "is_impossible": true'))),
+    Case("task-ranking-of-one-document", (*SWEEP, "--set", "retrieval.train_on=null"), "retrieval task 't': its "
+         "validation queries are ranked among 1 document", two(beir_files, write("beir/corpus.jsonl",
+                                                                               '{{"_id": "d0", "text": "Oslo"}}\n'),
+                                                                         write("beir/qrels/dev.tsv", "q0\td0\t1\n"),
+                                                                         write("beir/qrels/test.tsv", "q1\td0\t1\n"),
+                                                                         write("beir/qrels/train.tsv", "q2\td0\t1\n"))),
     Case("task-missing-folder", SWEEP, "task file {tmp}/t.yaml: folder: {tmp}/beir does not exist",
          task_files("family: retrieval\nfolder: beir\n")),
     Case("task-empty-label", SWEEP, "{tmp}/dev.csv: row 3 has an empty label (column 'label')",

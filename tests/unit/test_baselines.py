@@ -36,8 +36,11 @@ def test_tfidf_logreg_beats_the_majority_class_on_a_separable_set():
 
 def test_pairs_get_a_vectoriser_per_field_and_one_class_falls_back_to_it():
     rows = [{"a": f"w{i}", "b": f"v{i}", "label": 0} for i in range(4)]
-    task = ClassificationTask("pairs", {"train": rows, "validation": rows, "test": rows}, ["x", "y"], ("a", "b"))
-    assert baselines.every(task)["test"]["tfidf_logreg"]["score"] == 100.0
+    train = [*rows, {"a": "w9", "b": "v9", "label": 1}]  # one class only is refused: a subsample may leave one
+    task = ClassificationTask("pairs", {"train": train, "validation": rows, "test": rows}, ["x", "y"], ("a", "b"))
+    task.subsample("train", 1, seed=0)
+    (kept,) = {ex["label"] for ex in task.splits["train"]}
+    assert baselines.every(task)["test"]["tfidf_logreg"]["score"] == (100.0 if kept == 0 else 0.0)  # that class
 
 
 def qa_rows(answers: list[str | None]) -> list[dict]:

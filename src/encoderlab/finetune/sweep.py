@@ -125,6 +125,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     check_keep(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
+    if twice := [s for i, s in enumerate(specs) if s in specs[:i]]:  # its records' lock would be taken twice
+        raise EncoderlabError(f"task {twice[0]!r} is given twice; name each task once")
     path = ckpt.resolve(checkpoint)  # a path that is no checkpoint is named first, whatever the tasks
     for spec in specs:
         if spec not in prepared:

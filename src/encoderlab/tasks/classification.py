@@ -64,6 +64,9 @@ class ClassificationTask(ListTask):
         self.splits = {s: list(splits[s]) for s in SPLITS}
         self.gold = {s: [self._check(s, i, ex) for i, ex in enumerate(self.splits[s])] for s in SPLITS}
         seen = set(self.gold["train"])
+        if len(seen) < 2:  # every prediction would be that class: 100% accuracy, learned or not
+            raise DataError(f"task {name!r}: every train example has the label {self.labels[min(seen)]!r}; a "
+                            "classification task needs at least two classes in train")
         for split in ("validation", "test"):
             unseen = sorted(set(self.gold[split]) - seen)
             if unseen:

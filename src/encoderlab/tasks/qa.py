@@ -83,6 +83,9 @@ def validate_examples(name: str, splits: dict[str, list[dict]], allow_unanswerab
                 if not text or span != text:
                     raise DataError(f"{where}: answer {text!r} at {start} is not a span of the context "
                                     f"(context[{start}:{start}+{len(text)}] is {span!r})")
+        if not any(ex["answers"]["text"] for ex in splits[split]):  # a model that always abstains would score 100
+            raise DataError(f"QA task {name!r}: no question of the {split} split has an answer; a QA split needs "
+                            "answerable questions (unanswerable ones may be among them)")
 
 
 def window_starts(n_tokens: int, size: int, stride: int) -> list[int]:

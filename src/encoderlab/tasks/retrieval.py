@@ -179,6 +179,10 @@ class RetrievalTask(EvalTask):
         self._corpus, self._binary, self._loss, self._ndcg = corpus, relevance == "binary", loss, ndcg
         self.metric = METRICS[ndcg]
         self._embedding_cache = None
+        for split in ("validation", "test"):
+            if split in self.qrels and (n := self.searched_documents(split)) < 2:  # any ranking of one is perfect
+                raise DataError(f"retrieval task {self.name!r}: its {split} queries are ranked among {n} document "
+                                f"(retrieval.corpus: {corpus}); a ranking needs at least two documents")
 
     def _searched_in(self, split: str) -> np.ndarray | None:
         """Corpus indices ranked for the queries of `split` (None: every document)."""
