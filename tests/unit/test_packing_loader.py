@@ -15,7 +15,7 @@ from encoderlab.core.errors import DataError
 from encoderlab.core.io import sha256_of
 from encoderlab.data.documents import Document
 from encoderlab.data.loader import PackedDataset, PackedLoader
-from encoderlab.data.packing import is_heldout, pack, read_meta, token_dtype
+from encoderlab.data.packing import is_heldout, no_validation_note, pack, read_meta, token_dtype
 from encoderlab.data.tokenizer import TextTokenizer, train_bpe
 
 SEQ = 16
@@ -98,6 +98,23 @@ def test_dropped_tail_and_documents_tsv(tok, tmp_path):
         (i, d.id, d.source, len(e) + 2) for i, (d, e) in enumerate(zip(docs, encoded))]
     assert read_meta(tmp_path / "p") == meta
     assert (tmp_path / "p" / "tokenizer" / "tokenizer.json").exists()
+
+
+def test_a_corpus_without_a_validation_window_says_so(tok, tmp_path):
+    meta = pack(varied_docs(), tok, tmp_path / "none", seq_len=SEQ, val_fraction=0.0)
+    assert no_validation_note(meta) == ("no validation window: no document was held out; pretraining on this data "
+                                        "reports no validation loss (raise --val-fraction from 0.0 to hold out more)")
+    ids = [f"doc-{i}" for i in range(200)]
+    kept = [Document(i, "unit", sentence(random.Random(i), 30)) for i in ids if not is_heldout(i, 0.5)][:8]
+    held = next(i for i in ids if is_heldout(i, 0.5))
+    meta = pack([*kept, Document(held, "unit", "Hi.")], tok, tmp_path / "short", seq_len=SEQ, val_fraction=0.5)
+    tokens = meta["splits"]["validation"]["dropped_tail_tokens"]
+    assert meta["splits"]["validation"]["windows"] == 0 and 0 < tokens < SEQ
+    assert no_validation_note(meta).startswith(f"no validation window: its 1 held-out document(s) have {tokens} "
+                                               f"tokens, fewer than one window of {SEQ}")
+    meta = pack([*kept, Document(held, "unit", sentence(random.Random(0), 30))], tok, tmp_path / "long", seq_len=SEQ,
+                val_fraction=0.5)
+    assert meta["splits"]["validation"]["windows"] > 0 and no_validation_note(meta) is None
 
 
 def test_token_dtype(tok, tmp_path):

@@ -192,6 +192,18 @@ def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, 
     return meta
 
 
+def no_validation_note(meta: dict) -> str | None:
+    """What to say when a packed corpus has no validation window (its held-out documents are shorter than one
+    window, or none was held out): pretraining on it reports no held-out loss."""
+    held = meta["splits"]["validation"]
+    if held["windows"]:
+        return None
+    why = (f"its {held['documents']:,} held-out document(s) have {held.get('dropped_tail_tokens', 0):,} tokens, "
+           f"fewer than one window of {meta['seq_len']}" if held.get("documents") else "no document was held out")
+    return (f"no validation window: {why}; pretraining on this data reports no validation loss (raise "
+            f"--val-fraction from {meta['val_fraction']} to hold out more)")
+
+
 def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int, val_fraction: float,
            max_tokens: int | None) -> dict:
     """Close the writers and write meta.json and the tokenizer into `folder`; an empty or short stream, or one

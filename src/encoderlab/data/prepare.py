@@ -134,6 +134,8 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
         meta["inputs"] = fingerprint
         write_json(out / "packed" / packing.META, meta)
         timings["pack"] = time.perf_counter() - t0
+        if note := packing.no_validation_note(meta):
+            log(note)
     timings["total"] = time.perf_counter() - start
     summary = _summary(source, out, json.loads((out / "corpus" / "manifest.json").read_text()), str(corpus_file),
                        meta, timings)

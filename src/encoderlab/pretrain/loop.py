@@ -76,6 +76,8 @@ class Trainer:
         distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
         if note := cfg.train.dtype_note(self.device):  # a run, not a refusal
             self.log(note)
+        if note := packing.no_validation_note(self.val_data.meta):
+            self.log(f"{data_root}: {note}")
 
     def _prepare_run_dir(self, resume: bool, extend: bool) -> None:
         # A resume is checked before the lock, so that a refused one changes no file (the lock file included), and
