@@ -188,6 +188,8 @@ def join(source: str, out: Path, opts, log: Callable[[str], None]) -> tuple[dict
         meta = packing.finish(tmp, packer, tok, opts.seq_len, opts.val_fraction, opts.max_tokens)
         meta["inputs"] = fingerprint
         write_json(tmp / packing.META, meta)
+    if note := packing.no_validation_note(meta):
+        log(note)
     return corpus, meta
 
 
