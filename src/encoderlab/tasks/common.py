@@ -126,15 +126,34 @@ def read_table(path: str | Path) -> list[dict]:
     if not path.exists():
         raise DataError(f"file not found: {path}")
     if path.suffix in (".jsonl", ".json"):
-        return list(read_jsonl(path))
-    if path.suffix in (".csv", ".tsv"):
-        csv.field_size_limit(2**31 - 1)  # as for a corpus (data/sources.py): a text may be longer than 128 KiB
-        reader = csv.DictReader(utf8_lines(path), delimiter="\t" if path.suffix == ".tsv" else ",")
-        try:
-            return list(reader)
-        except csv.Error as e:
-            raise DataError(f"{path}:{reader.line_num}: cannot be read as {path.suffix[1:]} ({e})") from None
-    raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .csv, .tsv, .jsonl or .json")
+        rows = list(read_jsonl(path))
+    elif path.suffix in (".csv", ".tsv"):
+        rows = _read_csv(path)
+    else:
+        raise DataError(f"{path}: unsupported file type {path.suffix!r}; use .csv, .tsv, .jsonl or .json")
+    if not rows:
+        raise DataError(f"{path}: no rows (an empty file, or a header only)")
+    return rows
+
+
+def _read_csv(path: Path) -> list[dict]:
+    csv.field_size_limit(2**31 - 1)  # as for a corpus (data/sources.py): a text may be longer than 128 KiB
+    reader = csv.DictReader(utf8_lines(path), delimiter="\t" if path.suffix == ".tsv" else ",")
+    rows = []
+    try:
+        header = reader.fieldnames or []
+        start = reader.line_num + 1  # the line a row starts on (a quoted field may span lines)
+        for row in reader:
+            # DictReader puts a row's extra fields under None and gives its missing ones None: a shifted column
+            if None in row or None in row.values():
+                found = sum(k is not None and v is not None for k, v in row.items()) + len(row.get(None) or [])
+                raise DataError(f"{path}:{start}: {found} field(s) where the header has {len(header)} (a delimiter "
+                                "in an unquoted field, or a quote left open?)")
+            rows.append(row)
+            start = reader.line_num + 1
+    except csv.Error as e:
+        raise DataError(f"{path}:{reader.line_num}: cannot be read as {path.suffix[1:]} ({e})") from None
+    return rows
 
 
 def load_hf_splits(source: str, config: str | None, wanted: dict[str, tuple[str, ...]],
