@@ -79,6 +79,10 @@ CLI_CASES = [
     Case("pretrain-unknown-objective", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "objective=xlm"),
          "unknown objective 'xlm'", run_config()),
     Case("pretrain-warmup-past-end", ("pretrain", "{tmp}/run.yaml"), "warmup", run_config(lr_schedule__warmup_steps=9)),
+    Case("pretrain-lr-infinite", ("pretrain", "{tmp}/run.yaml"), "optim.lr: Input should be a finite number",
+         run_config(optim__lr=float("inf"))),
+    Case("pretrain-beta-of-one-or-more", ("pretrain", "{tmp}/run.yaml"), "optim.betas.0: Input should be less than 1",
+         run_config(optim__betas=[1.5, 0.9])),
     Case("pretrain-override-blamed", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "optim.lr=-1"),
          "--set optim.lr=-1: optim.lr: Input should be greater than 0"),
     Case("pretrain-override-not-key-value", ("pretrain", str(DEMO_TINY), "--set", "train.steps"), "section.key=value"),
@@ -303,6 +307,8 @@ TASK_CASES: list[Case] = [
                                                       "retrieval.train_on=null"),
          "max_length=3 is too small for task 't': at least", beir_files),
     Case("sweep-zero-lr", (*SWEEP, "--set", "lrs=[0]"), "--set lrs=[0]: lrs.0", task_files(CLS, train_csv=CSV)),
+    Case("sweep-infinite-lr", (*SWEEP, "--set", "lrs=[.inf]"), "--set lrs=[.inf]: lrs.0: Input should be a finite "
+         "number", task_files(CLS, train_csv=CSV)),
     Case("sweep-negative-lr", (*SWEEP, "--set", "lrs=[-1e-3]"), "--set lrs=[-1e-3]: lrs.0",
          task_files(CLS, train_csv=CSV)),
     Case("finetune-save-linear-head", (*FINETUNE_SAVE, "{tmp}/m"), "t: its fine-tuned model cannot be saved: "

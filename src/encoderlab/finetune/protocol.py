@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs.config import AdamWSection, Seed, WandbSection
+from encoderlab.runs.config import AdamWSection, LearningRate, Seed, WandbSection
 from encoderlab.runs.optim import resolve_dtype, slow_dtype_note
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class Protocol(BaseModel):
     epochs: float = Field(1.0, gt=0)
     batch_size: int = Field(32, gt=0)
     eval_batch_size: int = Field(128, gt=0)
-    lrs: list[PositiveFloat] = Field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4], min_length=1)
+    lrs: list[LearningRate] = Field(default_factory=lambda: [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4], min_length=1)
     seeds: list[Seed] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1)
     warmup_fraction: float = Field(0.1, ge=0, lt=1)
     decay: Literal["linear", "constant"] = "linear"

@@ -20,7 +20,7 @@ from pydantic import (
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import folder_name
 from encoderlab.pretrain.objectives import Phase, Schedule
-from encoderlab.runs.config import AdamWSection, Seed, WandbSection
+from encoderlab.runs.config import AdamWSection, LearningRate, Seed, WandbSection
 from encoderlab.runs.config import Section as _Section
 from encoderlab.runs.optim import resolve_dtype, slow_dtype_note
 from encoderlab.runs.schedule import LRSchedule
@@ -42,7 +42,7 @@ class ModelSection(BaseModel):
 
 
 class OptimSection(AdamWSection):
-    lr: float = Field(5e-4, gt=0)
+    lr: LearningRate = 5e-4
     decay: Literal["matrices", "all"] = Field("matrices", description="which parameters weight decay shrinks: the "
                                               "matrices, or all (norm gains too, as the paper's Optimus does)")
 

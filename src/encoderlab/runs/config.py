@@ -7,6 +7,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # A seed every generator takes: torch's are 64 bits, NumPy's non-negative (a larger one ended in a traceback).
 Seed = Annotated[int, Field(ge=0, le=2**64 - 1)]
+# A learning rate: infinity passed `gt=0` and diverged at the first step, after the run had started.
+LearningRate = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# torch's AdamW refuses a beta outside [0, 1) only when the optimizer is built: after the run has started.
+Beta = Annotated[float, Field(ge=0, lt=1)]
 
 
 class Section(BaseModel):
@@ -16,10 +20,10 @@ class Section(BaseModel):
 class AdamWSection(Section):
     """AdamW's settings, the same for pretraining and for fine-tuning (the protocol's `optim`)."""
 
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = Field(1e-5, gt=0)
-    weight_decay: float = Field(0.1, ge=0)
-    grad_clip: float = Field(1.0, ge=0, description="max global grad norm; 0 disables clipping")
+    betas: tuple[Beta, Beta] = (0.9, 0.95)
+    eps: float = Field(1e-5, gt=0, allow_inf_nan=False)
+    weight_decay: float = Field(0.1, ge=0, allow_inf_nan=False)
+    grad_clip: float = Field(1.0, ge=0, allow_inf_nan=False, description="max global grad norm; 0 disables clipping")
 
 
 class WandbSection(Section):
