@@ -120,3 +120,15 @@ def test_a_checkpoint_written_before_manifests_loads_unverified(run, packed_dir)
     assert resumed.step == 4
     resumed.run()
     assert weights(run, 6).keys() == checkpoint.load_model(run)[0].state_dict().keys()
+
+
+@pytest.mark.parametrize("left", [{}, "all but the weights"])
+def test_a_manifest_cut_short_is_refused_not_trusted(run, left):
+    ckpt = run / "checkpoints" / "step-0000004"
+    listed = json.loads((ckpt / checkpoint.MANIFEST).read_text())["files"]
+    kept = {} if left == {} else {k: v for k, v in listed.items() if k != checkpoint.WEIGHTS}
+    (ckpt / checkpoint.MANIFEST).write_text(json.dumps({"files": kept}))
+    first = "model_config.json" if left == {} else checkpoint.WEIGHTS  # the first file load_model verifies
+    with pytest.raises(EncoderlabError, match=rf"{first} is not in checksums\.json.*manifest is damaged; "
+                                              r".*step-0000003 is an older complete checkpoint"):
+        checkpoint.load_model(ckpt)

@@ -97,8 +97,16 @@ def verify(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ..
     files = _manifest(path)
     if files is None:
         return  # written before checksums existed (older runs and imports): accepted as they are, unverified
+
+    def wanted(rel: str) -> bool:
+        return rel not in skip and (names is None or any(rel == n or rel.startswith(n + "/") for n in names))
+
+    present = (p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() and p != path / MANIFEST)
+    if unlisted := sorted(rel for rel in present if wanted(rel) and rel not in files):  # a manifest cut short
+        raise EncoderlabError(f"checkpoint file {path / unlisted[0]} is not in {MANIFEST}, which lists every file "
+                              f"its writer wrote: the manifest is damaged{_older_hint(path)}")
     for rel, entry in files.items():
-        if rel in skip or (names is not None and not any(rel == n or rel.startswith(n + "/") for n in names)):
+        if not wanted(rel):
             continue
         problem = _problem(path / rel, entry) or ("" if sha256_of(path / rel) == entry["sha256"] else
                                                   f"does not match its SHA-256 in {MANIFEST}: its bytes are damaged")
