@@ -86,6 +86,12 @@ def test_sweep_records_resume_and_summary(tmp_path, tiny_checkpoint, task_yaml, 
     assert record["protocol"]["lrs"] == [1e-3, 3e-3] and record["baseline"]["test"]["score"] > 0
     again = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), out, show_progress=False, log=lambda m: None)
     assert again["runs_done_this_time"] == 0 and again["tasks"] == summary["tasks"]
+    record["scores"]["test"]["score"] = float("nan")  # an "ok" record never holds one (a NaN run fails): damaged
+    records[0].write_text(json.dumps(record))
+    said = []
+    redone = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), out, show_progress=False, log=said.append)
+    assert redone["runs_done_this_time"] == 1 and any("scores.test (not finite)" in line for line in said)
+    assert math.isfinite(json.loads(records[0].read_text())["scores"]["test"]["score"])
     other = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(max_steps=4, lrs=[1e-3], seeds=[0]), out,
                       show_progress=False, log=lambda m: None)
     assert other["runs_done_this_time"] == 1 and other["protocol_key"] != summary["protocol_key"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 
@@ -103,6 +104,9 @@ def _not_a_record(record) -> str:
     wrong = [k for k, kind in FIELDS.items() if not isinstance(record.get(k), kind) or isinstance(record[k], bool)]
     scores = ("scores.validation", "scores.test") if record.get("status") == "ok" else ()
     wrong += [k for k in ("baseline.test", *scores) if not isinstance(_score(record, k), (int, float))]
+    # A run that scored NaN or infinity is recorded as failed (training.scored_record): such an "ok" one is damaged
+    wrong += [f"{k} (not finite)" for k in scores
+              if isinstance(_score(record, k), float) and not math.isfinite(_score(record, k))]
     if record.get("status") not in ("ok", "failed") or (record["status"] == "failed"
                                                         and not isinstance(record.get("reason"), str)):
         wrong.append("status")
