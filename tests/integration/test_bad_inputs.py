@@ -628,6 +628,14 @@ IO_CASES = [
          "study s: checkpoints.old: 'notes' ({tmp}/notes) is not a model: give a checkpoint folder (with state.json)",
          two(write("notes/readme.txt", "x"), write("study.yaml", "name: s\ncheckpoints: {{old: notes}}\n"
                                                                  "evaluation: {{protocol: p.yaml, tasks: [sst2]}}\n"))),
+    Case("study-task-unknown", ("study", "run", "{tmp}/study.yaml"), "study s: evaluation task 'no-such-task': "
+         "unknown task 'no-such-task'", two(write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"), write(
+             "study.yaml", "name: s\nout_dir: '{tmp}/studies'\ncheckpoints: {{a: '{ckpt}'}}\n"
+                           "evaluation: {{protocol: p.yaml, tasks: [no-such-task]}}\n"))),
+    Case("study-task-listed-twice", ("study", "run", "{tmp}/study.yaml"), "study s: task 'sst2' is listed twice for "
+         "a; list each task once", two(write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"), write(
+             "study.yaml", "name: s\nout_dir: '{tmp}/studies'\ncheckpoints: {{a: '{ckpt}'}}\n"
+                           "evaluation: {{protocol: p.yaml, tasks: [sst2, sst2]}}\n"))),
     Case("study-models-without-pretrain", ("study", "plan", "{tmp}/study.yaml"),
          "pretrain and budget must be given: models train models from the base pretraining config",
          write("study.yaml", "name: s\nmodels: [{{sizes: [micro], objectives: [clm]}}]\ncheckpoints: {{a: '{ckpt}'}}\n"

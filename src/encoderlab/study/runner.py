@@ -24,7 +24,7 @@ from encoderlab.runs.optim import default_device, fp32_auto_note
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import EvalJob, PretrainJob, RandomInitJob, jobs_of
-from encoderlab.study.plan import Plan, build_plan
+from encoderlab.study.plan import Plan, build_plan, expand_tasks
 from encoderlab.study.scheduler import Board, Job, run_jobs
 
 __all__ = ["execute", "run_study", "check_succeeded"]
@@ -76,6 +76,8 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     The pipeline: the jobs and what is done (`Board`) -> `run_jobs` yields each job as it ends -> record it.
     One process runs a study at a time (the study folder's lock): another one would take the first one's running
     jobs for failed ones. `--job`s share it, each job's own folders locking themselves."""
+    if only is None and (job_id is None or job_id.startswith("eval:")):
+        check_tasks(plan)
     created = not plan.root.exists()
     try:
         with run_lock(plan.root, f"study {plan.spec.name}", shared=job_id is not None):
@@ -84,6 +86,28 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         if created:
             drop_if_only_lock(plan.root)  # a refused new study leaves no folder behind
         raise
+
+
+def check_tasks(plan: Plan) -> None:
+    """Every task the study evaluates names one, once per model, before anything runs: an unknown one failed only
+    its evaluation jobs, after the pretraining they waited for."""
+    from encoderlab.finetune.shared_training import check_trainer_spec, trainer_spec
+    from encoderlab.tasks import task_family, task_identity
+
+    known: set[str] = set()
+    for evaluation in plan.evaluations:
+        tasks = expand_tasks(evaluation.tasks)
+        if twice := [t for i, t in enumerate(tasks) if t in tasks[:i]]:
+            raise EncoderlabError(f"study {plan.spec.name}: task {twice[0]!r} is listed twice for {evaluation.label}; "
+                                  "list each task once")
+        for task in (t for t in tasks if t not in known):
+            try:
+                task_identity(task)
+            except EncoderlabError as e:
+                raise EncoderlabError(f"study {plan.spec.name}: evaluation task {task!r}: {e}") from None
+            known.add(task)
+    if shared := trainer_spec(plan.protocol, sorted(known), task_family):
+        check_trainer_spec(shared)
 
 
 def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str], None], only: str | None,
