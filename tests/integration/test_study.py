@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -239,6 +240,27 @@ def test_a_failed_run_skips_its_dependents_and_the_rest_goes_on(tmp_path, packed
     assert result["skipped"] == ["eval:micro-clm-20:" + str(task_yaml)]
     assert (plan.root / "status" / "pretrain__micro-clm-20.json").exists()
     assert result["done"] == 2  # the MLM model and its evaluation
+
+
+def test_a_damaged_or_foreign_final_checkpoint_is_not_a_finished_run(tmp_path, packed_dir, task_yaml, one_thread):
+    plan, base = plan_of(write_study(tmp_path, str(packed_dir), task=str(task_yaml)))
+    assert run_study(plan, base, log=lambda m: None, only="pretrain")["done_now"] == 2
+    runs = plan.root / "pretrain"
+    clm, mlm = (runs / name / "checkpoints" / "step-0000020" for name in ("micro-clm-20", "micro-mlm40-20"))
+    kept = tmp_path / "kept"
+    clm.rename(kept)
+    shutil.copytree(mlm, clm)  # another run's checkpoint in this run's place
+    result = run_study(plan, base, log=lambda m: None, only="pretrain")
+    assert f"{clm} was written by run 'micro-mlm40-20' (mlm40), not by this study's 'micro-clm-20' (clm)" in \
+        result["failed"]["pretrain:micro-clm-20"]
+    shutil.rmtree(clm)
+    kept.rename(clm)
+    weights = clm / checkpoint.WEIGHTS
+    data = bytearray(weights.read_bytes())
+    data[-8] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    result = run_study(plan, base, log=lambda m: None, only="pretrain")
+    assert "does not match its SHA-256" in result["failed"]["pretrain:micro-clm-20"]
 
 
 def test_the_study_says_its_jobs_dtype_lines_once_before_any_job(tmp_path, packed_dir, task_yaml, monkeypatch):

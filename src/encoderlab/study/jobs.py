@@ -37,11 +37,35 @@ class PretrainJob(Job):
 
     def is_done(self) -> bool:
         final = self.run_dir / "checkpoints" / checkpoint_name(self.config.train.steps)
-        return (self.run_dir / "summary.json").exists() and final.exists()
+        if not ((self.run_dir / "summary.json").exists() and final.exists()):
+            return False
+        try:
+            self.check_final(final)
+        except EncoderlabError:
+            return False  # the job runs and fails saying why: never counted as done
+        return True
+
+    def check_final(self, final: Path) -> None:
+        """The final checkpoint is whole (weights and state: what the evaluations read) and this run's: a damaged
+        or another run's one (a copy, a swapped folder) was counted as this model, and evaluated under its name."""
+        import json
+
+        from encoderlab.runs.checkpoint import WEIGHTS, verify
+
+        verify(final, names=(WEIGHTS, "state.json", "model_config.json"))
+        state = json.loads((final / "state.json").read_text())
+        own = (self.config.name, self.config.objective.text)
+        written = (state.get("config", {}).get("name", own[0]), state.get("schedule", own[1]))
+        if written != own:
+            raise EncoderlabError(f"{final} was written by run {written[0]!r} ({written[1]}), not by this study's "
+                                  f"{own[0]!r} ({own[1]}): move it away and run the study again")
 
     def execute(self, log: Say, progress: Say | None) -> dict:
         from encoderlab.pretrain.loop import Trainer
 
+        final = self.run_dir / "checkpoints" / checkpoint_name(self.config.train.steps)
+        if final.exists():
+            self.check_final(final)
         started = time.perf_counter()
         result = Trainer(self.config, resume=True, log=log, show_progress=progress or False).run()
         loss = {k: round(v, 3) for k, v in result["final"].items() if k.startswith("val/")}
