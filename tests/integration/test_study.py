@@ -240,6 +240,10 @@ def test_a_failed_run_skips_its_dependents_and_the_rest_goes_on(tmp_path, packed
     assert result["skipped"] == ["eval:micro-clm-20:" + str(task_yaml)]
     assert (plan.root / "status" / "pretrain__micro-clm-20.json").exists()
     assert result["done"] == 2  # the MLM model and its evaluation
+    report = write_report(plan.root).read_text()  # opens with what is missing from every table below
+    assert "**This study is not complete: 1 job(s) failed and 1 were skipped**" in report
+    assert "- pretrain:micro-clm-20: **failed**: RuntimeError: disk on fire" in report
+    assert f"- eval:micro-clm-20:{task_yaml}: **skipped**: pretrain:micro-clm-20 failed" in report
 
 
 def test_a_damaged_or_foreign_final_checkpoint_is_not_a_finished_run(tmp_path, packed_dir, task_yaml, one_thread):

@@ -142,6 +142,11 @@ def report_cmd(
 ) -> None:
     """Write report.md with the paper's tables (CSV) and figures (PNG) from a study folder's records."""
     from encoderlab.study.report import write_report
+    from encoderlab.study.results import unfinished_jobs
 
     path = write_report(folder, metric, reference, tuple(reference_model))
     out.print(f"[bold]report[/bold] {path}")
+    if unfinished := unfinished_jobs(Path(folder) / "status"):  # the report opens with them; said here too
+        failed = sum(j["status"] != "skipped" for j in unfinished)
+        log(f"the study is not complete: {failed} job(s) failed and {len(unfinished) - failed} were skipped in "
+             f"its last `study run` (listed at the top of the report)")

@@ -226,6 +226,7 @@ def compose(report) -> str:
              f"{len(res.runs)} pretrained models, {len(res.evaluations)} evaluated checkpoints, {done} fine-tuning "
              f"records (protocol `{proto['name']}`: {len(proto['lrs'])} LRs x {len(proto['seeds'])} seeds, up to "
              f"{proto['max_steps']} steps). {scale}{report.basis()} Every table and finding below uses them.\n",
+             _unfinished(res),
              report.sanity_section(),
              imported_section(report),
              paper,
@@ -264,6 +265,19 @@ def compose(report) -> str:
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
                  "Plan (steps and FLOPs): " + _plan_line(plan) + "\n")
     return "\n".join(parts)
+
+
+def _unfinished(res) -> str:
+    """First of all, the jobs the last `study run` left failed or skipped: every number below lacks them."""
+    if not res.unfinished:
+        return ""
+    failed = [j for j in res.unfinished if j["status"] != "skipped"]
+    lines = [f"- {j['job']}: **{j['status']}**: {(j['reason'].strip().splitlines() or [''])[0]}"
+             for j in res.unfinished]
+    return (f"**This study is not complete: {len(failed)} job(s) failed and {len(res.unfinished) - len(failed)} "
+            "were skipped** in its last `study run` (which runs them again once the cause is fixed); a model whose "
+            "pretraining failed is not a trained model, whatever the plan's counts above say.\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def _failed_and_missing(res, proto: dict) -> str:

@@ -8,6 +8,7 @@ noise that decides whether two models differ.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -145,6 +146,7 @@ class StudyResults:
                 by_task.setdefault(r["task"], []).append(r)
             self.tasks[label] = {t: task_scores(rs, self.lr_choice, metric) for t, rs in sorted(by_task.items())}
         self.categories = {label: category_scores(ts) for label, ts in self.tasks.items()}
+        self.unfinished = unfinished_jobs(self.root / "status")
 
     def versus(self, a: str, b: str) -> list[Comparison]:
         """a - b per category, on the datasets both were evaluated on (a baseline may have run fewer tasks)."""
@@ -276,3 +278,16 @@ def tally(outcomes: list[str], unit: str) -> str:
     counts = ", ".join(f"{o} in {outcomes.count(o)}" for o in (REPRODUCED, OPPOSITE, INCONCLUSIVE, NOT_MEASURABLE)
                        if o in outcomes)
     return f"**{overall(outcomes)}** ({counts} of {len(outcomes)} {unit})"
+
+
+def unfinished_jobs(folder: Path) -> list[dict]:
+    """The jobs the last `study run` left failed or skipped ({job, status, reason}: study/runner.py writes one file a
+    job, removed once the job succeeds); a file that does not read as one is named as such, never dropped."""
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            job = json.loads(path.read_text())
+            out.append({"job": str(job["job"]), "status": str(job["status"]), "reason": str(job["reason"])})
+        except (OSError, ValueError, KeyError, TypeError):
+            out.append({"job": path.stem.replace("__", ":"), "status": "unknown", "reason": f"{path} is unreadable"})
+    return out
