@@ -26,8 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import ValidationError
-
+from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 
@@ -65,7 +64,5 @@ def preset(name: str, **overrides: Any) -> ModelConfig:
     key = name.lower()
     if key not in PRESETS:
         raise EncoderlabError(f"unknown model preset {name!r}; available: {', '.join(PRESETS)}")
-    try:
-        return ModelConfig(**{**PRESETS[key], **overrides})
-    except ValidationError as err:
-        raise EncoderlabError(f"model preset {name!r} with overrides {overrides}: {err}") from err
+    # one line naming each bad field and what is allowed (pydantic's own message is several lines and a link)
+    return validate(ModelConfig, {**PRESETS[key], **overrides}, where=f"model (preset {name!r})")
