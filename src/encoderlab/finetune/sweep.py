@@ -97,6 +97,20 @@ def truncation(task: EvalTask) -> str:
     return ", ".join(f"{n:,} of {part}" for part, n in task.truncated.items()) + f" {task.truncation_unit}"
 
 
+def check_specs(specs: list[str], prepared: dict, protocol: Protocol) -> str | None:
+    """Refuse, before the checkpoint loads, a task given twice (its records' lock would be taken twice), a bad task
+    file or missing data file, and a `retrieval.train_on` that names no task; returns that trainer's spec, if any."""
+    if twice := [s for i, s in enumerate(specs) if s in specs[:i]]:
+        raise EncoderlabError(f"task {twice[0]!r} is given twice; name each task once")
+    for spec in specs:
+        if spec not in prepared:
+            task_identity(spec)
+    shared = trainer_spec(protocol, specs, lambda s: prepared[s].family if s in prepared else task_family(s))
+    if shared and shared not in prepared:
+        check_trainer_spec(shared)
+    return shared
+
+
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
               cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None, engine: str = "auto",
@@ -125,15 +139,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     check_keep(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
-    if twice := [s for i, s in enumerate(specs) if s in specs[:i]]:  # its records' lock would be taken twice
-        raise EncoderlabError(f"task {twice[0]!r} is given twice; name each task once")
     path = ckpt.resolve(checkpoint)  # a path that is no checkpoint is named first, whatever the tasks
-    for spec in specs:
-        if spec not in prepared:
-            task_identity(spec)  # a bad task file or a missing data file fails here, before the checkpoint loads
-    shared = trainer_spec(protocol, specs, lambda s: prepared[s].family if s in prepared else task_family(s))
-    if shared and shared not in prepared:
-        check_trainer_spec(shared)
+    shared = check_specs(specs, prepared, protocol)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     protocol = protocol.with_context(model_cfg.max_position_embeddings)  # what `max_length: auto` is a fraction of
     check_tasks(keep, specs, prepared, protocol, model_cfg)  # before any task is prepared or trained
