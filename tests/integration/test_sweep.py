@@ -8,7 +8,8 @@ import random
 import pytest
 
 from encoderlab.core.config import validate
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, Failed
+from encoderlab.finetune.aggregate import check_scored
 from encoderlab.finetune import sweep as sweep_module
 from encoderlab.finetune.protocol import Protocol
 from encoderlab.finetune.sweep import run_sweep
@@ -164,6 +165,25 @@ def test_a_nan_run_is_recorded_as_failed_and_the_sweep_goes_on(tmp_path, tiny_ch
     (task,) = summary["tasks"].values()
     assert task["runs"] == 4 and task["failed"] == 2 and task["best_lr"] == 1e-3
     assert all("nan" in f["reason"] for f in task["failures"])
+    check_scored(summary)  # failed runs among others are an LR sweep's outcome, not a failure of the sweep
+    task["failed"] = task["runs"]
+    with pytest.raises(Failed, match=r"no run of \S+ scored: all 4 failed \(lr 0.003 seed \d: training loss became "
+                                     r"nan .*\); lower the LRs, or fix the task"):
+        check_scored(summary)  # none scored: no result, and the command exits 1
+
+
+def test_a_sweep_of_which_no_run_scored_exits_1_after_its_table(tmp_path, tiny_checkpoint, task_yaml, monkeypatch,
+                                                               capsys):
+    import torch
+    from conftest import run_command
+
+    from encoderlab.finetune import training
+
+    monkeypatch.setattr(training.FinetuneRun, "step", lambda self, batch, lr: (torch.tensor(math.nan), False))
+    code, stdout, stderr = run_command(monkeypatch, capsys, "finetune", tiny_checkpoint, task_yaml, "--lr", "1e-3",
+                                       "--set", "max_steps=4", "--out", tmp_path)
+    assert code == 1 and "scored: all 1 failed (lr 0.001 seed 0: training loss became nan at step 1 of" in stderr
+    assert "0/1" in stdout  # the table came first, with its failed run
 
 
 def test_bad_input_fails_before_training(tmp_path, tiny_checkpoint, task_yaml):

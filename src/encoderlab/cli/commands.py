@@ -1,6 +1,7 @@
 """The command line: thin typer commands that parse, build and run. Errors the user can fix print one line."""
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
 
@@ -331,6 +332,7 @@ def sweep(
 ) -> None:
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
     from encoderlab.core.io import check_writable
+    from encoderlab.finetune.aggregate import check_scored
     from encoderlab.finetune.sweep import run_sweep
     from encoderlab.tasks import offline_task_names
 
@@ -343,6 +345,7 @@ def sweep(
                         cache_dir=cache_dir(), engine=engine, workers=workers_option(workers),
                         keep=keeper(save_models, models, checkpoint))
     emit(summary, as_json, _render_sweep)
+    check_scored(summary)  # after the table, which shows each failure
 
 
 @app.command("finetune")
@@ -359,15 +362,17 @@ def finetune_cmd(
 ) -> None:
     """One fine-tuning run (the sweep's unit): writes one result record."""
     from encoderlab.core.io import check_writable
+    from encoderlab.finetune.aggregate import check_scored
     from encoderlab.finetune.sweep import run_sweep
 
-    if not lr > 0:
-        raise EncoderlabError(f"--lr {lr:g}: the learning rate must be greater than 0")
+    if not (lr > 0 and math.isfinite(lr)):
+        raise EncoderlabError(f"--lr {lr:g}: the learning rate must be a finite number greater than 0")
     check_writable(out_dir, "--out")
     proto, told = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
     summary = run_sweep(checkpoint, [task], proto, out_dir, log=log_after(told), show_progress=False,
                         cache_dir=cache_dir(), keep=keeper("all", save, checkpoint, exact=True))
     emit(summary, as_json, _render_sweep)
+    check_scored(summary)
 
 
 

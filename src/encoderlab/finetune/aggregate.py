@@ -3,7 +3,7 @@ its 95% interval, the spreads and the baselines; one place for sweep summaries, 
 results (study/reference.py)."""
 from __future__ import annotations
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, Failed
 from encoderlab.tasks import baselines
 from encoderlab.tasks.metrics import mean_ci95, std
 
@@ -93,6 +93,16 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
         entry["warning"] = baselines.warning(entry)
         tasks[name] = entry
     return {"tasks": tasks}
+
+
+def check_scored(summary: dict) -> None:
+    """Refuse to call a sweep a success when a task has no run that scored: every one failed (diverged, or a
+    non-finite score). A failed run among others is an LR sweep's ordinary outcome; none at all is no result."""
+    if none := [name for name, t in summary["tasks"].items() if t["runs"] and t["failed"] == t["runs"]]:
+        first = summary["tasks"][none[0]]["failures"][0]
+        raise Failed(f"no run of {', '.join(none)} scored: all {sum(summary['tasks'][n]['runs'] for n in none)} "
+                     f"failed (lr {first['lr']:g} seed {first['seed']}: {first['reason']}); lower the LRs, or fix "
+                     "the task")
 
 
 def ci_text(t: dict) -> str:

@@ -133,11 +133,17 @@ class EvalJob(Job):
         identities = [task_identity(task) for task in self.tasks]  # data hashed once per process, not per job
         shared = trainer_spec(self.protocol, self.tasks, task_family)
         trainer = task_identity(shared)[1] if shared else None  # else each task trained on its own data
-        return all(records.recorded(self.out, tag, key, [identity], trainer or identity[1], lr, seed, weights)
-                   for identity in identities for lr in self.protocol.lrs for seed in self.protocol.seeds)
+        grid = [(lr, seed) for lr in self.protocol.lrs for seed in self.protocol.seeds]
+        if not all(records.recorded(self.out, tag, key, [identity], trainer or identity[1], lr, seed, weights)
+                   for identity in identities for lr, seed in grid):
+            return False
+        # A task of which no run scored is a failed job (check_scored), however often it runs: never "done"
+        return all(any((records.usable(records.record_path(self.out, tag, key, *identity, lr, seed), weights)[0]
+                        or {}).get("status") == "ok" for lr, seed in grid) for identity in identities)
 
     def execute(self, log: Say, progress: Say | None) -> dict:
         from encoderlab.core.io import encoderlab_home
+        from encoderlab.finetune.aggregate import check_scored
         from encoderlab.finetune.sweep import run_sweep
         from encoderlab.runs import checkpoint
 
@@ -147,6 +153,7 @@ class EvalJob(Job):
         summary = run_sweep(self.checkpoint, self.tasks, self.protocol, self.out, log=lambda m: None,
                             show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks",
                             prepared=_PREPARED.setdefault((key, hash(tok)), {}), progress_log=progress)
+        check_scored(summary)  # a task of which no run scored fails the job: its models have no score there
         entries = list(summary["tasks"].values())  # under their names (a YAML's is not its spec)
         tests = [e["test"] for e in entries if e.get("test") is not None]
         return {"seconds": round(time.perf_counter() - started, 1),
