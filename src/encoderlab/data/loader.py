@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoderlab.core.errors import DataError, EncoderlabError
+from encoderlab.core.errors import DataError, EncoderlabError, Failed
 from encoderlab.core.io import encoderlab_home
 from encoderlab.data.packing import check_shards, read_meta
 
@@ -78,8 +78,9 @@ class PackedDataset:
         if tokens.size and (top := int(tokens.max())) >= self.vocab_size:  # a shard damaged after packing
             row = int(np.argmax(tokens.max(axis=1) >= self.vocab_size))
             shard_name = self.meta["splits"][self.split]["shards"][int(shard[row])]["name"]
-            raise DataError(f"{self.root / shard_name}.tokens.bin: window {int(indices[row])} holds token id {top}, "
-                            f"beyond the tokenizer's {self.vocab_size}: the shard is damaged; {PREPARE_AGAIN}")
+            # Found when read, so possibly after steps were taken: work that failed (exit 1), not a refusal
+            raise Failed(f"{self.root / shard_name}.tokens.bin: window {int(indices[row])} holds token id {top}, "
+                         f"beyond the tokenizer's {self.vocab_size}: the shard is damaged; {PREPARE_AGAIN}")
         return tokens, docs
 
 
