@@ -295,6 +295,11 @@ def test_model_card_reports_evaluation_given_or_found(tmp_path, bpe, monkeypatch
     assert "| conll_ner | tokens | entity_f1 | failed |" in card and "Not evaluated." not in card
     export_checkpoint(ckpt, tmp_path / "given", "eurobert", evaluation=found)
     assert "81.23" in (tmp_path / "given" / "README.md").read_text()
+    assert "Protocol `demo`" in card  # a summary without its key: its protocol's name
+    summary["protocol_key"] = "demo-5678ef01"  # an evaluation is named by its key: name and settings
+    (tmp_path / "summary.json").write_text(json.dumps(summary))  # outside the layout: its own key, not a folder
+    export_checkpoint(ckpt, tmp_path / "keyed", "eurobert", evaluation=tmp_path / "summary.json")
+    assert "(protocol demo-5678ef01, mean of 3 seeds" in (tmp_path / "keyed" / "README.md").read_text()
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(EncoderlabError, match="not an evaluation summary"):
         export_checkpoint(ckpt, tmp_path / "bad", "eurobert", evaluation=tmp_path / "bad.json")

@@ -326,9 +326,13 @@ def test_retrieval_trained_once_per_lr_and_seed_and_scored_on_every_set(tmp_path
     monkeypatch.setattr(sweep_module, "finetune", counted)
     own = protocol(retrieval={"train_on": str(beir_yaml), "corpus": "judged", "relevance": "binary", "loss": "mnrl"})
     specs = [str(beir_yaml), str(zero_shot / "beir2.yaml")]
+    said: list[str] = []
     summary = run_sweep(tiny_checkpoint, specs, own, tmp_path / "evals", engine="sequential", show_progress=False,
-                        log=lambda m: None)
+                        log=said.append)
     assert sorted(trainings) == [("beir", lr, seed) for lr in own.lrs for seed in own.seeds]
+    assert [line for line in said if line.startswith("retrieval:")] == [  # the trainer itself trains on its own
+        "retrieval: beir2 scored after training on beir's train pairs, not its own (the protocol's "
+        "retrieval.train_on; null: each task trains on its own)"]
     recs = [json.loads(p.read_text()) for p in (tmp_path / "evals").rglob("lr*.json")]
     assert sorted((r["task"], r["lr"], r["seed"]) for r in recs) == sorted(
         (t, lr, seed) for t in ("beir", "beir2") for lr in own.lrs for seed in own.seeds)

@@ -132,3 +132,13 @@ def test_a_manifest_cut_short_is_refused_not_trusted(run, left):
     with pytest.raises(EncoderlabError, match=rf"{first} is not in checksums\.json.*manifest is damaged; "
                                               r".*step-0000003 is an older complete checkpoint"):
         checkpoint.load_model(ckpt)
+
+
+def test_a_file_beside_the_checkpoints_own_is_left_alone(run):
+    ckpt = run / "checkpoints" / "step-0000004"
+    (ckpt / ".DS_Store").write_bytes(b"\0")  # a desktop's, or an export written into a subfolder
+    (ckpt / "tokenizer" / "._tokenizer.json").write_bytes(b"\0")
+    (ckpt / "hf").mkdir()
+    (ckpt / "hf" / "config.json").write_text("{}")
+    checkpoint.verify(ckpt)
+    checkpoint.load_model(ckpt)

@@ -328,3 +328,12 @@ def test_conll_like_without_a_local_copy_says_the_hub_is_unreachable(monkeypatch
     with pytest.raises(DataError, match="unreachable.*local copy in the same schema") as err:
         load_conll_like("conll2003")
     assert "\n" not in str(err.value)
+
+
+def test_conll_lines_end_as_open_ends_them(tmp_path):
+    from encoderlab.tasks.tokens import read_conll
+
+    for end in ("\n", "\r\n", "\r"):  # an old Mac's CR alone too: read as one sentence it mislabelled every word
+        path = tmp_path / "t.txt"
+        path.write_bytes(end.join(["\ufeffEU B-ORG", "rejects O", "", "Peter B-PER", ""]).encode())
+        assert read_conll(path) == [(["EU", "rejects"], ["B-ORG", "O"], 1), (["Peter"], ["B-PER"], 4)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
 import secrets
@@ -199,6 +200,19 @@ def utf8_lines(path: Path) -> Iterator[str]:
             except UnicodeDecodeError as e:
                 raise DataError(f"{path}:{line_no}: not UTF-8 text ({e.reason}: byte {raw[e.start]:#04x} at "
                                 f"column {e.start + 1}); save the file as UTF-8") from None
+
+
+def text_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file without their ends, split as `open()` splits them (\\n, \\r\\n, or an old
+    Mac's \\r alone); a byte order mark at the start is not text, bytes that are not UTF-8 fail naming the line."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line, starts = data.count(b"\n", 0, e.start) + 1, data.rfind(b"\n", 0, e.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text ({e.reason}: byte {data[e.start]:#04x} at column "
+                        f"{e.start - starts + 1}); save the file as UTF-8") from None
+    return io.StringIO(text, newline=None).read().split("\n")
 
 
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:

@@ -151,10 +151,11 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     trainer = prepared[shared] if shared else None
     if trainer is not None:
         check_trainer(trainer, shared)
-        scored = [prepared[s].name for s in specs if prepared[s].family == "retrieval"]
-        log(f"retrieval: {', '.join(scored)} scored after training on {trainer.name}'s train pairs, not "
-            f"{'its' if len(scored) == 1 else 'their'} own (the protocol's retrieval.train_on; null: each task "
-            "trains on its own)")
+        scored = [prepared[s].name for s in specs if prepared[s].family == "retrieval" and prepared[s] is not trainer]
+        if scored:  # the trainer itself trains on its own pairs
+            log(f"retrieval: {', '.join(scored)} scored after training on {trainer.name}'s train pairs, not "
+                f"{'its' if len(scored) == 1 else 'their'} own (the protocol's retrieval.train_on; null: each task "
+                "trains on its own)")
     sweep = Sweep(path, [prepared[s] for s in specs], protocol, out, device, model_cfg, weights, engine, log, trainer,
                   keep=keep, progress_log=progress_log)
     with ExitStack() as locks:  # per task: a study fine-tunes the checkpoint on other tasks beside this sweep

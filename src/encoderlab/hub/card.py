@@ -123,9 +123,10 @@ def evaluation_summaries(path: Path, given: Path | None) -> list[dict]:
         other = summary.get("checkpoint") and Path(summary["checkpoint"]).resolve() != path.resolve()
         if given is None and other:
             continue  # another checkpoint that happens to have the same tag
-        # Named by its key (name and settings hash, its folder): two evaluations under one protocol name with other
-        # settings (steps, LRs) are two entries that must not read as one protocol's conflicting scores
-        found.append({"path": str(file), "protocol": file.parent.name, "tasks": summary["tasks"]})
+        # Named by its key (name and settings hash): two evaluations under one protocol name with other settings
+        # (steps, LRs) are two entries that must not read as one protocol's conflicting scores
+        key = summary.get("protocol_key") or (summary.get("protocol") or {}).get("name") or file.parent.name
+        found.append({"path": str(file), "protocol": key, "tasks": summary["tasks"]})
     return found
 
 

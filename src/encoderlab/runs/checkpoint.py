@@ -91,9 +91,16 @@ def write_manifest(folder: Path) -> None:
         "size": p.stat().st_size, "sha256": sha256_of(p)} for p in files}})
 
 
-def verify(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ...] = ()) -> None:
+# What every checkpoint writer writes and its manifest must list: one missing from the manifest means the manifest
+# was cut short (an emptied one verified nothing). Other files beside them (a desktop's .DS_Store, an export into a
+# subfolder) are not the checkpoint's and are left alone.
+ALWAYS_WRITTEN = (WEIGHTS, "state.json", "model_config.json", "tokenizer/tokenizer.json", "dcp/.metadata")
+
+
+def verify(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ...] = (), hashes: bool = True) -> None:
     """Refuse, in one line naming the file, a file of checkpoint `path` that is missing or whose size or SHA-256
-    differs from the manifest: every file (`names` None) or those named (a folder covers its files), less `skip`."""
+    differs from the manifest: every file (`names` None) or those named (a folder covers its files), less `skip`;
+    `hashes` False: sizes only (the cheap check)."""
     files = _manifest(path)
     if files is None:
         return  # written before checksums existed (older runs and imports): accepted as they are, unverified
@@ -101,14 +108,13 @@ def verify(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ..
     def wanted(rel: str) -> bool:
         return rel not in skip and (names is None or any(rel == n or rel.startswith(n + "/") for n in names))
 
-    present = (p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file() and p != path / MANIFEST)
-    if unlisted := sorted(rel for rel in present if wanted(rel) and rel not in files):  # a manifest cut short
+    if unlisted := [rel for rel in ALWAYS_WRITTEN if wanted(rel) and rel not in files and (path / rel).is_file()]:
         raise EncoderlabError(f"checkpoint file {path / unlisted[0]} is not in {MANIFEST}, which lists every file "
                               f"its writer wrote: the manifest is damaged{_older_hint(path)}")
     for rel, entry in files.items():
         if not wanted(rel):
             continue
-        problem = _problem(path / rel, entry) or ("" if sha256_of(path / rel) == entry["sha256"] else
+        problem = _problem(path / rel, entry) or ("" if not hashes or sha256_of(path / rel) == entry["sha256"] else
                                                   f"does not match its SHA-256 in {MANIFEST}: its bytes are damaged")
         if problem:
             raise EncoderlabError(f"checkpoint file {path / rel} {problem}{_older_hint(path)}")

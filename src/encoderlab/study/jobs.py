@@ -40,19 +40,19 @@ class PretrainJob(Job):
         if not ((self.run_dir / "summary.json").exists() and final.exists()):
             return False
         try:
-            self.check_final(final)
+            self.check_final(final, hashes=False)  # sizes: a study's start reads no weights (every reader hashes them)
         except EncoderlabError:
             return False  # the job runs and fails saying why: never counted as done
         return True
 
-    def check_final(self, final: Path) -> None:
+    def check_final(self, final: Path, hashes: bool = True) -> None:
         """The final checkpoint is whole (weights and state: what the evaluations read) and this run's: a damaged
         or another run's one (a copy, a swapped folder) was counted as this model, and evaluated under its name."""
         import json
 
         from encoderlab.runs.checkpoint import WEIGHTS, verify
 
-        verify(final, names=(WEIGHTS, "state.json", "model_config.json"))
+        verify(final, names=(WEIGHTS, "state.json", "model_config.json"), hashes=hashes)
         state = json.loads((final / "state.json").read_text())
         own = (self.config.name, self.config.objective.text)
         written = (state.get("config", {}).get("name", own[0]), state.get("schedule", own[1]))

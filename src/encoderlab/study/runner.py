@@ -125,6 +125,7 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
     jobs = [j for j in all_jobs if only is None or not isinstance(j, EvalJob)]
     jobs = jobs if job_id is None else [_one_job(all_jobs, job_id, plan)]
     board = Board(jobs, done={j.id for j in jobs if j.is_done()})
+    clear_stale_status(plan, all_jobs, board.done)
     log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(board.done)} already done, {len(board.pending)} to do "
         f"({workers} worker{'s' if workers > 1 else ''})")
     for note in dtype_notes(board.pending):
@@ -146,6 +147,15 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
     return {"jobs": len(jobs), "done": len(board.done), "done_now": board.done_now, "failed": board.failed,
             "skipped": sorted(board.skipped), "logs": {j: str(status_file(plan, j)) for j in board.failed},
             "seconds": round(time.perf_counter() - started, 1)}
+
+
+def clear_stale_status(plan: Plan, jobs: list[Job], done: set[str]) -> None:
+    """Remove what no longer holds from `status/`: a job's failure once it counts as done, and jobs the plan no longer
+    has (the report reads the folder: a stale file there would call a finished study incomplete)."""
+    planned = {status_file(plan, j.id).name: j.id for j in jobs}
+    for path in sorted((plan.root / "status").glob("*.json")):
+        if path.name not in planned or planned[path.name] in done:
+            path.unlink(missing_ok=True)
 
 
 def dtype_notes(jobs: list[Job]) -> list[str]:

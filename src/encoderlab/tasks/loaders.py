@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from encoderlab.core.errors import DataError
-from encoderlab.core.io import read_jsonl, utf8_lines
+from encoderlab.core.io import read_jsonl, text_lines
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.tasks.common import check_hub, split_validation
 from encoderlab.tasks.qa import QATask, _row, hold_out
@@ -211,8 +211,7 @@ def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:
 
 def _qrels_tsv(path: Path) -> Split:
     out: Split = {}
-    for line_no, line in enumerate(utf8_lines(path), start=1):
-        line = line.rstrip("\r\n")
+    for line_no, line in enumerate(text_lines(path), start=1):
         cols = line.split("\t")
         if not line.strip() or (line_no == 1 and cols[-1].strip().lower() == "score"):
             continue

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from encoderlab.core.errors import DataError
-from encoderlab.core.io import read_jsonl, utf8_lines
+from encoderlab.core.io import read_jsonl, text_lines
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
@@ -345,7 +345,7 @@ def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> 
     words: list[str] = []
     tags: list[str] = []
     n = 0
-    for n, line in enumerate(utf8_lines(path), 1):
+    for n, line in enumerate(text_lines(path), 1):
         cols = line.split()
         if not cols or cols[0] == "-DOCSTART-":
             if words:
