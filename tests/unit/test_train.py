@@ -557,3 +557,28 @@ def test_resuming_a_finished_run_keeps_its_final_numbers(tmp_path, packed_dir):
     assert again["final"] == first["final"] and "val/loss" in str(again["final"])
     assert any("had already trained its 4 steps" in s for s in said)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["final"] == first["final"]
+
+
+def test_continued_pretraining_refuses_another_tokenizers_data_and_notes_another_architecture(tmp_path, packed_dir):
+    from encoderlab.data.loader import resolve_data
+    from encoderlab.data.tokenizer import train_bpe
+    from encoderlab.pretrain.setup import check_source, model_config
+
+    Trainer(make_config(tmp_path, packed_dir, steps=2), show_progress=False).run()
+    source = tmp_path / "run" / "checkpoints" / "step-0000002"
+    data = resolve_data(str(packed_dir))
+    meta = json.loads((data / "meta.json").read_text())
+
+    def cpt(**model):
+        cfg = validate(PretrainConfig, {**make_config(tmp_path, packed_dir, name="cpt", steps=2).model_dump(
+            mode="json"), "init": {"from_weights": str(source)}, "model": {**TINY, **model}}, "test")
+        return check_source(cfg, model_config(cfg, meta["tokenizer"]), data)
+
+    assert cpt() == []  # the same model on data packed with its own tokenizer
+    assert cpt(rope_theta=123.0) == [f"model.rope_theta is 123.0 here but 10000.0 in {source} (init.from_weights): "
+                                     "this run continues another model than the one it starts from"]
+    other = train_bpe(["a different corpus of words"] * 50, vocab_size=300)
+    other.save(source / "tokenizer")  # the checkpoint's tokenizer is another one than the data was packed with
+    with pytest.raises(EncoderlabError, match=rf"init.from_weights {source}: the data \(.*\) was packed with another "
+                                              r"tokenizer: token .* differ\), so each id would read another token"):
+        cpt()

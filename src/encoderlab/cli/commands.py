@@ -191,6 +191,8 @@ def _render_run(p: dict) -> None:
     asked = f" (dtype: {p['dtype_asked']})" if p["dtype_asked"] != p["dtype"] else ""
     out.print(f"[bold]compute[/bold] {p['dtype']}{asked} on {p['device']}" + (f": {p['dtype_note']}"
                                                                               if p["dtype_note"] else ""))
+    for note in p["source_notes"]:
+        out.print(f"[bold]note[/bold]    {note}")
     out.print(f"[bold]run[/bold]     {p['run_dir']}")
 
 
@@ -199,8 +201,9 @@ def _render_pretrain(s: dict) -> None:
     losses = ", ".join(f"{k} {v:.3f}" for k, v in final.items() if "loss" in k)
     out.print(f"[bold]done[/bold]    {s['steps']} steps, {s['tokens']:,} tokens in "
               f"{s['seconds_this_session']}s; {losses}")
-    out.print(f"[bold]results[/bold] checkpoint {s['checkpoint']}\n        metrics {s['metrics']} "
-              f"(TensorBoard: tensorboard --logdir {Path(s['run_dir']) / 'tensorboard'})")
+    board = Path(s["run_dir"]) / "tensorboard"  # only where the run wrote one (train.tensorboard)
+    out.print(f"[bold]results[/bold] checkpoint {s['checkpoint']}\n        metrics {s['metrics']}"
+              + (f" (TensorBoard: tensorboard --logdir {board})" if board.is_dir() else ""))
 
 
 @app.command("demo")

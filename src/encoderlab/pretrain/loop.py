@@ -24,7 +24,7 @@ from encoderlab.pretrain import distributed, objectives
 from encoderlab.pretrain import resume as same_run
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.divergence import Watch, out_of_memory
-from encoderlab.pretrain.setup import check_compatible, initial_model, model_config, resolve_device
+from encoderlab.pretrain.setup import check_compatible, check_source, initial_model, model_config, resolve_device
 from encoderlab.runs import checkpoint, optim
 from encoderlab.runs.logging import MetricsLog, Progress, describe_step, read_metrics
 
@@ -53,6 +53,7 @@ class Trainer:
         if not self.world.is_main:  # one voice per run: rank 0 logs and shows progress
             self.log, self.show_progress = (lambda message: None), False
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
+        source_notes = check_source(cfg, self.model_cfg, data_root)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         self.module = initial_model(cfg, self.model_cfg, attention.for_pretraining(  # one backend for the whole run
             cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len, distributed.compile_kernel))
@@ -78,6 +79,8 @@ class Trainer:
             self.log(note)
         if note := packing.no_validation_note(self.val_data.meta):
             self.log(f"{data_root}: {note}")
+        for note in source_notes:
+            self.log(note)
 
     def _prepare_run_dir(self, resume: bool, extend: bool) -> None:
         # A resume is checked before the lock, so that a refused one changes no file (the lock file included), and

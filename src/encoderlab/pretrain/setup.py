@@ -3,6 +3,8 @@ tokenizer, the seed's initial model, the device, the checks that data, model and
 resolved run that `--dry-run` prints (`describe`)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from encoderlab.core.errors import EncoderlabError
@@ -48,6 +50,7 @@ def describe(cfg: PretrainConfig) -> dict:
     attention.check(cfg.train.attention, device)
     for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
         checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
+    notes = check_source(cfg, mcfg, data)
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
     tokens_per_step = global_batch * meta["seq_len"]
     return {
@@ -60,7 +63,7 @@ def describe(cfg: PretrainConfig) -> dict:
         "tokens_per_step": tokens_per_step, "total_tokens": tokens_per_step * cfg.train.steps,
         "global_batch": global_batch,
         "device": str(device), "dtype": cfg.train.dtype, "dtype_asked": cfg.train.dtype_asked,
-        "dtype_note": cfg.train.dtype_note(device),
+        "dtype_note": cfg.train.dtype_note(device), "source_notes": notes,
         "epochs": round(global_batch * cfg.train.steps / meta["splits"]["train"]["windows"], 3),
         "init": cfg.init.model_dump(exclude_none=True),
         "config": cfg.model_dump(mode="json"),
@@ -73,6 +76,40 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise EncoderlabError(f"train.device={name!r} but PyTorch sees no CUDA device here; use 'cpu' or 'auto'")
     return torch.device(name)
+
+
+# Fields that change what a model computes without changing a weight's shape: a run that sets them otherwise than
+# the checkpoint it starts from (`init.from_weights`) continues another model (a raised rope_theta can be meant).
+ARCHITECTURE_ONLY = ("rope_theta", "rope_scaling", "rms_norm_eps", "sliding_window")
+
+
+def check_source(cfg: PretrainConfig, mcfg: ModelConfig, data_root: Path) -> list[str]:
+    """Before any work, for `init.from_weights`: refuse data packed with another tokenizer than the checkpoint's (a
+    token is another embedding row), and return a note per architecture field set otherwise than the checkpoint's."""
+    if not cfg.init.from_weights:
+        return []
+    import json
+
+    from tokenizers import Tokenizer
+
+    source = checkpoint.resolve(cfg.init.from_weights)
+    ours, theirs = data_root / packing.TOKENIZER / "tokenizer.json", source / "tokenizer" / "tokenizer.json"
+    if ours.is_file() and theirs.is_file():
+        vocab = Tokenizer.from_file(str(ours)).get_vocab(with_added_tokens=True)
+        wrong = [(t, i) for t, i in Tokenizer.from_file(str(theirs)).get_vocab(with_added_tokens=True).items()
+                 if vocab.get(t) != i]
+        if wrong:
+            token, i = min(wrong, key=lambda w: w[1])
+            raise EncoderlabError(
+                f"init.from_weights {source}: the data ({data_root}) was packed with another tokenizer: token "
+                f"{token!r} is id {i} in the checkpoint's and {vocab.get(token)} in the data's ({len(wrong):,} tokens "
+                "differ), so each id would read another token's embedding; pack the text with the checkpoint's "
+                f"tokenizer (`encoderlab data prepare SRC --tokenizer {source / 'tokenizer'}`)")
+    saved = json.loads((source / "model_config.json").read_text())
+    ours_cfg = mcfg.model_dump()
+    return [f"model.{k} is {ours_cfg[k]!r} here but {saved[k]!r} in {source} (init.from_weights): this run continues "
+            "another model than the one it starts from" for k in ARCHITECTURE_ONLY if k in saved and saved[k] !=
+            ours_cfg.get(k)]
 
 
 def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases, world_size: int = 1) -> None:
