@@ -165,3 +165,14 @@ def test_finding_one_is_read_against_the_papers_early_phase_below_its_crossover_
         run["tokens_per_step"] = 2_000_000_000  # 20 steps: 40B tokens, past the paper's ~24B
     write_json(root / "plan.json", plan)
     assert "early phase" not in finding(findings(SimpleNamespace(res=StudyResults(root))), 1)
+
+
+def test_a_cpt_arms_win_at_the_trivial_baseline_is_not_counted():
+    from encoderlab.study.report_text import _higher
+    from encoderlab.study.results import Comparison
+
+    noise = Comparison("QA", 8.94, 4.94, 4.0, 3.5, 0.035, measurable=False)  # both at the first-span baseline
+    win = Comparison("SC", 70.0, 60.0, 10.0, 4.0, 0.001)
+    loss = Comparison("IR", 20.0, 30.0, -10.0, 4.0, 0.002)
+    assert _higher([noise, win, loss]) == ("higher in 1/2 categories, significantly in 1, significantly lower in 1 "
+                                           "(1 not measurable: both at the trivial baseline)")

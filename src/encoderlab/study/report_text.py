@@ -165,11 +165,16 @@ def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
 
 
 def _higher(comps: list[Comparison]) -> str:
-    up = [c for c in comps if c.diff > 0]
-    down = [c for c in comps if c.diff < 0 and c.significant]
+    """Where the first model is higher, and significantly so; a category where both sit at the trivial baseline
+    counts for neither (as in the pairwise tables and the findings: a difference of noise is no win)."""
+    measured = [c for c in comps if c.measurable]
+    up = [c for c in measured if c.diff > 0]
+    down = [c for c in measured if c.diff < 0 and c.significant]
     sig = sum(c.significant for c in up)
-    return (f"higher in {len(up)}/{len(comps)} categories, significantly in {sig}"
-            + (f", significantly lower in {len(down)}" if down else ""))
+    unmeasured = len(comps) - len(measured)
+    return (f"higher in {len(up)}/{len(measured)} categories, significantly in {sig}"
+            + (f", significantly lower in {len(down)}" if down else "")
+            + (f" ({unmeasured} not measurable: both at the trivial baseline)" if unmeasured else ""))
 
 
 def imported_section(report) -> str:
