@@ -50,6 +50,13 @@ def write(relative: str, content: str | bytes) -> Callable[[Path, dict], None]:
     return setup
 
 
+def two(*setups: Callable[[Path, dict], None]) -> Callable[[Path, dict], None]:
+    def setup(tmp: Path, ctx: dict) -> None:
+        for each in setups:
+            each(tmp, ctx)
+    return setup
+
+
 def run_config(**changes) -> Callable[[Path, dict], None]:
     """A setup that writes `run.yaml`: a 2-step micro run on the small packed dataset, with `changes` merged in."""
     def setup(tmp: Path, ctx: dict) -> None:
@@ -144,6 +151,9 @@ CLI_CASES = [
                                                              "--seq-len 512 (whole windows), e.g. 512"),
     Case("import-hf-missing", ("import-hf", "{tmp}/nomodel", "--out", "{tmp}/o"), "no such file or folder"),
     Case("import-hf-not-a-model", ("import-hf", "{tmp}", "--out", "{tmp}/o"), "has no config.json"),
+    Case("import-hf-config-not-json", ("import-hf", "{tmp}/m", "--out", "{tmp}/o"), "{tmp}/m/config.json is not JSON",
+         two(write("m/config.json", "{{not json"), write("m/tokenizer.json", "{{}}"))),
+
     Case("export-not-a-checkpoint", ("export", "{tmp}", "--out", "{tmp}/o"), "neither a checkpoint folder"),
     Case("finetune-zero-lr", ("finetune", "{ckpt}", "rt-polarity", "--lr", "0", "--out", "{tmp}/e"),
          "--lr 0: the learning rate must be a finite number greater than 0"),
@@ -213,13 +223,6 @@ def beir_files(tmp: Path, ctx: dict) -> None:
     for split in ("train", "dev", "test"):
         write(f"beir/qrels/{split}.tsv", "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
                                                                                for i in range(4)))(tmp, ctx)
-
-
-def two(*setups: Callable[[Path, dict], None]) -> Callable[[Path, dict], None]:
-    def setup(tmp: Path, ctx: dict) -> None:
-        for each in setups:
-            each(tmp, ctx)
-    return setup
 
 
 FINETUNE_SAVE = ("finetune", "{ckpt}", "{tmp}/t.yaml", "--lr", "1e-3", "--out", "{tmp}/o", "--save")

@@ -303,3 +303,12 @@ def test_model_card_reports_evaluation_given_or_found(tmp_path, bpe, monkeypatch
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(EncoderlabError, match="not an evaluation summary"):
         export_checkpoint(ckpt, tmp_path / "bad", "eurobert", evaluation=tmp_path / "bad.json")
+
+
+def test_a_damaged_weight_file_is_one_line_naming_it(tmp_path):
+    from encoderlab.hub.source import folder_weights
+
+    (tmp_path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{")  # a header cut short
+    with pytest.raises(EncoderlabError, match=rf"{tmp_path / 'model.safetensors'} cannot be read as weights "
+                                              r"\(SafetensorError: .*\): the file is damaged or cut short"):
+        folder_weights(tmp_path)

@@ -105,9 +105,9 @@ def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], 
             config, state, tok_dir = read_gguf(folder, gguf)
             fields = architecture_fields(config, where, notes)
         else:
-            log(f"reading {where}")
             config = read_config(folder)
             fields = architecture_fields(config, where, notes)  # refuse before reading the weights
+            log(f"reading {where}")
             state = folder_weights(folder)
         source_dtype = ("GGUF, dequantised to float32 by transformers" if gguf
                         else str(next(iter(state.values())).dtype).replace("torch.", ""))

@@ -6,7 +6,6 @@ architecture is importer.py's business.
 from __future__ import annotations
 
 import functools
-import json
 import shutil
 import tempfile
 import zipfile
@@ -17,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import read_json
 from encoderlab.hub.folders import UnsupportedModelError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "eurobert")
@@ -93,7 +93,8 @@ def read_config(folder: Path):
     """The transformers config of a model folder, after checking its model_type and that a tokenizer is there."""
     from transformers import AutoConfig
 
-    model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+    config = read_json(folder / "config.json", "give the config.json a transformers model folder holds")
+    model_type = config.get("model_type") if isinstance(config, dict) else None
     check_model_type(model_type, folder)
     try:
         config = AutoConfig.from_pretrained(str(folder))
@@ -107,7 +108,10 @@ def _weight_files(folder: Path) -> list[str]:
     for index, single in (("model.safetensors.index.json", "model.safetensors"),
                           ("pytorch_model.bin.index.json", "pytorch_model.bin")):
         if (folder / index).exists():
-            return sorted(set(json.loads((folder / index).read_text())["weight_map"].values()))
+            index_json = read_json(folder / index, "give the index transformers writes beside sharded weights")
+            if not isinstance(index_json, dict) or not isinstance(index_json.get("weight_map"), dict):
+                raise EncoderlabError(f"{folder / index} has no weight_map: not a transformers weight index")
+            return sorted(set(index_json["weight_map"].values()))
         if (folder / single).exists():
             return [single]
     raise EncoderlabError(f"{folder} has config.json but no weights: expected model.safetensors, "
@@ -120,10 +124,15 @@ def folder_weights(folder: Path) -> dict[str, torch.Tensor]:
         file = folder / name
         if not file.exists():
             raise EncoderlabError(f"{folder}: the weight index names {name}, which is missing")
-        if name.endswith(".safetensors"):
-            state.update(load_file(str(file)))
-        else:  # docs/architecture.md, convention 12: nothing but tensors is unpickled
-            state.update(torch.load(file, map_location="cpu", weights_only=True))
+        try:
+            if name.endswith(".safetensors"):
+                state.update(load_file(str(file)))
+            else:  # docs/architecture.md, convention 12: nothing but tensors is unpickled
+                state.update(torch.load(file, map_location="cpu", weights_only=True))
+        except Exception as exc:  # safetensors' and torch's errors for a damaged file: one line naming it
+            raise EncoderlabError(f"{file} cannot be read as weights ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else ''}): the file is damaged or cut "
+                                  "short; copy the model folder again") from None
     return state
 
 
