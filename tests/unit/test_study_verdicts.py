@@ -176,3 +176,13 @@ def test_a_cpt_arms_win_at_the_trivial_baseline_is_not_counted():
     loss = Comparison("IR", 20.0, 30.0, -10.0, 4.0, 0.002)
     assert _higher([noise, win, loss]) == ("higher in 1/2 categories, significantly in 1, significantly lower in 1 "
                                            "(1 not measurable: both at the trivial baseline)")
+
+
+def test_the_reports_token_count_is_a_range_where_full_budget_windows_differ():
+    from encoderlab.study.report_text import _tokens_seen
+
+    run = {"init": None, "steps": 12, "tokens_per_step": 4096}
+    plan = {"runs": [run, {**run, "tokens_per_step": 512},  # an imported architecture's own windows
+                     {**run, "steps": 6}, {**run, "init": "x", "tokens_per_step": 1}, {**run, "imported": True}]}
+    assert _tokens_seen(plan) == "between 6,144 and 49,152"
+    assert _tokens_seen({"runs": [run]}) == "49,152"

@@ -223,8 +223,9 @@ def compose(report) -> str:
               if e["kind"] in ("final", "random", "imported", "checkpoint")]
     everything = list(res.evaluations)
     done = sum(1 for ts in res.tasks.values() for t in ts.values() for _ in range(t.runs))
-    scale = (f"The full-budget models saw {_tokens(plan):,} pretraining tokens each: read every verdict below at "
-             "that scale. " if res.runs else "")
+    seen = _tokens_seen(plan)
+    scale = (f"The full-budget models saw {seen} pretraining tokens each: read every verdict below at that scale. "
+             if res.runs else "")
     paper = findings(report)
     parts = [f"# Study `{plan['study']}`: report\n",
              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{res.root}`. "
@@ -297,6 +298,15 @@ def _failed_and_missing(res, proto: dict) -> str:
                 for lb, t in tasks if t.runs < grid]
              + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused])
     return "## Failed and missing runs\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def _tokens_seen(plan: dict) -> str:
+    """The full-budget models' pretraining tokens: one count, or their range where their windows differ (an
+    imported architecture's from-scratch model packs the text with its own tokenizer and length)."""
+    scratch = [r for r in plan["runs"] if r["init"] is None and not r.get("imported")]
+    steps = max((r["steps"] for r in scratch), default=0)
+    counts = sorted({r["steps"] * r["tokens_per_step"] for r in scratch if r["steps"] == steps}) or [0]
+    return f"{counts[0]:,}" if len(counts) == 1 else f"between {counts[0]:,} and {counts[-1]:,}"
 
 
 def _tokens(plan: dict) -> int:
