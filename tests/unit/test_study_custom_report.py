@@ -61,6 +61,7 @@ def test_a_study_without_cpt_or_paper_findings_is_reported_as_asked(tmp_path):
     assert pair == ("A higher in 1, B higher in 1, no difference shown (the interval includes zero) in 1 of 3 "
                     "categories."), pair
     assert "| SC | 70.00 | 50.00 | +20.00 |" in text and "| A higher |" in text
+    assert "random-init baseline" not in text.split("## Category scores per model")[1].split("\n\n")[1]  # none ran
     import matplotlib.pyplot as plt
 
     seen = []

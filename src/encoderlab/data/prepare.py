@@ -242,7 +242,8 @@ def _tokenizer(corpus_file: Path, opts: PrepareOptions, log) -> TextTokenizer:
     if opts.tokenizer:
         tok = load_tokenizer(opts.tokenizer)
         log(f"tokenizer {opts.tokenizer}: {tok.vocab_size} tokens"
-            + (f", added {', '.join(tok.added_tokens)}" if tok.added_tokens else ""))
+            + (f", of which {', '.join(tok.added_tokens)} added by encoderlab (the source model's vocabulary lacks "
+               f"{'it' if len(tok.added_tokens) == 1 else 'them'})" if tok.added_tokens else ""))
         return tok
     log(f"training a byte-level BPE with {opts.vocab_size} tokens")
 

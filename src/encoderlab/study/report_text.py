@@ -239,7 +239,8 @@ def compose(report) -> str:
              comparisons_section(report, bool(paper)),
              "## Category scores per model (the paper's Tables 2-5 layout)\n",
              report.category_table(finals, "categories", "Final models and the random-init baseline"
-                                   if res.runs else "Models"),
+                                   if any(e["kind"] == "random" for e in res.evaluations.values())
+                                   else "Final models" if res.runs else "Models"),
              reference_section(report),
              "## Per-dataset scores\n", report.dataset_tables(everything)]
     fig, note = report.efficiency_figure()
