@@ -249,7 +249,8 @@ TASK_CASES: list[Case] = [
          "and tag_column=-1 are both column 0", task_files(TOK, train_txt=CONLL.replace("Karenina I-PER", "Karenina"))),
     Case("task-conll-not-utf8", SWEEP, "{tmp}/train.txt:2: not UTF-8 text (invalid continuation byte: byte 0xe9",
          task_files(TOK, train_txt=b"Anna B-PER\nCaf\xe9 O\n\n")),
-    Case("task-squad-not-utf8", SWEEP, "{tmp}/train.json:1: not UTF-8 text (invalid continuation byte: byte 0xe9)",
+    Case("task-squad-not-utf8", SWEEP, "{tmp}/train.json:1: not UTF-8 text (invalid continuation byte: byte 0xe9 at "
+         "column",
          task_files("family: qa\ntrain: train.json\nvalidation: train.json\n",
                     train_json=SQUAD.format().replace("Oslo", "Sm\xe9").encode("latin-1"))),
     Case("task-qrels-not-utf8", (*SWEEP, "--set", "retrieval.train_on=null"),

@@ -202,17 +202,22 @@ def utf8_lines(path: Path) -> Iterator[str]:
                                 f"column {e.start + 1}); save the file as UTF-8") from None
 
 
-def text_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file without their ends, split as `open()` splits them (\\n, \\r\\n, or an old
-    Mac's \\r alone); a byte order mark at the start is not text, bytes that are not UTF-8 fail naming the line."""
+def utf8_text(path: Path) -> str:
+    """A UTF-8 text file's text; a byte order mark at the start is not text, and bytes that are not UTF-8 fail
+    naming the line and column, not as a UnicodeDecodeError."""
     data = Path(path).read_bytes()
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line, starts = data.count(b"\n", 0, e.start) + 1, data.rfind(b"\n", 0, e.start) + 1
         raise DataError(f"{path}:{line}: not UTF-8 text ({e.reason}: byte {data[e.start]:#04x} at column "
                         f"{e.start - starts + 1}); save the file as UTF-8") from None
-    return io.StringIO(text, newline=None).read().split("\n")
+
+
+def text_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (`utf8_text`) without their ends, split as `open()` splits them (\\n, \\r\\n,
+    or an old Mac's \\r alone)."""
+    return io.StringIO(utf8_text(path), newline=None).read().split("\n")
 
 
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:

@@ -60,15 +60,18 @@ def record_path(root: Path, tag: str, key: str, task: str, fingerprint: str, lr:
 
 
 def recorded(root: Path, tag: str, key: str, scored: list[tuple[str, str]], trained_on: str, lr: float, seed: int,
-             weights: str | None) -> bool:
+             weights: str | None) -> list[dict] | None:
     """The one rule for "this run is done", for a sweep and for a study's jobs: every task it scores (`scored`: name,
     fingerprint) has a usable record of these weights, made by a model trained on the data of fingerprint
-    `trained_on` (a record from before `trained_on` was written was trained on its own task)."""
+    `trained_on` (a record from before `trained_on` was written was trained on its own task). Returns those records
+    (in `scored`'s order), or None when the run is not done."""
+    found = []
     for name, fingerprint in scored:
         record, _ = usable(record_path(root, tag, key, name, fingerprint, lr, seed), weights)
         if record is None or record.get("trained_on", {}).get("fingerprint", fingerprint) != trained_on:
-            return False
-    return True
+            return None
+        found.append(record)
+    return found
 
 
 def other_versions(root: Path, tag: str, key: str, task: str, fingerprint: str) -> list[Path]:

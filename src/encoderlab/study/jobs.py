@@ -35,23 +35,27 @@ class PretrainJob(Job):
     def run_dir(self) -> Path:
         return Path(self.config.out_dir) / self.config.name
 
+    @property
+    def final(self) -> Path:
+        return self.run_dir / "checkpoints" / checkpoint_name(self.config.train.steps)
+
     def is_done(self) -> bool:
-        final = self.run_dir / "checkpoints" / checkpoint_name(self.config.train.steps)
-        if not ((self.run_dir / "summary.json").exists() and final.exists()):
+        if not ((self.run_dir / "summary.json").exists() and self.final.exists()):
             return False
         try:
-            self.check_final(final, hashes=False)  # sizes: a study's start reads no weights (every reader hashes them)
+            self.check_final(hashes=False)  # sizes: a study's start reads no weights (every reader hashes them)
         except EncoderlabError:
             return False  # the job runs and fails saying why: never counted as done
         return True
 
-    def check_final(self, final: Path, hashes: bool = True) -> None:
+    def check_final(self, hashes: bool = True) -> None:
         """The final checkpoint is whole (weights and state: what the evaluations read) and this run's: a damaged
         or another run's one (a copy, a swapped folder) was counted as this model, and evaluated under its name."""
         import json
 
         from encoderlab.runs.checkpoint import WEIGHTS, verify
 
+        final = self.final
         verify(final, names=(WEIGHTS, "state.json", "model_config.json"), hashes=hashes)
         state = json.loads((final / "state.json").read_text())
         own = (self.config.name, self.config.objective.text)
@@ -63,9 +67,8 @@ class PretrainJob(Job):
     def execute(self, log: Say, progress: Say | None) -> dict:
         from encoderlab.pretrain.loop import Trainer
 
-        final = self.run_dir / "checkpoints" / checkpoint_name(self.config.train.steps)
-        if final.exists():
-            self.check_final(final)
+        if self.final.exists():
+            self.check_final()
         started = time.perf_counter()
         result = Trainer(self.config, resume=True, log=log, show_progress=progress or False).run()
         loss = {k: round(v, 3) for k, v in result["final"].items() if k.startswith("val/")}
@@ -133,13 +136,11 @@ class EvalJob(Job):
         identities = [task_identity(task) for task in self.tasks]  # data hashed once per process, not per job
         shared = trainer_spec(self.protocol, self.tasks, task_family)
         trainer = task_identity(shared)[1] if shared else None  # else each task trained on its own data
-        grid = [(lr, seed) for lr in self.protocol.lrs for seed in self.protocol.seeds]
-        if not all(records.recorded(self.out, tag, key, [identity], trainer or identity[1], lr, seed, weights)
-                   for identity in identities for lr, seed in grid):
-            return False
-        # A task of which no run scored is a failed job (check_scored), however often it runs: never "done"
-        return all(any((records.usable(records.record_path(self.out, tag, key, *identity, lr, seed), weights)[0]
-                        or {}).get("status") == "ok" for lr, seed in grid) for identity in identities)
+        runs = [[records.recorded(self.out, tag, key, [identity], trainer or identity[1], lr, seed, weights)
+                 for lr in self.protocol.lrs for seed in self.protocol.seeds] for identity in identities]
+        # Every run recorded, and each task with a run that scored: one without is a failed job (check_scored),
+        # however often it runs, never "done"
+        return all(all(task) and any(found[0]["status"] == "ok" for found in task) for task in runs)
 
     def execute(self, log: Say, progress: Say | None) -> dict:
         from encoderlab.core.io import encoderlab_home

@@ -95,7 +95,7 @@ MLDR_SCHEMAS = {"hgissbkh/mldr-en": ("corpus", "default", {"validation": "dev", 
 NQ_SPLIT_SEED = 42
 
 
-def halve_test(qrels: dict[str, Split], queries: dict[str, str], seed: int = NQ_SPLIT_SEED, source: str = "test"
+def halve_split(qrels: dict[str, Split], queries: dict[str, str], seed: int = NQ_SPLIT_SEED, source: str = "test"
                ) -> tuple[dict[str, Split], dict]:
     """Half of the `source` split's queries become validation and the rest test, as EncodEval's
     `split_retrieval_dataset(train_size=0.5, seed)`: `random.seed(seed)`, then `random.sample` of round(half) of the
@@ -113,14 +113,14 @@ def halve_test(qrels: dict[str, Split], queries: dict[str, str], seed: int = NQ_
 
 def evaluation_splits(qrels: dict[str, Split], queries: dict[str, str], where) -> tuple[dict[str, Split], dict | None]:
     """The qrels with both a validation and a test split, and the note of how they were made (None: as given). With
-    only one of them (BeIR's NQ has test qrels only), that one's queries are halved (`halve_test`)."""
+    only one of them (BeIR's NQ has test qrels only), that one's queries are halved (`halve_split`)."""
     evaluated = [s for s in ("validation", "test") if s in qrels]
     if not evaluated:
         raise DataError(f"{where}: train qrels only; a retrieval task is scored on validation (dev.tsv) and test "
                         "(test.tsv) qrels: give at least one of them")
     if len(evaluated) == 2:
         return qrels, None
-    return halve_test(qrels, queries, source=evaluated[0])
+    return halve_split(qrels, queries, source=evaluated[0])
 
 
 def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from encoderlab.core.errors import DataError
-from encoderlab.core.io import read_jsonl
+from encoderlab.core.io import read_jsonl, utf8_text
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
@@ -357,7 +357,7 @@ def _row(qid, context: str, question: str, texts: list[str], starts: list[int], 
 
 def _read_squad_json(path: str) -> list[dict]:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(utf8_text(Path(path)))
         rows = []
         for article in data["data"]:
             for para in article["paragraphs"]:
@@ -367,10 +367,6 @@ def _read_squad_json(path: str) -> list[dict]:
                                      [a["answer_start"] for a in answers], article.get("title", "")))
     except FileNotFoundError as e:
         raise DataError(f"SQuAD file not found: {path}") from e
-    except UnicodeDecodeError as e:
-        line = e.object[:e.start].count(b"\n") + 1
-        raise DataError(f"{path}:{line}: not UTF-8 text ({e.reason}: byte {e.object[e.start]:#04x}); save the file "
-                        "as UTF-8") from None
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e})") from e
     except (KeyError, TypeError) as e:
