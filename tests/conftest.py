@@ -5,6 +5,7 @@ import json
 import os
 import random
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,23 @@ from encoderlab.data.tokenizer import train_bpe
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)  # `make test` runs one worker per core: more threads would only contend
+
+HOME_OWNER = "ENCODERLAB_TEST_HOME_OWNER"
+
+
+def pytest_configure(config):
+    """No test reads the user's $ENCODERLAB_HOME: the session gets an empty one of its own, so the suite passes or
+    fails as it would on a fresh machine. The controller makes it before xdist starts its workers, which inherit it;
+    a test that needs the offline suite builds it there (tests/integration/test_offline_suite.py)."""
+    if os.environ.get(HOME_OWNER):
+        return
+    home = tempfile.mkdtemp(prefix="encoderlab-test-home-")
+    os.environ["ENCODERLAB_HOME"], os.environ[HOME_OWNER] = home, str(os.getpid())
+
+
+def pytest_unconfigure(config):
+    if os.environ.get(HOME_OWNER) == str(os.getpid()):
+        shutil.rmtree(os.environ["ENCODERLAB_HOME"], ignore_errors=True)
 
 WORDS = ("the cat sat on a mat while dogs ran across green fields and birds sang in tall trees near the old "
          "river where children played with boats made of paper").split()

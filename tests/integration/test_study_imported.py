@@ -127,7 +127,7 @@ def test_plan_before_and_after_the_import(tmp_path, llama_dir, corpus_dir, one_t
     assert (plan.root / "data" / "tinyllama" / "study-data.json").stat().st_mtime_ns == marker
 
 
-def test_bad_imported_specs_are_clear(tmp_path, llama_dir, corpus_dir):
+def test_bad_imported_specs_are_clear(tmp_path, llama_dir, corpus_dir, task_yaml):
     study = write_study(tmp_path, str(tmp_path / "missing"), str(corpus_dir))
     with pytest.raises(ConfigError, match="imported.tinyllama: source .*missing.* not found"):
         plan_of(study)
@@ -152,6 +152,7 @@ def test_bad_imported_specs_are_clear(tmp_path, llama_dir, corpus_dir):
     body["data_shape"] = None
     body["models"] = [{"sizes": ["tinyllama"], "objectives": ["mlm40"]}]
     body["pretrain_overrides"] = {"data": {"path": str(tmp_path / "no-text")}}
+    body["evaluation"]["tasks"] = [str(task_yaml)]  # a task of its own: the offline suite may not be built
     study.write_text(yaml.safe_dump(body))
     plan, spec, base = plan_of(study)  # the base data is not needed to plan imported sizes
     with pytest.raises(ConfigError, match="no text to pack with the imported tokenizers"):

@@ -14,11 +14,10 @@ from encoderlab.cli.study import study_app
 from encoderlab.cli.sweep_table import render_sweep as _render_sweep
 from encoderlab.core.config import SET_MERGES
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import CONFIGS
 
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
-# The clone this package runs from (src/encoderlab/cli/commands.py -> the root): its configs/ give the defaults.
-CHECKOUT = Path(__file__).resolve().parents[3]
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
 app.add_typer(data_app, name="data"), app.add_typer(study_app, name="study")
 
@@ -209,7 +208,7 @@ def _render_pretrain(s: dict) -> None:
 @app.command("demo")
 def demo(
     workers: int = typer.Option(0, help="Jobs at once (0: one per CPU core, at most 2 on CPU)."),
-    study: Path | None = typer.Option(None, help="Another study file (default: configs/studies/demo.yaml)."),
+    study: Path | None = typer.Option(None, help="Another study file (default: configs/studies/demo.yaml, shipped with encoderlab)."),
     fresh: bool = typer.Option(False, help="Delete the demo study's folder first instead of resuming it."),
 ) -> None:
     """The paper's first question in miniature: prepare the offline data, run the demo study, write its report."""
@@ -226,8 +225,7 @@ def demo(
     started = time.perf_counter()
     if workers < 0:
         raise EncoderlabError(f"--workers {workers}: give 0 (one per CPU core, at most 2) or more")
-    if study is None and not (study := CHECKOUT / "configs" / "studies" / "demo.yaml").exists():
-        raise EncoderlabError(f"demo study not found at {study}; run the demo from a clone of encoderlab")
+    study = study or CONFIGS / "studies" / "demo.yaml"
     spec, base = load_study(study)  # a wrong --study is refused before the data is built
     summary = prepare("offline", log=log)
     _render_prepare(summary)
@@ -305,14 +303,11 @@ def _protocol(path: Path | None, overrides: list[str]):
     from encoderlab.core.config import load_config
     from encoderlab.finetune.protocol import Protocol
 
-    path = path or _default_protocol()
-    return load_config(Protocol, path, overrides, "the default protocol"), \
-        f"protocol: {path or 'the built-in defaults (no configs/eval/demo.yaml beside this install)'}"
+    path = path or DEFAULT_PROTOCOL
+    return load_config(Protocol, path, overrides, "the default protocol"), f"protocol: {path}"
 
 
-def _default_protocol() -> Path | None:
-    path = CHECKOUT / "configs" / "eval" / "demo.yaml"
-    return path if path.exists() else None
+DEFAULT_PROTOCOL = CONFIGS / "eval" / "demo.yaml"
 
 
 @app.command("sweep")
@@ -320,7 +315,7 @@ def sweep(
     checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
     tasks: list[str] = typer.Argument(..., help="Task names ('offline' = every offline task), paper datasets "
                                                 "(sst2, conll2003, squad=LOCAL_PATH, ...) or task YAML files."),
-    protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml)."),
+    protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with encoderlab)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a protocol key, e.g. max_steps=300. " + SET_MERGES),
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where result records go."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -357,7 +352,7 @@ def finetune_cmd(
     task: str = typer.Argument(..., help="A task name, paper dataset or task YAML (see `encoderlab sweep --help`)."),
     lr: float = typer.Option(..., help="Peak learning rate."),
     seed: int = typer.Option(0, help="Seed of the head initialisation and data order."),
-    protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml)."),
+    protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with encoderlab)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a protocol key. " + SET_MERGES),
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where the result record goes."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
