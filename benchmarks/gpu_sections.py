@@ -223,9 +223,9 @@ def pretraining(ctx) -> Section:
 def finetuning(ctx) -> Section:
     from tests.unit.test_batched import FAMILIES
 
-    from encoderlab.finetune import batched
-    from encoderlab.finetune.protocol import Protocol
-    from encoderlab.finetune.training import backbone_state, finetune
+    from encoderlab.finetuning import batched
+    from encoderlab.finetuning.protocol import Protocol
+    from encoderlab.finetuning.training import backbone_state, finetune
     from encoderlab.runs import checkpoint as ckpt
 
     s, f = Section(ctx), ctx.sizes["finetune"]

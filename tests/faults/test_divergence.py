@@ -236,7 +236,7 @@ def test_one_process_runs_a_study_at_a_time_and_jobs_share_it(tmp_path, packed_d
 
 def test_a_sweep_whose_run_raises_does_not_finish(tmp_path, packed_dir, classification_task, monkeypatch, capsys,
                                                   one_thread):
-    from encoderlab.finetune import sweep
+    from encoderlab.finetuning import sweep
 
     Trainer(validate(PretrainConfig, config(tmp_path, packed_dir, "run"), "test"), show_progress=False,
             log=lambda m: None).run()

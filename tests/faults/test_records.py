@@ -17,8 +17,8 @@ from runs import config
 
 from encoderlab.core.config import validate
 from encoderlab.core.io import write_json
-from encoderlab.finetune import records
-from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetuning import records
+from encoderlab.finetuning.protocol import Protocol
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
 from encoderlab.runs.checkpoint import weights_digest
@@ -115,7 +115,7 @@ def test_a_study_report_lists_an_empty_record_and_leaves_it_out(tmp_path):
 def test_records_without_or_with_damaged_baselines_are_summarised_with_dashes(extra):
     """Records from before the baselines (or with the fields damaged by hand): their trivial baseline and "-" for the
     rest, never a crash, never called constant."""
-    from encoderlab.finetune.aggregate import summarize
+    from encoderlab.finetuning.aggregate import summarize
     from encoderlab.tasks import baselines
 
     recs = [{"task": "ir", "family": "retrieval", "metric": "ndcg@10", "status": "ok", "lr": 1e-3, "seed": seed,

@@ -15,9 +15,9 @@ from conftest import train_tiny
 from encoderlab.core.config import load_config
 from encoderlab.core.io import write_jsonl
 from encoderlab.data.offline.taskfiles import write_task_folder
-from encoderlab.finetune import records
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.sweep import run_sweep
+from encoderlab.finetuning import records
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.runs import checkpoint as ckpt
 
 CONFIG = Path(__file__).parents[2] / "configs" / "eval" / "small-study-authors.yaml"
@@ -232,7 +232,7 @@ def test_the_sweep_is_deterministic(swept):
 
 
 def test_a_study_job_is_done_by_the_sweeps_rule(swept, tmp_path):
-    """A study's evaluation job is done by the rule a sweep skips a run by (finetune/records.py `recorded`): a record
+    """A study's evaluation job is done by the rule a sweep skips a run by (finetuning/records.py `recorded`): a record
     made by a model trained on other data is not done (the study used to take any usable record)."""
     import json
     import shutil

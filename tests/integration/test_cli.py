@@ -108,12 +108,14 @@ def test_set_updates_a_section_and_replaces_it_only_when_told(tmp_path, packed_d
 def test_the_default_protocol_and_demo_study_ship_with_the_package():
     """Without --protocol a sweep uses configs/eval/demo.yaml, which ships inside the package, so a wheel install and
     a clone use the same file; the clone's top-level configs/ is that folder."""
-    from encoderlab.cli import commands as main
+    import encoderlab
+    from encoderlab.core.io import CONFIGS
+    from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL
 
     root = Path(__file__).resolve().parents[2]
-    assert main.DEFAULT_PROTOCOL.resolve() == (root / "configs" / "eval" / "demo.yaml").resolve()
-    assert main.DEFAULT_PROTOCOL.is_relative_to(Path(main.__file__).resolve().parents[1])
-    assert (main.CONFIGS / "studies" / "demo.yaml").exists()
+    assert DEFAULT_PROTOCOL.resolve() == (root / "configs" / "eval" / "demo.yaml").resolve()
+    assert DEFAULT_PROTOCOL.is_relative_to(Path(encoderlab.__file__).resolve().parent)
+    assert (CONFIGS / "studies" / "demo.yaml").exists()
 
 
 def test_demo_refuses_a_wrong_study_before_building_the_data(tmp_path, monkeypatch, capsys):

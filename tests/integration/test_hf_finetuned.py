@@ -16,8 +16,8 @@ from torch import nn
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.sweep import run_sweep
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.hub.finetuned import MANIFEST, SavedModels
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM

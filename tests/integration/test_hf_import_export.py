@@ -277,7 +277,7 @@ def test_imported_checkpoint_continues_pretraining(tmp_path, raw_tokenizer, synt
 
 
 def test_model_card_reports_evaluation_given_or_found(tmp_path, bpe, monkeypatch):
-    from encoderlab.finetune.records import checkpoint_tag
+    from encoderlab.finetuning.records import checkpoint_tag
 
     _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
     summary = {"checkpoint": str(ckpt), "protocol": {"name": "demo"}, "tasks": {

@@ -22,7 +22,7 @@ import yaml
 
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune import records
+from encoderlab.finetuning import records
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
 from encoderlab.runs import checkpoint
@@ -106,7 +106,7 @@ def test_a_disk_full_during_data_prepare_is_one_line_and_leaves_nothing(tmp_path
 
 def test_a_disk_full_during_a_record_is_one_line_and_leaves_no_temporary(tmp_path):
     path = tmp_path / "evals" / "tag" / "key" / "task" / "lr0.001-seed0.json"
-    script = (f"from pathlib import Path; from encoderlab.finetune import records\n"
+    script = (f"from pathlib import Path; from encoderlab.finetuning import records\n"
               f"records.write(Path({str(path)!r}), {{'curve': [0.123456789] * 5000}})\n")
     process = subprocess.Popen([sys.executable, "-c", script], preexec_fn=limited(4096), stderr=subprocess.PIPE,
                                text=True)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from encoderlab.core.config import ConfigError
-from encoderlab.finetune import records
+from encoderlab.finetuning import records
 from encoderlab.runs import checkpoint
 from encoderlab.study import runner as runner_module
 from encoderlab.study import scheduler
@@ -391,8 +391,8 @@ def test_two_worker_processes_give_the_records_of_one(tmp_path, packed_dir, task
 def test_retrieval_trained_once_is_one_study_job():
     """With retrieval.train_on the retrieval tasks of a checkpoint share one model per LR and seed: one job trains
     it (the plan counts it once), where one job a task would train it again for each."""
-    from encoderlab.finetune.protocol import Protocol
-    from encoderlab.finetune.shared_training import job_groups
+    from encoderlab.finetuning.protocol import Protocol
+    from encoderlab.finetuning.shared_training import job_groups
 
     tasks = ["sst2", "msmarco", "nq", "mldr"]
     assert job_groups(tasks, Protocol()) == [(t, [t]) for t in tasks]

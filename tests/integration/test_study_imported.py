@@ -13,7 +13,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from encoderlab.core.config import ConfigError
-from encoderlab.finetune import records
+from encoderlab.finetuning import records
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import jobs_of
 from encoderlab.study.plan import build_plan

@@ -9,10 +9,10 @@ import pytest
 
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError, Failed
-from encoderlab.finetune.aggregate import check_scored
-from encoderlab.finetune import sweep as sweep_module
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.sweep import run_sweep
+from encoderlab.finetuning.aggregate import check_scored
+from encoderlab.finetuning import sweep as sweep_module
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
 
@@ -177,7 +177,7 @@ def test_a_sweep_of_which_no_run_scored_exits_1_after_its_table(tmp_path, tiny_c
     import torch
     from conftest import run_command
 
-    from encoderlab.finetune import training
+    from encoderlab.finetuning import training
 
     monkeypatch.setattr(training.FinetuneRun, "step", lambda self, batch, lr: (torch.tensor(math.nan), False))
     code, stdout, stderr = run_command(monkeypatch, capsys, "finetune", tiny_checkpoint, task_yaml, "--lr", "1e-3",
@@ -293,7 +293,7 @@ def test_workers_are_refused_where_they_do_not_apply(tmp_path, tiny_checkpoint, 
 def test_auto_workers_one_per_thread_on_cpu_only(monkeypatch):
     import torch
 
-    from encoderlab.finetune import parallel
+    from encoderlab.finetuning import parallel
     from encoderlab.model.presets import preset
 
     cfg = preset("tiny")

@@ -10,10 +10,10 @@ import pytest
 from test_sweep import task_yaml, tiny_checkpoint  # noqa: F401 - fixtures
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune import records
-from encoderlab.finetune.feedback import LIMIT_ENV, Heartbeat, estimate
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.sweep import run_sweep
+from encoderlab.finetuning import records
+from encoderlab.finetuning.feedback import LIMIT_ENV, Heartbeat, estimate
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.model.presets import preset
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.study.jobs import EvalJob, PretrainJob
@@ -83,7 +83,7 @@ def test_the_heartbeat_of_runs_in_worker_processes_says_runs_done_running_and_le
 def test_a_sweep_on_worker_processes_is_never_silent(tmp_path, tiny_checkpoint, task_yaml, monkeypatch):  # noqa: F811
     from functools import partial
 
-    from encoderlab.finetune import parallel, sweep
+    from encoderlab.finetuning import parallel, sweep
 
     monkeypatch.setattr(sweep, "Heartbeat", partial(Heartbeat, every=0))  # a line each time the parent looks up
     monkeypatch.setattr(parallel, "POLL_S", 0.05)  # and it looks up far more often than a run ends

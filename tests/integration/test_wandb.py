@@ -11,9 +11,9 @@ import wandb
 from wandb.proto import wandb_internal_pb2
 
 from encoderlab.core.config import validate
-from encoderlab.finetune import records
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.sweep import run_sweep
+from encoderlab.finetuning import records
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
 from encoderlab.runs.logging import read_metrics

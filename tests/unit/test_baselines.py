@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.finetune.aggregate import summarize
+from encoderlab.finetuning.aggregate import summarize
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.tasks import baselines
@@ -185,7 +185,7 @@ def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, t
 
     from encoderlab.cli.console import out
     from encoderlab.cli.sweep_table import render_sweep
-    from encoderlab.finetune.aggregate import ci_text, spread_text
+    from encoderlab.finetuning.aggregate import ci_text, spread_text
     from encoderlab.study.report import Report
     from encoderlab.study.results import task_scores
 

@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.finetune import batched, engines
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.training import FinetuneRun, finetune
+from encoderlab.finetuning import batched, engines
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.training import FinetuneRun, finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.classification import ClassificationTask

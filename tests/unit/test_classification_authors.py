@@ -10,9 +10,9 @@ from test_batched import CPU, compare, setup, tok  # noqa: F401 - tok is a fixtu
 from torch import nn
 
 from encoderlab.core.errors import DataError
-from encoderlab.finetune import batched
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.training import finetune, seeded_head
+from encoderlab.finetuning import batched
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.training import finetune, seeded_head
 from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.base import mean_pool, pad, random_order
 from encoderlab.tasks.classification import ClassificationTask, dense_gelu_head

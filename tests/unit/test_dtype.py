@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetuning.protocol import Protocol
 from encoderlab.pretrain.config import TrainSection
 from encoderlab.runs import optim
 

@@ -1,4 +1,4 @@
-"""The pieces every training engine is built from (finetune/training.py, runs/optim.py), tested on their own."""
+"""The pieces every training engine is built from (finetuning/training.py, runs/optim.py), tested on their own."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ import math
 import torch
 from torch import nn
 
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.training import FinetuneRun, LossCurve, scored_record
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.training import FinetuneRun, LossCurve, scored_record
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.pretrain.config import AdamWSection, OptimSection

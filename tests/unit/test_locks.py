@@ -13,9 +13,9 @@ import pytest
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.process import run_lock
-from encoderlab.finetune import records
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.sweep import run_sweep
+from encoderlab.finetuning import records
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
 from encoderlab.runs import checkpoint as ckpt

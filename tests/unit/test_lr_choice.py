@@ -1,4 +1,4 @@
-"""How a dataset's score is read off the LR x seed grid (finetune/aggregate.py `choose_runs`, `summarize`): each
+"""How a dataset's score is read off the LR x seed grid (finetuning/aggregate.py `choose_runs`, `summarize`): each
 seed's own best-validation LR (per_seed) or one LR for all seeds (mean_over_seeds), ties to the smallest LR, on the
 protocol's metric or the standard one; and a study's results follow its protocol's `lr_choice`."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
-from encoderlab.finetune import records
-from encoderlab.finetune.aggregate import choose_runs, summarize
+from encoderlab.finetuning import records
+from encoderlab.finetuning.aggregate import choose_runs, summarize
 from encoderlab.study.results import StudyResults
 
 # (lr, seed, validation, test)

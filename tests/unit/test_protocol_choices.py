@@ -14,8 +14,8 @@ import yaml
 
 from encoderlab.core.io import write_jsonl
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.records import protocol_key
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.records import protocol_key
 from encoderlab.pretrain.config import OptimSection
 from encoderlab.runs.optim import build_adamw
 from encoderlab.tasks import PAPER_TASKS, load_task

@@ -10,9 +10,9 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from encoderlab.data.tokenizer import TextTokenizer, train_bpe
-from encoderlab.finetune import batched, engines
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.training import finetune
+from encoderlab.finetuning import batched, engines
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.training import finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.metrics import token_position_f1

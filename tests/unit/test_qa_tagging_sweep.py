@@ -10,9 +10,9 @@ import torch
 from conftest import train_tiny
 from encoderlab.data.offline.taskfiles import write_task_folder
 from encoderlab.data.tokenizer import train_bpe
-from encoderlab.finetune import records
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.sweep import run_sweep
+from encoderlab.finetuning import records
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.qa import QATask

@@ -12,7 +12,7 @@ import pytest
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
-from encoderlab.finetune import records
+from encoderlab.finetuning import records
 from encoderlab.study.reference import load_reference, reference_section
 from encoderlab.study.report import Report
 

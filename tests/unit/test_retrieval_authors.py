@@ -10,8 +10,8 @@ import pytest
 from sklearn.metrics import ndcg_score
 from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is a fixture
 
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.shared_training import TrainedOnce
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.shared_training import TrainedOnce
 from encoderlab.tasks import retrieval as R
 from encoderlab.tasks.base import random_order
 from encoderlab.tasks.metrics import ndcg_at_k, ndcg_top_k_only

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from encoderlab.core.io import write_json
-from encoderlab.finetune import records
+from encoderlab.finetuning import records
 from encoderlab.study.report import Report, _bounded_bars
 from encoderlab.study.report_text import findings
 from encoderlab.study.results import StudyResults

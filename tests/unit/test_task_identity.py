@@ -1,7 +1,7 @@
 """The identity of a task: what its records are kept by (its name and a fingerprint of definition and data)."""
 from __future__ import annotations
 
-from encoderlab.finetune import records
+from encoderlab.finetuning import records
 from encoderlab.tasks import task_identity, taskfile
 
 FILES = "family: classification\ntrain: train.csv\nvalidation: train.csv\n"

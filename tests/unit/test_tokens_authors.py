@@ -9,7 +9,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from torch import nn
 
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetuning.protocol import Protocol
 from encoderlab.tasks.base import random_order
 from encoderlab.tasks.tokens import TokenTask, vote
 

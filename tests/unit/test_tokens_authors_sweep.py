@@ -9,10 +9,10 @@ import pytest
 import torch
 from test_tokens_authors import hand_tokenizer
 
-from encoderlab.finetune import batched
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.sweep import prepare_tasks
-from encoderlab.finetune.training import finetune
+from encoderlab.finetuning import batched
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep import prepare_tasks
+from encoderlab.finetuning.training import finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 

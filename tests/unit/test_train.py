@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 from encoderlab.core.config import ConfigError, apply_overrides, validate
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.training import lr_factor
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.training import lr_factor
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.pretrain.loop import Trainer
 from encoderlab.runs import checkpoint
@@ -183,7 +183,7 @@ def test_steps_past_the_run_are_refused_in_one_line(extra, message):
 
 
 def test_non_positive_fine_tuning_lrs_are_refused():
-    from encoderlab.finetune.protocol import Protocol
+    from encoderlab.finetuning.protocol import Protocol
 
     for lrs in ([0.0], [1e-3, -1e-3]):
         with pytest.raises(ConfigError, match=r"lrs\.\d: Input should be greater than 0"):

@@ -16,6 +16,7 @@ from encoderlab.core.config import SET_MERGES
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
 
+PROTOCOL_HELP = "Evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with encoderlab)."
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
@@ -208,7 +209,8 @@ def _render_pretrain(s: dict) -> None:
 @app.command("demo")
 def demo(
     workers: int = typer.Option(0, help="Jobs at once (0: one per CPU core, at most 2 on CPU)."),
-    study: Path | None = typer.Option(None, help="Another study file (default: configs/studies/demo.yaml, shipped with encoderlab)."),
+    study: Path | None = typer.Option(None, help="Another study file (default: configs/studies/demo.yaml, shipped "
+                                                 "with encoderlab)."),
     fresh: bool = typer.Option(False, help="Delete the demo study's folder first instead of resuming it."),
 ) -> None:
     """The paper's first question in miniature: prepare the offline data, run the demo study, write its report."""
@@ -301,13 +303,10 @@ def export_cmd(
 
 def _protocol(path: Path | None, overrides: list[str]):
     from encoderlab.core.config import load_config
-    from encoderlab.finetune.protocol import Protocol
+    from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL, Protocol
 
     path = path or DEFAULT_PROTOCOL
     return load_config(Protocol, path, overrides, "the default protocol"), f"protocol: {path}"
-
-
-DEFAULT_PROTOCOL = CONFIGS / "eval" / "demo.yaml"
 
 
 @app.command("sweep")
@@ -315,7 +314,7 @@ def sweep(
     checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
     tasks: list[str] = typer.Argument(..., help="Task names ('offline' = every offline task), paper datasets "
                                                 "(sst2, conll2003, squad=LOCAL_PATH, ...) or task YAML files."),
-    protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with encoderlab)."),
+    protocol: Path | None = typer.Option(None, help=PROTOCOL_HELP),
     overrides: list[str] = typer.Option([], "--set", help="Override a protocol key, e.g. max_steps=300. " + SET_MERGES),
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where result records go."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -330,8 +329,8 @@ def sweep(
 ) -> None:
     """Fine-tune a checkpoint on tasks over the protocol's LR x seed grid; resumable; aggregated per task."""
     from encoderlab.core.io import check_writable
-    from encoderlab.finetune.aggregate import check_scored
-    from encoderlab.finetune.sweep import run_sweep
+    from encoderlab.finetuning.aggregate import check_scored
+    from encoderlab.finetuning.sweep import run_sweep
     from encoderlab.tasks import offline_task_names
 
     check_writable(out_dir, "--out")
@@ -352,7 +351,7 @@ def finetune_cmd(
     task: str = typer.Argument(..., help="A task name, paper dataset or task YAML (see `encoderlab sweep --help`)."),
     lr: float = typer.Option(..., help="Peak learning rate."),
     seed: int = typer.Option(0, help="Seed of the head initialisation and data order."),
-    protocol: Path | None = typer.Option(None, help="Evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with encoderlab)."),
+    protocol: Path | None = typer.Option(None, help=PROTOCOL_HELP),
     overrides: list[str] = typer.Option([], "--set", help="Override a protocol key. " + SET_MERGES),
     out_dir: Path = typer.Option(Path("evals"), "--out", help="Where the result record goes."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -360,8 +359,8 @@ def finetune_cmd(
 ) -> None:
     """One fine-tuning run (the sweep's unit): writes one result record."""
     from encoderlab.core.io import check_writable
-    from encoderlab.finetune.aggregate import check_scored
-    from encoderlab.finetune.sweep import run_sweep
+    from encoderlab.finetuning.aggregate import check_scored
+    from encoderlab.finetuning.sweep import run_sweep
 
     if not (lr > 0 and math.isfinite(lr)):
         raise EncoderlabError(f"--lr {lr:g}: the learning rate must be a finite number greater than 0")

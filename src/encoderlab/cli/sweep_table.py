@@ -45,13 +45,13 @@ def render_sweep(s: dict) -> None:
 
 
 def _ci(t: dict) -> str:
-    from encoderlab.finetune.aggregate import ci_text  # deferred, as every command's heavy imports are
+    from encoderlab.finetuning.aggregate import ci_text  # deferred, as every command's heavy imports are
 
     return ci_text(t)
 
 
 def _spread(t: dict, over: str) -> str:
-    from encoderlab.finetune.aggregate import spread_text  # deferred, as every command's heavy imports are
+    from encoderlab.finetuning.aggregate import spread_text  # deferred, as every command's heavy imports are
 
     return spread_text(t, over)
 

@@ -16,7 +16,7 @@ import yaml
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.finetune.aggregate import ci_text
+from encoderlab.finetuning.aggregate import ci_text
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs.logging import read_metrics
@@ -97,7 +97,7 @@ def training_info(path: Path, state: dict) -> dict:
 
 def evaluation_summaries(path: Path, given: Path | None) -> list[dict]:
     """Sweep summaries of this checkpoint: a summary.json, a sweep output folder, or (not given) ./evals if any."""
-    from encoderlab.finetune.records import checkpoint_tag
+    from encoderlab.finetuning.records import checkpoint_tag
 
     tag = checkpoint_tag(path)
     if given is not None and not given.exists():

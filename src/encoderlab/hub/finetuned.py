@@ -29,8 +29,8 @@ from torch import nn
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_dir, check_writable, folder_name
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.records import checkpoint_tag
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.records import checkpoint_tag
 from encoderlab.hub import sentence
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
@@ -121,7 +121,7 @@ def frame(tok: TextTokenizer, inputs: str) -> None:
 
 @dataclass
 class SavedModels:
-    """A `Keeper` (finetune/keep.py): saves runs as folders under `root` (`exact`: `root` is the one run's folder)."""
+    """A `Keeper` (finetuning/keep.py): saves runs as folders under `root` (`exact`: `root` is the one run's folder)."""
     mode: str
     root: Path
     checkpoint: Path

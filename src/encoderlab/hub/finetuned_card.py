@@ -1,14 +1,14 @@
 """The model card (README.md) of a saved fine-tuned model (hub/finetuned.py): which run it is, what it scored against
 what baseline, under which protocol, and how to load it. Like the export's card (hub/card.py) it is meant to be
 published: Hub metadata in its front matter, no local path. A score is read as the export's card and the sweep
-table read one (finetune/aggregate.py `summarize`, hub/card.py): beside every baseline of its task, against the
+table read one (finetuning/aggregate.py `summarize`, hub/card.py): beside every baseline of its task, against the
 strongest, named, or flagged when the run predicts a constant or does not beat it."""
 from __future__ import annotations
 
 import yaml
 
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.finetune.aggregate import summarize
+from encoderlab.finetuning.aggregate import summarize
 from encoderlab.hub.card import (
     HUB_TASKS,
     SENTENCE,

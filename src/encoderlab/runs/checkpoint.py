@@ -122,7 +122,7 @@ def verify(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ..
 
 def weights_digest(path: Path) -> str:
     """The SHA-256 of a checkpoint's `model.safetensors`: what a result made from it is filed under
-    (finetune/records.py), so that the same weights in any folder are one model and other weights never are. The
+    (finetuning/records.py), so that the same weights in any folder are one model and other weights never are. The
     manifest's entry (checked against the file wherever the weights are read); a checkpoint from before manifests
     is hashed, once per process and file version."""
     files = _manifest(path)

@@ -1,7 +1,7 @@
 """Learning-rate schedules as pure functions of the step, continuous across objective phases.
 
 `factor` is the one schedule of both loops: pretraining's `LRSchedule` (a config section) and a fine-tuning
-protocol's warmup and decay (`finetune/training.py` `lr_factor`) both call it. WSD (warmup, stable, decay) is the
+protocol's warmup and decay (`finetuning/training.py` `lr_factor`) both call it. WSD (warmup, stable, decay) is the
 paper's: linear warmup, constant peak, then a decay to 0 over the last `decay_steps`; the step where decay starts is
 where the *stable* checkpoint is written, from which branches (other budgets, other objective splits) continue with
 their own decay.

@@ -4,7 +4,7 @@ their kinds beyond `Job`.
 
 Nothing is remembered but what is on disk: a pretraining run is done when its final checkpoint and summary exist
 (a partial one resumes from its last checkpoint), the random-init baseline when its checkpoint is written, an
-evaluation when every run of its grid is recorded by the rule a sweep uses (finetune/records.py `recorded`).
+evaluation when every run of its grid is recorded by the rule a sweep uses (finetuning/records.py `recorded`).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune import records
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.shared_training import job_groups, trainer_spec
+from encoderlab.finetuning import records
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.shared_training import job_groups, trainer_spec
 from encoderlab.pretrain.config import PretrainConfig
 from encoderlab.runs.checkpoint import checkpoint_name, weights_digest
 from encoderlab.study.plan import Plan, expand_tasks
@@ -144,8 +144,8 @@ class EvalJob(Job):
 
     def execute(self, log: Say, progress: Say | None) -> dict:
         from encoderlab.core.io import encoderlab_home
-        from encoderlab.finetune.aggregate import check_scored
-        from encoderlab.finetune.sweep import run_sweep
+        from encoderlab.finetuning.aggregate import check_scored
+        from encoderlab.finetuning.sweep import run_sweep
         from encoderlab.runs import checkpoint
 
         started = time.perf_counter()

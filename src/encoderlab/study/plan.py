@@ -55,7 +55,7 @@ class Plan:
     baseline_runs: int = 0  # of eval_runs, those on random-init baselines (an extra to a paper's grid)
     data: dict = field(default_factory=dict)  # what the shapes were planned from (grid._data_shape)
     configs: dict[str, PretrainConfig] = field(default_factory=dict)  # each run's, validated when planned
-    protocol: Any = None  # the evaluation protocol (finetune/protocol.py Protocol), validated when planned
+    protocol: Any = None  # the evaluation protocol (finetuning/protocol.py Protocol), validated when planned
 
     def config(self, run: PretrainRun) -> dict:
         """The pretraining config of a run, as `encoderlab pretrain` takes it."""
@@ -111,7 +111,7 @@ class Plan:
 
     def record(self, base_dir: Path) -> dict:
         """What the report needs, written to the study folder as plan.json: it reads nothing else but records."""
-        from encoderlab.finetune.records import checkpoint_tag
+        from encoderlab.finetuning.records import checkpoint_tag
 
         protocol = self.protocol
         paper = None
@@ -235,7 +235,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
 
 def _check_labels(spec: StudySpec, evaluations: list[Evaluation]) -> None:
     """Two evaluations under one label, or whose records would share one folder, would mix their records."""
-    from encoderlab.finetune.records import checkpoint_tag
+    from encoderlab.finetuning.records import checkpoint_tag
 
     seen: dict[str, str] = {}
     for e in evaluations:
@@ -329,14 +329,14 @@ def expand_tasks(tasks: list[str]) -> list[str]:
 
 
 def _task_count(tasks: list[str], protocol) -> int:
-    """Trainings per LR and seed: one per evaluation job (finetune/shared_training.py `job_groups`)."""
-    from encoderlab.finetune.shared_training import job_groups
+    """Trainings per LR and seed: one per evaluation job (finetuning/shared_training.py `job_groups`)."""
+    from encoderlab.finetuning.shared_training import job_groups
 
     return len(job_groups(expand_tasks(tasks), protocol))
 
 
 def load_protocol(spec: StudySpec, base_dir: Path):
-    from encoderlab.finetune.protocol import Protocol
+    from encoderlab.finetuning.protocol import Protocol
 
     path = resolve_path(base_dir, spec.evaluation.protocol)
     return validate(Protocol, load_yaml(path), where=str(path))

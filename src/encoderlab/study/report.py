@@ -5,7 +5,7 @@ import math
 from pathlib import Path
 
 from encoderlab.core.io import atomic_file
-from encoderlab.finetune.aggregate import ONE
+from encoderlab.finetuning.aggregate import ONE
 from encoderlab.study.results import (
     CATEGORIES,
     REPRODUCED,

@@ -1,6 +1,6 @@
 """A study's records as numbers: per-dataset and per-category scores with CIs, stability, and the five findings.
 
-A dataset's score is the mean over seeds of each seed's kept run (finetune/aggregate.py `choose_runs`, as the
+A dataset's score is the mean over seeds of each seed's kept run (finetuning/aggregate.py `choose_runs`, as the
 protocol's `lr_choice` says), on the protocol's metric ("score") or the field's standard one ("standard"). A category
 score is the plain mean of its datasets' scores. Its confidence interval comes from the per-seed category scores
 (each seed's kept test score averaged over the datasets), a t interval over seeds, so it carries the seed-to-seed
@@ -17,8 +17,8 @@ from scipy import stats
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import read_json
-from encoderlab.finetune import records
-from encoderlab.finetune.aggregate import summarize
+from encoderlab.finetuning import records
+from encoderlab.finetuning.aggregate import summarize
 from encoderlab.runs.checkpoint import weights_digest
 from encoderlab.runs.logging import read_metrics
 from encoderlab.tasks.metrics import mean_ci95, std

@@ -91,7 +91,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
 def check_tasks(plan: Plan) -> None:
     """Every task the study evaluates names one, once per model, before anything runs: an unknown one failed only
     its evaluation jobs, after the pretraining they waited for."""
-    from encoderlab.finetune.shared_training import check_trainer_spec, trainer_spec
+    from encoderlab.finetuning.shared_training import check_trainer_spec, trainer_spec
     from encoderlab.tasks import task_family, task_identity
 
     known: set[str] = set()

@@ -40,7 +40,7 @@ class EvalTask(ABC):
     baseline_scores: dict[str, dict[str, dict[str, float]]] | None = None
 
     # A task is the unit a sweep trains of itself: trained on its own train split, scoring itself
-    # (finetune/shared_training.py has the other kind of unit).
+    # (finetuning/shared_training.py has the other kind of unit).
     @property
     def training_task(self) -> EvalTask:
         return self
@@ -55,7 +55,7 @@ class EvalTask(ABC):
 
     def adopt(self, protocol) -> None:
         """Take the protocol's choices that shape this task's inputs, batches, head, labels or metric (before
-        `prepare`; finetune/protocol.py). Families with choices of their own extend it."""
+        `prepare`; finetuning/protocol.py). Families with choices of their own extend it."""
         self.inputs, self.batch_order = protocol.inputs, protocol.batch_order
 
     def batch_indices(self, lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:

@@ -1,6 +1,6 @@
 """Dropout whose mask is a pure function of a seed per batch row, the position and the channel.
 
-Why not `nn.Dropout`: the batched engine (finetune/batched.py) computes K runs' losses in one `vmap`, where
+Why not `nn.Dropout`: the batched engine (finetuning/batched.py) computes K runs' losses in one `vmap`, where
 torch's random draws cannot come from each run's own generator, so its masks could never be the masks the
 sequential engine draws for the same run, and the two engines' records would differ. Here the mask is hashed from
 integers the batch carries (`dropout_seed`, one per row, derived from the run's data-order seed and the batch's

@@ -175,7 +175,7 @@ class RetrievalTask(EvalTask):
         self.configure(**protocol.retrieval.scoring())
 
     def configure(self, corpus: str, relevance: str, loss: str, ndcg: str = "standard") -> None:
-        """The protocol's `retrieval` settings (finetune/protocol.py RetrievalSection). Before `prepare`."""
+        """The protocol's `retrieval` settings (finetuning/protocol.py RetrievalSection). Before `prepare`."""
         self._corpus, self._binary, self._loss, self._ndcg = corpus, relevance == "binary", loss, ndcg
         self.metric = METRICS[ndcg]
         self._embedding_cache = None

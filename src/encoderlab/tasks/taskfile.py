@@ -11,7 +11,7 @@ key and the keys allowed (docs/evaluation.md):
 A task's *fingerprint* is a hash of what decides its results: its definition (the YAML's settings, or the offline
 task's task.json, or the paper dataset's hub id) and the SHA-256 of each of its data files. Records are stored and
 found by task name and fingerprint, so edited data or another definition under the same name can never reuse
-results (finetune/records.py). Each file is hashed once per process (a memo keyed by its size and mtime).
+results (finetuning/records.py). Each file is hashed once per process (a memo keyed by its size and mtime).
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
-from encoderlab.finetune.protocol import ADDED_SETTINGS, ADDED_SUBSETTINGS
+from encoderlab.finetuning.protocol import ADDED_SETTINGS, ADDED_SUBSETTINGS
 from encoderlab.runs import checkpoint as ckpt
 
 WEIGHTS = "weights_sha256"  # the record's field: the SHA-256 of the weights file it was made from

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import CONFIGS
 from encoderlab.runs.config import AdamWSection, LearningRate, Seed, WandbSection
 from encoderlab.runs.optim import resolve_dtype, slow_dtype_note
 
@@ -15,11 +16,13 @@ if TYPE_CHECKING:
 
 # What a task may change for itself: its length, its number of steps or epochs, its batch. The grid (LRs, seeds),
 # the optimizer and the selection rule stay the same for every task, or the tasks' scores would not compare.
+# What `encoderlab sweep` and `finetune` (and the API) use when no protocol is given: shipped with the package.
+DEFAULT_PROTOCOL = CONFIGS / "eval" / "demo.yaml"
 TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_fraction")
 
 
 # Settings added after records existed, at the value that reproduces those records: left out of the protocol's hash
-# (finetune/records.py protocol_key) there, so that the records made before each setting existed keep their key;
+# (finetuning/records.py protocol_key) there, so that the records made before each setting existed keep their key;
 # any other value is hashed, so never mixes.
 ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pairs": "segments", "holdout": "encoderlab",
                   "retrieval": {"train_on": None, "corpus": "all", "relevance": "graded", "loss": "infonce"},

@@ -16,8 +16,8 @@ from typing import Protocol as Interface
 from torch import nn
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.training import finetune
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.training import finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.tasks import task_family, task_identity
 
@@ -67,7 +67,7 @@ def check_tasks(keep: Keeper | None, specs: list[str], prepared: dict, protocol:
 
 
 def save_run(sweep, unit, backbone: nn.Module, head: nn.Module, body: dict) -> None:
-    """Hand a trained run of `sweep` (finetune/sweep.py) to its keeper with the records it scored."""
+    """Hand a trained run of `sweep` (finetuning/sweep.py) to its keeper with the records it scored."""
     body = {**body, "engine": "sequential"}
     bodies = unit.member_bodies(body)
     recs = {t.name: sweep.record(t, unit.training_task, bodies[t.name]) for t in unit.scored_tasks}

@@ -21,8 +21,8 @@ import torch
 
 from encoderlab.core.errors import Failed
 from encoderlab.core.process import start_worker
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.training import finetune, planned_steps
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.training import finetune, planned_steps
 from encoderlab.model.config import ModelConfig
 from encoderlab.tasks.base import EvalTask
 

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune.batched import Group
-from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetuning.batched import Group
+from encoderlab.finetuning.protocol import Protocol
 from encoderlab.model.config import ModelConfig
 from encoderlab.tasks.base import EvalTask
 

@@ -1,7 +1,7 @@
 """The fine-tuning step and run: a pretrained backbone, a fresh head, one LR and seed, bidirectional attention.
 
-Every engine trains with these pieces: the sequential one (`finetune`, also in finetune/parallel.py's workers)
-and the batched one (finetune/batched.py), which computes K runs' losses and gradients in one call but takes
+Every engine trains with these pieces: the sequential one (`finetune`, also in finetuning/parallel.py's workers)
+and the batched one (finetuning/batched.py), which computes K runs' losses and gradients in one call but takes
 its data order, head, LR schedule, clipping norm, AdamW, loss curve and records from here.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from encoderlab.finetune.protocol import Protocol
+from encoderlab.finetuning.protocol import Protocol
 from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
@@ -142,8 +142,8 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
              on_step: Callable[[int, int], None] | None = None,
              on_trained: Callable[[nn.Module, nn.Module, dict], None] | None = None) -> dict:
     """Train and score one run. Returns the record body (status "ok", or "failed" with the reason). `on_step(done,
-    total)` after each step: the sweep's heartbeat (finetune/feedback.py); `on_trained` gets the trained backbone
-    and head with the body of a run that scored (finetune/keep.py saves them)."""
+    total)` after each step: the sweep's heartbeat (finetuning/feedback.py); `on_trained` gets the trained backbone
+    and head with the body of a run that scored (finetuning/keep.py saves them)."""
     started = time.perf_counter()
     run = FinetuneRun(task, model_cfg, weights, seed, protocol, device)
     total = planned_steps(task, protocol)

@@ -21,22 +21,22 @@ import torch
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
 from encoderlab.core.process import run_lock
-from encoderlab.finetune import records
-from encoderlab.finetune.aggregate import summarize
-from encoderlab.finetune.batched import finetune_grid
-from encoderlab.finetune.engines import ENGINES, choose_engine
-from encoderlab.finetune.feedback import Heartbeat, check_memory
-from encoderlab.finetune.keep import Keeper, check_keep, check_tasks, save_chosen, save_run
-from encoderlab.finetune.parallel import auto_workers, run_parallel, threads_per_worker
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.shared_training import (
+from encoderlab.finetuning import records
+from encoderlab.finetuning.aggregate import summarize
+from encoderlab.finetuning.batched import finetune_grid
+from encoderlab.finetuning.engines import ENGINES, choose_engine
+from encoderlab.finetuning.feedback import Heartbeat, check_memory
+from encoderlab.finetuning.keep import Keeper, check_keep, check_tasks, save_chosen, save_run
+from encoderlab.finetuning.parallel import auto_workers, run_parallel, threads_per_worker
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.shared_training import (
     Unit,
     check_trainer,
     check_trainer_spec,
     trainer_spec,
     training_units,
 )
-from encoderlab.finetune.training import backbone_state, finetune, planned_steps
+from encoderlab.finetuning.training import backbone_state, finetune, planned_steps
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.logging import Progress, Wandb, require_wandb
@@ -120,19 +120,19 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     others are prepared here and added to it (a study's worker keeps it across checkpoints).
 
     `engine`: how a task's runs are trained: "sequential" (one after another), "batched" (together, one computation:
-    finetune/batched.py) or "auto" (batched on CUDA, sequential on a CPU: never chosen from a timing,
-    finetune/engines.py). It is not part of the protocol: both give the same records up to float rounding, and
+    finetuning/batched.py) or "auto" (batched on CUDA, sequential on a CPU: never chosen from a timing,
+    finetuning/engines.py). It is not part of the protocol: both give the same records up to float rounding, and
     each record names its engine.
 
     `workers` > 1 (CPU): the runs are spread over that many processes, each with its share of the threads
-    (finetune/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows.
+    (finetuning/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows.
     The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary.
 
-    `keep`: save fine-tuned models (finetune/keep.py): every run (`all`: then each trained sequentially here, and a
+    `keep`: save fine-tuned models (finetuning/keep.py): every run (`all`: then each trained sequentially here, and a
     recorded run without its saved model is trained again), or the runs the summary keeps (`chosen`, trained again
     after the sweep).
 
-    `progress_log`: where the lines said while runs train go (at least every 30 s, finetune/feedback.py), when not
+    `progress_log`: where the lines said while runs train go (at least every 30 s, finetuning/feedback.py), when not
     to `log` (a study keeps its sweeps' logs quiet, but not their heartbeat)."""
     device = device or default_device()
     check_execution(engine, workers, device)
@@ -205,8 +205,8 @@ class Sweep:
     log: Callable[[str], None]
     trainer: EvalTask | None = None  # the task that trains every retrieval task's runs (shared_training.py)
     tracker: Wandb | None = None  # protocol.wandb: each record's scores, and the summary, go to W&B as well
-    heartbeat: Heartbeat | None = None  # lines while runs train, whatever trains them (finetune/feedback.py)
-    keep: Keeper | None = None  # saves fine-tuned models (finetune/keep.py)
+    heartbeat: Heartbeat | None = None  # lines while runs train, whatever trains them (finetuning/feedback.py)
+    keep: Keeper | None = None  # saves fine-tuned models (finetuning/keep.py)
     progress_log: Callable[[str], None] | None = None  # the heartbeat's lines, when not `log`
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 """K fine-tuning runs of one (checkpoint, task) grid trained together, as one computation per step.
 
-Each run is trained with finetune/training.py's pieces, as `training.finetune` trains it: its seed's data order
+Each run is trained with finetuning/training.py's pieces, as `training.finetune` trains it: its seed's data order
 (`task.epoch_batches`), its seeded head, its LR times the protocol's schedule, its own AdamW (`build_adamw` over its
 rows of the stacks), its own gradient clipping (the same global norm over its own parameters, vectorised here), its
 loss curve and its records (a NaN/inf loss records the run as failed and drops it from the group; the others go on).
@@ -20,7 +20,7 @@ Memory. The K runs are split into groups that fit a budget (a fraction of free a
 RAM): per run the weights, gradients and two AdamW moments (`protocol.weights`), plus activations for a batch of
 the longest training example (the protocol's length where the task does not tell).
 
-Which engine a sweep uses, and when this one is faster: finetune/engines.py.
+Which engine a sweep uses, and when this one is faster: finetuning/engines.py.
 
 Not batched: evaluation (each run's weights are loaded into one backbone and scored with `task.evaluate`, as
 `finetune` does), which is a small part of a run. A record's `seconds` is its share of its group's training time
@@ -43,9 +43,9 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetune.feedback import HEARTBEAT_S, minutes
-from encoderlab.finetune.protocol import Protocol
-from encoderlab.finetune.training import (
+from encoderlab.finetuning.feedback import HEARTBEAT_S, minutes
+from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.training import (
     LossCurve,
     diverged_record,
     lr_factor,

@@ -1,0 +1,247 @@
+"""The Python API: what the command line does, as functions a notebook or script calls (docs/api.md).
+
+Each function takes the same inputs as its command, checks them the same way (an `EncoderlabError` naming what,
+where and what is allowed, before any work) and returns the summary the command prints with `--json`. Logs go to
+`log` (default: print); nothing is written to stdout otherwise.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from encoderlab.core.config import load_config, validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import CONFIGS, check_writable, encoderlab_home
+from encoderlab.data.tokenizer import TextTokenizer
+from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL
+from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformer import TransformerLM
+
+Log = Callable[[str], None]
+Overrides = Sequence[str] | Mapping[str, object]
+
+
+def _overrides(given: Overrides) -> list[str]:
+    """`{"train.steps": 100}` or `["train.steps=100"]` -> the `--set` strings (values as JSON, which YAML reads)."""
+    if isinstance(given, Mapping):
+        return [f"{key}={json.dumps(value)}" for key, value in given.items()]
+    if isinstance(given, str):
+        raise EncoderlabError(f"overrides {given!r}: give a list of 'key=value' strings or a mapping, not one string")
+    return list(given)
+
+
+def prepare_data(source: str | Path, out: str | Path | None = None, *, vocab_size: int = 8192, seq_len: int = 512,
+                 val_fraction: float = 0.005, tokenizer: str | Path | None = None, text_column: str = "text",
+                 max_documents: int | None = None, force: bool = False, log: Log = print) -> dict:
+    """Tokenise and pack a corpus for pretraining, as `encoderlab data prepare`.
+
+    `source`: "offline" (the bundled suite: its tasks, corpus, tokenizer and packed windows), a local .txt, .jsonl,
+    .parquet or .csv file, folder or glob, or a Hugging Face dataset id. A byte-level BPE of `vocab_size` is trained
+    unless `tokenizer` (a tokenizer.json or tokenizer folder) is given. Returns the summary; its `packed` entry is
+    the folder a pretraining config's `data.path` names. Done steps are reused unless `force`."""
+    from encoderlab.data.prepare import PrepareOptions, default_out, prepare
+
+    out = Path(out) if out is not None else default_out(str(source))
+    check_writable(out, "out")
+    opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction,
+                          tokenizer=str(tokenizer) if tokenizer else None, text_column=text_column,
+                          max_documents=max_documents, force=force)
+    return prepare(str(source), out, opts, log=log)
+
+
+def pretrain(config: str | Path | Mapping, overrides: Overrides = (), *, resume: bool = False, log: Log = print,
+             show_progress: bool = False) -> dict:
+    """Train one pretraining run, as `encoderlab pretrain` (`config`: a YAML file such as
+    configs/pretrain/demo-tiny.yaml, or the same settings as a mapping; `overrides` as `--set`). `resume`: continue
+    the run from its last checkpoint. Returns the summary: `checkpoint` is the final checkpoint's folder."""
+    from encoderlab.pretrain.config import PretrainConfig
+    from encoderlab.pretrain.loop import Trainer
+    from encoderlab.pretrain.resume import has_run
+
+    sets = _overrides(overrides)
+    if isinstance(config, Mapping):
+        from encoderlab.core.config import apply_overrides
+
+        cfg = validate(PretrainConfig, apply_overrides(dict(config), sets), "config", sets)
+    else:
+        cfg = load_config(PretrainConfig, config, sets, str(config))
+    if resume and not has_run(cfg.run_dir):
+        raise EncoderlabError(f"nothing to resume in {cfg.run_dir}: no run was started there; start it without "
+                              "resume=True")
+    return Trainer(cfg, resume=resume, log=log, show_progress=show_progress).run()
+
+
+def _protocol(path: str | Path | None, overrides: list[str]):
+    from encoderlab.finetuning.protocol import Protocol
+
+    return load_config(Protocol, path or DEFAULT_PROTOCOL, overrides, "the default protocol")
+
+
+def sweep(checkpoint: str | Path, tasks: Sequence[str], *, protocol: str | Path | None = None,
+          overrides: Overrides = (), out: str | Path = "evals", engine: str = "auto", workers: int | str = 1,
+          log: Log = print, show_progress: bool = False) -> dict:
+    """Fine-tune a checkpoint on each task over the protocol's LR x seed grid and aggregate, as `encoderlab sweep`.
+
+    `tasks`: offline task names (`"offline"` for all of them), paper datasets (`"sst2"`, `"squad=PATH"`, ...) or
+    task YAML files. `protocol`: an evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with
+    encoderlab). Runs already recorded under `out` for the same weights and task data are not trained again.
+    Returns the summary: per task, the score with its interval beside the task's baselines."""
+    from encoderlab.finetuning.aggregate import check_scored
+    from encoderlab.finetuning.sweep import run_sweep
+    from encoderlab.tasks import offline_task_names
+
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
+    if not specs:
+        raise EncoderlabError("no task to run: 'offline' found no offline task; call prepare_data('offline') first")
+    check_writable(Path(out), "out")
+    summary = run_sweep(checkpoint, specs, _protocol(protocol, _overrides(overrides)), Path(out), log=log,
+                        show_progress=show_progress, cache_dir=encoderlab_home() / "cache" / "tasks", engine=engine,
+                        workers=workers)
+    check_scored(summary)  # a task of which no run scored raises, as the command exits 1
+    return summary
+
+
+def finetune(checkpoint: str | Path, task: str, *, lr: float, seed: int = 0, protocol: str | Path | None = None,
+             overrides: Overrides = (), out: str | Path = "evals", log: Log = print) -> dict:
+    """One fine-tuning run (one cell of the sweep's grid), as `encoderlab finetune`; writes its record under `out`
+    and returns the sweep summary of that one run."""
+    import math
+
+    if not (lr > 0 and math.isfinite(lr)):
+        raise EncoderlabError(f"lr={lr:g}: the learning rate must be a finite number greater than 0")
+    return sweep(checkpoint, [task], protocol=protocol, overrides=[*_overrides(overrides), f"lrs=[{lr}]",
+                                                                    f"seeds=[{seed}]"], out=out, log=log)
+
+
+def run_study(study: str | Path, *, workers: int = 1, only: str | None = None, log: Log = print) -> dict:
+    """Plan and run a study (configs/studies/*.yaml), as `encoderlab study run`: resumable, a failed job fails its
+    dependents. Returns the outcome (`done`, `jobs`, `failed`, `skipped`, `folder`); raises when a job failed."""
+    from encoderlab.study.plan import build_plan
+    from encoderlab.study.runner import check_succeeded
+    from encoderlab.study.runner import run_study as run
+    from encoderlab.study.spec import load_study
+
+    if only not in (None, "pretrain"):
+        raise EncoderlabError(f"only={only!r}: the allowed value is 'pretrain'")
+    spec, base = load_study(study)
+    plan = build_plan(spec, base)
+    result = {**run(plan, base, workers=workers, log=log, only=only), "folder": str(plan.root)}
+    check_succeeded(result, spec.name)
+    return result
+
+
+def report_study(folder: str | Path, *, metric: str = "score", reference: str | Path | None = None) -> Path:
+    """Write a study's report (report.md, CSV tables, PNG figures) under FOLDER/report, as `encoderlab study
+    report`; returns the path of report.md."""
+    from encoderlab.study.report import write_report
+
+    return write_report(Path(folder), metric=metric, reference=Path(reference) if reference else None)
+
+
+def export(checkpoint: str | Path, out: str | Path, *, kind: str = "eurobert", attention: str | None = None,
+           evaluation: str | Path | None = None, force: bool = False, log: Log = print) -> dict:
+    """Write a transformers folder (weights, tokenizer, model card), as `encoderlab export --as KIND`: `kind` is
+    eurobert, llama, mistral, qwen2, qwen3 or sentence-transformers."""
+    from encoderlab.hub.exporter import export_checkpoint
+
+    return export_checkpoint(checkpoint, Path(out), kind, attention=attention,
+                             evaluation=Path(evaluation) if evaluation else None, force=force, log=log)
+
+
+def import_hf(source: str | Path, out: str | Path, *, force: bool = False, log: Log = print) -> dict:
+    """Turn a Hugging Face model folder (Llama, Mistral, Qwen2, Qwen3), a .gguf file or "smollm2" into an encoderlab
+    checkpoint, as `encoderlab import-hf`."""
+    from encoderlab.hub.importer import import_hf as run
+
+    return run(str(source), Path(out), force=force, log=log)
+
+
+@dataclass
+class Encoder:
+    """A checkpoint loaded for use: `model` is the TransformerLM (CPU, fp32, eval mode), `model.model` its body."""
+
+    path: Path
+    model: TransformerLM
+    config: ModelConfig
+    tokenizer: TextTokenizer
+
+    def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, Tensor]:
+        """`input_ids` and `attention_mask` (B, T), right-padded: each text framed `<bos> text <eos>` as
+        fine-tuning and the exported tokenizers frame it, cut (keeping its EOS) to `max_length` tokens (default:
+        the model's context)."""
+        from encoderlab.tasks.base import pad
+
+        if isinstance(texts, str):
+            texts = [texts]
+        limit = max_length or self.config.max_position_embeddings
+        if limit < 3:
+            raise EncoderlabError(f"max_length={limit}: give at least 3 (<bos>, a token of text, <eos>)")
+        tok = self.tokenizer
+        ids = [[tok.bos_id, *one[: limit - 2], tok.eos_id] for one in tok.encode_batch(list(texts))]
+        input_ids, mask = pad(ids, tok.pad_id)
+        return {"input_ids": input_ids, "attention_mask": mask}
+
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str], *, batch_size: int = 32, max_length: int | None = None,
+              normalize: bool = True) -> Tensor:
+        """(len(texts), hidden_size) float32: the mean of the final hidden states over each text's tokens, with
+        bidirectional attention, as the retrieval evaluation and the sentence-transformers export embed; unit
+        length when `normalize`. Prefix queries with "Query: " and documents with "Document: " to match them."""
+        from encoderlab.tasks.retrieval import encode
+
+        if isinstance(texts, str):
+            texts = [texts]
+        parts = []
+        for start in range(0, len(texts), batch_size):
+            batch = self.tokenize(texts[start : start + batch_size], max_length)
+            parts.append(encode(self.model.model, batch["input_ids"], batch["attention_mask"]))
+        out = torch.cat(parts) if parts else torch.zeros(0, self.config.hidden_size)
+        return torch.nn.functional.normalize(out, dim=-1) if normalize else out
+
+    def to_transformers(self, kind: str = "eurobert", attention: str | None = None):
+        """(transformers model, transformers tokenizer): the model `export(kind=...)` writes, built in memory with
+        these weights, and its tokenizer framing text as the export's does. `kind`: eurobert, llama, mistral, qwen2
+        or qwen3 (for a sentence-transformers model, `export(..., kind="sentence-transformers")` and load the
+        folder)."""
+        from transformers import AutoTokenizer
+
+        from encoderlab.hub import sentence
+        from encoderlab.hub.card import training_info
+        from encoderlab.hub.exporter import check_request, export_target, frame_tokenizer, hf_model
+        from encoderlab.runs import checkpoint as ckpt
+
+        if kind == sentence.KIND:
+            raise EncoderlabError("to_transformers: use export(..., kind='sentence-transformers') and load the folder "
+                                  "with SentenceTransformer")
+        check_request(kind, attention)
+        info = training_info(self.path, ckpt.load_state(self.path))
+        target = export_target(kind, attention, self.config, info)
+        tok = TextTokenizer(**{**vars(self.tokenizer), "tokenizer": type(self.tokenizer.tokenizer).from_str(
+            self.tokenizer.tokenizer.to_str())})  # a copy: framing it leaves this Encoder's tokenizer as it is
+        frame_tokenizer(tok, target.causal, as_source=info.get("reason") == "imported")
+        with tempfile.TemporaryDirectory() as folder:
+            tok.save(Path(folder), model_max_length=self.config.max_position_embeddings)
+            hf_tok = AutoTokenizer.from_pretrained(folder)
+        return hf_model(self.model, self.config, target), hf_tok
+
+
+def load(checkpoint: str | Path) -> Encoder:
+    """A checkpoint folder (or a run folder: its latest checkpoint), verified against its checksums, as an
+    `Encoder`: its model, config and tokenizer, and `tokenize`, `embed` and `to_transformers`."""
+    from encoderlab.runs import checkpoint as ckpt
+
+    path = ckpt.resolve(checkpoint)
+    model, cfg, tok = ckpt.load_model(path)
+    return Encoder(path, model.eval(), cfg, tok)
+
+
+__all__ = ["CONFIGS", "DEFAULT_PROTOCOL", "Encoder", "export", "finetune", "import_hf", "load", "prepare_data",
+           "pretrain", "report_study", "run_study", "sweep"]
