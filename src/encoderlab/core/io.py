@@ -165,7 +165,7 @@ def remove_leftovers(folder: Path) -> list[str]:
 
 def read_json(path: Path, fix: str):
     """The JSON value in `path`, refused in one line saying what is wrong and `fix` when it is a folder, empty,
-    unreadable or not JSON (each of these used to end in a traceback)."""
+    unreadable or not JSON (each is a user's fix, not a bug, so not a traceback)."""
     try:
         text = Path(path).read_bytes().decode("utf-8")
         return json.loads(text)

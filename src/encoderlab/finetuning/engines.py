@@ -5,8 +5,8 @@ run leaves most of a GPU idle) once a trial step shows that vmap can batch every
 one small run already keeps busy with matrix products, the sequential one. The engine is not part of the protocol:
 both give the same records up to float rounding, but bf16 rounding differences grow over a run's steps, and on a
 random-init model they moved a retrieval run's nDCG@10 by 2 points (4.24 sequential, 6.35 batched: as much as
-its seeds differ). A choice made from a timing (earlier versions probed which engine was faster on a CPU) would make
-a study's numbers depend on the machine's load; each record names the engine that produced it.
+its seeds differ). A choice made from a timing (a probe of which engine is faster on a CPU) would make a study's
+numbers depend on the machine's load; each record names the engine that produced it.
 """
 from __future__ import annotations
 

@@ -50,7 +50,8 @@ class PretrainJob(Job):
 
     def check_final(self, hashes: bool = True) -> None:
         """The final checkpoint is whole (weights and state: what the evaluations read) and this run's: a damaged
-        or another run's one (a copy, a swapped folder) was counted as this model, and evaluated under its name."""
+        or another run's one (a copy, a swapped folder) would otherwise be counted as this model, and evaluated
+        under its name."""
         import json
 
         from encoderlab.runs.checkpoint import WEIGHTS, verify

@@ -56,7 +56,7 @@ def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:
 
 def default_hub_id(name: str) -> str:
     """The Hub dataset a paper task reads without a local copy: part of its identity, so that records made from
-    another default (an earlier encoderlab's) are never taken for this one's."""
+    another default dataset are never taken for this one's."""
     from encoderlab.tasks import classification, loaders, tokens
 
     ids = {**dict.fromkeys(("sst2", "mnli", "qqp"), classification.GLUE_HUB), **loaders.HUB, **loaders.HUB_IDS,

@@ -1,0 +1,61 @@
+"""The product speaks of now: no date (YYYY-MM-DD) in a comment or string of src/ nor in a comment of the shipped
+configs. When something was measured or changed belongs to CHANGELOG.md and docs/benchmarks.md's summary tables."""
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "encoderlab"
+DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+TEXT_TOKENS = {tokenize.COMMENT, tokenize.STRING} | {getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+YAML_COMMENT = re.compile(r"(?:^|\s)#(.*)$")
+
+
+def dated_python(path: Path, rel: Path) -> list[str]:
+    found = []
+    for tok in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
+        if tok.type in TEXT_TOKENS:
+            for offset, line in enumerate(tok.string.splitlines()):
+                if DATE.search(line):
+                    found.append(f"{rel}:{tok.start[0] + offset}: {line.strip()}")
+    return found
+
+
+def dated_yaml(path: Path, rel: Path) -> list[str]:
+    found = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        comment = YAML_COMMENT.search(line)
+        if comment and DATE.search(comment.group(1)):
+            found.append(f"{rel}:{number}: {line.strip()}")
+    return found
+
+
+def dated(src: Path) -> list[str]:
+    found = []
+    for path in sorted(src.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        rel = path.relative_to(src)
+        if path.suffix == ".py":
+            found += dated_python(path, rel)
+        elif path.suffix in (".yaml", ".yml") and "configs" in rel.parts:
+            found += dated_yaml(path, rel)
+    return found
+
+
+def test_no_date_in_comments_docstrings_or_config_comments():
+    found = dated(SRC)
+    assert not found, "dates belong in CHANGELOG.md:\n" + "\n".join(found)
+
+
+def test_a_date_is_found_and_named_by_file_and_line(tmp_path):
+    (tmp_path / "m.py").write_text('"""Measured 2026-01-02."""\nx = 1  # on 2026-01-03\ny = "2026"\n')
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "a.yaml").write_text("name: a  # 2026-01-04\nkey: value\n# plain comment\n")
+    assert dated(tmp_path) == ["configs/a.yaml:1: name: a  # 2026-01-04", 'm.py:1: """Measured 2026-01-02."""',
+                               "m.py:2: # on 2026-01-03"]
+    (tmp_path / "m.py").write_text('"""Measured on a quiet machine."""\n')
+    (tmp_path / "configs" / "a.yaml").write_text("name: a  # why, not when\n")
+    assert dated(tmp_path) == []
