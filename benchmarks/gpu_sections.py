@@ -79,7 +79,7 @@ def flex_backend(device: torch.device, seq_len: int):
     from encoderlab.model.attention import Flex, for_pretraining
 
     if device.type == "cuda":
-        from encoderlab.pretrain.distributed import compile_kernel
+        from encoderlab.pretraining.distributed import compile_kernel
 
         return for_pretraining("flex", False, device, seq_len, compile_kernel)
     return Flex()
@@ -169,7 +169,7 @@ def packed_data(work: Path, seq_len: int) -> Path:
 
 def pretrain_config(ctx, name: str, device: str, dtype: str, objective: str = "clm", **train):
     from encoderlab.core.config import validate
-    from encoderlab.pretrain.config import PretrainConfig
+    from encoderlab.pretraining.config import PretrainConfig
 
     p = ctx.sizes["pretrain"]
     data = {"name": name, "out_dir": str(ctx.work / "runs"), "data": {"path": str(packed_data(ctx.work, p["seq_len"]))},
@@ -181,7 +181,7 @@ def pretrain_config(ctx, name: str, device: str, dtype: str, objective: str = "c
 
 
 def train_losses(ctx, cfg) -> list[float]:
-    from encoderlab.pretrain.loop import Trainer
+    from encoderlab.pretraining.loop import Trainer
 
     Trainer(cfg, show_progress=False, log=lambda m: None).run()
     return metrics_losses(ctx.work / "runs" / cfg.name)

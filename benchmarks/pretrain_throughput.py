@@ -40,8 +40,8 @@ from encoderlab.hub.hf import hf_config
 from encoderlab.model.attention import for_pretraining
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.pretrain import objectives
-from encoderlab.pretrain.distributed import World, compile_kernel, prepare_model
+from encoderlab.pretraining import objectives
+from encoderlab.pretraining.distributed import World, compile_kernel, prepare_model
 from encoderlab.runs.optim import resolve_dtype
 
 IMPLEMENTATIONS = ("encoderlab", "transformers")

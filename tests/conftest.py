@@ -58,8 +58,8 @@ TINY_MODEL = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num
 def train_tiny(out: Path, packed: Path, name: str = "tiny") -> Path:
     """A 2-step pretraining of TINY_MODEL on `packed` into `out/name` (fp32): a real checkpoint for evaluation tests."""
     from encoderlab.core.config import validate
-    from encoderlab.pretrain.config import PretrainConfig
-    from encoderlab.pretrain.loop import Trainer
+    from encoderlab.pretraining.config import PretrainConfig
+    from encoderlab.pretraining.loop import Trainer
 
     cfg = validate(PretrainConfig, {
         "name": name, "out_dir": str(out), "data": {"path": str(packed)}, "model": TINY_MODEL,

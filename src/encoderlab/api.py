@@ -60,9 +60,9 @@ def pretrain(config: str | Path | Mapping, overrides: Overrides = (), *, resume:
     """Train one pretraining run, as `encoderlab pretrain` (`config`: a YAML file such as
     configs/pretrain/demo-tiny.yaml, or the same settings as a mapping; `overrides` as `--set`). `resume`: continue
     the run from its last checkpoint. Returns the summary: `checkpoint` is the final checkpoint's folder."""
-    from encoderlab.pretrain.config import PretrainConfig
-    from encoderlab.pretrain.loop import Trainer
-    from encoderlab.pretrain.resume import has_run
+    from encoderlab.pretraining.config import PretrainConfig
+    from encoderlab.pretraining.loop import Trainer
+    from encoderlab.pretraining.resume import has_run
 
     sets = _overrides(overrides)
     if isinstance(config, Mapping):

@@ -23,9 +23,9 @@ from safetensors.torch import load_file
 
 from encoderlab.core.config import ConfigError, validate
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.distributed import DistributedError
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.distributed import DistributedError
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
 
 # A tied LM head: FSDP2 must shard the embedding and the head as one parameter.
@@ -156,8 +156,8 @@ def test_resume_in_one_or_two_processes_equals_no_interruption(runs, name):
 
 def test_bad_parallel_settings_fail_clearly(tmp_path, packed_dir, monkeypatch):
     from encoderlab.model.presets import preset
-    from encoderlab.pretrain import objectives
-    from encoderlab.pretrain.setup import check_compatible
+    from encoderlab.pretraining import objectives
+    from encoderlab.pretraining.setup import check_compatible
 
     with pytest.raises(ConfigError, match=r"train\.parallel"):
         make_config(tmp_path, packed_dir, "x", parallel="fsdp")

@@ -28,9 +28,9 @@ import torch
 import torch._dynamo  # noqa: F401  (imported lazily by a run's first steps: here once, not in every child)
 
 from encoderlab.core.config import validate
-from encoderlab.pretrain import distributed
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining import distributed
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
 from encoderlab.runs.logging import MetricsLog
 
@@ -63,7 +63,7 @@ class Points:
 
 def instrument(points: Points) -> None:
     """Wrap the operations through which a run writes and deletes (all of them: core/io.py, core/process.py,
-    runs/checkpoint.py and pretrain/resume.py call os.replace and shutil.rmtree through their modules)."""
+    runs/checkpoint.py and pretraining/resume.py call os.replace and shutil.rmtree through their modules)."""
     real_replace, real_rmtree = os.replace, shutil.rmtree
     real_save_file, real_dcp_save, real_write = checkpoint.save_file, distributed.dcp.save, MetricsLog.write
 

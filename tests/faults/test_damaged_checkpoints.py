@@ -19,8 +19,8 @@ from safetensors.torch import load_file
 
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
 
 LATEST_STEP, OLDER_STEP = "step-0000004", "step-0000003"

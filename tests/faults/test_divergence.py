@@ -22,9 +22,9 @@ from safetensors.torch import load_file
 
 from encoderlab.core.config import validate
 from encoderlab.core.errors import is_out_of_memory
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.divergence import Diverged, out_of_memory
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.divergence import Diverged, out_of_memory
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
 
 DIVERGING_LR = 1e6  # the update after step 1 makes the weights, then the gradients, non-finite

@@ -135,8 +135,8 @@ def test_kill_at_a_random_time_then_resume_gives_the_same_run(server, reference,
 
 def test_a_second_writer_is_refused_until_the_first_is_killed(server, reference, packed_dir):
     from encoderlab.core.config import validate
-    from encoderlab.pretrain.config import PretrainConfig
-    from encoderlab.pretrain.loop import Trainer
+    from encoderlab.pretraining.config import PretrainConfig
+    from encoderlab.pretraining.loop import Trainer
 
     held = server.out / "held-pid"
     server.send("two-writers", resume=False, kill=point("replace:.step-", 1, "after"), hold=str(held))

@@ -19,8 +19,8 @@ from encoderlab.core.config import validate
 from encoderlab.core.io import write_json
 from encoderlab.finetuning import records
 from encoderlab.finetuning.protocol import Protocol
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs.checkpoint import weights_digest
 from encoderlab.study.jobs import EvalJob
 from encoderlab.study.report import write_report

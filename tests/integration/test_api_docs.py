@@ -39,6 +39,15 @@ def write_reviews(folder: Path) -> None:
                                          "text_column: text\nlabel_column: label\n")
 
 
+def test_no_api_name_is_also_a_subpackage():
+    """Importing `encoderlab.X.y` sets the package's attribute X to the subpackage, hiding a function of that name:
+    `encoderlab.pretrain(...)` would call a module once anything had imported encoderlab.pretraining's twin."""
+    import encoderlab
+
+    src = Path(encoderlab.__file__).parent
+    assert {name for name in encoderlab.__all__ if (src / name).is_dir() or (src / f"{name}.py").exists()} == set()
+
+
 def test_api_examples_run(tmp_path, monkeypatch, one_thread):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "corpus.txt").write_text("\n\n".join(d.text for d in synthetic_documents(300)))

@@ -25,8 +25,8 @@ from conftest import run_command
 import yaml
 
 from encoderlab.core.config import validate
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_TINY = ROOT / "configs" / "pretrain" / "demo-tiny.yaml"

@@ -135,7 +135,7 @@ def test_ctrl_c_in_pretraining_says_how_to_resume(tmp_path, packed_dir, monkeypa
     from typer.testing import CliRunner
 
     from encoderlab.cli import app
-    from encoderlab.pretrain import loop
+    from encoderlab.pretraining import loop
 
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({

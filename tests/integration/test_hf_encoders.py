@@ -63,8 +63,8 @@ def continued(root, family: str, tokenizer: Tokenizer, synthetic):
     from encoderlab.core.config import validate
     from encoderlab.data.packing import pack
     from encoderlab.data.tokenizer import load_tokenizer
-    from encoderlab.pretrain.config import PretrainConfig
-    from encoderlab.pretrain.loop import Trainer
+    from encoderlab.pretraining.config import PretrainConfig
+    from encoderlab.pretraining.loop import Trainer
 
     source_folder(root / "source", family, tokenizer)
     import_hf(str(root / "source"), root / "import")

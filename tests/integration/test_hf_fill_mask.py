@@ -13,8 +13,8 @@ from encoderlab.data.documents import Document
 from encoderlab.data.packing import pack
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.hub.exporter import export_checkpoint
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
 
 # Six sentences with few shared words: memorised, each masked word is determined by its neighbours.

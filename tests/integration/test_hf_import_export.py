@@ -259,8 +259,8 @@ def test_imported_checkpoint_continues_pretraining(tmp_path, raw_tokenizer, synt
     from encoderlab.core.config import validate
     from encoderlab.data.packing import pack
     from encoderlab.data.tokenizer import load_tokenizer
-    from encoderlab.pretrain.config import PretrainConfig
-    from encoderlab.pretrain.loop import Trainer
+    from encoderlab.pretraining.config import PretrainConfig
+    from encoderlab.pretraining.loop import Trainer
 
     import_hf(str(hf_folder(tmp_path / "llama", llama(raw_tokenizer, tie_word_embeddings=tied), raw_tokenizer)),
               tmp_path / "ckpt")

@@ -23,8 +23,8 @@ import yaml
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetuning import records
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
 
 LIMIT = 16_000  # bytes: more than config.yaml and a metrics line, less than the micro model's weights

@@ -10,8 +10,8 @@ import yaml
 from test_study import scores, task_yaml  # noqa: F401 - task_yaml is a fixture
 
 from encoderlab.core.config import ConfigError, validate
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.study.jobs import jobs_of
 from encoderlab.study.plan import build_plan
 from encoderlab.study.report import write_report

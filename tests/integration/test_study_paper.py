@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from encoderlab.core.config import load_yaml
-from encoderlab.pretrain import objectives
+from encoderlab.pretraining import objectives
 from encoderlab.study.plan import build_plan
 from encoderlab.study.spec import load_study
 

@@ -13,8 +13,8 @@ from encoderlab.finetuning.aggregate import check_scored
 from encoderlab.finetuning import sweep as sweep_module
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.sweep import run_sweep
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1}

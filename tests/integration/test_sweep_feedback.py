@@ -15,7 +15,7 @@ from encoderlab.finetuning.feedback import LIMIT_ENV, Heartbeat, estimate
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.model.presets import preset
-from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.study.jobs import EvalJob, PretrainJob
 
 PROTOCOL = {"name": "t", "max_steps": 3, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3], "seeds": [0],

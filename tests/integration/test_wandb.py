@@ -14,8 +14,8 @@ from encoderlab.core.config import validate
 from encoderlab.finetuning import records
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.sweep import run_sweep
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs.logging import read_metrics
 
 BLOCK, HEADER = 32768, 7  # the .wandb file: LevelDB's log format behind a 7-byte ":W&B" header

@@ -10,8 +10,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "encoderlab"
 # Bottom to top, one package a layer (docs/architecture.md).
-LAYERS = [("core",), ("data",), ("model",), ("runs",), ("pretrain",), ("tasks",), ("finetuning",), ("hub",), ("study",),
-          ("cli",), ("api",)]
+LAYERS = [("core",), ("data",), ("model",), ("runs",), ("pretraining",), ("tasks",), ("finetuning",), ("hub",),
+          ("study",), ("cli",), ("api",)]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 
 
@@ -113,12 +113,12 @@ def test_every_package_and_module_has_a_layer():
 @pytest.mark.parametrize(("where", "line", "expected"), [
     ("model/x.py", "from encoderlab.runs.checkpoint import save", "model (layer 2) may not import from runs"),
     ("data/x.py", "    from encoderlab.finetuning import records", "data (layer 1) may not import from finetuning"),
-    ("core/io.py", "from encoderlab.pretrain import objectives", "core (layer 0) may not import from pretrain"),
-    ("runs/x.py", "from encoderlab.pretrain.config import PretrainConfig",
-     "runs (layer 3) may not import from pretrain"),
+    ("core/io.py", "from encoderlab.pretraining import objectives", "core (layer 0) may not import from pretraining"),
+    ("runs/x.py", "from encoderlab.pretraining.config import PretrainConfig",
+     "runs (layer 3) may not import from pretraining"),
     ("tasks/x.py", "from encoderlab.finetuning.protocol import Protocol",
      "tasks (layer 5) may not import from finetuning"),
-    ("pretrain/x.py", "import encoderlab.cli.commands", "pretrain (layer 4) may not import from cli"),
+    ("pretraining/x.py", "import encoderlab.cli.commands", "pretraining (layer 4) may not import from cli"),
 ])
 def test_a_back_edge_is_named(tmp_path, where, line, expected):
     file = tmp_path / where

@@ -9,7 +9,7 @@ import pytest
 from test_train import make_config, weights, written_before_manifests
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
 
 

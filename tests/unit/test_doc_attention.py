@@ -172,7 +172,7 @@ def test_trainer_refuses_attention_kernels_the_device_or_compile_cannot_run():
     from pydantic import ValidationError
 
     from encoderlab.core.errors import EncoderlabError
-    from encoderlab.pretrain.config import TrainSection
+    from encoderlab.pretraining.config import TrainSection
 
     with pytest.raises(ValidationError, match="recompile the blocks every step"):
         TrainSection(steps=10, global_batch=8, attention="varlen", compile=True)
@@ -187,7 +187,7 @@ def test_trainer_refuses_attention_kernels_the_device_or_compile_cannot_run():
 def test_trainer_chooses_one_backend_per_run(seq_len, form):
     """auto on CPU: varlen buckets where they save work, else the dense form measured fastest for the run's
     window length, whether or not gradients are on."""
-    from encoderlab.pretrain.config import TrainSection
+    from encoderlab.pretraining.config import TrainSection
 
     for kind, want in (("auto", Varlen(Dense(form))), ("dense", Dense(form))):
         train = TrainSection(steps=10, global_batch=8, attention=kind)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from encoderlab.finetuning.protocol import Protocol
-from encoderlab.pretrain.config import TrainSection
+from encoderlab.pretraining.config import TrainSection
 from encoderlab.runs import optim
 
 
@@ -73,7 +73,7 @@ def test_a_study_says_what_its_jobs_would_say_in_its_quiet_workers(native):
 
 
 def test_a_resume_refused_for_its_dtype_names_what_auto_does():
-    from encoderlab.pretrain.resume import _describe_changes
+    from encoderlab.pretraining.resume import _describe_changes
 
     said = _describe_changes({"train.dtype": "bf16"}, {"train.dtype": "fp32"}, ["train.dtype"])
     assert said.startswith("train.dtype: 'bf16' -> 'fp32' (`auto` takes bf16 only where")
@@ -104,8 +104,8 @@ def test_a_bf16_run_where_bf16_is_not_native_says_so_once(tmp_path, packed_dir, 
     """The trainer says the note once it goes ahead (a refused run says only why it was refused)."""
     from conftest import TINY_MODEL
     from encoderlab.core.config import validate
-    from encoderlab.pretrain.config import PretrainConfig
-    from encoderlab.pretrain.loop import Trainer
+    from encoderlab.pretraining.config import PretrainConfig
+    from encoderlab.pretraining.loop import Trainer
 
     monkeypatch.setattr(optim, "bf16_is_native", lambda device: False)
     cfg = validate(PretrainConfig, {

@@ -10,7 +10,7 @@ from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.training import FinetuneRun, LossCurve, scored_record
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-from encoderlab.pretrain.config import AdamWSection, OptimSection
+from encoderlab.pretraining.config import AdamWSection, OptimSection
 from encoderlab.runs.optim import build_adamw
 
 CPU = torch.device("cpu")

@@ -16,8 +16,8 @@ from encoderlab.core.process import run_lock
 from encoderlab.finetuning import records
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.sweep import run_sweep
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.tasks import load_task
 

@@ -10,7 +10,7 @@ import encoderlab.model.transformer as transformer_module
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.pretrain.objectives import CLM, IGNORE_INDEX, MLM, Vocab, loss_sums
+from encoderlab.pretraining.objectives import CLM, IGNORE_INDEX, MLM, Vocab, loss_sums
 
 BOS, EOS, PAD, MASK = 0, 1, 2, 3
 SPECIALS = [BOS, EOS, PAD, MASK]

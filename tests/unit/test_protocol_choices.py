@@ -16,7 +16,7 @@ from encoderlab.core.io import write_jsonl
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.records import protocol_key
-from encoderlab.pretrain.config import OptimSection
+from encoderlab.pretraining.config import OptimSection
 from encoderlab.runs.optim import build_adamw
 from encoderlab.tasks import PAPER_TASKS, load_task
 from encoderlab.tasks.classification import ClassificationTask, field_label, load_glue

@@ -16,8 +16,8 @@ from encoderlab.core.config import ConfigError, apply_overrides, validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.training import lr_factor
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.loop import Trainer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
 from encoderlab.runs.schedule import LRSchedule
 
@@ -304,8 +304,8 @@ def test_schedule_reads_and_writes_as_the_users_string(tmp_path, packed_dir):
 
 def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packed_dir):
     from encoderlab.model.presets import preset
-    from encoderlab.pretrain import objectives
-    from encoderlab.pretrain.setup import check_compatible
+    from encoderlab.pretraining import objectives
+    from encoderlab.pretraining.setup import check_compatible
 
     cfg = make_config(tmp_path, packed_dir)
     cfg.model = type(cfg.model)(**{**TINY, "max_position_embeddings": 32})
@@ -326,7 +326,7 @@ def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packe
 def test_a_tiny_model_overfits_one_batch():
     from encoderlab.model.presets import preset
     from encoderlab.model.transformer import TransformerLM
-    from encoderlab.pretrain import objectives
+    from encoderlab.pretraining import objectives
 
     torch.manual_seed(0)
     model = TransformerLM(preset("tiny", vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2))
@@ -562,7 +562,7 @@ def test_resuming_a_finished_run_keeps_its_final_numbers(tmp_path, packed_dir):
 def test_continued_pretraining_refuses_another_tokenizers_data_and_notes_another_architecture(tmp_path, packed_dir):
     from encoderlab.data.loader import resolve_data
     from encoderlab.data.tokenizer import train_bpe
-    from encoderlab.pretrain.setup import check_source, model_config
+    from encoderlab.pretraining.setup import check_source, model_config
 
     Trainer(make_config(tmp_path, packed_dir, steps=2), show_progress=False).run()
     source = tmp_path / "run" / "checkpoints" / "step-0000002"

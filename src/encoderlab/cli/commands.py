@@ -125,7 +125,7 @@ def data_inspect(
 
 def _load_pretrain_config(config: Path, overrides: list[str]):
     from encoderlab.core.config import load_config
-    from encoderlab.pretrain.config import PretrainConfig
+    from encoderlab.pretraining.config import PretrainConfig
 
     return load_config(PretrainConfig, config, overrides, str(config))
 
@@ -146,10 +146,10 @@ def pretrain(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Pretrain (or resume) one run: a model preset, an objective schedule, an LR schedule and a step budget."""
-    from encoderlab.pretrain.distributed import is_main_process
-    from encoderlab.pretrain.loop import Trainer
-    from encoderlab.pretrain.resume import has_run
-    from encoderlab.pretrain.setup import describe
+    from encoderlab.pretraining.distributed import is_main_process
+    from encoderlab.pretraining.loop import Trainer
+    from encoderlab.pretraining.resume import has_run
+    from encoderlab.pretraining.setup import describe
 
     cfg = _load_pretrain_config(config, overrides)
     resolved = describe(cfg)

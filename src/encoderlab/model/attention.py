@@ -336,7 +336,7 @@ def for_pretraining(kind: str, compiled: bool, device: torch.device, seq_len: in
     """A pretraining run's backend (`train.attention`; `compiled`: `train.compile`), chosen once and given to the
     model. auto, as measured: flex on CUDA, varlen on a CPU where it saves work, except under compile (a new bucket
     layout every batch would recompile the blocks). `fuse` makes flex_attention's fused kernel: the trainer's compiler
-    (pretrain/distributed.py `compile_kernel`; the model's code stays out of compilation)."""
+    (pretraining/distributed.py `compile_kernel`; the model's code stays out of compilation)."""
     dense = Dense(form_for(device.type, seq_len))  # every window has seq_len tokens
     if kind == "auto":
         if device.type == "cpu" and not compiled:

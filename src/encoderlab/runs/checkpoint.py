@@ -1,8 +1,8 @@
 """The checkpoint format, one for every world size: what a checkpoint folder holds and how its parts are read.
 
 `checkpoints/step-NNNNNNN/` holds `dcp/` (the AdamW state in `torch.distributed.checkpoint` format, keyed by
-parameter name: written and read by pretrain/distributed.py, whatever wraps the model and however many processes write
-or read it; the weights are stored once, below), the consolidated `model.safetensors` (Hugging Face parameter
+parameter name: written and read by pretraining/distributed.py, whatever wraps the model and however many processes
+write or read it; the weights are stored once, below), the consolidated `model.safetensors` (Hugging Face parameter
 names, read by resume too), `model_config.json`, `tokenizer/` and `state.json` (step, phase, LR schedule position,
 data position, why it was written). Fine-tuning, export and `init.from_weights` read only the last four, so a
 weights-only checkpoint (an import) is the same folder without `dcp/`. No RNG state is needed: the only randomness

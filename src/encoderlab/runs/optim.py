@@ -43,7 +43,7 @@ def max_grad_norm(grad_clip: float) -> float:
 
 def clip(params: list[torch.Tensor], grad_clip: float) -> None:
     """Scale the gradients of `params` down to the global norm `grad_clip` (0: no limit). Pretraining's parallel
-    wrappers clip through pretrain/distributed.py `clip_grad_norm` by the same rule."""
+    wrappers clip through pretraining/distributed.py `clip_grad_norm` by the same rule."""
     torch.nn.utils.clip_grad_norm_(params, max_grad_norm(grad_clip))
 
 

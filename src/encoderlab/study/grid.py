@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from encoderlab.core.config import ConfigError, deep_merge, validate
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset, preset_names
-from encoderlab.pretrain import objectives
-from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretraining import objectives
+from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.study.spec import StudySpec
 
 

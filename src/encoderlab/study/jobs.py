@@ -17,7 +17,7 @@ from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetuning import records
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.shared_training import job_groups, trainer_spec
-from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.runs.checkpoint import checkpoint_name, weights_digest
 from encoderlab.study.plan import Plan, expand_tasks
 from encoderlab.study.scheduler import Job
@@ -66,7 +66,7 @@ class PretrainJob(Job):
                                   f"{own[0]!r} ({own[1]}): move it away and run the study again")
 
     def execute(self, log: Say, progress: Say | None) -> dict:
-        from encoderlab.pretrain.loop import Trainer
+        from encoderlab.pretraining.loop import Trainer
 
         if self.final.exists():
             self.check_final()
@@ -93,8 +93,8 @@ class RandomInitJob(Job):
 
         from encoderlab.data.loader import PackedDataset, resolve_data
         from encoderlab.model import attention
-        from encoderlab.pretrain.resume import record_config
-        from encoderlab.pretrain.setup import initial_model, model_config
+        from encoderlab.pretraining.resume import record_config
+        from encoderlab.pretraining.setup import initial_model, model_config
         from encoderlab.runs import checkpoint
 
         if self.config is None:

@@ -15,8 +15,8 @@ from typing import Any
 
 from encoderlab.core.config import ConfigError, deep_merge, load_yaml, validate
 from encoderlab.model.config import ModelConfig
-from encoderlab.pretrain import objectives
-from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretraining import objectives
+from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.runs.checkpoint import checkpoint_name
 from encoderlab.study import imported as imp
 from encoderlab.study.existing import locate

@@ -19,7 +19,7 @@ from pathlib import Path
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
-from encoderlab.pretrain.setup import resolve_device
+from encoderlab.pretraining.setup import resolve_device
 from encoderlab.runs.optim import default_device, fp32_auto_note
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
@@ -200,7 +200,7 @@ def refuse_changed(plan: Plan, jobs: list[Job]) -> None:
     now gives is refused, naming the keys, before anything is written: resuming or skipping it would report the old
     settings as the new ones, and running it again into its folder would replace the checkpoints that the study's
     records were made from."""
-    from encoderlab.pretrain.resume import changes_from_saved
+    from encoderlab.pretraining.resume import changes_from_saved
 
     changed: dict[str, list[str]] = {}
     # An unfinished random-init baseline is started again from scratch anyway (RandomInitJob): nothing to mix.

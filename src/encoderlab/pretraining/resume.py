@@ -16,8 +16,8 @@ import yaml
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.objectives import phase_at
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.objectives import phase_at
 from encoderlab.runs import checkpoint
 
 CONFIG = "config.yaml"

@@ -1,6 +1,6 @@
 """The pretraining loop: AdamW, LR schedule, objective phases, bf16 autocast, accumulation, checkpoints, logs.
 
-Data parallelism (DDP, FSDP2 under torchrun) and the speed switches are pretrain/distributed.py's business; this loop
+Data parallelism (DDP, FSDP2 under torchrun) and the speed switches are pretraining/distributed.py's business; this loop
 only calls it: rank r trains on the r-th slice of each global batch, and the step's token count, loss and accuracy
 are summed over ranks, so the update is the single-process one whatever the number of processes.
 """
@@ -20,11 +20,11 @@ from encoderlab.core.seeds import derive_seed
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data
 from encoderlab.model import attention
-from encoderlab.pretrain import distributed, objectives
-from encoderlab.pretrain import resume as same_run
-from encoderlab.pretrain.config import PretrainConfig
-from encoderlab.pretrain.divergence import Watch, out_of_memory
-from encoderlab.pretrain.setup import check_compatible, check_source, initial_model, model_config, resolve_device
+from encoderlab.pretraining import distributed, objectives
+from encoderlab.pretraining import resume as same_run
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.divergence import Watch, out_of_memory
+from encoderlab.pretraining.setup import check_compatible, check_source, initial_model, model_config, resolve_device
 from encoderlab.runs import checkpoint, optim
 from encoderlab.runs.logging import MetricsLog, Progress, describe_step, read_metrics
 

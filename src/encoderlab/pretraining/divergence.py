@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from encoderlab.core.errors import Failed
-from encoderlab.pretrain import distributed
+from encoderlab.pretraining import distributed
 from encoderlab.runs import checkpoint
 from encoderlab.runs.logging import read_metrics
 

@@ -14,8 +14,8 @@ from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.pretrain import distributed, objectives
-from encoderlab.pretrain.config import PretrainConfig
+from encoderlab.pretraining import distributed, objectives
+from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.runs import checkpoint
 from encoderlab.runs.logging import require_wandb
 from encoderlab.runs.optim import default_device

@@ -19,7 +19,7 @@ from pydantic import (
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import folder_name
-from encoderlab.pretrain.objectives import Phase, Schedule
+from encoderlab.pretraining.objectives import Phase, Schedule
 from encoderlab.runs.config import AdamWSection, LearningRate, Seed, WandbSection
 from encoderlab.runs.config import Section as _Section
 from encoderlab.runs.optim import resolve_dtype, slow_dtype_note
