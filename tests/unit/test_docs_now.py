@@ -59,3 +59,20 @@ def test_a_date_is_found_and_named_by_file_and_line(tmp_path):
     (tmp_path / "m.py").write_text('"""Measured on a quiet machine."""\n')
     (tmp_path / "configs" / "a.yaml").write_text("name: a  # why, not when\n")
     assert dated(tmp_path) == []
+
+
+README = SRC.parents[1] / "README.md"
+# A measured time: "11 minutes", "4.9 min", "30 s", "2:45"; the README links docs/benchmarks.md for them instead.
+TIMED = re.compile(r"\b\d+(?:[.,]\d+)?\s*(?:min(?:utes?)?|seconds?|s|h|hours?)\b|\b\d+:\d{2}\b")
+
+
+def test_the_readme_is_a_product_page():
+    """At most 150 lines and 1,500 words, no date, and no measured time except the one line that links the
+    benchmarks' summary."""
+    text = README.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) <= 150 and len(text.split()) <= 1500, (len(lines), len(text.split()))
+    assert not DATE.search(text)
+    timed = [line for line in lines if TIMED.search(line.replace("`", "")) and "docs/benchmarks.md" not in line]
+    assert timed == [], timed
+    assert any("docs/benchmarks.md" in line for line in lines)
