@@ -136,7 +136,8 @@ def report_cmd(
     folder: Path = typer.Argument(..., help="A study folder (what `study run` printed, e.g. studies/demo)."),
     metric: str = typer.Option("score", help="score: the protocol's metric; standard: the field's standard one."),
     reference: Path | None = typer.Option(None, help="The paper authors' results/ folder (EncodEval): their runs "
-                                          "aggregated like ours, beside our models of the same names."),
+                                          "aggregated by their own rule (each seed's best LR), "
+                                          "beside our models of the same names."),
     reference_model: list[str] = typer.Option([], help="With --reference: an authors' model to show, MODEL or "
                                               "OURS=MODEL (beside our evaluation OURS); repeatable."),
 ) -> None:

@@ -24,9 +24,9 @@ def choose_runs(runs: list[tuple[float, int, float, float]], lr_choice: str) -> 
         for lr, _, val, _ in runs:
             by_lr.setdefault(lr, []).append(val)
         # Only LRs with a run on every seed compete (when there are any): a mean over fewer seeds is noisier, and the
-        # best of noisy means is biased upwards (a lone lucky seed would win).
-        seeds = len({seed for _, seed, _, _ in runs})
-        mean = {lr: sum(v) / len(v) for lr, v in by_lr.items() if len(v) == seeds} or \
+        # best of noisy means is biased upwards (a lone lucky seed would win). `incomplete_lrs` names the others.
+        short = incomplete_lrs(runs)
+        mean = {lr: sum(v) / len(v) for lr, v in by_lr.items() if lr not in short} or \
             {lr: sum(v) / len(v) for lr, v in by_lr.items()}
         best = max(sorted(mean), key=lambda lr: mean[lr])  # max keeps the first of equals: the smallest LR
         return {seed: (lr, val, test) for lr, seed, val, test in sorted(runs, key=lambda r: r[1]) if lr == best}
@@ -35,6 +35,16 @@ def choose_runs(runs: list[tuple[float, int, float, float]], lr_choice: str) -> 
         if seed not in kept or val > kept[seed][1]:
             kept[seed] = (lr, val, test)
     return kept
+
+
+def incomplete_lrs(runs: list[tuple[float, int, float, float]]) -> dict[float, int]:
+    """LR -> its number of seeds, for each LR with a run on fewer seeds than the grid's: under mean_over_seeds such an
+    LR does not compete while any LR has every seed (with none complete, every LR competes on what it has)."""
+    seeds = len({seed for _, seed, _, _ in runs})
+    have: dict[float, set[int]] = {}
+    for lr, seed, _, _ in runs:
+        have.setdefault(lr, set()).add(seed)
+    return {lr: len(s) for lr, s in sorted(have.items()) if len(s) < seeds}
 
 
 def lr_choice_of(recs: list[dict]) -> str:
@@ -67,7 +77,8 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
         if scored:
             score = {(r["lr"], r["seed"]): (r["scores"]["validation"][metric], r["scores"]["test"][metric])
                      for r in scored}
-            kept = choose_runs([(lr, seed, v, t) for (lr, seed), (v, t) in score.items()], choice)
+            score_runs = [(lr, seed, v, t) for (lr, seed), (v, t) in score.items()]
+            kept = choose_runs(score_runs, choice)
             test = [t for _, _, t in kept.values()]
             lrs = [lr for lr, _, _ in kept.values()]
             mean, half = mean_ci95(test)
@@ -86,6 +97,10 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                           "test_all_runs": [t for _, t in score.values()],
                           "std_over_seeds": round(std(test), 3), "std_over_lrs": round(std(per_lr_test), 3),
                           "validation_by_lr": {f"{lr:g}": round(v, 3) for lr, v in sorted(val.items())}})
+            if choice == "mean_over_seeds" and (short := incomplete_lrs(score_runs)):
+                entry["incomplete_lrs"] = {"seeds": len({seed for _, seed, _, _ in score_runs}),  # said by reports
+                                           "lrs": {f"{lr:g}": n for lr, n in short.items()},
+                                           "competed": len(short) == len(val)}  # none had every seed
             by_run = {(r["lr"], r["seed"]): r for r in scored}
             entry["constant"] = baselines.constant_of([by_run[lr, seed] for seed, (lr, _, _) in kept.items()])
         best = baselines.strongest(entry["baselines"])

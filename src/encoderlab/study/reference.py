@@ -1,9 +1,10 @@
-"""The paper authors' own per-run results (their EncodEval repository's `results/` folder), aggregated exactly as a
-study's records are, so that their numbers can stand beside ours (docs/paper.md).
+"""The paper authors' own per-run results (their EncodEval repository's `results/` folder), aggregated by the same code
+as a study's records under the authors' own LR rule, so that their numbers can stand beside ours (docs/paper.md).
 
 Their layout: `<model>/<TASK>/<dataset>/<run>/results.json`, run = `lr{LR}_sd{SEED}` or, for IR (one model trained
 on MS MARCO pairs per LR and seed, scored on each IR set), `msmarco_pairs_lr{LR}_sd{SEED}`; each file holds
-`{"validation": {"score": x}, "test": {"score": y}}` as fractions (per-example `scores_i` beside them, ignored).
+`{"validation": {"score": x}, "test": {"score": y}}` as fractions (per-example `scores_i` beside them, ignored). A
+file with a validation score only is a run whose test score is missing: left out and named, never fatal.
 Their score is their protocol's metric (configs/eval/paper.yaml's); they kept no standard metric.
 """
 from __future__ import annotations
@@ -19,7 +20,8 @@ from encoderlab.study.results import CATEGORIES, CategoryScore, TaskScore, categ
 from encoderlab.study.tables import _csv, _fmt, _table
 
 # The datasets of the paper's category means, under the authors' folder names -> encoderlab's task names. Their
-# repository also holds QA/qed, which the published QA means are read here not to include: it is skipped, and said.
+# repository also holds QA/qed, which is not part of the published QA means (ReCoRD, SQuAD, SQuAD v2 reproduce them
+# exactly): it is skipped, and said.
 DATASETS = {"SC": {"sst2": "sst2", "mnli_m": "mnli", "qqp": "qqp"},
             "TC": {"conll2003_en": "conll2003", "ontonotes": "ontonotes", "uner_en": "uner"},
             "QA": {"squad": "squad", "squad_v2": "squad_v2", "record": "record"},
@@ -27,6 +29,9 @@ DATASETS = {"SC": {"sst2": "sst2", "mnli_m": "mnli", "qqp": "qqp"},
 for _names in DATASETS.values():  # a copy renamed to encoderlab's task names reads the same
     _names.update({ours: ours for ours in list(_names.values())})
 FAMILY = {"SC": "classification", "TC": "tokens", "QA": "qa", "IR": "retrieval"}
+# The authors' rule (docs/paper.md, Aggregation): for each seed the LR with the best validation score, that run's
+# test score. Their numbers are theirs, so a study's own `lr_choice` never applies to them.
+AUTHORS_LR_CHOICE = "per_seed"
 RUN = re.compile(r"(?:msmarco_pairs_)?lr(\d+(?:\.\d+)?(?:e[+-]?\d+)?)_sd(\d+)")
 
 
@@ -38,9 +43,10 @@ class Reference:
     notes: list[str]  # runs missing from the grid, datasets skipped: said, never fatal
 
 
-def load_reference(root: Path, model: str, lr_choice: str) -> Reference:
-    """One model's results under `root` (the authors' `results/` folder), aggregated under `lr_choice` by the same
-    function as a study's records (aggregate.choose_runs via results.task_scores), scores x100."""
+def load_reference(root: Path, model: str, lr_choice: str = AUTHORS_LR_CHOICE) -> Reference:
+    """One model's results under `root` (the authors' `results/` folder), aggregated under `lr_choice` (the authors'
+    rule unless asked otherwise) by the same function as a study's records (aggregate.choose_runs via
+    results.task_scores), scores x100."""
     folder = Path(root) / model
     if not folder.is_dir():
         have = sorted(p.name for p in Path(root).iterdir() if p.is_dir()) if Path(root).is_dir() else []
@@ -50,36 +56,59 @@ def load_reference(root: Path, model: str, lr_choice: str) -> Reference:
     by_task: dict[str, list[dict]] = {}
     for r in recs:
         by_task.setdefault(r["task"], []).append(r)
+    # a run without a test score is one `summarize` counts as lacking the metric: it is never chosen
     tasks = {name: task_scores(rs, lr_choice) for name, rs in sorted(by_task.items())}
-    return Reference(model, tasks, category_scores(tasks), notes)
+    return Reference(model, tasks, category_scores(tasks), notes + _outscored(by_task, tasks, lr_choice))
+
+
+def _outscored(by_task: dict[str, list[dict]], tasks: dict[str, TaskScore], lr_choice: str) -> list[str]:
+    """Runs without a test score that beat their seed's kept run on validation: the rule would have kept them, so
+    that dataset's score is not the rule's (per seed only, where a run's choice depends on its own score)."""
+    if lr_choice != "per_seed":
+        return []
+    lines = []
+    for name, rs in by_task.items():
+        val = {(r["lr"], r["seed"]): r["scores"]["validation"]["score"] for r in rs}
+        for r in rs:
+            kept = tasks[name].lr_by_seed.get(r["seed"])
+            if not r["scores"]["test"] and (kept is None or val[r["lr"], r["seed"]] > val[kept, r["seed"]]):
+                lines.append(f"{name}: lr {r['lr']:g} seed {r['seed']} has that seed's best validation score but no "
+                             "test score, so this dataset's score is not the authors' rule's")
+    return lines
 
 
 def read_runs(folder: Path) -> tuple[list[dict], list[str]]:
-    """Every run of one model as a study record (what `summarize` reads), and notes on what is missing or skipped."""
+    """Every run of one model as a study record (what `summarize` reads; a run with a validation score only has an
+    empty test), and notes on what is missing or skipped."""
     recs, notes, grid = [], [], {}
     for task_dir in sorted(p for p in folder.iterdir() if p.is_dir()):
         for data_dir in sorted(p for p in task_dir.iterdir() if p.is_dir()):
-            name = DATASETS.get(task_dir.name, {}).get(data_dir.name)
+            where, name = f"{task_dir.name}/{data_dir.name}", DATASETS.get(task_dir.name, {}).get(data_dir.name)
             if name is None:
-                notes.append(f"{task_dir.name}/{data_dir.name}: skipped (not a dataset of the paper's category means)")
+                notes.append(f"{where}: skipped (not a dataset of the paper's category means)")
                 continue
-            runs = {}
+            runs, untested = set(), []  # every run present; those of them without a test score
             for run_dir in sorted(p for p in data_dir.iterdir() if p.is_dir()):
                 if not (run_dir / "results.json").exists():
                     continue  # a run that never finished: missing, counted below
                 lr, seed = _run_name(run_dir)
                 val, test = _scores(run_dir / "results.json")
-                runs[(lr, seed)] = run_dir.name
+                runs.add((lr, seed))
+                if test is None:
+                    untested.append(run_dir.name)
                 recs.append({"task": name, "family": FAMILY[task_dir.name], "metric": "the authors' score",
                              "status": "ok", "lr": lr, "seed": seed, "baseline": {},
-                             "scores": {"validation": {"score": 100 * val}, "test": {"score": 100 * test}}})
-            grid[f"{task_dir.name}/{data_dir.name}"] = runs
-    lrs = sorted({lr for runs in grid.values() for lr, _ in runs})
-    seeds = sorted({seed for runs in grid.values() for _, seed in runs})
-    for where, runs in grid.items():
-        if missing := len(lrs) * len(seeds) - len(runs):
+                             "scores": {"validation": {"score": 100 * val},
+                                        "test": {} if test is None else {"score": 100 * test}}})
+            grid[where] = runs, untested
+    lrs = sorted({lr for runs, _ in grid.values() for lr, _ in runs})
+    seeds = sorted({seed for runs, _ in grid.values() for _, seed in runs})
+    for where, (runs, untested) in grid.items():
+        if missing := len(lrs) * len(seeds) - len(runs) + len(untested):
             notes.append(f"{where}: {missing} of {len(lrs) * len(seeds)} runs ({len(lrs)} LRs x {len(seeds)} seeds) "
-                         "missing (aggregated without them)")
+                         "missing (aggregated without them)"
+                         + (f"; {len(untested)} of them have a validation score only: {', '.join(untested)}"
+                            if untested else ""))
     return recs, notes
 
 
@@ -90,24 +119,26 @@ def _run_name(run_dir: Path) -> tuple[float, int]:
     return float(m[1]), int(m[2])
 
 
-def _scores(path: Path) -> tuple[float, float]:
-    """(validation, test) scores of one results.json; anything else is refused, naming the file."""
+def _scores(path: Path) -> tuple[float, float | None]:
+    """(validation, test) scores of one results.json, test None where the file has no test split (a run whose test
+    score is missing); anything else is refused, naming the file."""
     try:
         data = json.loads(path.read_text())
-        scores = tuple(data[split]["score"] for split in ("validation", "test"))
+        scores = (data["validation"]["score"],) + ((data["test"]["score"],) if "test" in data else ())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise EncoderlabError(f"{path}: not valid JSON ({exc})") from None
     except (KeyError, TypeError):
-        raise EncoderlabError(f"{path}: no validation.score and test.score (the authors' results.json holds "
-                              '{"validation": {"score": x}, "test": {"score": y}})') from None
+        raise EncoderlabError(f"{path}: no validation.score, or a test without its score (the authors' results.json "
+                              'holds {"validation": {"score": x}, "test": {"score": y}})') from None
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scores):
         raise EncoderlabError(f"{path}: validation.score and test.score must be numbers, not {scores}")
-    return scores
+    return scores[0], (scores[1] if len(scores) > 1 else None)
 
 
 def reference_section(report) -> str:
-    """report.md's section: the chosen models of the authors' results/ folder aggregated under this study's
-    `lr_choice`, each beside the study's model it is matched with (same name, or `OURS=MODEL`)."""
+    """report.md's section: the chosen models of the authors' results/ folder aggregated by the authors' own rule
+    (whatever this study's `lr_choice`), each beside the study's model it is matched with (same name, or
+    `OURS=MODEL`)."""
 
     if report.reference is None:
         if report.reference_models:
@@ -130,7 +161,7 @@ def reference_section(report) -> str:
         if ours is not None and ours not in res.evaluations:
             raise EncoderlabError(f"--reference-model {ours}={theirs}: {ours!r} is no evaluation of this study "
                                   f"(e.g. {', '.join(list(res.evaluations)[:3])})")
-        ref = load_reference(root, theirs, res.lr_choice)
+        ref = load_reference(root, theirs)
         mine = res.categories.get(ours, {}) if ours else {}
         rows.append([theirs, "authors' runs"] + [_fmt(ref.categories[c].mean, ref.categories[c].ci95)
                                                  if c in ref.categories else "-" for c in CATEGORIES])
@@ -143,12 +174,13 @@ def reference_section(report) -> str:
         if ours:
             notes += _dataset_note(theirs, ref.tasks, ours, res.tasks.get(ours, {}))
     _csv(report.out / "reference.csv", ["authors_model", "task", "test", "ci95", "lr_by_seed"], csv_rows)
-    return ("## The authors' own runs, aggregated as this report\n\n"
+    return ("## The authors' own runs, aggregated by their rule\n\n"
             f"The paper authors' per-run results (`{root}`, their EncodEval `results/` layout) aggregated by the "
-            f"same code as this study's records (`lr_choice: {res.lr_choice}`; their fractions x100), each beside "
-            "the study's model it is matched with. The authors' rows are their protocol's metric, the only one their "
-            f"files hold; this study's rows are as in every table here ({res.metric}). Per dataset: "
-            "`reference.csv`.\n\n"
+            f"same code as this study's records under the authors' rule (`lr_choice: {AUTHORS_LR_CHOICE}`: each "
+            "seed's best LR on validation, the mean of those runs' test scores; their fractions x100), whatever "
+            f"this study's (`lr_choice: {res.lr_choice}`), each beside the study's model it is matched with. The "
+            "authors' rows are their protocol's metric, the only one their files hold; this study's rows are as in "
+            f"every table here ({res.metric}). Per dataset: `reference.csv`.\n\n"
             + _table(["model", "source"] + CATEGORIES, rows) + "\n\n" + "\n".join(notes) + "\n")
 
 

@@ -294,11 +294,22 @@ def _failed_and_missing(res, proto: dict) -> str:
     lines = ([f"- {lb} / {t.task}: {t.failed} failed runs (excluded from the means)" for lb, t in tasks if t.failed]
              + [f"- {lb} / {t.task}: {t.without_metric} runs without a `{res.metric}` score (recorded before it "
                 "existed; excluded)" for lb, t in tasks if t.without_metric]
+             + [_incomplete_lrs(lb, t) for lb, t in tasks if (t.summary or {}).get("incomplete_lrs")]
              + [f"- {lb}: no evaluation records yet" for lb in res.evaluations if not res.tasks.get(lb)]
              + [f"- {lb} / {t.task}: {t.runs} of {grid} runs recorded, the others missing (`study run` does them)"
                 for lb, t in tasks if t.runs < grid]
              + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused])
     return "## Failed and missing runs\n\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def _incomplete_lrs(label: str, t) -> str:
+    """Under mean_over_seeds, the LRs whose mean is over fewer seeds than the others': they do not compete."""
+    short = t.summary["incomplete_lrs"]
+    lrs = ", ".join(f"{lr} ({n} of {short['seeds']} seeds)" for lr, n in short["lrs"].items())
+    return (f"- {label} / {t.task}: LR {lrs} " + ("compete on the seeds they have: no LR has every seed"
+                                                  if short["competed"] else
+                                                  "left out of the LR choice (`mean_over_seeds` compares means "
+                                                  "over every seed)"))
 
 
 def _tokens_seen(plan: dict) -> str:
