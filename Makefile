@@ -4,18 +4,21 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.encoderlab-installed
 TORCH_VERSION ?= 2.13.0
+# Where torch comes from: pip's own index by default; e.g. https://download.pytorch.org/whl/cpu where PyPI's Linux
+# wheel is a CUDA build and the machine has no GPU.
+TORCH_INDEX ?=
 export ENCODERLAB_HOME ?= $(HOME)/.cache/encoderlab
 
 .PHONY: setup demo test test-all bench gpu-wheels gpu-check lint clean
 
 setup: $(STAMP)
 
-# torch goes in first and pinned: a bare `torch` requirement on a machine without it pulls GBs of CUDA wheels.
+# torch goes in first and pinned, so that encoderlab's `torch>=2.6` is already met and pulls no other build.
 # gguf (pure Python, with accelerate) is installed too: the SmolLM2 continued-pretraining study imports a GGUF.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION)
+	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install --quiet -e '.[dev,gguf]'
 	touch $(STAMP)
 

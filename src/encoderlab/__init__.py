@@ -28,4 +28,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *API])
+    return sorted(["__version__", *API])

@@ -6,13 +6,18 @@ where and what is allowed, before any work) and returns the summary the command 
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import json
+import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import torch
+from pydantic import ConfigDict, Field, ValidationError, validate_call
 from torch import Tensor
 
 from encoderlab.core.config import load_config, validate
@@ -25,20 +30,75 @@ from encoderlab.model.transformer import TransformerLM
 
 Log = Callable[[str], None]
 Overrides = Sequence[str] | Mapping[str, object]
+PathLike = str | Path
+Positive = Annotated[int, Field(ge=1)]
+
+
+def checked(fn):
+    """Arguments checked against `fn`'s annotations before it runs: a wrong type or value is one `EncoderlabError`
+    naming the argument and what it takes, as the command line refuses a bad option."""
+    validated = validate_call(config=ConfigDict(arbitrary_types_allowed=True))(fn)
+    params = list(inspect.signature(fn).parameters.values())
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return validated(*args, **kwargs)
+        except ValidationError as exc:
+            if exc.title not in (fn.__name__, fn.__qualname__):  # raised inside the function, not by its arguments
+                raise
+            raise EncoderlabError(_argument_problem(fn, params, exc.errors(), args, kwargs)) from None
+    return call
+
+
+# How a type alias of this module reads in an error message
+READABLE = {"Sequence[str] | str": "a text or a list of texts",
+            "Sequence[PathLike] | PathLike": "a task or a list of tasks (names or paths)",
+            "PathLike": "a path (str or Path)", "Overrides": "a mapping or a list of 'key=value' strings",
+            "Positive": "a whole number, 1 or more"}
+
+
+def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: tuple, kwargs: dict) -> str:
+    """'sweep: argument tasks=None: takes a list of paths ...' from pydantic's errors about one call."""
+    where = errors[0]["loc"][0]
+    param = params[where] if isinstance(where, int) else next(p for p in params if p.name == where)
+    given = args[where] if isinstance(where, int) else kwargs.get(where)
+    wants = str(param.annotation)
+    for alias, text in READABLE.items():
+        wants = wants.replace(alias, text)
+    wants = errors[0]["msg"].lower() if len(errors) == 1 else f"takes {wants}"
+    return f"{fn.__qualname__}: argument {param.name}={given!r:.80}: {wants}"
+
+
+def _plain(value: object) -> object:
+    """A value as YAML reads it: paths as text, numpy scalars as numbers, tuples as lists."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value.item() if hasattr(value, "item") and callable(value.item) else value
 
 
 def _overrides(given: Overrides) -> list[str]:
     """`{"train.steps": 100}` or `["train.steps=100"]` -> the `--set` strings (values as JSON, which YAML reads)."""
-    if isinstance(given, Mapping):
-        return [f"{key}={json.dumps(value)}" for key, value in given.items()]
-    if isinstance(given, str):
-        raise EncoderlabError(f"overrides {given!r}: give a list of 'key=value' strings or a mapping, not one string")
-    return list(given)
+    if not isinstance(given, Mapping):
+        return list(given)
+    sets = []
+    for key, value in given.items():
+        try:
+            sets.append(f"{key}={json.dumps(_plain(value))}")
+        except (TypeError, ValueError):
+            raise EncoderlabError(f"overrides[{key!r}]: {type(value).__name__} is not a config value (give text, "
+                                  "numbers, booleans, lists or mappings)") from None
+    return sets
 
 
-def prepare_data(source: str | Path, out: str | Path | None = None, *, vocab_size: int = 8192, seq_len: int = 512,
-                 val_fraction: float = 0.005, tokenizer: str | Path | None = None, text_column: str = "text",
-                 max_documents: int | None = None, force: bool = False, log: Log = print) -> dict:
+@checked
+def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: Positive = 8192, seq_len: Positive = 512,
+                 val_fraction: float = 0.005, tokenizer: PathLike | None = None, text_column: str = "text",
+                 max_documents: Positive | None = None, force: bool = False, log: Log = print) -> dict:
     """Tokenise and pack a corpus for pretraining, as `encoderlab data prepare`.
 
     `source`: "offline" (the bundled suite: its tasks, corpus, tokenizer and packed windows), a local .txt, .jsonl,
@@ -55,7 +115,8 @@ def prepare_data(source: str | Path, out: str | Path | None = None, *, vocab_siz
     return prepare(str(source), out, opts, log=log)
 
 
-def pretrain(config: str | Path | Mapping, overrides: Overrides = (), *, resume: bool = False, log: Log = print,
+@checked
+def pretrain(config: PathLike | Mapping, overrides: Overrides = (), *, resume: bool = False, log: Log = print,
              show_progress: bool = False) -> dict:
     """Train one pretraining run, as `encoderlab pretrain` (`config`: a YAML file such as
     configs/pretrain/demo-tiny.yaml, or the same settings as a mapping; `overrides` as `--set`). `resume`: continue
@@ -83,8 +144,9 @@ def _protocol(path: str | Path | None, overrides: list[str]):
     return load_config(Protocol, path or DEFAULT_PROTOCOL, overrides, "the default protocol")
 
 
-def sweep(checkpoint: str | Path, tasks: Sequence[str], *, protocol: str | Path | None = None,
-          overrides: Overrides = (), out: str | Path = "evals", engine: str = "auto", workers: int | str = 1,
+@checked
+def sweep(checkpoint: PathLike, tasks: Sequence[PathLike] | PathLike, *, protocol: PathLike | None = None,
+          overrides: Overrides = (), out: PathLike = "evals", engine: str = "auto", workers: Positive | str = 1,
           log: Log = print, show_progress: bool = False) -> dict:
     """Fine-tune a checkpoint on each task over the protocol's LR x seed grid and aggregate, as `encoderlab sweep`.
 
@@ -94,13 +156,9 @@ def sweep(checkpoint: str | Path, tasks: Sequence[str], *, protocol: str | Path 
     Returns the summary: per task, the score with its interval beside the task's baselines."""
     from encoderlab.finetuning.aggregate import check_scored
     from encoderlab.finetuning.sweep import run_sweep
-    from encoderlab.tasks import offline_task_names
+    from encoderlab.tasks import expand_specs
 
-    if isinstance(tasks, str):
-        tasks = [tasks]
-    specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
-    if not specs:
-        raise EncoderlabError("no task to run: 'offline' found no offline task; call prepare_data('offline') first")
+    specs = expand_specs([str(t) for t in ([tasks] if isinstance(tasks, str | Path) else tasks)])
     check_writable(Path(out), "out")
     summary = run_sweep(checkpoint, specs, _protocol(protocol, _overrides(overrides)), Path(out), log=log,
                         show_progress=show_progress, cache_dir=encoderlab_home() / "cache" / "tasks", engine=engine,
@@ -109,19 +167,20 @@ def sweep(checkpoint: str | Path, tasks: Sequence[str], *, protocol: str | Path 
     return summary
 
 
-def finetune(checkpoint: str | Path, task: str, *, lr: float, seed: int = 0, protocol: str | Path | None = None,
-             overrides: Overrides = (), out: str | Path = "evals", log: Log = print) -> dict:
-    """One fine-tuning run (one cell of the sweep's grid), as `encoderlab finetune`; writes its record under `out`
-    and returns the sweep summary of that one run."""
-    import math
-
+@checked
+def finetune(checkpoint: PathLike, task: PathLike, *, lr: float, seed: Annotated[int, Field(ge=0)] = 0,
+             protocol: PathLike | None = None, overrides: Overrides = (), out: PathLike = "evals",
+             log: Log = print) -> dict:
+    """One fine-tuning run at this LR and seed, with the protocol's other settings, as `encoderlab finetune`; writes
+    its record under `out` and returns the summary of that one run."""
     if not (lr > 0 and math.isfinite(lr)):
         raise EncoderlabError(f"lr={lr:g}: the learning rate must be a finite number greater than 0")
-    return sweep(checkpoint, [task], protocol=protocol, overrides=[*_overrides(overrides), f"lrs=[{lr}]",
+    return sweep(checkpoint, [str(task)], protocol=protocol, overrides=[*_overrides(overrides), f"lrs=[{lr}]",
                                                                     f"seeds=[{seed}]"], out=out, log=log)
 
 
-def run_study(study: str | Path, *, workers: int = 1, only: str | None = None, log: Log = print) -> dict:
+@checked
+def run_study(study: PathLike, *, workers: Positive = 1, only: str | None = None, log: Log = print) -> dict:
     """Plan and run a study (configs/studies/*.yaml), as `encoderlab study run`: resumable, a failed job fails its
     dependents. Returns the outcome (`done`, `jobs`, `failed`, `skipped`, `folder`); raises when a job failed."""
     from encoderlab.study.plan import build_plan
@@ -138,7 +197,8 @@ def run_study(study: str | Path, *, workers: int = 1, only: str | None = None, l
     return result
 
 
-def report_study(folder: str | Path, *, metric: str = "score", reference: str | Path | None = None) -> Path:
+@checked
+def report_study(folder: PathLike, *, metric: str = "score", reference: PathLike | None = None) -> Path:
     """Write a study's report (report.md, CSV tables, PNG figures) under FOLDER/report, as `encoderlab study
     report`; returns the path of report.md."""
     from encoderlab.study.report import write_report
@@ -146,8 +206,9 @@ def report_study(folder: str | Path, *, metric: str = "score", reference: str | 
     return write_report(Path(folder), metric=metric, reference=Path(reference) if reference else None)
 
 
-def export(checkpoint: str | Path, out: str | Path, *, kind: str = "eurobert", attention: str | None = None,
-           evaluation: str | Path | None = None, force: bool = False, log: Log = print) -> dict:
+@checked
+def export(checkpoint: PathLike, out: PathLike, *, kind: str = "eurobert", attention: str | None = None,
+           evaluation: PathLike | None = None, force: bool = False, log: Log = print) -> dict:
     """Write a transformers folder (weights, tokenizer, model card), as `encoderlab export --as KIND`: `kind` is
     eurobert, llama, mistral, qwen2, qwen3 or sentence-transformers."""
     from encoderlab.hub.exporter import export_checkpoint
@@ -156,7 +217,8 @@ def export(checkpoint: str | Path, out: str | Path, *, kind: str = "eurobert", a
                              evaluation=Path(evaluation) if evaluation else None, force=force, log=log)
 
 
-def import_hf(source: str | Path, out: str | Path, *, force: bool = False, log: Log = print) -> dict:
+@checked
+def import_hf(source: PathLike, out: PathLike, *, force: bool = False, log: Log = print) -> dict:
     """Turn a Hugging Face model folder (Llama, Mistral, Qwen2, Qwen3), a .gguf file or "smollm2" into an encoderlab
     checkpoint, as `encoderlab import-hf`."""
     from encoderlab.hub.importer import import_hf as run
@@ -173,32 +235,41 @@ class Encoder:
     config: ModelConfig
     tokenizer: TextTokenizer
 
-    def tokenize(self, texts: Sequence[str], max_length: int | None = None) -> dict[str, Tensor]:
+    @checked
+    def tokenize(self, texts: Sequence[str] | str, max_length: Positive | None = None) -> dict[str, Tensor]:
         """`input_ids` and `attention_mask` (B, T), right-padded: each text framed `<bos> text <eos>` as
-        fine-tuning and the exported tokenizers frame it, cut (keeping its EOS) to `max_length` tokens (default:
-        the model's context)."""
+        fine-tuning and the exported tokenizers frame it, cut (keeping its EOS) to `max_length` tokens, at most the
+        model's context (the default)."""
         from encoderlab.tasks.base import pad
 
-        if isinstance(texts, str):
-            texts = [texts]
-        limit = max_length or self.config.max_position_embeddings
-        if limit < 3:
-            raise EncoderlabError(f"max_length={limit}: give at least 3 (<bos>, a token of text, <eos>)")
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        limit = self._length(max_length)
+        if not texts:
+            empty = torch.zeros(0, 0, dtype=torch.long)
+            return {"input_ids": empty, "attention_mask": empty.clone()}
         tok = self.tokenizer
-        ids = [[tok.bos_id, *one[: limit - 2], tok.eos_id] for one in tok.encode_batch(list(texts))]
+        ids = [[tok.bos_id, *one[: limit - 2], tok.eos_id] for one in tok.encode_batch(texts)]
         input_ids, mask = pad(ids, tok.pad_id)
         return {"input_ids": input_ids, "attention_mask": mask}
 
+    def _length(self, max_length: int | None) -> int:
+        context = self.config.max_position_embeddings
+        if max_length is not None and not 3 <= max_length <= context:
+            raise EncoderlabError(f"max_length={max_length}: give 3 (<bos>, a token of text, <eos>) to {context} "
+                                  "(the model's context)")
+        return context if max_length is None else max_length
+
+    @checked
     @torch.no_grad()
-    def embed(self, texts: Sequence[str], *, batch_size: int = 32, max_length: int | None = None,
+    def embed(self, texts: Sequence[str] | str, *, batch_size: Positive = 32, max_length: Positive | None = None,
               normalize: bool = True) -> Tensor:
         """(len(texts), hidden_size) float32: the mean of the final hidden states over each text's tokens, with
         bidirectional attention, as the retrieval evaluation and the sentence-transformers export embed; unit
-        length when `normalize`. Prefix queries with "Query: " and documents with "Document: " to match them."""
+        length when `normalize`. A text is cut to `max_length` tokens (default: the model's context). Prefix
+        queries with "Query: " and documents with "Document: " to match them as the retrieval evaluation does."""
         from encoderlab.tasks.retrieval import encode
 
-        if isinstance(texts, str):
-            texts = [texts]
+        texts = [texts] if isinstance(texts, str) else list(texts)
         parts = []
         for start in range(0, len(texts), batch_size):
             batch = self.tokenize(texts[start : start + batch_size], max_length)
@@ -206,6 +277,7 @@ class Encoder:
         out = torch.cat(parts) if parts else torch.zeros(0, self.config.hidden_size)
         return torch.nn.functional.normalize(out, dim=-1) if normalize else out
 
+    @checked
     def to_transformers(self, kind: str = "eurobert", attention: str | None = None):
         """(transformers model, transformers tokenizer): the model `export(kind=...)` writes, built in memory with
         these weights, and its tokenizer framing text as the export's does. `kind`: eurobert, llama, mistral, qwen2
@@ -233,7 +305,8 @@ class Encoder:
         return hf_model(self.model, self.config, target), hf_tok
 
 
-def load(checkpoint: str | Path) -> Encoder:
+@checked
+def load(checkpoint: PathLike) -> Encoder:
     """A checkpoint folder (or a run folder: its latest checkpoint), verified against its checksums, as an
     `Encoder`: its model, config and tokenizer, and `tokenize`, `embed` and `to_transformers`."""
     from encoderlab.runs import checkpoint as ckpt

@@ -331,12 +331,10 @@ def sweep(
     from encoderlab.core.io import check_writable
     from encoderlab.finetuning.aggregate import check_scored
     from encoderlab.finetuning.sweep import run_sweep
-    from encoderlab.tasks import offline_task_names
+    from encoderlab.tasks import expand_specs
 
     check_writable(out_dir, "--out")
-    specs = [name for spec in tasks for name in (offline_task_names() if spec == "offline" else [spec])]
-    if not specs:
-        raise EncoderlabError("no task to run: 'offline' found no offline task; run `encoderlab data prepare offline`")
+    specs = expand_specs(tasks)
     proto, told = _protocol(protocol, overrides)
     summary = run_sweep(checkpoint, specs, proto, out_dir, log=log_after(told), show_progress=not as_json,
                         cache_dir=cache_dir(), engine=engine, workers=workers_option(workers),

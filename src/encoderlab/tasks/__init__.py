@@ -39,6 +39,18 @@ def offline_task_names(root: Path | None = None) -> list[str]:
     return task_names(root or offline_root())
 
 
+def expand_specs(specs: list[str]) -> list[str]:
+    """The task specs a sweep runs: 'offline' stands for every prepared offline task, and is refused when none is
+    prepared (the other tasks would run alone, without a word that the offline ones were left out)."""
+    if not specs:
+        raise DataError("no task given: name tasks, paper datasets, task YAML files or 'offline'")
+    offline = offline_task_names() if "offline" in specs else []
+    if "offline" in specs and not offline:
+        raise DataError(f"task 'offline': no offline task is prepared under {offline_root()}; run `encoderlab data "
+                        "prepare offline` first")
+    return [name for spec in specs for name in (offline if spec == "offline" else [spec])]
+
+
 def load_task(spec: str, *, root: Path | None = None, holdout: str = "encoderlab") -> EvalTask:
     """The task a spec names, with its identity: `task.name` and `task.fingerprint` (records are kept by both).
     `holdout`: how a task whose test labels are hidden draws its validation set (the protocol's, split_validation)."""

@@ -1,0 +1,89 @@
+"""The Python API checks what it is given as the command line does (one EncoderlabError line naming the argument),
+and a loaded checkpoint computes what fine-tuning, retrieval and the transformers export compute."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import train_tiny
+
+import encoderlab
+from encoderlab.core.errors import EncoderlabError
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, packed_dir) -> Path:
+    return train_tiny(tmp_path_factory.mktemp("runs"), packed_dir)
+
+
+@pytest.fixture(scope="module")
+def enc(checkpoint):
+    return encoderlab.load(checkpoint)
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda e, c: encoderlab.load(3), "load: argument checkpoint=3: takes a path"),
+    (lambda e, c: e.embed(["a", "b"], batch_size=0), "Encoder.embed: argument batch_size=0: input should be greater"),
+    (lambda e, c: e.embed(t for t in ["a"]), "Encoder.embed: argument texts=<generator"),
+    (lambda e, c: e.tokenize([1, 2]), "Encoder.tokenize: argument texts=[1, 2]: takes a text or a list of texts"),
+    (lambda e, c: e.tokenize(["a"], max_length=2), "max_length=2: give 3"),
+    (lambda e, c: e.tokenize(["a"], max_length=10_000), "max_length=10000: give 3 (<bos>, a token of text, <eos>)"),
+    (lambda e, c: encoderlab.finetune(c, ["t.yaml"], lr=1e-3), "finetune: argument task=['t.yaml']: takes a path"),
+    (lambda e, c: encoderlab.finetune(c, "t.yaml", lr=float("nan")), "lr=nan: the learning rate must be a finite"),
+    (lambda e, c: encoderlab.sweep(c, None), "sweep: argument tasks=None: takes a task or a list of tasks"),
+    (lambda e, c: encoderlab.sweep(c, []), "no task given"),
+    (lambda e, c: encoderlab.sweep(c, ["offline", "t.yaml"]), "task 'offline': no offline task is prepared"),
+    (lambda e, c: encoderlab.pretrain("x.yaml", {"data.path": object()}), "overrides['data.path']: object is not"),
+    (lambda e, c: encoderlab.pretrain("x.yaml", "train.steps=3"), "argument overrides='train.steps=3': takes a mapping"),
+])
+def test_bad_arguments_are_one_line(enc, checkpoint, call, says):
+    with pytest.raises(EncoderlabError) as caught:
+        call(enc, checkpoint)
+    assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_override_values_may_be_paths_and_numpy_numbers():
+    import numpy as np
+
+    from encoderlab.api import _overrides
+
+    assert _overrides({"data.path": Path("/d/p"), "train.steps": np.int64(3), "optim.betas": (0.9, 0.95)}) == [
+        'data.path="/d/p"', "train.steps=3", "optim.betas=[0.9, 0.95]"]
+
+
+def test_tokenize_frames_and_embed_is_the_retrieval_embedding(enc):
+    from encoderlab.tasks.base import mean_pool
+
+    tok = enc.tokenizer
+    batch = enc.tokenize(["the cat sat", "a dog ran across green fields"])
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert ids[:, 0].tolist() == [tok.bos_id] * 2
+    assert [row[m.bool()][-1].item() for row, m in zip(ids, mask)] == [tok.eos_id] * 2
+    cut = enc.tokenize(["a dog ran across green fields"], max_length=4)["input_ids"][0].tolist()
+    assert len(cut) == 4 and cut[0] == tok.bos_id and cut[-1] == tok.eos_id
+    with torch.no_grad():
+        hidden = enc.model.model(ids, causal=False, attention_mask=mask)
+    expected = torch.nn.functional.normalize(mean_pool(hidden.float(), mask), dim=-1)
+    assert torch.allclose(enc.embed(["the cat sat", "a dog ran across green fields"], batch_size=1), expected,
+                          atol=1e-6)
+    assert enc.embed([]).shape == (0, enc.config.hidden_size) and enc.tokenize([])["input_ids"].shape == (0, 0)
+
+
+def test_to_transformers_computes_the_same_hidden_states(enc):
+    model, hf_tok = enc.to_transformers()
+    texts = ["the cat sat on a mat", "birds"]
+    ours = enc.tokenize(texts)
+    theirs = hf_tok(texts, padding=True, return_tensors="pt")
+    assert theirs["input_ids"].tolist() == ours["input_ids"].tolist()
+    with torch.no_grad():
+        expected = enc.model.model(ours["input_ids"], causal=False, attention_mask=ours["attention_mask"])
+        got = model(**theirs, output_hidden_states=True).hidden_states[-1]
+    mask = ours["attention_mask"].bool()
+    assert torch.allclose(got[mask], expected[mask], atol=1e-5)
+    assert enc.tokenize(texts)["input_ids"].tolist() == ours["input_ids"].tolist()  # its own tokenizer unchanged
+
+
+def test_the_package_exposes_the_api_and_nothing_else():
+    assert [n for n in dir(encoderlab) if not n.startswith("__")] == sorted(encoderlab.API)
+    assert encoderlab.pretrain.__module__ == "encoderlab.api"
