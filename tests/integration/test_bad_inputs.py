@@ -658,6 +658,21 @@ IO_CASES = [
          "--attention causal: --as sentence-transformers is a bidirectional encoder; a causal export is --as llama"),
     Case("import-hf-out-under-a-file", ("import-hf", "{tmp}/model", "--out", "{tmp}/afile/ckpt"),
          "{tmp}/afile is a file", two(write("afile", "x"), write("model/config.json", '{{"model_type": "llama"}}'))),
+    Case("export-force-over-a-run-folder", ("export", "{ckpt}", "--out", "{tmp}/r", "--force"),
+         "--out {tmp}/r is a run folder (it holds checkpoints/): it is never replaced, even with --force",
+         write("r/checkpoints/step-0000001/state.json", "{{}}")),
+    Case("export-force-over-a-checkpoint", ("export", "{ckpt}", "--out", "{tmp}/c", "--force"),
+         "--out {tmp}/c is an encoderlab checkpoint (it holds model.safetensors and state.json): it is never replaced",
+         two(write("c/model.safetensors", "x"), write("c/state.json", "{{}}"))),
+    Case("import-hf-force-over-a-runs-checkpoint", ("import-hf", "{tmp}/model", "--out",
+                                                    "{tmp}/r/checkpoints/step-0000001", "--force"),
+         "--out {tmp}/r/checkpoints/step-0000001 is a checkpoint of the run {tmp}/r: it is never replaced",
+         two(write("model/config.json", '{{"model_type": "llama"}}'), write("r/checkpoints/step-0000001/import.json",
+             "{{}}"), write("r/checkpoints/step-0000001/model.safetensors", "x"),
+             write("r/checkpoints/step-0000001/state.json", "{{}}"))),
+    Case("export-force-out-a-symlink", ("export", "{ckpt}", "--out", "{tmp}/hf", "--force"),
+         "--out {tmp}/hf is a symbolic link (to {tmp}/real): give the folder it leads to",
+         two(write("real/keep.txt", "x"), lambda tmp, ctx: (tmp / "hf").symlink_to(tmp / "real"))),
 ]
 
 CASES = CLI_CASES + TASK_CASES + RESUME_CASES + IO_CASES

@@ -4,10 +4,12 @@ where data and caches live. Who may write a folder, and for how long a process l
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -114,13 +116,46 @@ def umask() -> int:
         return mask
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_dead_leftovers(dest: Path) -> list[str]:
+    """Remove the temporary siblings of `dest` that a killed `atomic_dir` left (`.NAME.tmp-PID-*`, `.NAME.old-PID`)
+    once their writer PID no longer runs: a kill leaves a full-size copy that nothing else would remove. A live
+    writer's are left alone. An `.old-PID` folder with `dest` missing is the previous complete version (the kill
+    came between the two renames): it is put back. Returns the names handled."""
+    pattern = re.compile(rf"\.{re.escape(dest.name)}\.(tmp|old)-(\d+)(-[0-9a-f]+)?")
+    handled = []
+    for path in sorted(dest.parent.glob(f".{glob.escape(dest.name)}.*-*")):  # .old- before .tmp-
+        found = pattern.fullmatch(path.name)
+        if found is None or _running(int(found[2])):
+            continue
+        if found[1] == "old" and not os.path.lexists(dest):
+            os.replace(path, dest)
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        handled.append(path.name)
+    return handled
+
+
 @contextmanager
 def atomic_dir(dest: Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed. What it holds gets
-    the umask's permissions (0644 files, 0755 folders by default), whoever wrote it: safetensors writes its files
-    0600 and mkdtemp its folders 0700, and the rename would publish them so."""
+    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed (and what killed
+    writers of `dest` left is removed first). What it holds gets the umask's permissions (0644 files, 0755 folders
+    by default), whoever wrote it: safetensors writes its files 0600 and mkdtemp its folders 0700, and the rename
+    would publish them so. A `dest` that is a symbolic link is replaced by the folder; what it led to is kept."""
     with writing(dest):
         dest.parent.mkdir(parents=True, exist_ok=True)
+        remove_dead_leftovers(dest)
         tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
         tmp.mkdir()
         try:
@@ -128,11 +163,11 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
             mask = umask()
             for path in [tmp, *tmp.rglob("*")]:
                 path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
-            if dest.exists():
+            if os.path.lexists(dest):
                 old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
                 os.replace(dest, old)
                 os.replace(tmp, dest)
-                shutil.rmtree(old)
+                old.unlink() if old.is_symlink() or not old.is_dir() else shutil.rmtree(old)
             else:
                 os.replace(tmp, dest)
         except BaseException:
