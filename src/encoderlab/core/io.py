@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from encoderlab.core.errors import DataError, EncoderlabError
+from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed
 
 
 def encoderlab_home() -> Path:
@@ -62,7 +62,8 @@ def write_failure(exc: BaseException) -> str | None:
 
 @contextmanager
 def writing(path: Path) -> Iterator[None]:
-    """Report a disk-full or permission failure inside the block as one line naming `path` and the cause."""
+    """Report a disk-full or permission failure inside the block as one line naming `path` and the cause (exit 1:
+    work had started)."""
     try:
         yield
     except (KeyboardInterrupt, SystemExit, GeneratorExit, EncoderlabError):
@@ -71,7 +72,7 @@ def writing(path: Path) -> Iterator[None]:
         cause = write_failure(exc)
         if cause is None:
             raise
-        raise EncoderlabError(f"cannot write {path}: {cause}; nothing was written there") from exc
+        raise WriteFailed(f"cannot write {path}: {cause}; nothing was written there") from exc
 
 
 def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
