@@ -256,6 +256,10 @@ TASK_CASES: list[Case] = [
     Case("task-qrels-not-utf8", (*SWEEP, "--set", "retrieval.train_on=null"),
          "{tmp}/beir/qrels/test.tsv:2: not UTF-8 text", two(beir_files, write("beir/qrels/test.tsv",
                                                                              b"query-id\tcorpus-id\tscore\nq\xe9\td0\t1\n"))),
+    Case("task-qrels-pair-judged-twice-differently", (*SWEEP, "--set", "retrieval.train_on=null"),
+         "{tmp}/beir/qrels/test.tsv:4: query 'q1' and document 'd1' are judged 0 here and 1 on line 2: give each pair "
+         "one score", two(beir_files, write("beir/qrels/test.tsv",
+                                           "query-id\tcorpus-id\tscore\nq1\td1\t1\nq0\td0\t1\nq1\td1\t0\n"))),
     Case("task-beir-train-qrels-only", (*SWEEP, "--set", "retrieval.train_on=null"), "{tmp}/beir: train qrels only; "
          "a retrieval task is scored on validation (dev.tsv) and test (test.tsv) qrels",
          two(beir_files, lambda tmp, ctx: [(tmp / f"beir/qrels/{s}.tsv").unlink() for s in ("dev", "test")])),
