@@ -261,6 +261,20 @@ def text_lines(path: Path) -> list[str]:
     return io.StringIO(utf8_text(path), newline=None).read().split("\n")
 
 
+def lone_surrogate(line: str, value) -> str | None:
+    """What is wrong when a JSON line's parsed `value` holds a lone surrogate (a `\\ud800` escape without its
+    pair: half of a UTF-16 character, which no UTF-8 text can hold and every later write or tokenizer would fail
+    on), else None. Only a line with a `\\u` escape can hold one, so others cost nothing."""
+    if "\\u" not in line:
+        return None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"the escape \\u{ord(e.object[e.start]):04x} is half of a UTF-16 surrogate pair without its other "
+                "half, which is no character; give the whole pair or the character itself")
+    return None
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
     """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON or UTF-8, or lacks a
     `required` key, fails naming the file and the line."""
@@ -274,6 +288,8 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
                             "line") from e
         if not isinstance(row, dict):
             raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+        if problem := lone_surrogate(line, row):
+            raise DataError(f"{path}:{line_no}: {problem}")
         missing = [key for key in required if key not in row]
         if missing:
             raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
