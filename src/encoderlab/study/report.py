@@ -30,6 +30,7 @@ class Report:
         self.res = StudyResults(root, metric)
         self.reference, self.reference_models = reference, reference_models
         self.out = Path(root) / "report"
+        self.out.mkdir(parents=True, exist_ok=True)
         published = self.res.plan.get("paper_results") or {}
         self.paper = published.get("categories", {})
         self.paper_column = published.get("column", "paper")
