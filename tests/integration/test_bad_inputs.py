@@ -136,6 +136,9 @@ CLI_CASES = [
          "no column 'text' (it has: body)", write("c.jsonl", '{{"body": "one two three"}}\n')),
     Case("data-prepare-seq-len-zero", ("data", "prepare", "offline", "--seq-len", "0", "--out", "{tmp}/o"),
          "seq_len=0 is too small"),
+    Case("data-prepare-jsonl-lone-surrogate", ("data", "prepare", "{tmp}/c.jsonl", "--out", "{tmp}/o"),
+         "{tmp}/c.jsonl: line 1: the escape \\ud800 is half of a UTF-16 surrogate pair without its other half",
+         write("c.jsonl", '{{"text": "three \\ud800 four"}}\n{{"text": "one two"}}\n')),
     Case("data-prepare-vocab-too-small", ("data", "prepare", "{tmp}/c.jsonl", "--vocab-size", "10", "--out", "{tmp}/o"),
          "vocab_size=10 is too small", write("c.jsonl", '{{"text": "one two three"}}\n')),
     Case("data-prepare-shard-beyond", ("data", "prepare", "{tmp}/c.jsonl", "--shard", "3/2", "--out", "{tmp}/o"),
@@ -256,6 +259,15 @@ TASK_CASES: list[Case] = [
     Case("task-qrels-not-utf8", (*SWEEP, "--set", "retrieval.train_on=null"),
          "{tmp}/beir/qrels/test.tsv:2: not UTF-8 text", two(beir_files, write("beir/qrels/test.tsv",
                                                                              b"query-id\tcorpus-id\tscore\nq\xe9\td0\t1\n"))),
+    Case("task-jsonl-lone-surrogate", (*SWEEP, "--set", "retrieval.train_on=null"),
+         "{tmp}/beir/queries.jsonl:2: the escape \\udc00 is half of a UTF-16 surrogate pair",
+         two(beir_files, write("beir/queries.jsonl", '{{"_id": "q0", "text": "film 0"}}\n'
+                               '{{"_id": "q1", "text": "film \\udc00 1"}}\n{{"_id": "q2", "text": "film 2"}}\n'
+                               '{{"_id": "q3", "text": "x"}}\n'))),
+    Case("task-qrels-pair-judged-twice-differently", (*SWEEP, "--set", "retrieval.train_on=null"),
+         "{tmp}/beir/qrels/test.tsv:4: query 'q1' and document 'd1' are judged 0 here and 1 on line 2: give each pair "
+         "one score", two(beir_files, write("beir/qrels/test.tsv",
+                                           "query-id\tcorpus-id\tscore\nq1\td1\t1\nq0\td0\t1\nq1\td1\t0\n"))),
     Case("task-beir-train-qrels-only", (*SWEEP, "--set", "retrieval.train_on=null"), "{tmp}/beir: train qrels only; "
          "a retrieval task is scored on validation (dev.tsv) and test (test.tsv) qrels",
          two(beir_files, lambda tmp, ctx: [(tmp / f"beir/qrels/{s}.tsv").unlink() for s in ("dev", "test")])),
@@ -658,6 +670,21 @@ IO_CASES = [
          "--attention causal: --as sentence-transformers is a bidirectional encoder; a causal export is --as llama"),
     Case("import-hf-out-under-a-file", ("import-hf", "{tmp}/model", "--out", "{tmp}/afile/ckpt"),
          "{tmp}/afile is a file", two(write("afile", "x"), write("model/config.json", '{{"model_type": "llama"}}'))),
+    Case("export-force-over-a-run-folder", ("export", "{ckpt}", "--out", "{tmp}/r", "--force"),
+         "--out {tmp}/r is a run folder (it holds checkpoints/): it is never replaced, even with --force",
+         write("r/checkpoints/step-0000001/state.json", "{{}}")),
+    Case("export-force-over-a-checkpoint", ("export", "{ckpt}", "--out", "{tmp}/c", "--force"),
+         "--out {tmp}/c is an encoderlab checkpoint (it holds model.safetensors and state.json): it is never replaced",
+         two(write("c/model.safetensors", "x"), write("c/state.json", "{{}}"))),
+    Case("import-hf-force-over-a-runs-checkpoint", ("import-hf", "{tmp}/model", "--out",
+                                                    "{tmp}/r/checkpoints/step-0000001", "--force"),
+         "--out {tmp}/r/checkpoints/step-0000001 is a checkpoint of the run {tmp}/r: it is never replaced",
+         two(write("model/config.json", '{{"model_type": "llama"}}'), write("r/checkpoints/step-0000001/import.json",
+             "{{}}"), write("r/checkpoints/step-0000001/model.safetensors", "x"),
+             write("r/checkpoints/step-0000001/state.json", "{{}}"))),
+    Case("export-force-out-a-symlink", ("export", "{ckpt}", "--out", "{tmp}/hf", "--force"),
+         "--out {tmp}/hf is a symbolic link (to {tmp}/real): give the folder it leads to",
+         two(write("real/keep.txt", "x"), lambda tmp, ctx: (tmp / "hf").symlink_to(tmp / "real"))),
 ]
 
 CASES = CLI_CASES + TASK_CASES + RESUME_CASES + IO_CASES

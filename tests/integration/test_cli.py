@@ -156,7 +156,8 @@ def test_ctrl_c_in_pretraining_says_how_to_resume(tmp_path, packed_dir, monkeypa
 
 def test_a_full_disk_where_no_writer_names_its_file_is_one_line(tmp_path, packed_dir, monkeypatch, capsys):
     """Appends to metrics.jsonl or TensorBoard files are not atomic writes: their failure reaches the command line,
-    which says it in one line (exit 2); an OSError that is no write failure keeps its traceback (a bug)."""
+    which says it in one line (exit 1: work had started); an OSError that is no write failure keeps its traceback
+    (a bug)."""
     import errno
     import sys
 
@@ -180,7 +181,7 @@ def test_a_full_disk_where_no_writer_names_its_file_is_one_line(tmp_path, packed
     with pytest.raises(SystemExit) as exit_:
         main()
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-    assert exit_.value.code == 2 and errors == [f"error: cannot write: {metrics}: No space left on device"]
+    assert exit_.value.code == 1 and errors == [f"error: cannot write: {metrics}: No space left on device"]
 
     def broken(self, record):
         raise OSError(errno.EBADF, "Bad file descriptor")

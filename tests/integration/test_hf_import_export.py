@@ -32,7 +32,7 @@ from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.importer import import_hf
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
-from encoderlab.runs.checkpoint import load_model, save_weights_only
+from encoderlab.runs.checkpoint import load_model, save_weights_only, weights_digest
 
 TOL = 1e-4
 SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -280,7 +280,7 @@ def test_model_card_reports_evaluation_given_or_found(tmp_path, bpe, monkeypatch
     from encoderlab.finetuning.records import checkpoint_tag
 
     _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
-    summary = {"checkpoint": str(ckpt), "protocol": {"name": "demo"}, "tasks": {
+    summary = {"checkpoint": str(ckpt), "weights_sha256": weights_digest(ckpt), "protocol": {"name": "demo"}, "tasks": {
         "rt_polarity": {"family": "classification", "metric": "accuracy", "test": 81.234, "ci95": 1.5,
                         "best_lr": 3e-4, "seeds": 3},
         "conll_ner": {"family": "tokens", "metric": "entity_f1", "runs": 2, "failed": 2}}}
@@ -303,6 +303,41 @@ def test_model_card_reports_evaluation_given_or_found(tmp_path, bpe, monkeypatch
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(EncoderlabError, match="not an evaluation summary"):
         export_checkpoint(ckpt, tmp_path / "bad", "eurobert", evaluation=tmp_path / "bad.json")
+
+
+def test_a_card_publishes_only_summaries_of_the_exported_weights(tmp_path, bpe, monkeypatch):
+    """A summary measured on other weights (a retrained model under the same path, another model's summary) is
+    refused when given, in one line naming both hashes and where each was read, and left out, logged, when found."""
+    from encoderlab.finetuning.records import checkpoint_tag
+
+    _, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
+    ours = weights_digest(ckpt)
+    tasks = {"rt_polarity": {"family": "classification", "metric": "accuracy", "test": 81.234, "ci95": 1.5,
+                             "best_lr": 3e-4, "seeds": 3}}
+    other = {"checkpoint": str(ckpt), "weights_sha256": "f" * 64, "protocol": {"name": "demo"}, "tasks": tasks}
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(EncoderlabError) as refused:
+        export_checkpoint(ckpt, tmp_path / "given", "eurobert", evaluation=tmp_path / "other.json")
+    line = str(refused.value)
+    assert "\n" not in line and "ffffffffffff (its weights_sha256)" in line
+    assert f"holds weights {ours[:12]} ({ckpt / 'checksums.json'})" in line
+    assert not (tmp_path / "given").exists()
+    (tmp_path / "unnamed.json").write_text(json.dumps({k: v for k, v in other.items() if k != "weights_sha256"}))
+    with pytest.raises(EncoderlabError, match="names no weights_sha256"):
+        export_checkpoint(ckpt, tmp_path / "given", "eurobert", evaluation=tmp_path / "unnamed.json")
+
+    evals = tmp_path / "evals" / checkpoint_tag(ckpt)
+    for key, digest in (("old-1234abcd", "f" * 64), ("new-5678ef01", ours)):
+        (evals / key).mkdir(parents=True)
+        (evals / key / "summary.json").write_text(json.dumps({**other, "weights_sha256": digest,
+                                                              "protocol_key": key}))
+    monkeypatch.chdir(tmp_path)
+    logged: list[str] = []
+    summary = export_checkpoint(ckpt, tmp_path / "found", "eurobert", log=logged.append)
+    card = (tmp_path / "found" / "README.md").read_text()
+    assert summary["evaluations"] == [str(Path("evals") / checkpoint_tag(ckpt) / "new-5678ef01" / "summary.json")]
+    assert "protocol new-5678ef01" in card and "old-1234abcd" not in card
+    assert any(m.startswith("left out of the card: ") and "old-1234abcd" in m for m in logged)
 
 
 def test_a_damaged_weight_file_is_one_line_naming_it(tmp_path):

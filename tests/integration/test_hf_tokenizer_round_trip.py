@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalL
 from encoderlab.hub.card import public
 from encoderlab.hub.exporter import compatible_config, export_checkpoint
 from encoderlab.hub.importer import import_hf
+from encoderlab.runs.checkpoint import weights_digest
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -104,7 +105,7 @@ def test_exported_config_reads_the_same_in_transformers_4(tmp_path, source, one_
 
 def test_model_card_has_hub_metadata_and_no_local_path(tmp_path, source, one_thread):
     import_hf(str(source), tmp_path / "ckpt")
-    summary = {"protocol": {"name": "demo"}, "tasks": {
+    summary = {"protocol": {"name": "demo"}, "weights_sha256": weights_digest(tmp_path / "ckpt"), "tasks": {
         "rt_polarity": {"family": "classification", "metric": "accuracy", "test": 81.234, "ci95": 1.5,
                         "best_lr": 3e-4, "seeds": 3}}}
     (tmp_path / "summary.json").write_text(json.dumps(summary))

@@ -398,3 +398,35 @@ def test_retrieval_trained_once_is_one_study_job():
     assert job_groups(tasks, Protocol()) == [(t, [t]) for t in tasks]
     paper = Protocol(retrieval={"train_on": "msmarco", "corpus": "judged", "relevance": "binary", "loss": "mnrl"})
     assert job_groups(tasks, paper) == [("sst2", ["sst2"]), ("retrieval", ["msmarco", "nq", "mldr"])]
+
+
+def test_a_report_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """The report folder is replaced whole: a file of an earlier report that this one no longer writes is gone, and
+    a write that fails midway (a full disk while a figure is saved) leaves the old report as it was, with one line
+    naming the folder, and no temporary folder."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    from encoderlab.core.errors import WriteFailed
+
+    study = write_study(tmp_path, "nowhere", random_init=["micro"])
+    plan, base = plan_of(study)
+    fake_records(plan, base)
+    out = plan.root / "report"
+    write_report(plan.root)
+    (out / "sanity-of-an-earlier-model.csv").write_text("model,random_init\n")  # an earlier report's table
+    write_report(plan.root)
+    assert not (out / "sanity-of-an-earlier-model.csv").exists() and (out / "sanity.csv").is_file()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def full(self, fname, **kwargs):
+        Path(fname).write_bytes(b"\x89PNG\r\n")  # a figure cut short
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full)
+    with pytest.raises(WriteFailed) as failed:
+        write_report(plan.root)
+    assert str(failed.value) == f"cannot write {out}: No space left on device; nothing was written there"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert sorted(p.name for p in plan.root.iterdir() if p.name.startswith(".report")) == []

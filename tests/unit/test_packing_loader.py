@@ -127,6 +127,22 @@ def test_token_dtype(tok, tmp_path):
     assert size == shard["windows"] * SEQ * 2
 
 
+def test_a_tokenizer_whose_ids_pass_16_bits_packs_them_whole(tmp_path):
+    """Ids with gaps: seven tokens, the largest id 70,000. The id space, not the count, sizes the vocabulary and
+    the packed dtype, so the id is stored and read back whole (counting tokens gave uint16 and an OverflowError)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"<s>": 0, "</s>": 1, "<pad>": 2, "<unk>": 3, "<mask>": 4, "world": 5, "hello": 70_000}
+    raw = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    sparse = TextTokenizer(raw, 0, 1, 2, 4, origin="sparse")
+    assert sparse.vocab_size == 70_001
+    meta = pack([Document("d0", "test", "hello world " * 40)], sparse, tmp_path / "p", seq_len=SEQ)
+    assert meta["dtype"] == "uint32" and meta["tokenizer"]["vocab_size"] == 70_001
+    tokens, _ = PackedDataset(tmp_path / "p").windows(np.arange(2))
+    assert tokens[0][:3].tolist() == [0, 70_000, 5]
+
+
 def test_heldout_split_is_stable_per_document(tok, tmp_path):
     rng = random.Random(3)
     docs = [Document(f"d{i}", "s", sentence(rng, 8)) for i in range(200)]

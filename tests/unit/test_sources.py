@@ -207,6 +207,17 @@ def test_invalid_utf8_error_in_jsonl_and_csv(tmp_path: Path, name: str, content:
         list(iter_documents(str(f)))
 
 
+def test_a_lone_surrogate_escape_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """`\\ud800` parses as JSON but is half a character: refused where it is read (the corpus copy would fail with
+    a UnicodeEncodeError); a whole pair is one character and reads."""
+    f = tmp_path / "a.jsonl"
+    f.write_text('{"text": "ok \\ud83d\\ude00"}\n{"id": "x", "text": "half \\ud800 a"}\n')
+    with pytest.raises(DataError, match=r"a\.jsonl: line 2: the escape \\ud800 is half of a UTF-16 surrogate pair"):
+        list(iter_documents(str(f)))
+    f.write_text('{"text": "ok \\ud83d\\ude00"}\n')
+    assert [d.text for d in iter_documents(str(f))] == ["ok \U0001f600"]
+
+
 def test_invalid_utf8_replace_gives_replacement_character(tmp_path: Path) -> None:
     f = tmp_path / "a.txt"
     f.write_bytes(b"fine\n" + BAD_UTF8 + b"\n")

@@ -10,7 +10,7 @@ __all__ = ["app", "main"]
 
 def main() -> None:
     """The `encoderlab` command: a user's mistake is one line and exit code 2, never a traceback; a run that
-    failed for a reason the user can act on (a diverged pretraining run) is one line and exit code 1."""
+    failed for a reason the user can act on (a diverged pretraining run, a full disk) is one line and exit code 1."""
     keep_freed_memory()  # the process is ours: training steps reuse freed pages (core/process.py)
     try:
         app()
@@ -25,4 +25,4 @@ def main() -> None:
         if cause is None:
             raise  # a bug keeps its traceback
         error(f"cannot write: {cause}")
-        raise SystemExit(2) from None
+        raise SystemExit(1) from None  # a write fails once work has started (errors.py WriteFailed)

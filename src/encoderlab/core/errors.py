@@ -17,6 +17,11 @@ class Failed(EncoderlabError):
     exit_code = 1
 
 
+class WriteFailed(Failed):
+    """A write that failed once work had started (a full disk, a quota, the file size limit, lost permissions):
+    the input was accepted, so exit code 1 like any failed work; an output refused before any work is exit 2."""
+
+
 class ChecksumError(EncoderlabError):
     """A downloaded file does not have the pinned sha256."""
 

@@ -4,10 +4,12 @@ where data and caches live. Who may write a folder, and for how long a process l
 from __future__ import annotations
 
 import errno
+import glob
 import hashlib
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -15,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from encoderlab.core.errors import DataError, EncoderlabError
+from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed
 
 
 def encoderlab_home() -> Path:
@@ -60,7 +62,8 @@ def write_failure(exc: BaseException) -> str | None:
 
 @contextmanager
 def writing(path: Path) -> Iterator[None]:
-    """Report a disk-full or permission failure inside the block as one line naming `path` and the cause."""
+    """Report a disk-full or permission failure inside the block as one line naming `path` and the cause (exit 1:
+    work had started)."""
     try:
         yield
     except (KeyboardInterrupt, SystemExit, GeneratorExit, EncoderlabError):
@@ -69,7 +72,7 @@ def writing(path: Path) -> Iterator[None]:
         cause = write_failure(exc)
         if cause is None:
             raise
-        raise EncoderlabError(f"cannot write {path}: {cause}; nothing was written there") from exc
+        raise WriteFailed(f"cannot write {path}: {cause}; nothing was written there") from exc
 
 
 def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
@@ -114,13 +117,46 @@ def umask() -> int:
         return mask
 
 
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_dead_leftovers(dest: Path) -> list[str]:
+    """Remove the temporary siblings of `dest` that a killed `atomic_dir` left (`.NAME.tmp-PID-*`, `.NAME.old-PID`)
+    once their writer PID no longer runs: a kill leaves a full-size copy that nothing else would remove. A live
+    writer's are left alone. An `.old-PID` folder with `dest` missing is the previous complete version (the kill
+    came between the two renames): it is put back. Returns the names handled."""
+    pattern = re.compile(rf"\.{re.escape(dest.name)}\.(tmp|old)-(\d+)(-[0-9a-f]+)?")
+    handled = []
+    for path in sorted(dest.parent.glob(f".{glob.escape(dest.name)}.*-*")):  # .old- before .tmp-
+        found = pattern.fullmatch(path.name)
+        if found is None or _running(int(found[2])):
+            continue
+        if found[1] == "old" and not os.path.lexists(dest):
+            os.replace(path, dest)
+        elif path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        handled.append(path.name)
+    return handled
+
+
 @contextmanager
 def atomic_dir(dest: Path) -> Iterator[Path]:
-    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed. What it holds gets
-    the umask's permissions (0644 files, 0755 folders by default), whoever wrote it: safetensors writes its files
-    0600 and mkdtemp its folders 0700, and the rename would publish them so."""
+    """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed (and what killed
+    writers of `dest` left is removed first). What it holds gets the umask's permissions (0644 files, 0755 folders
+    by default), whoever wrote it: safetensors writes its files 0600 and mkdtemp its folders 0700, and the rename
+    would publish them so. A `dest` that is a symbolic link is replaced by the folder; what it led to is kept."""
     with writing(dest):
         dest.parent.mkdir(parents=True, exist_ok=True)
+        remove_dead_leftovers(dest)
         tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
         tmp.mkdir()
         try:
@@ -128,11 +164,11 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
             mask = umask()
             for path in [tmp, *tmp.rglob("*")]:
                 path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
-            if dest.exists():
+            if os.path.lexists(dest):
                 old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
                 os.replace(dest, old)
                 os.replace(tmp, dest)
-                shutil.rmtree(old)
+                old.unlink() if old.is_symlink() or not old.is_dir() else shutil.rmtree(old)
             else:
                 os.replace(tmp, dest)
         except BaseException:
@@ -225,6 +261,20 @@ def text_lines(path: Path) -> list[str]:
     return io.StringIO(utf8_text(path), newline=None).read().split("\n")
 
 
+def lone_surrogate(line: str, value) -> str | None:
+    """What is wrong when a JSON line's parsed `value` holds a lone surrogate (a `\\ud800` escape without its
+    pair: half of a UTF-16 character, which no UTF-8 text can hold and every later write or tokenizer would fail
+    on), else None. Only a line with a `\\u` escape can hold one, so others cost nothing."""
+    if "\\u" not in line:
+        return None
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"the escape \\u{ord(e.object[e.start]):04x} is half of a UTF-16 surrogate pair without its other "
+                "half, which is no character; give the whole pair or the character itself")
+    return None
+
+
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
     """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON or UTF-8, or lacks a
     `required` key, fails naming the file and the line."""
@@ -238,6 +288,8 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
                             "line") from e
         if not isinstance(row, dict):
             raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+        if problem := lone_surrogate(line, row):
+            raise DataError(f"{path}:{line_no}: {problem}")
         missing = [key for key in required if key not in row]
         if missing:
             raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from encoderlab.core.errors import DataError
+from encoderlab.core.io import lone_surrogate
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
 
@@ -258,6 +259,8 @@ def _read_jsonl(
             ) from None
         if not isinstance(record, dict):
             raise DataError(f"{path}: line {n}: expected a JSON object, got a {type(record).__name__}")
+        if problem := lone_surrogate(line, record):
+            raise DataError(f"{path}: line {n}: {problem}")
         if column not in record:
             raise _no_column(f"{path}: line {n}: the record", column, record)
         own = tuple((key, record[key]) for key in OWN_FIELDS if key in record and key != column)

@@ -49,7 +49,10 @@ class TextTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+        """The size of the id space, largest id + 1: one embedding row per id and the width of packed tokens. A
+        tokenizer whose ids leave gaps has more ids than tokens, and counting tokens would cut its largest ids off
+        (beyond 16 bits they would not even fit the packed dtype)."""
+        return max(self.tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
 
     @property
     def special_ids(self) -> list[int]:

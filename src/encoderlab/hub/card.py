@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.aggregate import ci_text
 from encoderlab.hub.hf import Target
@@ -95,34 +97,55 @@ def training_info(path: Path, state: dict) -> dict:
     return info
 
 
-def evaluation_summaries(path: Path, given: Path | None) -> list[dict]:
-    """Sweep summaries of this checkpoint: a summary.json, a sweep output folder, or (not given) ./evals if any."""
-    from encoderlab.finetuning.records import checkpoint_tag
+def weights_source(path: Path) -> tuple[str, str]:
+    """The SHA-256 of the checkpoint's weights and where it was read: its checksums manifest, or the file itself."""
+    from encoderlab.runs import checkpoint as ckpt
 
-    tag = checkpoint_tag(path)
+    manifest = path / ckpt.MANIFEST
+    return ckpt.weights_digest(path), str(manifest if manifest.is_file() else path / ckpt.WEIGHTS)
+
+
+def _summary_files(tag: str, given: Path | None) -> list[Path]:
     if given is not None and not given.exists():
         raise EncoderlabError(f"--eval {given}: no such file or folder (give the summary.json that `encoderlab sweep` "
                               "writes, or its --out folder)")
     if given is not None and given.is_file():
-        files = [given]
-    else:
-        root = given if given is not None else Path("evals")
-        files = sorted((root / tag).glob("*/summary.json")) if root.is_dir() else []
-        if given is not None and not files:
-            raise EncoderlabError(f"--eval {given}: no evaluation of this checkpoint under it (expected "
-                                  f"{given / tag}/PROTOCOL/summary.json, as `encoderlab sweep CKPT --out {given}` "
-                                  "writes)")
+        return [given]
+    root = given if given is not None else Path("evals")
+    files = sorted((root / tag).glob("*/summary.json")) if root.is_dir() else []
+    if given is not None and not files:
+        raise EncoderlabError(f"--eval {given}: no evaluation of this checkpoint under it (expected "
+                              f"{given / tag}/PROTOCOL/summary.json, as `encoderlab sweep CKPT --out {given}` "
+                              "writes)")
+    return files
+
+
+def evaluation_summaries(path: Path, given: Path | None,
+                         log: Callable[[str], None] = lambda message: None) -> list[dict]:
+    """Sweep summaries of this checkpoint's weights: a summary.json, a sweep output folder, or (not given) ./evals
+    if any. A card publishes only what was measured on the weights it describes: a summary whose `weights_sha256`
+    is not theirs is refused when given, and left out (logged) when found."""
+    from encoderlab.finetuning.records import WEIGHTS, checkpoint_tag
+
+    weights, source = weights_source(path)
     found = []
-    for file in files:
-        summary = json.loads(file.read_text())
-        if not isinstance(summary.get("tasks"), dict):
+    for file in _summary_files(checkpoint_tag(path), given):
+        summary = read_json(file, "give the summary.json that `encoderlab sweep` writes")
+        if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
             if given is not None:
                 raise EncoderlabError(f"--eval {file} is not an evaluation summary (no 'tasks'): give the summary.json "
                                       "that `encoderlab sweep` writes")
             continue
-        other = summary.get("checkpoint") and Path(summary["checkpoint"]).resolve() != path.resolve()
-        if given is None and other:
-            continue  # another checkpoint that happens to have the same tag
+        made = summary.get(WEIGHTS)
+        if made != weights:
+            measured = (f"was measured on weights {str(made)[:12]} (its {WEIGHTS})" if made else
+                        f"names no {WEIGHTS} (its weights are unknown; `encoderlab sweep` writes it again)")
+            theirs = f"{path} holds weights {weights[:12]} ({source})"
+            if given is not None:
+                raise EncoderlabError(f"--eval {file} {measured}, but {theirs}: give the evaluation of these "
+                                      f"weights, or run `encoderlab sweep {path}`")
+            log(f"left out of the card: {file} {measured}, but {theirs}")
+            continue
         # Named by its key (name and settings hash): two evaluations under one protocol name with other settings
         # (steps, LRs) are two entries that must not read as one protocol's conflicting scores
         key = summary.get("protocol_key") or (summary.get("protocol") or {}).get("name") or file.parent.name

@@ -151,7 +151,7 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, attention
     except EncoderlabError as e:
         raise EncoderlabError(f"{path}: {e}") from None
     prepare_out(out, force, keep=path)
-    evaluations = evaluation_summaries(path, evaluation)
+    evaluations = evaluation_summaries(path, evaluation, log)
     note = objective_note(info.get("objective"), target)
     if note:
         log(f"note: {note}")

@@ -1,22 +1,44 @@
 """What import (importer.py) and export (exporter.py) share: output folders and the unsupported-model error."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import check_writable
+from encoderlab.runs.checkpoint import LATEST, WEIGHTS
 
 
 class UnsupportedModelError(EncoderlabError):
     """A model whose architecture encoderlab cannot represent exactly."""
 
 
-def prepare_out(out: Path, force: bool, keep: Path) -> None:
+def _never_replaced(out: Path, imports: bool) -> str | None:
+    """What `out` is when it is a folder no import or export may replace: a run folder, a checkpoint (`imports`:
+    except an earlier import standing alone, which a new import of a source replaces)."""
+    if (out / "checkpoints").is_dir() or (out / LATEST).exists():
+        return "a run folder (it holds checkpoints/)"
+    if not ((out / WEIGHTS).is_file() and (out / "state.json").is_file()):
+        return None
+    if out.resolve().parent.name == "checkpoints":
+        return f"a checkpoint of the run {out.resolve().parent.parent}"
+    if imports and (out / "import.json").is_file():
+        return None
+    return f"an encoderlab checkpoint (it holds {WEIGHTS} and state.json)"
+
+
+def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) -> None:
     """Refuse, before any work, a folder that cannot be written or would replace what it should not: a non-empty
     one unless asked (the output is written whole beside it, then renamed over it), never one holding `keep`, the
-    input."""
+    input, nor a run folder or checkpoint (`_never_replaced`), nor a symbolic link (the rename would replace the
+    link, not fill the folder it leads to)."""
+    if out.is_symlink() and out.exists():
+        raise EncoderlabError(f"--out {out} is a symbolic link (to {os.readlink(out)}): give the folder it leads to, "
+                              "or a new folder")
     if keep.resolve().is_relative_to(out.resolve()):
         raise EncoderlabError(f"--out {out} holds the input {keep}: writing there would replace it")
     check_writable(out, "--out", replaced=True)
+    if out.is_dir() and (what := _never_replaced(out, imports)):
+        raise EncoderlabError(f"--out {out} is {what}: it is never replaced, even with --force; give another folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise EncoderlabError(f"--out {out} exists and is not empty: pass --force to replace it")

@@ -126,7 +126,7 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
     started = time.perf_counter()
     folder, gguf = resolve_source(src, home=home)
     where = folder / gguf if gguf else folder
-    prepare_out(out, force, keep=where)
+    prepare_out(out, force, keep=where, imports=True)
     notes: list[str] = []
     config, fields, weights, tok, added, source_dtype = _read_source(folder, gguf, where, notes, log)
     tok.origin = f"{where} (imported)"

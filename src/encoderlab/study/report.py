@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from encoderlab.core.io import atomic_file
+from encoderlab.core.io import atomic_dir
 from encoderlab.finetuning.aggregate import ONE
 from encoderlab.study.results import (
     CATEGORIES,
@@ -25,7 +25,8 @@ class Report:
         """`metric`: the scores every table shows, "score" (the protocol's metric) or "standard" (the field's).
         `reference`: the authors' results/ folder, whose runs `reference_section` aggregates like ours;
         `reference_models`: which of its models, each `MODEL` or `OURS=MODEL` (default: every evaluation label
-        that names a model folder there)."""
+        that names a model folder there). `out` is where the tables and figures go: `write_report` sets it to
+        the new report's folder before it replaces the old one."""
         self.res = StudyResults(root, metric)
         self.reference, self.reference_models = reference, reference_models
         self.out = Path(root) / "report"
@@ -372,11 +373,14 @@ def _sd(xs: list[float]) -> float | None:
 
 def write_report(root: Path, metric: str = "score", reference: Path | None = None,
                  reference_models: tuple[str, ...] = ()) -> Path:
+    """`ROOT/report/`, written whole: built in a temporary sibling folder that replaces the old report only when
+    every file is written, so files of an earlier report that this one no longer has are gone, and a failure (a
+    full disk, a kill) leaves the old report as it was."""
     from encoderlab.study.report_text import compose
 
-    report = Report(root, metric, reference, reference_models)
-    text = compose(report)
-    path = report.out / "report.md"
-    with atomic_file(path) as tmp:
-        tmp.write_text(text)
-    return path
+    report = Report(root, metric, reference, reference_models)  # reads the study: refused before anything is written
+    dest = report.out
+    with atomic_dir(dest) as tmp:
+        report.out = tmp
+        (tmp / "report.md").write_text(compose(report), encoding="utf-8")
+    return dest / "report.md"

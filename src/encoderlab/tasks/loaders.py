@@ -210,14 +210,23 @@ def _unreachable(kind: str, hub_id: str, reason: str) -> DataError:
 
 
 def _qrels_tsv(path: Path) -> Split:
+    """The judgements of a qrels file; a pair judged twice alike is one judgement, judged twice differently is
+    refused naming both lines (keeping either would silently change what the query is scored against)."""
     out: Split = {}
+    first: dict[tuple[str, str], int] = {}
     for line_no, line in enumerate(text_lines(path), start=1):
         cols = line.split("\t")
         if not line.strip() or (line_no == 1 and cols[-1].strip().lower() == "score"):
             continue
         if len(cols) != 3 or not cols[2].strip().lstrip("-").isdigit():
             raise DataError(f"{path}:{line_no}: expected 'query-id<TAB>corpus-id<TAB>integer score', got {line!r}")
-        out.setdefault(cols[0].strip(), {})[cols[1].strip()] = int(cols[2])
+        query, doc, score = cols[0].strip(), cols[1].strip(), int(cols[2])
+        judged = out.setdefault(query, {})
+        if doc in judged and judged[doc] != score:
+            raise DataError(f"{path}:{line_no}: query {query!r} and document {doc!r} are judged {score} here and "
+                            f"{judged[doc]} on line {first[query, doc]}: give each pair one score")
+        judged[doc] = score
+        first.setdefault((query, doc), line_no)
     return out
 
 
