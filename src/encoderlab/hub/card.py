@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from encoderlab.core.config import load_yaml
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.aggregate import ci_text
@@ -84,7 +85,7 @@ def training_info(path: Path, state: dict) -> dict:
         if per_step is not None:
             info["tokens_seen"] = round(state["step"] * per_step)
     if (run_dir / "config.yaml").exists():
-        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        config = load_yaml(run_dir / "config.yaml")
         info["init"] = {k: v for k, v in (config.get("init") or {}).items() if v}
         info["datasets"] = _datasets((config.get("data") or {}).get("path"))
         start = info["init"].get("from_weights")
