@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import copy
+import functools
+import itertools
 import json
 import math
 import re
@@ -291,6 +293,29 @@ def test_a_step_that_masks_no_token_is_no_loss(tmp_path, packed_dir):
         steps = [r for r in each if record["step"] - 5 < r["step"] <= record["step"] and r["step"] not in empty]
         assert record["mlm0.4/loss"] == pytest.approx(sum(r["mlm0.4/loss"] for r in steps) / len(steps), rel=1e-6)
     assert summary["final"]["mlm0.4/loss"] == grouped[-1]["mlm0.4/loss"] > 1
+
+
+def test_every_multiple_of_eval_every_evaluates_whatever_log_every_is(tmp_path, packed_dir):
+    Trainer(make_config(tmp_path, packed_dir, log_every=4, eval_every=3), show_progress=False).run()
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [3, 4, 6, 8, 9, 10]
+    assert [r["step"] for r in records if "val/loss_mlm40" in r] == [3, 6, 9, 10]  # 10: the last step
+    assert [r["step"] for r in records if "mlm40/loss" in r] == [4, 8, 10]  # the training means keep their windows
+    assert set(records[0]) == {"step", "phase", "tokens", "val/loss_mlm40"}
+
+
+def test_a_standalone_run_beats_between_its_log_lines(tmp_path, packed_dir, monkeypatch, capsys):
+    """Without a terminal (CI, `> log`), a line at least every 30 s although log_every is past the run's end; the
+    clock is a fake one, 31 s a reading."""
+    from encoderlab.pretraining import loop
+    from encoderlab.runs.logging import Progress
+
+    seconds = itertools.count(0, 31)
+    monkeypatch.setattr(loop, "Progress", functools.partial(Progress, clock=lambda: next(seconds)))
+    Trainer(make_config(tmp_path, packed_dir, steps=4, log_every=100), log=lambda m: None).run()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in lines] == ["step 1/4", "step 2/4", "step 3/4", "step 4/4"]
+    assert lines[0] == "step 1/4  62.00 s/step  eta 3.1 min" and " loss " in lines[-1]
 
 
 @pytest.mark.parametrize("objective, message", [

@@ -264,6 +264,24 @@ class Trainer:
             return "periodic"
         return None
 
+    def _record(self, window: dict[str, list[dict]], phase, tokens_per_s: float) -> dict | None:
+        """This step's line of metrics.jsonl, if it has one: the training means over `window` every `log_every`
+        steps, held-out losses every `eval_every` steps (alone on a step that logs no training line), both at the
+        last step."""
+        train, step = self.cfg.train, self.step
+        logs = step % train.log_every == 0 or step == train.steps
+        evaluates = (train.eval_every and step % train.eval_every == 0) or step == train.steps
+        if not (logs or evaluates):
+            return None
+        tokens = step * self.global_batch * self.train_data.seq_len
+        record = {"step": step, "phase": phase.objective.name, "tokens": tokens}
+        if logs:
+            record = {**self._means(window), "step": step, "phase": phase.objective.name,
+                      "lr": self.optimizer.param_groups[0]["lr"], "tokens": tokens, "tokens_per_s": tokens_per_s}
+        for member in phase.members if evaluates else ():
+            record.update(self.evaluate(member))
+        return record
+
     def _means(self, window: dict[str, list[dict]]) -> dict[str, float]:
         """Each objective's numbers over the steps since the last log line. A step that predicted no token (an MLM
         draw that masked nothing: short documents, a low rate) has no loss: its 0 is left out of the loss, accuracy
@@ -326,21 +344,16 @@ class Trainer:
                 steps_in_window += 1
                 watch.add(self.step, stats)
                 window.setdefault(objective.name, []).append(stats)
-                if self.step % cfg.train.log_every == 0 or self.step == total:
-                    elapsed = time.perf_counter() - t_window
-                    record = self._means(window)
-                    record.update({"step": self.step, "phase": phase.objective.name,
-                                   "lr": self.optimizer.param_groups[0]["lr"],
-                                   "tokens": self.step * tokens_per_step,
-                                   "tokens_per_s": steps_in_window * tokens_per_step / max(elapsed, 1e-9)})
-                    if (cfg.train.eval_every and self.step % cfg.train.eval_every == 0) or self.step == total:
-                        for member in phase.members:
-                            record.update(self.evaluate(member))
+                progress.beat(self.step)
+                record = self._record(window, phase, steps_in_window * tokens_per_step / max(
+                    time.perf_counter() - t_window, 1e-9))
+                if record is not None:
                     metrics.write(record)  # the diverging line too: the log shows what stopped the run
                     watch.check_record(record)
                     last = record
-                    window, t_window, steps_in_window = {}, time.perf_counter(), 0
-                    progress.update(self.step, describe_step(record))
+                    if "lr" in record:  # a training line, not held-out losses alone between two
+                        window, t_window, steps_in_window = {}, time.perf_counter(), 0
+                        progress.update(self.step, describe_step(record))
                 reason = self._save_reason(decay_start)
                 if reason:
                     self._save(reason, objectives.phase_at(self.phases, min(self.step, total - 1)), watch)
