@@ -344,16 +344,17 @@ class Trainer:
                 steps_in_window += 1
                 watch.add(self.step, stats)
                 window.setdefault(objective.name, []).append(stats)
-                progress.beat(self.step)
                 record = self._record(window, phase, steps_in_window * tokens_per_step / max(
                     time.perf_counter() - t_window, 1e-9))
                 if record is not None:
                     metrics.write(record)  # the diverging line too: the log shows what stopped the run
                     watch.check_record(record)
                     last = record
-                    if "lr" in record:  # a training line, not held-out losses alone between two
-                        window, t_window, steps_in_window = {}, time.perf_counter(), 0
-                        progress.update(self.step, describe_step(record))
+                if record is not None and "lr" in record:  # a training line, not held-out losses alone
+                    window, t_window, steps_in_window = {}, time.perf_counter(), 0
+                    progress.update(self.step, describe_step(record))
+                else:  # between log lines: a line when none was said for 30 s
+                    progress.beat(self.step)
                 reason = self._save_reason(decay_start)
                 if reason:
                     self._save(reason, objectives.phase_at(self.phases, min(self.step, total - 1)), watch)
