@@ -208,6 +208,29 @@ def test_a_diverging_run_stops_on_every_rank(tmp_path, packed_dir):
     assert kept == [checkpoint.checkpoint_name(s) for s in range(1, step)]
 
 
+def _ranks_with_other_lrs(rank: int, world: int, port: int, packed_dir, out_dir) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    cfg = make_config(out_dir, packed_dir, "lrs", parallel="ddp").model_dump(mode="json")
+    cfg["optim"]["lr"] = 1e-3 if rank == 0 else 2e-3  # rank 1 launched with another --set optim.lr
+    try:
+        Trainer(validate(PretrainConfig, cfg, "lrs"), show_progress=False, log=lambda m: None).run()
+        said = "trained"
+    except DistributedError as exc:
+        said = str(exc)
+    (out_dir / f"rank{rank}.txt").write_text(said)
+
+
+def test_ranks_with_different_configs_all_stop_naming_the_keys(tmp_path, packed_dir):
+    mp.spawn(_ranks_with_other_lrs, args=(2, _free_port(), packed_dir, tmp_path), nprocs=2, join=True)
+    said = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert said[0] == said[1] and "\n" not in said[0], said
+    assert said[0].startswith("the 2 torchrun processes resolved different configs, so none started: optim.lr "
+                              "(rank 0: 0.001, rank 1: 0.002); launch every rank with the same config"), said[0]
+    assert not (tmp_path / "lrs").exists()  # refused before the run folder was made
+
+
 @pytest.mark.slow
 def test_compiled_blocks_give_the_same_losses(runs, packed_dir, tmp_path):
     """10 to 40 s on 2 busy cores (inductor compiling the block's forward and backward, less with its cache)."""

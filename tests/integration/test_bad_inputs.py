@@ -71,6 +71,12 @@ def run_config(**changes) -> Callable[[Path, dict], None]:
     return setup
 
 
+# A micro run whose second `optim:` block would drop the first block's lr if YAML's last-wins were taken.
+OPTIM_TWICE = ("name: run\nout_dir: {tmp}/runs\ndata: {{path: {packed}}}\noptim:\n  lr: 1.0e-3\n"
+               "optim:\n  weight_decay: 0.1\nmodel: {{preset: micro, num_hidden_layers: 1}}\n"
+               "train: {{steps: 2, global_batch: 2, dtype: fp32, tensorboard: false}}\n")
+
+
 def _micro_run(packed: Path, out_dir: Path) -> dict:
     return {"name": "run", "out_dir": str(out_dir), "data": {"path": str(packed)},
             "model": {"preset": "micro", "num_hidden_layers": 1},
@@ -105,6 +111,10 @@ CLI_CASES = [
     Case("pretrain-config-is-folder", ("pretrain", "{tmp}"), "is a folder"),
     Case("pretrain-config-bad-yaml", ("pretrain", "{tmp}/bad.yaml"), "bad.yaml:3:1: not valid YAML",
          write("bad.yaml", "a:\n  b: [1\n")),
+    Case("pretrain-config-optim-twice", ("pretrain", "{tmp}/run.yaml"), "{tmp}/run.yaml:6:1: not valid YAML: key "
+         "'optim' is given twice in one mapping (first on line 4): keep one", write("run.yaml", OPTIM_TWICE)),
+    Case("pretrain-set-key-twice", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "optim={{lr: 1, lr: 2}}"),
+         "key 'lr' is given twice in one mapping"),
     Case("pretrain-config-binary", ("pretrain", "{tmp}/bin.yaml"), "not valid YAML", write("bin.yaml", b"\xff\xfe")),
     Case("pretrain-config-a-list", ("pretrain", "{tmp}/list.yaml"), "mapping", write("list.yaml", "- a\n- b\n")),
     Case("pretrain-base-loop", ("pretrain", "{tmp}/loop.yaml"), "includes itself",
@@ -303,6 +313,8 @@ TASK_CASES: list[Case] = [
          task_files(TOK + "tag_scheme: bioes\n", train_txt="Anna B-PER\nKarenina I-PER\n\nOslo S-LOC\n\n")),
     Case("task-tags-fit-no-scheme", SWEEP, "{tmp}/train.txt: line 8: tag 'B_person' fits none of iob1, iob2, bioes",
          task_files(TOK, train_txt=CONLL + "Leo B_person\n")),
+    Case("task-key-twice", SWEEP, "{tmp}/t.yaml:4:1: not valid YAML: key 'train' is given twice in one mapping "
+         "(first on line 2): keep one", task_files(CLS + "train: other.csv\n", train_csv=CSV)),
     Case("task-not-a-mapping", SWEEP, "{tmp}/t.yaml must hold a mapping", task_files("- family\n- tokens\n")),
     Case("task-unknown-spec", ("sweep", "{ckpt}", "no-such-task", "--out", "{tmp}/o"), "unknown task 'no-such-task'"),
     Case("task-named-twice", ("sweep", "{ckpt}", "{tmp}/t.yaml", "{tmp}/u.yaml", "--out", "{tmp}/o"),

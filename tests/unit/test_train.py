@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import copy
+import functools
+import itertools
 import json
 import math
 import re
@@ -267,6 +269,53 @@ def test_mixed_phase_logs_each_objective(tmp_path, packed_dir):
     seen = {k.split("/")[0] for r in records[:6] for k in r if k.endswith("/loss")}
     assert seen == {"clm", "mlm30"}
     assert all("mlm40/loss" in r for r in records[6:])
+
+
+def test_a_step_that_masks_no_token_is_no_loss(tmp_path, packed_dir):
+    """A rate of 0.4% masks about one of a step's 256 tokens: some steps mask none. Such a step's loss (0) is left
+    out of the logged means, the summary and train.loss_spike's baseline, which a 0 would make stop any run."""
+    def run(name, log_every, **train):
+        said = []
+        cfg = make_config(tmp_path, packed_dir, name=name, objective="mlm0.4", log_every=log_every, **train)
+        summary = Trainer(cfg, show_progress=False, log=said.append).run()
+        return [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()], summary, said
+
+    each, _, said = run("each", 1, loss_spike=3)  # one token's loss varies, but never 3-fold
+    empty = [r["step"] for r in each if r["mlm0.4/predicted_tokens"] == 0]
+    assert empty and max(empty) < 10 and len(each) == 10  # the seeded draws give both kinds of step
+    assert all("mlm0.4/loss" not in r and "mlm0.4/accuracy" not in r and "mlm0.4/grad_norm" not in r
+               for r in each if r["step"] in empty)
+    assert [line for line in said if "predicted no token" in line] == [
+        "mlm0.4: a step predicted no token (its masks selected none: short documents or a low rate); such steps are "
+        "left out of the logged loss, accuracy and gradient-norm means and of train.loss_spike's baseline (said once)"]
+    grouped, summary, _ = run("grouped", 5, loss_spike=1.5)  # with a 0 as its baseline, any loss would be a spike
+    for record in grouped:
+        steps = [r for r in each if record["step"] - 5 < r["step"] <= record["step"] and r["step"] not in empty]
+        assert record["mlm0.4/loss"] == pytest.approx(sum(r["mlm0.4/loss"] for r in steps) / len(steps), rel=1e-6)
+    assert summary["final"]["mlm0.4/loss"] == grouped[-1]["mlm0.4/loss"] > 1
+
+
+def test_every_multiple_of_eval_every_evaluates_whatever_log_every_is(tmp_path, packed_dir):
+    Trainer(make_config(tmp_path, packed_dir, log_every=4, eval_every=3), show_progress=False).run()
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [3, 4, 6, 8, 9, 10]
+    assert [r["step"] for r in records if "val/loss_mlm40" in r] == [3, 6, 9, 10]  # 10: the last step
+    assert [r["step"] for r in records if "mlm40/loss" in r] == [4, 8, 10]  # the training means keep their windows
+    assert set(records[0]) == {"step", "phase", "tokens", "val/loss_mlm40"}
+
+
+def test_a_standalone_run_beats_between_its_log_lines(tmp_path, packed_dir, monkeypatch, capsys):
+    """Without a terminal (CI, `> log`), a line at least every 30 s although log_every is past the run's end; the
+    clock is a fake one, 31 s a reading."""
+    from encoderlab.pretraining import loop
+    from encoderlab.runs.logging import Progress
+
+    seconds = itertools.count(0, 31)
+    monkeypatch.setattr(loop, "Progress", functools.partial(Progress, clock=lambda: next(seconds)))
+    Trainer(make_config(tmp_path, packed_dir, steps=4, log_every=100), log=lambda m: None).run()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in lines] == ["step 1/4", "step 2/4", "step 3/4", "step 4/4"]
+    assert lines[0] == "step 1/4  62.00 s/step  eta 3.1 min" and " loss " in lines[-1]
 
 
 @pytest.mark.parametrize("objective, message", [

@@ -16,6 +16,35 @@ class ConfigError(EncoderlabError):
     """A configuration file or override is invalid."""
 
 
+class StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error, not last-wins: a second `optim:`
+    block would otherwise drop the first block's keys without a word. Every YAML encoderlab reads goes through it
+    (`read_yaml`)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges, it names no key
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = key in first
+                except TypeError:  # an unhashable key: the safe loader's own error names it
+                    continue
+                if seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice in one mapping (first on line "
+                        f"{first[key].line + 1}): keep one", key_node.start_mark)
+                first[key] = key_node.start_mark
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(text: str):
+    """YAML text as Python values, a repeated key refused (`StrictLoader`): the one way encoderlab parses YAML."""
+    return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     """Load a YAML mapping; a top-level `base: other.yaml` (relative to this file) is loaded first and this file's
     keys are merged over it, section by section."""
@@ -27,7 +56,7 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     if path.resolve() in _seen:
         raise ConfigError(f"config {path} includes itself through 'base'")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = read_yaml(path.read_text(encoding="utf-8")) or {}
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
@@ -82,7 +111,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 def _parse_value(raw: str):
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = read_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set value {raw!r} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     if isinstance(value, str):

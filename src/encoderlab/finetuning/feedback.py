@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs.logging import HEARTBEAT_S
+from encoderlab.runs.logging import HEARTBEAT_S, Beat
 
 LIMIT_ENV = "ENCODERLAB_MEMORY_LIMIT_GB"  # a limit of your own (a shared machine, a job's allocation); tests force one
 GB = 1024**3
@@ -101,28 +101,21 @@ def check_memory(tasks, protocol, model_cfg, device: torch.device, workers: int,
                 f"{max(1, own.batch_size // 4)}}}}}" + (", or fewer --workers" if workers > 1 else ""))
 
 
-class Heartbeat:
+class Heartbeat(Beat):
     """Lines while runs train: the first step's time with what it makes of a run and of the runs left, then the
     step, its pace and the run's ETA at least every `every` seconds; for runs trained in worker processes, the runs
     done, running and left with an ETA at the finished runs' pace (`waiting`)."""
 
     def __init__(self, log: Callable[[str], None], runs: int, every: float = HEARTBEAT_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.log, self.runs, self.every, self.clock = log, runs, every, clock
-        self.begun = self.started = self.last = clock()
+        super().__init__(every, clock)
+        self.log, self.runs = log, runs
+        self.begun = self.started = self.last
         self.what, self.first_said, self.run = "", False, 0
 
     def start(self, what: str) -> None:
         self.what, self.run = what, self.run + 1
         self.started = self.last = self.clock()
-
-    def due(self) -> float | None:
-        """The time now when a line is due (`every` seconds since the last), else None."""
-        now = self.clock()
-        if now - self.last < self.every:
-            return None
-        self.last = now
-        return now
 
     def step(self, done: int, total: int) -> None:
         now = self.clock()

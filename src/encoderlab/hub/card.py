@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from encoderlab.core.config import load_yaml
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import TextTokenizer
@@ -86,7 +87,7 @@ def training_info(path: Path, state: dict) -> dict:
         if per_step is not None:
             info["tokens_seen"] = round(state["step"] * per_step)
     if (run_dir / "config.yaml").exists():
-        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        config = load_yaml(run_dir / "config.yaml")
         info["init"] = {k: v for k, v in (config.get("init") or {}).items() if v}
         info["datasets"] = _datasets((config.get("data") or {}).get("path"))
         start = info["init"].get("from_weights")

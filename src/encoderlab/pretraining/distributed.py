@@ -3,6 +3,7 @@
 The only module of encoderlab that imports `torch.distributed` (docs/architecture.md, convention 9). The trainer calls:
 
     init(parallel, device)               -> World, device   join torchrun's group (NCCL on CUDA, gloo on CPU)
+    check_same_config(world, device, resolved)              every rank runs the same config, or all stop
     prepare_model(model, train, world)   -> model           activation checkpointing, compile, then DDP or FSDP2
     sum_over_ranks, grad_sync, clip_grad_norm, barrier       the collectives of one step
     save_checkpoint / load_checkpoint / load_weights         one format, whatever wraps the model
@@ -19,6 +20,8 @@ by rank 0 once every rank has finished, so an interrupted write never becomes LA
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import os
 import warnings
 from collections.abc import Iterator
@@ -124,6 +127,56 @@ def init(parallel: str, device: torch.device) -> tuple[World, torch.device]:
 def _shutdown() -> None:
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+# ---- the ranks agree ---------------------------------------------------------------------------------------
+
+
+def check_same_config(world: World, device: torch.device, resolved: dict) -> None:
+    """Every rank's resolved config (and what decides its data), compared before anything is written or trained:
+    ranks launched with other settings would train other weights (a different LR) or hang in a collective (other
+    steps) while config.yaml records rank 0's. A mismatch stops every rank with the same line naming the keys."""
+    if world.size == 1:
+        return
+    flat = _flatten(resolved)
+    text = json.dumps(flat, sort_keys=True)
+    digest = torch.frombuffer(bytearray(hashlib.sha256(text.encode()).digest()), dtype=torch.uint8).to(device)
+    digests = [torch.empty_like(digest) for _ in range(world.size)]
+    dist.all_gather(digests, digest)
+    if all(torch.equal(d, digests[0]) for d in digests):
+        return
+    configs = [json.loads(t) for t in _gather_text(world, device, text)]  # every rank's, to name what differs
+    keys = sorted({k for c in configs for k in c if len({_short(other, k) for other in configs}) > 1})
+    shown = "; ".join(f"{k} ({', '.join(f'rank {r}: {_short(c, k)}' for r, c in enumerate(configs))})"
+                      for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
+    raise DistributedError(f"the {world.size} torchrun processes resolved different configs, so none started: "
+                           f"{shown}; launch every rank with the same config file, --set options and data")
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        out.update(_flatten(value, f"{name}.") if isinstance(value, dict) and value else {name: value})
+    return out
+
+
+def _short(config: dict, key: str) -> str:
+    text = json.dumps(config[key]) if key in config else "missing"
+    return text if len(text) <= 40 else f"{text[:30]}...{hashlib.sha256(text.encode()).hexdigest()[:6]}"
+
+
+def _gather_text(world: World, device: torch.device, text: str) -> list[str]:
+    """Every rank's `text`, as bytes in tensors (no pickle between the processes either)."""
+    data = torch.frombuffer(bytearray(text.encode()), dtype=torch.uint8).to(device)
+    size = torch.tensor([data.numel()], device=device)
+    sizes = [torch.empty_like(size) for _ in range(world.size)]
+    dist.all_gather(sizes, size)
+    padded = torch.zeros(int(max(sizes)), dtype=torch.uint8, device=device)
+    padded[: data.numel()] = data
+    gathered = [torch.empty_like(padded) for _ in range(world.size)]
+    dist.all_gather(gathered, padded)
+    return [bytes(t[: int(n)].cpu().numpy()).decode() for t, n in zip(gathered, sizes)]
 
 
 # ---- the model ---------------------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ class Trainer:
         self.model_cfg = model_config(cfg, tok)
         self.phases = cfg.phases
         self.world, self.device = distributed.init(cfg.train.parallel, resolve_device(cfg.train.device))
+        distributed.check_same_config(self.world, self.device,
+                                      {**cfg.model_dump(mode="json"), "packed data": self.data_fingerprint})
         if not self.world.is_main:  # one voice per run: rank 0 logs and shows progress
             self.log, self.show_progress = (lambda message: None), False
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
@@ -65,6 +67,7 @@ class Trainer:
         self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed, rank=self.world.rank,
                                    world_size=self.world.size)
         self.step = 0
+        self._said: set[str] = set()  # the notes said once per run
         self._lock = ExitStack()  # the run folder's lock (rank 0's): held from here to the end of run()
         created = not self.run_dir.exists()
         try:
@@ -225,7 +228,11 @@ class Trainer:
             total += sums.tokens
             loss_sum += sums.loss.double()
         total, loss_sum = distributed.sum_over_ranks(self.world, total, loss_sum)
-        return {f"val/loss_{objective.name}": float(loss_sum / total.clamp_min(1))}
+        if not int(total):  # the fixed masks selected no validation token: there is no loss to report
+            self._say_once(f"val/loss_{objective.name}: the validation masks select no token of the "
+                           f"{share * self.world.size} windows evaluated, so no validation loss is logged")
+            return {}
+        return {f"val/loss_{objective.name}": float(loss_sum / total)}
 
     # ------------------------------------------------------------------------------------------- the run
 
@@ -257,6 +264,49 @@ class Trainer:
             return "periodic"
         return None
 
+    def _record(self, window: dict[str, list[dict]], phase, tokens_per_s: float) -> dict | None:
+        """This step's line of metrics.jsonl, if it has one: the training means over `window` every `log_every`
+        steps, held-out losses every `eval_every` steps (alone on a step that logs no training line), both at the
+        last step."""
+        train, step = self.cfg.train, self.step
+        logs = step % train.log_every == 0 or step == train.steps
+        evaluates = (train.eval_every and step % train.eval_every == 0) or step == train.steps
+        if not (logs or evaluates):
+            return None
+        tokens = step * self.global_batch * self.train_data.seq_len
+        record = {"step": step, "phase": phase.objective.name, "tokens": tokens}
+        if logs:
+            record = {**self._means(window), "step": step, "phase": phase.objective.name,
+                      "lr": self.optimizer.param_groups[0]["lr"], "tokens": tokens, "tokens_per_s": tokens_per_s}
+        for member in phase.members if evaluates else ():
+            record.update(self.evaluate(member))
+        return record
+
+    def _means(self, window: dict[str, list[dict]]) -> dict[str, float]:
+        """Each objective's numbers over the steps since the last log line. A step that predicted no token (an MLM
+        draw that masked nothing: short documents, a low rate) has no loss: its 0 is left out of the loss, accuracy
+        and gradient-norm means, so out of the summary and of train.loss_spike's lowest loss too."""
+        record: dict[str, float] = {}
+        for name, steps in window.items():
+            tokens = torch.stack([s["predicted_tokens"] for s in steps]).float()
+            counted = tokens > 0
+            if not counted.all():
+                self._say_once(f"{name}: a step predicted no token (its masks selected none: short documents or "
+                               "a low rate); such steps are left out of the logged loss, accuracy and gradient-norm "
+                               "means and of train.loss_spike's baseline (said once)")
+            for key in steps[0]:
+                values = torch.stack([s[key] for s in steps]).float()
+                if key == "predicted_tokens":
+                    record[f"{name}/{key}"] = float(values.mean())
+                elif counted.any():
+                    record[f"{name}/{key}"] = float(values[counted].mean())
+        return record
+
+    def _say_once(self, note: str) -> None:
+        if note not in self._said:
+            self._said.add(note)
+            self.log(note)
+
     def _lr_factor(self, step: int) -> float:
         return self.cfg.lr_schedule.factor(step, self.cfg.train.steps)
 
@@ -280,7 +330,7 @@ class Trainer:
         progress = Progress("step", total, start=self.step, enabled=self.show_progress)
         watch = Watch(self.run_dir, self.world, cfg.train.loss_spike, resumed_at=self.step)
         tokens_per_step = self.global_batch * self.train_data.seq_len
-        window: dict[str, list] = {}
+        window: dict[str, list[dict]] = {}  # each objective's steps since the last log line
         t_window, steps_in_window = time.perf_counter(), 0
         started = time.perf_counter()
         last: dict = {}
@@ -293,23 +343,18 @@ class Trainer:
                 self.step += 1
                 steps_in_window += 1
                 watch.add(self.step, stats)
-                for key, value in stats.items():
-                    window.setdefault(f"{objective.name}/{key}", []).append(value)
-                if self.step % cfg.train.log_every == 0 or self.step == total:
-                    elapsed = time.perf_counter() - t_window
-                    record = {k: float(torch.stack(v).float().mean()) for k, v in window.items()}
-                    record.update({"step": self.step, "phase": phase.objective.name,
-                                   "lr": self.optimizer.param_groups[0]["lr"],
-                                   "tokens": self.step * tokens_per_step,
-                                   "tokens_per_s": steps_in_window * tokens_per_step / max(elapsed, 1e-9)})
-                    if (cfg.train.eval_every and self.step % cfg.train.eval_every == 0) or self.step == total:
-                        for member in phase.members:
-                            record.update(self.evaluate(member))
+                window.setdefault(objective.name, []).append(stats)
+                record = self._record(window, phase, steps_in_window * tokens_per_step / max(
+                    time.perf_counter() - t_window, 1e-9))
+                if record is not None:
                     metrics.write(record)  # the diverging line too: the log shows what stopped the run
                     watch.check_record(record)
                     last = record
+                if record is not None and "lr" in record:  # a training line, not held-out losses alone
                     window, t_window, steps_in_window = {}, time.perf_counter(), 0
                     progress.update(self.step, describe_step(record))
+                else:  # between log lines: a line when none was said for 30 s
+                    progress.beat(self.step)
                 reason = self._save_reason(decay_start)
                 if reason:
                     self._save(reason, objectives.phase_at(self.phases, min(self.step, total - 1)), watch)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from encoderlab.core.config import read_yaml
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file
 from encoderlab.pretraining.config import PretrainConfig
@@ -71,7 +72,7 @@ def saved_config(run_dir: Path) -> tuple[Path, PretrainConfig] | None:
     if not file.exists():
         return None
     try:
-        return file, PretrainConfig.model_validate(yaml.safe_load(file.read_text()))
+        return file, PretrainConfig.model_validate(read_yaml(file.read_text()))
     except (OSError, ValueError, yaml.YAMLError):  # pydantic's ValidationError is a ValueError
         raise EncoderlabError(f"{file} is damaged or not a pretraining config, so this run cannot be compared with "
                               "the one it continues: restore the file, or start a new run (--set name=...)") from None

@@ -126,21 +126,41 @@ class MetricsLog:
             sink.close()
 
 
-# How often a long job says how it goes when no live bar shows it: pretraining in a study, every sweep engine.
+# How often a long job says how it goes when no live bar shows it: pretraining, every sweep engine.
 HEARTBEAT_S = 30.0
+
+
+class Beat:
+    """When a line is due: `every` seconds after the last one said, by `clock` (tests give a fake one). Pretraining's
+    progress and the sweeps' heartbeat (finetuning/feedback.py) both keep time with it."""
+
+    def __init__(self, every: float = HEARTBEAT_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every, self.clock = every, clock
+        self.last = clock()
+
+    def due(self) -> float | None:
+        """The time now when a line is due (the line is then taken as said), else None."""
+        now = self.clock()
+        if now - self.last < self.every:
+            return None
+        self.last = now
+        return now
+
 
 class Progress:
     """`unit done/total`, what is going on and the ETA on stderr: a live bar on a terminal, one line per update
     otherwise (CI logs, `make demo > log`); silent when disabled (tests, --json). Pretraining steps and sweep runs."""
 
-    def __init__(self, unit: str, total: int, *, start: int = 0, enabled: bool | Callable[[str], None] = True):
+    def __init__(self, unit: str, total: int, *, start: int = 0, enabled: bool | Callable[[str], None] = True,
+                 clock: Callable[[], float] = time.monotonic):
         """`enabled` a function: lines go to it instead, at most one every `HEARTBEAT_S` (a study's jobs)."""
         self.unit, self.total, self.start = unit, total, start
         self.enabled = bool(enabled) and total > start
         self.say = enabled if callable(enabled) else None
         self.every_s, self.last = (HEARTBEAT_S if self.say else 0.0), -math.inf
         self.console = Console(stderr=True, highlight=False, soft_wrap=True)
-        self.t0 = time.perf_counter()
+        self.clock, self.t0 = clock, clock()
+        self.pulse = Beat(clock=clock)  # a line between updates (`beat`) when none was said for HEARTBEAT_S
         self.bar = None
         if self.enabled and self.say is None and self.console.is_terminal:
             columns = (TextColumn(unit), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
@@ -155,12 +175,23 @@ class Progress:
         if self.bar is not None:
             self.bar.update(self.task, completed=done, description=what)
             return
-        now = time.perf_counter()
+        now = self.clock()
         if now - self.last < self.every_s and done < self.total:
             return
-        self.last = now
-        eta = (now - self.t0) / max(done - self.start, 1) * (self.total - done)
-        (self.say or self.console.print)(f"{self.unit} {done}/{self.total}  {what}  eta {eta / 60:.1f} min")
+        self.last = self.pulse.last = now
+        (self.say or self.console.print)(f"{self.unit} {done}/{self.total}  {what}  eta {self._eta(now, done)}")
+
+    def beat(self, done: int) -> None:
+        """Asked every step: with no live bar, a line when none was said for `HEARTBEAT_S`, so that a run whose
+        updates are minutes apart (pretraining logs every `log_every` steps) never looks dead."""
+        if not self.enabled or self.bar is not None or done >= self.total or (now := self.pulse.due()) is None:
+            return
+        pace = (now - self.t0) / max(done - self.start, 1)
+        (self.say or self.console.print)(f"{self.unit} {done}/{self.total}  {pace:.2f} s/{self.unit}  "
+                                         f"eta {self._eta(now, done)}")
+
+    def _eta(self, now: float, done: int) -> str:
+        return f"{(now - self.t0) / max(done - self.start, 1) * (self.total - done) / 60:.1f} min"
 
     def close(self) -> None:
         if self.bar is not None:
