@@ -167,16 +167,37 @@ def _read_special_config(folder: Path) -> dict[str, str]:
     return roles
 
 
+def refuse_code_from(folder: Path) -> None:
+    """Refuse, in one line naming the file, a model or tokenizer folder whose config.json or tokenizer_config.json
+    has an `auto_map`: the key that makes transformers build classes from Python files in the folder. encoderlab
+    runs no code from a folder (and passes trust_remote_code=False besides, so that nothing is ever asked)."""
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            config = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # absent or unreadable: whoever reads it says so
+        if isinstance(config, dict) and "auto_map" in config:
+            raise DataError(f"{folder / name} has an auto_map, which asks to run Python code from {folder}: "
+                            "encoderlab runs no code from a model folder (only the tokenizers and architectures "
+                            "built into transformers); remove auto_map to use the built-in classes")
+
+
 def _from_transformers(folder: Path) -> Tokenizer:
     from transformers import AutoTokenizer
 
+    refuse_code_from(folder)
     try:
-        hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True)
+        hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, trust_remote_code=False)
     except Exception as exc:
-        raise DataError(f"{folder} holds no tokenizer.json and transformers could not load it: {exc}") from exc
+        what = "holds no tokenizer.json and " if not (folder / "tokenizer.json").exists() else ""
+        raise DataError(f"{folder} {what}transformers could not load its tokenizer: {_first_line(exc)}") from None
     if not getattr(hf, "is_fast", False):
         raise DataError(f"{folder}: only fast (tokenizers-backed) tokenizers are supported")
     return hf.backend_tokenizer
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _with_roles(tok: Tokenizer, config: dict[str, str], *, origin: str, added: list[str]) -> TextTokenizer:
