@@ -168,8 +168,8 @@ def _tensors_only(file: Path) -> dict[str, torch.Tensor]:
 
 def read_gguf(folder: Path, name: str):
     """(transformers config, state dict, tokenizer folder) of a GGUF file, dequantised to fp32 by transformers."""
-    check_gguf(folder / name)
     require_gguf()
+    check_gguf(folder / name)
     refuse_code_from(folder)  # transformers reads a config.json or tokenizer_config.json beside the GGUF too
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
