@@ -114,19 +114,31 @@ def model_folder(path, raw_tokenizer_files: bool = True, **config_extra):
     return path
 
 
-@pytest.mark.parametrize("file", ["config.json", "tokenizer_config.json"])
-def test_import_hf_refuses_a_folder_that_asks_to_run_its_code(tmp_path, file, monkeypatch, capsys):
+@pytest.mark.parametrize("file,asks", [("config.json", "model_type 'evil'"),
+                                       ("tokenizer_config.json", "tokenizer_class 'Evil'")])
+def test_import_hf_refuses_a_folder_that_asks_to_run_its_code(tmp_path, file, asks, monkeypatch, capsys):
     mark = tmp_path / "MARK"
     folder = model_folder(tmp_path / "model")
     (folder / "evil.py").write_text(CODE.format(mark=str(mark)))
     asked = json.loads((folder / file).read_text())
     asked.update(auto_map={"AutoConfig": "evil.EvilConfig", "AutoTokenizer": ["evil.Evil", "evil.Evil"]},
-                 tokenizer_class="Evil")
+                 **({"model_type": "evil"} if file == "config.json" else {"tokenizer_class": "Evil"}))
     (folder / file).write_text(json.dumps(asked))
     monkeypatch.setattr("builtins.input", lambda *a: "y")  # were anything asked, the answer would be yes
     refused(monkeypatch, capsys, "import-hf", folder, "--out", tmp_path / "out",
-            says=f"{folder / file} has an auto_map, which asks to run Python code")
+            says=f"{folder / file} asks for {asks}, which only Python code in {folder} provides")
     assert not mark.exists() and not (tmp_path / "out").exists()
+
+
+def test_an_auto_map_beside_built_in_classes_runs_nothing(tmp_path, monkeypatch, capsys):
+    """EuroBERT's original folders name their own code in auto_map for a model type transformers has: transformers
+    builds its own classes (trust_remote_code=False), and the import goes on (here, to the missing weights)."""
+    mark = tmp_path / "MARK"
+    folder = model_folder(tmp_path / "model", auto_map={"AutoConfig": "evil.EvilConfig"})
+    (folder / "evil.py").write_text(CODE.format(mark=str(mark)))
+    monkeypatch.setattr("builtins.input", lambda *a: "y")
+    refused(monkeypatch, capsys, "import-hf", folder, "--out", tmp_path / "out", says="has config.json but no weights")
+    assert not mark.exists()
 
 
 def test_export_of_a_checkpoint_without_manifest_refuses_tokenizer_code(tmp_path, bpe_checkpoint, monkeypatch,
@@ -144,7 +156,7 @@ def test_export_of_a_checkpoint_without_manifest_refuses_tokenizer_code(tmp_path
     (tok / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["evil.Evil", None]},
                                                            "tokenizer_class": "Evil"}))
     refused(monkeypatch, capsys, "export", ckpt, "--out", tmp_path / "out",
-            says=f"{tok / 'tokenizer_config.json'} has an auto_map")
+            says=f"{tok / 'tokenizer_config.json'} asks for tokenizer_class 'Evil'")
     assert not mark.exists() and not (tmp_path / "out").exists()
 
 

@@ -169,17 +169,34 @@ def _read_special_config(folder: Path) -> dict[str, str]:
 
 def refuse_code_from(folder: Path) -> None:
     """Refuse, in one line naming the file, a model or tokenizer folder whose config.json or tokenizer_config.json
-    has an `auto_map`: the key that makes transformers build classes from Python files in the folder. encoderlab
-    runs no code from a folder (and passes trust_remote_code=False besides, so that nothing is ever asked)."""
+    asks for a class transformers does not have through an `auto_map` (Python files in the folder). Every
+    transformers call passes trust_remote_code=False, so such code never runs; this says why the folder cannot be
+    read instead of transformers' advice to trust it. An auto_map beside a built-in class is left alone: transformers
+    then builds its own class (as for EuroBERT's original folders)."""
     for name in ("config.json", "tokenizer_config.json"):
         try:
             config = json.loads((folder / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue  # absent or unreadable: whoever reads it says so
-        if isinstance(config, dict) and "auto_map" in config:
-            raise DataError(f"{folder / name} has an auto_map, which asks to run Python code from {folder}: "
-                            "encoderlab runs no code from a model folder (only the tokenizers and architectures "
-                            "built into transformers); remove auto_map to use the built-in classes")
+        wanted = _wants_code(name, config) if isinstance(config, dict) and "auto_map" in config else None
+        if wanted:
+            raise DataError(f"{folder / name} asks for {wanted}, which only Python code in {folder} provides "
+                            "(its auto_map): encoderlab runs no code from a model folder, only the tokenizers and "
+                            "architectures built into transformers")
+
+
+def _wants_code(name: str, config: dict) -> str | None:
+    """What the file asks for that transformers does not have (None: nothing)."""
+    if name == "config.json":
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        kind = config.get("model_type")
+        return None if isinstance(kind, str) and kind in CONFIG_MAPPING_NAMES else f"model_type {kind!r}"
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    cls = config.get("tokenizer_class")
+    known = isinstance(cls, str) and (tokenizer_class_from_name(cls) or tokenizer_class_from_name(cls + "Fast"))
+    return None if known else f"tokenizer_class {cls!r}"
 
 
 def _from_transformers(folder: Path) -> Tokenizer:

@@ -100,8 +100,8 @@ def read_config(folder: Path):
 
     config = read_json(folder / "config.json", "give the config.json a transformers model folder holds")
     model_type = config.get("model_type") if isinstance(config, dict) else None
+    refuse_code_from(folder)  # first: a model type only code provides is named as such
     check_model_type(model_type, folder)
-    refuse_code_from(folder)
     try:
         config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:  # transformers names the problem, not always the file
