@@ -301,7 +301,7 @@ class Encoder:
         frame_tokenizer(tok, target.causal, as_source=info.get("reason") == "imported")
         with tempfile.TemporaryDirectory() as folder:
             tok.save(Path(folder), model_max_length=self.config.max_position_embeddings)
-            hf_tok = AutoTokenizer.from_pretrained(folder)
+            hf_tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         return hf_model(self.model, self.config, target), hf_tok
 
 

@@ -170,16 +170,54 @@ def _read_special_config(folder: Path) -> dict[str, str]:
     return roles
 
 
+def refuse_code_from(folder: Path) -> None:
+    """Refuse, in one line naming the file, a model or tokenizer folder whose config.json or tokenizer_config.json
+    asks for a class transformers does not have through an `auto_map` (Python files in the folder). Every
+    transformers call passes trust_remote_code=False, so such code never runs; this says why the folder cannot be
+    read instead of transformers' advice to trust it. An auto_map beside a built-in class is left alone: transformers
+    then builds its own class (as for EuroBERT's original folders)."""
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            config = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # absent or unreadable: whoever reads it says so
+        wanted = _wants_code(name, config) if isinstance(config, dict) and "auto_map" in config else None
+        if wanted:
+            raise DataError(f"{folder / name} asks for {wanted}, which only Python code in {folder} provides "
+                            "(its auto_map): encoderlab runs no code from a model folder, only the tokenizers and "
+                            "architectures built into transformers")
+
+
+def _wants_code(name: str, config: dict) -> str | None:
+    """What the file asks for that transformers does not have (None: nothing)."""
+    if name == "config.json":
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+        kind = config.get("model_type")
+        return None if isinstance(kind, str) and kind in CONFIG_MAPPING_NAMES else f"model_type {kind!r}"
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    cls = config.get("tokenizer_class")
+    known = isinstance(cls, str) and (tokenizer_class_from_name(cls) or tokenizer_class_from_name(cls + "Fast"))
+    return None if known else f"tokenizer_class {cls!r}"
+
+
 def _from_transformers(folder: Path) -> Tokenizer:
     from transformers import AutoTokenizer
 
+    refuse_code_from(folder)
     try:
-        hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True)
+        hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, trust_remote_code=False)
     except Exception as exc:
-        raise DataError(f"{folder} holds no tokenizer.json and transformers could not load it: {exc}") from exc
+        what = "holds no tokenizer.json and " if not (folder / "tokenizer.json").exists() else ""
+        raise DataError(f"{folder} {what}transformers could not load its tokenizer: {_first_line(exc)}") from None
     if not getattr(hf, "is_fast", False):
         raise DataError(f"{folder}: only fast (tokenizers-backed) tokenizers are supported")
     return hf.backend_tokenizer
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _with_roles(tok: Tokenizer, config: dict[str, str], *, origin: str, added: list[str]) -> TextTokenizer:

@@ -6,17 +6,22 @@ architecture is importer.py's business.
 from __future__ import annotations
 
 import functools
+import pickle
+import re
 import shutil
+import struct
 import tempfile
+import warnings
 import zipfile
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import torch
 from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import read_json
+from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import UnsupportedModelError
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "eurobert")
@@ -95,9 +100,10 @@ def read_config(folder: Path):
 
     config = read_json(folder / "config.json", "give the config.json a transformers model folder holds")
     model_type = config.get("model_type") if isinstance(config, dict) else None
+    refuse_code_from(folder)  # first: a model type only code provides is named as such
     check_model_type(model_type, folder)
     try:
-        config = AutoConfig.from_pretrained(str(folder))
+        config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:  # transformers names the problem, not always the file
         raise EncoderlabError(f"{folder / 'config.json'}: transformers cannot read it: {exc}") from exc
     require_tokenizer_files(folder)
@@ -111,11 +117,22 @@ def _weight_files(folder: Path) -> list[str]:
             index_json = read_json(folder / index, "give the index transformers writes beside sharded weights")
             if not isinstance(index_json, dict) or not isinstance(index_json.get("weight_map"), dict):
                 raise EncoderlabError(f"{folder / index} has no weight_map: not a transformers weight index")
-            return sorted(set(index_json["weight_map"].values()))
+            names = sorted(set(map(str, index_json["weight_map"].values())))
+            return [_shard_name(name, folder / index) for name in names]
         if (folder / single).exists():
             return [single]
     raise EncoderlabError(f"{folder} has config.json but no weights: expected model.safetensors, "
                           "model.safetensors.index.json with its shards, or pytorch_model.bin")
+
+
+def _shard_name(name: str, index: Path) -> str:
+    """`name`, a shard the weight index lists, when it is a file of the index's folder (transformers writes plain
+    file names); anything leading elsewhere (`../x`, `/etc/passwd`) is refused before any file is opened."""
+    parts = PurePosixPath(name).parts
+    if not name or PurePosixPath(name).is_absolute() or "\\" in name or ".." in parts or ":" in name:
+        raise EncoderlabError(f"{index} names the shard {ascii(name[:80])}, which is outside {index.parent}: a "
+                              "weight index may name only files in its own folder")
+    return name
 
 
 def folder_weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -127,8 +144,13 @@ def folder_weights(folder: Path) -> dict[str, torch.Tensor]:
         try:
             if name.endswith(".safetensors"):
                 state.update(load_file(str(file)))
-            else:  # docs/architecture.md, convention 12: nothing but tensors is unpickled
-                state.update(torch.load(file, map_location="cpu", weights_only=True))
+            else:
+                state.update(_tensors_only(file))
+        except pickle.UnpicklingError as exc:  # torch's text advises weights_only=False, which would run the pickle
+            wants = re.search(r"GLOBAL (\S+)", str(exc))
+            raise EncoderlabError(f"{file} is a pickle that encoderlab will not load (it holds more than tensors"
+                                  f"{f', asking for {wants[1]}' if wants else ''}; unpickling it could run code): "
+                                  "convert it to safetensors (model.safetensors) with a tool you trust") from None
         except Exception as exc:  # safetensors' and torch's errors for a damaged file: one line naming it
             raise EncoderlabError(f"{file} cannot be read as weights ({type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0] if str(exc) else ''}): the file is damaged or cut "
@@ -136,21 +158,89 @@ def folder_weights(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+def _tensors_only(file: Path) -> dict[str, torch.Tensor]:
+    """docs/architecture.md, convention 12: nothing but tensors is unpickled. torch's warning about a pickle
+    protocol it did not write would add lines to the one-line refusal that follows."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.load(file, map_location="cpu", weights_only=True)
+
+
 def read_gguf(folder: Path, name: str):
     """(transformers config, state dict, tokenizer folder) of a GGUF file, dequantised to fp32 by transformers."""
     require_gguf()
+    check_gguf(folder / name)
+    refuse_code_from(folder)  # transformers reads a config.json or tokenizer_config.json beside the GGUF too
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         with _gguf_parsed_once():
-            model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name)
-            tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=name)
+            model = AutoModelForCausalLM.from_pretrained(str(folder), gguf_file=name, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file=name, trust_remote_code=False)
     except Exception as exc:  # e.g. an architecture transformers' GGUF reader does not know
         raise EncoderlabError(f"transformers could not load {folder / name}: {exc}") from exc
     check_model_type(model.config.model_type, folder / name)
     tok_dir = Path(tempfile.mkdtemp(prefix="encoderlab-gguf-tokenizer-"))
     tokenizer.save_pretrained(str(tok_dir))
     return model.config, dict(model.state_dict()), tok_dir
+
+
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def check_gguf(path: Path) -> None:
+    """Refuse, in one line, a GGUF file whose header does not hold together (a length running past the end of the
+    file, an unknown value type, no tensors) before transformers reads it: gguf's reader silently cuts a string
+    that runs past the end, and transformers then builds a model of its default size from what is left."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()  # the header is walked in full: a GGUF's size is what transformers loads anyway
+        _walk_gguf(memoryview(data))
+    except OSError as exc:
+        raise EncoderlabError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise EncoderlabError(f"{path} is not a GGUF file encoderlab can read: {exc}") from None
+
+
+def _walk_gguf(data: memoryview) -> None:
+    pos = 0
+
+    def take(fmt: str):
+        nonlocal pos
+        skip(struct.calcsize(fmt), "its header")
+        return struct.unpack_from(fmt, data, pos - struct.calcsize(fmt))
+
+    def skip(n: int, what: str) -> None:
+        nonlocal pos
+        if n > len(data) - pos:
+            raise ValueError(f"{what} ({n} bytes from byte {pos}) runs past the end of the file ({len(data)} bytes)")
+        pos += n
+
+    def value(kind: int, depth: int = 0) -> None:
+        if kind in _GGUF_SIZES:
+            skip(_GGUF_SIZES[kind], "a value")
+        elif kind == _GGUF_STRING:
+            skip(take("<Q")[0], "a string")
+        elif kind == _GGUF_ARRAY and depth < 4:
+            item, count = take("<IQ")
+            for _ in range(count if item not in _GGUF_SIZES else 0):
+                value(item, depth + 1)
+            skip(count * _GGUF_SIZES.get(item, 0), "an array")
+        else:
+            raise ValueError(f"unknown metadata value type {kind} at byte {pos}")
+
+    magic, version, tensors, fields = take("<4sIQQ")
+    if magic != b"GGUF" or version not in (2, 3):
+        raise ValueError(f"it does not start with a GGUF header of version 2 or 3 (found {bytes(magic)!r}, {version})")
+    for _ in range(fields):
+        value(_GGUF_STRING)
+        value(take("<I")[0])
+    for _ in range(tensors):
+        value(_GGUF_STRING)
+        skip(8 * take("<I")[0] + 12, "a tensor's shape, type and offset")
+    if not tensors:
+        raise ValueError("it holds no tensors")
 
 
 @contextmanager

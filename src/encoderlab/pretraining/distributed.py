@@ -49,6 +49,7 @@ from torch.utils.checkpoint import checkpoint as recompute
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_dir
 from encoderlab.runs import checkpoint
+from encoderlab.runs import optim_state as optim_state_files
 
 PARALLEL = ("none", "ddp", "fsdp2")
 DCP_DIR = "dcp"  # the optimizer state inside a checkpoint folder (older FSDP2 checkpoints: the model too)
@@ -340,7 +341,7 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
     # DCP reshards: the state dict names what this process holds, DCP reads exactly that from the files.
     optim_state = get_optimizer_state_dict(model, optimizer)
     with _one_process_is_intended():
-        dcp.load({"optim": optim_state}, checkpoint_id=path / DCP_DIR)
+        optim_state_files.load({"optim": optim_state}, path / DCP_DIR)
     set_optimizer_state_dict(model, optimizer, optim_state)
 
 
