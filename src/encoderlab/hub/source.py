@@ -6,6 +6,7 @@ architecture is importer.py's business.
 from __future__ import annotations
 
 import functools
+import mmap
 import pickle
 import re
 import shutil
@@ -194,9 +195,12 @@ def check_gguf(path: Path) -> None:
     file, an unknown value type, no tensors) before transformers reads it: gguf's reader silently cuts a string
     that runs past the end, and transformers then builds a model of its default size from what is left."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()  # the header is walked in full: a GGUF's size is what transformers loads anyway
-        _walk_gguf(memoryview(data))
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)  # pages of the header only are read, however large the file
+            try:
+                _walk_gguf(view)
+            finally:
+                view.release()  # before the map closes
     except OSError as exc:
         raise EncoderlabError(f"{path} cannot be read: {exc.strerror or exc}") from None
     except ValueError as exc:
