@@ -35,7 +35,7 @@ def enc(checkpoint):
     (lambda e, c: encoderlab.sweep(c, []), "no task given"),
     (lambda e, c: encoderlab.sweep(c, ["offline", "t.yaml"]), "task 'offline': no offline task is prepared"),
     (lambda e, c: encoderlab.pretrain("x.yaml", {"data.path": object()}), "overrides['data.path']: object is not"),
-    (lambda e, c: encoderlab.pretrain("x.yaml", "train.steps=3"), "argument overrides='train.steps=3': takes a mapping"),
+    (lambda e, c: encoderlab.pretrain("x.yaml", "train.steps=3"), "overrides='train.steps=3': takes a mapping"),
 ])
 def test_bad_arguments_are_one_line(enc, checkpoint, call, says):
     with pytest.raises(EncoderlabError) as caught:
