@@ -212,10 +212,11 @@ def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, t
 def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():
     from encoderlab.study.report import _holds_cell
     from encoderlab.study.report_text import _cmp_rows
+    from encoderlab.study.intervals import spread_of
     from encoderlab.study.results import CategoryScore, compare, verdict
 
-    a = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1, constant=["squad2: no answer"])
-    b = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1, constant=["squad2: no answer"])
+    a = CategoryScore(32.0, 0.0, spread_of([[32.0, 32.0]]), 1, constant=["squad2: no answer"])
+    b = CategoryScore(32.0, 0.0, spread_of([[32.0, 32.0]]), 1, constant=["squad2: no answer"])
     c = compare(a, b, "QA")
     assert (c.ci95, c.p, c.mde) == (None, None, None)
     assert c.undefined == "undefined: no variance over seeds, the predictions are constant (squad2: no answer)"
@@ -225,8 +226,8 @@ def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():
     from encoderlab.study.report import _category_cell
 
     assert _category_cell(a) == "32.00 ± undefined (zero variance: squad2: no answer)"
-    plain = CategoryScore(32.0, 0.0, {0: 32.0, 1: 32.0}, 1)
-    steady = compare(CategoryScore(40.0, 0.0, {0: 40.0, 1: 40.0}, 1), plain, "QA")  # none constant: still no p
+    plain = CategoryScore(32.0, 0.0, spread_of([[32.0, 32.0]]), 1)
+    steady = compare(CategoryScore(40.0, 0.0, spread_of([[40.0, 40.0]]), 1), plain, "QA")  # none constant: still no p
     assert steady.p is None and "each side scored the same on every seed" in steady.undefined
 
 
@@ -262,9 +263,11 @@ def test_a_ranking_that_is_the_same_for_every_query_is_named(monkeypatch):
 def test_zero_variance_up_to_rounding_is_still_zero_variance():
     # Per-seed category means of constant scores differ in their last bits: no interval is claimed for them either.
     from encoderlab.study.report import _category_cell
+    from encoderlab.study.intervals import spread_of
     from encoderlab.study.results import CategoryScore, compare
 
-    a = CategoryScore(13.7, 4.9e-15, {0: 13.7, 1: 13.700000000000001, 2: 13.7}, 2, constant=["qa: no answer"])
-    b = CategoryScore(13.7, 0.0, {0: 13.7, 1: 13.7, 2: 13.7}, 2, constant=["qa: no answer"])
+    a = CategoryScore(13.7, 4.9e-15, spread_of([[13.7, 13.700000000000001, 13.7], [13.7] * 3]), 2,
+                      constant=["qa: no answer"])
+    b = CategoryScore(13.7, 0.0, spread_of([[13.7] * 3, [13.7] * 3]), 2, constant=["qa: no answer"])
     assert compare(a, b, "QA").undefined.startswith("undefined: no variance over seeds")
     assert _category_cell(a) == "13.70 ± undefined (zero variance: qa: no answer)"

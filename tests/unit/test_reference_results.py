@@ -198,14 +198,14 @@ def test_the_report_shows_the_authors_runs_beside_the_study_model_of_the_same_na
     root = study(tmp_path, "per_seed")
     text = reference_section(Report(root, reference=FIXTURE))
     rows = [line for line in text.splitlines() if line.startswith("| 610m")]
-    assert rows[0] == f"| {CLM} | authors' runs | 83.58 ± 0.24 | 92.69 ± 0.19 | 42.09 ± 0.28 | 76.08 ± 0.80 |"
+    assert rows[0] == f"| {CLM} | authors' runs | 83.58 ± 0.18 | 92.69 ± 0.14 | 42.09 ± 0.20 | 76.08 ± 0.54 |"
     assert rows[1] == f"| {CLM} | this study | 81.00 ± 2.48 | - | - | - |"  # 80, 81, 82: t(0.975, 2) x 1 / sqrt 3
     assert "`lr_choice: per_seed`" in text and f"- {CLM}: SC/mnli_m: 25 of 30 runs" in text
     # any of the authors' models beside any of ours, or alone
     text = reference_section(Report(root, reference=FIXTURE, reference_models=(f"{CLM}={MLM}", MLM)))
     assert [line.split(" | ")[:3] for line in text.splitlines() if line.startswith("| 610m")] == [
-        [f"| {MLM}", "authors' runs", "87.00 ± 0.26"], [f"| {CLM}", "this study", "81.00 ± 2.48"],
-        [f"| {MLM}", "authors' runs", "87.00 ± 0.26"]]
+        [f"| {MLM}", "authors' runs", "87.00 ± 0.29"], [f"| {CLM}", "this study", "81.00 ± 2.48"],
+        [f"| {MLM}", "authors' runs", "87.00 ± 0.29"]]
     with pytest.raises(EncoderlabError, match="'610m-x' is no evaluation of this study"):
         reference_section(Report(root, reference=FIXTURE, reference_models=(f"610m-x={MLM}",)))
     # the study ran sst2 alone where the authors' SC averages three datasets: the cell is said not to compare

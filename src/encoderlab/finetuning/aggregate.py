@@ -71,6 +71,7 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                  "baselines": baselines.of_records(rs, metric),
                  "baselines_recorded": any(isinstance(r.get("baselines"), dict) for r in rs),
                  "test_examples": (rs[-1].get("examples") or {}).get("test"),  # None: recorded before it was
+                 "trained_on": (rs[-1].get("trained_on") or {}).get("task", name),  # another task: shared
                  "failures": [{"lr": r["lr"], "seed": r["seed"], "reason": r["reason"]} for r in rs if r not in ok]}
         if len(scored) < len(ok):
             entry["without_metric"] = len(ok) - len(scored)
@@ -102,12 +103,22 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                                            "lrs": {f"{lr:g}": n for lr, n in short.items()},
                                            "competed": len(short) == len(val)}  # none had every seed
             by_run = {(r["lr"], r["seed"]): r for r in scored}
-            entry["constant"] = baselines.constant_of([by_run[lr, seed] for seed, (lr, _, _) in kept.items()])
+            kept_records = [by_run[lr, seed] for seed, (lr, _, _) in kept.items()]
+            entry["constant"] = baselines.constant_of(kept_records)
+            entry["constant_runs"] = constant_runs(kept_records)
         best = baselines.strongest(entry["baselines"])
         entry["strongest_baseline"] = {"name": best[0], "value": best[1]} if best else None
         entry["warning"] = baselines.warning(entry)
         tasks[name] = entry
     return {"tasks": tasks}
+
+
+def constant_runs(kept: list[dict]) -> dict:
+    """How many kept runs predicted one thing on test, of how many, and what: a task where most do is flagged in
+    study reports even when a seed or two learned something (`constant` needs every one)."""
+    seen = [c["test"] for r in kept if isinstance(c := r.get("constant_predictions"), dict)
+            and isinstance(c.get("test"), str)]
+    return {"runs": len(seen), "of": len(kept), "predicts": "; ".join(sorted(set(seen)))}
 
 
 def check_scored(summary: dict) -> None:

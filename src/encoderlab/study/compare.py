@@ -51,8 +51,9 @@ def comparisons_section(report, paper_findings: bool) -> str:
     if len(labels) < 2:
         return ""
     parts = ["## Pairwise comparisons\n",
-             "Each pair of models, A minus B per category (mean over the category's datasets, per fine-tuning "
-             "seed), Welch's t-test over seeds, on the datasets both were evaluated on. A side is *higher* when the "
+             "Each pair of models, A minus B per category (mean over the category's datasets), Welch's t-test "
+             "with datasets and models as independent estimates (docs/evaluation.md, Intervals), on the datasets "
+             "both were evaluated on. A side is *higher* when the "
              "95% interval of A - B lies wholly on its side of zero; a category where both models are within 5% of "
              "the headroom above the trivial baseline (or within their interval of it) is *not measurable*: no "
              "verdict on noise.\n"]

@@ -319,7 +319,7 @@ def _lrs(lr_by_seed: dict[int, float]) -> str:
 
 def _category_cell(c: CategoryScore) -> str:
     """'61.20 ± 1.30'; where every seed scored the same, no interval is claimed (not '± 0.00')."""
-    if c.ci95 is not None and c.ci95 <= 1e-9 * max(1.0, abs(c.mean)) and len(c.by_seed) > 1:  # 0 up to rounding
+    if c.ci95 is not None and c.ci95 <= 1e-9 * max(1.0, abs(c.mean)) and c.seeds > 1:  # 0 up to rounding
         return f"{c.mean:.2f} ± undefined (zero variance" + (f": {'; '.join(c.constant)})" if c.constant else ")")
     return _fmt(c.mean, c.ci95)
 

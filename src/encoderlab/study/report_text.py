@@ -56,8 +56,10 @@ def _pair(res, a: str | None, b: str | None) -> list[Comparison]:
 def findings(report) -> str:
     res = report.res
     out = ["## The paper's five findings at this scale\n",
-           "Each compares category scores (mean over the category's datasets, per fine-tuning seed) with Welch's "
-           "t-test over seeds, A minus B with A the side the paper finds better. Each comparison is *reproduced* "
+           "Each compares category scores (mean over the category's datasets) with Welch's t-test, A minus B "
+           "with A the side the paper finds better; the variance of A - B sums each dataset's variance of its mean "
+           "over seeds on both sides (datasets and models as independent estimates, Welch-Satterthwaite df; "
+           "docs/evaluation.md, Intervals). Each comparison is *reproduced* "
            "when its 95% interval lies above zero, *opposite* when it lies below zero, and *inconclusive at this "
            "scale* when it contains zero; 'detectable' is the smallest difference the run would have found 80% of "
            "the time at alpha 0.05, (t(0.975, df) + t(0.8, df)) x SE with Welch's df. A finding is **reproduced** "
@@ -211,8 +213,8 @@ def imported_section(report) -> str:
         else:
             head = "CPT beat both baselines in most categories, but not significantly against both"
         detail = "; ".join(f"vs {b} ({why}): {_higher(comps[b])}" for b, why in baselines.items())
-        parts.append(f"**Verdict ({arm['name']}): {head}.** {detail}. (Welch's t-test on per-seed category "
-                     "scores, p < 0.05.)\n")
+        parts.append(f"**Verdict ({arm['name']}): {head}.** {detail}. (Welch's t-test on category scores, "
+                     "datasets as independent estimates, p < 0.05.)\n")
     return "## Continued pretraining of imported models\n\n" + "\n".join(parts) if parts else ""
 
 

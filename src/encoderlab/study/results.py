@@ -2,15 +2,14 @@
 
 A dataset's score is the mean over seeds of each seed's kept run (finetuning/aggregate.py `choose_runs`, as the
 protocol's `lr_choice` says), on the protocol's metric ("score") or the field's standard one ("standard"). A category
-score is the plain mean of its datasets' scores. Its confidence interval comes from the per-seed category scores
-(each seed's kept test score averaged over the datasets), a t interval over seeds, so it carries the seed-to-seed
-noise that decides whether two models differ.
+score is the plain mean of its datasets' scores; its interval, and that of two models' difference, treat the datasets
+as independent estimates (study/intervals.py).
 """
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scipy import stats
@@ -21,7 +20,7 @@ from encoderlab.finetuning import records
 from encoderlab.finetuning.aggregate import summarize
 from encoderlab.runs.checkpoint import weights_digest
 from encoderlab.runs.logging import read_metrics
-from encoderlab.tasks.metrics import mean_ci95, std
+from encoderlab.study.intervals import CategoryScore, category_score
 
 CATEGORY = {"classification": "SC", "tokens": "TC", "qa": "QA", "retrieval": "IR"}
 CATEGORIES = ["SC", "TC", "QA", "IR"]
@@ -56,6 +55,14 @@ class TaskScore:
         """What every kept run predicted on test, when each predicted one thing (a model that learned nothing)."""
         return (self.summary or {}).get("constant")
 
+    @property
+    def mostly_constant(self) -> str | None:
+        """'no answer in 2 of 3 kept runs' where more than half of the kept runs predicted one thing on test."""
+        runs = (self.summary or {}).get("constant_runs") or {}
+        if not runs.get("of") or runs["runs"] * 2 <= runs["of"]:
+            return None
+        return f"{runs['predicts']} in {runs['runs']} of {runs['of']} kept runs"
+
 
 def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "score") -> TaskScore:
     """One task's records, aggregated by the sweep's own rule (`summarize`: the kept run per seed, `lr_choice`)."""
@@ -71,16 +78,6 @@ def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "s
                      e.get("lr_by_seed", {}), e.get("without_metric", 0), e)
 
 
-@dataclass
-class CategoryScore:
-    mean: float
-    ci95: float | None
-    by_seed: dict[int, float]
-    datasets: int
-    baseline: float | None = None  # the mean of its datasets' trivial baselines (None when one has none)
-    constant: list[str] = field(default_factory=list)  # `task: what it predicts`, for its tasks that predict a constant
-
-
 # A score within this share of the headroom above the trivial baseline (100 - baseline), or within its own 95%
 # interval of the baseline, is "at the baseline level": 3.3 NDCG@10 against a random ranking's 0.44 is no more a
 # learned retrieval model than 0.8 is, so a comparison of two such scores measures noise, not a model.
@@ -94,22 +91,12 @@ def at_baseline(score: CategoryScore) -> bool:
 
 
 def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
+    """Per category, the score of its datasets that have a kept run (study/intervals.py `category_score`)."""
     out = {}
     for cat in CATEGORIES:
         members = [t for t in tasks.values() if t.category == cat and t.by_seed]
-        if not members:
-            continue
-        seeds = sorted(set.intersection(*(set(t.by_seed) for t in members)))
-        if not seeds:
-            continue
-        per_seed = {s: sum(t.by_seed[s] for t in members) / len(members) for s in seeds}
-        _, half = mean_ci95(list(per_seed.values()))
-        # the plain mean of the datasets' scores (unrounded); the same as the per-seed mean when seeds agree
-        mean = sum(sum(t.by_seed.values()) / len(t.by_seed) for t in members) / len(members)
-        bases = [t.baseline for t in members]
-        base = None if None in bases else sum(bases) / len(bases)
-        out[cat] = CategoryScore(mean, half if half == half else None, per_seed, len(members), base,
-                                 [f"{t.task}: {t.constant}" for t in members if t.constant])
+        if members:
+            out[cat] = category_score(members)
     return out
 
 
@@ -194,6 +181,9 @@ class Comparison:
     mde: float | None = None  # the smallest |a - b| this test finds 80% of the time at alpha 0.05
     measurable: bool = True  # False: both sides at their trivial baseline's level (`at_baseline`)
     undefined: str | None = None  # why no interval, p or mde exists where seeds were enough: no variance at all
+    # each side's category score minus the mean of its datasets' strongest baselines, and which baselines they are
+    lexical: tuple[float, float] | None = None
+    lexical_names: str = ""
 
     @property
     def significant(self) -> bool:
@@ -201,25 +191,27 @@ class Comparison:
 
 
 def compare(a: CategoryScore, b: CategoryScore, category: str) -> Comparison:
-    """Welch's t-test on per-seed category scores; with too few seeds the p-value is None (no claim)."""
-    xs, ys = list(a.by_seed.values()), list(b.by_seed.values())
-    diff = a.mean - b.mean
-    if len(xs) < 2 or len(ys) < 2:
+    """A - B with the variance of independent estimates (study/intervals.py): both sides' dataset terms summed,
+    Welch-Satterthwaite's df; where a dataset has one seed no interval or p-value exists (no claim)."""
+    diff, spread = a.mean - b.mean, a.spread + b.spread
+    if not spread.defined:
         return Comparison(category, a.mean, b.mean, diff, None, None)
-    va, vb = std(xs) ** 2 / len(xs), std(ys) ** 2 / len(ys)
-    se = math.sqrt(va + vb)
-    # Every seed the same on both sides: no interval, p or power exists (not "± 0.00, p 1.000"). Up to rounding: the
-    # per-seed means of constant scores differ in their last bits (a standard error of 5e-15 on scores near 14).
-    if se <= 1e-9 * max(1.0, abs(a.mean), abs(b.mean)):
+    se = math.sqrt(spread.variance)
+    # Every seed the same on both sides: no interval, p or power exists (not "± 0.00, p 1.000"). Up to rounding: means
+    # of constant scores differ in their last bits (a standard error of 5e-15 on scores near 14).
+    if spread.df is None or se <= 1e-9 * max(1.0, abs(a.mean), abs(b.mean)):
         return Comparison(category, a.mean, b.mean, diff, None, None, undefined=no_variance(a, b))
-    df = (va + vb) ** 2 / ((va**2 / (len(xs) - 1) if va else 0) + (vb**2 / (len(ys) - 1) if vb else 0) or 1e-12)
+    df = spread.df
     p = float(2 * stats.t.sf(abs(diff / se), df))
     mde = float((stats.t.ppf(0.975, df) + stats.t.ppf(0.8, df)) * se)
     return Comparison(category, a.mean, b.mean, diff, float(stats.t.ppf(0.975, df) * se), p, mde)
 
 
 def _measurable(c: Comparison, a: CategoryScore, b: CategoryScore) -> Comparison:
-    return replace(c, measurable=not (at_baseline(a) and at_baseline(b)))
+    """Whether the pair is measurable (`at_baseline`), and where both stand against their strongest baselines."""
+    lexical = None if a.lexical is None or b.lexical is None else (a.mean - a.lexical, b.mean - b.lexical)
+    return replace(c, measurable=not (at_baseline(a) and at_baseline(b)), lexical=lexical,
+                   lexical_names=a.lexical_names)
 
 
 def no_variance(a: CategoryScore, b: CategoryScore) -> str:
