@@ -8,13 +8,12 @@ from encoderlab.core.io import atomic_dir
 from encoderlab.finetuning.aggregate import ONE
 from encoderlab.study.results import (
     CATEGORIES,
-    REPRODUCED,
     STANDARD_METRIC,
     CategoryScore,
     StudyResults,
     category_scores,
-    outcome,
 )
+from encoderlab.study.sanity import sanity_section
 from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.tasks import baselines
 
@@ -100,35 +99,8 @@ class Report:
             "`datasets.csv` (`baseline`: the trivial one)\n"
 
     def sanity_section(self) -> str:
-        """Every pretrained final model against the random-init baseline of its size, per category."""
-        res = self.res
-        randoms = {e["size"]: lb for lb, e in res.evaluations.items() if e["kind"] == "random"}
-        pairs = {lb: randoms[e["size"]] for lb, e in res.evaluations.items()
-                 if e["kind"] == "final" and e["size"] in randoms}
-        comps = {lb: res.versus(lb, base) for lb, base in pairs.items()}
-        if not any(comps.values()):
-            return ""
-        rows, csv_rows, passing = [], [], 0
-        for lb, cs in comps.items():
-            by_cat = {c.category: c for c in cs}
-            holds = sum(outcome(c) == REPRODUCED for c in cs)
-            passing += bool(cs) and holds >= _most(len(cs))
-            rows.append([lb] + [_holds_cell(by_cat[cat]) if cat in by_cat else "-" for cat in CATEGORIES]
-                        + [f"holds in {holds}/{len(cs)} categories" if cs else "not measured (missing evaluations)"])
-            csv_rows += [[lb, pairs[lb], c.category, round(c.diff, 3), c.ci95, c.p, outcome(c) == REPRODUCED]
-                         for c in cs]
-        _csv(self.out / "sanity.csv", ["model", "random_init", "category", "difference", "ci95", "p", "holds"],
-             csv_rows)
-        return ("## Sanity check: pretraining beats random initialisation\n\n"
-                f"Every pretrained final model minus the random-init model of its size "
-                f"({', '.join(sorted(set(pairs.values())))}): "
-                "category score difference ± 95% CI half-width (Welch, over fine-tuning seeds, as in the findings), "
-                "p-value. It **holds** (yes) in a category when the whole interval lies above zero; the sign shows "
-                "the direction either way. Only the datasets both models were evaluated on count (the random-init "
-                "model runs `evaluation.random_init_tasks`).\n\n"
-                f"**It holds in {_threshold([len(cs) for cs in comps.values()])} for {passing} of "
-                f"{sum(map(bool, comps.values()))} pretrained final models{_unmeasured(comps)}.**\n\n"
-                + _table(["model"] + CATEGORIES + ["verdict"], rows) + "\n\nCSV: `sanity.csv`\n")
+        """Every pretrained final model against the random-init baseline of its size (study/sanity.py)."""
+        return sanity_section(self)
 
     # ------------------------------------------------------------------------------------------- figures
 
@@ -292,25 +264,6 @@ class Report:
         return "pretraining_loss.png"
 
 
-def _most(n: int) -> int:
-    """The paper's "3 of 4 categories", for the n categories a model was compared on: three quarters, rounded up."""
-    return math.ceil(3 * n / 4)
-
-
-def _unmeasured(comps: dict) -> str:
-    missing = sum(not cs for cs in comps.values())
-    return f" ({missing} more not measured: missing evaluations)" if missing else ""
-
-
-def _threshold(compared: list[int]) -> str:
-    """'at least 3 of the 3 categories compared', or per model when models were compared on different numbers."""
-    ns = sorted(set(n for n in compared if n))
-    if len(ns) == 1:
-        return f"at least {_most(ns[0])} of the {ns[0]} categories compared"
-    return "at least three quarters of the categories each was compared on (" + ", ".join(
-        f"{_most(n)} of {n}" for n in ns) + ")"
-
-
 def _lrs(lr_by_seed: dict[int, float]) -> str:
     """'lr 5e-05', or 'lrs 5e-05/5e-05/0.0001' in seed order when the seeds kept different LRs."""
     lrs = [lr_by_seed[s] for s in sorted(lr_by_seed)]
@@ -335,14 +288,6 @@ def _csv_row(label: str, ts) -> list:
     gap = round(ts.test - best["value"], 3) if ts.test is not None and best else None
     return [label, ts.task, ts.test, ts.ci95, ts.best_lr, ts.std_seeds, ts.std_lrs, ts.baseline, ts.failed,
             best.get("name"), best.get("value"), gap, ts.constant or ""]
-
-
-def _holds_cell(c) -> str:
-    if c.undefined:
-        return f"no: {c.diff:+.2f}, {c.undefined}"
-    ci = "-" if c.ci95 is None else f"{c.ci95:.2f}"
-    p = "-" if c.p is None else f"{c.p:.3f}"
-    return f"{'**yes**' if outcome(c) == REPRODUCED else 'no'}: {c.diff:+.2f} ± {ci} (p {p})"
 
 
 def _bounded_bars(scores: list[CategoryScore]) -> list[list[float]]:

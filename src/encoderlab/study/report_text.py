@@ -53,19 +53,24 @@ def _pair(res, a: str | None, b: str | None) -> list[Comparison]:
     return res.versus(a, b) if a and b else []
 
 
+FINDINGS_RULE = (
+    "Each compares category scores (mean over the category's datasets) with Welch's t-test, A minus B with A the "
+    "side the paper finds better; the variance of A - B sums each dataset's variance of its mean over seeds on both "
+    "sides (datasets and models as independent estimates, Welch-Satterthwaite df; docs/evaluation.md, Intervals). "
+    "**Rule, per comparison**: *reproduced* when its 95% interval lies above zero, *opposite* when it lies below "
+    "zero, *inconclusive at this scale* when it contains zero (or no interval exists), and *not measurable* when "
+    "both models are at the trivial baseline's level (each within 5% of the headroom above its datasets' mean "
+    "trivial baseline, or within its own interval of it), whatever the interval. 'detectable' is the smallest "
+    "difference the run would have found 80% of the time at alpha 0.05, (t(0.975, df) + t(0.8, df)) x SE with "
+    "Welch-Satterthwaite's df. A finding is **reproduced** when more than half of its measurable comparisons are "
+    "reproduced and none is opposite, **opposite** in the mirror case, and **inconclusive at this scale** otherwise "
+    "(intervals that include zero, or both directions). 'vs strongest baseline' is each side's category score "
+    "minus the mean of its datasets' strongest baselines (TF-IDF, BM25, majority class, ...).\n")
+
+
 def findings(report) -> str:
     res = report.res
-    out = ["## The paper's five findings at this scale\n",
-           "Each compares category scores (mean over the category's datasets) with Welch's t-test, A minus B "
-           "with A the side the paper finds better; the variance of A - B sums each dataset's variance of its mean "
-           "over seeds on both sides (datasets and models as independent estimates, Welch-Satterthwaite df; "
-           "docs/evaluation.md, Intervals). Each comparison is *reproduced* "
-           "when its 95% interval lies above zero, *opposite* when it lies below zero, and *inconclusive at this "
-           "scale* when it contains zero; 'detectable' is the smallest difference the run would have found 80% of "
-           "the time at alpha 0.05, (t(0.975, df) + t(0.8, df)) x SE with Welch's df. A finding is **reproduced** "
-           "when more than half of its comparisons are reproduced and none is opposite, **opposite** in the "
-           "mirror case, and **inconclusive at this scale** otherwise (intervals that include zero, or both "
-           "directions).\n"]
+    out = ["## The paper's five findings at this scale\n", FINDINGS_RULE]
     compared = {size: a for size, a in _models(res).items() if (a.get("clm") and a.get("mlm")) or a["splits"]
                 or a["cpt"]}
     if not compared:

@@ -138,8 +138,12 @@ class StudyResults:
     def versus(self, a: str, b: str) -> list[Comparison]:
         """a - b per category, on the datasets both were evaluated on (a baseline may have run fewer tasks)."""
         common = set(self.tasks.get(a, {})) & set(self.tasks.get(b, {}))
-        ca, cb = (category_scores({t: s for t, s in self.tasks[lb].items() if t in common}) for lb in (a, b))
+        ca, cb = (self.categories_of(lb, common) for lb in (a, b))
         return [_measurable(compare(ca[c], cb[c], c), ca[c], cb[c]) for c in CATEGORIES if c in ca and c in cb]
+
+    def categories_of(self, label: str, tasks: set[str]) -> dict[str, CategoryScore]:
+        """A model's category scores on some of its datasets (those another model was evaluated on too)."""
+        return category_scores({t: s for t, s in self.tasks.get(label, {}).items() if t in tasks})
 
     def start_step(self, run: str) -> int:
         """The global step at which a run's own step 0 stands. CPT continues a finished model, so it starts where

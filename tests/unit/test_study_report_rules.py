@@ -1,0 +1,82 @@
+"""Every verdict of a report follows its printed rule: the sanity check's word agrees with its interval in every cell
+of reports generated from synthetic records, and two models at the trivial baseline read "at baseline", never a
+hidden "no"."""
+from __future__ import annotations
+
+import csv
+import re
+
+from test_study_verdicts import CLM, CPT, MLM, RANDOM, TASKS, flat, write_study
+
+from encoderlab.core.io import read_json, write_json
+from encoderlab.study.report import write_report as _write_report
+from encoderlab.study.results import StudyResults, at_baseline
+from encoderlab.study.sanity import RULE
+
+CELL = re.compile(r"^(\*\*yes\*\*|no|at baseline): ([+-]\d+\.\d+)(?: ± (\S+) \(p \S+\)|, undefined.*)$")
+
+
+def write_report(root):
+    """The whole report.md, with the plan's step and FLOPs summary a real plan has."""
+    plan = read_json(root / "plan.json", "written by write_study")
+    plan["summary"] = {"steps": 46, "naive_steps": 66, "flops": 1e12, "naive_flops": 2e12}
+    write_json(root / "plan.json", plan)
+    return _write_report(root)
+
+
+def studies(tmp_path):
+    """Reports over a spread of cases: clear wins, losses, noise, both sides at the baseline, one seed's worth of
+    noise against a large gap, and too few datasets on the random-init side."""
+    yield write_study(tmp_path / "wide", {RANDOM: flat(30.0), CLM: flat(40.0), MLM: {"SC": 40.0, "TC": 31.0,
+                                                                                     "QA": 29.0, "IR": 20.0},
+                                          CPT: flat(30.5)})
+    yield write_study(tmp_path / "noisy", {RANDOM: flat(30.0), CLM: flat(33.0), MLM: flat(31.0), CPT: flat(28.0)},
+                      spread={RANDOM: 3.0, CLM: 3.0, MLM: 0.5, CPT: 5.0})
+    yield write_study(tmp_path / "baseline", {RANDOM: flat(0.5), CLM: {**flat(3.1), "SC": 60.0}, MLM: flat(0.9),
+                                              CPT: flat(2.0)},
+                      spread={RANDOM: 0.05, CLM: 0.05, MLM: 0.05, CPT: 0.05}, baseline=flat(0.44))
+    yield write_study(tmp_path / "fewer", {RANDOM: flat(30.0), CLM: flat(45.0), MLM: flat(30.2), CPT: flat(35.0)},
+                      tasks={RANDOM: ["rt-polarity", "wiki-title"], CLM: list(TASKS), MLM: list(TASKS),
+                             CPT: list(TASKS)})
+
+
+def test_every_sanity_cell_agrees_with_its_interval_under_the_printed_rule(tmp_path):
+    seen = set()
+    for root in studies(tmp_path):
+        text = write_report(root).read_text()
+        section = text.split("## Sanity check")[1].split("\n## ")[0]
+        assert RULE in section
+        res = StudyResults(root)
+        rows = [line.strip("| ").split(" | ") for line in section.splitlines() if line.startswith("| micro")]
+        with (root / "report" / "sanity.csv").open() as f:
+            outcome = {(r["model"], r["category"]): r["outcome"] for r in csv.DictReader(f)}
+        for model, *cells, verdict in rows:
+            for cat, cell in zip(("SC", "TC", "QA", "IR"), cells):
+                if cell == "-":
+                    continue
+                word, diff, ci = CELL.match(cell).groups()
+                word = word.strip("*")
+                seen.add(word)
+                assert outcome[model, cat] == word  # the CSV says what the table says
+                common = set(res.tasks[model]) & set(res.tasks[RANDOM])
+                both = [res.categories_of(lb, common)[cat] for lb in (model, RANDOM)]
+                if word == "at baseline":
+                    assert all(at_baseline(c) for c in both), (root, model, cat)
+                    continue
+                assert not all(at_baseline(c) for c in both), (root, model, cat)
+                above = ci not in (None, "-") and float(diff) - float(ci) > 0
+                assert (word == "yes") == above, (root, model, cat, cell)
+            assert verdict.startswith(f"holds in {sum(c.startswith('**yes**') for c in cells)}/")
+    assert seen == {"yes", "no", "at baseline"}  # the cases reach every outcome
+
+
+def test_an_interval_above_zero_at_the_baseline_reads_at_baseline_not_no(tmp_path):
+    # retrieval at 3.1 against random init's 0.5, a random ranking at 0.44: a clear difference of two scores at the
+    # trivial baseline's level is printed as such, and neither holds nor counts as failing silently
+    root = write_study(tmp_path, {RANDOM: flat(0.5), CLM: flat(3.1)}, spread={RANDOM: 0.05, CLM: 0.05},
+                       baseline=flat(0.44), tasks={RANDOM: list(TASKS), CLM: list(TASKS)})
+    section = write_report(root).read_text().split("## Sanity check")[1].split("\n## ")[0]
+    row = next(line for line in section.splitlines() if line.startswith(f"| {CLM} |"))
+    assert row.count("at baseline: +2.60 ± ") == 4 and "holds in 0/4 categories, at baseline in 4" in row, row
+    with (root / "report" / "sanity.csv").open() as f:
+        assert {(r["outcome"], r["holds"]) for r in csv.DictReader(f)} == {("at baseline", "False")}
