@@ -80,3 +80,50 @@ def test_an_interval_above_zero_at_the_baseline_reads_at_baseline_not_no(tmp_pat
     assert row.count("at baseline: +2.60 ± ") == 4 and "holds in 0/4 categories, at baseline in 4" in row, row
     with (root / "report" / "sanity.csv").open() as f:
         assert {(r["outcome"], r["holds"]) for r in csv.DictReader(f)} == {("at baseline", "False")}
+
+
+def held_out(root):
+    """Two models on a QA task where 5 of 8 kept runs answer "no answer" to every question (the rest learned a
+    little), a learned QA task, and a retrieval task both fail against BM25 (80 against 5)."""
+    from encoderlab.finetuning import records
+    from test_study_verdicts import PROTOCOL
+
+    write_study(root, {}, tasks={})
+    key = records.protocol_key(PROTOCOL)
+    for lb, level in ((CLM, 0.0), (MLM, 1.0)):
+        for task, family, base in (("qa-abstain", "qa", {"first_span": 10.0, "always_abstain": 30.4}),
+                                   ("qa-learned", "qa", {"first_span": 10.0}),
+                                   ("ir-held-out", "retrieval", {"random": 0.4, "bm25": 80.0})):
+            for seed in PROTOCOL["seeds"]:
+                constant = task == "qa-abstain" and seed < 5
+                score = {"qa-abstain": 30.4 if constant else 40.0 + seed, "qa-learned": 60.0 + seed + level,
+                         "ir-held-out": 5.0 + seed / 2 + level}[task]
+                records.write(records.record_path(root / "evals", f"tag-{lb}", key, task, "0" * 16, 0.001, seed), {
+                    "tag": f"tag-{lb}", "task": task, "family": family, "metric": "f1", "status": "ok",
+                    "fingerprint": "0" * 16, "protocol": PROTOCOL, "lr": 0.001, "seed": seed,
+                    "baseline": {s: {"score": min(base.values())} for s in ("validation", "test")},
+                    "baselines": {s: {n: {"score": v} for n, v in base.items()} for s in ("validation", "test")},
+                    "constant_predictions": {"test": "no answer" if constant else None},
+                    "scores": {"validation": {"score": score}, "test": {"score": score}}})
+    return root
+
+
+def test_a_mostly_constant_task_is_flagged_and_no_model_beats_bm25(tmp_path):
+    root = held_out(tmp_path)
+    text = write_report(root).read_text()
+    res = StudyResults(root)
+    qa = res.categories[CLM]["QA"]
+    assert qa.mostly_constant == ["qa-abstain: no answer in 5 of 8 kept runs"] and not qa.constant
+    table = text.split("### Final models")[1].split("\n### ")[0].split("\n## ")[0]
+    row = next(line for line in table.splitlines() if line.startswith(f"| {CLM} |"))
+    without = qa.without_constant
+    assert f"{qa.mean:.2f} ± {qa.ci95:.2f} †; without them: {without.mean:.2f} ± {without.ci95:.2f}" in row, row
+    assert without.mean == 63.5 and without.datasets == 1  # qa-learned alone
+    assert f"- {CLM} / QA: qa-abstain: no answer in 5 of 8 kept runs" in table
+    # every model far under BM25: the category table and the finding both say that no model beats it
+    assert "- IR, strongest baseline BM25 (80.00): no model beats it: " in table, table
+    assert "(above it on 0 of 1 datasets)" in table
+    line = text.split("**1. ")[1].split("\n")[0]
+    assert "against the strongest baseline (BM25) in IR: no model beats it" in line, line
+    assert "no model beats it" not in line.split("in IR")[0].split("QA")[-1]  # QA's learned task is above its own
+    assert "vs BM25" in text.split("## Per-dataset scores")[1]  # the dataset table names the gap too

@@ -5,20 +5,30 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from encoderlab.study.results import NOT_MEASURABLE, Comparison, outcome
+from encoderlab.study.results import NOT_MEASURABLE, Comparison, lexical_note, outcome
 
 A_HIGHER, B_HIGHER, NO_DIFFERENCE = "A higher", "B higher", "no difference shown (the interval includes zero)"
 
 
 def cmp_rows(comps: list[Comparison], label=outcome) -> str:
-    """A comparison table, one category a row; `label` says each row's outcome."""
-    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | {c.undefined} | - | - | {label(c)} |"
+    """A comparison table, one category a row; `label` says each row's outcome, the last column where both sides
+    stand against their datasets' strongest baselines."""
+    rows = [f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | {c.undefined} | - | - | {label(c)} | "
+            f"{_lexical(c)} |"
             if c.undefined else
             f"| {c.category} | {c.a:.2f} | {c.b:.2f} | {c.diff:+.2f} | "
             f"{'-' if c.ci95 is None else f'± {c.ci95:.2f}'} | {'-' if c.p is None else f'{c.p:.3f}'} | "
-            f"{'-' if c.mde is None else f'{c.mde:.2f}'} | {label(c)} |" for c in comps]
-    return ("| category | A | B | A - B | 95% CI of A - B | p (Welch) | detectable (80% power) | outcome |\n"
-            "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+            f"{'-' if c.mde is None else f'{c.mde:.2f}'} | {label(c)} | {_lexical(c)} |" for c in comps]
+    return ("| category | A | B | A - B | 95% CI of A - B | p (Welch) | detectable (80% power) | outcome | "
+            "A, B vs strongest baseline |\n|---|---|---|---|---|---|---|---|---|\n" + "\n".join(rows))
+
+
+def _lexical(c: Comparison) -> str:
+    """'-67.30, -70.10 vs BM25 (no model beats it)': each side's score minus its datasets' strongest baselines."""
+    if c.lexical is None:
+        return "-"
+    none = " (no model beats it)" if max(c.lexical) <= 0 else ""
+    return f"{c.lexical[0]:+.2f}, {c.lexical[1]:+.2f} vs {c.lexical_names}{none}"
 
 
 def difference(c: Comparison) -> str:
@@ -35,7 +45,7 @@ def summary(comps: list[Comparison]) -> str:
     outs = [difference(c) for c in comps]
     counts = ", ".join(f"{o} in {outs.count(o)}" for o in (A_HIGHER, B_HIGHER, NO_DIFFERENCE, NOT_MEASURABLE)
                        if o in outs)
-    return f"{counts} of {len(outs)} {'category' if len(outs) == 1 else 'categories'}"
+    return f"{counts} of {len(outs)} {'category' if len(outs) == 1 else 'categories'}{lexical_note(comps)}"
 
 
 def compared_models(res, paper_findings: bool) -> list[str]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from scipy import stats
 
+from encoderlab.tasks.baselines import LABELS
 from encoderlab.tasks.metrics import std
 
 
@@ -116,7 +117,7 @@ def category_score(members: list, with_rest: bool = True) -> CategoryScore:
                        [len(g) / len(members) for g in groups])
     bases = [t.baseline for t in members]
     strongest = [(t.summary or {}).get("strongest_baseline") for t in members]
-    names = sorted({s["name"] for s in strongest if s}, key=lambda n: [s["name"] for s in strongest if s].index(n))
+    names = list(dict.fromkeys(LABELS.get(s["name"], s["name"]) for s in strongest if s))  # in dataset order
     out = CategoryScore(mean, spread.half_width(), spread, len(members),
                         None if None in bases else sum(bases) / len(bases),
                         [f"{t.task}: {t.constant}" for t in members if t.constant],

@@ -14,6 +14,8 @@ from encoderlab.study.results import (
     category_scores,
 )
 from encoderlab.study.sanity import sanity_section
+from encoderlab.study.standing import category_cell as _category_cell
+from encoderlab.study.standing import standing_notes
 from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.tasks import baselines
 
@@ -63,7 +65,9 @@ class Report:
             csv_rows.append([lb] + [round(scores[c].mean, 3) if c in scores else "" for c in cats])
         _csv(self.out / f"{name}.csv", ["model"] + cats, csv_rows)
         published = f" `{self.paper_column}`: the published means, the authors' metric." if self.paper else ""
-        return f"### {title}\n\n{_table(header, rows)}\n\n{self.basis()}{published} CSV: `{name}.csv`\n"
+        notes = standing_notes({lb: self.res.categories.get(lb, {}) for lb in labels}, cats)
+        return (f"### {title}\n\n{_table(header, rows)}\n\n{notes}{self.basis()}{published} 95% intervals: "
+                f"datasets as independent estimates (docs/evaluation.md, Intervals). CSV: `{name}.csv`\n")
 
     def dataset_tables(self, labels: list[str]) -> str:
         tasks = self.res.task_names()
@@ -268,13 +272,6 @@ def _lrs(lr_by_seed: dict[int, float]) -> str:
     """'lr 5e-05', or 'lrs 5e-05/5e-05/0.0001' in seed order when the seeds kept different LRs."""
     lrs = [lr_by_seed[s] for s in sorted(lr_by_seed)]
     return f"lr {lrs[0]:g}" if len(set(lrs)) == 1 else "lrs " + "/".join(f"{lr:g}" for lr in lrs)
-
-
-def _category_cell(c: CategoryScore) -> str:
-    """'61.20 ± 1.30'; where every seed scored the same, no interval is claimed (not '± 0.00')."""
-    if c.ci95 is not None and c.ci95 <= 1e-9 * max(1.0, abs(c.mean)) and c.seeds > 1:  # 0 up to rounding
-        return f"{c.mean:.2f} ± undefined (zero variance" + (f": {'; '.join(c.constant)})" if c.constant else ")")
-    return _fmt(c.mean, c.ci95)
 
 
 def _score_cell(ts) -> str:

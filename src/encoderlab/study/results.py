@@ -266,7 +266,15 @@ def verdict(comparisons: list[Comparison], expect_positive: bool = True, unit: s
         span = f"{min(mdes):.2f}" + (f" to {max(mdes):.2f}" if max(mdes) > min(mdes) else "")
         text += (f"; where the interval includes zero, this run could have detected differences of {span} points "
                  "(80% power, alpha 0.05)")
-    return text + "".join(f"; {c.category}: {c.undefined}" for c in comparisons if c.undefined)
+    return (text + "".join(f"; {c.category}: {c.undefined}" for c in comparisons if c.undefined)
+            + lexical_note(comparisons))
+
+
+def lexical_note(comparisons: list[Comparison]) -> str:
+    """'; against the strongest baseline (BM25) in IR: no model beats it', for each category where neither side's
+    score is above the mean of its datasets' strongest baselines."""
+    return "".join(f"; against the strongest baseline ({c.lexical_names}) in {c.category}: no model beats it"
+                   for c in comparisons if c.lexical is not None and max(c.lexical) <= 0)
 
 
 def tally(outcomes: list[str], unit: str) -> str:
