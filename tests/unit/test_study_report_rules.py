@@ -104,6 +104,9 @@ def held_out(root):
                     "baseline": {s: {"score": min(base.values())} for s in ("validation", "test")},
                     "baselines": {s: {n: {"score": v} for n, v in base.items()} for s in ("validation", "test")},
                     "constant_predictions": {"test": "no answer" if constant else None},
+                    "max_length": 64, "truncated": {"train": 176, "validation": 0, "test": 12, "unit": "examples"},
+                    "truncation_totals": {"train": 500, "validation": 100, "test": 100},
+                    "answers_lost": {"train": 150, "validation": 0, "test": 9} if family == "qa" else None,
                     "scores": {"validation": {"score": score}, "test": {"score": score}}})
     return root
 
@@ -127,3 +130,14 @@ def test_a_mostly_constant_task_is_flagged_and_no_model_beats_bm25(tmp_path):
     assert "against the strongest baseline (BM25) in IR: no model beats it" in line, line
     assert "no model beats it" not in line.split("in IR")[0].split("QA")[-1]  # QA's learned task is above its own
     assert "vs BM25" in text.split("## Per-dataset scores")[1]  # the dataset table names the gap too
+
+
+def test_the_report_says_what_truncation_cut_and_which_answers_it_lost(tmp_path):
+    text = write_report(held_out(tmp_path / "held-out")).read_text()
+    section = text.split("## Input coverage (truncation)")[1].split("\n## ")[0]
+    assert ("| qa-abstain | 64 | examples | train 176 of 500 (35.2%); validation 0 of 100 (0.0%); test 12 of 100 "
+            "(12.0%) | train 150; validation 0; test 9 |") in section, section
+    assert "| ir-held-out | 64 | examples | train 176 of 500 (35.2%)" in section and section.count("| - |") == 1
+    # records from before the sweep kept these counts read as such, never as "nothing cut"
+    old = write_report(write_study(tmp_path / "old", {CLM: flat(40.0)})).read_text()
+    assert "| rt-polarity | - | - | not recorded | not recorded |" in old

@@ -72,6 +72,9 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                  "baselines_recorded": any(isinstance(r.get("baselines"), dict) for r in rs),
                  "test_examples": (rs[-1].get("examples") or {}).get("test"),  # None: recorded before it was
                  "trained_on": (rs[-1].get("trained_on") or {}).get("task", name),  # another task: shared
+                 # what the inputs lost at max_length (None: recorded before the sweep kept it)
+                 "coverage": {k: rs[-1].get(k) for k in ("max_length", "truncated", "truncation_totals",
+                                                         "answers_lost")},
                  "failures": [{"lr": r["lr"], "seed": r["seed"], "reason": r["reason"]} for r in rs if r not in ok]}
         if len(scored) < len(ok):
             entry["without_metric"] = len(ok) - len(scored)

@@ -75,11 +75,17 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
     return tasks
 
 
-def answers_lost(task: EvalTask) -> str:
-    """QA tagging: the answers the cut inputs lost (scored as "no answer", as the paper authors' code does)."""
+def lost_answers(task: EvalTask) -> dict[str, int] | None:
+    """QA tagging: per split, the answers the cut inputs lost (scored as "no answer", as the paper authors' code
+    does); None for every other task, where no answer can be lost."""
     if getattr(task, "tagging", None) is None:
+        return None
+    return {s: baselines.answers_cut(task, s) for s in ("train", "validation", "test")}
+
+
+def answers_lost(task: EvalTask) -> str:
+    if (lost := lost_answers(task)) is None:
         return ""
-    lost = {s: baselines.answers_cut(task, s) for s in ("train", "validation", "test")}
     return "; answers cut off (labelled no answer): " + ", ".join(f"{n:,} of {s}" for s, n in lost.items())
 
 
@@ -343,6 +349,8 @@ class Sweep:
                 "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
                 "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                 "truncated": {**task.truncated, "unit": task.truncation_unit},
+                "truncation_totals": task.truncation_totals(),  # what each count of `truncated` is out of
+                "answers_lost": lost_answers(task),  # QA tagging: answers the cut inputs lost; None elsewhere
                 "examples": {s: task.scored_examples(s) for s in ("validation", "test")},  # what a score averages
                 "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
                 "trained_on": {"task": train.name, "fingerprint": train.fingerprint},

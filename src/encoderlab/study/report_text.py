@@ -9,6 +9,7 @@ from scipy import stats
 
 from encoderlab.study.compare import cmp_rows as _cmp_rows
 from encoderlab.study.compare import comparisons_section
+from encoderlab.study.coverage import coverage_section
 from encoderlab.study.reference import reference_section
 from encoderlab.study.results import CATEGORIES, INCONCLUSIVE, OPPOSITE, REPRODUCED, Comparison, tally, verdict
 
@@ -249,7 +250,7 @@ def compose(report) -> str:
                                    if any(e["kind"] == "random" for e in res.evaluations.values())
                                    else "Final models" if res.runs else "Models"),
              reference_section(report),
-             "## Per-dataset scores\n", report.dataset_tables(everything)]
+             "## Per-dataset scores\n", report.dataset_tables(everything), coverage_section(res)]
     fig, note = report.efficiency_figure()
     if fig:
         parts.append(f"## Data efficiency (score vs pretraining steps)\n\n![data efficiency]({fig})\n\n{note}"

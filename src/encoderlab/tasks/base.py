@@ -108,6 +108,10 @@ class EvalTask(ABC):
         """How many examples (texts, sentences, questions; queries for retrieval) a split's score averages over."""
         return len(self.splits[split])  # type: ignore[attr-defined]
 
+    def truncation_totals(self) -> dict[str, int]:
+        """What each count of `truncated` is out of, in `truncation_unit`: a split's examples here."""
+        return {part: len(self.splits[part]) for part in self.truncated}  # type: ignore[attr-defined]
+
     def subsample(self, split: str, n: int, seed: int) -> None:
         """Keep a seeded random `n` examples of a split (CPU protocols); call before `prepare`.
 

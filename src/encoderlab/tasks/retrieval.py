@@ -139,6 +139,9 @@ class RetrievalTask(EvalTask):
     def scored_examples(self, split: str) -> int:
         return len(self.qrels.get(split, {}))
 
+    def truncation_totals(self) -> dict[str, int]:
+        return {"corpus": len(self.doc_ids), "queries": len(self.query_ids)}  # the texts `prepare` tokenised
+
     def subsample(self, split: str, n: int, seed: int) -> None:
         """Keep a seeded random `n` queries of a split (CPU protocols); the corpus stays whole. Before `prepare`."""
         judged = self.qrels.get(split, {})

@@ -120,6 +120,9 @@ class TokenTask(ListTask):
                 raise DataError(f"task {self.name!r}: {what} in {split} not seen in train: {unseen} (the model "
                                 "cannot learn them; fix the split or drop those sentences)")
 
+    def truncation_totals(self) -> dict[str, int]:
+        return {s: sum(len(ex["tokens"]) for ex in self.splits[s]) for s in self.truncated}  # words
+
     def adopt(self, protocol) -> None:
         super().adopt(protocol)
         self.label_mode, self.dropout = protocol.tokens.labels, protocol.tokens.dropout
