@@ -8,6 +8,7 @@ from encoderlab.tasks import baselines
 from encoderlab.tasks.metrics import mean_ci95, std
 
 LR_CHOICES = ("mean_over_seeds", "per_seed")
+COVERAGE = ("max_length", "truncated", "truncation_totals", "answers_lost")  # what the inputs lost at max_length
 
 
 def choose_runs(runs: list[tuple[float, int, float, float]], lr_choice: str) -> dict[int, tuple[float, float, float]]:
@@ -72,9 +73,7 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                  "baselines_recorded": any(isinstance(r.get("baselines"), dict) for r in rs),
                  "test_examples": (rs[-1].get("examples") or {}).get("test"),  # None: recorded before it was
                  "trained_on": (rs[-1].get("trained_on") or {}).get("task", name),  # another task: shared
-                 # what the inputs lost at max_length (None: recorded before the sweep kept it)
-                 "coverage": {k: rs[-1].get(k) for k in ("max_length", "truncated", "truncation_totals",
-                                                         "answers_lost")},
+                 "coverage": {k: rs[-1].get(k) for k in COVERAGE},  # None: recorded before the sweep kept it
                  "failures": [{"lr": r["lr"], "seed": r["seed"], "reason": r["reason"]} for r in rs if r not in ok]}
         if len(scored) < len(ok):
             entry["without_metric"] = len(ok) - len(scored)
