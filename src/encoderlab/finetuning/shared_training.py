@@ -78,7 +78,8 @@ def check_trainer_spec(spec: str) -> None:
     except EncoderlabError as e:
         raise EncoderlabError(f"the protocol's retrieval.train_on ({spec!r}) trains every retrieval task of a sweep "
                               f"that has no train qrels of its own: {e}; set retrieval.train_on to a retrieval task "
-                              "with train pairs (a task file of yours is fine), or to null if each has its own") from None
+                              "with train pairs (a task file of yours is fine), or to null if each has its own"
+                              ) from None
 
 
 def check_trainer(task: EvalTask, spec: str) -> None:

@@ -241,7 +241,8 @@ def resolve(path: str | Path) -> Path:
         found = latest(path)
         assert found is not None
         return found
-    raise EncoderlabError(f"{resolved(path)} is neither a checkpoint folder (with state.json) nor a run folder (with {LATEST})")
+    raise EncoderlabError(f"{resolved(path)} is neither a checkpoint folder"
+                          f" (with state.json) nor a run folder (with {LATEST})")
 
 
 def weight_mismatches(weights: dict, expected: dict, source: str = "checkpoint", target: str = "model") -> str:

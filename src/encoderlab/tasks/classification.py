@@ -71,8 +71,8 @@ class ClassificationTask(ListTask):
             unseen = sorted(set(self.gold[split]) - seen)
             if unseen:
                 raise DataError(f"task {name!r}: labels in {split} not seen in train: "
-                                f"{listed(self.labels[y] for y in unseen)} (a class the model never trains on cannot be "
-                                "learned; fix the split or drop those examples)")
+                                f"{listed(self.labels[y] for y in unseen)} (a class the model never trains on "
+                                "cannot be learned; fix the split or drop those examples)")
         self.sentence_pairs = "segments"  # the protocol's choice, set before prepare(): segments or labelled
         self.ids: dict[str, list[list[int]]] = {}
         self.pad_id = 0  # the tokenizer's, from prepare(); padding is masked out of attention, pooling and loss
