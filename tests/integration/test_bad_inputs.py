@@ -131,6 +131,10 @@ CLI_CASES = [
          run_config()),
     Case("pretrain-flex-on-cpu-dry-run", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "train.attention=flex",
                                           "--set", "train.device=cpu"), "flex needs a CUDA device", run_config()),
+    Case("pretrain-constant-schedule-over-the-file-decay", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set",
+                                                            "lr_schedule={{kind: constant, warmup_steps: 1}}"),
+         "--set lr_schedule={{kind: constant, warmup_steps: 1}}: lr_schedule: kind 'constant' has no decay, yet this "
+         "lr_schedule holds decay_steps: 1", run_config()),
     Case("pretrain-branch-source-missing", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set",
                                             "init.branch_from={tmp}/nowhere"), "{tmp}/nowhere is neither a checkpoint",
          run_config()),
@@ -249,7 +253,8 @@ TASK_CASES: list[Case] = [
          task_files(CLS, train_csv="text,label\nfine,pos\nbad,neg\nreally, good,pos\n")),
     Case("task-csv-header-only", SWEEP, "{tmp}/train.csv: no rows (an empty file, or a header only)",
          task_files(CLS, train_csv="text,label\n")),
-    Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv does not exist",
+    Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv ('nope.csv' read from the task "
+         "file's folder, {tmp}) does not exist",
          task_files("family: classification\ntrain: nope.csv\nvalidation: nope.csv\n")),
     Case("task-named-like-the-summary", SWEEP, "summary.json is the name of the sweep's summary",
          task_files(CLS + "name: summary.json\n", train_csv="text,label\na,x\nb,y\n")),
@@ -282,8 +287,9 @@ TASK_CASES: list[Case] = [
          "a retrieval task is scored on validation (dev.tsv) and test (test.tsv) qrels",
          two(beir_files, lambda tmp, ctx: [(tmp / f"beir/qrels/{s}.tsv").unlink() for s in ("dev", "test")])),
     Case("sweep-train-on-names-no-task", (*SWEEP, "--set", "retrieval.train_on=no-such-set"),
-         "the protocol's retrieval.train_on ('no-such-set') trains every retrieval task of a sweep: unknown task "
-         "'no-such-set'", beir_files),
+         "the protocol's retrieval.train_on ('no-such-set') trains every retrieval task of a sweep that has no train "
+         "qrels of its own: unknown task 'no-such-set'",
+         two(beir_files, lambda tmp, ctx: (tmp / "beir" / "qrels" / "train.tsv").unlink())),
     Case("task-given-twice", (*SWEEP[:3], "{tmp}/t.yaml", *SWEEP[3:]), "task '{tmp}/t.yaml' is given twice",
          task_files(CLS, train_csv=CSV)),
     Case("task-of-one-class", SWEEP, "task 't': every train example has the label 'pos'; a classification task needs "
@@ -298,7 +304,19 @@ TASK_CASES: list[Case] = [
                                                                          write("beir/qrels/dev.tsv", "q0\td0\t1\n"),
                                                                          write("beir/qrels/test.tsv", "q1\td0\t1\n"),
                                                                          write("beir/qrels/train.tsv", "q2\td0\t1\n"))),
-    Case("task-missing-folder", SWEEP, "task file {tmp}/t.yaml: folder: {tmp}/beir does not exist",
+    Case("task-text-column-given-as-label", SWEEP, "not seen in train: ['dev 0 ",
+         task_files(CLS.replace("validation: train.csv", "validation: dev.csv") + "label_column: text\n",
+                    train_csv="text,label\n" + "".join(f"train {i} {'word ' * 2000},a\n" for i in range(40)),
+                    dev_csv="text,label\n" + "".join(f"dev {i} {'word ' * 2000},a\n" for i in range(8)))),
+    Case("task-text-column-given-as-label-listed-in-short", SWEEP, " and 3 more; train has ['train 0 word word",
+         task_files(CLS.replace("validation: train.csv", "validation: dev.csv") + "label_column: text\n",
+                    train_csv="text,label\n" + "".join(f"train {i} {'word ' * 2000},a\n" for i in range(40)),
+                    dev_csv="text,label\n" + "".join(f"dev {i} {'word ' * 2000},a\n" for i in range(8)))),
+    Case("task-beir-zero-shot-under-the-default-protocol", SWEEP, "the protocol's retrieval.train_on "
+         "('wiki-description') trains every retrieval task of a sweep that has no train qrels of its own",
+         two(beir_files, lambda tmp, ctx: (tmp / "beir" / "qrels" / "train.tsv").unlink())),
+    Case("task-missing-folder", SWEEP, "task file {tmp}/t.yaml: folder: {tmp}/beir ('beir' read from the task file's "
+         "folder, {tmp}) does not exist",
          task_files("family: retrieval\nfolder: beir\n")),
     Case("task-empty-label", SWEEP, "{tmp}/dev.csv: row 3 has an empty label (column 'label')",
          task_files(CLS.replace("validation: train.csv", "validation: dev.csv"), train_csv=CSV,
@@ -561,8 +579,11 @@ RESUME_CASES = [
     Case("report-plan-json-not-a-plan", ("study", "report", "{tmp}/s"), "{tmp}/s/plan.json is not a study's plan",
          write("s/plan.json", "[1]")),
     Case("pretrain-relative-data-path", (*DRY_RUN, "--set", "data.path=dpref/packed"),
-         "no packed dataset at dpref/packed (a relative data.path is read from the current folder, "
-         f"{os.getcwd()}): create it with `encoderlab data prepare SRC --out dpref`", run_config()),
+         f"no packed dataset at {os.getcwd()}/dpref/packed ('dpref/packed' read from the current folder): create it "
+         "with `encoderlab data prepare SRC --out dpref`", run_config()),
+    Case("pretrain-relative-branch-from", (*DRY_RUN, "--set", "init.branch_from=nowhere/run"),
+         f"{os.getcwd()}/nowhere/run ('nowhere/run' read from the current folder) is neither a checkpoint",
+         run_config()),
     Case("pretrain-meta-json-missing", DRY_RUN, "no packed dataset at {tmp}/packed",
          own_data(lambda packed: (packed / "meta.json").unlink())),
     Case("pretrain-token-ids-beyond-vocab", (*DRY_RUN, "--set", "model.vocab_size=100"),

@@ -132,6 +132,8 @@ def check_card(folder, record: dict) -> None:
                  f"cut at {record['max_length']} tokens"):
         assert text in card, text
     assert str(folder.parent) not in card  # no local path
+    # encoderlab's own pretraining: no Hub id to name and no license made up ("unknown" is not a license)
+    assert "license" not in meta and "base_model" not in meta and "License: none given" in card
 
 
 def test_classification_is_eurobert_sequence_classification(setup):
@@ -243,3 +245,14 @@ def test_finetune_save_from_the_command_line_and_again(setup, tmp_path, monkeypa
     predicted = [hf.config.id2label[i] for i in logits.argmax(-1).tolist()]
     assert 100 * sum(p == r["label"] for p, r in zip(predicted, rows)) / len(rows) == task["test"]
     check_card(tmp_path / "kept", record)
+
+
+def test_the_card_of_a_fine_tuned_import_names_its_base_model_and_license():
+    from encoderlab.hub.card import base_model
+    from encoderlab.hub.finetuned_card import _license_line
+
+    hub_id, license = base_model("/x/SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert (hub_id, license) == ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")
+    assert _license_line({"license": license, "base_model": hub_id}) == (
+        "License: `apache-2.0`, that of `HuggingFaceTB/SmolLM2-135M-Instruct`, which it was fine-tuned from; the "
+        "task data's terms apply too.")

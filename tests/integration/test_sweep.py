@@ -345,6 +345,17 @@ def test_retrieval_trained_once_per_lr_and_seed_and_scored_on_every_set(tmp_path
     assert trainings == [] and again["runs_done_this_time"] == 0
 
 
+def test_a_users_own_retrieval_task_trains_on_its_own_pairs_whatever_train_on_names(tmp_path, tiny_checkpoint,
+                                                                                    beir_yaml):
+    """The default protocol trains the suite's retrieval tasks on wiki-description, which a user's own set with
+    train qrels needs neither prepared nor used: it trains on its own pairs."""
+    suite = protocol(lrs=[1e-3], seeds=[0], retrieval={"train_on": "wiki-description", "corpus": "judged"})
+    run_sweep(tiny_checkpoint, [str(beir_yaml)], suite, tmp_path / "evals", engine="sequential", show_progress=False,
+              log=lambda m: None)
+    (rec,) = [json.loads(p.read_text()) for p in (tmp_path / "evals").rglob("lr*.json")]
+    assert rec["status"] == "ok" and rec["trained_on"]["task"] == "beir"
+
+
 def test_summary_json_keeps_the_tasks_of_earlier_sweeps(tmp_path, tiny_checkpoint, task_yaml):
     """A sweep of one task returns that task, but the folder's summary.json (read by model cards) keeps the others."""
     other = task_yaml.with_name("other.yaml")

@@ -25,8 +25,8 @@ PROTOCOL = {"name": "t", "max_steps": 3, "batch_size": 8, "eval_batch_size": 16,
 def test_a_run_that_cannot_fit_is_refused_before_it_starts(tmp_path, tiny_checkpoint, task_yaml, monkeypatch,  # noqa: F811
                                                           one_thread):
     monkeypatch.setenv(LIMIT_ENV, "0.0001")  # 100 KB: no model fits
-    with pytest.raises(EncoderlabError, match=r"task: a fine-tuning run needs about [0-9.]+ MB \(.* activations at "
-                       r"8 sequences x 32 tokens\), more than the 0.1 MB "
+    with pytest.raises(EncoderlabError, match=r"task: a fine-tuning run needs about [0-9.]+ GB \(.* activations at "
+                       r"8 sequences x 32 tokens, [0-9.]+ GB the process itself\), more than the 0.1 MB "
                        rf"{LIMIT_ENV}=0.0001; nothing was run: lower .* task_overrides: \{{.*: \{{max_length: 16, "
                        r"batch_size: 2\}\}$"):
         run_sweep(tiny_checkpoint, [str(task_yaml)], Protocol(**PROTOCOL), tmp_path / "evals", log=lambda m: None,

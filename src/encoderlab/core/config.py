@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, resolved
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -50,7 +50,7 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     keys are merged over it, section by section."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file not found: {resolved(path)}")
     if path.is_dir():
         raise ConfigError(f"{path} is a folder: give a YAML config file")
     if path.resolve() in _seen:

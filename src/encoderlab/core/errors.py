@@ -38,3 +38,25 @@ def is_out_of_memory(exc: BaseException) -> bool:
         return True
     text = str(exc)
     return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)
+
+
+def listed(values, most: int = 5, width: int = 40) -> str:
+    """Values for an error line, kept to one readable line however many there are or however long each is (a text
+    column given as a label column has thousands of paragraphs): the first `most`, each cut to `width` characters,
+    and how many more."""
+    values = list(values)
+    shown = [repr(v) if len(repr(v)) <= width else repr(v)[: width - 4] + "...'" for v in values[:most]]
+    more = f" and {len(values) - most} more" if len(values) > most else ""
+    return "[" + ", ".join(shown) + "]" + more
+
+
+def resolved(path, given=None, base: str = "the current folder") -> str:
+    """A path for an error line: where it was looked for (absolute), and, when the user gave it relative, what they
+    gave and the folder it was read from (a pretraining config's paths are read from the current folder, a task
+    file's from the task file's folder)."""
+    from pathlib import Path
+
+    given = Path(path) if given is None else Path(given)
+    if given.is_absolute():
+        return str(Path(path).absolute())
+    return f"{Path(path).absolute()} ({str(given)!r} read from {base})"

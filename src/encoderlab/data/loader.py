@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoderlab.core.errors import DataError, EncoderlabError, Failed
+from encoderlab.core.errors import DataError, EncoderlabError, Failed, resolved
 from encoderlab.core.io import encoderlab_home
 from encoderlab.data.packing import check_shards, read_meta
 
@@ -29,8 +29,7 @@ def resolve_data(path: str) -> Path:
     if not (root / "meta.json").exists():
         out = Path(path).parent if Path(path).name == "packed" else path  # prepare writes OUT/packed
         hint = "encoderlab data prepare offline" if path == "offline" else f"encoderlab data prepare SRC --out {out}"
-        where = "" if root.is_absolute() else f" (a relative data.path is read from the current folder, {Path.cwd()})"
-        raise EncoderlabError(f"no packed dataset at {root}{where}: create it with `{hint}`")
+        raise EncoderlabError(f"no packed dataset at {resolved(root)}: create it with `{hint}`")
     return root
 
 

@@ -3,11 +3,17 @@ and a line at least every `HEARTBEAT_S` seconds while runs train (a CPU run of a
 and a sweep that prints only when a run ends looks dead), whichever engine trains them: the step of the run in this
 process (sequential), the runs done, running and left (worker processes, `--workers N`), the group's step (batched).
 
-The memory is estimated from shapes, not measured: weights, gradients and AdamW's two moments in the protocol's
-weight dtype, the checkpoint's weights the sweep keeps to start every run from, and the activations a backward keeps
-per layer at the protocol's batch and length (norm inputs and outputs, q/k/v, the attention output and its
-probabilities, SwiGLU's gate, up, activation and product). It is the order of magnitude that decides whether a run
-can fit, not a prediction to the megabyte.
+The memory is estimated from shapes, and each part was measured (tests/integration/test_memory_estimate.py runs
+real fine-tuning steps in a fresh process and holds the estimate within 15% of its peak resident memory):
+- weights, gradients and AdamW's two moments in the protocol's weight dtype, and the checkpoint's weights the sweep
+  keeps to start every run from; under bf16 autocast with fp32 weights, the bf16 copy of every matrix that autocast
+  keeps for the step;
+- the activations a backward keeps, per token and layer, counted with autograd's saved-tensor hooks on this model
+  (`ACTIVATION_BYTES`): the two norms' fp32 inputs and outputs, autocast's bf16 copies of a linear's input (one per
+  projection), q and k after RoPE and v at the heads' width, the attention probabilities (fp32 from the softmax,
+  and their bf16 copy), the output projection's input, and SwiGLU's gate, up, activation and product;
+- on CPU, the process itself (`RUNTIME_BYTES`): Python, torch and encoderlab once imported, and the libraries'
+  working memory once a model trains; a GPU's free memory is measured after these.
 """
 from __future__ import annotations
 
@@ -23,22 +29,30 @@ from encoderlab.runs.logging import HEARTBEAT_S, Beat
 
 LIMIT_ENV = "ENCODERLAB_MEMORY_LIMIT_GB"  # a limit of your own (a shared machine, a job's allocation); tests force one
 GB = 1024**3
+# Bytes kept for the backward per token and layer: (per hidden unit, per FFN unit, per head and attended position),
+# by compute dtype; measured with saved-tensor hooks, exact to a few bytes for this model's layers (eager attention).
+ACTIVATION_BYTES = {"bf16": (34, 8, 6), "fp32": (40, 16, 4)}
+# A CPU process's own resident memory: 0.25 GB once torch and encoderlab are imported, and ~0.1 GB that the
+# libraries' thread pools and kernels hold once a model trains (measured on an AMD EPYC, 2 cores, Linux).
+RUNTIME_BYTES = 350 * 1024**2
 
 
 @dataclass
 class Estimate:
-    weights: int  # weights, gradients, AdamW moments and the sweep's copy of the checkpoint's weights
+    weights: int  # weights, gradients, AdamW moments, the sweep's copy of the checkpoint's weights, autocast's copies
     activations: int
     sequences: int  # per training batch
     length: int
+    runtime: int = 0  # the process itself (CPU)
 
     @property
     def total(self) -> int:
-        return self.weights + self.activations
+        return self.weights + self.activations + self.runtime
 
     def parts(self) -> str:
-        return (f"{size(self.weights)} weights, gradients and AdamW state, {size(self.activations)} activations at "
+        said = (f"{size(self.weights)} weights, gradients and AdamW state, {size(self.activations)} activations at "
                 f"{self.sequences} sequences x {self.length} tokens")
+        return said + (f", {size(self.runtime)} the process itself" if self.runtime else "")
 
 
 def minutes(seconds: float) -> str:
@@ -50,18 +64,22 @@ def size(n: float) -> str:
     return f"{n / GB:.1f} GB" if n >= GB / 10 else f"{n / 1024**2:.1f} MB"
 
 
-def estimate(model_cfg, task, protocol) -> Estimate:
-    """One run of `task` under `protocol` (the task's own, overrides applied)."""
+def estimate(model_cfg, task, protocol, device: torch.device = torch.device("cpu")) -> Estimate:
+    """One run of `task` under `protocol` (the task's own, overrides applied) on `device`."""
     params = model_cfg.num_parameters(include_embeddings=False) + model_cfg.vocab_size * model_cfg.hidden_size
     wbytes = 2 if protocol.weights == "bf16" else 4
-    abytes = 2 if protocol.dtype == "bf16" else 4
+    h, f, heads = model_cfg.hidden_size, model_cfg.intermediate_size, model_cfg.num_attention_heads
+    layers = model_cfg.num_hidden_layers
+    kv = model_cfg.num_key_value_heads * model_cfg.head_size
+    matrices = layers * (2 * h * (heads * model_cfg.head_size + kv) + 3 * h * f)  # attention's four, SwiGLU's three
+    cast = 2 * matrices if protocol.dtype == "bf16" and wbytes == 4 else 0  # autocast's bf16 copy, kept for the step
     length = protocol.length_for(task.family)
     sequences = protocol.batch_size * (2 if task.family == "retrieval" else 1)  # a query and its document
-    h, f, heads = model_cfg.hidden_size, model_cfg.intermediate_size, model_cfg.num_attention_heads
-    kv = model_cfg.num_key_value_heads * model_cfg.head_size
-    per_token_layer = 6 * h + 2 * kv + 4 * f + heads * length
-    activations = sequences * length * (model_cfg.num_hidden_layers * per_token_layer + 2 * h) * abytes
-    return Estimate(params * (4 * wbytes + 4), activations, sequences, length)
+    per_h, per_f, per_attended = ACTIVATION_BYTES["bf16" if protocol.dtype == "bf16" else "fp32"]
+    per_token_layer = per_h * h + per_f * f + per_attended * heads * length
+    activations = sequences * length * (layers * per_token_layer + 12 * h)  # + the embedding and final norm, fp32
+    runtime = RUNTIME_BYTES if device.type == "cpu" else 0
+    return Estimate(params * (4 * wbytes + 4) + cast, activations, sequences, length, runtime)
 
 
 def available(device: torch.device) -> tuple[int | None, str]:
@@ -88,7 +106,7 @@ def check_memory(tasks, protocol, model_cfg, device: torch.device, workers: int,
     limit, source = available(device)
     for task in tasks:
         own = protocol.for_task(task.name)
-        est = estimate(model_cfg, task, own)
+        est = estimate(model_cfg, task, own, device)
         need = est.total * max(1, workers)
         at_once = f" x {workers} workers" if workers > 1 else ""
         log(f"{task.name}: memory estimate {size(need)} ({est.parts()}){at_once}; "

@@ -1,5 +1,6 @@
 """Retrieval trained once, scored on many sets (the authors' protocol, `retrieval.train_on`): one run per LR and seed
-fine-tunes on the train pairs of one retrieval task and is scored on every retrieval task of the sweep.
+fine-tunes on the train pairs of one retrieval task and is scored on every retrieval task of the sweep, but a
+user's own task file with train qrels, which trains on them (`tasks.trains_on_its_own`).
 
 The one place that reads `retrieval.train_on`: which task trains (`trainer_spec`), what a sweep trains
 (`training_units`) and how a study groups its evaluation jobs (`job_groups`). A sweep trains *units*: a task is the
@@ -61,8 +62,10 @@ Unit = EvalTask | TrainedOnce  # what one (LR, seed) run of a sweep trains
 def trainer_spec(protocol, specs: list[str], family_of: Callable[[str], str]) -> str | None:
     """The task whose train pairs train every retrieval task of `specs` (`retrieval.train_on`), or None: none set, or
     no retrieval task to train. `family_of` gives a spec's family (a loaded task's, or without loading it)."""
+    from encoderlab.tasks import trains_on_its_own
+
     spec = protocol.retrieval.train_on
-    return spec if spec and any(family_of(s) == "retrieval" for s in specs) else None
+    return spec if spec and any(family_of(s) == "retrieval" and not trains_on_its_own(s) for s in specs) else None
 
 
 def check_trainer_spec(spec: str) -> None:
@@ -73,9 +76,10 @@ def check_trainer_spec(spec: str) -> None:
     try:
         task_identity(spec)
     except EncoderlabError as e:
-        raise EncoderlabError(f"the protocol's retrieval.train_on ({spec!r}) trains every retrieval task of a sweep: "
-                              f"{e}; set retrieval.train_on to a retrieval task with train pairs, or to null (each "
-                              "task trains on its own)") from None
+        raise EncoderlabError(f"the protocol's retrieval.train_on ({spec!r}) trains every retrieval task of a sweep "
+                              f"that has no train qrels of its own: {e}; set retrieval.train_on to a retrieval task "
+                              "with train pairs (a task file of yours is fine), or to null if each has its own"
+                              ) from None
 
 
 def check_trainer(task: EvalTask, spec: str) -> None:
@@ -84,11 +88,12 @@ def check_trainer(task: EvalTask, spec: str) -> None:
 
 
 def training_units(tasks: list[EvalTask], trainer: RetrievalTask | None) -> list:
-    """What the sweep trains: every task on its own, or with a trainer all retrieval tasks as one `TrainedOnce`."""
+    """What the sweep trains: every task on its own, or with a trainer the retrieval tasks as one `TrainedOnce`, but
+    for a user's own task with train qrels, which trains on them (`own_train_split`), unless it is the trainer."""
     if trainer is None:
         return list(tasks)
-    retrieval = [t for t in tasks if t.family == "retrieval"]
-    others = [t for t in tasks if t.family != "retrieval"]
+    retrieval = [t for t in tasks if t.family == "retrieval" and (t is trainer or not t.own_train_split)]
+    others = [t for t in tasks if t not in retrieval]
     return others + ([TrainedOnce(trainer, retrieval)] if retrieval else [])
 
 
@@ -96,9 +101,10 @@ def job_groups(specs: list[str], protocol) -> list[tuple[str, list[str]]]:
     """A study's evaluation jobs of one checkpoint, as (name, task specs): one a task, or with `retrieval.train_on`
     one for every retrieval task, which share one trained model per LR and seed (separate jobs would each train it
     again). Also the number of trainings per LR and seed that the plan counts."""
-    from encoderlab.tasks import task_family
+    from encoderlab.tasks import task_family, trains_on_its_own
 
     if not protocol.retrieval.train_on:
         return [(t, [t]) for t in specs]
-    retrieval = [t for t in specs if task_family(t) == "retrieval"]
+    train_on = protocol.retrieval.train_on
+    retrieval = [t for t in specs if task_family(t) == "retrieval" and (t == train_on or not trains_on_its_own(t))]
     return [(t, [t]) for t in specs if t not in retrieval] + ([("retrieval", retrieval)] if retrieval else [])

@@ -157,7 +157,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     trainer = prepared[shared] if shared else None
     if trainer is not None:
         check_trainer(trainer, shared)
-        scored = [prepared[s].name for s in specs if prepared[s].family == "retrieval" and prepared[s] is not trainer]
+        scored = [prepared[s].name for s in specs if prepared[s].family == "retrieval" and prepared[s] is not trainer
+                  and not prepared[s].own_train_split]
         if scored:  # the trainer itself trains on its own pairs
             log(f"retrieval: {', '.join(scored)} scored after training on {trainer.name}'s train pairs, not "
                 f"{'its' if len(scored) == 1 else 'their'} own (the protocol's retrieval.train_on; null: each task "

@@ -32,10 +32,12 @@ from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.records import checkpoint_tag
 from encoderlab.hub import sentence
+from encoderlab.hub.card import training_info
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
 from encoderlab.hub.hf import family, hf_config, refusal
 from encoderlab.model.config import ModelConfig
+from encoderlab.runs import checkpoint as ckpt
 
 MANIFEST = "finetuned.json"  # which run the folder holds (its identity) and the records it scored
 CLASS_PREFIX = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "eurobert": "EuroBert"}
@@ -163,7 +165,9 @@ class SavedModels:
         tok = load_tokenizer(self.checkpoint / "tokenizer")
         frame(tok, protocol.inputs)
         out = self.folder(unit.name, identity)
-        card = finetuned_card(stock.cls, unit.family, cfg, records, identity, out.name, tok, stock.config)
+        source = training_info(ckpt.resolve(self.checkpoint), {})  # its Hub id and license, when it has them
+        card = finetuned_card(stock.cls, unit.family, cfg, records, identity, out.name, tok, stock.config,
+                              {k: source.get(k) for k in ("base_model", "license")})
         with atomic_dir(out) as tmp:
             hf.save_pretrained(str(tmp))
             compatible_config(tmp)

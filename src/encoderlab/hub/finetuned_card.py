@@ -82,14 +82,25 @@ def _loads_with(cls: str, config: dict) -> str:
     return f"`transformers` {TRANSFORMERS['eurobert']} or later (EuroBERT is built in from {TRANSFORMERS['eurobert']})"
 
 
+def _license_line(source: dict) -> str:
+    if source.get("license"):
+        return (f"License: `{source['license']}`, that of `{source.get('base_model') or 'the source model'}`, which "
+                "it was fine-tuned from; the task data's terms apply too.")
+    return ("License: none given (encoderlab records none for its own pretraining): the weights carry the terms of "
+            "their pretraining data and of the task data; set `license` from them before publishing.")
+
+
 def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, dict], identity: dict, name: str,
-                   tok: TextTokenizer, config: dict) -> str:
-    """README.md of the saved run `identity`, with the `records` of the tasks it was scored on."""
+                   tok: TextTokenizer, config: dict, source: dict | None = None) -> str:
+    """README.md of the saved run `identity`, with the `records` of the tasks it was scored on. `source`: what is
+    known of the checkpoint it was fine-tuned from (hub/card.py `training_info`): its Hub id (`base_model`) and
+    license when it came from a named model, neither for encoderlab's own pretraining (a license is not made up)."""
+    source = source or {}
     first, read_as = next(iter(records.values())), read(records)
     trained = first["trained_on"]["task"]
     library = SENTENCE if family == "retrieval" else "transformers"
     meta = {"library_name": library, "pipeline_tag": HUB_TASKS[family], "tags": ["encoderlab", "fine-tuned", family],
-            "license": "unknown",
+            **{k: source[k] for k in ("license", "base_model") if source.get(k)},
             "model-index": [{"name": name, "results": [
                 {"task": {"type": HUB_TASKS[family], "name": family}, "dataset": {"name": task, "type": task},
                  "metrics": [{"type": r["metric"], "value": round(r["scores"]["test"]["score"], 2),
@@ -106,8 +117,7 @@ def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, d
              "computes the head and pooling it was trained with, without `trust_remote_code`, in "
              f"{_loads_with(cls, config)}.",
              "",
-             "License: not recorded by encoderlab (`unknown` above): set it from the base model's and the task "
-             "data's terms before publishing.", "",
+             _license_line(source), "",
              "## Scores", "", "This model's own scores (the percentages encoderlab recorded for this run), the number "
              "of test examples scored, and on test the scores of the task's baselines, trivial and lexical predictors "
              "that use no model (those that apply of: majority class and TF-IDF + logistic regression, all "

@@ -28,7 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, resolved
 from encoderlab.core.io import atomic_dir, atomic_file, remove_leftovers, sha256_of, write_json
 
 if TYPE_CHECKING:
@@ -241,7 +241,8 @@ def resolve(path: str | Path) -> Path:
         found = latest(path)
         assert found is not None
         return found
-    raise EncoderlabError(f"{path} is neither a checkpoint folder (with state.json) nor a run folder (with {LATEST})")
+    raise EncoderlabError(f"{resolved(path)} is neither a checkpoint folder"
+                          f" (with state.json) nor a run folder (with {LATEST})")
 
 
 def weight_mismatches(weights: dict, expected: dict, source: str = "checkpoint", target: str = "model") -> str:

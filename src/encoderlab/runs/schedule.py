@@ -55,7 +55,10 @@ class LRSchedule(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> LRSchedule:
         if self.kind != "wsd" and self.decay_steps is not None:
-            raise ValueError("decay_steps applies to kind 'wsd' only")
+            raise ValueError(  # the file's decay_steps survives a `--set lr_schedule={kind: ...}`, which merges
+                f"kind {self.kind!r} has no decay, yet this lr_schedule holds decay_steps: {self.decay_steps}, which "
+                "applies to kind 'wsd' only (a --set mapping updates the file's section key by key: replace the "
+                f"whole section with --set 'lr_schedule!={{kind: {self.kind}, ...}}', or drop decay_steps)")
         if self.kind == "wsd" and self.decay_steps is None:
             self.decay_steps = WSD_DECAY_STEPS
         return self

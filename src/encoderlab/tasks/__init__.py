@@ -57,7 +57,19 @@ def load_task(spec: str, *, root: Path | None = None, holdout: str = "encoderlab
     name, fingerprint, load = _resolve(spec, root, holdout)
     task = load()
     task.name, task.fingerprint = name, fingerprint
+    task.own_train_split = trains_on_its_own(spec)
     return task
+
+
+def trains_on_its_own(spec: str) -> bool:
+    """Whether `spec` is a user's own retrieval task (a task file) whose folder has train qrels: it trains on them by
+    default. The protocol's `retrieval.train_on` names a task of encoderlab's suites, which a user's own set should
+    neither need prepared nor be trained on in place of its own pairs."""
+    name = spec.partition("=")[0]
+    if not name.endswith((".yaml", ".yml")):
+        return False
+    file = read_task_file(Path(name))
+    return file.family == "retrieval" and (file.files["folder"] / "qrels" / "train.tsv").is_file()
 
 
 def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:

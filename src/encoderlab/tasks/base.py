@@ -38,6 +38,9 @@ class EvalTask(ABC):
     train_unit: str = "training examples"  # what num_train_examples() counts, as the sweep's log says it
     # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (sweep.prepare_tasks)
     baseline_scores: dict[str, dict[str, dict[str, float]]] | None = None
+    # A user's own retrieval task (a task file) with train qrels: it trains on them whatever the protocol's
+    # `retrieval.train_on` says (set by load_task; finetuning/shared_training.py reads it)
+    own_train_split: bool = False
 
     # A task is the unit a sweep trains of itself: trained on its own train split, scoring itself
     # (finetuning/shared_training.py has the other kind of unit).

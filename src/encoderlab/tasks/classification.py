@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, listed
 from encoderlab.core.io import read_jsonl
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
@@ -71,8 +71,8 @@ class ClassificationTask(ListTask):
             unseen = sorted(set(self.gold[split]) - seen)
             if unseen:
                 raise DataError(f"task {name!r}: labels in {split} not seen in train: "
-                                f"{[self.labels[y] for y in unseen]} (a class the model never trains on cannot be "
-                                "learned; fix the split or drop those examples)")
+                                f"{listed(self.labels[y] for y in unseen)} (a class the model never trains on "
+                                "cannot be learned; fix the split or drop those examples)")
         self.sentence_pairs = "segments"  # the protocol's choice, set before prepare(): segments or labelled
         self.ids: dict[str, list[list[int]]] = {}
         self.pad_id = 0  # the tokenizer's, from prepare(); padding is masked out of attention, pooling and loss
@@ -310,7 +310,8 @@ def load_user_classification(train: str, validation: str, test: str | None, text
     for split, rows in raw.items():
         unseen = sorted({label_name(r[label_column]) for r in rows} - values)
         if unseen:
-            raise DataError(f"{files[split]}: labels in {split} not seen in train: {unseen}; train has {names}")
+            raise DataError(f"{files[split]}: labels in {split} not seen in train: {listed(unseen)}; train has "
+                            f"{listed(names)} (column {label_column!r}: is it the label column?)")
         splits[split] = [{"id": f"{split}-{i}", **{f: r[f] for f in fields},
                           "label": index[label_name(r[label_column])]} for i, r in enumerate(rows)]
     if test is None:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, resolved
 from encoderlab.core.io import atomic_file, read_jsonl, utf8_lines
 from encoderlab.data.hub_access import is_network_error, offline_variable, probe_hub
 from encoderlab.data.tokenizer import TextTokenizer
@@ -124,7 +124,7 @@ def read_table(path: str | Path) -> list[dict]:
     """Rows of a .csv / .tsv (header line) or .jsonl / .json (one object a line) file, as dicts."""
     path = Path(path)
     if not path.exists():
-        raise DataError(f"file not found: {path}")
+        raise DataError(f"file not found: {resolved(path)}")
     if path.suffix in (".jsonl", ".json"):
         rows = list(read_jsonl(path))
     elif path.suffix in (".csv", ".tsv"):

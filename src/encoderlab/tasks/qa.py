@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, resolved
 from encoderlab.core.io import read_jsonl, utf8_text
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
@@ -366,7 +366,7 @@ def _read_squad_json(path: str) -> list[dict]:
                     rows.append(_row(qa["id"], para["context"], qa["question"], [a["text"] for a in answers],
                                      [a["answer_start"] for a in answers], article.get("title", "")))
     except FileNotFoundError as e:
-        raise DataError(f"SQuAD file not found: {path}") from e
+        raise DataError(f"SQuAD file not found: {resolved(path)}") from e
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e})") from e
     except (KeyError, TypeError) as e:

@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from encoderlab.core.config import load_yaml, validate
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, resolved
 from encoderlab.core.io import sha256_of
 from encoderlab.data.offline.taskfiles import data_files
 
@@ -120,7 +120,8 @@ def read_task_file(path: Path) -> TaskFile:
     files = {k: path.parent / v for k in FILE_KEYS if (v := getattr(settings, k, None)) is not None}
     for key, file in files.items():
         if not (file.is_dir() if key == "folder" else file.is_file()):
-            raise DataError(f"{where}: {key}: {file} does not exist"
+            shown = resolved(file, getattr(settings, key), f"the task file's folder, {path.parent.absolute()}")
+            raise DataError(f"{where}: {key}: {shown} does not exist"
                             f"{' or is not a folder' if key == 'folder' else ''}")
     if settings.name is None and (problem := name_problem(path.stem)):
         raise DataError(f"{where}: the task is named after its file, {path.stem!r}, but {problem}; give it a name:")

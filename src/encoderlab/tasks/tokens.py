@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, listed, resolved
 from encoderlab.core.io import read_jsonl, text_lines
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
@@ -117,7 +117,7 @@ class TokenTask(ListTask):
             unseen = sorted({kind(t) for ex in self.splits[split] for t in ex["tags"]} - seen_kinds)
             if unseen:
                 what = "entity types" if self.scheme != "plain" else "tags"
-                raise DataError(f"task {self.name!r}: {what} in {split} not seen in train: {unseen} (the model "
+                raise DataError(f"task {self.name!r}: {what} in {split} not seen in train: {listed(unseen)} (the model "
                                 "cannot learn them; fix the split or drop those sentences)")
 
     def truncation_totals(self) -> dict[str, int]:
@@ -343,7 +343,7 @@ def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> 
     blank lines between sentences, `-DOCSTART-` lines skipped."""
     path = Path(path)
     if not path.exists():
-        raise DataError(f"file not found: {path}")
+        raise DataError(f"file not found: {resolved(path)}")
     sentences: list[tuple[list[str], list[str], int]] = []
     words: list[str] = []
     tags: list[str] = []
