@@ -29,9 +29,10 @@ def sentiment(n: int, positive_share: float) -> list[dict]:
 def test_tfidf_logreg_beats_the_majority_class_on_a_separable_set():
     task = ClassificationTask("toy", {"train": sentiment(80, 0.4), "validation": sentiment(10, 0.3),
                                       "test": sentiment(10, 0.4)}, ["neg", "pos"])
-    test = baselines.every(task)["test"]
+    test = baselines.every(task)["test"]  # no tokenizer: the full texts only
     assert test["majority"]["score"] == 60.0  # train's majority is "neg": 6 of the 10 test examples
-    assert test["tfidf_logreg"]["score"] == test["tfidf_logreg"]["standard"] == 100.0
+    assert test["tfidf_logreg_full_text"]["score"] == test["tfidf_logreg_full_text"]["standard"] == 100.0
+    assert "tfidf_logreg" not in test
 
 
 def test_pairs_get_a_vectoriser_per_field_and_one_class_falls_back_to_it():
@@ -40,7 +41,7 @@ def test_pairs_get_a_vectoriser_per_field_and_one_class_falls_back_to_it():
     task = ClassificationTask("pairs", {"train": train, "validation": rows, "test": rows}, ["x", "y"], ("a", "b"))
     task.subsample("train", 1, seed=0)
     (kept,) = {ex["label"] for ex in task.splits["train"]}
-    assert baselines.every(task)["test"]["tfidf_logreg"]["score"] == (100.0 if kept == 0 else 0.0)  # that class
+    assert baselines.every(task)["test"]["tfidf_logreg_full_text"]["score"] == (100.0 if kept == 0 else 0.0)
 
 
 def qa_rows(answers: list[str | None]) -> list[dict]:
@@ -85,7 +86,8 @@ def test_bm25_ranks_the_exact_match_first_and_equals_the_library_scored_by_our_m
     task = retrieval_task()
     run = baselines.bm25_run(*task.baseline_texts("test"))
     assert [max(run[q], key=run[q].get) for q in ("q0", "q1")] == ["d0", "d2"]
-    assert baselines.of_split(task, "test")["bm25"]["score"] == 100.0  # each relevant document ranked first
+    bm25 = baselines.every(task)["test"]["bm25_full_text"]
+    assert bm25["score"] == 100.0  # each relevant document ranked first
     # the library's own ranking, scored by encoderlab's metric, is the baseline's score
     documents, queries = task.baseline_texts("test")
     retriever = bm25s.BM25()
@@ -94,18 +96,20 @@ def test_bm25_ranks_the_exact_match_first_and_equals_the_library_scored_by_our_m
                                        k=len(documents), show_progress=False)
     ids = list(documents)
     own = {q: {ids[d]: float(s) for d, s in zip(found[r], scores[r])} for r, q in enumerate(queries)}
-    assert task.score_run(own, "test") == baselines.of_split(task, "test")["bm25"]
-    assert set(baselines.of_split(task, "test")) == {"random", "bm25"}
+    assert task.score_run(own, "test") == bm25
+    assert set(baselines.of_split(task, "test")) == {"random"}
 
 
 def test_baselines_are_computed_once_per_content(tmp_path, monkeypatch):
     task = ClassificationTask("toy", {"train": sentiment(8, 0.5), "validation": sentiment(4, 0.5),
                                       "test": sentiment(4, 0.5)}, ["neg", "pos"])
     tok = train_bpe([ex["text"] for ex in sentiment(8, 0.5)], 300)
+    task.prepare(tok, 32)
     first = baselines.compute(task, tok, 32, tmp_path)
-    monkeypatch.setattr(baselines, "every", lambda t: pytest.fail("computed again for the same content"))
+    monkeypatch.setattr(baselines, "every", lambda t, tok: pytest.fail("computed again for the same content"))
     assert baselines.compute(task, tok, 32, tmp_path) == first
     task.splits["test"] = sentiment(4, 0.25)  # other content: computed again
+    task.prepare(tok, 32)
     with pytest.raises(pytest.fail.Exception):
         baselines.compute(task, tok, 32, tmp_path)
 
@@ -145,6 +149,44 @@ def test_summary_of_a_model_that_always_abstains():
     assert entry["strongest_baseline"] == {"name": "always_abstain", "value": 32.0}
     assert baselines.versus(entry) == "predicts a constant (no answer)"
     assert [baselines.cell(entry, n) for n in baselines.columns("qa", [entry])] == ["4.03", "32.00"]
+
+
+def test_lexical_baselines_read_what_the_model_reads_with_the_full_text_beside():
+    """The words that decide the label (classification) or the match (retrieval) sit past max_length: on the
+    model's view the lexical baselines cannot see them, on the full texts they can; both are recorded, and the one a
+    score is read against is the model's view."""
+    filler = " ".join(["plain"] * 40)
+
+    def rows(n: int) -> list[dict]:
+        return [{"text": f"{filler} {(GOOD if i % 2 else BAD)[i % 4]}", "label": i % 2} for i in range(n)]
+
+    tok = train_bpe([filler, *GOOD, *BAD], 300)
+    task = ClassificationTask("late", {"train": rows(40), "validation": rows(10), "test": rows(10)}, ["neg", "pos"])
+    task.prepare(tok, 16)
+    test = baselines.every(task, tok)["test"]
+    assert test["tfidf_logreg_full_text"]["score"] == 100.0 and test["tfidf_logreg"]["score"] == 50.0
+    assert baselines.model_segments(task, tok, "test")[0][0].split() == ["plain"] * 14  # 16 less <bos> and <eos>
+
+    corpus = {f"d{i}": {"title": "", "text": f"{filler} {word}"} for i, word in enumerate([*GOOD, *BAD])}
+    queries = {f"q{i}": word for i, word in enumerate([*GOOD, *BAD])}
+    qrels = {split: {f"q{i}": {f"d{i}": 1} for i in range(8)} for split in ("train", "validation", "test")}
+    ir = RetrievalTask("late-ir", corpus, queries, qrels)
+    ir.prepare(tok, 16)
+    test = baselines.every(ir, tok)["test"]
+    assert test["bm25_full_text"]["score"] == 100.0 and test["bm25"]["score"] < 50.0
+    docs, found = baselines.model_texts(ir, tok, "test")
+    (seen,) = set(docs.values())  # every document cut before its word, the "Document: " prompt left out
+    assert found == queries and set(seen.split()) == {"plain"} and len(seen.split()) < 14
+    named = {"bm25": test["bm25"]["score"], "bm25_full_text": 100.0, "random": 1.0}
+    assert baselines.strongest(named)[0] == "bm25"  # the full-text reader is beside it, not what a model must beat
+
+
+def test_records_from_before_the_models_view_read_as_full_text():
+    old = record(0, 30.0, baselines={"test": {"random": {"score": 1.0}, "bm25": {"score": 80.0}}})
+    [entry] = summarize([{**old, "family": "retrieval"}])["tasks"].values()
+    assert entry["baselines"] == {"random": 1.0, "bm25_full_text": 80.0}
+    assert entry["strongest_baseline"] == {"name": "bm25_full_text", "value": 80.0}
+    assert baselines.columns("retrieval", [entry]) == ["random", "bm25", "bm25_full_text"]
 
 
 def test_a_score_below_the_strongest_baseline_is_flagged_and_one_above_is_measured_against_it():

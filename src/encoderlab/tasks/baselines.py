@@ -11,7 +11,12 @@ metric; "standard", the field's; and the rest by name):
 - QA: the first span (`first_span`) and, on a split with unanswerable questions, always answering "no answer"
   (`always_abstain`): a model that learned only to abstain scores exactly this;
 - retrieval: a random ranking (`random`) and BM25 (`bm25`, the `bm25s` library, its defaults, no stop words, no
-  stemming, so that no language is favoured) over the same searched corpus, on the raw query and document texts.
+  stemming, so that no language is favoured) over the same searched corpus.
+
+The lexical baselines (TF-IDF + LR, BM25) read what the model reads: each text as the prepared token ids cover it,
+cut to the protocol's max_length and decoded back to text, so that a score and the baseline it is read against saw
+the same input. The same baselines on the whole texts are kept beside them (`tfidf_logreg_full_text`,
+`bm25_full_text`): how much the cut costs a reader that sees everything.
 
 They are computed once per task content (the examples and the settings that score them), tokenizer and max_length,
 and kept in the tokenisation cache (common.cached): the QA tagging format's spans are token positions, so they
@@ -28,14 +33,17 @@ from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks.common import cached, content_hash
 from encoderlab.tasks.metrics import squad_scores
 
-VERSION = "baselines-v3"  # bump when a baseline changes, so that cached ones are computed again
+VERSION = "baselines-v4"  # bump when a baseline changes, so that cached ones are computed again
 SPLITS = ("validation", "test")
 MAX_FEATURES = 50_000  # per text field: the most frequent words of train
 BM25_DEPTH = 100  # documents kept per query, as the model's own search keeps (retrieval.TOP_K)
 # How each baseline is named in tables, records and model cards
 LABELS = {"majority": "majority class", "tfidf_logreg": "TF-IDF + LR", "all_o": 'all "O"',
           "majority_tag": "majority tag", "first_span": "first span", "always_abstain": "always abstain",
-          "random": "random ranking", "bm25": "BM25"}
+          "random": "random ranking", "bm25": "BM25", "tfidf_logreg_full_text": "TF-IDF + LR (full text)",
+          "bm25_full_text": "BM25 (full text)"}
+FULL_TEXT = "_full_text"  # the suffix of a lexical baseline that read whole texts, not the model's view
+LEXICAL = ("tfidf_logreg", "bm25")  # the baselines that read text, on the model's view and on the full texts
 # A family's baselines in the order tables show them, the trivial one first
 FAMILY = {"classification": ("majority", "tfidf_logreg"), "tokens": ("all_o", "majority_tag"),
           "qa": ("first_span", "always_abstain"), "retrieval": ("random", "bm25")}
@@ -52,27 +60,75 @@ def compute(task: EvalTask, tokenizer: TextTokenizer, max_length: int, cache_dir
             ) -> dict[str, dict[str, dict[str, float]]]:
     """{split: {baseline name: scores}} of a prepared task, from the cache when this content was seen before."""
     data = VERSION + content_hash(_content(task))
-    return cached(cache_dir, "baselines", task.name, tokenizer, max_length, data, lambda: every(task))
+    return cached(cache_dir, "baselines", task.name, tokenizer, max_length, data, lambda: every(task, tokenizer))
 
 
-def every(task: EvalTask) -> dict[str, dict[str, dict[str, float]]]:
-    """{split: {baseline name: scores}}, computed now."""
+def every(task: EvalTask, tokenizer: TextTokenizer | None = None) -> dict[str, dict[str, dict[str, float]]]:
+    """{split: {baseline name: scores}}, computed now: the lexical ones on the model's view of a task prepared with
+    `tokenizer` and on the full texts (without a tokenizer, on the full texts only)."""
     out = {split: of_split(task, split) for split in SPLITS}
-    if task.family == "classification":  # fitted once, for both splits
-        for split, predictions in tfidf_logreg(task).items():
-            out[split]["tfidf_logreg"] = task._scores(predictions, split)
+    views = [(FULL_TEXT, None), *([("", tokenizer)] if tokenizer is not None else [])]
+    for suffix, view in views:
+        if task.family == "classification":  # fitted once, for both splits
+            segments = (lambda split: full_segments(task, split)) if view is None else \
+                (lambda split, view=view: model_segments(task, view, split))
+            for split, predictions in tfidf_logreg(task, segments).items():
+                out[split]["tfidf_logreg" + suffix] = task._scores(predictions, split)
+        if task.family == "retrieval":
+            for split in SPLITS:
+                texts = task.baseline_texts(split) if view is None else model_texts(task, view, split)
+                out[split]["bm25" + suffix] = task.score_run(bm25_run(*texts), split)
     return out
 
 
 def of_split(task: EvalTask, split: str) -> dict[str, dict[str, float]]:
-    """The baselines of one split that need no fitting."""
+    """The baselines of one split that need no fitting and read no text."""
     out = {trivial_name(task): task.trivial_baseline(split)}
     if task.family == "qa" and (any(not ex["answers"]["text"] for ex in task.splits[split])
                                 or answers_cut(task, split)):
         out["always_abstain"] = always_abstain(task, split)
-    if task.family == "retrieval":
-        out["bm25"] = task.score_run(bm25_run(*task.baseline_texts(split)), split)
     return out
+
+
+# ------------------------------------------------------------------------------------------- the model's view
+
+
+def full_segments(task: EvalTask, split: str) -> list[list[str]]:
+    """A classification split's whole texts, one list per text field."""
+    return [[ex[f] for ex in task.splits[split]] for f in task.text_fields]
+
+
+def model_segments(task: EvalTask, tokenizer: TextTokenizer, split: str) -> list[list[str]]:
+    """A classification split as the model reads it, one list per input segment: each prepared sequence without
+    its special tokens, split at the EOS that ends a first segment, decoded."""
+    rows = []
+    for ids in task.ids[split]:
+        body = ids[1:] if ids and ids[0] == tokenizer.bos_id else ids
+        body = body[:-1] if body and body[-1] == tokenizer.eos_id else body
+        parts, part = [], []
+        for i in body:  # a text's own "</s>" is text, never the EOS id (encode_special_tokens), so EOS separates
+            if i == tokenizer.eos_id:
+                parts.append(part)
+                part = []
+            else:
+                part.append(i)
+        rows.append([tokenizer.decode(p) for p in [*parts, part]])
+    return [list(column) for column in zip(*rows)] if rows else []
+
+
+def model_texts(task: EvalTask, tokenizer: TextTokenizer, split: str) -> tuple[dict[str, str], dict[str, str]]:
+    """`task.baseline_texts(split)` as the model reads them: each document and query as far as its prepared ids
+    reach, decoded, without the "Document: " / "Query: " prompt."""
+    from encoderlab.tasks.retrieval import DOCUMENT_PREFIX, QUERY_PREFIX
+
+    documents, queries = task.baseline_texts(split)
+    docs, query_ids = task._prepared()
+
+    def seen(ids: list[int], prompt: str) -> str:
+        return tokenizer.decode(ids).removeprefix(prompt.rstrip()).strip()
+
+    return ({d: seen(docs[task._doc_index[d]], DOCUMENT_PREFIX) for d in documents},
+            {q: seen(query_ids[task._query_index[q]], QUERY_PREFIX) for q in queries})
 
 
 def _content(task: EvalTask) -> list:
@@ -103,18 +159,17 @@ def always_abstain(task: EvalTask, split: str) -> dict[str, float]:
     return {"score": scores["f1"], "standard": scores["f1"], **scores}
 
 
-def tfidf_logreg(task: EvalTask) -> dict[str, list[int]]:
-    """{split: predicted label per example} of the lexical classifier, for validation and test."""
+def tfidf_logreg(task: EvalTask, segments) -> dict[str, list[int]]:
+    """{split: predicted label per example} of the lexical classifier, for validation and test; `segments(split)`:
+    the split's texts, one list per text field or input segment."""
     from scipy.sparse import hstack
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    def texts(split: str, field: str) -> list[str]:
-        return [ex[field] for ex in task.splits[split]]
-
-    vectorisers = [TfidfVectorizer(sublinear_tf=True, max_features=MAX_FEATURES, dtype=np.float32)
-                   .fit(texts("train", f)) for f in task.text_fields]
-    x = {s: hstack([v.transform(texts(s, f)) for v, f in zip(vectorisers, task.text_fields)]).tocsr()
+    texts = {s: segments(s) for s in ("train", *SPLITS)}
+    vectorisers = [TfidfVectorizer(sublinear_tf=True, max_features=MAX_FEATURES, dtype=np.float32).fit(field)
+                   for field in texts["train"]]
+    x = {s: hstack([v.transform(field) for v, field in zip(vectorisers, texts[s])]).tocsr()
          for s in ("train", *SPLITS)}
     gold = task.gold
     if len(set(gold["train"])) < 2:  # one class in train: nothing to fit, the majority class is the model
@@ -146,6 +201,8 @@ def of_records(recs: list[dict], metric: str = "score") -> dict[str, float]:
     named = next((r["baselines"] for r in newest if isinstance(r.get("baselines"), dict)), {})
     test = named.get("test") if isinstance(named.get("test"), dict) else {}  # a damaged field: what reads as numbers
     found = {n: s[metric] for n, s in test.items() if isinstance(s, dict) and _number(s.get(metric))}
+    if not any(n.endswith(FULL_TEXT) for n in found):  # baselines from before the model's view: they read it all
+        found = {(n + FULL_TEXT if n in LEXICAL else n): v for n, v in found.items()}
     value = (newest[0].get("baseline") or {}).get("test", {}).get(metric)
     trivial = "majority_tag" if newest[0].get("scheme") == "plain" else FAMILY.get(newest[0]["family"], ("trivial",))[0]
     return ({trivial: value} if _number(value) else {}) | found
@@ -156,8 +213,11 @@ def _number(x) -> bool:
 
 
 def strongest(named: dict[str, float]) -> tuple[str, float] | None:
-    """(name, value) of the best baseline: the one a score has to beat (the first of equals in FAMILY order)."""
-    return max(named.items(), key=lambda kv: kv[1]) if named else None
+    """(name, value) of the best baseline that read what the model read: the one a score has to beat (the first of
+    equals in FAMILY order). A full-text baseline counts only where its model's-view twin is not recorded."""
+    usable = {n: v for n, v in named.items() if not n.endswith(FULL_TEXT)}
+    usable |= {n: v for n, v in named.items() if n.endswith(FULL_TEXT) and n.removesuffix(FULL_TEXT) not in usable}
+    return max(usable.items(), key=lambda kv: kv[1]) if usable else None
 
 
 def constant_of(kept: list[dict]) -> str | None:
@@ -191,7 +251,8 @@ def columns(family: str, entries: list[dict]) -> list[str]:
     names = FAMILY.get(family, ())
     if family == "tokens":  # all "O" or the majority tag, whichever the tasks' tag schemes have
         names = tuple(n for n in names if any(n in e.get("baselines", {}) for e in entries)) or names[:1]
-    return list(names)
+    full = [n + FULL_TEXT for n in names if n in LEXICAL]  # beside the model's view, where the records have it
+    return [*names, *(n for n in full if any(n in e.get("baselines", {}) for e in entries))]
 
 
 def cell(entry: dict, name: str) -> str:
