@@ -13,8 +13,7 @@ import shutil
 import pytest
 from conftest import run_command
 import torch
-import yaml
-from runs import STEPS, config
+from runs import STEPS, config, copied_run
 from safetensors.torch import load_file
 
 from encoderlab.core.config import validate
@@ -44,11 +43,7 @@ def written(tmp_path_factory, packed_dir, classification_task):
 
 @pytest.fixture
 def run(written, tmp_path, packed_dir):
-    shutil.copytree(written / "run", tmp_path / "run")
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path, packed_dir, "run", save_every=2,
-                                                             keep_checkpoints=3)))
-    (tmp_path / "new.yaml").write_text(yaml.safe_dump(config(tmp_path, packed_dir, "new")))
-    return tmp_path / "run"
+    return copied_run(written, tmp_path, packed_dir, save_every=2, keep_checkpoints=3)
 
 
 def damage(path, how):

@@ -12,8 +12,7 @@ import struct
 import pytest
 from conftest import run_command
 import torch
-import yaml
-from runs import config
+from runs import config, copied_run
 
 from encoderlab.core.config import validate
 from encoderlab.pretraining.config import PretrainConfig
@@ -53,11 +52,7 @@ def trained(tmp_path_factory, packed_dir):
 @pytest.fixture
 def run(trained, tmp_path, packed_dir):
     """A copy of the stopped run, its run.yaml, and new.yaml (another run, to branch from it)."""
-    shutil.copytree(trained / "run", tmp_path / "run")
-    (tmp_path / "run.yaml").write_text(yaml.safe_dump(config(tmp_path, packed_dir, "run", save_every=1,
-                                                             keep_checkpoints=1)))
-    (tmp_path / "new.yaml").write_text(yaml.safe_dump(config(tmp_path, packed_dir, "new")))
-    return checkpoint.latest(tmp_path / "run")
+    return checkpoint.latest(copied_run(trained, tmp_path, packed_dir, save_every=1, keep_checkpoints=1))
 
 
 def resume_and_branch(monkeypatch, capsys, tmp_path, ckpt, says: str) -> None:
