@@ -186,3 +186,17 @@ def test_the_reports_token_count_is_a_range_where_full_budget_windows_differ():
                      {**run, "steps": 6}, {**run, "init": "x", "tokens_per_step": 1}, {**run, "imported": True}]}
     assert _tokens_seen(plan) == "between 6,144 and 49,152"
     assert _tokens_seen({"runs": [run]}) == "49,152"
+
+
+def test_a_stability_test_without_a_p_value_is_inconclusive():
+    """Runs that each sit as far from their median as the others (two scores, half each) leave Levene's test
+    undefined (nan): no evidence either way, never 'opposite'."""
+    from types import SimpleNamespace
+
+    from encoderlab.study.report_text import _stability_finding
+
+    runs = {"clm": [25.0, -25.0, 25.0, -25.0], "mlm": [-25.0, 25.0, -25.0, 25.0]}
+    res = SimpleNamespace(tasks={m: {"t": SimpleNamespace(category="SC", centred_runs=r)} for m, r in runs.items()})
+    text = _stability_finding(res, "clm", "mlm")
+    assert "| SC | 28.87 | 28.87 | undefined (equal deviations) |" in text
+    assert "opposite" not in text and "inconclusive at this scale" in text

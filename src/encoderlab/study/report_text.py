@@ -156,11 +156,13 @@ def _stability_finding(res, clm: str | None, mlm: str | None) -> str:
         sd = {k: (sum(x * x for x in v) / (len(v) - 1)) ** 0.5 for k, v in runs.items()}
         flat = max(runs[clm]) == min(runs[clm]) and max(runs[mlm]) == min(runs[mlm])
         p = 1.0 if flat else float(stats.levene(runs[clm], runs[mlm]).pvalue)  # Levene is undefined on constants
-        outs.append(INCONCLUSIVE if p >= 0.05 else REPRODUCED if sd[clm] < sd[mlm] else OPPOSITE)
+        # nan where every run sits as far from its median as the others (no spread of spreads): no evidence
+        outs.append(INCONCLUSIVE if not p < 0.05 else REPRODUCED if sd[clm] < sd[mlm] else OPPOSITE)
         # the F-test's 80%-power variance ratio, as a guide to the spread ratio Levene could have told apart
         d1, d2 = len(runs[mlm]) - 1, len(runs[clm]) - 1
         ratio = (stats.f.ppf(0.975, d1, d2) / stats.f.ppf(0.2, d1, d2)) ** 0.5
-        rows.append(f"| {cat} | {sd[clm]:.2f} | {sd[mlm]:.2f} | {p:.3f} | x{ratio:.2f} | {outs[-1]} |")
+        shown = f"{p:.3f}" if p == p else "undefined (equal deviations)"
+        rows.append(f"| {cat} | {sd[clm]:.2f} | {sd[mlm]:.2f} | {shown} | x{ratio:.2f} | {outs[-1]} |")
     text = "not measured (missing evaluations)"
     if outs:
         text = tally(outs, "categories")
