@@ -93,7 +93,7 @@ def held_out(root):
     for lb, level in ((CLM, 0.0), (MLM, 1.0)):
         for task, family, base in (("qa-abstain", "qa", {"first_span": 10.0, "always_abstain": 30.4}),
                                    ("qa-learned", "qa", {"first_span": 10.0}),
-                                   ("ir-held-out", "retrieval", {"random": 0.4, "bm25": 80.0})):
+                                   ("ir-held-out", "retrieval", {"random": 0.4, "bm25": 80.0, "bm25_full_text": 85.0})):
             for seed in PROTOCOL["seeds"]:
                 constant = task == "qa-abstain" and seed < 5
                 score = {"qa-abstain": 30.4 if constant else 40.0 + seed, "qa-learned": 60.0 + seed + level,
