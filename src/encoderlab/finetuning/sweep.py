@@ -223,6 +223,8 @@ class Sweep:
         self.units = training_units(self.tasks, self.trainer)  # what trains: a task, or one TrainedOnce
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}
+        # counted once a sweep, not once a record: a QA split's gold positions take seconds at SQuAD's size
+        self.lost = {t.name: lost_answers(t) for t in self.tasks}
 
     def announce(self, todo: list, workers: int) -> None:
         """Before the first run: what a run needs (refused when it cannot fit); then a heartbeat while runs train."""
@@ -351,7 +353,7 @@ class Sweep:
                 "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                 "truncated": {**task.truncated, "unit": task.truncation_unit},
                 "truncation_totals": task.truncation_totals(),  # what each count of `truncated` is out of
-                "answers_lost": lost_answers(task),  # QA tagging: answers the cut inputs lost; None elsewhere
+                "answers_lost": self.lost[task.name],  # QA tagging: answers the cut inputs lost; None elsewhere
                 "examples": {s: task.scored_examples(s) for s in ("validation", "test")},  # what a score averages
                 "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
                 "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
