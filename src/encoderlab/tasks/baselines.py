@@ -24,6 +24,7 @@ depend on the tokenizer; the others do not but cost little to key the same way.
 """
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,7 @@ def every(task: EvalTask, tokenizer: TextTokenizer | None = None) -> dict[str, d
     views = [(FULL_TEXT, None), *([("", tokenizer)] if tokenizer is not None else [])]
     for suffix, view in views:
         if task.family == "classification":  # fitted once, for both splits
-            segments = (lambda split: full_segments(task, split)) if view is None else \
-                (lambda split, view=view: model_segments(task, view, split))
+            segments = partial(full_segments, task) if view is None else partial(model_segments, task, view)
             for split, predictions in tfidf_logreg(task, segments).items():
                 out[split]["tfidf_logreg" + suffix] = task._scores(predictions, split)
         if task.family == "retrieval":
