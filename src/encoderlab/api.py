@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,9 +21,9 @@ from torch import Tensor
 
 from encoderlab.core.config import load_config, validate
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.core.io import CONFIGS, check_writable, encoderlab_home
+from encoderlab.core.io import CONFIGS, check_writable, task_cache
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL
+from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL, load_protocol, one_run
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
 
@@ -138,12 +137,6 @@ def pretrain(config: PathLike | Mapping, overrides: Overrides = (), *, resume: b
     return Trainer(cfg, resume=resume, log=log, show_progress=show_progress).run()
 
 
-def _protocol(path: str | Path | None, overrides: list[str]):
-    from encoderlab.finetuning.protocol import Protocol
-
-    return load_config(Protocol, path or DEFAULT_PROTOCOL, overrides, "the default protocol")
-
-
 @checked
 def sweep(checkpoint: PathLike, tasks: Sequence[PathLike] | PathLike, *, protocol: PathLike | None = None,
           overrides: Overrides = (), out: PathLike = "evals", engine: str = "auto", workers: Positive | str = 1,
@@ -160,9 +153,8 @@ def sweep(checkpoint: PathLike, tasks: Sequence[PathLike] | PathLike, *, protoco
 
     specs = expand_specs([str(t) for t in ([tasks] if isinstance(tasks, str | Path) else tasks)])
     check_writable(Path(out), "out")
-    summary = run_sweep(checkpoint, specs, _protocol(protocol, _overrides(overrides)), Path(out), log=log,
-                        show_progress=show_progress, cache_dir=encoderlab_home() / "cache" / "tasks", engine=engine,
-                        workers=workers)
+    summary = run_sweep(checkpoint, specs, load_protocol(protocol, _overrides(overrides)), Path(out), log=log,
+                        show_progress=show_progress, cache_dir=task_cache(), engine=engine, workers=workers)
     check_scored(summary)  # a task of which no run scored raises, as the command exits 1
     return summary
 
@@ -173,10 +165,9 @@ def finetune(checkpoint: PathLike, task: PathLike, *, lr: float, seed: Annotated
              log: Log = print) -> dict:
     """One fine-tuning run at this LR and seed, with the protocol's other settings, as `encoderlab finetune`; writes
     its record under `out` and returns the summary of that one run."""
-    if not (lr > 0 and math.isfinite(lr)):
-        raise EncoderlabError(f"lr={lr:g}: the learning rate must be a finite number greater than 0")
-    return sweep(checkpoint, [str(task)], protocol=protocol, overrides=[*_overrides(overrides), f"lrs=[{lr}]",
-                                                                    f"seeds=[{seed}]"], out=out, log=log)
+    the_run = one_run(lr, seed, "lr=")
+    return sweep(checkpoint, [str(task)], protocol=protocol, overrides=[*_overrides(overrides), *the_run], out=out,
+                 log=log)
 
 
 @checked

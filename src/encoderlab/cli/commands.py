@@ -1,7 +1,6 @@
 """The command line: thin typer commands that parse, build and run. Errors the user can fix print one line."""
 from __future__ import annotations
 
-import math
 import shlex
 from pathlib import Path
 
@@ -9,12 +8,12 @@ import typer
 from rich.table import Table
 
 from encoderlab.cli.console import emit, log, log_after, out
-from encoderlab.cli.finetuning import SAVE_HELP, SAVE_MODELS_HELP, cache_dir, keeper, workers_option
+from encoderlab.cli.finetuning import SAVE_HELP, SAVE_MODELS_HELP, keeper, workers_option
 from encoderlab.cli.study import study_app
 from encoderlab.cli.sweep_table import render_sweep as _render_sweep
 from encoderlab.core.config import SET_MERGES
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.core.io import CONFIGS
+from encoderlab.core.io import CONFIGS, task_cache
 
 PROTOCOL_HELP = "Evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with encoderlab)."
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
@@ -302,11 +301,9 @@ def export_cmd(
 
 
 def _protocol(path: Path | None, overrides: list[str]):
-    from encoderlab.core.config import load_config
-    from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL, Protocol
+    from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL, load_protocol
 
-    path = path or DEFAULT_PROTOCOL
-    return load_config(Protocol, path, overrides, "the default protocol"), f"protocol: {path}"
+    return load_protocol(path, overrides), f"protocol: {path or DEFAULT_PROTOCOL}"
 
 
 @app.command("sweep")
@@ -337,7 +334,7 @@ def sweep(
     specs = expand_specs(tasks)
     proto, told = _protocol(protocol, overrides)
     summary = run_sweep(checkpoint, specs, proto, out_dir, log=log_after(told), show_progress=not as_json,
-                        cache_dir=cache_dir(), engine=engine, workers=workers_option(workers),
+                        cache_dir=task_cache(), engine=engine, workers=workers_option(workers),
                         keep=keeper(save_models, models, checkpoint))
     emit(summary, as_json, _render_sweep)
     check_scored(summary)  # after the table, which shows each failure
@@ -358,14 +355,14 @@ def finetune_cmd(
     """One fine-tuning run (the sweep's unit): writes one result record."""
     from encoderlab.core.io import check_writable
     from encoderlab.finetuning.aggregate import check_scored
+    from encoderlab.finetuning.protocol import one_run
     from encoderlab.finetuning.sweep import run_sweep
 
-    if not (lr > 0 and math.isfinite(lr)):
-        raise EncoderlabError(f"--lr {lr:g}: the learning rate must be a finite number greater than 0")
+    the_run = one_run(lr, seed, "--lr ")
     check_writable(out_dir, "--out")
-    proto, told = _protocol(protocol, [*overrides, f"lrs=[{lr}]", f"seeds=[{seed}]"])
+    proto, told = _protocol(protocol, [*overrides, *the_run])
     summary = run_sweep(checkpoint, [task], proto, out_dir, log=log_after(told), show_progress=False,
-                        cache_dir=cache_dir(), keep=keeper("all", save, checkpoint, exact=True))
+                        cache_dir=task_cache(), keep=keeper("all", save, checkpoint, exact=True))
     emit(summary, as_json, _render_sweep)
     check_scored(summary)
 

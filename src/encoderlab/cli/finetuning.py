@@ -35,8 +35,3 @@ def workers_option(value: str) -> int | str:
         raise EncoderlabError(f"--workers {value!r}: give 'auto' or a whole number, 1 or more")
     return int(value)
 
-
-def cache_dir() -> Path:
-    from encoderlab.core.io import encoderlab_home
-
-    return encoderlab_home() / "cache" / "tasks"

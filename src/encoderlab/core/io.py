@@ -24,6 +24,11 @@ def encoderlab_home() -> Path:
     return Path(os.environ.get("ENCODERLAB_HOME", Path.home() / ".cache" / "encoderlab")).expanduser()
 
 
+def task_cache() -> Path:
+    """Where tokenised tasks and their baselines are kept between sweeps (common.cached)."""
+    return encoderlab_home() / "cache" / "tasks"
+
+
 # The configs that ship inside the package (package data): the defaults of every command, and the presets and
 # studies a user starts from. A clone's top-level configs/ is a link to this folder, so a clone and a wheel agree.
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

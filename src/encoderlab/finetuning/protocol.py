@@ -2,6 +2,7 @@
 record."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -207,3 +208,19 @@ class Protocol(BaseModel):
         if self._context is None:
             raise EncoderlabError("max_length: auto is a fraction of the checkpoint's context; it has none here")
         return round(self.max_length_fraction * self._context)
+
+
+def load_protocol(path, overrides: list[str]) -> Protocol:
+    """A protocol YAML (default: `DEFAULT_PROTOCOL`) with `--set` overrides, validated: what `sweep` and `finetune`
+    run under, from the command line or the API."""
+    from encoderlab.core.config import load_config
+
+    return load_config(Protocol, path or DEFAULT_PROTOCOL, overrides, "the default protocol")
+
+
+def one_run(lr: float, seed: int, named: str) -> list[str]:
+    """The overrides that make a protocol's grid the single run (lr, seed); an LR that is not a finite number above
+    0 is refused, `named` as the caller's user gave it (`--lr ` on the command line, `lr=` in Python)."""
+    if not (lr > 0 and math.isfinite(lr)):
+        raise EncoderlabError(f"{named}{lr:g}: the learning rate must be a finite number greater than 0")
+    return [f"lrs=[{lr}]", f"seeds=[{seed}]"]

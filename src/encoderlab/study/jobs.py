@@ -144,7 +144,7 @@ class EvalJob(Job):
         return all(all(task) and any(found[0]["status"] == "ok" for found in task) for task in runs)
 
     def execute(self, log: Say, progress: Say | None) -> dict:
-        from encoderlab.core.io import encoderlab_home
+        from encoderlab.core.io import task_cache
         from encoderlab.finetuning.aggregate import check_scored
         from encoderlab.finetuning.sweep import run_sweep
         from encoderlab.runs import checkpoint
@@ -153,7 +153,7 @@ class EvalJob(Job):
         tok = (checkpoint.resolve(self.checkpoint) / "tokenizer" / "tokenizer.json").read_bytes()
         key = records.protocol_key(self.protocol.model_dump(mode="json"))
         summary = run_sweep(self.checkpoint, self.tasks, self.protocol, self.out, log=lambda m: None,
-                            show_progress=False, cache_dir=encoderlab_home() / "cache" / "tasks",
+                            show_progress=False, cache_dir=task_cache(),
                             prepared=_PREPARED.setdefault((key, hash(tok)), {}), progress_log=progress)
         check_scored(summary)  # a task of which no run scored fails the job: its models have no score there
         entries = list(summary["tasks"].values())  # under their names (a YAML's is not its spec)
