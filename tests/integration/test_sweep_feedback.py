@@ -7,6 +7,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
+import torch
 from test_sweep import task_yaml, tiny_checkpoint  # noqa: F401 - fixtures
 
 from encoderlab.core.errors import EncoderlabError
@@ -52,6 +53,19 @@ def test_the_estimate_grows_with_batch_and_length_and_counts_adamw():
     assert longer.activations > 2 * base.activations  # the attention probabilities grow with the length squared
     pairs = estimate(cfg, SimpleNamespace(family="retrieval"), Protocol(**PROTOCOL))
     assert pairs.sequences == 16 and pairs.activations == 2 * base.activations
+
+
+def test_the_process_own_footprint_is_measured_and_not_asked_of_the_machine_twice(monkeypatch):
+    from encoderlab.finetuning import feedback
+    monkeypatch.setattr(feedback, "resident_bytes", lambda: 700 * 2**20)  # a process that holds 700 MB now
+    est = estimate(preset("micro", vocab_size=320), SimpleNamespace(family="classification"), Protocol(**PROTOCOL))
+    assert est.runtime == 700 * 2**20 + feedback.WORKING_BYTES and est.resident == 700 * 2**20
+    run = est.weights + est.activations + feedback.WORKING_BYTES
+    assert est.to_ask(1) == run  # a run in this process: what it holds is already resident
+    assert est.to_ask(3) == 3 * est.total  # each worker process is new and holds as much again
+    gpu = estimate(preset("micro", vocab_size=320), SimpleNamespace(family="classification"), Protocol(**PROTOCOL),
+                   torch.device("meta"))
+    assert gpu.runtime == gpu.resident == 0
 
 
 def test_the_heartbeat_speaks_at_least_every_30_seconds():

@@ -12,8 +12,11 @@ real fine-tuning steps in a fresh process and holds the estimate within 15% of i
   (`ACTIVATION_BYTES`): the two norms' fp32 inputs and outputs, autocast's bf16 copies of a linear's input (one per
   projection), q and k after RoPE and v at the heads' width, the attention probabilities (fp32 from the softmax,
   and their bf16 copy), the output projection's input, and SwiGLU's gate, up, activation and product;
-- on CPU, the process itself (`RUNTIME_BYTES`): Python, torch and encoderlab once imported, and the libraries'
-  working memory once a model trains; a GPU's free memory is measured after these.
+- on CPU, the process itself: its resident memory when the sweep starts (Python, torch, encoderlab and the tasks'
+  data as this environment loads them: 240 and 300 MB after the same imports in two venvs of one machine), read from
+  `/proc/self/statm`, and `WORKING_BYTES` that the libraries' thread pools and kernels take once a model trains.
+  What is already resident is not asked of the machine again: a run in this process needs the rest of its estimate
+  from the available RAM, a worker process all of it (a GPU's free memory is measured after these).
 """
 from __future__ import annotations
 
@@ -32,9 +35,10 @@ GB = 1024**3
 # Bytes kept for the backward per token and layer: (per hidden unit, per FFN unit, per head and attended position),
 # by compute dtype; measured with saved-tensor hooks, exact to a few bytes for this model's layers (eager attention).
 ACTIVATION_BYTES = {"bf16": (34, 8, 6), "fp32": (40, 16, 4)}
-# A CPU process's own resident memory: 0.25 GB once torch and encoderlab are imported, and ~0.1 GB that the
-# libraries' thread pools and kernels hold once a model trains (measured on an AMD EPYC, 2 cores, Linux).
-RUNTIME_BYTES = 350 * 1024**2
+# What the libraries' thread pools and kernels hold once a model trains, over a process's footprint after imports
+# (~0.1 GB, measured on an AMD EPYC, 2 cores, Linux); and that footprint where /proc cannot say (0.25 GB there).
+WORKING_BYTES = 100 * 1024**2
+IMPORTED_BYTES = 250 * 1024**2
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Estimate:
     sequences: int  # per training batch
     length: int
     runtime: int = 0  # the process itself (CPU)
+    resident: int = 0  # of `runtime`, what this process holds already
 
     @property
     def total(self) -> int:
@@ -53,6 +58,11 @@ class Estimate:
         said = (f"{size(self.weights)} weights, gradients and AdamW state, {size(self.activations)} activations at "
                 f"{self.sequences} sequences x {self.length} tokens")
         return said + (f", {size(self.runtime)} the process itself" if self.runtime else "")
+
+    def to_ask(self, workers: int) -> int:
+        """Bytes the machine must still give: a run in this process has `resident` already; each worker process
+        (`workers` > 1) starts with nothing."""
+        return self.total * workers if workers > 1 else self.total - self.resident
 
 
 def minutes(seconds: float) -> str:
@@ -78,8 +88,18 @@ def estimate(model_cfg, task, protocol, device: torch.device = torch.device("cpu
     per_h, per_f, per_attended = ACTIVATION_BYTES["bf16" if protocol.dtype == "bf16" else "fp32"]
     per_token_layer = per_h * h + per_f * f + per_attended * heads * length
     activations = sequences * length * (layers * per_token_layer + 12 * h)  # + the embedding and final norm, fp32
-    runtime = RUNTIME_BYTES if device.type == "cpu" else 0
-    return Estimate(params * (4 * wbytes + 4) + cast, activations, sequences, length, runtime)
+    resident = resident_bytes() if device.type == "cpu" else 0
+    runtime = resident + WORKING_BYTES if device.type == "cpu" else 0
+    return Estimate(params * (4 * wbytes + 4) + cast, activations, sequences, length, runtime, resident)
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux's /proc/self/statm), or `IMPORTED_BYTES` where it cannot say."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return IMPORTED_BYTES
 
 
 def available(device: torch.device) -> tuple[int | None, str]:
@@ -108,13 +128,16 @@ def check_memory(tasks, protocol, model_cfg, device: torch.device, workers: int,
         own = protocol.for_task(task.name)
         est = estimate(model_cfg, task, own, device)
         need = est.total * max(1, workers)
+        # a limit of the user's own bounds the whole process; the available RAM is what is left beside it
+        asked = need if source.startswith(LIMIT_ENV) else est.to_ask(workers)
         at_once = f" x {workers} workers" if workers > 1 else ""
         log(f"{task.name}: memory estimate {size(need)} ({est.parts()}){at_once}; "
             + (f"{size(limit)} {source}" if limit is not None else "available memory unknown"))
-        if limit is not None and need > limit:
+        if limit is not None and asked > limit:
             raise EncoderlabError(
-                f"{task.name}: a fine-tuning run needs about {size(need)}{at_once} ({est.parts()}), more "
-                f"than the {size(limit)} {source}; nothing was run: lower its length or batch in the protocol, "
+                f"{task.name}: a fine-tuning run needs about {size(need)}{at_once} ({est.parts()})"
+                + (f", {size(asked)} beyond what this process holds," if asked != need else ",")
+                + f" more than the {size(limit)} {source}; nothing was run: lower its length or batch in the protocol, "
                 f"e.g. task_overrides: {{{task.name}: {{max_length: {max(16, est.length // 4)}, batch_size: "
                 f"{max(1, own.batch_size // 4)}}}}}" + (", or fewer --workers" if workers > 1 else ""))
 
