@@ -57,7 +57,8 @@ gpu-check:
 	$(PYTHON) benchmarks/gpu_check.py --install-wheels $(GPU_WHEELS) --out $(GPU_OUT)
 
 lint: setup
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests tools
+	$(BIN)/python tools/code_size.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

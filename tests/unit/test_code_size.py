@@ -1,38 +1,29 @@
-"""Readable top to bottom (docs/architecture.md, convention 4): no source file over 400 lines and no function over 60,
-unless the file's first line is a comment saying why it is longer."""
+"""Readable top to bottom (docs/architecture.md, convention 4): no function over 60 lines unless the file's first
+line is a comment saying why it is longer. A file's length is a lint warning (`make lint`, tools/code_size.py): a
+module is cut by concern, not to fit a bound."""
 from __future__ import annotations
 
-import ast
+import importlib.util
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "encoderlab"
-MAX_FILE_LINES, MAX_FUNCTION_LINES = 400, 60
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("code_size", ROOT / "tools" / "code_size.py")
+code_size = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(code_size)
 
 
-def too_long(src: Path) -> list[str]:
-    found = []
-    for path in sorted(src.rglob("*.py")):
-        text = path.read_text()
-        if text.startswith("# longer than"):  # the reason, on the first line
-            continue
-        rel, lines = path.relative_to(src), text.count("\n") + 1
-        if lines > MAX_FILE_LINES:
-            found.append(f"{rel}: {lines} lines")
-        for node in ast.walk(ast.parse(text)):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = node.end_lineno - node.lineno + 1
-                if length > MAX_FUNCTION_LINES:
-                    found.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
-    return found
+def test_functions_stay_short():
+    assert code_size.long_functions(code_size.SRC) == []
 
 
-def test_files_and_functions_stay_short():
-    assert too_long(SRC) == []
-
-
-def test_a_long_function_is_named(tmp_path):
+def test_a_long_function_is_named_and_a_long_file_only_warned(tmp_path, capsys):
     body = "\n".join(f"    x{i} = {i}" for i in range(61))
     (tmp_path / "m.py").write_text(f"def f():\n{body}\n")
-    assert too_long(tmp_path) == ["m.py:1 f: 62 lines"]
+    assert code_size.long_functions(tmp_path) == ["m.py:1 f: 62 lines"]
+    assert code_size.main(tmp_path) == 1
     (tmp_path / "m.py").write_text(f"# longer than 60 lines: a table\ndef f():\n{body}\n")
-    assert too_long(tmp_path) == []
+    assert code_size.long_functions(tmp_path) == []
+    (tmp_path / "big.py").write_text("x = 1\n" * 450)
+    assert code_size.long_files(tmp_path) == ["big.py: 451 lines"]
+    assert code_size.main(tmp_path) == 0  # a long file is a warning, not a failure
+    assert "warning: big.py: 451 lines" in capsys.readouterr().out
