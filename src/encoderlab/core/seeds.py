@@ -1,4 +1,4 @@
-"""The one way a seed is derived from other values: `derive_seed("mlm-mask", seed, step)`.
+"""The one way a seed is derived from other values: `derive_seed(STEP_DRAWS, seed, step)`.
 
 Every random stream of a run is named by its first key (the stream) and keyed by what it depends on (the run's
 seed, a step, an epoch). Arithmetic mixes such as `seed * 7_919 + step` collide (seed 0 at step 7919 is seed 1 at
@@ -8,6 +8,11 @@ every process and on every platform, so a resumed or distributed run draws the s
 from __future__ import annotations
 
 import hashlib
+
+# The stream a pretraining step's random draws come from, whatever its objective (MLM's masks, any objective's own
+# draws), keyed by (seed, step). Its string names what it first drew; it is hashed into every step's seed, so it stays
+# as it is for every run made with it to reproduce.
+STEP_DRAWS = "mlm-mask"
 
 
 def derive_seed(*keys: str | int) -> int:

@@ -16,7 +16,7 @@ import torch
 from encoderlab.core.errors import EncoderlabError, is_out_of_memory
 from encoderlab.core.io import write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
-from encoderlab.core.seeds import derive_seed
+from encoderlab.core.seeds import STEP_DRAWS, derive_seed
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data
 from encoderlab.model import attention
@@ -160,7 +160,7 @@ class Trainer:
 
     def _generator(self, step: int, skip_rows: int = 0) -> torch.Generator:
         # Masks depend on (seed, step) only, so resuming reproduces them without saving RNG state.
-        gen = torch.Generator(self.device).manual_seed(derive_seed("mlm-mask", self.cfg.train.seed, step))
+        gen = torch.Generator(self.device).manual_seed(derive_seed(STEP_DRAWS, self.cfg.train.seed, step))
         return objectives.skip_mask_draws(gen, skip_rows, self.train_data.seq_len)
 
     def train_step(self, objective) -> dict[str, torch.Tensor]:

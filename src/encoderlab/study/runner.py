@@ -25,7 +25,7 @@ from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import EvalJob, PretrainJob, RandomInitJob, jobs_of
 from encoderlab.study.plan import Plan, build_plan, expand_tasks
-from encoderlab.study.scheduler import Board, Job, run_jobs
+from encoderlab.study.scheduler import JobStates, Job, run_jobs
 
 __all__ = ["execute", "run_study", "check_succeeded"]
 
@@ -73,7 +73,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
               only: str | None = None, job_id: str | None = None) -> dict:
     """Run every job not yet done. `only`: 'pretrain' stops before evaluation; `job_id`: that job alone (its
     dependencies must be done: a cluster scheduler orders them). Returns counts and failures.
-    The pipeline: the jobs and what is done (`Board`) -> `run_jobs` yields each job as it ends -> record it.
+    The pipeline: the jobs and what is done (`JobStates`) -> `run_jobs` yields each job as it ends -> record it.
     One process runs a study at a time (the study folder's lock): another one would take the first one's running
     jobs for failed ones. `--job`s share it, each job's own folders locking themselves."""
     if only is None and (job_id is None or job_id.startswith("eval:")):
@@ -124,28 +124,28 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
     write_configs(plan, all_jobs)
     jobs = [j for j in all_jobs if only is None or not isinstance(j, EvalJob)]
     jobs = jobs if job_id is None else [_one_job(all_jobs, job_id, plan)]
-    board = Board(jobs, done={j.id for j in jobs if j.is_done()})
-    clear_stale_status(plan, all_jobs, board.done)
-    log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(board.done)} already done, {len(board.pending)} to do "
+    states = JobStates(jobs, done={j.id for j in jobs if j.is_done()})
+    clear_stale_status(plan, all_jobs, states.done)
+    log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(states.done)} already done, {len(states.pending)} to do "
         f"({workers} worker{'s' if workers > 1 else ''})")
-    for note in dtype_notes(board.pending):
+    for note in dtype_notes(states.pending):
         log(note)
     started = time.perf_counter()
     (plan.root / "status").mkdir(parents=True, exist_ok=True)
-    for job, result, error in run_jobs(board, workers, _run_in_worker):
+    for job, result, error in run_jobs(states, workers, _run_in_worker):
         if error is None:
-            board.finish(job)
+            states.finish(job)
             status_file(plan, job.id).unlink(missing_ok=True)
-            log(f"done {job.id} {_brief(result)}; {len(board.done)}/{len(jobs)} done, {len(board.pending)} left, "
+            log(f"done {job.id} {_brief(result)}; {len(states.done)}/{len(jobs)} done, {len(states.pending)} left, "
                 f"{time.perf_counter() - started:.0f}s")
             continue
         write_json(status_file(plan, job.id), {"job": job.id, "status": "failed", "reason": error})
         log(f"FAILED {job.id}: {error.splitlines()[0]} (recorded in {status_file(plan, job.id)})")
-        for other in board.fail(job, error):  # by name, each with the reason it did not run
+        for other in states.fail(job, error):  # by name, each with the reason it did not run
             write_json(status_file(plan, other), {"job": other, "status": "skipped", "reason": f"{job.id} failed"})
             log(f"skipped {other}: it depends on {job.id}, which failed")
-    return {"jobs": len(jobs), "done": len(board.done), "done_now": board.done_now, "failed": board.failed,
-            "skipped": sorted(board.skipped), "logs": {j: str(status_file(plan, j)) for j in board.failed},
+    return {"jobs": len(jobs), "done": len(states.done), "done_now": states.done_now, "failed": states.failed,
+            "skipped": sorted(states.skipped), "logs": {j: str(status_file(plan, j)) for j in states.failed},
             "seconds": round(time.perf_counter() - started, 1)}
 
 

@@ -1,4 +1,4 @@
-"""The study's scheduler: which jobs are ready, failed or skipped (`Board`), and running them, in this process or in
+"""The study's scheduler: which jobs are ready, failed or skipped (`JobStates`), and running them, in this process or in
 worker processes, as their dependencies allow (`run_jobs`).
 
 A worker process that dies (killed, or ended by the kernel's out-of-memory killer) breaks its pool: every job then
@@ -47,7 +47,7 @@ def _init_worker(threads: int, parent: int) -> None:
     torch.set_num_threads(threads)
 
 
-class Board:
+class JobStates:
     """Where each job of one start stands: done, failed, skipped (a dependency failed) or pending. A dependency
     not among `jobs` (not selected this time) counts as done."""
 
@@ -98,9 +98,9 @@ class _InProcess(Executor):
         return future
 
 
-def run_jobs(board: Board, workers: int, run: Callable) -> Iterator[tuple[Job, dict | None, str | None]]:
-    """Runs `run(job)` for what the board has ready until nothing is; yields (job, result, error) as each job
-    ends. The caller records each on the board before asking for the next, so what is ready follows. `run` is a
+def run_jobs(states: JobStates, workers: int, run: Callable) -> Iterator[tuple[Job, dict | None, str | None]]:
+    """Runs `run(job)` for the jobs `states` has ready until none is; yields (job, result, error) as each job
+    ends. The caller records each in `states` before asking for the next, so what is ready follows. `run` is a
     module-level function (it travels to spawned workers)."""
     workers = max(1, workers)
     while True:
@@ -108,21 +108,21 @@ def run_jobs(board: Board, workers: int, run: Callable) -> Iterator[tuple[Job, d
             workers, mp_context=get_context("spawn"), initializer=_init_worker,
             initargs=(max(1, (os.cpu_count() or 1) // workers), os.getpid()))
         with pool:
-            broke = yield from _drive(pool, board, workers, run)
+            broke = yield from _drive(pool, states, workers, run)
         if not broke:
-            for job in list(board.pending):  # never left neither done nor failed (the caller fails its dependents)
-                if job in board.pending:
+            for job in list(states.pending):  # never left neither done nor failed (the caller fails its dependents)
+                if job in states.pending:
                     yield job, None, f"it never became ready to run: it waits for {', '.join(job.deps)}"
             return
 
 
-def _drive(pool: Executor, board: Board, workers: int, run: Callable):
-    """Feed one pool until the board has nothing ready (returns False) or the pool breaks (True)."""
+def _drive(pool: Executor, states: JobStates, workers: int, run: Callable):
+    """Feed one pool until nothing is ready (returns False) or the pool breaks (True)."""
     running: dict[Future, Job] = {}
     while True:
         busy = {j.id for j in running.values()}
         try:
-            for job in [j for j in board.ready() if j.id not in busy][:workers - len(running)]:
+            for job in [j for j in states.ready() if j.id not in busy][:workers - len(running)]:
                 running[pool.submit(run, job)] = job
         except BrokenProcessPool:  # seen below as the running jobs' exception; with none running, a new pool
             if not running:

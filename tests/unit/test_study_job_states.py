@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from encoderlab.study.scheduler import WORKER_DIED, Board, Job, run_jobs
+from encoderlab.study.scheduler import WORKER_DIED, JobStates, Job, run_jobs
 
 
 class Stub(Job):
@@ -29,22 +29,22 @@ def chain(tmp_path) -> list[Job]:
 
 
 def test_ready_follows_dependencies_and_checkpoints(tmp_path):
-    board = Board(chain(tmp_path), done=set())
-    assert [j.id for j in board.ready()] == ["pretrain:trunk", "eval:other"]  # pretraining first
+    states = JobStates(chain(tmp_path), done=set())
+    assert [j.id for j in states.ready()] == ["pretrain:trunk", "eval:other"]  # pretraining first
     (tmp_path / "step-4").mkdir()  # the trunk wrote the branch point: the branch need not wait for the end
-    assert [j.id for j in board.ready()] == ["pretrain:trunk", "pretrain:branch", "eval:other"]
-    board.finish(board.ready()[0])
-    assert [j.id for j in board.ready()] == ["pretrain:branch", "pretrain:cpt", "eval:other", "eval:trunk"]
-    assert board.done_now == 1 and "pretrain:trunk" in board.done
+    assert [j.id for j in states.ready()] == ["pretrain:trunk", "pretrain:branch", "eval:other"]
+    states.finish(states.ready()[0])
+    assert [j.id for j in states.ready()] == ["pretrain:branch", "pretrain:cpt", "eval:other", "eval:trunk"]
+    assert states.done_now == 1 and "pretrain:trunk" in states.done
 
 
 def test_a_failure_skips_every_dependent_and_nothing_else(tmp_path):
     (tmp_path / "step-4").mkdir()
-    board = Board(chain(tmp_path), done=set())
-    board.fail(board.ready()[0], "RuntimeError: disk on fire")
-    assert board.skipped == {"pretrain:branch", "pretrain:cpt", "eval:trunk", "eval:branch"}
-    assert [j.id for j in board.pending] == ["eval:other"] and list(board.failed) == ["pretrain:trunk"]
-    assert Board(chain(tmp_path), done={"pretrain:trunk"}).pending[0].id == "pretrain:branch"  # done: not redone
+    states = JobStates(chain(tmp_path), done=set())
+    states.fail(states.ready()[0], "RuntimeError: disk on fire")
+    assert states.skipped == {"pretrain:branch", "pretrain:cpt", "eval:trunk", "eval:branch"}
+    assert [j.id for j in states.pending] == ["eval:other"] and list(states.failed) == ["pretrain:trunk"]
+    assert JobStates(chain(tmp_path), done={"pretrain:trunk"}).pending[0].id == "pretrain:branch"  # done: not redone
 
 
 def test_in_process_execution_records_errors_and_stops_on_ctrl_c(tmp_path, monkeypatch):
@@ -55,12 +55,12 @@ def test_in_process_execution_records_errors_and_stops_on_ctrl_c(tmp_path, monke
             raise KeyboardInterrupt
         return {"seconds": 0.0}
 
-    board = Board(chain(tmp_path), done=set())
-    outcomes = run_jobs(board, 1, execute)
+    states = JobStates(chain(tmp_path), done=set())
+    outcomes = run_jobs(states, 1, execute)
     job, result, error = next(outcomes)
     assert job.id == "pretrain:trunk" and result is None
     assert error.splitlines()[0] == "RuntimeError: disk on fire" and "Traceback" in error
-    board.fail(job, error)
+    states.fail(job, error)
     with pytest.raises(KeyboardInterrupt):  # the next ready job is eval:other
         next(outcomes)
 
@@ -78,17 +78,17 @@ def test_a_dead_worker_fails_the_jobs_of_its_pool_and_the_rest_goes_on_in_a_new_
     that pool fail, by name and with that reason, their dependents are skipped, and the other jobs still run."""
     jobs = [Stub("pretrain:a", [], cost=8.0), Stub("pretrain:b", [], cost=4.0),
             Stub("eval:a", ["pretrain:a"]), Stub("eval:c", [])]
-    board = Board(jobs, done=set())
-    for job, _, error in run_jobs(board, 2, kill_a_or_wait):  # as run_study records them
-        board.finish(job) if error is None else board.fail(job, error)
-    assert "pretrain:a" in board.failed and board.skipped == {"eval:a"} and not board.pending
+    states = JobStates(jobs, done=set())
+    for job, _, error in run_jobs(states, 2, kill_a_or_wait):  # as run_study records them
+        states.finish(job) if error is None else states.fail(job, error)
+    assert "pretrain:a" in states.failed and states.skipped == {"eval:a"} and not states.pending
     assert all(reason.startswith(WORKER_DIED) and reason.endswith("it resumes on the next study run")
-               for reason in board.failed.values())
+               for reason in states.failed.values())
     # b ran beside a, so it normally fails with a's pool (which job lost its worker cannot be told); on a loaded
     # machine b (and even c) may finish before the death is seen. Either way every job ended, and one that had not
     # run when the pool broke ran in a new one.
-    assert set(board.failed) | board.done == {"pretrain:a", "pretrain:b", "eval:c"}
-    assert "eval:c" in board.done or "pretrain:b" in board.done
+    assert set(states.failed) | states.done == {"pretrain:a", "pretrain:b", "eval:c"}
+    assert "eval:c" in states.done or "pretrain:b" in states.done
 
 
 class _BrokenOnce:
@@ -117,10 +117,10 @@ def test_a_pool_found_broken_between_jobs_is_replaced_not_taken_for_the_end(monk
 
     factory = _BrokenOnce()
     monkeypatch.setattr(scheduler, "ProcessPoolExecutor", factory)
-    board = Board([Stub("pretrain:a", []), Stub("eval:a", ["pretrain:a"])], done=set())
-    for job, _, error in run_jobs(board, 2, lambda job: {"seconds": 0.0}):
-        board.finish(job) if error is None else board.fail(job, error)
-    assert factory.pools == 2 and board.done == {"pretrain:a", "eval:a"} and not board.pending
+    states = JobStates([Stub("pretrain:a", []), Stub("eval:a", ["pretrain:a"])], done=set())
+    for job, _, error in run_jobs(states, 2, lambda job: {"seconds": 0.0}):
+        states.finish(job) if error is None else states.fail(job, error)
+    assert factory.pools == 2 and states.done == {"pretrain:a", "eval:a"} and not states.pending
 
 
 def test_a_job_that_can_never_run_fails_by_name(tmp_path):
@@ -128,8 +128,8 @@ def test_a_job_that_can_never_run_fails_by_name(tmp_path):
     never left pending while the study reports success."""
     jobs = [Stub("pretrain:b", [f"pretrain:gone@{tmp_path / 'step-4'}"]),
             Stub("eval:b", ["pretrain:b"])]
-    board = Board(jobs, done=set())
-    for job, _, error in run_jobs(board, 1, lambda job: {"seconds": 0.0}):
-        board.finish(job) if error is None else board.fail(job, error)
-    assert list(board.failed) == ["pretrain:b"] and board.skipped == {"eval:b"} and not board.pending
-    assert board.failed["pretrain:b"].startswith("it never became ready to run: it waits for pretrain:gone@")
+    states = JobStates(jobs, done=set())
+    for job, _, error in run_jobs(states, 1, lambda job: {"seconds": 0.0}):
+        states.finish(job) if error is None else states.fail(job, error)
+    assert list(states.failed) == ["pretrain:b"] and states.skipped == {"eval:b"} and not states.pending
+    assert states.failed["pretrain:b"].startswith("it never became ready to run: it waits for pretrain:gone@")
