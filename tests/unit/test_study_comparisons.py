@@ -12,7 +12,7 @@ from test_study_verdicts import RANDOM, flat, write_study
 from encoderlab.core.config import ConfigError, validate
 from encoderlab.core.io import read_json, write_json
 from encoderlab.study.compare import A_HIGHER, B_HIGHER, NO_DIFFERENCE, PAIR_RULE
-from encoderlab.study.comparisons import SPREAD_RULE
+from encoderlab.study.comparisons import SAME_SPREAD, SPREAD_RULE
 from encoderlab.study.plan import build_plan
 from encoderlab.study.report import write_report
 from encoderlab.study.spec import StudySpec, load_study
@@ -21,7 +21,7 @@ MLM20, MLM40, CPT = "micro-mlm20-20", "micro-mlm40-20", "micro-mlm40-dec20-mlm20
 ROW = re.compile(r"^\| (\w\w(?: at [\d,]+)?) \| [\d.]+ \| [\d.]+ \| ([+-][\d.]+) \| ± ([\d.]+) \| [\d.]+ \| [\d.]+ \| "
                  r"([^|]+) \|")
 DECLARED = [{"versus": [MLM40, MLM20]}, {"stability": [MLM40, MLM20]}, {"efficiency": [MLM20, MLM40]},
-            {"cpt": CPT, "title": "MLM 20% after MLM 40%"}]
+            {"cpt": CPT, "title": "MLM 20% after MLM 40%"}, {"stability": [CPT, MLM40]}]
 
 
 def masking_study(root, comparisons: list[dict], findings: str | None = None):
@@ -64,6 +64,7 @@ def test_two_masking_rates_get_their_own_comparisons_and_none_of_the_papers(tmp_
     assert f"**A = {MLM40}, B = {MLM20}**: A higher in 4 of 4 categories." in versus
     assert f"**A = {MLM40}, B = {MLM20}**: A steadier in 4 of 4 categories." in section(text, 2)
     assert SPREAD_RULE in section(text, 2)
+    assert f"**A = {CPT}, B = {MLM40}**: {SAME_SPREAD} in 4 of 4 categories." in section(text, 5)  # equal spreads
     efficiency = section(text, 3)
     assert f"| {MLM20}-8 (step 8) |" in efficiency and f"| {MLM40} (step 20) |" in efficiency
     assert f"**A = {MLM20}, B = {MLM40}**: B higher in 8 of 8 step x category comparisons." in efficiency
@@ -127,6 +128,12 @@ def test_a_comparison_of_a_model_the_study_does_not_evaluate_is_refused_when_pla
         with pytest.raises(ConfigError) as info:
             build_plan(*study_file(tmp_path / "bad", comparisons))
         assert message in str(info.value), str(info.value)
+
+
+def test_every_named_set_a_study_file_may_turn_on_has_a_writer():
+    from encoderlab.study import report_text, spec
+
+    assert set(spec.FINDINGS) == set(report_text.FINDINGS_WRITERS)
 
 
 def test_a_comparison_is_one_kind_with_known_keys():

@@ -58,16 +58,16 @@ def summary(comps: list[Comparison], unit: str = "categories") -> str:
     return f"{counts} of {len(outs)} {unit}{lexical_note(comps)}"
 
 
-def compared_models(res, paper_findings: bool) -> list[str]:
-    """The labels compared pairwise: the existing checkpoints; with no paper finding asked, the final and imported
-    models too (the study's own question is then which of its models is better)."""
-    kinds = ("checkpoint",) if paper_findings else ("checkpoint", "final", "imported")
+def compared_models(res, findings_shown: bool) -> list[str]:
+    """The labels compared pairwise: the existing checkpoints; where no named set of findings compares the study's
+    models, the final and imported models too (the study's own question is then which of its models is better)."""
+    kinds = ("checkpoint",) if findings_shown else ("checkpoint", "final", "imported")
     return [lb for lb, e in res.evaluations.items() if e["kind"] in kinds]
 
 
-def comparisons_section(report, paper_findings: bool) -> str:
+def comparisons_section(report, findings_shown: bool) -> str:
     res = report.res
-    labels = compared_models(res, paper_findings)
+    labels = compared_models(res, findings_shown)
     if len(labels) < 2:
         return ""
     parts = ["## Pairwise comparisons\n", f"Each pair of models, {PAIR_RULE}\n"]

@@ -7,14 +7,14 @@ from dataclasses import replace
 from itertools import combinations
 
 from encoderlab.core.config import ConfigError
-from encoderlab.study.compare import NO_DIFFERENCE, PAIR_RULE, cmp_rows, difference, spread_tests, summary
+from encoderlab.study.compare import PAIR_RULE, cmp_rows, difference, spread_tests, summary
 from encoderlab.study.spec import ComparisonSpec
 
-STEADIER = "{} steadier"
+STEADIER, SAME_SPREAD = "{} steadier", "no difference shown (p >= 0.05, or undefined)"
 SPREAD_RULE = ("Spread = the std of every LR x seed run's score, each centred on its dataset's mean, pooled per "
                "category; Levene's test per category on the datasets each model ran. **Rule, per category**: a side "
-               "is *steadier* when its spread is smaller with p < 0.05; otherwise no difference shown. 'detectable' "
-               "is the spread ratio an F-test would find 80% of the time at alpha 0.05.")
+               "is *steadier* when its spread is smaller with p < 0.05; otherwise no difference is shown. "
+               "'detectable' is the spread ratio an F-test would find 80% of the time at alpha 0.05.")
 EVALUATED = ("final", "intermediate")  # the kinds of evaluation that are a run's checkpoints
 
 
@@ -113,10 +113,11 @@ def _cpt(report, c: ComparisonSpec, number: int) -> str:
 def _stability(report, c: ComparisonSpec, number: int) -> str:
     a, b = (label_of(m, report.res.evaluations) or m for m in c.models)
     tests = spread_tests(report.res, a, b)
-    words = [NO_DIFFERENCE if not t.significant else STEADIER.format("A" if t.sd_a < t.sd_b else "B") for t in tests]
+    words = [SAME_SPREAD if not t.significant else STEADIER.format("A" if t.sd_a < t.sd_b else "B") for t in tests]
     counts = ", ".join(f"{w} in {words.count(w)}" for w in dict.fromkeys(words))
-    text = f"{counts} of {len(words)} categories" if words else "not measured (missing evaluations, or fewer than " \
-        "3 runs a category)"
+    unit = "category" if len(words) == 1 else "categories"
+    text = f"{counts} of {len(words)} {unit}" if words else "not measured (missing evaluations, or fewer than 3 " \
+        "runs a category)"
     table = ("| category | spread A | spread B | p (Levene) | detectable spread ratio (80% power) | outcome |\n"
              "|---|---|---|---|---|---|\n" + "\n".join(t.row(w) for t, w in zip(tests, words)) if tests else "")
     return (f"### {number}. {c.title or f'Fine-tuning stability: {a} vs {b}'}\n\n{SPREAD_RULE}\n\n"

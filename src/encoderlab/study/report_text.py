@@ -14,8 +14,9 @@ from encoderlab.study.coverage import coverage_section
 from encoderlab.study.reference import reference_section
 from encoderlab.study.results import Comparison
 
-# The named sets of comparisons (a study's `findings:`): each writes its section and cites its source's tables.
-FINDINGS = {"paper": (paper_findings.findings, paper_findings.CITES)}
+# The named sets of comparisons (a study's `findings:`, one of spec.FINDINGS): each writes its section and cites its
+# source's tables.
+FINDINGS_WRITERS = {"paper": (paper_findings.findings, paper_findings.CITES)}
 
 def _higher(comps: list[Comparison]) -> str:
     """Where the first model is higher, and significantly so; a category where both sit at the trivial baseline
@@ -78,7 +79,7 @@ def compose(report) -> str:
     seen = _tokens_seen(plan)
     scale = (f"The full-budget models saw {seen} pretraining tokens each: read every verdict below at that scale. "
              if res.runs else "")
-    write_findings, cites = FINDINGS.get(findings_set(plan), (lambda report: "", defaultdict(str)))
+    write_findings, cites = FINDINGS_WRITERS.get(findings_set(plan), (lambda report: "", defaultdict(str)))
     named = write_findings(report)
     parts = [f"# Study `{plan['study']}`: report\n",
              f"Written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from `{res.root}`. "
