@@ -185,7 +185,7 @@ def scores(root: Path) -> dict:
 
 def test_a_killed_study_resumes_to_the_same_records(tmp_path, packed_dir, task_yaml, one_thread, monkeypatch):
     spec = {"splits": {"sizes": ["micro"], "shares": [50], "budgets": [20]}, "intermediate": {"steps": [8]},
-            "random_init": ["micro"]}
+            "random_init": ["micro"], "findings": "paper"}
     (tmp_path / "a").mkdir()
     whole = write_study(tmp_path / "a", str(packed_dir), task=str(task_yaml), **spec)
     plan, base = plan_of(whole)
@@ -335,7 +335,7 @@ def test_report_renders_every_section_from_records(tmp_path):
                                                      "budgets": [20]},
                         intermediate={"steps": [4, 8]}, random_init=["micro"],
                         cpt={"sizes": ["micro"], "sources": ["clm", "mlm40"], "steps": [6],
-                             "lr_schedule": {"warmup_steps": 1, "decay_steps": 2}})
+                             "lr_schedule": {"warmup_steps": 1, "decay_steps": 2}}, findings="paper")
     plan, base = plan_of(study)
     fake_records(plan, base)
     text = write_report(plan.root).read_text()

@@ -253,7 +253,7 @@ def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, t
 
 def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():
     from encoderlab.study.sanity import _holds_cell
-    from encoderlab.study.report_text import _cmp_rows
+    from encoderlab.study.compare import cmp_rows as _cmp_rows
     from encoderlab.study.intervals import spread_of
     from encoderlab.study.results import CategoryScore, compare, verdict
 

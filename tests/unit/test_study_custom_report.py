@@ -9,7 +9,8 @@ from test_study_verdicts import CLM, CPT, MLM, RANDOM, TASKS, finding, flat, wri
 
 from encoderlab.core.io import write_json
 from encoderlab.study.report import Report
-from encoderlab.study.report_text import compose, findings
+from encoderlab.study.paper_findings import findings
+from encoderlab.study.report_text import compose
 from encoderlab.study.results import StudyResults
 
 THREE = [t for t in TASKS if TASKS[t][0] != "QA"]  # SC, TC and IR: three categories run

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from encoderlab.core.io import write_json
 from encoderlab.finetuning import records
 from encoderlab.study.report import Report, _bounded_bars
-from encoderlab.study.report_text import findings
+from encoderlab.study.paper_findings import findings
 from encoderlab.study.results import StudyResults
 
 PROTOCOL = {"name": "t", "lrs": [0.001], "seeds": list(range(8)), "max_steps": 4}
@@ -193,7 +193,7 @@ def test_a_stability_test_without_a_p_value_is_inconclusive():
     undefined (nan): no evidence either way, never 'opposite'."""
     from types import SimpleNamespace
 
-    from encoderlab.study.report_text import _stability_finding
+    from encoderlab.study.paper_findings import _stability_finding
 
     runs = {"clm": [25.0, -25.0, 25.0, -25.0], "mlm": [-25.0, 25.0, -25.0, 25.0]}
     res = SimpleNamespace(tasks={m: {"t": SimpleNamespace(category="SC", centred_runs=r)} for m, r in runs.items()})

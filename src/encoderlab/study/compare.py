@@ -1,13 +1,22 @@
-"""Pairwise comparisons of a study's models, in no one's expected direction: every pair of its existing checkpoints
-(`checkpoints:`), and of its final models when it asks none of the paper's findings. Counted over the categories
-each pair was run on, so three categories run say "of 3 categories", never "of 4"."""
+"""Pairwise comparisons of a study's models, in no one's expected direction: the tables, words and tests that the
+declared comparisons (study/comparisons.py), the paper's findings (study/paper_findings.py) and, in a study that
+declares none, the comparison of every pair of its models share. Counted over the categories each pair was run on,
+so three categories run say "of 3 categories", never "of 4"."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import combinations
 
-from encoderlab.study.results import NOT_MEASURABLE, Comparison, lexical_note, outcome
+from scipy import stats
+
+from encoderlab.study.results import CATEGORIES, NOT_MEASURABLE, Comparison, lexical_note, outcome
 
 A_HIGHER, B_HIGHER, NO_DIFFERENCE = "A higher", "B higher", "no difference shown (the interval includes zero)"
+PAIR_RULE = ("A minus B per category (mean over the category's datasets), Welch's t-test with datasets and models as "
+             "independent estimates (docs/evaluation.md, Intervals), on the datasets both were evaluated on. A side "
+             "is *higher* when the 95% interval of A - B lies wholly on its side of zero; a category where both "
+             "models are within 5% of the headroom above the trivial baseline (or within their interval of it) is "
+             "*not measurable*: no verdict on noise.")
 
 
 def cmp_rows(comps: list[Comparison], label=outcome) -> str:
@@ -40,35 +49,84 @@ def difference(c: Comparison) -> str:
     return A_HIGHER if c.diff > 0 else B_HIGHER
 
 
-def summary(comps: list[Comparison]) -> str:
+def summary(comps: list[Comparison], unit: str = "categories") -> str:
     """'A higher in 2, no difference shown (...) in 1 of 3 categories'."""
     outs = [difference(c) for c in comps]
     counts = ", ".join(f"{o} in {outs.count(o)}" for o in (A_HIGHER, B_HIGHER, NO_DIFFERENCE, NOT_MEASURABLE)
                        if o in outs)
-    return f"{counts} of {len(outs)} {'category' if len(outs) == 1 else 'categories'}{lexical_note(comps)}"
+    unit = "category" if len(outs) == 1 and unit == "categories" else unit
+    return f"{counts} of {len(outs)} {unit}{lexical_note(comps)}"
 
 
-def compared_models(res, paper_findings: bool) -> list[str]:
-    """The labels compared pairwise: the existing checkpoints; with no paper finding asked, the final and imported
-    models too (the study's own question is then which of its models is better)."""
-    kinds = ("checkpoint",) if paper_findings else ("checkpoint", "final", "imported")
+def compared_models(res, findings_shown: bool) -> list[str]:
+    """The labels compared pairwise: the existing checkpoints; where no named set of findings compares the study's
+    models, the final and imported models too (the study's own question is then which of its models is better)."""
+    kinds = ("checkpoint",) if findings_shown else ("checkpoint", "final", "imported")
     return [lb for lb, e in res.evaluations.items() if e["kind"] in kinds]
 
 
-def comparisons_section(report, paper_findings: bool) -> str:
+def comparisons_section(report, findings_shown: bool) -> str:
     res = report.res
-    labels = compared_models(res, paper_findings)
+    labels = compared_models(res, findings_shown)
     if len(labels) < 2:
         return ""
-    parts = ["## Pairwise comparisons\n",
-             "Each pair of models, A minus B per category (mean over the category's datasets), Welch's t-test "
-             "with datasets and models as independent estimates (docs/evaluation.md, Intervals), on the datasets "
-             "both were evaluated on. A side is *higher* when the "
-             "95% interval of A - B lies wholly on its side of zero; a category where both models are within 5% of "
-             "the headroom above the trivial baseline (or within their interval of it) is *not measurable*: no "
-             "verdict on noise.\n"]
+    parts = ["## Pairwise comparisons\n", f"Each pair of models, {PAIR_RULE}\n"]
     for a, b in combinations(labels, 2):
         comps = res.versus(a, b)
         text = summary(comps) if comps else "not measured (missing evaluations)"
         parts.append(f"**A = {a}, B = {b}**: {text}.\n\n{cmp_rows(comps, difference) if comps else ''}\n")
     return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class SpreadTest:
+    """Two models' fine-tuning spread in one category: the std of every LR x seed run's score, centred per dataset,
+    Levene's p-value on it and the spread ratio an F-test would detect 80% of the time."""
+
+    category: str
+    sd_a: float
+    sd_b: float
+    p: float  # nan where every run sits as far from its median as the others (no spread of spreads)
+    detectable_ratio: float
+
+    @property
+    def significant(self) -> bool:
+        return self.p < 0.05  # False for nan: no evidence either way
+
+    def row(self, word: str) -> str:
+        shown = f"{self.p:.3f}" if self.p == self.p else "undefined (equal deviations)"
+        return (f"| {self.category} | {self.sd_a:.2f} | {self.sd_b:.2f} | {shown} | x{self.detectable_ratio:.2f} | "
+                f"{word} |")
+
+
+def spread_tests(res, a: str | None, b: str | None) -> list[SpreadTest]:
+    """Levene's test per category where both models have at least 3 runs (`res` needs only `tasks`)."""
+    out = []
+    for cat in CATEGORIES:
+        runs = {name: [x for t in res.tasks.get(name, {}).values() if t.category == cat for x in t.centred_runs]
+                for name in (a, b)}
+        if not a or not b or len(runs[a]) < 3 or len(runs[b]) < 3:
+            continue
+        sd = {k: (sum(x * x for x in v) / (len(v) - 1)) ** 0.5 for k, v in runs.items()}
+        flat = max(runs[a]) == min(runs[a]) and max(runs[b]) == min(runs[b])
+        p = 1.0 if flat else float(stats.levene(runs[a], runs[b]).pvalue)  # Levene is undefined on constants
+        d1, d2 = len(runs[b]) - 1, len(runs[a]) - 1
+        ratio = (stats.f.ppf(0.975, d1, d2) / stats.f.ppf(0.2, d1, d2)) ** 0.5
+        out.append(SpreadTest(cat, sd[a], sd[b], p, ratio))
+    return out
+
+
+def arms(res) -> dict[str, dict]:
+    """Per size, the split groups ((budget, 'FIRST-THEN') -> share -> run) and the CPT arms of the study's own
+    models (source kind 'clm' or 'mlm' -> steps -> run, 0 the source), as the split and CPT tables show them."""
+    out: dict[str, dict] = {}
+    for r in res.runs.values():
+        a = out.setdefault(r["size"], {"splits": {}, "cpt": {}})
+        for group, share in r.get("split_shares", {}).items():
+            a["splits"].setdefault((r["steps"], group), {})[share] = r["name"]
+        if r["kind"] == "cpt" and r["init"]:  # CPT of an imported model: report_text.imported_section
+            source = res.runs[r["init"]]
+            kind = "clm" if [o for o, _ in source["schedule"]] == ["clm"] else "mlm"
+            a["cpt"].setdefault(kind, {})[r["steps"]] = r["name"]
+            a["cpt"][kind][0] = source["name"]
+    return out

@@ -19,6 +19,7 @@ from encoderlab.pretraining import objectives
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.runs.checkpoint import checkpoint_name
 from encoderlab.study import imported as imp
+from encoderlab.study.comparisons import check_comparisons
 from encoderlab.study.existing import locate
 from encoderlab.study.grid import Grid, PretrainRun, shared_config
 from encoderlab.study.spec import StudySpec, resolve_path
@@ -224,6 +225,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
         for name, path in existing.items()]
     _check_labels(spec, evaluations)
     plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes, data=grid.data)
+    check_comparisons(plan)  # a model name the study does not evaluate is refused before anything runs
     plan.configs = {name: validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {name}")
                     for name, run in runs.items()}  # every config valid before anything runs; the jobs take them
     _check_published(spec, base_dir, evaluations)

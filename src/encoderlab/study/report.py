@@ -193,8 +193,10 @@ class Report:
                 "models or steps apart. ")
         return "data_efficiency.png", note
 
-    def stability_figure(self, labels: list[str]) -> tuple[str | None, str]:
-        """Centred scores (each run minus its dataset's mean for that model), pooled per category: the spread."""
+    def stability_figure(self, labels: list[str], levene: str | None = None) -> tuple[str | None, str]:
+        """Centred scores (each run minus its dataset's mean for that model), pooled per category: the spread;
+        `levene` names the test the caption sends its reader to (a named set's, such as the paper's Finding 3)."""
+        levene = levene or "the Levene test of a `stability:` comparison"
         plt = self._plt()
         cats = [c for c in CATEGORIES if any(c in self.res.categories.get(lb, {}) for lb in labels)]
         if not cats:
@@ -233,8 +235,7 @@ class Report:
         caption = (f"Each box pools a model's runs over a category's datasets ({runs} LR x seed runs per dataset), "
                    "each run minus its dataset's mean: the box is the middle half, whiskers reach 1.5 box lengths. "
                    f"With {runs} runs per dataset a standard deviation is itself uncertain by about "
-                   f"{100 / (2 * max(runs - 1, 1)) ** 0.5:.0f}%: read the spreads against Finding 3's Levene test, "
-                   "not by eye.\n\n")
+                   f"{100 / (2 * max(runs - 1, 1)) ** 0.5:.0f}%: read the spreads against {levene}, not by eye.\n\n")
         return "stability.png", caption + table
 
     def loss_curves(self) -> dict[str, list[tuple[int, float]]]:

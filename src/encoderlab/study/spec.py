@@ -108,6 +108,48 @@ class EvaluationSection(_Section):
         "sanity check compares each final model with its baseline on the datasets both ran")
 
 
+COMPARISON_KINDS = ("versus", "stability", "efficiency", "cpt")
+FINDINGS = ("paper",)  # the named sets of comparisons a study turns on (study/paper_findings.py: "paper")
+
+
+class ComparisonSpec(_Section):
+    """One question the report answers, each the study's models by name: an evaluation label as `study plan` lists
+    it (`micro-mlm40-1200`, `micro-random`, `smollm2-imported`, a `checkpoints:` name) or a run at one of its
+    evaluated steps (`micro-mlm40-1200@300`). Exactly one of the kinds."""
+
+    versus: list[str] | None = Field(None, min_length=2, max_length=2, description="[A, B]: A - B per category "
+                                     "with its 95% interval")
+    stability: list[str] | None = Field(None, min_length=2, max_length=2, description="[A, B]: the spread of "
+                                        "their fine-tuning runs over LRs and seeds, per category (Levene's test)")
+    efficiency: list[str] | None = Field(None, min_length=1, description="runs: their scores at every evaluated "
+                                         "checkpoint, and each pair's A - B at the steps both were evaluated")
+    cpt: str | None = Field(None, description="a continued-pretraining run: it against the model it started from")
+    title: str | None = Field(None, description="the section's heading (default: what it compares)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, value):
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - set(cls.model_fields))
+            kinds = [k for k in COMPARISON_KINDS if value.get(k) is not None]
+            if unknown:
+                raise ValueError(f"unknown key {', '.join(map(repr, unknown))} (allowed: "
+                                 f"{', '.join(cls.model_fields)})")
+            if len(kinds) != 1:
+                raise ValueError(f"a comparison is exactly one of {', '.join(COMPARISON_KINDS)}: this one gives "
+                                 f"{' and '.join(kinds) or 'none'}")
+        return value
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in COMPARISON_KINDS if getattr(self, k) is not None)
+
+    @property
+    def models(self) -> list[str]:
+        value = getattr(self, self.kind)
+        return [value] if isinstance(value, str) else list(value)
+
+
 class DataShape(_Section):
     """What the planner assumes when the data is not prepared yet (FLOPs need the vocabulary and window)."""
 
@@ -137,6 +179,10 @@ class StudySpec(_Section):
     evaluation: EvaluationSection
     data_shape: DataShape | None = None
     paper_results: str | None = Field(None, description="published numbers to print beside ours (YAML)")
+    comparisons: list[ComparisonSpec] = Field(default_factory=list, description="the questions the report "
+                                              "answers, one section each (docs/studies.md, Comparisons)")
+    findings: Literal[FINDINGS] | None = Field(None, description="a named set of comparisons with its own wording: "
+                                               "'paper', the paper's five findings")
 
     _name_is_one_folder = field_validator("name")(folder_name)
 
