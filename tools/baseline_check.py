@@ -1,12 +1,13 @@
 """The redesign's baseline check: one fixed pretraining run and two fixed sweeps (both engines), reduced to digests of
 what they wrote, so that two versions of encoderlab can be compared on one machine (weights bits depend on the CPU).
 
-    python tools/baseline_check.py OUT.json      # run it (about 2 minutes on 2 cores; needs the offline data)
+    python tools/baseline_check.py OUT.json      # run it (about 3 minutes on 2 cores; needs the offline data)
     python tools/baseline_check.py --compare A.json B.json
 
 The runs: 30 steps of the `tiny` preset on `clm:50%,mlm40:50%`; rt-polarity and conll-ner swept for 20 steps at LR
-3e-3, seeds 0 and 1, with the sequential and the batched engine. Records are compared without what changes from one
-run to the next (times, dates, paths, the host)."""
+3e-3, seeds 0 and 1, with the sequential and the batched engine; then one task of each family (rt-polarity,
+conll-ner, wiki-cloze, wiki-title) for 10 steps, seed 0, under the demo protocol and under the authors' choices.
+Records are compared without what changes from one run to the next (times, dates, paths, the host)."""
 from __future__ import annotations
 
 import hashlib
@@ -39,6 +40,15 @@ def digest_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def sweep(got: dict, ckpt: Path, evals: Path, engine: str, tasks: list[str], *sets: str,
+          protocol: Path | None = None) -> None:
+    encoderlab("sweep", str(ckpt), *tasks, *(["--protocol", str(protocol)] if protocol else []), "--set",
+               "lrs=[3e-3]", *[a for s in sets for a in ("--set", s)], "--engine", engine, "--workers", "1",
+               "--out", str(evals), "--json")
+    for f in sorted(evals.rglob("*.json")):
+        got[f"{evals.name}:{f.relative_to(evals)}"] = steady(json.loads(f.read_text()))
+
+
 def run(out: Path) -> dict:
     got: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -51,11 +61,14 @@ def run(out: Path) -> dict:
         for f in sorted(ckpt.rglob("model.safetensors")):
             got[f"weights:{f.relative_to(ckpt)}"] = digest_file(f)
         for engine in ("sequential", "batched"):
-            evals = tmp / f"evals-{engine}"
-            encoderlab("sweep", str(ckpt), "rt-polarity", "conll-ner", "--set", "max_steps=20", "--set", "lrs=[3e-3]",
-                       "--set", "seeds=[0,1]", "--engine", engine, "--workers", "1", "--out", str(evals), "--json")
-            for f in sorted(evals.rglob("*.json")):
-                got[f"{engine}:{f.relative_to(evals)}"] = steady(json.loads(f.read_text()))
+            sweep(got, ckpt, tmp / f"evals-{engine}", engine, ["rt-polarity", "conll-ner"], "max_steps=20",
+                  "seeds=[0,1]")
+        # every family under both protocols: QA, retrieval (trained once on wiki-description), the authors' paths
+        every = ["rt-polarity", "conll-ner", "wiki-cloze", "wiki-title"]
+        sweep(got, ckpt, tmp / "evals-families", "sequential", every, "max_steps=10", "seeds=[0]",
+              "max_eval_examples=100")
+        sweep(got, ckpt, tmp / "evals-authors", "sequential", every, "max_steps=10", "seeds=[0]",
+              "max_eval_examples=100", protocol=ROOT / "configs/eval/small-study-authors.yaml")
     out.write_text(json.dumps(got, indent=1, sort_keys=True))
     return got
 
