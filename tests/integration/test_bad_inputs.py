@@ -185,6 +185,10 @@ CLI_CASES = [
          "--set task_overrides.rt-polarity.lr=5: task_overrides.rt-polarity: lr cannot be set per task"),
     Case("sweep-task-override-value", ("sweep", "{ckpt}", "rt-polarity", "--set", "task_overrides.rt-polarity.epochs=0",
                                        "--out", "{tmp}/e"), "--set task_overrides.rt-polarity.epochs=0: "),
+    Case("sweep-corpus-extras-over-judged", ("sweep", "{ckpt}", "rt-polarity", "--set", "max_corpus_documents=300",
+                                             "--out", "{tmp}/e"),  # the default protocol searches judged documents
+         "--set max_corpus_documents=300: max_corpus_documents adds random documents to the searched corpus; "
+         "retrieval.corpus: judged searches only the judged ones: set one of them"),
     Case("sweep-lr-given-twice", ("sweep", "{ckpt}", "rt-polarity", "--set", "lrs=[1e-3,1e-3]", "--out", "{tmp}/e"),
          "lrs: 0.001 is given twice; list each value once"),
     Case("sweep-override-markup", ("sweep", "{ckpt}", "rt-polarity", "--set", "seeds=[a]", "--out", "{tmp}/e"),

@@ -166,6 +166,13 @@ class Protocol(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _check_corpus(self) -> Protocol:  # before the overrides, which re-validate the protocol once per task
+        if self.retrieval.corpus != "all" and self.max_corpus_documents:
+            raise ValueError("max_corpus_documents adds random documents to the searched corpus; retrieval.corpus: "
+                             f"{self.retrieval.corpus} searches only the judged ones: set one of them")
+        return self
+
+    @model_validator(mode="after")
     def _check_overrides(self) -> Protocol:
         for task, keys in self.task_overrides.items():
             bad = sorted(set(keys) - set(TASK_OVERRIDABLE))
@@ -178,9 +185,6 @@ class Protocol(BaseModel):
                 first = exc.errors()[0]
                 raise ValueError(f"task_overrides.{task}.{'.'.join(map(str, first['loc']))}: {first['msg']} "
                                  f"(got {first.get('input')!r})") from None
-        if self.retrieval.corpus != "all" and self.max_corpus_documents:
-            raise ValueError("max_corpus_documents adds random documents to the searched corpus; retrieval.corpus: "
-                             f"{self.retrieval.corpus} searches only the judged ones: set one of them")
         return self
 
     def for_task(self, task: str) -> Protocol:
