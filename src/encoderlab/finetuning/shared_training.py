@@ -22,6 +22,7 @@ from encoderlab.tasks.retrieval import RetrievalTask
 
 class TrainedOnce:
     family = "retrieval"
+    labels = None  # retrieval has no label names
 
     def __init__(self, train: RetrievalTask, members: list[RetrievalTask]) -> None:
         self.training_task, self.scored_tasks = train, members

@@ -1,8 +1,9 @@
 """Keep a fine-tuned model (`finetune --save`, `sweep --save-models`): a folder that a stock transformers class loads
 and computes exactly as encoderlab trained and scored it, without remote code, or a one-line refusal naming what does.
 
-What each stock class computes, and so what it can hold (transformers 5.24, read from its source and measured by
-tests/integration/test_hf_finetuned.py):
+Which stock class holds a run is its family record's `export` (tasks/registry.py, declared in tasks/families/); this
+module decides the body and writes the folder. What the built-in families' classes compute, and so what they can
+hold (transformers 5.24, read from their source and measured by tests/integration/test_hf_finetuned.py):
 - classification: `EuroBertForSequenceClassification` with `classifier_pooling: mean` is the mean of the last hidden
   states over the attention mask -> dense -> GELU -> classifier: encoderlab's `classification_head: dense_gelu`.
   encoderlab's default head (mean pooling -> one Linear) is no stock class's: EuroBERT's adds the dense layer, and
@@ -124,7 +125,7 @@ class SavedModels:
         first = next(iter(records.values()))
         protocol = Protocol.model_validate(first["protocol"]).for_task(unit.name)
         cfg = backbone.config
-        stock = stock_for(unit.family, protocol, cfg, getattr(unit, "labels", None))
+        stock = stock_for(unit.family, protocol, cfg, unit.labels)
         hf = hf_finetuned(stock, cfg, backbone.state_dict(), head.state_dict())
         tok = load_tokenizer(self.checkpoint / "tokenizer")
         frame(tok, protocol.inputs)

@@ -55,8 +55,8 @@ def load_task(spec: str, *, root: Path | None = None, holdout: str = "encoderlab
 
 
 def trains_on_its_own(spec: str) -> bool:
-    """Whether `spec` is a user's own task file of a family whose examples are pairs (retrieval) and whose folder
-    has train qrels: it trains on them by default. The protocol's `retrieval.train_on` names a task of encoderlab's
+    """Whether `spec` is a user's own task file naming a folder (retrieval's BEIR layout) that has train qrels: it
+    trains on them by default. The protocol's `retrieval.train_on` names a task of encoderlab's
     suites, which a user's own set should neither need prepared nor be trained on in place of its own pairs."""
     name = spec.partition("=")[0]
     if not name.endswith((".yaml", ".yml")):

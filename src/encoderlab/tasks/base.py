@@ -24,7 +24,7 @@ from encoderlab.model.transformer import Transformer
 
 class EvalTask(ABC):
     name: str  # e.g. "rt-polarity"
-    family: str  # one of FAMILIES
+    family: str  # a registered family's name (tasks/registry.py)
     metric: str  # the protocol's metric, reported as "score" by evaluate(): accuracy, entity_f1, f1, ndcg@10, ...
     # The field's standard metric, reported as "standard" by evaluate() and trivial_baseline() whatever the protocol
     # (accuracy, seqeval entity_f1, SQuAD f1, standard ndcg@10), so one run answers both "does it match the paper"
@@ -45,6 +45,7 @@ class EvalTask(ABC):
     # plain); how a retrieval task's validation and test were drawn where its source has one evaluation split
     scheme: str | None = None
     data_split: dict | None = None
+    labels: list[str] | None = None  # the class or tag names, for families that have them (a saved model names them)
 
     # A task is the unit a sweep trains of itself: trained on its own train split, scoring itself
     # (finetuning/shared_training.py has the other kind of unit).
