@@ -42,30 +42,24 @@ from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.logging import Progress, Wandb, require_wandb
 from encoderlab.runs.optim import default_device
-from encoderlab.tasks import baselines, load_task, task_family, task_identity
+from encoderlab.tasks import baselines, task_family, task_identity
 from encoderlab.tasks.base import EvalTask
-from encoderlab.tasks.build import prepared
+from encoderlab.tasks.build import build_tasks
 
 
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
                   log: Callable[[str], None]) -> list[EvalTask]:
-    """Load every task first, so bad input fails before any training, then build each whole (tasks/build.py)."""
-    tasks = [load_task(spec, holdout=protocol.holdout) for spec in specs]
-    names = [t.name for t in tasks]
-    if twice := sorted({n for n in names if names.count(n) > 1}):
-        raise EncoderlabError(f"two tasks are named {twice[0]!r} in {' '.join(specs)}; give a task file a name of "
-                              "its own (`name:`)")
-    for task in tasks:
-        t0 = time.perf_counter()
-        prepared(task, protocol, tokenizer, cache_dir=cache_dir)
+    """Every task built whole (tasks/build.py: all loaded before any is prepared), each said as it is ready."""
+    def said(task: EvalTask, seconds: float) -> None:
         own = protocol.for_task(task.name)
         scheme = f" over {task.scheme} tags" if task.scheme else ""
         log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} {task.train_unit}, "
-            f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s; "
+            f"{planned_steps(task, own)} steps per run, prepared in {seconds:.1f}s; "
             f"cut at {own.length_for(task.family)} tokens: {truncation(task)}{answers_lost(task)}{halved(task)}; "
             "baselines on test: "
             + ", ".join(f"{baselines.LABELS[b]} {s['score']:.2f}" for b, s in task.baseline_scores["test"].items()))
-    return tasks
+
+    return build_tasks(specs, protocol, tokenizer, cache_dir=cache_dir, each=said)
 
 
 def answers_lost(task: EvalTask) -> str:

@@ -36,7 +36,7 @@ class EvalTask(ABC):
     inputs: str = "bos_eos"  # the protocol's `inputs` (adopt): bos_eos or eos
     batch_order: str = "length_buckets"  # the protocol's `batch_order` (adopt)
     train_unit: str = "training examples"  # what num_train_examples() counts, as the sweep's log says it
-    # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (sweep.prepare_tasks)
+    # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (tasks/build.py)
     baseline_scores: dict[str, dict[str, dict[str, float]]] | None = None
     # A user's own retrieval task (a task file) with train qrels: it trains on them whatever the protocol's
     # `retrieval.train_on` says (set by load_task; finetuning/shared_training.py reads it)
