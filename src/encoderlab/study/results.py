@@ -47,7 +47,7 @@ class _StandardMetrics(Mapping[str, str]):
     """{family: the field's standard metric} (the "standard" score of records), read from the registered records."""
 
     def __getitem__(self, name: str) -> str:
-        return registry.family(name).standard_metric
+        return {f.name: f.standard_metric for f in registry.families()}[name]  # a KeyError, as a mapping's
 
     def __iter__(self):
         return iter([f.name for f in registry.families()])
@@ -101,7 +101,7 @@ def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "s
     cat = registry.family(e["family"]).category
     runs = e.get("test_all_runs", [])
     centre = sum(runs) / len(runs) if runs else 0.0
-    shown = e["metric"] if metric == "score" else STANDARD_METRIC[e["family"]]
+    shown = e["metric"] if metric == "score" else registry.family(e["family"]).standard_metric
     return TaskScore(name, cat, shown, e.get("best_lr"), e.get("test"), e.get("ci95"), e.get("validation"),
                      e["baseline"], e.get("test_by_seed", {}), [t - centre for t in runs],
                      e["std_over_seeds"] if e.get("seeds", 0) > 1 else None,

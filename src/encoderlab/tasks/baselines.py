@@ -33,8 +33,8 @@ import numpy as np
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks.common import cached, content_hash
-from encoderlab.tasks.registry import families, family
 from encoderlab.tasks.metrics import squad_scores
+from encoderlab.tasks.registry import families, family
 
 VERSION = "baselines-v4"  # bump when a baseline changes, so that cached ones are computed again
 SPLITS = ("validation", "test")

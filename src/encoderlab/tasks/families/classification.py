@@ -6,9 +6,14 @@ from typing import Literal
 from pydantic import Field
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.tasks.classification import GLUE, GLUE_HUB, load_glue, load_offline_classification, \
-    load_user_classification
 from encoderlab.tasks.baselines import tfidf_baselines
+from encoderlab.tasks.classification import (
+    GLUE,
+    GLUE_HUB,
+    load_glue,
+    load_offline_classification,
+    load_user_classification,
+)
 from encoderlab.tasks.registry import Body, Card, Export, Family, register
 from encoderlab.tasks.taskfile import SplitFiles, TaskFile
 

@@ -5,8 +5,8 @@ from typing import Literal
 
 from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.tasks.baselines import bm25_baselines
-from encoderlab.tasks.registry import SENTENCE_TRANSFORMERS, Body, Card, Export, Family, register
 from encoderlab.tasks.loaders import HUB_IDS, HUB_TRAIN_PAIRS, load_beir, load_hub_retrieval, load_offline_retrieval
+from encoderlab.tasks.registry import SENTENCE_TRANSFORMERS, Body, Card, Export, Family, register
 from encoderlab.tasks.taskfile import TaskFile, TaskFileSettings
 
 
