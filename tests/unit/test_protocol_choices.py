@@ -18,7 +18,7 @@ from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.records import protocol_key
 from encoderlab.pretraining.config import OptimSection
 from encoderlab.runs.optim import build_adamw
-from encoderlab.tasks import PAPER_TASKS, load_task
+from encoderlab.tasks import load_task, paper_tasks
 from encoderlab.tasks.classification import ClassificationTask, field_label, load_glue
 from encoderlab.tasks.loaders import load_hub_qa
 
@@ -89,7 +89,7 @@ def test_the_authors_validation_split_is_datasets_train_test_split(tmp_path, hf_
 
 
 def test_qed_is_a_paper_qa_task_read_in_the_authors_hub_schema(tmp_path, hf_cache):
-    assert PAPER_TASKS["qed"] == "qa" and len(PAPER_TASKS) == 13
+    assert paper_tasks()["qed"] == "qa" and len(paper_tasks()) == 13
 
     def rows(n, split):  # hgissbkh/qed: SQuAD's columns, no id
         return [{"title": f"t{i}", "context": f"Paris is in France {i}.", "question": f"where is Paris {i}?",

@@ -56,10 +56,10 @@ def test_records_of_another_version_are_found_and_named(tmp_path):
 def test_a_paper_task_read_from_the_hub_is_known_by_its_dataset_id():
     """Without a local copy a paper task is its Hub dataset: a default id that changes (the authors' copies replaced
     earlier ones) gives new records, never the old ones."""
-    from encoderlab.tasks import PAPER_TASKS, default_hub_id, task_identity
+    from encoderlab.tasks import default_hub_id, paper_tasks, task_identity
     from encoderlab.tasks.taskfile import paper_fingerprint
 
     assert default_hub_id("conll2003") == "hgissbkh/conll2003-en" and default_hub_id("record") == "hgissbkh/record"
-    assert all(default_hub_id(name) for name in PAPER_TASKS)
+    assert all(default_hub_id(name) for name in paper_tasks())
     assert task_identity("record")[1] == paper_fingerprint("record", "hgissbkh/record")
     assert task_identity("record")[1] != paper_fingerprint("record", "super_glue")

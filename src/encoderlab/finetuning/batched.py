@@ -59,6 +59,7 @@ from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.runs.optim import autocast, build_adamw, clip_stacked, set_lr
+from encoderlab.tasks import registry
 from encoderlab.tasks.base import EvalTask
 
 PAD_VALUES = {"labels": -100}  # every other batch tensor pads with 0 (token id, mask "absent", span "not allowed")
@@ -297,7 +298,7 @@ def run_bytes(model_cfg: ModelConfig, protocol: Protocol, family: str, device: t
                                       * model_cfg.hidden_size)  # the backbone: no LM head
     state = n * (8 if protocol.weights == "bf16" else 16 + (2 if protocol.dtype == "bf16" else 0))
     T = protocol.length_for(family) if longest is None else min(longest, protocol.length_for(family))
-    tokens = protocol.batch_size * T * (2 if family == "retrieval" else 1)
+    tokens = protocol.batch_size * T * registry.family(family).sequences
     act = 2 if protocol.dtype == "bf16" else 4
     per_token_layer = (16 * model_cfg.hidden_size + 4 * model_cfg.intermediate_size) * act
     if device.type == "cpu":  # the math attention keeps scores and probabilities: (H, T) per token, fp32

@@ -29,6 +29,7 @@ import torch
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.runs.logging import HEARTBEAT_S, Beat
+from encoderlab.tasks import registry
 
 LIMIT_ENV = "ENCODERLAB_MEMORY_LIMIT_GB"  # a limit of your own (a shared machine, a job's allocation); tests force one
 GB = 1024**3
@@ -84,7 +85,7 @@ def estimate(model_cfg, task, protocol, device: torch.device = torch.device("cpu
     matrices = layers * (2 * h * (heads * model_cfg.head_size + kv) + 3 * h * f)  # attention's four, SwiGLU's three
     cast = 2 * matrices if protocol.dtype == "bf16" and wbytes == 4 else 0  # autocast's bf16 copy, kept for the step
     length = protocol.length_for(task.family)
-    sequences = protocol.batch_size * (2 if task.family == "retrieval" else 1)  # a query and its document
+    sequences = protocol.batch_size * registry.family(task.family).sequences  # retrieval: a query and its document
     per_h, per_f, per_attended = ACTIVATION_BYTES["bf16" if protocol.dtype == "bf16" else "fp32"]
     per_token_layer = per_h * h + per_f * f + per_attended * heads * length
     activations = sequences * length * (layers * per_token_layer + 12 * h)  # + the embedding and final norm, fp32

@@ -24,6 +24,7 @@ from encoderlab.core.process import start_worker
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.training import finetune, planned_steps
 from encoderlab.model.config import ModelConfig
+from encoderlab.tasks import registry
 from encoderlab.tasks.base import EvalTask
 
 _WORKER: dict = {}  # in a worker process: what every run needs, received once
@@ -67,7 +68,7 @@ def _run(task_name: str, lr: float, seed: int) -> dict:
 def _cost(task: EvalTask, protocol: Protocol) -> float:
     """A run's relative cost, to start the longest first: tokens trained on, twice for retrieval (a query and a
     document per example, and a corpus to encode for scoring)."""
-    return planned_steps(task, protocol) * protocol.length_for(task.family) * (2 if task.family == "retrieval" else 1)
+    return planned_steps(task, protocol) * protocol.length_for(task.family) * registry.family(task.family).sequences
 
 
 def run_parallel(runs: Iterable[tuple[EvalTask, float, int]], model_cfg: ModelConfig,

@@ -22,6 +22,7 @@ from encoderlab.tasks.retrieval import RetrievalTask
 
 class TrainedOnce:
     family = "retrieval"
+    labels = None  # retrieval has no label names
 
     def __init__(self, train: RetrievalTask, members: list[RetrievalTask]) -> None:
         self.training_task, self.scored_tasks = train, members
@@ -92,9 +93,15 @@ def training_units(tasks: list[EvalTask], trainer: RetrievalTask | None) -> list
     for a user's own task with train qrels, which trains on them (`own_train_split`), unless it is the trainer."""
     if trainer is None:
         return list(tasks)
-    retrieval = [t for t in tasks if t.family == "retrieval" and (t is trainer or not t.own_train_split)]
+    retrieval = trained_by(tasks, trainer)
     others = [t for t in tasks if t not in retrieval]
     return others + ([TrainedOnce(trainer, retrieval)] if retrieval else [])
+
+
+def trained_by(tasks: list[EvalTask], trainer: EvalTask) -> list[EvalTask]:
+    """The tasks of `tasks` that the trainer's one run trains: the trainer and every retrieval task without train
+    qrels of its own (`own_train_split`)."""
+    return [t for t in tasks if t.family == "retrieval" and (t is trainer or not t.own_train_split)]
 
 
 def job_groups(specs: list[str], protocol) -> list[tuple[str, list[str]]]:

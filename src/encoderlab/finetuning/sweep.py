@@ -33,6 +33,7 @@ from encoderlab.finetuning.shared_training import (
     Unit,
     check_trainer,
     check_trainer_spec,
+    trained_by,
     trainer_spec,
     training_units,
 )
@@ -41,57 +42,35 @@ from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.logging import Progress, Wandb, require_wandb
 from encoderlab.runs.optim import default_device
-from encoderlab.tasks import baselines, load_task, task_family, task_identity
+from encoderlab.tasks import baselines, task_family, task_identity
 from encoderlab.tasks.base import EvalTask
+from encoderlab.tasks.build import build_tasks
 
 
 def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
                   log: Callable[[str], None]) -> list[EvalTask]:
-    """Load every task first, so bad input fails before any training, then tokenise each once."""
-    tasks = [load_task(spec, holdout=protocol.holdout) for spec in specs]
-    names = [t.name for t in tasks]
-    if twice := sorted({n for n in names if names.count(n) > 1}):
-        raise EncoderlabError(f"two tasks are named {twice[0]!r} in {' '.join(specs)}; give a task file a name of "
-                              "its own (`name:`)")
-    for task in tasks:
-        if protocol.max_train_examples:
-            task.subsample("train", protocol.max_train_examples, seed=0)
-        if protocol.max_eval_examples:
-            for split in ("validation", "test"):
-                task.subsample(split, protocol.max_eval_examples, seed=0)
-        task.adopt(protocol)
-        if task.family == "retrieval" and protocol.max_corpus_documents:
-            task.limit_corpus(protocol.max_corpus_documents, seed=0)
-        t0 = time.perf_counter()
+    """Every task built whole (tasks/build.py: all loaded before any is prepared), each said as it is ready."""
+    def said(task: EvalTask, seconds: float) -> None:
         own = protocol.for_task(task.name)
-        task.prepare(tokenizer, own.length_for(task.family), cache_dir)
-        task.baseline_scores = baselines.compute(task, tokenizer, own.length_for(task.family), cache_dir)
-        scheme = f" over {task.scheme} tags" if hasattr(task, "scheme") else ""
+        scheme = f" over {task.scheme} tags" if task.scheme else ""
         log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} {task.train_unit}, "
-            f"{planned_steps(task, own)} steps per run, prepared in {time.perf_counter() - t0:.1f}s; "
+            f"{planned_steps(task, own)} steps per run, prepared in {seconds:.1f}s; "
             f"cut at {own.length_for(task.family)} tokens: {truncation(task)}{answers_lost(task)}{halved(task)}; "
             "baselines on test: "
             + ", ".join(f"{baselines.LABELS[b]} {s['score']:.2f}" for b, s in task.baseline_scores["test"].items()))
-    return tasks
 
-
-def lost_answers(task: EvalTask) -> dict[str, int] | None:
-    """QA tagging: per split, the answers the cut inputs lost (scored as "no answer", as the paper authors' code
-    does); None for every other task, where no answer can be lost."""
-    if getattr(task, "tagging", None) is None:
-        return None
-    return {s: baselines.answers_cut(task, s) for s in ("train", "validation", "test")}
+    return build_tasks(specs, protocol, tokenizer, cache_dir=cache_dir, each=said)
 
 
 def answers_lost(task: EvalTask) -> str:
-    if (lost := lost_answers(task)) is None:
+    if (lost := task.answers_lost()) is None:
         return ""
     return "; answers cut off (labelled no answer): " + ", ".join(f"{n:,} of {s}" for s, n in lost.items())
 
 
 def halved(task: EvalTask) -> str:
     """Retrieval with one evaluation split (tasks/loaders.py evaluation_splits): where validation and test came from."""
-    note = getattr(task, "data_split", None)
+    note = task.data_split
     if not note:
         return ""
     return (f"; validation and test: {note['validation']} ({note['queries']['validation']:,}) and the other half "
@@ -157,8 +136,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     trainer = prepared[shared] if shared else None
     if trainer is not None:
         check_trainer(trainer, shared)
-        scored = [prepared[s].name for s in specs if prepared[s].family == "retrieval" and prepared[s] is not trainer
-                  and not prepared[s].own_train_split]
+        scored = [t.name for t in trained_by([prepared[s] for s in specs], trainer) if t is not trainer]
         if scored:  # the trainer itself trains on its own pairs
             log(f"retrieval: {', '.join(scored)} scored after training on {trainer.name}'s train pairs, not "
                 f"{'its' if len(scored) == 1 else 'their'} own (the protocol's retrieval.train_on; null: each task "
@@ -224,7 +202,7 @@ class Sweep:
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}
         # counted once a sweep, not once a record: a QA split's gold positions take seconds at SQuAD's size
-        self.lost = {t.name: lost_answers(t) for t in self.tasks}
+        self.lost = {t.name: t.answers_lost() for t in self.tasks}
 
     def announce(self, todo: list, workers: int) -> None:
         """Before the first run: what a run needs (refused when it cannot fit); then a heartbeat while runs train."""
@@ -349,7 +327,7 @@ class Sweep:
         base, trivial = self.baselines[task.name], baselines.trivial_name(task)
         return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
                 "task": task.name, "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
-                "scheme": getattr(task, "scheme", None), "protocol": self.protocol.model_dump(mode="json"),
+                "scheme": task.scheme, "protocol": self.protocol.model_dump(mode="json"),
                 "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                 "truncated": {**task.truncated, "unit": task.truncation_unit},
                 "truncation_totals": task.truncation_totals(),  # what each count of `truncated` is out of
@@ -357,7 +335,7 @@ class Sweep:
                 "examples": {s: task.scored_examples(s) for s in ("validation", "test")},  # what a score averages
                 "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
                 "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
-                "data_split": getattr(task, "data_split", None),
+                "data_split": task.data_split,
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
 
     def about(self) -> dict:

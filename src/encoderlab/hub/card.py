@@ -23,14 +23,12 @@ from encoderlab.finetuning.aggregate import ci_text
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs.logging import read_metrics
-from encoderlab.tasks import baselines
+from encoderlab.tasks import baselines, registry
 from encoderlab.tasks.metrics import DEFINITIONS
 
 # The Hub id and license of the sources encoderlab can name: the pinned SmolLM2 GGUF (docs/data.md), and any folder in
 # the huggingface_hub cache, whose path names its repository (.../models--OWNER--NAME/snapshots/REVISION).
 KNOWN_SOURCES = {"SmolLM2-135M-Instruct.Q4_1.gguf": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
-HUB_TASKS = {"classification": "text-classification", "tokens": "token-classification", "qa": "question-answering",
-             "retrieval": "sentence-similarity"}
 # The first transformers versions measured to load each export (docs/hf.md); other causal kinds: encoderlab's own floor.
 # "encoder": a decoder family with `is_causal: false`, which 5.1 and older ignore (they run it causally, silently).
 TRANSFORMERS = {"eurobert": "5.3", "llama": "4.48", "encoder": "5.2"}
@@ -200,7 +198,8 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
 
 def definition_lines(metrics) -> list[str]:
     """`- `metric`: what it is`, for each metric named (once, sorted) that has a definition."""
-    return [f"- `{m}`: {DEFINITIONS[m]}" for m in sorted(set(metrics) & set(DEFINITIONS))]
+    defined = {**DEFINITIONS, **{m: d for record in registry.families() for m, d in record.metric_definitions.items()}}
+    return [f"- `{m}`: {defined[m]}" for m in sorted(set(metrics) & set(defined))]
 
 
 def strongest_text(t: dict) -> str:
@@ -248,7 +247,7 @@ def _usage(target: Target, mask: str, name: str) -> list[str]:
 
 
 def _model_index(name: str, evaluations: list[dict]) -> list[dict]:
-    results = [{"task": {"type": HUB_TASKS.get(t.get("family"), "other"), "name": t.get("family")},
+    results = [{"task": {"type": registry.family(t["family"]).card.hub_task, "name": t["family"]},
                 "dataset": {"name": task, "type": task},
                 "metrics": [{"type": t.get("metric"), "value": round(t["test"], 2),
                              "name": f"test {t.get('metric')} (protocol {e['protocol']}, mean of {t.get('seeds')} "

@@ -1,8 +1,9 @@
 """Keep a fine-tuned model (`finetune --save`, `sweep --save-models`): a folder that a stock transformers class loads
 and computes exactly as encoderlab trained and scored it, without remote code, or a one-line refusal naming what does.
 
-What each stock class computes, and so what it can hold (transformers 5.24, read from its source and measured by
-tests/integration/test_hf_finetuned.py):
+Which stock class holds a run is its family record's `export` (tasks/registry.py, declared in tasks/families/); this
+module decides the body and writes the folder. What the built-in families' classes compute, and so what they can
+hold (transformers 5.24, read from their source and measured by tests/integration/test_hf_finetuned.py):
 - classification: `EuroBertForSequenceClassification` with `classifier_pooling: mean` is the mean of the last hidden
   states over the attention mask -> dense -> GELU -> classifier: encoderlab's `classification_head: dense_gelu`.
   encoderlab's default head (mean pooling -> one Linear) is no stock class's: EuroBERT's adds the dense layer, and
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers.processors import TemplateProcessing
@@ -38,18 +39,11 @@ from encoderlab.hub.finetuned_card import finetuned_card
 from encoderlab.hub.hf import family, hf_config, refusal
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
+from encoderlab.tasks import registry
+from encoderlab.tasks.registry import SENTENCE_TRANSFORMERS, Body, Export
 
 MANIFEST = "finetuned.json"  # which run the folder holds (its identity) and the records it scored
 CLASS_PREFIX = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3", "eurobert": "EuroBert"}
-
-
-@dataclass
-class Stock:
-    """The stock class that computes a fine-tuned run, the config it needs and where our head's weights go."""
-    kind: str  # whose config: a hub/hf.py kind
-    cls: str
-    head: dict[str, str]  # our head's parameter -> the class's
-    config: dict = field(default_factory=dict)
 
 
 def body_kind(cfg: ModelConfig) -> str:
@@ -61,43 +55,14 @@ def body_kind(cfg: ModelConfig) -> str:
     return family(cfg)
 
 
-def stock_for(task_family: str, protocol: Protocol, cfg: ModelConfig, labels: list[str] | None = None) -> Stock:
-    """The stock class of a run of `task_family` under `protocol`, or a one-line refusal naming what would save."""
+def stock_for(task_family: str, protocol: Protocol, cfg: ModelConfig, labels: list[str] | None = None) -> Export:
+    """The stock class of a run of `task_family` under `protocol` (the family record's `export`), or a one-line
+    refusal naming what would save."""
     kind = body_kind(cfg)
-    bidirectional = {} if kind == "eurobert" else {"is_causal": False}
-    named = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-             "label2id": {name: i for i, name in enumerate(labels)}} if labels else {}
-    prefix = CLASS_PREFIX[kind]
-    if task_family == "classification":
-        if kind != "eurobert":
-            raise EncoderlabError(f"encoderlab's classification head mean-pools the tokens, and "
-                                  f"{prefix}ForSequenceClassification reads the last token: no stock class computes "
-                                  "it on a body only a " f"{kind} class holds (EuroBertForSequenceClassification "
-                                  "does on a EuroBERT body, with --set classification_head=dense_gelu)")
-        if protocol.classification_head != "dense_gelu":
-            raise EncoderlabError("classification_head: linear (mean pooling -> Linear) is no stock class's "
-                                  "head; fine-tune with --set classification_head=dense_gelu (mean pooling -> Linear "
-                                  "-> GELU -> Linear), which EuroBertForSequenceClassification computes")
-        return Stock(kind, "EuroBertForSequenceClassification",
-                     {"0.weight": "dense.weight", "0.bias": "dense.bias", "2.weight": "classifier.weight",
-                      "2.bias": "classifier.bias"}, {"classifier_pooling": "mean", **named})
-    if task_family == "tokens":
-        name = "classifier" if kind == "eurobert" else "score"
-        return Stock(kind, f"{prefix}ForTokenClassification", {"weight": f"{name}.weight", "bias": f"{name}.bias"},
-                     {**named, **bidirectional, **({} if kind == "eurobert" else
-                                                   {"classifier_dropout": protocol.tokens.dropout})})
-    if task_family == "qa":
-        if protocol.qa.format == "tagging":
-            raise EncoderlabError("qa.format: tagging (a 2-label token head) is no question-answering "
-                                  "class's head; fine-tune with --set qa.format=spans to save it as "
-                                  f"{'Llama' if kind == 'eurobert' else prefix}ForQuestionAnswering")
-        kind = "llama" if kind == "eurobert" else kind  # EuroBERT has no QA class; Llama holds the same body
-        return Stock(kind, f"{CLASS_PREFIX[kind]}ForQuestionAnswering",
-                     {"proj.weight": "qa_outputs.weight", "proj.bias": "qa_outputs.bias"}, {"is_causal": False})
-    return Stock(kind, f"{prefix}Model", {}, bidirectional)  # retrieval: the body alone, for sentence-transformers
+    return registry.family(task_family).export(protocol, Body(kind, CLASS_PREFIX[kind], tuple(labels or ()) or None))
 
 
-def hf_finetuned(stock: Stock, cfg: ModelConfig, backbone: dict, head: dict):
+def hf_finetuned(stock: Export, cfg: ModelConfig, backbone: dict, head: dict):
     """The stock model holding the run's weights (a strict load: every parameter placed, none left over)."""
     import transformers
 
@@ -160,20 +125,20 @@ class SavedModels:
         first = next(iter(records.values()))
         protocol = Protocol.model_validate(first["protocol"]).for_task(unit.name)
         cfg = backbone.config
-        stock = stock_for(unit.family, protocol, cfg, getattr(unit, "labels", None))
+        stock = stock_for(unit.family, protocol, cfg, unit.labels)
         hf = hf_finetuned(stock, cfg, backbone.state_dict(), head.state_dict())
         tok = load_tokenizer(self.checkpoint / "tokenizer")
         frame(tok, protocol.inputs)
         out = self.folder(unit.name, identity)
         source = training_info(ckpt.resolve(self.checkpoint), {})  # its Hub id and license, when it has them
-        card = finetuned_card(stock.cls, unit.family, cfg, records, identity, out.name, tok, stock.config,
+        card = finetuned_card(stock, unit.family, cfg, records, identity, out.name, tok,
                               {k: source.get(k) for k in ("base_model", "license")})
         with atomic_dir(out) as tmp:
             hf.save_pretrained(str(tmp))
             compatible_config(tmp)
             tok.save(tmp, model_max_length=first["max_length"])
             (tmp / "README.md").write_text(card, encoding="utf-8")
-            if unit.family == "retrieval":
+            if stock.library == SENTENCE_TRANSFORMERS:
                 sentence.write_modules(tmp, cfg)
                 (tmp / "sentence_bert_config.json").write_text(json.dumps(  # the length it was fine-tuned at
                     {"max_seq_length": first["max_length"], "do_lower_case": False}, indent=2) + "\n")

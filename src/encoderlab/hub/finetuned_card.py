@@ -10,8 +10,6 @@ import yaml
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.aggregate import summarize
 from encoderlab.hub.card import (
-    HUB_TASKS,
-    SENTENCE,
     TRANSFORMERS,
     caveat,
     definition_lines,
@@ -20,23 +18,11 @@ from encoderlab.hub.card import (
     versus_text,
 )
 from encoderlab.model.config import ModelConfig
-from encoderlab.tasks import baselines
+from encoderlab.tasks import baselines, registry
+from encoderlab.tasks.registry import Card, Export
 
-# The protocol settings that shape a family's inputs, head or metric (the others are in every card).
-SETTINGS = {"classification": ("sentence_pairs", "classification_head"), "tokens": ("tokens",), "qa": ("qa",),
-            "retrieval": ("retrieval",)}
 COMMON = ("name", "max_steps", "epochs", "batch_size", "warmup_fraction", "decay", "dtype", "weights", "inputs",
-          "lr_choice")
-# What encoderlab does with the logits after the model, which a user of the stock class does the same way.
-DECODING = {"classification": "The prediction is the argmax of the logits (`id2label` names it).",
-            "tokens": "A word's tag is read from its first sub-word's logits (`tokens.labels: first_subword`) or voted "
-                      "by its sub-words (`all_subwords`), as the protocol below says; words are encoded as running "
-                      "text, every word after the first with its leading space.",
-            "qa": "encoderlab's answer is the best span over these start/end logits: positions outside the context "
-                  "masked, start <= end, at most the task's `max_answer_tokens` (30), the top 20 starts x top 20 ends.",
-            "retrieval": "Embeddings are compared by cosine similarity."}
-AUTO = {"classification": "AutoModelForSequenceClassification", "tokens": "AutoModelForTokenClassification",
-        "qa": "AutoModelForQuestionAnswering"}
+          "lr_choice")  # the protocol settings every card shows; a family's own are its record's `card.protocol_keys`
 
 
 def read(records: dict[str, dict]) -> dict[str, dict]:
@@ -52,26 +38,11 @@ def _scores(name: str, r: dict, t: dict) -> str:
             f"{t.get('test_examples') or '-'} | {every} | {strongest_text(t)} | {versus_text(t)} |")
 
 
-def _protocol_lines(family: str, record: dict, key: str) -> list[str]:
+def _protocol_lines(card: Card, record: dict, key: str) -> list[str]:
     p = record["protocol"]
-    shown = {k: p[k] for k in (*COMMON, *SETTINGS.get(family, ())) if k in p}
+    shown = {k: p[k] for k in (*COMMON, *card.protocol_keys) if k in p}
     return [f"Protocol `{p.get('name')}` (key `{key}`), inputs cut at {record['max_length']} tokens:", "", "```yaml",
             yaml.safe_dump(shown, sort_keys=False).rstrip(), "```"]
-
-
-def _usage(cls: str, family: str, name: str) -> list[str]:
-    if family == "retrieval":
-        return ["```python", "from sentence_transformers import SentenceTransformer",
-                f'model = SentenceTransformer("{name}")',
-                'queries = model.encode_query(["what is the capital of France?"])  # prompt "Query: ", as trained',
-                'documents = model.encode_document(["Paris is the capital of France."])  # prompt "Document: "',
-                "print(model.similarity(queries, documents))", "```"]
-    call = {"classification": 'model(**tok(["a text"], return_tensors="pt")).logits.argmax(-1)  # id2label',
-            "tokens": 'model(**tok(["some words"], return_tensors="pt")).logits.argmax(-1)  # a tag per token',
-            "qa": 'model(**tok(["the question"], ["the context"], return_tensors="pt"))  # start/end logits'}[family]
-    return ["```python", f"from transformers import AutoTokenizer, {AUTO[family]}",
-            f'tok = AutoTokenizer.from_pretrained("{name}")',
-            f'model = {AUTO[family]}.from_pretrained("{name}")  # {cls}', call, "```"]
 
 
 def _loads_with(cls: str, config: dict) -> str:
@@ -90,19 +61,18 @@ def _license_line(source: dict) -> str:
             "their pretraining data and of the task data; set `license` from them before publishing.")
 
 
-def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, dict], identity: dict, name: str,
-                   tok: TextTokenizer, config: dict, source: dict | None = None) -> str:
+def finetuned_card(stock: Export, family: str, cfg: ModelConfig, records: dict[str, dict], identity: dict, name: str,
+                   tok: TextTokenizer, source: dict | None = None) -> str:
     """README.md of the saved run `identity`, with the `records` of the tasks it was scored on. `source`: what is
     known of the checkpoint it was fine-tuned from (hub/card.py `training_info`): its Hub id (`base_model`) and
     license when it came from a named model, neither for encoderlab's own pretraining (a license is not made up)."""
-    source = source or {}
+    source, card, cls = source or {}, registry.family(family).card, stock.cls
     first, read_as = next(iter(records.values())), read(records)
     trained = first["trained_on"]["task"]
-    library = SENTENCE if family == "retrieval" else "transformers"
-    meta = {"library_name": library, "pipeline_tag": HUB_TASKS[family], "tags": ["encoderlab", "fine-tuned", family],
+    meta = {"library_name": stock.library, "pipeline_tag": card.hub_task, "tags": ["encoderlab", "fine-tuned", family],
             **{k: source[k] for k in ("license", "base_model") if source.get(k)},
             "model-index": [{"name": name, "results": [
-                {"task": {"type": HUB_TASKS[family], "name": family}, "dataset": {"name": task, "type": task},
+                {"task": {"type": card.hub_task, "name": family}, "dataset": {"name": task, "type": task},
                  "metrics": [{"type": r["metric"], "value": round(r["scores"]["test"]["score"], 2),
                               "name": f"test {r['metric']} (one run: lr {identity['lr']:g}, seed "
                                       f"{identity['seed']}{caveat(read_as[task])})"}]}
@@ -115,7 +85,7 @@ def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, d
              f"). One run: learning rate {identity['lr']:g}, seed {identity['seed']}, {first['steps']} steps, "
              f"trained by the {first.get('engine', 'sequential')} engine on {first.get('device')}. The stock class "
              "computes the head and pooling it was trained with, without `trust_remote_code`, in "
-             f"{_loads_with(cls, config)}.",
+             f"{_loads_with(cls, dict(stock.config))}.",
              "",
              _license_line(source), "",
              "## Scores", "", "This model's own scores (the percentages encoderlab recorded for this run), the number "
@@ -127,9 +97,9 @@ def finetuned_card(cls: str, family: str, cfg: ModelConfig, records: dict[str, d
              "vs baseline |", "|---|---|---|---|---|---|---|---|"]
     lines += [_scores(task, r, read_as[task]) for task, r in records.items()]
     lines += ["", *definition_lines(r["metric"] for r in records.values())]
-    lines += ["", "## Protocol", "", *_protocol_lines(family, first, identity["protocol_key"]), "",
+    lines += ["", "## Protocol", "", *_protocol_lines(card, first, identity["protocol_key"]), "",
               "## Inputs", "", f"The tokenizer frames a text as `{framing}` (a pair: the second text and `<eos>` "
               f"follow), as in fine-tuning; `model_max_length` is {first['max_length']}, the length it was "
               f"fine-tuned at. Special tokens: bos `{tok.token(tok.bos_id)}`, eos `{tok.token(tok.eos_id)}`, pad "
-              f"`{tok.token(tok.pad_id)}`. {DECODING[family]}", "", "## Use", "", *_usage(cls, family, name), ""]
+              f"`{tok.token(tok.pad_id)}`. {card.decoding}", "", "## Use", "", *card.usage(cls, name), ""]
     return public("\n".join(lines))

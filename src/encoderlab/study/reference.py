@@ -18,6 +18,7 @@ from pathlib import Path
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.study.results import CATEGORIES, CategoryScore, TaskScore, category_scores, task_scores
 from encoderlab.study.tables import _csv, _fmt, _table
+from encoderlab.tasks import registry
 
 # The datasets of the paper's category means, under the authors' folder names -> encoderlab's task names. Their
 # repository also holds QA/qed, which is not part of the published QA means (ReCoRD, SQuAD, SQuAD v2 reproduce them
@@ -28,7 +29,6 @@ DATASETS = {"SC": {"sst2": "sst2", "mnli_m": "mnli", "qqp": "qqp"},
             "IR": {"msmarco": "msmarco", "nq": "nq", "mldr_en": "mldr"}}
 for _names in DATASETS.values():  # a copy renamed to encoderlab's task names reads the same
     _names.update({ours: ours for ours in list(_names.values())})
-FAMILY = {"SC": "classification", "TC": "tokens", "QA": "qa", "IR": "retrieval"}
 # The authors' rule (docs/paper.md, Aggregation): for each seed the LR with the best validation score, that run's
 # test score. Their numbers are theirs, so a study's own `lr_choice` never applies to them.
 AUTHORS_LR_CHOICE = "per_seed"
@@ -96,7 +96,8 @@ def read_runs(folder: Path) -> tuple[list[dict], list[str]]:
                 runs.add((lr, seed))
                 if test is None:
                     untested.append(run_dir.name)
-                recs.append({"task": name, "family": FAMILY[task_dir.name], "metric": "the authors' score",
+                recs.append({"task": name, "family": registry.by_category(task_dir.name).name,
+                             "metric": "the authors' score",
                              "status": "ok", "lr": lr, "seed": seed, "baseline": {},
                              "scores": {"validation": {"score": 100 * val},
                                         "test": {} if test is None else {"score": 100 * test}}})

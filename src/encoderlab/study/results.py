@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,12 +22,42 @@ from encoderlab.finetuning.aggregate import summarize
 from encoderlab.runs.checkpoint import weights_digest
 from encoderlab.runs.logging import read_metrics
 from encoderlab.study.intervals import CategoryScore, category_score
+from encoderlab.tasks import registry
 
-CATEGORY = {"classification": "SC", "tokens": "TC", "qa": "QA", "retrieval": "IR"}
-CATEGORIES = ["SC", "TC", "QA", "IR"]
-# The field's standard metric per family (the "standard" score of records, EvalTask.standard_metric).
-STANDARD_METRIC = {"classification": "accuracy", "tokens": "seqeval entity_f1", "qa": "SQuAD f1",
-                   "retrieval": "ndcg@10"}
+
+
+class _Categories(Sequence[str]):
+    """The category codes of the registered families (SC, TC, QA, IR, then any registered later), in their order:
+    read at each use, so that a family registered after this module loaded has its category in every report."""
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return [f.category for f in registry.families()][i]
+
+    def __len__(self) -> int:
+        return len(registry.families())
+
+    def __add__(self, other: list) -> list[str]:
+        return [*self, *other]
+
+    def __radd__(self, other: list) -> list[str]:  # ["model"] + CATEGORIES, as tables are headed
+        return [*other, *self]
+
+
+class _StandardMetrics(Mapping[str, str]):
+    """{family: the field's standard metric} (the "standard" score of records), read from the registered records."""
+
+    def __getitem__(self, name: str) -> str:
+        return {f.name: f.standard_metric for f in registry.families()}[name]  # a KeyError, as a mapping's
+
+    def __iter__(self):
+        return iter([f.name for f in registry.families()])
+
+    def __len__(self) -> int:
+        return len(registry.families())
+
+
+CATEGORIES: Sequence[str] = _Categories()
+STANDARD_METRIC: Mapping[str, str] = _StandardMetrics()
 METRICS = ("score", "standard")
 
 
@@ -67,10 +98,10 @@ class TaskScore:
 def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "score") -> TaskScore:
     """One task's records, aggregated by the sweep's own rule (`summarize`: the kept run per seed, `lr_choice`)."""
     [(name, e)] = summarize(recs, lr_choice, metric)["tasks"].items()
-    cat = CATEGORY.get(e["family"], e["family"])
+    cat = registry.family(e["family"]).category
     runs = e.get("test_all_runs", [])
     centre = sum(runs) / len(runs) if runs else 0.0
-    shown = e["metric"] if metric == "score" else STANDARD_METRIC.get(e["family"], "standard")
+    shown = e["metric"] if metric == "score" else registry.family(e["family"]).standard_metric
     return TaskScore(name, cat, shown, e.get("best_lr"), e.get("test"), e.get("ci95"), e.get("validation"),
                      e["baseline"], e.get("test_by_seed", {}), [t - centre for t in runs],
                      e["std_over_seeds"] if e.get("seeds", 0) > 1 else None,

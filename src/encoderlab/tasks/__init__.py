@@ -12,23 +12,16 @@ from pathlib import Path
 
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import encoderlab_home
-from encoderlab.data.offline.taskfiles import FAMILIES, read_task, task_names
+from encoderlab.data.offline.taskfiles import read_task, task_names
 from encoderlab.tasks.base import EvalTask
-from encoderlab.tasks.taskfile import (
-    ClassificationFile,
-    TaskFile,
-    TokensFile,
-    offline_fingerprint,
-    paper_fingerprint,
-    read_task_file,
-)
+from encoderlab.tasks import registry
+from encoderlab.tasks.registry import Family
+from encoderlab.tasks.taskfile import offline_fingerprint, paper_fingerprint, read_task_file
 
-PAPER_TASKS = {
-    "sst2": "classification", "mnli": "classification", "qqp": "classification",
-    "conll2003": "tokens", "ontonotes": "tokens", "uner": "tokens",
-    "squad": "qa", "squad_v2": "qa", "record": "qa", "qed": "qa",  # qed: the authors' fourth QA set
-    "msmarco": "retrieval", "nq": "retrieval", "mldr": "retrieval",
-}
+
+def paper_tasks() -> dict[str, str]:
+    """{dataset: family} of the paper's datasets, as the registered families own them."""
+    return {name: record.name for record in registry.families() for name in record.paper}
 
 
 def offline_root() -> Path:
@@ -62,14 +55,14 @@ def load_task(spec: str, *, root: Path | None = None, holdout: str = "encoderlab
 
 
 def trains_on_its_own(spec: str) -> bool:
-    """Whether `spec` is a user's own retrieval task (a task file) whose folder has train qrels: it trains on them by
-    default. The protocol's `retrieval.train_on` names a task of encoderlab's suites, which a user's own set should
-    neither need prepared nor be trained on in place of its own pairs."""
+    """Whether `spec` is a user's own task file naming a folder (retrieval's BEIR layout) that has train qrels: it
+    trains on them by default. The protocol's `retrieval.train_on` names a task of encoderlab's
+    suites, which a user's own set should neither need prepared nor be trained on in place of its own pairs."""
     name = spec.partition("=")[0]
     if not name.endswith((".yaml", ".yml")):
         return False
     file = read_task_file(Path(name))
-    return file.family == "retrieval" and (file.files["folder"] / "qrels" / "train.tsv").is_file()
+    return "folder" in file.files and (file.files["folder"] / "qrels" / "train.tsv").is_file()
 
 
 def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:
@@ -81,102 +74,51 @@ def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:
 def default_hub_id(name: str) -> str:
     """The Hub dataset a paper task reads without a local copy: part of its identity, so that records made from
     another default dataset are never taken for this one's."""
-    from encoderlab.tasks import classification, loaders, tokens
-
-    ids = {**dict.fromkeys(("sst2", "mnli", "qqp"), classification.GLUE_HUB), **loaders.HUB, **loaders.HUB_IDS,
-           **{task: hub for task, (hub, _) in tokens.CONLL_HUB.items()}}
-    return ids[name]
+    return _paper(name).paper[name]
 
 
 def task_family(spec: str, *, root: Path | None = None) -> str:
     """The family of the task a spec names, read from its definition (no data is loaded or hashed)."""
     name = spec.partition("=")[0]
-    if name in PAPER_TASKS:
-        return PAPER_TASKS[name]
+    if (owner := registry.paper_family(name)) is not None:
+        return owner.name
     if name.endswith((".yaml", ".yml")):
         return read_task_file(Path(name)).family
     root = root or offline_root()
     if (root / name / "task.json").exists():
-        return read_task(root, name)[1]["family"]
+        return _offline(root, name)[1].name
     return _resolve(spec, root)[0]  # unknown: _resolve says so, in one line
+
+
+def _paper(name: str) -> Family:
+    owner = registry.paper_family(name)
+    if owner is None or owner.load_paper is None:
+        raise DataError(f"unknown paper dataset {name!r}; known: {', '.join(paper_tasks())}")
+    return owner
+
+
+def _offline(root: Path, name: str) -> tuple[Path, Family]:
+    """An offline task's folder and family, refused in one line when its family is unknown or has no offline form."""
+    folder, meta = read_task(root, name, files_of=lambda f: registry.family(f).data_files)
+    record = registry.family(meta["family"])
+    if record.load_offline is None:
+        raise DataError(f"offline task {name!r} ({folder / 'task.json'}): family {record.name!r} has no offline "
+                        "task folders")
+    return folder, record
 
 
 def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab") -> tuple[str, str, Callable[[], EvalTask]]:
     name, _, source = spec.partition("=")
-    if name in PAPER_TASKS:
-        from encoderlab.tasks.loaders import HUB_TRAIN_PAIRS  # msmarco's, from the Hub
-
-        return name, paper_fingerprint(name, source or default_hub_id(name), HUB_TRAIN_PAIRS.get(name)), \
-            lambda: _paper_task(name, source or None, holdout)
+    if (owner := registry.paper_family(name)) is not None and owner.load_paper is not None:
+        fingerprint = paper_fingerprint(name, source or owner.paper[name], owner.train_pairs.get(name))
+        return name, fingerprint, lambda: owner.load_paper(name, source or None, holdout)  # type: ignore[misc]
     if name.endswith((".yaml", ".yml")):
         file = read_task_file(Path(name))
-        return file.name, file.fingerprint(), lambda: _user_task(file, holdout)
+        return file.name, file.fingerprint(), lambda: registry.family(file.family).load_user(file, holdout)
     root = root or offline_root()
     if (root / name / "task.json").exists():
-        folder, meta = read_task(root, name)
-        return name, offline_fingerprint(folder, meta["family"]), lambda: _offline_task(root, name, meta["family"])
+        folder, record = _offline(root, name)
+        return name, offline_fingerprint(folder, record.data_files), lambda: record.load_offline(root, name)  # type: ignore[misc]
     available = offline_task_names(root)
     hint = ("offline: " + ", ".join(available)) if available else "none offline (`encoderlab data prepare offline`)"
-    raise DataError(f"unknown task {spec!r}; known: {hint}; paper: {', '.join(PAPER_TASKS)}; or a task YAML file")
-
-
-def _offline_task(root: Path, name: str, family: str) -> EvalTask:
-    if family == "classification":
-        from encoderlab.tasks.classification import load_offline_classification
-
-        return load_offline_classification(root, name)
-    if family == "tokens":
-        from encoderlab.tasks.tokens import load_offline_tokens
-
-        return load_offline_tokens(root, name)
-    if family == "qa":
-        from encoderlab.tasks.qa import load_offline_qa
-
-        return load_offline_qa(root, name)
-    if family == "retrieval":
-        from encoderlab.tasks.loaders import load_offline_retrieval
-
-        return load_offline_retrieval(root, name)
-    raise DataError(f"{root / name}/task.json names family {family!r}; known: {', '.join(FAMILIES)}")
-
-
-def _paper_task(name: str, source: str | None, holdout: str) -> EvalTask:
-    family = PAPER_TASKS[name]
-    if family == "classification":
-        from encoderlab.tasks.classification import load_glue
-
-        return load_glue(name, source, holdout)  # type: ignore[arg-type]
-    if family == "tokens":
-        from encoderlab.tasks.tokens import load_conll_like
-
-        return load_conll_like(name, source)  # type: ignore[arg-type]
-    if family == "qa":
-        from encoderlab.tasks.loaders import load_hub_qa
-
-        return load_hub_qa(name, source, holdout)  # type: ignore[arg-type]
-    from encoderlab.tasks.loaders import load_hub_retrieval
-
-    return load_hub_retrieval(name, source)  # type: ignore[arg-type]
-
-
-def _user_task(file: TaskFile, holdout: str) -> EvalTask:
-    """The task of a validated task YAML (taskfile.py): the loader of its family, its files and columns."""
-    settings, files = file.settings, {k: str(v) for k, v in file.files.items()}
-    split_files = (files.get("train"), files.get("validation"), files.get("test"))
-    if isinstance(settings, ClassificationFile):
-        from encoderlab.tasks.classification import load_user_classification
-
-        return load_user_classification(*split_files, settings.text_column, settings.label_column,  # type: ignore[arg-type]
-                                        name=file.name, holdout=holdout)
-    if isinstance(settings, TokensFile):
-        from encoderlab.tasks.tokens import load_conll_columns
-
-        return load_conll_columns(*split_files, word_column=settings.word_column,  # type: ignore[arg-type]
-                                  tag_column=settings.tag_column, name=file.name, scheme=settings.tag_scheme)
-    if file.family == "qa":
-        from encoderlab.tasks.qa import load_squad_json
-
-        return load_squad_json(*split_files, name=file.name, holdout=holdout)  # type: ignore[arg-type]
-    from encoderlab.tasks.loaders import load_beir
-
-    return load_beir(files["folder"], file.name)
+    raise DataError(f"unknown task {spec!r}; known: {hint}; paper: {', '.join(paper_tasks())}; or a task YAML file")

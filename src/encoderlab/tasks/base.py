@@ -24,7 +24,7 @@ from encoderlab.model.transformer import Transformer
 
 class EvalTask(ABC):
     name: str  # e.g. "rt-polarity"
-    family: str  # one of FAMILIES
+    family: str  # a registered family's name (tasks/registry.py)
     metric: str  # the protocol's metric, reported as "score" by evaluate(): accuracy, entity_f1, f1, ndcg@10, ...
     # The field's standard metric, reported as "standard" by evaluate() and trivial_baseline() whatever the protocol
     # (accuracy, seqeval entity_f1, SQuAD f1, standard ndcg@10), so one run answers both "does it match the paper"
@@ -36,11 +36,16 @@ class EvalTask(ABC):
     inputs: str = "bos_eos"  # the protocol's `inputs` (adopt): bos_eos or eos
     batch_order: str = "length_buckets"  # the protocol's `batch_order` (adopt)
     train_unit: str = "training examples"  # what num_train_examples() counts, as the sweep's log says it
-    # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (sweep.prepare_tasks)
+    # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (tasks/build.py)
     baseline_scores: dict[str, dict[str, dict[str, float]]] | None = None
     # A user's own retrieval task (a task file) with train qrels: it trains on them whatever the protocol's
     # `retrieval.train_on` says (set by load_task; finetuning/shared_training.py reads it)
     own_train_split: bool = False
+    # Family extras, declared here so that no reader looks for them by name: tokens' tag scheme (iob1, iob2, bioes,
+    # plain); how a retrieval task's validation and test were drawn where its source has one evaluation split
+    scheme: str | None = None
+    data_split: dict | None = None
+    labels: list[str] | None = None  # the class or tag names, for families that have them (a saved model names them)
 
     # A task is the unit a sweep trains of itself: trained on its own train split, scoring itself
     # (finetuning/shared_training.py has the other kind of unit).
@@ -60,6 +65,13 @@ class EvalTask(ABC):
         """Take the protocol's choices that shape this task's inputs, batches, head, labels or metric (before
         `prepare`; finetuning/protocol.py). Families with choices of their own extend it."""
         self.inputs, self.batch_order = protocol.inputs, protocol.batch_order
+
+    def limit(self, protocol, seed: int) -> None:  # noqa: B027 - only some families have limits of their own
+        """Apply the protocol's limits of this family's own (after `adopt`, before `prepare`): retrieval's corpus."""
+
+    def answers_lost(self) -> dict[str, int] | None:
+        """Per split, the answers that inputs cut at max_length lost (QA tagging); None where none can be lost."""
+        return None
 
     def batch_indices(self, lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:
         """One epoch's batches of example indices in the order of `seed`, as the protocol's `batch_order` says."""
@@ -106,6 +118,11 @@ class EvalTask(ABC):
     def trivial_baseline(self, split: str) -> dict[str, float]:
         """The score of the trivial predictor (majority class, all-O tags, first span, random ranking); the
         family's other baselines (lexical models, always abstaining) are in tasks/baselines.py."""
+
+    def baseline_data(self) -> list:
+        """The examples that decide the baselines' scores, beside the settings (tasks/baselines.py keys its cache by
+        them): the splits here."""
+        return [self.splits]  # type: ignore[attr-defined]
 
     def scored_examples(self, split: str) -> int:
         """How many examples (texts, sentences, questions; queries for retrieval) a split's score averages over."""

@@ -24,6 +24,7 @@ depend on the tokenizer; the others do not but cost little to key the same way.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -33,28 +34,40 @@ from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks.common import cached, content_hash
 from encoderlab.tasks.metrics import squad_scores
+from encoderlab.tasks.registry import families, family
 
 VERSION = "baselines-v4"  # bump when a baseline changes, so that cached ones are computed again
 SPLITS = ("validation", "test")
 MAX_FEATURES = 50_000  # per text field: the most frequent words of train
 BM25_DEPTH = 100  # documents kept per query, as the model's own search keeps (retrieval.TOP_K)
-# How each baseline is named in tables, records and model cards
-LABELS = {"majority": "majority class", "tfidf_logreg": "TF-IDF + LR", "all_o": 'all "O"',
-          "majority_tag": "majority tag", "first_span": "first span", "always_abstain": "always abstain",
-          "random": "random ranking", "bm25": "BM25", "tfidf_logreg_full_text": "TF-IDF + LR (full text)",
-          "bm25_full_text": "BM25 (full text)"}
 FULL_TEXT = "_full_text"  # the suffix of a lexical baseline that read whole texts, not the model's view
 LEXICAL = ("tfidf_logreg", "bm25")  # the baselines that read text, on the model's view and on the full texts
-# A family's baselines in the order tables show them, the trivial one first
-FAMILY = {"classification": ("majority", "tfidf_logreg"), "tokens": ("all_o", "majority_tag"),
-          "qa": ("first_span", "always_abstain"), "retrieval": ("random", "bm25")}
+
+
+class _Labels(Mapping[str, str]):
+    """How each baseline is named in tables, records and model cards: as its family's record names it (read at each
+    use, so a family registered later is named too), and a lexical one on the full texts with "(full text)"."""
+
+    def _all(self) -> dict[str, str]:
+        own = {name: label for record in families() for name, label in record.baselines.items()}
+        return {**own, **{n + FULL_TEXT: f"{own[n]} (full text)" for n in LEXICAL if n in own}}
+
+    def __getitem__(self, name: str) -> str:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+LABELS: Mapping[str, str] = _Labels()
 
 
 def trivial_name(task: EvalTask) -> str:
     """The name of `task.trivial_baseline`: what the record's `baseline` field has always held."""
-    if task.family == "tokens":
-        return "majority_tag" if task.scheme == "plain" else "all_o"
-    return FAMILY[task.family][0]
+    return family(task.family).trivial_name(lambda key: getattr(task, key, None))
 
 
 def compute(task: EvalTask, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None
@@ -65,29 +78,46 @@ def compute(task: EvalTask, tokenizer: TextTokenizer, max_length: int, cache_dir
 
 
 def every(task: EvalTask, tokenizer: TextTokenizer | None = None) -> dict[str, dict[str, dict[str, float]]]:
-    """{split: {baseline name: scores}}, computed now: the lexical ones on the model's view of a task prepared with
-    `tokenizer` and on the full texts (without a tokenizer, on the full texts only)."""
+    """{split: {baseline name: scores}}, computed now: the lexical ones (the family's `lexical_baselines`) on the
+    model's view of a task prepared with `tokenizer` and on the full texts (without a tokenizer, on the full texts
+    only)."""
     out = {split: of_split(task, split) for split in SPLITS}
+    lexical = family(task.family).lexical_baselines
     views = [(FULL_TEXT, None), *([("", tokenizer)] if tokenizer is not None else [])]
     for suffix, view in views:
-        if task.family == "classification":  # fitted once, for both splits
-            segments = partial(full_segments, task) if view is None else partial(model_segments, task, view)
-            for split, predictions in tfidf_logreg(task, segments).items():
-                out[split]["tfidf_logreg" + suffix] = task._scores(predictions, split)
-        if task.family == "retrieval":
-            for split in SPLITS:
-                texts = task.baseline_texts(split) if view is None else model_texts(task, view, split)
-                out[split]["bm25" + suffix] = task.score_run(bm25_run(*texts), split)
+        for split, scores in (lexical(task, view) if lexical else {}).items():
+            out[split].update({name + suffix: value for name, value in scores.items()})
     return out
 
 
 def of_split(task: EvalTask, split: str) -> dict[str, dict[str, float]]:
-    """The baselines of one split that need no fitting and read no text."""
-    out = {trivial_name(task): task.trivial_baseline(split)}
-    if task.family == "qa" and (any(not ex["answers"]["text"] for ex in task.splits[split])
-                                or answers_cut(task, split)):
-        out["always_abstain"] = always_abstain(task, split)
+    """The baselines of one split that need no fitting and read no text: the trivial one and the family's
+    `split_baselines` (those that apply to the split)."""
+    extra = family(task.family).split_baselines
+    return {trivial_name(task): task.trivial_baseline(split), **(extra(task, split) if extra else {})}
+
+
+def tfidf_baselines(task: EvalTask, view: TextTokenizer | None) -> dict[str, dict[str, dict[str, float]]]:
+    """Classification's lexical baseline, fitted once for both splits, on the model's view or (None) full texts."""
+    segments = partial(full_segments, task) if view is None else partial(model_segments, task, view)
+    return {split: {"tfidf_logreg": task.score_predictions(predictions, split)}  # type: ignore[attr-defined]
+            for split, predictions in tfidf_logreg(task, segments).items()}
+
+
+def bm25_baselines(task: EvalTask, view: TextTokenizer | None) -> dict[str, dict[str, dict[str, float]]]:
+    """Retrieval's lexical baseline on each split, on the model's view or (None) the full texts."""
+    out = {}
+    for split in SPLITS:
+        texts = task.baseline_texts(split) if view is None else model_texts(task, view, split)  # type: ignore[attr-defined]
+        out[split] = {"bm25": task.score_run(bm25_run(*texts), split)}  # type: ignore[attr-defined]
     return out
+
+
+def abstain_baseline(task: EvalTask, split: str) -> dict[str, dict[str, float]]:
+    """QA: always answering "no answer", on a split where some question has no answer (or lost it to the cut)."""
+    if any(not ex["answers"]["text"] for ex in task.splits[split]) or answers_cut(task, split):  # type: ignore[attr-defined]
+        return {"always_abstain": always_abstain(task, split)}
+    return {}
 
 
 # ------------------------------------------------------------------------------------------- the model's view
@@ -132,28 +162,21 @@ def model_texts(task: EvalTask, tokenizer: TextTokenizer, split: str) -> tuple[d
 
 
 def _content(task: EvalTask) -> list:
-    """What decides the baselines' scores: the examples and the settings that score them."""
+    """What decides the baselines' scores: the settings that score them and the task's examples."""
     settings = {k: getattr(task, k, None) for k in ("family", "metric", "scheme", "format", "labels", "text_fields",
                                                      "default_tag", "allow_unanswerable")}
-    if task.family == "retrieval":
-        return [settings, task.retrieval_settings(), [task.baseline_texts(s) for s in SPLITS],
-                {s: task.qrels[s] for s in SPLITS}]
-    return [settings, task.splits]
+    return [settings, *task.baseline_data()]
 
 
 def answers_cut(task: EvalTask, split: str) -> int:
-    """Tagging: the answerable questions whose answer the truncated input lost. They are labelled all 0, as the paper
-    authors' code labels them, so "no answer" scores them 1: the always-abstain baseline must be shown for them."""
-    if getattr(task, "tagging", None) is None:
-        return 0
-    gold = task.tagging.gold(split)
-    return sum(1 for ex, positions in zip(task.splits[split], gold) if ex["answers"]["text"] and not positions)
+    """QA tagging: the answerable questions of a split whose answer the truncated input lost (QATask.answers_cut)."""
+    return task.answers_cut(split)  # type: ignore[attr-defined]
 
 
 def always_abstain(task: EvalTask, split: str) -> dict[str, float]:
     """Every question answered "no answer", scored by the task's own metrics (both QA formats)."""
     examples = task.splits[split]
-    if getattr(task, "tagging", None) is not None:  # set by adopt(): the tagging format
+    if task.tagging is not None:  # type: ignore[attr-defined]  # set by adopt(): the tagging format
         return task.tagging.scores(split, [[] for _ in examples], ["" for _ in examples])
     scores = squad_scores({ex["id"]: "" for ex in examples}, task.references(split))
     return {"score": scores["f1"], "standard": scores["f1"], **scores}
@@ -204,7 +227,7 @@ def of_records(recs: list[dict], metric: str = "score") -> dict[str, float]:
     if not any(n.endswith(FULL_TEXT) for n in found):  # baselines from before the model's view: they read it all
         found = {(n + FULL_TEXT if n in LEXICAL else n): v for n, v in found.items()}
     value = (newest[0].get("baseline") or {}).get("test", {}).get(metric)
-    trivial = "majority_tag" if newest[0].get("scheme") == "plain" else FAMILY.get(newest[0]["family"], ("trivial",))[0]
+    trivial = family(newest[0]["family"]).trivial_name(newest[0].get)
     return ({trivial: value} if _number(value) else {}) | found
 
 
@@ -214,7 +237,7 @@ def _number(x) -> bool:
 
 def strongest(named: dict[str, float]) -> tuple[str, float] | None:
     """(name, value) of the best baseline that read what the model read: the one a score has to beat (the first of
-    equals in FAMILY order). A full-text baseline counts only where its model's-view twin is not recorded."""
+    equals in the family's order). A full-text baseline counts only where its model's-view twin is not recorded."""
     usable = {n: v for n, v in named.items() if not n.endswith(FULL_TEXT)}
     usable |= {n: v for n, v in named.items() if n.endswith(FULL_TEXT) and n.removesuffix(FULL_TEXT) not in usable}
     return max(usable.items(), key=lambda kv: kv[1]) if usable else None
@@ -246,10 +269,12 @@ MISSING = ('"-": not in the records (made before that baseline was added; they k
            '"n/a": does not apply (always abstain: no unanswerable question in test)')
 
 
-def columns(family: str, entries: list[dict]) -> list[str]:
-    """The baseline columns of a family's table: its baselines, in FAMILY order, that apply to its tasks."""
-    names = FAMILY.get(family, ())
-    if family == "tokens":  # all "O" or the majority tag, whichever the tasks' tag schemes have
+def columns(name: str, entries: list[dict]) -> list[str]:
+    """The baseline columns of a family's table: its baselines, in its order, that apply to its tasks (a family
+    whose trivial baseline depends on the task, tokens' all "O" or majority tag, shows those its tasks have)."""
+    record = family(name)
+    names = tuple(record.baselines)
+    if record.trivial_baseline is not None:
         names = tuple(n for n in names if any(n in e.get("baselines", {}) for e in entries)) or names[:1]
     full = [n + FULL_TEXT for n in names if n in LEXICAL]  # beside the model's view, where the records have it
     return [*names, *(n for n in full if any(n in e.get("baselines", {}) for e in entries))]

@@ -185,9 +185,9 @@ class ClassificationTask(ListTask):
 
     def evaluate(self, backbone: Transformer, head: nn.Module, split: str, batch_size: int) -> dict[str, float]:
         preds = self.predict(backbone, head, split, batch_size)
-        return {**self._scores(preds, split), **constant(preds, lambda y: f"class {self.labels[y]!r}")}
+        return {**self.score_predictions(preds, split), **constant(preds, lambda y: f"class {self.labels[y]!r}")}
 
-    def _scores(self, preds: Sequence[int], split: str) -> dict[str, float]:
+    def score_predictions(self, preds: Sequence[int], split: str) -> dict[str, float]:
         acc, f1 = accuracy(preds, self.gold[split]), macro_f1(preds, self.gold[split], len(self.labels))
         return {"score": acc, "standard": acc, "accuracy": acc, "macro_f1": f1}
 
@@ -197,7 +197,7 @@ class ClassificationTask(ListTask):
         return min(counts, key=lambda y: (-counts[y], y))
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
-        return self._scores([self.majority_label()] * len(self.gold[split]), split)
+        return self.score_predictions([self.majority_label()] * len(self.gold[split]), split)
 
 
 def dense_gelu_head(hidden_size: int, outputs: int, generator: torch.Generator) -> nn.Sequential:

@@ -179,6 +179,14 @@ class QATask(EvalTask):
         self.metric = "token_f1" if self.tagging else "f1"
         self.truncation_unit = "examples" if self.tagging else QATask.truncation_unit
 
+    def answers_cut(self, split: str) -> int:
+        """Tagging: answerable questions whose answer the cut input lost (labelled all 0, as the authors' code does)."""
+        gold = self.tagging.gold(split) if self.tagging else []
+        return sum(1 for ex, positions in zip(self.splits[split], gold) if ex["answers"]["text"] and not positions)
+
+    def answers_lost(self) -> dict[str, int] | None:
+        return None if self.tagging is None else {s: self.answers_cut(s) for s in SPLITS}
+
     # ---- preparation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:

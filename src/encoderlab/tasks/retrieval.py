@@ -95,7 +95,6 @@ class RetrievalTask(EvalTask):
     metric = METRICS["standard"]  # the protocol's `retrieval.ndcg` (configure)
     standard_metric = METRICS["standard"]
     truncation_unit = "texts"  # documents of the whole corpus, and queries
-    data_split: dict | None = None  # how splits were derived where the source lacks one (NQ's validation)
 
     def __init__(self, name: str, corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split],
                  *, files: dict[str, str] | None = None, pairs_only: set[str] = frozenset()) -> None:
@@ -154,10 +153,8 @@ class RetrievalTask(EvalTask):
 
     def limit_corpus(self, n: int, seed: int) -> None:
         """Search only `n` documents: every document judged for a validation/test query plus seeded random others.
-
         Training positives stay available whatever the cap (they are encoded as pairs, never searched). Scores on a
-        reduced corpus are higher than on the whole one; the protocol records the cap. Before `prepare`.
-        """
+        reduced corpus are higher than on the whole one; the protocol records the cap. Before `prepare`."""
         judged = {d for split, rel in self.qrels.items() if split != "train" for r in rel.values() for d in r}
         if len(self.doc_ids) - len(self._pairs_only) <= max(n, len(judged)):
             self._searched = self._searchable()
@@ -176,6 +173,10 @@ class RetrievalTask(EvalTask):
     def adopt(self, protocol) -> None:
         super().adopt(protocol)
         self.configure(**protocol.retrieval.scoring())
+
+    def limit(self, protocol, seed: int) -> None:
+        if protocol.max_corpus_documents:
+            self.limit_corpus(protocol.max_corpus_documents, seed=seed)
 
     def configure(self, corpus: str, relevance: str, loss: str, ndcg: str = "standard") -> None:
         """The protocol's `retrieval` settings (finetuning/protocol.py RetrievalSection). Before `prepare`."""
@@ -380,9 +381,11 @@ class RetrievalTask(EvalTask):
         return ({self.doc_ids[i]: self._doc_texts[i][cut:] for i in searched},
                 {q: self._query_source[q] for q in sorted(self._check_split(split))})
 
-    def retrieval_settings(self) -> dict:
-        """The protocol's settings that decide what is searched and how a ranking is scored."""
-        return {"corpus": self._corpus, "binary": self._binary, "ndcg": self._ndcg}
+    def baseline_data(self) -> list:
+        """The settings that decide what is searched and scored; the texts and judgements baselines score."""
+        scored = ("validation", "test")
+        return [{"corpus": self._corpus, "binary": self._binary, "ndcg": self._ndcg},
+                [self.baseline_texts(s) for s in scored], {s: self.qrels[s] for s in scored}]
 
 
 def _scores(run: dict[str, dict[str, float]], qrels: Split, binary: bool = False, ndcg: str = "standard"

@@ -4,7 +4,7 @@ A task YAML names its family, its files (relative to the YAML) and its columns; 
 key and the keys allowed (docs/evaluation.md):
 
     name: bbc-sport          # optional: letters, digits, - _ . (default: the YAML file's name without .yaml)
-    family: classification   # classification | tokens | qa | retrieval
+    family: classification   # a registered family (tasks/registry.py): classification, tokens, qa, retrieval
     train: train.csv
     ...
 
@@ -20,14 +20,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from encoderlab.core.config import load_yaml, validate
 from encoderlab.core.errors import DataError, resolved
 from encoderlab.core.io import sha256_of
-from encoderlab.data.offline.taskfiles import data_files
+from encoderlab.tasks.registry import family as family_record
 
 SAFE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
 
@@ -41,7 +40,9 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-class _TaskFile(BaseModel):
+class TaskFileSettings(BaseModel):
+    """What every task file holds; a family's own model (its record's `settings`, tasks/families/) adds `family:
+    Literal[its name]`, its files and its columns."""
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, max_length=100)
 
@@ -53,40 +54,13 @@ class _TaskFile(BaseModel):
         return name
 
 
-class _SplitFiles(_TaskFile):
+class SplitFiles(TaskFileSettings):
+    """A task file of split files: train, validation and, optionally, test."""
     train: str
     validation: str
     test: str | None = Field(None, description="without it, validation is the test set and 5% of train validation")
 
 
-class ClassificationFile(_SplitFiles):
-    family: Literal["classification"]
-    text_column: str | list[str] = Field("text", description="one column, or two for a pair")
-    label_column: str = "label"
-
-
-class TokensFile(_SplitFiles):
-    family: Literal["tokens"]
-    word_column: int = 0
-    tag_column: int = -1
-    tag_scheme: Literal["iob1", "iob2", "bioes", "plain"] | None = None
-
-
-class QAFile(_SplitFiles):
-    family: Literal["qa"]
-
-
-class RetrievalFile(_TaskFile):
-    family: Literal["retrieval"]
-    folder: str
-
-
-class _Family(BaseModel):
-    family: Literal["classification", "tokens", "qa", "retrieval"]
-
-
-MODELS: dict[str, type[_TaskFile]] = {"classification": ClassificationFile, "tokens": TokensFile, "qa": QAFile,
-                                      "retrieval": RetrievalFile}
 FILE_KEYS = ("train", "validation", "test", "folder")
 
 
@@ -94,7 +68,7 @@ FILE_KEYS = ("train", "validation", "test", "folder")
 class TaskFile:
     """A validated task YAML: its settings, its files resolved against its folder, and its identity."""
     path: Path
-    settings: _TaskFile
+    settings: TaskFileSettings
     files: dict[str, Path]  # train/validation/test or folder -> path
 
     @property
@@ -105,6 +79,11 @@ class TaskFile:
     def family(self) -> str:
         return self.settings.family  # type: ignore[attr-defined]
 
+    def split_files(self) -> tuple[str | None, str | None, str | None]:
+        """(train, validation, test) as paths, None for a file the task file does not name."""
+        return tuple(str(self.files[k]) if k in self.files else None  # type: ignore[return-value]
+                     for k in ("train", "validation", "test"))
+
     def fingerprint(self) -> str:
         settings = self.settings.model_dump(exclude={"name", *FILE_KEYS})
         data = {role: (folder_digests(p) if role == "folder" else file_digest(p)) for role, p in self.files.items()}
@@ -112,11 +91,16 @@ class TaskFile:
 
 
 def read_task_file(path: Path) -> TaskFile:
-    """A task YAML, validated; every file it names must exist."""
+    """A task YAML, validated by its family's schema; every file it names must exist."""
     where = f"task file {path}"
     data = load_yaml(path)
-    family = validate(_Family, {k: v for k, v in data.items() if k == "family"}, where).family
-    settings = validate(MODELS[family], data, where)
+    if not isinstance(data.get("family"), str):
+        raise DataError(f"{where}: family: missing or not a name; give one of the registered families")
+    try:
+        record = family_record(data["family"])
+    except DataError as e:
+        raise DataError(f"{where}: family: {e}") from None
+    settings = validate(record.settings, data, where)
     files = {k: path.parent / v for k in FILE_KEYS if (v := getattr(settings, k, None)) is not None}
     for key, file in files.items():
         if not (file.is_dir() if key == "folder" else file.is_file()):
@@ -125,9 +109,8 @@ def read_task_file(path: Path) -> TaskFile:
                             f"{' or is not a folder' if key == 'folder' else ''}")
     if settings.name is None and (problem := name_problem(path.stem)):
         raise DataError(f"{where}: the task is named after its file, {path.stem!r}, but {problem}; give it a name:")
-    if isinstance(settings, TokensFile) and settings.word_column == settings.tag_column:
-        raise DataError(f"{where}: word_column {settings.word_column} and tag_column {settings.tag_column} are the "
-                        "same column: the model would read the gold tags")
+    if record.check_file is not None:
+        record.check_file(settings, where)
     return TaskFile(path, settings, files)
 
 
@@ -157,8 +140,9 @@ def fingerprint(identity: dict) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def offline_fingerprint(folder: Path, family: str) -> str:
-    return fingerprint({"offline": folder_digests(folder, ["task.json", *data_files(family)])})
+def offline_fingerprint(folder: Path, data_files: tuple[str, ...]) -> str:
+    """An offline task by its task.json and data files (its family record's `data_files`)."""
+    return fingerprint({"offline": folder_digests(folder, ["task.json", *data_files])})
 
 
 def paper_fingerprint(name: str, source: str | None, train_pairs: str | None = None) -> str:

@@ -1,0 +1,63 @@
+"""Sequence classification (SC): one text or a pair, a label per example (tasks/classification.py is its task)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.tasks.baselines import tfidf_baselines
+from encoderlab.tasks.classification import (
+    GLUE,
+    GLUE_HUB,
+    load_glue,
+    load_offline_classification,
+    load_user_classification,
+)
+from encoderlab.tasks.registry import Body, Card, Export, Family, register
+from encoderlab.tasks.taskfile import SplitFiles, TaskFile
+
+
+class ClassificationFile(SplitFiles):
+    family: Literal["classification"]
+    text_column: str | list[str] = Field("text", description="one column, or two for a pair")
+    label_column: str = "label"
+
+
+def load_user(file: TaskFile, holdout: str):
+    settings, (train, validation, test) = file.settings, file.split_files()
+    return load_user_classification(train, validation, test, settings.text_column,  # type: ignore[arg-type]
+                                    settings.label_column, name=file.name, holdout=holdout)
+
+
+def export(protocol, body: Body) -> Export:
+    """EuroBertForSequenceClassification with mean pooling computes encoderlab's `dense_gelu` head, and only that
+    class does: the decoder families' classes read the last token."""
+    if body.kind != "eurobert":
+        raise EncoderlabError(f"encoderlab's classification head mean-pools the tokens, and "
+                              f"{body.prefix}ForSequenceClassification reads the last token: no stock class computes "
+                              f"it on a body only a {body.kind} class holds (EuroBertForSequenceClassification "
+                              "does on a EuroBERT body, with --set classification_head=dense_gelu)")
+    if protocol.classification_head != "dense_gelu":
+        raise EncoderlabError("classification_head: linear (mean pooling -> Linear) is no stock class's "
+                              "head; fine-tune with --set classification_head=dense_gelu (mean pooling -> Linear "
+                              "-> GELU -> Linear), which EuroBertForSequenceClassification computes")
+    return Export("EuroBertForSequenceClassification", body.kind,
+                  {"0.weight": "dense.weight", "0.bias": "dense.bias", "2.weight": "classifier.weight",
+                   "2.bias": "classifier.bias"}, {"classifier_pooling": "mean", **body.named_labels})
+
+
+def usage(cls: str, name: str) -> list[str]:
+    return ["```python", "from transformers import AutoTokenizer, AutoModelForSequenceClassification",
+            f'tok = AutoTokenizer.from_pretrained("{name}")',
+            f'model = AutoModelForSequenceClassification.from_pretrained("{name}")  # {cls}',
+            'model(**tok(["a text"], return_tensors="pt")).logits.argmax(-1)  # id2label', "```"]
+
+
+CLASSIFICATION = register(Family(
+    name="classification", category="SC", settings=ClassificationFile, load_user=load_user, export=export,
+    card=Card("text-classification", ("sentence_pairs", "classification_head"),
+              "The prediction is the argmax of the logits (`id2label` names it).", usage),
+    lexical_baselines=tfidf_baselines, standard_metric="accuracy",
+    baselines={"majority": "majority class", "tfidf_logreg": "TF-IDF + LR"},
+    load_offline=load_offline_classification, paper=dict.fromkeys(GLUE, GLUE_HUB), load_paper=load_glue))
