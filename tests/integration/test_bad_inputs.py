@@ -471,7 +471,7 @@ def state_without_config(run: Path) -> None:
     """The last checkpoint as written before checkpoints recorded their config (its checksums made to agree)."""
     ckpt = run / "checkpoints" / (run / "LATEST").read_text().strip()
     state = json.loads((ckpt / "state.json").read_text())
-    del state["config"]
+    del state["config"], state["format_version"]
     (ckpt / "state.json").write_text(json.dumps(state))
     sums = json.loads((ckpt / "checksums.json").read_text())
     sums["files"]["state.json"] = {"size": (ckpt / "state.json").stat().st_size,

@@ -21,6 +21,7 @@ from encoderlab.finetuning.training import lr_factor
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
+from encoderlab.runs.migrate_checkpoint import run_config
 from encoderlab.runs.schedule import LRSchedule
 
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -46,7 +47,7 @@ def written_before_manifests(folder):
     """Make `folder` a checkpoint as encoderlab wrote them before checksums.json (and its mention in state.json)."""
     (folder / checkpoint.MANIFEST).unlink()
     state = json.loads((folder / "state.json").read_text())
-    del state["manifest"]
+    del state["manifest"], state["format_version"]
     (folder / "state.json").write_text(json.dumps(state))
 
 
@@ -136,7 +137,8 @@ def test_one_schedule_for_pretraining_and_fine_tuning():
     assert LRSchedule().decay_steps == 2000 and LRSchedule(kind="cosine").decay_steps is None
     with pytest.raises(ValueError, match="holds decay_steps: .*, which applies to kind 'wsd' only"):
         LRSchedule(kind="cosine", decay_steps=100)
-    assert LRSchedule.model_validate({"kind": "cosine", "decay_steps": 2000}).decay_steps is None  # older dumps
+    older_dump = {"lr_schedule": {"kind": "cosine", "decay_steps": 2000}}  # read through runs/migrate_checkpoint.py
+    assert LRSchedule.model_validate(run_config(older_dump)["lr_schedule"]).decay_steps is None
 
 
 def test_config_errors_name_the_key():
