@@ -500,8 +500,8 @@ def unrecorded(hurt: Callable[[Path], None]) -> Callable[[Path], None]:
     """`hurt` applied to data packed before meta.json recorded the tokenizer's digests."""
     def damage(packed: Path) -> None:
         meta = json.loads((packed / "meta.json").read_text())
-        del meta["tokenizer_files"]
-        (packed / "meta.json").write_text(json.dumps(meta))
+        del meta["tokenizer_files"], meta["format_version"]
+        (packed / "meta.json").write_text(json.dumps({**meta, "format": 1}))  # format 1, data/migrate_packed.py
         hurt(packed)
     return damage
 
