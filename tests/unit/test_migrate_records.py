@@ -115,3 +115,16 @@ def test_a_current_record_round_trips_and_a_newer_one_is_refused(tmp_path):
     path.write_text(json.dumps({**current, "format_version": 2}))
     with pytest.raises(EncoderlabError, match=rf"^{path} has format_version 2, newer than 1, the newest"):
         records.usable(path, "a" * 64)
+
+
+def test_baselines_of_a_record_from_before_the_models_view_read_as_the_summary_read_them(tmp_path):
+    """What tasks/baselines.py `of_records` made of such a record, the migration makes of the record itself."""
+    from encoderlab.finetuning.aggregate import summarize
+
+    old = {**old_record(tmp_path), "family": "retrieval", "metric": "ndcg@10",
+           "baselines": {"test": {"random": {"score": 1.0}, "bm25": {"score": 80.0}}}}
+    upgraded = migrate_records.upgrade(old, "r.json")
+    assert upgraded["baselines"] == {"test": {"random": {"score": 1.0}, "bm25_full_text": {"score": 80.0}}}
+    [entry] = summarize([upgraded])["tasks"].values()
+    assert entry["baselines"] == {"random": 1.0, "bm25_full_text": 80.0}
+    assert entry["strongest_baseline"] == {"name": "bm25_full_text", "value": 80.0}

@@ -10,6 +10,9 @@ fields existed, and each reads as None, saying "not recorded":
   (pretraining/resume.py);
 - `lr_factor`, `data_fingerprint`: before they were recorded; nothing to compare a resumed run's with.
 
+The checkpoint's `model_config.json` needs no step: it lists the model's fields, a decoder variant only when it is on
+(model/config.py `VARIANTS`), so one written before the variants existed reads as a model with them off.
+
 A run's config as it was dumped before `lr_schedule.decay_steps` could be unset (in config.yaml and in state.json)
 holds the unused default for the schedules without a decay: `run_config` drops it, for either file.
 """
