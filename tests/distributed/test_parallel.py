@@ -170,7 +170,7 @@ def test_bad_parallel_settings_fail_clearly(tmp_path, packed_dir, monkeypatch):
         Trainer(make_config(tmp_path, packed_dir, "x"), show_progress=False)
     assert not (tmp_path / "x").exists()
     cfg = make_config(tmp_path, packed_dir, "x", micro_batch=2)
-    meta = {"seq_len": 64, "tokenizer": {"mask_id": 3, "vocab_size": 320}}
+    meta = {"seq_len": 64, "tokenizer": {"mask_id": 3, "vocab_size": 320}, "max_token_id": 319}
     phases = objectives.Schedule.parse("clm").phases(10)
     with pytest.raises(EncoderlabError, match="4 sequences cannot be split evenly over 3 processes"):
         check_compatible(cfg, preset("tiny", vocab_size=320), meta, phases, world_size=3)

@@ -475,7 +475,7 @@ def state_without_config(run: Path) -> None:
     """The last checkpoint as written before checkpoints recorded their config (its checksums made to agree)."""
     ckpt = run / "checkpoints" / (run / "LATEST").read_text().strip()
     state = json.loads((ckpt / "state.json").read_text())
-    del state["config"]
+    del state["config"], state["format_version"]
     (ckpt / "state.json").write_text(json.dumps(state))
     sums = json.loads((ckpt / "checksums.json").read_text())
     sums["files"]["state.json"] = {"size": (ckpt / "state.json").stat().st_size,
@@ -504,8 +504,8 @@ def unrecorded(hurt: Callable[[Path], None]) -> Callable[[Path], None]:
     """`hurt` applied to data packed before meta.json recorded the tokenizer's digests."""
     def damage(packed: Path) -> None:
         meta = json.loads((packed / "meta.json").read_text())
-        del meta["tokenizer_files"]
-        (packed / "meta.json").write_text(json.dumps(meta))
+        del meta["tokenizer_files"], meta["format_version"]
+        (packed / "meta.json").write_text(json.dumps({**meta, "format": 1}))  # format 1, data/migrate_packed.py
         hurt(packed)
     return damage
 

@@ -21,6 +21,7 @@ from encoderlab.finetuning.training import lr_factor
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
+from encoderlab.runs.migrate_checkpoint import run_config
 from encoderlab.runs.schedule import LRSchedule
 
 TINY = {"preset": "tiny", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
@@ -46,7 +47,7 @@ def written_before_manifests(folder):
     """Make `folder` a checkpoint as encoderlab wrote them before checksums.json (and its mention in state.json)."""
     (folder / checkpoint.MANIFEST).unlink()
     state = json.loads((folder / "state.json").read_text())
-    del state["manifest"]
+    del state["manifest"], state["format_version"]
     (folder / "state.json").write_text(json.dumps(state))
 
 
@@ -136,7 +137,8 @@ def test_one_schedule_for_pretraining_and_fine_tuning():
     assert LRSchedule().decay_steps == 2000 and LRSchedule(kind="cosine").decay_steps is None
     with pytest.raises(ValueError, match="holds decay_steps: .*, which applies to kind 'wsd' only"):
         LRSchedule(kind="cosine", decay_steps=100)
-    assert LRSchedule.model_validate({"kind": "cosine", "decay_steps": 2000}).decay_steps is None  # older dumps
+    older_dump = {"lr_schedule": {"kind": "cosine", "decay_steps": 2000}}  # read through runs/migrate_checkpoint.py
+    assert LRSchedule.model_validate(run_config(older_dump)["lr_schedule"]).decay_steps is None
 
 
 def test_config_errors_name_the_key():
@@ -352,6 +354,7 @@ def test_schedule_reads_and_writes_as_the_users_string(tmp_path, packed_dir):
 
 
 def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packed_dir):
+    from encoderlab.data import migrate_packed
     from encoderlab.model.presets import preset
     from encoderlab.pretraining import objectives
     from encoderlab.pretraining.setup import check_compatible
@@ -360,11 +363,13 @@ def test_windows_longer_than_positions_and_mlm_without_mask_fail(tmp_path, packe
     cfg.model = type(cfg.model)(**{**TINY, "max_position_embeddings": 32})
     with pytest.raises(EncoderlabError, match="64 tokens but the model's positions stop at 32"):
         Trainer(cfg, show_progress=False)
-    meta = {"seq_len": 64, "tokenizer": {"mask_id": None, "vocab_size": 320}}
+    # an index of format 1, written before the largest id was recorded: read as data/migrate_packed.py reads it
+    meta = migrate_packed.upgrade({"format": 1, "seq_len": 64, "tokenizer": {"mask_id": None, "vocab_size": 320}},
+                                  "meta.json")
     with pytest.raises(EncoderlabError, match="no mask token"):
         check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.Schedule.parse("clm:50%,mlm").phases(10))
     check_compatible(cfg, preset("tiny", vocab_size=320), meta, objectives.Schedule.parse("clm").phases(10))
-    # Token ids against the model's vocabulary: the largest recorded at packing, else the tokenizer's last id.
+    # Token ids against the model's vocabulary: the largest recorded at packing (format 1: the tokenizer's last id).
     clm = objectives.Schedule.parse("clm").phases(10)
     check_compatible(cfg, preset("tiny", vocab_size=300), {**meta, "max_token_id": 299}, clm)
     for index, top in (({**meta, "max_token_id": 300}, 300), (meta, 319)):

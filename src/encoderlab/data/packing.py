@@ -14,8 +14,9 @@ Documented behaviour:
 meta.json is the index: per shard its windows and the SHA-256 of both files (hashed from memory as they are
 written, so it costs no extra read), the largest token id, and the size and SHA-256 of each file of the tokenizer
 (`tokenizer_files`: ids mean something only with the tokenizer that made them). `check_shards` compares the files
-with it, the tokenizer always by hash; indexes written before these fields existed are checked by size only, and
-their tokenizer by loading it.
+with it, the tokenizer always by hash. meta.json says its `format_version` and is read through
+`data/migrate_packed.py`: an index written before these fields existed is checked by size only, and its tokenizer by
+loading it.
 """
 from __future__ import annotations
 
@@ -29,10 +30,11 @@ import numpy as np
 
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import atomic_dir, read_json, sha256_of, write_json
+from encoderlab.data import migrate_packed
 from encoderlab.data.documents import Document
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 
-FORMAT_VERSION = 1
+PACKING = 1  # how documents become windows and shard files: a change repacks prepared data (data/prepare.py)
 META = "meta.json"
 TOKENIZER = "tokenizer"
 
@@ -217,7 +219,7 @@ def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int,
     if max_tokens is not None and not packer.full:
         raise DataError(f"the source has {splits['train']['tokens']:,} training tokens, fewer than --max-tokens "
                         f"{max_tokens:,}: add text or lower the budget")
-    meta = {"format": FORMAT_VERSION, "seq_len": seq_len, "dtype": packer.writers["train"].dtype.name,
+    meta = {"format_version": migrate_packed.FORMAT, "seq_len": seq_len, "dtype": packer.writers["train"].dtype.name,
             "tokenizer": tokenizer.info(), "val_fraction": val_fraction, "splits": splits,
             "max_token_id": packer.max_token_id()}
     if max_tokens is not None:
@@ -239,7 +241,7 @@ def tokenizer_files(root: Path) -> dict:
 def check_tokenizer(root: Path, meta: dict, fix: str) -> None:
     """Refuse a packed tokenizer that is not the one the data was packed with: its files against meta.json's
     digests; data packed before they were recorded, by loading it and comparing its vocabulary and special ids."""
-    folder, recorded = Path(root) / TOKENIZER, meta.get("tokenizer_files")
+    folder, recorded = Path(root) / TOKENIZER, meta["tokenizer_files"]
     if recorded is not None:
         found = tokenizer_files(root)
         bad = next((n for n in sorted(recorded.keys() | found.keys()) if recorded.get(n) != found.get(n)), None)
@@ -280,9 +282,7 @@ def read_meta(root: Path) -> dict:
         raise DataError(f"{root} is not a packed dataset (no {META}); create one with `encoderlab data prepare`")
     meta = read_json(file, "prepare the data again")
     try:
-        if meta.get("format") != FORMAT_VERSION:
-            raise DataError(f"{root} was packed with format {meta.get('format')}, this encoderlab reads format "
-                            f"{FORMAT_VERSION}: prepare the data again")
+        meta = migrate_packed.upgrade(meta, file)
         _check_index(meta)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         what = f"no {e}" if isinstance(e, KeyError) else str(e) or type(e).__name__
@@ -294,7 +294,7 @@ def _check_index(meta: dict) -> None:
     """Raise KeyError, TypeError or ValueError unless `meta` has the fields readers use, with usable values."""
     if int(meta["seq_len"]) < 1 or int(meta["tokenizer"]["vocab_size"]) < 1 or not np.dtype(meta["dtype"]):
         raise ValueError("seq_len and vocab_size must be positive")
-    if not all(isinstance(f, dict) for f in meta.get("tokenizer_files", {}).values()):
+    if not all(isinstance(f, dict) for f in (meta["tokenizer_files"] or {}).values()):
         raise ValueError("tokenizer_files must map each file to its size and SHA-256")
     for split in meta["splits"].values():
         for shard in split["shards"]:
@@ -310,7 +310,7 @@ def shard_files(root: Path, meta: dict):
             for kind, size in (("tokens", itemsize), ("docids", 4)):
                 parts = f"{shard['windows']} windows x {seq_len} tokens x {size} bytes"
                 yield (Path(root) / f"{shard['name']}.{kind}.bin", shard["windows"] * seq_len * size,
-                       shard.get("sha256", {}).get(kind), parts)
+                       shard.get("sha256", {}).get(kind), parts)  # format 1's may lack them
 
 
 def check_shards(root: Path, meta: dict, *, hashes: bool, fix: str) -> None:
@@ -331,16 +331,15 @@ def check_shards(root: Path, meta: dict, *, hashes: bool, fix: str) -> None:
 
 
 def max_token_id(meta: dict) -> int:
-    """The largest id a model reads from this data: its largest token (indexes from before it was recorded: the
-    tokenizer's last id) or a special token the objectives insert (the mask)."""
+    """The largest id a model reads from this data: its largest token or a special token the objectives insert
+    (the mask)."""
     tok = meta["tokenizer"]
-    top = meta.get("max_token_id", tok["vocab_size"] - 1)
-    return max([top, *(tok.get(f"{r}_id") or 0 for r in ("bos", "eos", "pad", "mask"))])
+    return max([meta["max_token_id"], *(tok.get(f"{r}_id") or 0 for r in ("bos", "eos", "pad", "mask"))])
 
 
 def fingerprint(meta: dict) -> str:
     """The identity of the data's content, wherever it lies: windows, shard hashes, tokenizer, length."""
     content = {k: meta[k] for k in ("seq_len", "dtype", "tokenizer", "splits")}
-    if "tokenizer_files" in meta:  # only then, so that data packed before they were recorded keeps its identity
+    if meta["tokenizer_files"] is not None:  # so that data packed before they were recorded keeps its identity
         content["tokenizer_files"] = meta["tokenizer_files"]
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]

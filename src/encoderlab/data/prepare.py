@@ -259,7 +259,7 @@ def _tokenizer(corpus_file: Path, opts: PrepareOptions, log) -> TextTokenizer:
 def _fingerprint(manifest: Path, opts: PrepareOptions) -> str:
     """Identifies what the packed shards were made from; a change in any of it repacks."""
     parts = [manifest.read_text(), str(opts.vocab_size), str(opts.seq_len), str(opts.val_fraction),
-             str(opts.tokenizer), str(opts.tokenizer_max_documents), str(packing.FORMAT_VERSION)]
+             str(opts.tokenizer), str(opts.tokenizer_max_documents), str(packing.PACKING)]
     if opts.max_tokens is not None:  # only then, so data prepared before the budget existed stays up to date
         parts.append(f"max_tokens={opts.max_tokens}")
     if opts.tokenizer:  # the same path may hold another tokenizer tomorrow: key on its content

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
+from encoderlab.finetuning import migrate_protocol
 from encoderlab.runs.config import AdamWSection, LearningRate, Seed, WandbSection
 from encoderlab.runs.optim import resolve_dtype, slow_dtype_note
 
@@ -20,18 +21,6 @@ if TYPE_CHECKING:
 # What `encoderlab sweep` and `finetune` (and the API) use when no protocol is given: shipped with the package.
 DEFAULT_PROTOCOL = CONFIGS / "eval" / "demo.yaml"
 TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_fraction")
-
-
-# Settings added after records existed, at the value that reproduces those records: left out of the protocol's hash
-# (finetuning/records.py protocol_key) there, so that the records made before each setting existed keep their key;
-# any other value is hashed, so never mixes.
-ADDED_SETTINGS = {"max_length_fraction": 0.99, "weights": "fp32", "sentence_pairs": "segments", "holdout": "encoderlab",
-                  "retrieval": {"train_on": None, "corpus": "all", "relevance": "graded", "loss": "infonce"},
-                  "tokens": {"labels": "first_subword", "dropout": 0.0, "metric": "entity_f1"},
-                  "qa": {"format": "spans"}, "inputs": "bos_eos", "classification_head": "linear",
-                  "batch_order": "length_buckets"}
-# Settings added inside a section after records existed: dropped from it at that value, the rest of it hashed as before.
-ADDED_SUBSETTINGS = {"retrieval": {"ndcg": "standard"}}
 
 
 class RetrievalSection(BaseModel):
@@ -135,10 +124,19 @@ class Protocol(BaseModel):
     curve_every: int = Field(10, gt=0, description="training loss recorded every N steps")
     wandb: WandbSection | None = Field(None, description="also log each run's scores and the summary to Weights & "
                                        "Biases (one W&B run per sweep); reporting only, not part of the protocol key")
+    format_version: int = Field(migrate_protocol.FORMAT, description="the format the protocol is stored in "
+                                "(finetuning/migrate_protocol.py); not a setting, not part of the protocol key")
     task_overrides: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="per task name: its own " + ", ".join(TASK_OVERRIDABLE) +
         " (e.g. more epochs for a small training set, longer inputs for long documents)")
     _context: int | None = PrivateAttr(None)  # the checkpoint's max_position_embeddings (`with_context`)
+
+    @model_validator(mode="after")
+    def _check_format(self) -> Protocol:
+        if self.format_version != migrate_protocol.FORMAT:  # a stored one of another is read through its migration
+            raise ValueError(f"format_version: {self.format_version}; a protocol is written in format "
+                             f"{migrate_protocol.FORMAT} (leave the key out)")
+        return self
 
     @model_validator(mode="after")
     def _check_grid(self) -> Protocol:

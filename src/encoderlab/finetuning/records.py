@@ -10,22 +10,19 @@ A record belongs to the weights it was made from: each names the SHA-256 of its 
 (`weights_sha256`), and nothing is used unchecked. A record is used (reused by a sweep, counted by a summary or a
 report) only when it reads, has the fields of a record, is the record of its own place (task, fingerprint, protocol
 key, tag, LR and seed as its path says: not another run's copied over) and was made from these weights. Anything
-else is run again by a sweep and named in its log, or left out of a report and named there. A record from before
-weights were named is used when the checkpoint it names holds these weights now (that path is how it was found
-before); when that checkpoint is gone or holds other weights, the run is done again, and the log says why.
+else is run again by a sweep and named in its log, or left out of a report and named there. Every record is read
+through `finetuning/migrate_records.py` (records of earlier formats, in the current one) and written with its
+`format_version`.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
 from pathlib import Path
 
-from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
-from encoderlab.finetuning.protocol import ADDED_SETTINGS, ADDED_SUBSETTINGS
-from encoderlab.runs import checkpoint as ckpt
+from encoderlab.finetuning import migrate_protocol, migrate_records
 
 WEIGHTS = "weights_sha256"  # the record's field: the SHA-256 of the weights file it was made from
 
@@ -37,22 +34,9 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
 
 
-REPORTING = ("name", "curve_every", "eval_batch_size", "wandb", "lr_choice")  # never part of the key
-
-
 def protocol_key(protocol: dict) -> str:
-    """`demo-1a2b3c4d`: the protocol's name and a hash of every setting but the reporting ones."""
-    settings = {k: _without_added(k, v) for k, v in protocol.items() if k not in REPORTING}
-    settings = {k: v for k, v in settings.items() if not (k in ADDED_SETTINGS and v == ADDED_SETTINGS[k])}
-    digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', protocol.get('name', 'protocol'))}-{digest}"
-
-
-def _without_added(key: str, value):
-    added = ADDED_SUBSETTINGS.get(key)
-    if not added or not isinstance(value, dict):
-        return value
-    return {k: v for k, v in value.items() if not (k in added and v == added[k])}
+    """`demo-1a2b3c4d`: the folder a protocol's records are filed under (finetuning/migrate_protocol.py `key`)."""
+    return migrate_protocol.key(protocol)
 
 
 def record_path(root: Path, tag: str, key: str, task: str, fingerprint: str, lr: float, seed: int) -> Path:
@@ -68,7 +52,7 @@ def recorded(root: Path, tag: str, key: str, scored: list[tuple[str, str]], trai
     found = []
     for name, fingerprint in scored:
         record, _ = usable(record_path(root, tag, key, name, fingerprint, lr, seed), weights)
-        if record is None or record.get("trained_on", {}).get("fingerprint", fingerprint) != trained_on:
+        if record is None or record["trained_on"].get("fingerprint") != trained_on:
             return None
         found.append(record)
     return found
@@ -93,12 +77,14 @@ def usable(path: Path, weights: str | None) -> tuple[dict | None, str]:
         record = json.loads(path.read_text())
     except (OSError, ValueError):  # a torn file cannot exist (atomic writes): a damaged or hand-made one is not used
         return None, "does not read as a JSON record"
+    if isinstance(record, dict):
+        record = migrate_records.upgrade(record, path)
     why = _not_a_record(record) or _not_its_place(record, path) or _other_weights(record, weights)
     return (None, why) if why else (record, "")
 
 
 FIELDS = {"task": str, "tag": str, "fingerprint": str, "lr": (int, float), "seed": int, "status": str,
-          "protocol": dict, "family": str, "metric": str}
+          "protocol": dict, "family": str, "metric": str, "trained_on": dict}
 
 
 def _not_a_record(record) -> str:
@@ -141,26 +127,10 @@ def _other_weights(record: dict, weights: str | None) -> str:
     made = record.get(WEIGHTS)
     if weights is None or made == weights:
         return ""
-    if made is None:  # from before records named their weights: the checkpoint it names says which they were
-        named = record.get("checkpoint")
-        made = _weights_at(named) if isinstance(named, str) else None
-        if made is None:
-            return (f"was made before records named their weights, and the checkpoint it names ({named}) is gone or "
-                    "unreadable: "
-                    "which weights made it cannot be told")
-        if made == weights:
-            return ""
+    if made is None:  # a record of format 0 whose checkpoint is gone (finetuning/migrate_records.py)
+        return (f"was made before records named their weights, and the checkpoint it names "
+                f"({record.get('checkpoint')}) is gone or unreadable: which weights made it cannot be told")
     return f"was made from other weights (SHA-256 {str(made)[:12]}, this checkpoint's {weights[:12]})"
-
-
-def _weights_at(checkpoint: str) -> str | None:
-    path = Path(checkpoint)
-    if not (path / ckpt.WEIGHTS).is_file():
-        return None
-    try:
-        return ckpt.weights_digest(path)
-    except (OSError, EncoderlabError):
-        return None
 
 
 def write(path: Path, record: dict) -> None:

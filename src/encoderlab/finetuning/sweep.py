@@ -21,7 +21,7 @@ import torch
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
 from encoderlab.core.process import run_lock
-from encoderlab.finetuning import records
+from encoderlab.finetuning import migrate_records, records
 from encoderlab.finetuning.aggregate import summarize
 from encoderlab.finetuning.batched import finetune_grid
 from encoderlab.finetuning.engines import ENGINES, choose_engine
@@ -325,8 +325,9 @@ class Sweep:
     def record(self, task: EvalTask, train: EvalTask, body: dict) -> dict:
         """The record of `task` for a run trained on `train` with this result body."""
         base, trivial = self.baselines[task.name], baselines.trivial_name(task)
-        return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,
-                "task": task.name, "fingerprint": task.fingerprint, "family": task.family, "metric": task.metric,
+        return {"format_version": migrate_records.FORMAT, "checkpoint": str(self.checkpoint), "tag": self.tag,
+                records.WEIGHTS: self.digest, "task": task.name, "fingerprint": task.fingerprint,
+                "family": task.family, "metric": task.metric,
                 "scheme": task.scheme, "protocol": self.protocol.model_dump(mode="json"),
                 "max_length": self.protocol.for_task(task.name).length_for(task.family),  # `auto` resolved
                 "truncated": {**task.truncated, "unit": task.truncation_unit},

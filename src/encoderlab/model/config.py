@@ -32,8 +32,9 @@ class RopeScaling(BaseModel):
         return self
 
 
-# Off values of the decoder variants. A field at its off value is left out of `model_dump`, so the paper's models
-# and every model_config.json written before these fields existed serialise exactly as before.
+# Off values of the decoder variants. A field at its off value is left out of `model_dump`: a model_config.json lists
+# only the variants its model uses, so one of any checkpoint format (runs/migrate_checkpoint.py) reads the same, a
+# missing variant being off, and a model without variants is described by the same fields as the paper's.
 VARIANTS = {"attention_bias": "none", "qk_norm": False, "head_dim": None, "rope_scaling": None,
             "sliding_window": None}
 

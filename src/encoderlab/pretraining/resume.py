@@ -19,7 +19,7 @@ from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import atomic_file
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.objectives import phase_at
-from encoderlab.runs import checkpoint
+from encoderlab.runs import checkpoint, migrate_checkpoint
 
 CONFIG = "config.yaml"
 
@@ -72,7 +72,7 @@ def saved_config(run_dir: Path) -> tuple[Path, PretrainConfig] | None:
     if not file.exists():
         return None
     try:
-        return file, PretrainConfig.model_validate(read_yaml(file.read_text()))
+        return file, PretrainConfig.model_validate(migrate_checkpoint.run_config(read_yaml(file.read_text())))
     except (OSError, ValueError, yaml.YAMLError):  # pydantic's ValidationError is a ValueError
         raise EncoderlabError(f"{file} is damaged or not a pretraining config, so this run cannot be compared with "
                               "the one it continues: restore the file, or start a new run (--set name=...)") from None
@@ -82,20 +82,20 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
                    where: Path | None = None, adopt: bool = False) -> bool:
     """Refuse, in one line listing each key (old -> new), a config that would continue `cfg.run_dir` as another
     run; returns whether this is an extension to record (`record_config`). Without the run's config files, the
-    config its checkpoint (`where`, whose `state`) recorded is the run's; a checkpoint too old to hold one is
-    refused unless `adopt`."""
+    config its checkpoint (`where`, whose `state`: runs/migrate_checkpoint.py's current format) recorded is the
+    run's; a checkpoint too old to hold one is refused unless `adopt`."""
     run_dir, found = cfg.run_dir, saved_config(cfg.run_dir)
-    if found is None and state is not None and isinstance(state.get("config"), dict):
+    if found is None and state is not None and state["config"] is not None:
         found = (Path(where or "") / "state.json", PretrainConfig.model_validate(state["config"]))
     new = _flat(cfg.model_dump(mode="json"))
     old = _flat(found[1].model_dump(mode="json")) if found else {}
     if state is not None and not found:  # a run from before config history: its checkpoint says what it was
         _check_adopted(run_dir, where, adopt)
-        recorded = {"objective": state.get("schedule"), "train.steps": state.get("total_steps")}
+        recorded = {"objective": state["schedule"], "train.steps": state["total_steps"]}
         old = {k: v for k, v in recorded.items() if v is not None}
     keys = old.keys() | new.keys() if found else old.keys()  # a key set only now (a model field) is a change too
     changed = _changed(old, new, keys)
-    if state is not None and state.get("data_fingerprint") not in (None, data_fingerprint):
+    if state is not None and state["data_fingerprint"] not in (None, data_fingerprint):
         changed.insert(0, "data.path")
     extending = [k for k in changed if k.startswith(EXTENDABLE)]
     if changed and not (extend and extending == changed):
@@ -146,8 +146,9 @@ DTYPE_HINT = " (`auto` takes bf16 only where the device multiplies bf16 natively
 def _check_past(cfg: PretrainConfig, state: dict, before: PretrainConfig | None) -> None:
     """The LR of the next step must be the one the checkpoint was saved with, and, for an extension (`before`: the
     run's definition), every step trained must keep its LR and objective: otherwise the run would not continue."""
-    # NaN (a checkpoint that did not record its LR) compares as continuous: nothing to check it against.
-    step, lr, saved_lr = state["step"], cfg.lr_schedule, state.get("lr_factor", math.nan)
+    # A checkpoint that did not record its LR (None) compares as continuous: nothing to check it against.
+    step, lr = state["step"], cfg.lr_schedule
+    saved_lr = math.nan if state["lr_factor"] is None else state["lr_factor"]
     first = None if not abs(lr.factor(step, cfg.train.steps) - saved_lr) > 1e-9 else (
         step, saved_lr, lr.factor(step, cfg.train.steps), "LR")
     if before is not None and first is None:

@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 
 from encoderlab.core.errors import EncoderlabError, resolved
 from encoderlab.core.io import atomic_dir, atomic_file, remove_leftovers, sha256_of, write_json
+from encoderlab.runs import migrate_checkpoint
 
 if TYPE_CHECKING:
     from encoderlab.data.tokenizer import TextTokenizer
@@ -71,7 +72,8 @@ def write_folder(folder: Path, step: int, weights: dict[str, torch.Tensor], conf
         tokenizer.save(folder / "tokenizer")
     for name, obj in (extra_json or {}).items():
         write_json(folder / name, obj)
-    write_json(folder / "state.json", {**state, "step": step, "manifest": MANIFEST})
+    write_json(folder / "state.json", {**state, "step": step, "manifest": MANIFEST,
+                                       "format_version": migrate_checkpoint.FORMAT})
 
 
 def save_weights_only(dest: Path, weights: dict[str, torch.Tensor], config, tokenizer: Path | TextTokenizer,
@@ -141,11 +143,7 @@ _HASHED: dict[tuple, str] = {}
 def _manifest(path: Path) -> dict[str, dict] | None:
     """{relative path: {size, sha256}}, or None for a checkpoint written before manifests."""
     if not (path / MANIFEST).exists():
-        try:
-            claimed = json.loads((path / "state.json").read_text()).get("manifest")
-        except (OSError, ValueError, AttributeError):
-            claimed = True  # no readable state to say it predates manifests: refuse rather than trust
-        if not claimed:
+        if _written_before_manifests(path):
             return None
         raise EncoderlabError(f"checkpoint file {path / MANIFEST} is missing (its writer wrote one){_older_hint(path)}")
     try:
@@ -153,6 +151,15 @@ def _manifest(path: Path) -> dict[str, dict] | None:
     except ValueError:
         raise EncoderlabError(f"checkpoint file {path / MANIFEST} is damaged: not the list of checksums its writer "
                               f"wrote{_older_hint(path)}") from None
+
+
+def _written_before_manifests(path: Path) -> bool:
+    """Whether the checkpoint's state says it was written before checksums existed (no manifest to check)."""
+    try:
+        state = json.loads((path / "state.json").read_text())
+    except (OSError, ValueError):
+        return False  # no readable state to say so: refuse rather than trust
+    return isinstance(state, dict) and migrate_checkpoint.upgrade_state(state, path / "state.json")["manifest"] is None
 
 
 def _listed(path: Path) -> dict[str, dict]:
@@ -228,8 +235,9 @@ def newest_complete(run_dir: Path) -> Path | None:
 
 
 def load_state(path: Path) -> dict:
+    """The checkpoint's state.json, verified, in the current format (runs/migrate_checkpoint.py)."""
     verify(path, ("state.json",))
-    return json.loads((path / "state.json").read_text())
+    return migrate_checkpoint.upgrade_state(json.loads((path / "state.json").read_text()), path / "state.json")
 
 
 def resolve(path: str | Path) -> Path:

@@ -9,7 +9,7 @@ their own decay.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -41,16 +41,6 @@ class LRSchedule(BaseModel):
                                                             f"(default {WSD_DECAY_STEPS})")
     decay_shape: Literal["linear", "1-sqrt"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0, description="LR at the end, as a fraction of the peak")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _drop_written_default(cls, data: Any) -> Any:
-        # Run folders written before decay_steps could be unset hold the unused default 2000 for cosine and
-        # constant schedules; they still resume.
-        if isinstance(data, dict) and data.get("kind") in ("cosine", "constant") \
-                and data.get("decay_steps") == WSD_DECAY_STEPS:
-            data = {k: v for k, v in data.items() if k != "decay_steps"}
-        return data
 
     @model_validator(mode="after")
     def _check(self) -> LRSchedule:

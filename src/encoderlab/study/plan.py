@@ -19,6 +19,7 @@ from encoderlab.pretraining import objectives
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.runs.checkpoint import checkpoint_name
 from encoderlab.study import imported as imp
+from encoderlab.study import migrate_plan
 from encoderlab.study.comparisons import check_comparisons
 from encoderlab.study.existing import locate
 from encoderlab.study.grid import Grid, PretrainRun, shared_config
@@ -129,7 +130,8 @@ class Plan:
                  "branch_step": r.branch_step, "tokens_per_step": r.tokens_per_step, "flops": r.naive_flops,
                  "split_shares": r.split_shares}
                 for r in self.order()]
-        return {"study": self.spec.name, "spec": self.spec.model_dump(mode="json"), "budget": self.spec.budget,
+        return {"format_version": migrate_plan.FORMAT, "study": self.spec.name,
+                "spec": self.spec.model_dump(mode="json"), "budget": self.spec.budget,
                 "protocol": protocol.model_dump(mode="json"), "runs": runs, "evaluations": evaluations,
                 "paper_results": paper, "summary": self.summary()}
 

@@ -16,11 +16,11 @@ from pathlib import Path
 from scipy import stats
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.core.io import read_json
 from encoderlab.finetuning import records
 from encoderlab.finetuning.aggregate import summarize
 from encoderlab.runs.checkpoint import weights_digest
 from encoderlab.runs.logging import read_metrics
+from encoderlab.study import migrate_plan
 from encoderlab.study.intervals import CategoryScore, category_score
 from encoderlab.tasks import registry
 
@@ -137,19 +137,11 @@ class StudyResults:
     def __init__(self, root: Path, metric: str = "score", lr_choice: str | None = None) -> None:
         """`metric`: "score" (the protocol's) or "standard" (the field's); `lr_choice`: None for the protocol's."""
         self.root = Path(root)
-        plan_path = self.root / "plan.json"
-        if not plan_path.exists():
-            raise EncoderlabError(f"{self.root} is not a study folder (no plan.json): give the folder that "
-                                  "`encoderlab study run` printed, e.g. studies/demo")
-        self.plan = read_json(plan_path, "run the study again (`encoderlab study run STUDY_FILE`) to write it")
-        if not isinstance(self.plan, dict) or not {"protocol", "evaluations", "runs"} <= self.plan.keys():
-            raise EncoderlabError(f"{plan_path} is not a study's plan (protocol, evaluations and runs expected): "
-                                  "run the study again (`encoderlab study run STUDY_FILE`) to write it")
+        self.plan = migrate_plan.read(self.root)
         if metric not in METRICS:
             raise EncoderlabError(f"metric {metric!r} is not one of {', '.join(METRICS)}")
         self.metric = metric
-        # as the study's protocol says (a plan from before the setting: mean_over_seeds, the rule of its time)
-        self.lr_choice = lr_choice or self.plan["protocol"].get("lr_choice", "mean_over_seeds")
+        self.lr_choice = lr_choice or self.plan["protocol"]["lr_choice"]  # as the study's protocol says
         self.protocol_key = records.protocol_key(self.plan["protocol"])
         self.evaluations = {e["label"]: e for e in self.plan["evaluations"]}
         self.runs = {r["name"]: r for r in self.plan["runs"]}
