@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from encoderlab.data.tokenizer import train_bpe
+from encoderlab.finetuning import migrate_records
 from encoderlab.finetuning.aggregate import summarize
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
@@ -183,7 +184,8 @@ def test_lexical_baselines_read_what_the_model_reads_with_the_full_text_beside()
 
 def test_records_from_before_the_models_view_read_as_full_text():
     old = record(0, 30.0, baselines={"test": {"random": {"score": 1.0}, "bm25": {"score": 80.0}}})
-    [entry] = summarize([{**old, "family": "retrieval"}])["tasks"].values()
+    read = migrate_records.upgrade({**old, "family": "retrieval"}, "r.json")  # as records.load_all reads it
+    [entry] = summarize([read])["tasks"].values()
     assert entry["baselines"] == {"random": 1.0, "bm25_full_text": 80.0}
     assert entry["strongest_baseline"] == {"name": "bm25_full_text", "value": 80.0}
     assert baselines.columns("retrieval", [entry]) == ["random", "bm25", "bm25_full_text"]

@@ -22,6 +22,7 @@ def test_a_plan_of_format_0_reads_under_the_rules_of_its_time(tmp_path):
     plan = migrate_plan.read(tmp_path)
     assert plan["format_version"] == migrate_plan.FORMAT
     assert plan["protocol"]["lr_choice"] == "mean_over_seeds" and plan["protocol"]["inputs"] == "bos_eos"
+    assert plan["spec"] == {"findings": "paper", "comparisons": []}  # reported with the paper's findings, as then
     results = StudyResults(tmp_path)
     assert results.lr_choice == "mean_over_seeds"
     assert results.protocol_key == records.protocol_key(OLD_PROTOCOL)  # where its records were filed

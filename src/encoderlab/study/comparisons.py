@@ -19,15 +19,13 @@ EVALUATED = ("final", "intermediate")  # the kinds of evaluation that are a run'
 
 
 def declared(plan: dict) -> list[ComparisonSpec]:
-    """The comparisons a study's plan.json holds (none in a plan written before study files declared them)."""
-    return [ComparisonSpec.model_validate(c) for c in (plan.get("spec") or {}).get("comparisons") or []]
+    """The comparisons a study's plan (read through study/migrate_plan.py) declares."""
+    return [ComparisonSpec.model_validate(c) for c in plan["spec"]["comparisons"] or []]
 
 
 def findings_set(plan: dict) -> str | None:
-    """The named set of comparisons the study turns on. A plan whose study file predates the `findings:` key was
-    reported with the paper's findings whatever it trained: it keeps them."""
-    spec = plan.get("spec")
-    return "paper" if spec is None or "findings" not in spec else spec["findings"]
+    """The named set of comparisons the study turns on (`findings:`), if any."""
+    return plan["spec"]["findings"]
 
 
 def label_of(ref: str, evaluations: dict[str, dict]) -> str | None:

@@ -3,8 +3,9 @@
 `encoderlab study run` writes plan.json (study/plan.py `Plan.record`) each time it runs, so a study folder holds the
 plan of the code that ran it last; the report reads it as it was left. Format 1: `format_version: 1`, the protocol
 in its own current format (finetuning/migrate_protocol.py), the runs and the evaluations. Format 0 (no
-`format_version`) differs only in its protocol, which may lack settings added since (a plan from before `lr_choice`
-is read under mean_over_seeds, the rule of its time).
+`format_version`) may lack settings its protocol has since (a plan from before `lr_choice` is read under
+mean_over_seeds, the rule of its time) and the study file's `findings` and `comparisons` (read as the paper's
+findings and none).
 """
 from __future__ import annotations
 
@@ -36,4 +37,9 @@ def read(root: Path) -> dict:
 
 
 def _from_unversioned(plan: dict) -> dict:
-    return plan  # its protocol is upgraded by its own migration, whatever the plan's format
+    """Its study file could not turn the paper's findings on or off, nor declare comparisons: it was reported with
+    the paper's findings whatever it trained, and keeps them. (Its protocol is upgraded by its own migration.)"""
+    spec = dict(plan.get("spec") or {})
+    spec.setdefault("findings", "paper")
+    spec.setdefault("comparisons", [])
+    return {**plan, "spec": spec}

@@ -224,8 +224,6 @@ def of_records(recs: list[dict], metric: str = "score") -> dict[str, float]:
     named = next((r["baselines"] for r in newest if isinstance(r.get("baselines"), dict)), {})
     test = named.get("test") if isinstance(named.get("test"), dict) else {}  # a damaged field: what reads as numbers
     found = {n: s[metric] for n, s in test.items() if isinstance(s, dict) and _number(s.get(metric))}
-    if not any(n.endswith(FULL_TEXT) for n in found):  # baselines from before the model's view: they read it all
-        found = {(n + FULL_TEXT if n in LEXICAL else n): v for n, v in found.items()}
     value = (newest[0].get("baseline") or {}).get("test", {}).get(metric)
     trivial = family(newest[0]["family"]).trivial_name(newest[0].get)
     return ({trivial: value} if _number(value) else {}) | found
