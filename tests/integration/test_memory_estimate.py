@@ -1,4 +1,4 @@
-"""The fine-tuning memory estimate (finetuning/feedback.py) against the peak resident memory of real fine-tuning
+"""The fine-tuning memory estimate (finetuning/memory.py) against the peak resident memory of real fine-tuning
 steps: a fresh process (as a sweep's command or worker is, glibc keeping freed memory) builds the run the sweep
 builds (its copy of the checkpoint's weights, the backbone, a head, fused AdamW) on random weights, trains a few
 steps and reads its own high-water mark (VmHWM, /proc/self/status), which counts everything torch allocates."""
@@ -17,7 +17,7 @@ import json, sys
 from encoderlab.core.process import keep_freed_memory
 keep_freed_memory()
 import torch
-from encoderlab.finetuning.feedback import estimate
+from encoderlab.finetuning.memory import estimate
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.training import FinetuneRun
 from encoderlab.model import attention

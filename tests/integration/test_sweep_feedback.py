@@ -12,7 +12,8 @@ from test_sweep import task_yaml, tiny_checkpoint  # noqa: F401 - fixtures
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetuning import records
-from encoderlab.finetuning.feedback import LIMIT_ENV, Heartbeat, estimate
+from encoderlab.finetuning.heartbeat import Heartbeat
+from encoderlab.finetuning.memory import LIMIT_ENV, estimate
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.model.presets import preset
@@ -56,11 +57,11 @@ def test_the_estimate_grows_with_batch_and_length_and_counts_adamw():
 
 
 def test_the_process_own_footprint_is_measured_and_not_asked_of_the_machine_twice(monkeypatch):
-    from encoderlab.finetuning import feedback
-    monkeypatch.setattr(feedback, "resident_bytes", lambda: 700 * 2**20)  # a process that holds 700 MB now
+    from encoderlab.finetuning import memory
+    monkeypatch.setattr(memory, "resident_bytes", lambda: 700 * 2**20)  # a process that holds 700 MB now
     est = estimate(preset("micro", vocab_size=320), SimpleNamespace(family="classification"), Protocol(**PROTOCOL))
-    assert est.runtime == 700 * 2**20 + feedback.WORKING_BYTES and est.resident == 700 * 2**20
-    run = est.weights + est.activations + feedback.WORKING_BYTES
+    assert est.runtime == 700 * 2**20 + memory.WORKING_BYTES and est.resident == 700 * 2**20
+    run = est.weights + est.activations + memory.WORKING_BYTES
     assert est.to_ask(1) == run  # a run in this process: what it holds is already resident
     assert est.to_ask(3) == 3 * est.total  # each worker process is new and holds as much again
     gpu = estimate(preset("micro", vocab_size=320), SimpleNamespace(family="classification"), Protocol(**PROTOCOL),

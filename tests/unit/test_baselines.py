@@ -58,7 +58,7 @@ def test_always_abstain_scores_the_share_of_unanswerable_questions():
     test = qa_rows(["Paris", None, "Oslo", None])  # 2 of 4 unanswerable: 50
     task = QATask("qa", {"train": qa_rows(["Rome", None]), "validation": qa_rows(["Bonn"]), "test": test},
                   allow_unanswerable=True)
-    task.tagging = None  # the spans format, as adopt() sets it
+    task.tagging = None  # the spans format, as apply_protocol() sets it
     found = baselines.every(task)
     assert found["test"]["always_abstain"]["score"] == found["test"]["always_abstain"]["exact_match"] == 50.0
     assert "always_abstain" not in found["validation"]  # every validation question has an answer: not applicable

@@ -35,7 +35,7 @@ class WordTokenizer:
 
 
 def adopted(task: ClassificationTask, **settings) -> ClassificationTask:
-    task.adopt(Protocol(**settings))
+    task.apply_protocol(Protocol(**settings))
     return task
 
 
@@ -201,7 +201,7 @@ def test_both_engines_train_the_dense_gelu_head_alike(tok):  # noqa: F811
     task, cfg, weights, protocol = setup("classification", tok)
     protocol = protocol.model_copy(update={"classification_head": "dense_gelu", "inputs": "eos",
                                            "batch_order": "random"})
-    task.adopt(protocol)
+    task.apply_protocol(protocol)
     task.prepare(tok, 48)
     assert isinstance(seeded_head(task, cfg.hidden_size, 0), nn.Sequential)  # the premise: runs get the new head
     runs = [(lr, seed) for lr in protocol.lrs for seed in protocol.seeds]

@@ -48,7 +48,7 @@ EXAMPLES = [ex("e1", "Where?", SHORT, "Oslo"),
 def tagging_task(examples=EXAMPLES, **protocol) -> QATask:
     task = QATask("toy", {s: [dict(e) for e in examples] for s in ("train", "validation", "test")},
                   allow_unanswerable=True)
-    task.adopt(Protocol(qa={"format": "tagging"}, **protocol))
+    task.apply_protocol(Protocol(qa={"format": "tagging"}, **protocol))
     return task
 
 
@@ -120,7 +120,7 @@ def test_position_f1_and_squad_f1_of_hand_made_predictions(words, monkeypatch):
 def test_trivial_baseline_is_the_first_span_in_both_metrics(words):
     splits = {"train": EXAMPLES + [ex("e6", "Who?", SHORT, "Ada met")], "validation": EXAMPLES, "test": EXAMPLES}
     task = QATask("toy", splits, allow_unanswerable=True)
-    task.adopt(Protocol(qa={"format": "tagging"}, inputs="eos"))
+    task.apply_protocol(Protocol(qa={"format": "tagging"}, inputs="eos"))
     task.prepare(words, max_length=12)
     base = task.trivial_baseline("test")
     # Median first-answer length in train (1, 2, 1, 3, 2 words) is 2: the first span is "Ada met", positions {6, 7}.
@@ -176,7 +176,7 @@ def test_head_dropout_and_loss_over_labelled_tokens(words):
 
 def test_spans_mode_takes_inputs_and_batch_order(words):
     spans = QATask("toy", {s: EXAMPLES for s in ("train", "validation", "test")}, allow_unanswerable=True)
-    spans.adopt(Protocol(inputs="eos", batch_order="random"))
+    spans.apply_protocol(Protocol(inputs="eos", batch_order="random"))
     assert spans.tagging is None and spans.metric == "f1"
     spans.prepare(words, max_length=32)
     first = spans.windows("train")[0]
@@ -216,7 +216,7 @@ def test_batched_engine_gives_the_sequential_records(one_thread):
                         seeds=[0, 1], max_length=40, dtype="fp32", warmup_fraction=0.25, curve_every=2,
                         qa={"format": "tagging"}, inputs="eos", batch_order="random")
     task = toy_tagging(21)
-    task.adopt(protocol)
+    task.apply_protocol(protocol)
     task.prepare(tok, 40)
     cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=2, num_key_value_heads=1)
@@ -232,7 +232,7 @@ def test_batched_engine_gives_the_sequential_records(one_thread):
         assert set(body["scores"]["test"]) == {"score", "token_f1", "standard", "f1", "exact_match"}
         assert [p[1] for p in body["curve"]] == pytest.approx([p[1] for p in alone["curve"]], rel=1e-5)
     # Dropout draws random masks, which vmap refuses: the trial step fails and `auto` trains sequentially.
-    task.adopt(protocol.model_copy(update={"tokens": protocol.tokens.model_copy(update={"dropout": 0.1})}))
+    task.apply_protocol(protocol.model_copy(update={"tokens": protocol.tokens.model_copy(update={"dropout": 0.1})}))
     task.prepare(tok, 40)
     assert "random" in engines.batched_step_fails(task, cfg, weights, runs[:2], protocol, CPU)
 

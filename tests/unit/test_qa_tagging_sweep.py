@@ -71,7 +71,7 @@ def test_tagging_learns_to_tag_the_answer():
     texts = [r["context"] + " Question: " + r["question"] + " Context:" for r in rows(64, "x", 9, 3)]
     tok = train_bpe(texts + [" ".join(FILLER)] * 4, 400)
     task = QATask("fit", {"train": data, "validation": data, "test": data}, allow_unanswerable=True)
-    task.adopt(Protocol(qa={"format": "tagging"}, inputs="eos"))
+    task.apply_protocol(Protocol(qa={"format": "tagging"}, inputs="eos"))
     task.prepare(tok, 64)
     assert task.trivial_baseline("test")["score"] < 50
     torch.manual_seed(0)

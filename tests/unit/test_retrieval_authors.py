@@ -115,7 +115,7 @@ def test_one_corpus_of_the_validation_and_test_judgements(tok):  # noqa: F811
     corpus, queries, qrels = make_data(n_docs=30)
     qrels["validation"]["q8"]["d20"] = 0  # judged (not relevant) in validation only
     task = R.RetrievalTask("synthetic", corpus, queries, qrels)
-    task.adopt(authors())
+    task.apply_protocol(authors())
     task.prepare(tok, max_length=64)
     # validation judges d8, d9, d10, d20; test d10, d11: 5 documents, the train ones (d0-d7) never
     assert task.searched_documents("validation") == task.searched_documents("test") == 5
@@ -128,7 +128,7 @@ def test_one_corpus_of_the_validation_and_test_judgements(tok):  # noqa: F811
 def test_the_protocol_reaches_the_task_and_its_scores(tok):  # noqa: F811
     corpus, queries, qrels = make_data(n_docs=30)
     task = R.RetrievalTask("synthetic", corpus, queries, qrels)
-    task.adopt(authors())
+    task.apply_protocol(authors())
     assert (task.metric, task.standard_metric) == ("ndcg@10_top10_only", "ndcg@10")
     assert TrainedOnce(task, [task]).metric == "ndcg@10_top10_only"
     task.prepare(tok, max_length=64)
@@ -136,7 +136,7 @@ def test_the_protocol_reaches_the_task_and_its_scores(tok):  # noqa: F811
     for scores in (task.evaluate(model, task.make_head(32, None), "validation", 4), task.trivial_baseline("test")):
         assert scores["score"] == scores["ndcg@10_top10_only"] and scores["standard"] == scores["ndcg@10"]
         assert scores["score"] >= scores["standard"]  # the ideal over fewer documents can only be smaller
-    task.adopt(Protocol())
+    task.apply_protocol(Protocol())
     assert task.metric == "ndcg@10" and task.searched_documents("test") == 30
     with pytest.raises(ValueError, match="judged_any_split searches only"):
         authors({"max_corpus_documents": 100})
@@ -149,7 +149,7 @@ def test_inputs_eos_no_bos_and_a_cut_text_loses_its_eos(tok, tmp_path):  # noqa:
     corpus, queries, qrels = make_data()
     task = R.RetrievalTask("synthetic", corpus, queries, qrels)
     task.prepare(tok, max_length=256, cache_dir=tmp_path)
-    task.adopt(authors({"inputs": "eos"}))
+    task.apply_protocol(authors({"inputs": "eos"}))
     task.prepare(tok, max_length=256, cache_dir=tmp_path)
     assert len(list(tmp_path.glob("retrieval-*.pt"))) == 2  # the inputs are part of the cache key
     docs, query_tokens = task._prepared()
@@ -170,7 +170,7 @@ def docs_cut(task: R.RetrievalTask, doc: str) -> list[int]:
 def test_batch_order_random_draws_the_trainers_permutation(tok):  # noqa: F811
     corpus, queries, qrels = make_data()
     task = R.RetrievalTask("synthetic", corpus, queries, qrels)
-    task.adopt(authors({"batch_order": "random"}))
+    task.apply_protocol(authors({"batch_order": "random"}))
     task.prepare(tok, max_length=64)
     _, query_tokens = task._prepared()
     qids = sorted(task.qrels["train"])  # q0 .. q7

@@ -19,7 +19,7 @@ from encoderlab.tasks.qa import (
     QATask,
     best_span,
     char_span_to_tokens,
-    hold_out,
+    hold_out_articles,
     load_offline_qa,
     load_squad_json,
 )
@@ -264,8 +264,8 @@ def test_squad_json_loader_and_hold_out(tmp_path):
     assert 0.05 <= len(task.splits["validation"]) / 120 < 0.1
     rows = task.splits["train"] + task.splits["validation"]
     shuffled = random.Random(0).sample(rows, len(rows))
-    ids = [{r["id"] for r in part} for part in hold_out(rows)]
-    assert ids == [{r["id"] for r in part} for part in hold_out(shuffled)]  # seeded, independent of order
+    ids = [{r["id"] for r in part} for part in hold_out_articles(rows)]
+    assert ids == [{r["id"] for r in part} for part in hold_out_articles(shuffled)]  # seeded, independent of order
     broken = {"data": [{"paragraphs": [{"context": "x", "qas": [{"id": "a"}]}]}]}  # no question, no answers
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(DataError, match="broken.json.*SQuAD schema"):

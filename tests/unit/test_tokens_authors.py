@@ -38,7 +38,7 @@ def hand_tokenizer() -> TextTokenizer:
 def hand_task(**protocol) -> TokenTask:
     rows = [{"id": f"s{i}", "tokens": w, "tags": t} for i, (w, t, _) in enumerate(SENTENCES)]
     task = TokenTask("hand", {s: [dict(r) for r in rows] for s in ("train", "validation", "test")}, NER, "iob2")
-    task.adopt(Protocol(**protocol))
+    task.apply_protocol(Protocol(**protocol))
     task.prepare(hand_tokenizer(), 64)
     return task
 

@@ -15,8 +15,8 @@ SAVE_MODELS_HELP = ("none | chosen | all: save fine-tuned models under --models:
 
 
 def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = False):
-    """The `Keeper` of `--save` (exact: one run's folder) or `--save-models MODE --models FOLDER`; None: nothing."""
-    from encoderlab.finetuning.keep import MODES
+    """The `ModelSaver` of `--save` (exact: one run's folder) or `--save-models MODE --models FOLDER`; None: nothing."""
+    from encoderlab.finetuning.model_saving import MODES
 
     if mode not in MODES:
         raise EncoderlabError(f"--save-models {mode!r}: give one of {', '.join(MODES)}")

@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, vmap
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.finetuning.feedback import HEARTBEAT_S, minutes
+from encoderlab.finetuning.heartbeat import HEARTBEAT_S, minutes
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.training import (
     LossCurve,

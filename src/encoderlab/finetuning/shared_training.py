@@ -4,9 +4,9 @@ user's own task file with train qrels, which trains on them (`tasks.trains_on_it
 
 The one place that reads `retrieval.train_on`: which task trains (`trainer_spec`), what a sweep trains
 (`training_units`) and how a study groups its evaluation jobs (`job_groups`). A sweep trains *units*: a task is the
-unit of itself (`EvalTask.training_task`, `scored_tasks`, `member_bodies`), and `TrainedOnce` is the other kind, which
+unit of itself (`EvalTask.training_task`, `scored_tasks`, `bodies_by_task`), and `TrainedOnce` is the other kind, which
 the engines train like a task (its batches, head and loss are the training task's), whose `evaluate` scores every
-member and whose `member_bodies` turns the one run's record body into one body per member.
+member and whose `bodies_by_task` turns the one run's record body into one body per member.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from torch import Tensor, nn
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.tasks.base import EvalTask, set_apart
+from encoderlab.tasks.base import EvalTask, record_scores
 from encoderlab.tasks.retrieval import RetrievalTask
 
 
@@ -49,11 +49,11 @@ class TrainedOnce:
         by_task = {m.name: m.evaluate(backbone, head, split, batch_size) for m in self.scored_tasks}
         return {"score": math.fsum(m["score"] for m in by_task.values()), "by_task": by_task}
 
-    def member_bodies(self, body: dict) -> dict[str, dict]:
+    def bodies_by_task(self, body: dict) -> dict[str, dict]:
         """The run's record body as one body per member: its own scores (a failed run fails for all)."""
         if body["status"] != "ok":
             return {m.name: body for m in self.scored_tasks}
-        return {m.name: {**body, **set_apart({s: v["by_task"][m.name] for s, v in body["scores"].items()})}
+        return {m.name: {**body, **record_scores({s: v["by_task"][m.name] for s, v in body["scores"].items()})}
                 for m in self.scored_tasks}
 
 

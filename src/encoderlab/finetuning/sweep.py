@@ -25,8 +25,9 @@ from encoderlab.finetuning import migrate_records, records
 from encoderlab.finetuning.aggregate import summarize
 from encoderlab.finetuning.batched import finetune_grid
 from encoderlab.finetuning.engines import ENGINES, choose_engine
-from encoderlab.finetuning.feedback import Heartbeat, check_memory
-from encoderlab.finetuning.keep import Keeper, check_keep, check_tasks, save_chosen, save_run
+from encoderlab.finetuning.heartbeat import Heartbeat
+from encoderlab.finetuning.memory import check_memory
+from encoderlab.finetuning.model_saving import ModelSaver, check_saver, check_tasks, save_chosen, save_run
 from encoderlab.finetuning.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.shared_training import (
@@ -99,7 +100,7 @@ def check_specs(specs: list[str], prepared: dict, protocol: Protocol) -> str | N
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
               cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None, engine: str = "auto",
-              workers: int | str = 1, keep: Keeper | None = None,
+              workers: int | str = 1, keep: ModelSaver | None = None,
               progress_log: Callable[[str], None] | None = None) -> dict:
     """`prepared`: tasks already loaded, subsampled and tokenised for this protocol and tokenizer, by spec; the
     others are prepared here and added to it (a study's worker keeps it across checkpoints).
@@ -113,15 +114,15 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     (finetuning/parallel.py), every one of them a sequential run; "auto": as many as `auto_workers` allows.
     The pipeline: the runs not yet recorded -> `Sweep.execute` yields each as it ends -> its record -> summary.
 
-    `keep`: save fine-tuned models (finetuning/keep.py): every run (`all`: then each trained sequentially here, and a
-    recorded run without its saved model is trained again), or the runs the summary keeps (`chosen`, trained again
-    after the sweep).
+    `keep`: save fine-tuned models (finetuning/model_saving.py): every run (`all`: then each trained sequentially
+    here, and a recorded run without its saved model is trained again), or the runs the summary keeps (`chosen`,
+    trained again after the sweep).
 
-    `progress_log`: where the lines said while runs train go (at least every 30 s, finetuning/feedback.py), when not
+    `progress_log`: where the lines said while runs train go (at least every 30 s, finetuning/heartbeat.py), when not
     to `log` (a study keeps its sweeps' logs quiet, but not their heartbeat)."""
     device = device or default_device()
     check_execution(engine, workers, device)
-    check_keep(keep, engine, workers)
+    check_saver(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
     path = ckpt.resolve(checkpoint)  # a path that is no checkpoint is named first, whatever the tasks
@@ -190,8 +191,8 @@ class Sweep:
     log: Callable[[str], None]
     trainer: EvalTask | None = None  # the task that trains every retrieval task's runs (shared_training.py)
     tracker: Wandb | None = None  # protocol.wandb: each record's scores, and the summary, go to W&B as well
-    heartbeat: Heartbeat | None = None  # lines while runs train, whatever trains them (finetuning/feedback.py)
-    keep: Keeper | None = None  # saves fine-tuned models (finetuning/keep.py)
+    heartbeat: Heartbeat | None = None  # lines while runs train, whatever trains them (finetuning/heartbeat.py)
+    keep: ModelSaver | None = None  # saves fine-tuned models (finetuning/model_saving.py)
     progress_log: Callable[[str], None] | None = None  # the heartbeat's lines, when not `log`
 
     def __post_init__(self) -> None:
@@ -278,7 +279,7 @@ class Sweep:
         the grid may have recorded it meanwhile)."""
         own = self.protocol.for_task(task.name)  # the record keeps the whole protocol, overrides included
         args = (task, self.model_cfg, self.weights)
-        engine = "sequential" if self.keep is not None and self.keep.mode == "all" else self.engine  # keep.py
+        engine = "sequential" if self.keep is not None and self.keep.mode == "all" else self.engine  # model_saving.py
         if choose_engine(engine, *args, runs, own, self.device, self.log) == "batched":
             trained = 0
             for body in finetune_grid(*args, runs, protocol=own, device=self.device, log=self.progress_log or self.log,
@@ -308,7 +309,7 @@ class Sweep:
     def write(self, unit: Unit, body: dict) -> None:
         """A finished run's records, one per task it scores: its results (`body`, ok or failed) and what it was a
         run of, `trained_on` included (the task whose train split trained the model)."""
-        bodies = unit.member_bodies(body)
+        bodies = unit.bodies_by_task(body)
         for task in unit.scored_tasks:
             self._write(task, unit.training_task, bodies[task.name])
         if body["status"] != "ok":

@@ -19,7 +19,7 @@ from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.runs import schedule
 from encoderlab.runs.optim import autocast, build_adamw, clip, set_lr
-from encoderlab.tasks.base import EvalTask, set_apart
+from encoderlab.tasks.base import EvalTask, record_scores
 
 
 def backbone_state(lm_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -105,7 +105,7 @@ def scored_record(task: EvalTask, backbone: nn.Module, head: nn.Module, *, lr: f
     bad = [s for s, m in scores.items() if not math.isfinite(m["score"])]
     if bad:
         return failed_record(f"{'/'.join(bad)} score is not finite", lr, seed, steps, curve, seconds)
-    return {"status": "ok", "lr": lr, "seed": seed, "steps": steps, **set_apart(scores), "curve": curve.points,
+    return {"status": "ok", "lr": lr, "seed": seed, "steps": steps, **record_scores(scores), "curve": curve.points,
             "seconds": round(seconds, 2)}
 
 
@@ -142,8 +142,8 @@ def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Te
              on_step: Callable[[int, int], None] | None = None,
              on_trained: Callable[[nn.Module, nn.Module, dict], None] | None = None) -> dict:
     """Train and score one run. Returns the record body (status "ok", or "failed" with the reason). `on_step(done,
-    total)` after each step: the sweep's heartbeat (finetuning/feedback.py); `on_trained` gets the trained backbone
-    and head with the body of a run that scored (finetuning/keep.py saves them)."""
+    total)` after each step: the sweep's heartbeat (finetuning/heartbeat.py); `on_trained` gets the trained backbone
+    and head with the body of a run that scored (finetuning/model_saving.py saves them)."""
     started = time.perf_counter()
     run = FinetuneRun(task, model_cfg, weights, seed, protocol, device)
     total = planned_steps(task, protocol)

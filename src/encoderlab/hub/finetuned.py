@@ -88,7 +88,8 @@ def frame(tok: TextTokenizer, inputs: str) -> None:
 
 @dataclass
 class SavedModels:
-    """A `Keeper` (finetuning/keep.py): saves runs as folders under `root` (`exact`: `root` is the one run's folder)."""
+    """A `ModelSaver` (finetuning/model_saving.py): saves runs as folders under `root` (`exact`: `root` is the one
+    run's folder)."""
     mode: str
     root: Path
     checkpoint: Path

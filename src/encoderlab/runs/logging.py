@@ -132,7 +132,7 @@ HEARTBEAT_S = 30.0
 
 class Beat:
     """When a line is due: `every` seconds after the last one said, by `clock` (tests give a fake one). Pretraining's
-    progress and the sweeps' heartbeat (finetuning/feedback.py) both keep time with it."""
+    progress and the sweeps' heartbeat (finetuning/heartbeat.py) both keep time with it."""
 
     def __init__(self, every: float = HEARTBEAT_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.every, self.clock = every, clock

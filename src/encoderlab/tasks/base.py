@@ -33,8 +33,8 @@ class EvalTask(ABC):
     fingerprint: str = ""  # of the definition and data files (load_task sets it): records are kept by it
     truncated: dict[str, int]  # inputs cut at max_length by prepare(), per split (retrieval: corpus, queries)
     truncation_unit: str  # what `truncated` counts: examples, words, questions, texts
-    inputs: str = "bos_eos"  # the protocol's `inputs` (adopt): bos_eos or eos
-    batch_order: str = "length_buckets"  # the protocol's `batch_order` (adopt)
+    inputs: str = "bos_eos"  # the protocol's `inputs` (apply_protocol): bos_eos or eos
+    batch_order: str = "length_buckets"  # the protocol's `batch_order` (apply_protocol)
     train_unit: str = "training examples"  # what num_train_examples() counts, as the sweep's log says it
     # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (tasks/build.py)
     baseline_scores: dict[str, dict[str, dict[str, float]]] | None = None
@@ -57,17 +57,18 @@ class EvalTask(ABC):
     def scored_tasks(self) -> list[EvalTask]:
         return [self]
 
-    def member_bodies(self, body: dict) -> dict[str, dict]:
+    def bodies_by_task(self, body: dict) -> dict[str, dict]:
         """A run's record body per task it scores."""
         return {self.name: body}
 
-    def adopt(self, protocol) -> None:
+    def apply_protocol(self, protocol) -> None:
         """Take the protocol's choices that shape this task's inputs, batches, head, labels or metric (before
         `prepare`; finetuning/protocol.py). Families with choices of their own extend it."""
         self.inputs, self.batch_order = protocol.inputs, protocol.batch_order
 
     def limit(self, protocol, seed: int) -> None:  # noqa: B027 - only some families have limits of their own
-        """Apply the protocol's limits of this family's own (after `adopt`, before `prepare`): retrieval's corpus."""
+        """Apply the protocol's limits of this family's own (after `apply_protocol`, before `prepare`): retrieval's
+        corpus."""
 
     def answers_lost(self) -> dict[str, int] | None:
         """Per split, the answers that inputs cut at max_length lost (QA tagging); None where none can be lost."""
@@ -175,7 +176,7 @@ def constant(predictions: list, describe) -> dict[str, str]:
     return {CONSTANT: describe(first)}
 
 
-def set_apart(scores: dict[str, dict]) -> dict:
+def record_scores(scores: dict[str, dict]) -> dict:
     """A run's {split: evaluate() result} as its record keeps it: "scores" (numbers only) and, beside them,
     "constant_predictions" ({split: what}, for the splits where every prediction was the same)."""
     return {"scores": {s: {k: v for k, v in m.items() if k != CONSTANT} for s, m in scores.items()},

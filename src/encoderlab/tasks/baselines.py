@@ -176,7 +176,7 @@ def answers_cut(task: EvalTask, split: str) -> int:
 def always_abstain(task: EvalTask, split: str) -> dict[str, float]:
     """Every question answered "no answer", scored by the task's own metrics (both QA formats)."""
     examples = task.splits[split]
-    if task.tagging is not None:  # type: ignore[attr-defined]  # set by adopt(): the tagging format
+    if task.tagging is not None:  # type: ignore[attr-defined]  # set by apply_protocol(): the tagging format
         return task.tagging.scores(split, [[] for _ in examples], ["" for _ in examples])
     scores = squad_scores({ex["id"]: "" for ex in examples}, task.references(split))
     return {"score": scores["f1"], "standard": scores["f1"], **scores}

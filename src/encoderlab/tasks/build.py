@@ -2,9 +2,9 @@
 
 A task under a protocol is made in one order, here and nowhere else: loaded with its identity (name and
 fingerprint), the protocol's seeded subsamples (before anything is derived from the examples), the protocol's choices
-that shape inputs, heads and metrics (`adopt`), the task's own limits (`limit`: retrieval's searched corpus), its
-splits tokenised at the protocol's length for its family, and its baselines. The protocol is read, never imported:
-finetuning/protocol.py is a layer above.
+that shape inputs, heads and metrics (`apply_protocol`), the task's own limits (`limit`: retrieval's searched
+corpus), its splits tokenised at the protocol's length for its family, and its baselines. The protocol is read,
+never imported: finetuning/protocol.py is a layer above.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _prepare(task: EvalTask, protocol, tokenizer: TextTokenizer, cache_dir: Path
     if protocol.max_eval_examples:
         for split in ("validation", "test"):
             task.subsample(split, protocol.max_eval_examples, seed=SUBSAMPLE_SEED)
-    task.adopt(protocol)
+    task.apply_protocol(protocol)
     task.limit(protocol, seed=SUBSAMPLE_SEED)
     length = protocol.for_task(task.name).length_for(task.family)
     task.prepare(tokenizer, length, cache_dir)

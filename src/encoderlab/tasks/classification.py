@@ -52,7 +52,7 @@ from encoderlab.tasks.metrics import accuracy, macro_f1
 class ClassificationTask(ListTask):
     family = "classification"
     metric = standard_metric = "accuracy"
-    classification_head = "linear"  # the protocol's (adopt): linear or dense_gelu
+    classification_head = "linear"  # the protocol's (apply_protocol): linear or dense_gelu
     truncation_unit = "examples"
 
     def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str],
@@ -79,8 +79,8 @@ class ClassificationTask(ListTask):
         self.truncated: dict[str, int] = {}  # examples cut to max_length, per split, after prepare()
         self.dropped: dict[str, int] = {}  # rows a loader left out (GLUE: empty texts), per source split
 
-    def adopt(self, protocol) -> None:
-        super().adopt(protocol)
+    def apply_protocol(self, protocol) -> None:
+        super().apply_protocol(protocol)
         self.sentence_pairs, self.classification_head = protocol.sentence_pairs, protocol.classification_head
 
     def _check(self, split: str, i: int, ex: dict) -> int:

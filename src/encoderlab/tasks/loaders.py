@@ -12,7 +12,7 @@ from encoderlab.core.errors import DataError
 from encoderlab.core.io import read_jsonl, text_lines
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.tasks.common import check_hub, split_validation
-from encoderlab.tasks.qa import QATask, _row, hold_out
+from encoderlab.tasks.qa import QATask, _row, hold_out_articles
 from encoderlab.tasks.retrieval import RetrievalTask, Split
 
 # The authors' copies (docs/paper.md#the-datasets-on-the-hugging-face-hub): hgissbkh/record and hgissbkh/qed are in
@@ -79,7 +79,7 @@ def load_hub_qa(kind: Literal["squad", "squad_v2", "record", "qed"], source: str
         train, test = ([_row(r.get("id", f"{s}-{i}"), r["context"], r["question"], r["answers"]["text"],
                              r["answers"]["answer_start"], r.get("title", "")) for i, r in enumerate(ds[s])]
                        for s in ("train", "validation"))
-    train, validation = split_validation(train, holdout, hold_out)
+    train, validation = split_validation(train, holdout, hold_out_articles)
     return QATask(kind, {"train": train, "validation": validation, "test": test},
                   allow_unanswerable=kind == "squad_v2")
 

@@ -156,8 +156,8 @@ def _encode_split(examples: list[dict], tokenizer: TextTokenizer, max_length: in
 
 class QATask(EvalTask):
     family = "qa"
-    metric = standard_metric = "f1"  # tagging's metric is "token_f1" (adopt)
-    format = "spans"  # the protocol's qa.format (adopt)
+    metric = standard_metric = "f1"  # tagging's metric is "token_f1" (apply_protocol)
+    format = "spans"  # the protocol's qa.format (apply_protocol)
     tagging = None  # the tagging format's state (qa_tagging.QATagging) when format is "tagging"
     truncation_unit = "questions"  # longer than max_length // 2 tokens; contexts are read in windows, never cut
 
@@ -170,8 +170,8 @@ class QATask(EvalTask):
         self._prep: dict[str, dict[str, Tensor]] | None = None
         self._pad_id = 0
 
-    def adopt(self, protocol) -> None:
-        super().adopt(protocol)
+    def apply_protocol(self, protocol) -> None:
+        super().apply_protocol(protocol)
         from encoderlab.tasks.qa_tagging import QATagging  # it imports this module
 
         self.format = protocol.qa.format
@@ -337,7 +337,7 @@ def load_offline_qa(root: Path, name: str) -> QATask:
     return QATask(name, {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS})
 
 
-def hold_out(rows: list[dict], fraction: float = HOLDOUT_FRACTION,
+def hold_out_articles(rows: list[dict], fraction: float = HOLDOUT_FRACTION,
              seed: int = HOLDOUT_SEED) -> tuple[list[dict], list[dict]]:
     """(train, validation): whole articles (or passages) in a seeded order until `fraction` of the rows."""
     groups: dict[str, list[dict]] = {}
@@ -392,7 +392,7 @@ def load_squad_json(train: str, validation: str, test: str | None = None, *, nam
         rows["test"] = _read_squad_json(test)
     else:
         rows["test"] = rows["validation"]
-        rows["train"], rows["validation"] = split_validation(rows["train"], holdout, hold_out)
+        rows["train"], rows["validation"] = split_validation(rows["train"], holdout, hold_out_articles)
     stem = Path(train).stem
     name = name or (Path(train).parent.name if stem in ("train", "training") else stem)
     unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)

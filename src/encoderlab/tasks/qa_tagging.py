@@ -96,7 +96,7 @@ def encode_tagging(examples: list[dict], tokenizer: TextTokenizer, max_length: i
 
 
 class QATagging:
-    """The tagging format of a QATask (`QATask.adopt` makes one; the task's methods hand over to it)."""
+    """The tagging format of a QATask (`QATask.apply_protocol` makes one; the task's methods hand over to it)."""
 
     def __init__(self, task: EvalTask, dropout: float) -> None:  # the QATask (qa.py imports this module)
         self.task, self.dropout = task, dropout

@@ -170,8 +170,8 @@ class RetrievalTask(EvalTask):
             return None
         return np.array([i for i, d in enumerate(self.doc_ids) if d not in self._pairs_only], dtype=np.int64)
 
-    def adopt(self, protocol) -> None:
-        super().adopt(protocol)
+    def apply_protocol(self, protocol) -> None:
+        super().apply_protocol(protocol)
         self.configure(**protocol.retrieval.scoring())
 
     def limit(self, protocol, seed: int) -> None:

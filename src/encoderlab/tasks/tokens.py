@@ -77,7 +77,7 @@ class TokenTask(ListTask):
                 self._check(s, i, ex)
         self.scheme = scheme or scheme_of(self.splits, self.labels, f"task {name!r}", plain_if_no_chunks)
         self.metric = self.standard_metric = metric_of(self.scheme)
-        self.label_mode, self.dropout = "first_subword", 0.0  # the protocol's `tokens` (adopt)
+        self.label_mode, self.dropout = "first_subword", 0.0  # the protocol's `tokens` (apply_protocol)
         for s in SPLITS:
             for ex in self.splits[s]:
                 if (invalid := first_invalid([self.labels[t] for t in ex["tags"]], self.scheme)) is not None:
@@ -123,8 +123,8 @@ class TokenTask(ListTask):
     def truncation_totals(self) -> dict[str, int]:
         return {s: sum(len(ex["tokens"]) for ex in self.splits[s]) for s in self.truncated}  # words
 
-    def adopt(self, protocol) -> None:
-        super().adopt(protocol)
+    def apply_protocol(self, protocol) -> None:
+        super().apply_protocol(protocol)
         self.label_mode, self.dropout = protocol.tokens.labels, protocol.tokens.dropout
         self.metric = "sentence_macro_f1" if protocol.tokens.metric == "sentence_macro_f1" else self.standard_metric
 

@@ -1,7 +1,7 @@
-"""Keeping fine-tuned models (`finetune --save`, `sweep --save-models`): which runs a sweep saves, and the training
+"""Saving fine-tuned models (`finetune --save`, `sweep --save-models`): which runs a sweep saves, and the training
 of a run again to save it.
 
-The folders themselves are written above this layer (hub/finetuned.py, a `Keeper`); the sweep hands a keeper each
+The folders themselves are written above this layer (hub/finetuned.py, a `ModelSaver`); the sweep hands a saver each
 saved run's trained backbone and head with the records it scored. Models are kept from the sequential engine only:
 the batched engine holds K runs stacked in one computation, whose weights equal the sequential engine's only up to
 float rounding, so a model saved from it would not be the one its record's score was measured on if it were ever
@@ -24,7 +24,7 @@ from encoderlab.tasks import task_family, task_identity
 MODES = ("none", "chosen", "all")
 
 
-class Keeper(Interface):
+class ModelSaver(Interface):
     """What the sweep asks of whatever saves its models (hub/finetuned.py `SavedModels`)."""
     mode: str  # "chosen" or "all"
 
@@ -38,7 +38,7 @@ class Keeper(Interface):
         """Save a trained run: `records` are the records it scored, one per task (a TrainedOnce scores several)."""
 
 
-def check_keep(keep: Keeper | None, engine: str, workers: int | str) -> None:
+def check_saver(keep: ModelSaver | None, engine: str, workers: int | str) -> None:
     """`--save-models all` trains every run sequentially in this process (module docstring)."""
     if keep is None or keep.mode != "all":
         return
@@ -57,9 +57,9 @@ def chosen_runs(members: list[str], tasks: dict) -> list[tuple[float, int]]:
     return sorted(runs, key=lambda r: (r[1], r[0]))
 
 
-def check_tasks(keep: Keeper | None, specs: list[str], prepared: dict, protocol: Protocol,
+def check_tasks(keep: ModelSaver | None, specs: list[str], prepared: dict, protocol: Protocol,
                 model_cfg: ModelConfig) -> None:
-    """Each task's refusal, if its model cannot be saved (`Keeper.check`), before any task is prepared."""
+    """Each task's refusal, if its model cannot be saved (`ModelSaver.check`), before any task is prepared."""
     for spec in specs if keep is not None else []:
         name = prepared[spec].name if spec in prepared else task_identity(spec)[0]
         family = prepared[spec].family if spec in prepared else task_family(spec)
@@ -69,7 +69,7 @@ def check_tasks(keep: Keeper | None, specs: list[str], prepared: dict, protocol:
 def save_run(sweep, unit, backbone: nn.Module, head: nn.Module, body: dict) -> None:
     """Hand a trained run of `sweep` (finetuning/sweep.py) to its keeper with the records it scored."""
     body = {**body, "engine": "sequential"}
-    bodies = unit.member_bodies(body)
+    bodies = unit.bodies_by_task(body)
     recs = {t.name: sweep.record(t, unit.training_task, bodies[t.name]) for t in unit.scored_tasks}
     sweep.keep.save(unit, backbone, head, recs, sweep.identity(unit, body["lr"], body["seed"]))
 

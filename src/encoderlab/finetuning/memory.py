@@ -1,7 +1,5 @@
-"""What a sweep says before and while it trains: the memory a run will need, refused in one line when it cannot fit,
-and a line at least every `HEARTBEAT_S` seconds while runs train (a CPU run of a large model takes minutes a run,
-and a sweep that prints only when a run ends looks dead), whichever engine trains them: the step of the run in this
-process (sequential), the runs done, running and left (worker processes, `--workers N`), the group's step (batched).
+"""The memory a fine-tuning run will need, said by a sweep before its first run and refused in one line when it
+cannot fit (`check_memory`).
 
 The memory is estimated from shapes, and each part was measured (tests/integration/test_memory_estimate.py runs
 real fine-tuning steps in a fresh process and holds the estimate within 15% of its peak resident memory):
@@ -21,14 +19,12 @@ real fine-tuning steps in a fresh process and holds the estimate within 15% of i
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs.logging import HEARTBEAT_S, Beat
 from encoderlab.tasks import registry
 
 LIMIT_ENV = "ENCODERLAB_MEMORY_LIMIT_GB"  # a limit of your own (a shared machine, a job's allocation); tests force one
@@ -64,11 +60,6 @@ class Estimate:
         """Bytes the machine must still give: a run in this process has `resident` already; each worker process
         (`workers` > 1) starts with nothing."""
         return self.total * workers if workers > 1 else self.total - self.resident
-
-
-def minutes(seconds: float) -> str:
-    """A duration as every progress line of a sweep writes it."""
-    return f"{seconds / 60:.1f} min"
 
 
 def size(n: float) -> str:
@@ -141,43 +132,3 @@ def check_memory(tasks, protocol, model_cfg, device: torch.device, workers: int,
                 + f" more than the {size(limit)} {source}; nothing was run: lower its length or batch in the protocol, "
                 f"e.g. task_overrides: {{{task.name}: {{max_length: {max(16, est.length // 4)}, batch_size: "
                 f"{max(1, own.batch_size // 4)}}}}}" + (", or fewer --workers" if workers > 1 else ""))
-
-
-class Heartbeat(Beat):
-    """Lines while runs train: the first step's time with what it makes of a run and of the runs left, then the
-    step, its pace and the run's ETA at least every `every` seconds; for runs trained in worker processes, the runs
-    done, running and left with an ETA at the finished runs' pace (`waiting`)."""
-
-    def __init__(self, log: Callable[[str], None], runs: int, every: float = HEARTBEAT_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(every, clock)
-        self.log, self.runs = log, runs
-        self.begun = self.started = self.last
-        self.what, self.first_said, self.run = "", False, 0
-
-    def start(self, what: str) -> None:
-        self.what, self.run = what, self.run + 1
-        self.started = self.last = self.clock()
-
-    def step(self, done: int, total: int) -> None:
-        now = self.clock()
-        pace = (now - self.started) / done
-        if not self.first_said:
-            self.first_said, self.last = True, now
-            self.log(f"{self.what}: first step {pace:.2f} s; a run of {total} steps ~{minutes(pace * total)} "
-                     f"of training, the {self.runs} runs to do ~{minutes(pace * total * self.runs)} (scoring "
-                     "not included)")
-        elif self.due() is not None:
-            self.log(f"{self.what} (run {self.run} of {self.runs}): step {done}/{total}, {pace:.2f} s/step, this run's "
-                     f"training ends in ~{minutes(pace * (total - done))}")
-
-    def waiting(self, done: int, running: int) -> None:
-        """Runs trained elsewhere (worker processes), asked often: a line when one is due. The ETA is the finished
-        runs' pace (wall time per finished run, the workers' overlap included) times the runs not finished."""
-        if (now := self.due()) is None:
-            return
-        spent = now - self.begun
-        eta = (f"~{minutes(spent / done * (self.runs - done))} left at the finished runs' pace" if done
-               else "no run finished yet to time the rest by")
-        self.log(f"{done} of {self.runs} runs done, {running} running, {self.runs - done - running} waiting; "
-                 f"{minutes(spent)} so far, {eta}")
