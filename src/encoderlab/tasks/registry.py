@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -60,6 +61,18 @@ class Card:
     protocol_keys: tuple[str, ...]  # the protocol settings that shape the family's inputs, head or metric
     decoding: str  # what encoderlab does with the model's outputs, which a user does the same way
     usage: Callable[[str, str], list[str]]  # (class, model name) -> the "Use" section's code lines
+
+
+def transformers_usage(auto: str, call: str) -> Callable[[str, str], list[str]]:
+    """A card's "Use" code for a model that loads through transformers' `auto` class (AutoModelFor...): `call` is
+    one forward and what to read from it."""
+    return partial(_transformers_usage, auto, call)
+
+
+def _transformers_usage(auto: str, call: str, cls: str, name: str) -> list[str]:
+    return ["```python", f"from transformers import AutoTokenizer, {auto}",
+            f'tok = AutoTokenizer.from_pretrained("{name}")',
+            f'model = {auto}.from_pretrained("{name}")  # {cls}', call, "```"]
 
 
 @dataclass(frozen=True)

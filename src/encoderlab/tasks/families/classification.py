@@ -14,7 +14,7 @@ from encoderlab.tasks.classification import (
     load_offline_classification,
     load_user_classification,
 )
-from encoderlab.tasks.registry import Body, Card, Export, Family, register
+from encoderlab.tasks.registry import Body, Card, Export, Family, register, transformers_usage
 from encoderlab.tasks.taskfile import SplitFiles, TaskFile
 
 
@@ -47,11 +47,9 @@ def export(protocol, body: Body) -> Export:
                    "2.bias": "classifier.bias"}, {"classifier_pooling": "mean", **body.named_labels})
 
 
-def usage(cls: str, name: str) -> list[str]:
-    return ["```python", "from transformers import AutoTokenizer, AutoModelForSequenceClassification",
-            f'tok = AutoTokenizer.from_pretrained("{name}")',
-            f'model = AutoModelForSequenceClassification.from_pretrained("{name}")  # {cls}',
-            'model(**tok(["a text"], return_tensors="pt")).logits.argmax(-1)  # id2label', "```"]
+usage = transformers_usage(
+    "AutoModelForSequenceClassification",
+    'model(**tok(["a text"], return_tensors="pt")).logits.argmax(-1)  # id2label')
 
 
 CLASSIFICATION = register(Family(

@@ -7,7 +7,7 @@ from encoderlab.core.errors import EncoderlabError
 from encoderlab.tasks.baselines import abstain_baseline
 from encoderlab.tasks.loaders import HUB, load_hub_qa
 from encoderlab.tasks.qa import load_offline_qa, load_squad_json
-from encoderlab.tasks.registry import Body, Card, Export, Family, register
+from encoderlab.tasks.registry import Body, Card, Export, Family, register, transformers_usage
 from encoderlab.tasks.taskfile import SplitFiles, TaskFile
 
 
@@ -32,11 +32,9 @@ def export(protocol, body: Body) -> Export:
                   {"proj.weight": "qa_outputs.weight", "proj.bias": "qa_outputs.bias"}, {"is_causal": False})
 
 
-def usage(cls: str, name: str) -> list[str]:
-    return ["```python", "from transformers import AutoTokenizer, AutoModelForQuestionAnswering",
-            f'tok = AutoTokenizer.from_pretrained("{name}")',
-            f'model = AutoModelForQuestionAnswering.from_pretrained("{name}")  # {cls}',
-            'model(**tok(["the question"], ["the context"], return_tensors="pt"))  # start/end logits', "```"]
+usage = transformers_usage(
+    "AutoModelForQuestionAnswering",
+    'model(**tok(["the question"], ["the context"], return_tensors="pt"))  # start/end logits')
 
 
 QA = register(Family(

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Literal
 
 from encoderlab.core.errors import DataError
-from encoderlab.tasks.registry import Body, Card, Export, Family, register
+from encoderlab.tasks.registry import Body, Card, Export, Family, register, transformers_usage
 from encoderlab.tasks.taskfile import SplitFiles, TaskFile
 from encoderlab.tasks.tokens import CONLL_HUB, load_conll_columns, load_conll_like, load_offline_tokens
 
@@ -41,11 +41,9 @@ def export(protocol, body: Body) -> Export:
                   {**body.named_labels, **body.bidirectional, **dropout})
 
 
-def usage(cls: str, name: str) -> list[str]:
-    return ["```python", "from transformers import AutoTokenizer, AutoModelForTokenClassification",
-            f'tok = AutoTokenizer.from_pretrained("{name}")',
-            f'model = AutoModelForTokenClassification.from_pretrained("{name}")  # {cls}',
-            'model(**tok(["some words"], return_tensors="pt")).logits.argmax(-1)  # a tag per token', "```"]
+usage = transformers_usage(
+    "AutoModelForTokenClassification",
+    'model(**tok(["some words"], return_tensors="pt")).logits.argmax(-1)  # a tag per token')
 
 
 def trivial_baseline(setting) -> str:
