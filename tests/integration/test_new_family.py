@@ -43,8 +43,8 @@ class PairRegressionTask(ListTask):
     metric = standard_metric = "spearman"
     truncation_unit = "examples"
 
-    def __init__(self, name: str, splits: dict[str, list[dict]]) -> None:
-        self.name, self.splits = name, {s: list(splits[s]) for s in SPLITS}
+    def __init__(self, name: str, splits: dict[str, list[dict]], fingerprint: str = "") -> None:
+        self.name, self.fingerprint, self.splits = name, fingerprint, {s: list(splits[s]) for s in SPLITS}
         self.ids: dict[str, list[list[int]]] = {}
         self.truncated: dict[str, int] = {}
         self.pad_id = 0
@@ -104,14 +104,14 @@ class STSFile(SplitFiles):
     score_column: str = "score"
 
 
-def load_sts(file: TaskFile, holdout: str) -> PairRegressionTask:
+def load_sts(file: TaskFile, holdout: str, *, fingerprint: str) -> PairRegressionTask:
     settings, files = file.settings, dict(zip(SPLITS, file.split_files()))
 
     def rows(path: str) -> list[dict]:
         with open(path, newline="") as f:
             return [{"a": r[settings.first_column], "b": r[settings.second_column],
                      "score": float(r[settings.score_column])} for r in csv.DictReader(f)]
-    return PairRegressionTask(file.name, {split: rows(path) for split, path in files.items()})
+    return PairRegressionTask(file.name, {split: rows(path) for split, path in files.items()}, fingerprint)
 
 
 def export_sts(protocol, body: registry.Body) -> registry.Export:

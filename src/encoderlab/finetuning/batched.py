@@ -306,16 +306,10 @@ def run_bytes(model_cfg: ModelConfig, protocol: Protocol, family: str, device: t
     return state + tokens * model_cfg.num_hidden_layers * per_token_layer
 
 
-def longest_train_sequence(task: EvalTask) -> int | None:
-    """The longest tokenised training example of list-based tasks (classification, tokens); None for others."""
-    ids = getattr(task, "ids", None)
-    return max((len(x) for x in ids["train"]), default=None) if isinstance(ids, dict) and ids.get("train") else None
-
-
 def group_size(task: EvalTask, model_cfg: ModelConfig, protocol: Protocol, device: torch.device,
                budget: int | None = None) -> int:
     """How many runs of this task fit in memory together (at least one)."""
-    need = run_bytes(model_cfg, protocol, task.family, device, longest_train_sequence(task))
+    need = run_bytes(model_cfg, protocol, task.family, device, task.longest_train_sequence())
     return max(1, (budget or memory_budget(device)) // need)
 
 

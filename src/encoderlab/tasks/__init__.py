@@ -45,12 +45,14 @@ def expand_specs(specs: list[str]) -> list[str]:
 
 
 def load_task(spec: str, *, root: Path | None = None, holdout: str = "encoderlab") -> EvalTask:
-    """The task a spec names, with its identity: `task.name` and `task.fingerprint` (records are kept by both).
-    `holdout`: how a task whose test labels are hidden draws its validation set (the protocol's, split_validation)."""
+    """The task a spec names, made with its identity: `task.name` and `task.fingerprint` (records are kept by both)
+    and, for a user's retrieval set, `task.own_train_split`. `holdout`: how a task whose test labels are hidden draws
+    its validation set (the protocol's, split_validation)."""
     name, fingerprint, load = _resolve(spec, root, holdout)
-    task = load()
-    task.name, task.fingerprint = name, fingerprint
-    task.own_train_split = trains_on_its_own(spec)
+    task = load(fingerprint)
+    if (task.name, task.fingerprint) != (name, fingerprint):  # a family's loader that dropped what it was given
+        raise DataError(f"task {spec!r}: its family's loader made task {task.name!r} with fingerprint "
+                        f"{task.fingerprint!r}, not {name!r} with {fingerprint!r}")
     return task
 
 
@@ -59,10 +61,7 @@ def trains_on_its_own(spec: str) -> bool:
     trains on them by default. The protocol's `retrieval.train_on` names a task of encoderlab's
     suites, which a user's own set should neither need prepared nor be trained on in place of its own pairs."""
     name = spec.partition("=")[0]
-    if not name.endswith((".yaml", ".yml")):
-        return False
-    file = read_task_file(Path(name))
-    return "folder" in file.files and (file.files["folder"] / "qrels" / "train.tsv").is_file()
+    return name.endswith((".yaml", ".yml")) and read_task_file(Path(name)).trains_on_own_qrels
 
 
 def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:
@@ -107,18 +106,23 @@ def _offline(root: Path, name: str) -> tuple[Path, Family]:
     return folder, record
 
 
-def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab") -> tuple[str, str, Callable[[], EvalTask]]:
+def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab"
+             ) -> tuple[str, str, Callable[[str], EvalTask]]:
+    """(name, fingerprint, the loader that makes the task given its fingerprint)."""
     name, _, source = spec.partition("=")
     if (owner := registry.paper_family(name)) is not None and owner.load_paper is not None:
         fingerprint = paper_fingerprint(name, source or owner.paper[name], owner.train_pairs.get(name))
-        return name, fingerprint, lambda: owner.load_paper(name, source or None, holdout)  # type: ignore[misc]
+        return name, fingerprint, lambda fp: owner.load_paper(name, source or None, holdout,  # type: ignore[misc]
+                                                              fingerprint=fp)
     if name.endswith((".yaml", ".yml")):
         file = read_task_file(Path(name))
-        return file.name, file.fingerprint(), lambda: registry.family(file.family).load_user(file, holdout)
+        return (file.name, file.fingerprint(),
+                lambda fp: registry.family(file.family).load_user(file, holdout, fingerprint=fp))
     root = root or offline_root()
     if (root / name / "task.json").exists():
         folder, record = _offline(root, name)
-        return name, offline_fingerprint(folder, record.data_files), lambda: record.load_offline(root, name)  # type: ignore[misc]
+        return (name, offline_fingerprint(folder, record.data_files),
+                lambda fp: record.load_offline(root, name, fingerprint=fp))  # type: ignore[misc]
     available = offline_task_names(root)
     hint = ("offline: " + ", ".join(available)) if available else "none offline (`encoderlab data prepare offline`)"
     raise DataError(f"unknown task {spec!r}; known: {hint}; paper: {', '.join(paper_tasks())}; or a task YAML file")

@@ -12,6 +12,7 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +21,9 @@ from encoderlab.core.seeds import derive_seed
 from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
+
+if TYPE_CHECKING:
+    from encoderlab.tasks.qa_tagging import QATagging
 
 
 class EvalTask(ABC):
@@ -30,7 +34,8 @@ class EvalTask(ABC):
     # (accuracy, seqeval entity_f1, SQuAD f1, standard ndcg@10), so one run answers both "does it match the paper"
     # and "how does it compare with the rest of the field"; equal to "score" where the protocol uses it.
     standard_metric: str = ""
-    fingerprint: str = ""  # of the definition and data files (load_task sets it): records are kept by it
+    # of the definition and data files, given to the task's constructor by load_task: records are kept by it
+    fingerprint: str = ""
     truncated: dict[str, int]  # inputs cut at max_length by prepare(), per split (retrieval: corpus, queries)
     truncation_unit: str  # what `truncated` counts: examples, words, questions, texts
     inputs: str = "bos_eos"  # the protocol's `inputs` (apply_protocol): bos_eos or eos
@@ -39,13 +44,19 @@ class EvalTask(ABC):
     # {split: {name: scores}} of the family's baselines (tasks/baselines.py), set once prepared (tasks/build.py)
     baseline_scores: dict[str, dict[str, dict[str, float]]] | None = None
     # A user's own retrieval task (a task file) with train qrels: it trains on them whatever the protocol's
-    # `retrieval.train_on` says (set by load_task; finetuning/shared_training.py reads it)
+    # `retrieval.train_on` says (given to its constructor by its loader; finetuning/shared_training.py reads it)
     own_train_split: bool = False
     # Family extras, declared here so that no reader looks for them by name: tokens' tag scheme (iob1, iob2, bioes,
     # plain); how a retrieval task's validation and test were drawn where its source has one evaluation split
     scheme: str | None = None
     data_split: dict | None = None
     labels: list[str] | None = None  # the class or tag names, for families that have them (a saved model names them)
+    text_fields: tuple[str, ...] | None = None  # classification's: one field (a text) or two (a pair)
+    default_tag: int | None = None  # tokens': the tag predicted for words cut off
+    # QA's: whether unanswerable questions are allowed; the protocol's qa.format and, for "tagging", its state
+    allow_unanswerable: bool | None = None
+    format: str | None = None
+    tagging: QATagging | None = None
 
     # A task is the unit a sweep trains of itself: trained on its own train split, scoring itself
     # (finetuning/shared_training.py has the other kind of unit).
@@ -120,6 +131,19 @@ class EvalTask(ABC):
         """The score of the trivial predictor (majority class, all-O tags, first span, random ranking); the
         family's other baselines (lexical models, always abstaining) are in tasks/baselines.py."""
 
+    def baseline_settings(self) -> dict:
+        """The settings that decide the baselines' scores beside the examples (tasks/baselines.py keys its cache by
+        them and names the trivial baseline from them); a family without one of them has None."""
+        return {"family": self.family, "metric": self.metric, "scheme": self.scheme, "format": self.format,
+                "labels": self.labels, "text_fields": self.text_fields, "default_tag": self.default_tag,
+                "allow_unanswerable": self.allow_unanswerable}
+
+    def longest_train_sequence(self) -> int | None:
+        """The longest tokenised training example, where the task keeps one sequence per example (list-based
+        tasks, once prepared); None where it does not (finetuning/batched.py then sizes runs by the protocol's
+        length)."""
+        return None
+
     def baseline_data(self) -> list:
         """The examples that decide the baselines' scores, beside the settings (tasks/baselines.py keys its cache by
         them): the splits here."""
@@ -155,6 +179,9 @@ class ListTask(EvalTask, ABC):
 
     def num_train_examples(self) -> int:
         return len(self.splits["train"])
+
+    def longest_train_sequence(self) -> int | None:
+        return max((len(x) for x in self.ids["train"]), default=None) if self.ids and self.ids.get("train") else None
 
     def _prepared(self, split: str) -> list[list[int]]:
         if split not in SPLITS:

@@ -67,7 +67,7 @@ LABELS: Mapping[str, str] = _Labels()
 
 def trivial_name(task: EvalTask) -> str:
     """The name of `task.trivial_baseline`: what the record's `baseline` field has always held."""
-    return family(task.family).trivial_name(lambda key: getattr(task, key, None))
+    return family(task.family).trivial_name(task.baseline_settings().get)
 
 
 def compute(task: EvalTask, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None
@@ -163,9 +163,7 @@ def model_texts(task: EvalTask, tokenizer: TextTokenizer, split: str) -> tuple[d
 
 def _content(task: EvalTask) -> list:
     """What decides the baselines' scores: the settings that score them and the task's examples."""
-    settings = {k: getattr(task, k, None) for k in ("family", "metric", "scheme", "format", "labels", "text_fields",
-                                                     "default_tag", "allow_unanswerable")}
-    return [settings, *task.baseline_data()]
+    return [task.baseline_settings(), *task.baseline_data()]
 
 
 def answers_cut(task: EvalTask, split: str) -> int:
@@ -176,7 +174,7 @@ def answers_cut(task: EvalTask, split: str) -> int:
 def always_abstain(task: EvalTask, split: str) -> dict[str, float]:
     """Every question answered "no answer", scored by the task's own metrics (both QA formats)."""
     examples = task.splits[split]
-    if task.tagging is not None:  # type: ignore[attr-defined]  # set by apply_protocol(): the tagging format
+    if task.tagging is not None:  # set by apply_protocol(): the tagging format
         return task.tagging.scores(split, [[] for _ in examples], ["" for _ in examples])
     scores = squad_scores({ex["id"]: "" for ex in examples}, task.references(split))
     return {"score": scores["f1"], "standard": scores["f1"], **scores}

@@ -56,8 +56,9 @@ class ClassificationTask(ListTask):
     truncation_unit = "examples"
 
     def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str],
-                 text_fields: tuple[str, ...] = ("text",)) -> None:
-        self.name, self.labels, self.text_fields = name, list(labels), tuple(text_fields)
+                 text_fields: tuple[str, ...] = ("text",), *, fingerprint: str = "") -> None:
+        self.name, self.fingerprint = name, fingerprint
+        self.labels, self.text_fields = list(labels), tuple(text_fields)
         if len(self.text_fields) not in (1, 2):
             raise DataError(f"task {name!r}: text_fields={list(text_fields)}; one field (a text) or two (a pair)")
         check_splits(name, splits)
@@ -228,10 +229,11 @@ def fit_pair(la: int, lb: int, budget: int) -> tuple[int, int]:
     return budget - half, half
 
 
-def load_offline_classification(root: Path, name: str) -> ClassificationTask:
+def load_offline_classification(root: Path, name: str, *, fingerprint: str = "") -> ClassificationTask:
     folder, meta = read_task(root, name, "classification")
     splits = {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}
-    return ClassificationTask(name, splits, meta["labels"], tuple(meta.get("text_fields", ["text"])))
+    return ClassificationTask(name, splits, meta["labels"], tuple(meta.get("text_fields", ["text"])),
+                              fingerprint=fingerprint)
 
 
 GLUE_HUB = "nyu-mll/glue"
@@ -243,7 +245,7 @@ GLUE = {  # text columns, label names (used when the files carry no ClassLabel n
 
 
 def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None,
-              holdout: str = "encoderlab") -> ClassificationTask:
+              holdout: str = "encoderlab", *, fingerprint: str = "") -> ClassificationTask:
     """SST-2, MNLI or QQP from the hub (`nyu-mll/glue`) or a local folder in the GLUE schema.
 
     GLUE's test labels are hidden, so the official validation set (MNLI: validation_matched) is the test set and
@@ -274,7 +276,7 @@ def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None,
         split_validation(kept(rows["train"]), holdout)
     train, validation = (kept(part) for part in parts)
     out = ClassificationTask(task, {"train": train, "validation": validation, "test": kept(rows["official"])}, names,
-                             fields)
+                             fields, fingerprint=fingerprint)
     out.dropped = {split: len(part) - len(kept(part)) for split, part in rows.items()}
     return out
 
@@ -286,7 +288,7 @@ def label_name(v: Any) -> str:
 
 def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],
                              label_column: str, name: str | None = None,
-                             holdout: str = "encoderlab") -> ClassificationTask:
+                             holdout: str = "encoderlab", *, fingerprint: str = "") -> ClassificationTask:
     """A user's CSV/TSV/JSONL files. Labels may be strings or ints: the distinct train labels, sorted (numerically
     when all are integers), become classes 0..K-1. Without a test file, validation becomes the test set and 5% of
     train (`holdout`: common.split_validation) the validation set."""
@@ -318,4 +320,5 @@ def load_user_classification(train: str, validation: str, test: str | None, text
         splits["test"] = splits["validation"]
         splits["train"], splits["validation"] = split_validation(splits["train"], holdout)
     stem = Path(train).stem
-    return ClassificationTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, fields)
+    return ClassificationTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, fields,
+                              fingerprint=fingerprint)

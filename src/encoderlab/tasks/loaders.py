@@ -48,7 +48,7 @@ def _hub_unreachable(spec: str, reason: str) -> DataError:
 
 
 def load_hub_qa(kind: Literal["squad", "squad_v2", "record", "qed"], source: str | None = None,
-                holdout: str = "encoderlab") -> QATask:
+                holdout: str = "encoderlab", *, fingerprint: str = "") -> QATask:
     """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
 
     Their test answers are hidden: test = the official validation split, validation = 5% of train held out
@@ -81,7 +81,7 @@ def load_hub_qa(kind: Literal["squad", "squad_v2", "record", "qed"], source: str
                        for s in ("train", "validation"))
     train, validation = split_validation(train, holdout, hold_out_articles)
     return QATask(kind, {"train": train, "validation": validation, "test": test},
-                  allow_unanswerable=kind == "squad_v2")
+                  allow_unanswerable=kind == "squad_v2", fingerprint=fingerprint)
 
 
 HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "hgissbkh/mldr-en"}
@@ -123,7 +123,8 @@ def evaluation_splits(qrels: dict[str, Split], queries: dict[str, str], where) -
     return halve_split(qrels, queries, source=evaluated[0])
 
 
-def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None) -> RetrievalTask:
+def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | None = None, *, fingerprint: str = ""
+                       ) -> RetrievalTask:
     """MS MARCO or NQ (BEIR schema: `ID` corpus/queries + `ID-qrels`) or MLDR (English), from the hub or a folder.
 
     `source` is a local BEIR-layout folder or a hub id (default `HUB_IDS[kind]`). From the hub, MS MARCO's train
@@ -143,10 +144,8 @@ def load_hub_retrieval(kind: Literal["msmarco", "nq", "mldr"], source: str | Non
             pair_docs = _add_pairs(kind, corpus, queries, qrels)
             files["train"] = f"{HUB_TRAIN_PAIRS[kind]} (train pairs)"
     qrels, note = evaluation_splits(qrels, queries, source or HUB_IDS[kind])
-    task = RetrievalTask(kind, corpus, queries, qrels, files={k: str(v) for k, v in files.items()},
-                         pairs_only=pair_docs)
-    task.data_split = note
-    return task
+    return RetrievalTask(kind, corpus, queries, qrels, files={k: str(v) for k, v in files.items()},
+                         pairs_only=pair_docs, data_split=note, fingerprint=fingerprint)
 
 
 def _hub_retrieval(kind: str, hub_id: str) -> tuple[dict, dict, dict]:
@@ -230,11 +229,13 @@ def _qrels_tsv(path: Path) -> Split:
     return out
 
 
-def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
+def load_beir(folder: str | Path, name: str | None = None, *, fingerprint: str = "", own_train_split: bool = False
+              ) -> RetrievalTask:
     """A BEIR-layout folder: corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv (dev is validation).
 
     Without qrels/train.tsv the task is zero-shot only (`has_train` is False). With only one of dev and test, that
     split's queries are halved into validation and test (`evaluation_splits`, kept in `data_split`), as NQ's are.
+    `own_train_split`: a user's own set that trains on its train qrels (tasks.trains_on_its_own).
     """
     folder = Path(folder)
     corpus, queries, qrels, files = _read_beir(folder)
@@ -242,9 +243,8 @@ def load_beir(folder: str | Path, name: str | None = None) -> RetrievalTask:
     if note is not None:  # both halves come from the one file there was
         source = files.pop("validation" if "validation" in files else "test")
         files.update(validation=source, test=source)
-    task = RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()})
-    task.data_split = note
-    return task
+    return RetrievalTask(name or folder.name, corpus, queries, qrels, files={k: str(v) for k, v in files.items()},
+                         data_split=note, fingerprint=fingerprint, own_train_split=own_train_split)
 
 
 def _read_beir(folder: Path) -> tuple[dict, dict, dict, dict]:
@@ -269,7 +269,7 @@ def _read_beir(folder: Path) -> tuple[dict, dict, dict, dict]:
     return corpus, queries, qrels, files
 
 
-def load_offline_retrieval(root: Path, name: str) -> RetrievalTask:
+def load_offline_retrieval(root: Path, name: str, *, fingerprint: str = "") -> RetrievalTask:
     """A retrieval task of the offline suite (`encoderlab data prepare offline`), written by data/offline/ir.py."""
     folder, _ = read_task(root, name, "retrieval")
-    return load_beir(folder, name)
+    return load_beir(folder, name, fingerprint=fingerprint)

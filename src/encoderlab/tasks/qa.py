@@ -162,9 +162,9 @@ class QATask(EvalTask):
     truncation_unit = "questions"  # longer than max_length // 2 tokens; contexts are read in windows, never cut
 
     def __init__(self, name: str, splits: dict[str, list[dict]], *, max_answer_tokens: int = 30, stride: int = 128,
-                 allow_unanswerable: bool = False) -> None:
+                 allow_unanswerable: bool = False, fingerprint: str = "") -> None:
         validate_examples(name, splits, allow_unanswerable)
-        self.name = name
+        self.name, self.fingerprint = name, fingerprint
         self.splits = {s: list(splits[s]) for s in SPLITS}
         self.max_answer_tokens, self.stride, self.allow_unanswerable = max_answer_tokens, stride, allow_unanswerable
         self._prep: dict[str, dict[str, Tensor]] | None = None
@@ -332,9 +332,9 @@ class QATask(EvalTask):
 # ----------------------------------------------------------------------------------------------- loaders
 
 
-def load_offline_qa(root: Path, name: str) -> QATask:
+def load_offline_qa(root: Path, name: str, *, fingerprint: str = "") -> QATask:
     folder, _ = read_task(root, name, "qa")
-    return QATask(name, {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS})
+    return QATask(name, {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}, fingerprint=fingerprint)
 
 
 def hold_out_articles(rows: list[dict], fraction: float = HOLDOUT_FRACTION,
@@ -384,7 +384,7 @@ def _read_squad_json(path: str) -> list[dict]:
 
 
 def load_squad_json(train: str, validation: str, test: str | None = None, *, name: str | None = None,
-                    holdout: str = "encoderlab") -> QATask:
+                    holdout: str = "encoderlab", fingerprint: str = "") -> QATask:
     """SQuAD-format files; without `test`, test = `validation` and validation = 5% of train (`holdout`: whole
     articles, or the authors' train_test_split)."""
     rows = {"train": _read_squad_json(train), "validation": _read_squad_json(validation)}
@@ -396,4 +396,4 @@ def load_squad_json(train: str, validation: str, test: str | None = None, *, nam
     stem = Path(train).stem
     name = name or (Path(train).parent.name if stem in ("train", "training") else stem)
     unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)
-    return QATask(name, rows, allow_unanswerable=unanswerable)
+    return QATask(name, rows, allow_unanswerable=unanswerable, fingerprint=fingerprint)

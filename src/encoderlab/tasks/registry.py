@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -81,17 +80,18 @@ class Family:
     name: str  # as task files, task.json and records name it
     category: str  # the code study reports group its tasks by: SC, TC, QA, IR
     settings: type  # the pydantic model of its task files (tasks/taskfile.py TaskFileSettings, `family: Literal`)
-    load_user: Callable[[Any, str], Any]  # (TaskFile, holdout) -> EvalTask
+    # The loaders make a task with its identity: its name and the `fingerprint=` keyword they are given (tasks/__init__)
+    load_user: Callable[..., Any]  # (TaskFile, holdout, *, fingerprint) -> EvalTask
     export: Callable[[Any, Body], Export]  # (protocol, body) -> Export, or EncoderlabError naming what would save
     card: Card
     standard_metric: str  # the field's standard metric, as reports name the "standard" score
     baselines: Mapping[str, str]  # {name: how tables name it} of its baselines in table order, the trivial one first
     metric_definitions: Mapping[str, str] = field(default_factory=dict)  # its own metrics' one-line definitions
     sequences: int = 1  # sequences one training example feeds the model (retrieval: a query and a document)
-    load_offline: Callable[[Path, str], Any] | None = None  # (offline root, name) -> EvalTask
+    load_offline: Callable[..., Any] | None = None  # (offline root, name, *, fingerprint) -> EvalTask
     data_files: tuple[str, ...] = SPLIT_FILES  # an offline task folder's data files, beside task.json
     paper: Mapping[str, str] = field(default_factory=dict)  # the paper's datasets it owns -> default Hub id
-    load_paper: Callable[[str, str | None, str], Any] | None = None  # (dataset, local copy or None, holdout)
+    load_paper: Callable[..., Any] | None = None  # (dataset, local copy or None, holdout, *, fingerprint)
     train_pairs: Mapping[str, str] = field(default_factory=dict)  # paper dataset -> Hub id of its training pairs
     check_file: Callable[[Any, str], None] | None = None  # (settings, where): refuses a task file, one line
     # (setting getter of a task or record) -> the name of its trivial baseline, where not always baselines[0]

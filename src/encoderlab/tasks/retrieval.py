@@ -97,13 +97,16 @@ class RetrievalTask(EvalTask):
     truncation_unit = "texts"  # documents of the whole corpus, and queries
 
     def __init__(self, name: str, corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split],
-                 *, files: dict[str, str] | None = None, pairs_only: set[str] = frozenset()) -> None:
+                 *, files: dict[str, str] | None = None, pairs_only: set[str] = frozenset(),
+                 data_split: dict | None = None, fingerprint: str = "", own_train_split: bool = False) -> None:
         """corpus: id -> {"title", "text"}; queries: id -> text; qrels: split -> query -> document -> grade.
 
         `files` names where corpus, queries and each split's qrels came from, for error messages. `pairs_only`:
         documents that are training positives only (given with their pairs, not part of the corpus): never searched.
+        `data_split`: how validation and test were drawn where the source has one evaluation split.
         """
-        self.name = name
+        self.name, self.fingerprint, self.own_train_split = name, fingerprint, own_train_split
+        self.data_split = data_split
         where = {"corpus": f"{name}: corpus", "queries": f"{name}: queries"}
         where.update({s: f"{name}: qrels[{s}]" for s in qrels}, **(files or {}))
         validate(corpus, queries, qrels, where, name)

@@ -89,6 +89,11 @@ class TaskFile:
         data = {role: (folder_digests(p) if role == "folder" else file_digest(p)) for role, p in self.files.items()}
         return fingerprint({"task file": settings, "files": data})
 
+    @property
+    def trains_on_own_qrels(self) -> bool:
+        """Whether it names a folder (retrieval's BEIR layout) that has train qrels: it trains on them by default."""
+        return "folder" in self.files and (self.files["folder"] / "qrels" / "train.tsv").is_file()
+
 
 def read_task_file(path: Path) -> TaskFile:
     """A task YAML, validated by its family's schema; every file it names must exist."""

@@ -64,12 +64,12 @@ class TokenTask(ListTask):
     truncation_unit = "words"  # whose first sub-word was cut off
 
     def __init__(self, name: str, splits: dict[str, list[dict]], labels: list[str], scheme: Scheme | None,
-                 *, plain_if_no_chunks: bool = False) -> None:
+                 *, plain_if_no_chunks: bool = False, fingerprint: str = "") -> None:
         """`scheme` None: the chunk scheme all sentences fit (`scheme_of`); when none fits, plain tags if
         `plain_if_no_chunks` (the offline suite's POS tags), else refused naming a tag."""
         if scheme is not None and scheme not in SCHEMES:
             raise DataError(f"task {name!r}: tag scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
-        self.name, self.labels = name, list(labels)
+        self.name, self.fingerprint, self.labels = name, fingerprint, list(labels)
         check_splits(name, splits)
         self.splits = {s: list(splits[s]) for s in SPLITS}
         for s in SPLITS:
@@ -285,10 +285,11 @@ def scheme_of(splits: dict[str, list[dict]], labels: list[str], task: str, plain
 # ---------------------------------------------------------------------------------------- loaders
 
 
-def load_offline_tokens(root: Path, name: str) -> TokenTask:
+def load_offline_tokens(root: Path, name: str, *, fingerprint: str = "") -> TokenTask:
     folder, meta = read_task(root, name, "tokens")
     splits = {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}
-    return TokenTask(name, splits, meta["labels"], meta.get("scheme"), plain_if_no_chunks=True)
+    return TokenTask(name, splits, meta["labels"], meta.get("scheme"), plain_if_no_chunks=True,
+                     fingerprint=fingerprint)
 
 
 CONLL_HUB = {  # the authors' copies (docs/paper.md), hub id and config. hgissbkh/ontonotes5 is a loading script, which
@@ -299,7 +300,7 @@ CONLL_HUB = {  # the authors' copies (docs/paper.md), hub id and config. hgissbk
 
 
 def load_conll_like(kind: Literal["conll2003", "ontonotes", "uner"], source: str | None = None,
-                    label_names: list[str] | None = None) -> TokenTask:
+                    label_names: list[str] | None = None, *, fingerprint: str = "") -> TokenTask:
     """CoNLL-2003-schema NER (`tokens`, `ner_tags` ints; `tags`, or `words` and `ner`, as in the authors' copies,
     are accepted) from the hub or a local folder of train/validation/test files. Tag names come from `label_names`,
     else the ClassLabel names of the dataset's features, else a `labels.json` (list, or {name: id}) or `labels.txt`
@@ -325,7 +326,7 @@ def load_conll_like(kind: Literal["conll2003", "ontonotes", "uner"], source: str
         where = f"{kind} {split} ({source or hub})"
         splits[split] = [{"id": f"{split}-{i}", "tokens": list(t), "tags": list(y)}
                          for i, (t, y) in enumerate(zip(column(d, word_col, where), column(d, tag_col, where)))]
-    return TokenTask(kind, splits, list(names), None)
+    return TokenTask(kind, splits, list(names), None, fingerprint=fingerprint)
 
 
 def _labels_file(folder: Path) -> list[str] | None:
@@ -372,7 +373,8 @@ def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> 
 
 
 def load_conll_columns(train: str, validation: str, test: str | None, word_column: int = 0, tag_column: int = -1,
-                       name: str | None = None, scheme: Scheme | None = None) -> TokenTask:
+                       name: str | None = None, scheme: Scheme | None = None, *, fingerprint: str = ""
+                       ) -> TokenTask:
     """A user's CoNLL column files. Tag names are the sorted tags of all files (a validation/test tag unseen in
     train is then reported by TokenTask); the scheme, unless given, is the chunk scheme all tags fit (a tag that
     fits none is refused: declare "plain" for tags without chunks). Without a test file, validation becomes the
@@ -387,4 +389,5 @@ def load_conll_columns(train: str, validation: str, test: str | None, word_colum
         splits["test"] = splits["validation"]
         splits["train"], splits["validation"] = holdout(splits["train"])
     stem = Path(train).stem
-    return TokenTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, scheme)
+    return TokenTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, scheme,
+                     fingerprint=fingerprint)

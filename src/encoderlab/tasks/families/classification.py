@@ -24,10 +24,10 @@ class ClassificationFile(SplitFiles):
     label_column: str = "label"
 
 
-def load_user(file: TaskFile, holdout: str):
+def load_user(file: TaskFile, holdout: str, *, fingerprint: str):
     settings, (train, validation, test) = file.settings, file.split_files()
     return load_user_classification(train, validation, test, settings.text_column,  # type: ignore[arg-type]
-                                    settings.label_column, name=file.name, holdout=holdout)
+                                    settings.label_column, name=file.name, holdout=holdout, fingerprint=fingerprint)
 
 
 def export(protocol, body: Body) -> Export:

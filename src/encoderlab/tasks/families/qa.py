@@ -15,8 +15,9 @@ class QAFile(SplitFiles):
     family: Literal["qa"]
 
 
-def load_user(file: TaskFile, holdout: str):
-    return load_squad_json(*file.split_files(), name=file.name, holdout=holdout)  # type: ignore[arg-type]
+def load_user(file: TaskFile, holdout: str, *, fingerprint: str):
+    return load_squad_json(*file.split_files(), name=file.name, holdout=holdout,  # type: ignore[arg-type]
+                           fingerprint=fingerprint)
 
 
 def export(protocol, body: Body) -> Export:

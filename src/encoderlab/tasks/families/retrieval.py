@@ -15,12 +15,13 @@ class RetrievalFile(TaskFileSettings):
     folder: str
 
 
-def load_user(file: TaskFile, holdout: str):
-    return load_beir(str(file.files["folder"]), file.name)
+def load_user(file: TaskFile, holdout: str, *, fingerprint: str):
+    return load_beir(str(file.files["folder"]), file.name, fingerprint=fingerprint,
+                     own_train_split=file.trains_on_own_qrels)
 
 
-def load_paper(name: str, source: str | None, holdout: str):
-    return load_hub_retrieval(name, source)  # type: ignore[arg-type]  # their splits are the sets' own
+def load_paper(name: str, source: str | None, holdout: str, *, fingerprint: str):
+    return load_hub_retrieval(name, source, fingerprint=fingerprint)  # type: ignore[arg-type]  # the sets' own splits
 
 
 def export(protocol, body: Body) -> Export:

@@ -22,14 +22,16 @@ def check_file(settings: TokensFile, where: str) -> None:
                         "same column: the model would read the gold tags")
 
 
-def load_user(file: TaskFile, holdout: str):
+def load_user(file: TaskFile, holdout: str, *, fingerprint: str):
     settings = file.settings
     return load_conll_columns(*file.split_files(), word_column=settings.word_column,  # type: ignore[arg-type]
-                              tag_column=settings.tag_column, name=file.name, scheme=settings.tag_scheme)
+                              tag_column=settings.tag_column, name=file.name, scheme=settings.tag_scheme,
+                              fingerprint=fingerprint)
 
 
-def load_paper(name: str, source: str | None, holdout: str):
-    return load_conll_like(name, source)  # type: ignore[arg-type]  # the paper's token sets keep their splits
+def load_paper(name: str, source: str | None, holdout: str, *, fingerprint: str):
+    # the paper's token sets keep their splits
+    return load_conll_like(name, source, fingerprint=fingerprint)  # type: ignore[arg-type]
 
 
 def export(protocol, body: Body) -> Export:
