@@ -50,6 +50,9 @@ class EvalTask(ABC):
     # plain); how a retrieval task's validation and test were drawn where its source has one evaluation split
     scheme: str | None = None
     data_split: dict | None = None
+    # Set by `seal` once tasks/build.py has built the task: its order-dependent steps (`subsample`, `apply_protocol`,
+    # `limit`, `prepare`) are then refused, since one taken again would leave its examples, ids and baselines apart
+    _built: bool = False
     labels: list[str] | None = None  # the class or tag names, for families that have them (a saved model names them)
     text_fields: tuple[str, ...] | None = None  # classification's: one field (a text) or two (a pair)
     default_tag: int | None = None  # tokens': the tag predicted for words cut off
@@ -72,14 +75,26 @@ class EvalTask(ABC):
         """A run's record body per task it scores."""
         return {self.name: body}
 
+    def seal(self) -> None:
+        """Mark the task built (tasks/build.py, once its baselines are computed): from here `subsample`,
+        `apply_protocol`, `limit` and `prepare` are refused."""
+        self._built = True
+
+    def _refuse_once_built(self, step: str) -> None:
+        if self._built:
+            raise RuntimeError(f"task {self.name!r} is built (tasks/build.py): {step} would change it after its "
+                               "examples, ids and baselines were made; build it again instead")
+
     def apply_protocol(self, protocol) -> None:
         """Take the protocol's choices that shape this task's inputs, batches, head, labels or metric (before
         `prepare`; finetuning/protocol.py). Families with choices of their own extend it."""
+        self._refuse_once_built("apply_protocol")
         self.inputs, self.batch_order = protocol.inputs, protocol.batch_order
 
-    def limit(self, protocol, seed: int) -> None:  # noqa: B027 - only some families have limits of their own
+    def limit(self, protocol, seed: int) -> None:
         """Apply the protocol's limits of this family's own (after `apply_protocol`, before `prepare`): retrieval's
-        corpus."""
+        corpus; none here."""
+        self._refuse_once_built("limit")
 
     def answers_lost(self) -> dict[str, int] | None:
         """Per split, the answers that inputs cut at max_length lost (QA tagging); None where none can be lost."""
@@ -162,6 +177,7 @@ class EvalTask(ABC):
 
         Works for tasks that keep their examples in `self.splits` (a dict of lists); others override it.
         """
+        self._refuse_once_built("subsample")
         examples = self.splits[split]  # type: ignore[attr-defined]
         if len(examples) > n:
             keep = sorted(torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))[:n].tolist())

@@ -1,9 +1,10 @@
 """Tasks built whole: the one way a sweep or a study makes the tasks it fine-tunes on.
 
 A task under a protocol is made in one order, here and nowhere else: loaded with its identity (name and
-fingerprint), the protocol's seeded subsamples (before anything is derived from the examples), the protocol's choices
-that shape inputs, heads and metrics (`apply_protocol`), the task's own limits (`limit`: retrieval's searched
-corpus), its splits tokenised at the protocol's length for its family, and its baselines. The protocol is read,
+fingerprint, given to its constructor), the protocol's seeded subsamples (before anything is derived from the
+examples), the protocol's choices that shape inputs, heads and metrics (`apply_protocol`), the task's own limits
+(`limit`: retrieval's searched corpus), its splits tokenised at the protocol's length for its family, and its
+baselines; then sealed (`EvalTask.seal`), so that no step is taken again out of that order. The protocol is read,
 never imported: finetuning/protocol.py is a layer above.
 """
 from __future__ import annotations
@@ -54,3 +55,4 @@ def _prepare(task: EvalTask, protocol, tokenizer: TextTokenizer, cache_dir: Path
     length = protocol.for_task(task.name).length_for(task.family)
     task.prepare(tokenizer, length, cache_dir)
     task.baseline_scores = baselines.compute(task, tokenizer, length, cache_dir)
+    task.seal()

@@ -100,6 +100,7 @@ class ClassificationTask(ListTask):
     # ---- tokenisation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
+        self._refuse_once_built("prepare")
         segments = len(self._texts("train"))
         # the special tokens, a token of each segment and the EOS that ends the first of two
         need = len(self.framed([], tokenizer.bos_id, tokenizer.eos_id)) + 2 * segments - 1

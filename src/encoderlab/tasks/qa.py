@@ -190,6 +190,7 @@ class QATask(EvalTask):
     # ---- preparation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
+        self._refuse_once_built("prepare")
         if self.tagging:
             return self.tagging.prepare(tokenizer, max_length, cache_dir)
         # A window is [<bos>] question <eos> context <eos>, its question cut at max_length // 2 tokens: below this a

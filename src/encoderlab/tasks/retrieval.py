@@ -146,6 +146,7 @@ class RetrievalTask(EvalTask):
 
     def subsample(self, split: str, n: int, seed: int) -> None:
         """Keep a seeded random `n` queries of a split (CPU protocols); the corpus stays whole. Before `prepare`."""
+        self._refuse_once_built("subsample")
         judged = self.qrels.get(split, {})
         if len(judged) > n:
             qids = sorted(judged)
@@ -178,6 +179,7 @@ class RetrievalTask(EvalTask):
         self.configure(**protocol.retrieval.scoring())
 
     def limit(self, protocol, seed: int) -> None:
+        super().limit(protocol, seed)
         if protocol.max_corpus_documents:
             self.limit_corpus(protocol.max_corpus_documents, seed=seed)
 
@@ -215,6 +217,8 @@ class RetrievalTask(EvalTask):
     # ------------------------------------------------------------------------------------------- preparation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
+        self._refuse_once_built("prepare")
+
         def framed(ids: list[int]) -> list[int]:
             return self.framed(ids, tokenizer.bos_id, tokenizer.eos_id)
 

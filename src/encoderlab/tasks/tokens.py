@@ -131,6 +131,7 @@ class TokenTask(ListTask):
     # ---- tokenisation
 
     def prepare(self, tokenizer: TextTokenizer, max_length: int, cache_dir: Path | None = None) -> None:
+        self._refuse_once_built("prepare")
         if max_length < 3:
             raise DataError(f"max_length={max_length} is too small for task {self.name!r}: at least 3")
         self.pad_id = tokenizer.pad_id
