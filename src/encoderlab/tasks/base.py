@@ -12,7 +12,7 @@ import itertools
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -21,9 +21,6 @@ from encoderlab.core.seeds import derive_seed
 from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
-
-if TYPE_CHECKING:
-    from encoderlab.tasks.qa_tagging import QATagging
 
 
 class EvalTask(ABC):
@@ -56,10 +53,11 @@ class EvalTask(ABC):
     labels: list[str] | None = None  # the class or tag names, for families that have them (a saved model names them)
     text_fields: tuple[str, ...] | None = None  # classification's: one field (a text) or two (a pair)
     default_tag: int | None = None  # tokens': the tag predicted for words cut off
-    # QA's: whether unanswerable questions are allowed; the protocol's qa.format and, for "tagging", its state
+    # QA's: whether unanswerable questions are allowed; the protocol's qa.format and, for "tagging", its state (a
+    # qa_tagging.QATagging, which imports this module)
     allow_unanswerable: bool | None = None
     format: str | None = None
-    tagging: QATagging | None = None
+    tagging: Any = None
 
     # A task is the unit a sweep trains of itself: trained on its own train split, scoring itself
     # (finetuning/shared_training.py has the other kind of unit).
