@@ -31,7 +31,8 @@ class EvalTask(ABC):
     # (accuracy, seqeval entity_f1, SQuAD f1, standard ndcg@10), so one run answers both "does it match the paper"
     # and "how does it compare with the rest of the field"; equal to "score" where the protocol uses it.
     standard_metric: str = ""
-    # of the definition and data files, given to the task's constructor by load_task: records are kept by it
+    # of the definition and data files, given to the task's constructor (load_task hands it to the family's loader):
+    # records are kept by it
     fingerprint: str = ""
     truncated: dict[str, int]  # inputs cut at max_length by prepare(), per split (retrieval: corpus, queries)
     truncation_unit: str  # what `truncated` counts: examples, words, questions, texts
@@ -47,9 +48,6 @@ class EvalTask(ABC):
     # plain); how a retrieval task's validation and test were drawn where its source has one evaluation split
     scheme: str | None = None
     data_split: dict | None = None
-    # Set by `seal` once tasks/build.py has built the task: its order-dependent steps (`subsample`, `apply_protocol`,
-    # `limit`, `prepare`) are then refused, since one taken again would leave its examples, ids and baselines apart
-    _built: bool = False
     labels: list[str] | None = None  # the class or tag names, for families that have them (a saved model names them)
     text_fields: tuple[str, ...] | None = None  # classification's: one field (a text) or two (a pair)
     default_tag: int | None = None  # tokens': the tag predicted for words cut off
@@ -58,6 +56,9 @@ class EvalTask(ABC):
     allow_unanswerable: bool | None = None
     format: str | None = None
     tagging: Any = None
+    # Set by `seal` once tasks/build.py has built the task: its order-dependent steps (`subsample`, `apply_protocol`,
+    # `limit`, `prepare`) are then refused, since one taken again would leave its examples, ids and baselines apart
+    _built: bool = False
 
     # A task is the unit a sweep trains of itself: trained on its own train split, scoring itself
     # (finetuning/shared_training.py has the other kind of unit).
