@@ -16,7 +16,7 @@ MAX_FILE_LINES, MAX_FUNCTION_LINES = 400, 60
 
 def long_files(src: Path) -> list[str]:
     return [f"{path.relative_to(src)}: {lines} lines" for path in sorted(src.rglob("*.py"))
-            if (lines := path.read_text().count("\n") + 1) > MAX_FILE_LINES]
+            if (lines := len(path.read_text().splitlines())) > MAX_FILE_LINES]
 
 
 def long_functions(src: Path) -> list[str]:

@@ -258,7 +258,7 @@ class Encoder:
         bidirectional attention, as the retrieval evaluation and the sentence-transformers export embed; unit
         length when `normalize`. A text is cut to `max_length` tokens (default: the model's context). Prefix
         queries with "Query: " and documents with "Document: " to match them as the retrieval evaluation does."""
-        from encoderlab.tasks.retrieval import encode
+        from encoderlab.tasks.bi_encoder import encode
 
         texts = [texts] if isinstance(texts, str) else list(texts)
         parts = []

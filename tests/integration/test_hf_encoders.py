@@ -19,7 +19,7 @@ from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.hf import CLASSES
 from encoderlab.hub.importer import import_hf
 from encoderlab.runs.checkpoint import load_model
-from encoderlab.tasks.retrieval import encode
+from encoderlab.tasks.bi_encoder import encode
 
 TOL = 1e-5
 SHAPE = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -26,7 +26,7 @@ from encoderlab.tasks import baselines
 from encoderlab.tasks.base import pad
 from encoderlab.tasks.baselines import LABELS
 from encoderlab.tasks.metrics import DEFINITIONS
-from encoderlab.tasks.retrieval import encode
+from encoderlab.tasks.bi_encoder import encode
 
 WORDS = "the film was very quite rather plot actors story good bad Anna Oslo reads sleeps in at".split()
 

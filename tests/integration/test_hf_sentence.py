@@ -16,7 +16,9 @@ from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.runs.checkpoint import save_weights_only
 from encoderlab.tasks.base import pad
-from encoderlab.tasks.retrieval import RetrievalTask, _Tokens, document_text, encode, query_text
+from encoderlab.tasks.bi_encoder import document_text, encode, query_text
+from encoderlab.tasks.retrieval import RetrievalTask
+from encoderlab.tasks.retrieval_data import Tokens
 
 CONTEXT = 24  # short, so the long text below is cut: truncation must match too
 TEXTS = ["the cat sat on the mat", "x", "a much longer sentence about many different things " * 4,
@@ -41,7 +43,7 @@ def exported(tmp_path_factory, synthetic, one_thread):
 
 def ours(model: TransformerLM, tok, texts: list[str]) -> torch.Tensor:
     """Unit-norm embeddings the way the retrieval task computes them (tokenise, pad, encode, normalise)."""
-    tokens = _Tokens(*RetrievalTask._tokenise(texts, tok, CONTEXT, lambda ids: [tok.bos_id, *ids, tok.eos_id])[:2])
+    tokens = Tokens(*RetrievalTask._tokenise(texts, tok, CONTEXT, lambda ids: [tok.bos_id, *ids, tok.eos_id])[:2])
     ids, mask = pad([tokens[i] for i in range(len(texts))], tok.pad_id)
     with torch.no_grad():
         return F.normalize(encode(model.model, ids, mask), dim=-1)

@@ -12,6 +12,7 @@ from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is 
 
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.shared_training import TrainedOnce
+from encoderlab.tasks import bi_encoder as B
 from encoderlab.tasks import retrieval as R
 from encoderlab.tasks.base import random_order
 from encoderlab.tasks.metrics import ndcg_at_k, ndcg_top_k_only
@@ -155,7 +156,7 @@ def test_inputs_eos_no_bos_and_a_cut_text_loses_its_eos(tok, tmp_path):  # noqa:
     docs, query_tokens = task._prepared()
     q = query_tokens[task.query_ids.index("q3")]
     assert q[0] != tok.bos_id and q[-1] == tok.eos_id and tok.decode(q[:-1]) == "Query: " + queries["q3"]
-    ids = tok.encode_batch([R.document_text(corpus["d5"]["title"], corpus["d5"]["text"])])[0]
+    ids = tok.encode_batch([B.document_text(corpus["d5"]["title"], corpus["d5"]["text"])])[0]
     assert docs[task.doc_ids.index("d5")] == [*ids, tok.eos_id]
     task.prepare(tok, max_length=12)  # at least the "Document:" prompt (9 tokens here), a token of text and EOS
     assert docs_cut(task, "d5") == ids[:12]  # `text + EOS` cut at 12 tokens: no EOS left, as the authors' tokenizer

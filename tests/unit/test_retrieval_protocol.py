@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is a fixture
 
 from encoderlab.tasks import loaders
+from encoderlab.tasks import bi_encoder as B
 from encoderlab.tasks import retrieval as R
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -53,8 +54,8 @@ def test_mnrl_is_cosine_times_20_over_the_batch_with_nothing_masked(tok):  # noq
     batch = next(task.train_batches(8, seed=0))
     assert "false_negatives" not in batch
     model = backbone(tok)
-    q = R.encode(model, batch["query_ids"], batch["query_mask"])
-    d = R.encode(model, batch["doc_ids"], batch["doc_mask"])
+    q = B.encode(model, batch["query_ids"], batch["query_mask"])
+    d = B.encode(model, batch["doc_ids"], batch["doc_mask"])
     logits = 20 * F.normalize(q, dim=-1) @ F.normalize(d, dim=-1).T
     expected = F.cross_entropy(logits, torch.arange(len(q)))
     assert task.loss(model, head, batch).item() == pytest.approx(expected.item(), rel=1e-5)

@@ -17,6 +17,7 @@ from encoderlab.data.tokenizer import train_bpe
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
 from encoderlab.tasks import loaders
+from encoderlab.tasks import bi_encoder as B
 from encoderlab.tasks import retrieval as R
 from encoderlab.tasks.base import mean_pool
 from encoderlab.tasks.metrics import ndcg_at_k
@@ -88,18 +89,18 @@ def test_mean_pool_ignores_padding(tok):
     model = backbone(tok)
     short, long = [0, 10, 11, 12, 1], [0] + list(range(20, 40)) + [1]
     ids, mask = R.pad([short, long], tok.pad_id)
-    alone = R.encode(model, torch.tensor([short]), torch.ones(1, len(short), dtype=torch.long))
-    padded = R.encode(model, ids, mask)[0:1]
+    alone = B.encode(model, torch.tensor([short]), torch.ones(1, len(short), dtype=torch.long))
+    padded = B.encode(model, ids, mask)[0:1]
     assert torch.allclose(alone, padded, atol=1e-5)
-    assert not torch.allclose(alone, R.encode(model, ids, torch.ones_like(mask))[0:1], atol=1e-3)  # padding counted
+    assert not torch.allclose(alone, B.encode(model, ids, torch.ones_like(mask))[0:1], atol=1e-3)  # padding counted
 
 
 # ----------------------------------------------------------------------------------------------- loss
 
 
 def test_info_nce_equals_hand_computation():
-    assert R.RetrievalHead().log_scale.exp().item() == pytest.approx(20.0)  # temperature 0.05
-    head = R.RetrievalHead(temperature=0.5)
+    assert B.RetrievalHead().log_scale.exp().item() == pytest.approx(20.0)  # temperature 0.05
+    head = B.RetrievalHead(temperature=0.5)
     q = torch.tensor([[2.0, 0.0], [0.0, 1.0]])  # norms differ: the similarity is a cosine
     d = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
     cos = [[1.0, 0.6], [0.0, 0.8]]
@@ -107,8 +108,8 @@ def test_info_nce_equals_hand_computation():
     assert torch.allclose(logits, 2.0 * torch.tensor(cos))
     row0 = -math.log(math.exp(2 * 1.0) / (math.exp(2 * 1.0) + math.exp(2 * 0.6)))
     row1 = -math.log(math.exp(2 * 0.8) / (math.exp(2 * 0.0) + math.exp(2 * 0.8)))
-    assert R.info_nce(logits).item() == pytest.approx((row0 + row1) / 2, rel=1e-5)
-    masked = R.info_nce(logits, torch.tensor([[False, True], [False, False]]))
+    assert B.info_nce(logits).item() == pytest.approx((row0 + row1) / 2, rel=1e-5)
+    masked = B.info_nce(logits, torch.tensor([[False, True], [False, False]]))
     assert masked.item() == pytest.approx(row1 / 2, rel=1e-5)  # row 0 has only its own document left: loss 0
 
 
@@ -135,7 +136,7 @@ def test_exact_search_equals_brute_force(tok, monkeypatch):
     docs, queries = task._prepared()
 
     def alone(tokens):  # one sequence at a time: no padding at all
-        return torch.nn.functional.normalize(R.encode(model, torch.tensor([tokens]), torch.ones(1, len(tokens),
+        return torch.nn.functional.normalize(B.encode(model, torch.tensor([tokens]), torch.ones(1, len(tokens),
                                                       dtype=torch.long)), dim=-1)[0]
 
     with torch.no_grad():
@@ -151,14 +152,14 @@ def test_exact_search_equals_brute_force(tok, monkeypatch):
                 assert torch.allclose(torch.tensor([run[qid][d] for d in got]), top.values, atol=1e-5)
         brute = {q: {task.doc_ids[i]: float(s) for i, s in enumerate(d_emb @ alone(queries[task.query_ids.index(q)]))}
                  for q in ("q8", "q9")}
-    result = task.evaluate(model, R.RetrievalHead(), "validation", batch_size=4)
+    result = task.evaluate(model, B.RetrievalHead(), "validation", batch_size=4)
     assert result["score"] == result["ndcg@10"] == pytest.approx(ndcg_at_k(brute, task.qrels["validation"], 10))
 
 
 def test_corpus_embeddings_reused_until_weights_change(tok, monkeypatch):
     task = make_task()
     task.prepare(tok, 64)
-    model, head = backbone(tok), R.RetrievalHead()
+    model, head = backbone(tok), B.RetrievalHead()
     calls, original = [], R.RetrievalTask._embed
 
     def counting(self, bb, tokens, indices, batch_size):
@@ -306,7 +307,7 @@ def test_overfits_eight_pairs(tok):
     task = R.RetrievalTask("overfit", corpus, queries, qrels)
     task.prepare(tok, 32)
     torch.manual_seed(0)
-    model, head = backbone(tok, seed=1), R.RetrievalHead()
+    model, head = backbone(tok, seed=1), B.RetrievalHead()
     assert task.evaluate(model, head, "train", 8)["score"] < 100
     opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=3e-3)
     for step in range(100):

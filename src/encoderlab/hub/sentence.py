@@ -1,5 +1,5 @@
 """`encoderlab export CKPT --out DIR --as sentence-transformers`: a folder `SentenceTransformer(DIR)` loads as a
-bi-encoder that embeds text exactly as encoderlab's retrieval evaluation does (tasks/retrieval.py).
+bi-encoder that embeds text exactly as encoderlab's retrieval evaluation does (tasks/bi_encoder.py).
 
 That is: the body of the checkpoint's own family with bidirectional attention (`EuroBertModel` for encoderlab's own
 encoders; `LlamaModel`, `MistralModel`, `Qwen2Model` or `Qwen3Model` with `is_causal: false` for a model imported from
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from encoderlab.model.config import ModelConfig
-from encoderlab.tasks.retrieval import DOCUMENT_PREFIX, QUERY_PREFIX
+from encoderlab.tasks.bi_encoder import DOCUMENT_PREFIX, QUERY_PREFIX
 
 KIND = "sentence-transformers"  # hub/card.py SENTENCE
 POOLING = "1_Pooling"

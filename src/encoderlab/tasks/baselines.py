@@ -149,7 +149,7 @@ def model_segments(task: EvalTask, tokenizer: TextTokenizer, split: str) -> list
 def model_texts(task: EvalTask, tokenizer: TextTokenizer, split: str) -> tuple[dict[str, str], dict[str, str]]:
     """`task.baseline_texts(split)` as the model reads them: each document and query as far as its prepared ids
     reach, decoded, without the "Document: " / "Query: " prompt."""
-    from encoderlab.tasks.retrieval import DOCUMENT_PREFIX, QUERY_PREFIX
+    from encoderlab.tasks.bi_encoder import DOCUMENT_PREFIX, QUERY_PREFIX
 
     documents, queries = task.baseline_texts(split)
     docs, query_ids = task._prepared()

@@ -12,7 +12,6 @@ top10_only`, the authors' NDCG over the top 10 alone (metrics.ndcg_top_k_only); 
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -23,71 +22,27 @@ from torch import Tensor, nn
 
 from encoderlab.core.errors import DataError
 from encoderlab.data.tokenizer import TextTokenizer
-from encoderlab.tasks.base import EvalTask, constant, mean_pool, pad
+from encoderlab.tasks.base import EvalTask, constant, pad
+from encoderlab.tasks.bi_encoder import (
+    DOCUMENT_PREFIX,
+    QUERY_PREFIX,
+    FixedScaleHead,
+    RetrievalHead,
+    document_text,
+    encode,
+    info_nce,
+    query_text,
+)
 from encoderlab.tasks.common import cached
 from encoderlab.tasks.metrics import ndcg_at_k, ndcg_top_k_only, recall_at_k
 from encoderlab.tasks.retrieval_data import Split, Tokens, tokenise, validate
 
-_Tokens = Tokens  # its name before it moved to retrieval_data
-
-QUERY_PREFIX, DOCUMENT_PREFIX = "Query: ", "Document: "
 TOP_K = 100  # the run kept per query: enough for NDCG@10 and recall@100
-TEMPERATURE = 0.05  # initial InfoNCE temperature: logits = cosine / 0.05
-MNRL_SCALE = 20.0  # sentence-transformers' MultipleNegativesRankingLoss: logits = cosine x 20, fixed
-MAX_SCALE = 100.0  # the learnt inverse temperature is clipped here (as CLIP does) so it cannot blow up
 SCORE_CHUNK = 8192  # documents scored against all queries at once (bounds the score matrix)
 EMBEDDING_CACHE_BYTES = 2**30  # corpus embeddings up to this size are reused while the weights stay the same
 CACHE_VERSION = 2  # 2: texts cut to max_length are counted
 # The protocol's `retrieval.ndcg` -> the metric reported as "score"; "standard" is always NDCG@10
 METRICS = {"standard": "ndcg@10", "top10_only": "ndcg@10_top10_only"}
-
-
-def query_text(text: str) -> str:
-    return QUERY_PREFIX + text
-
-
-def document_text(title: str, text: str) -> str:
-    return DOCUMENT_PREFIX + (f"{title} {text}" if title else text)
-
-
-class RetrievalHead(nn.Module):
-    """A learnable log inverse temperature, initialised to log(1 / 0.05); embeddings are the backbone's own."""
-
-    def __init__(self, temperature: float = TEMPERATURE) -> None:
-        super().__init__()
-        self.log_scale = nn.Parameter(torch.tensor(math.log(1.0 / temperature)))
-
-    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
-        """(B, C), (N, C) -> (B, N) cosine similarities times the inverse temperature."""
-        scale = self.log_scale.exp().clamp(max=MAX_SCALE)
-        return scale * F.normalize(queries.float(), dim=-1) @ F.normalize(documents.float(), dim=-1).T
-
-
-class FixedScaleHead(nn.Module):
-    """Cosine similarities times a fixed scale (a buffer: nothing to train)."""
-
-    def __init__(self, scale: float = MNRL_SCALE) -> None:
-        super().__init__()
-        self.register_buffer("scale", torch.tensor(scale))
-
-    def forward(self, queries: Tensor, documents: Tensor) -> Tensor:
-        return self.scale * F.normalize(queries.float(), dim=-1) @ F.normalize(documents.float(), dim=-1).T
-
-
-def info_nce(logits: Tensor, false_negatives: Tensor | None = None) -> Tensor:
-    """Cross-entropy of each query (row) against its own document (the diagonal) among the batch's documents.
-
-    false_negatives (B, B) bool: True where column j is also relevant to query i (j != i): left out of the softmax.
-    """
-    if false_negatives is not None:
-        logits = logits.masked_fill(false_negatives, float("-inf"))
-    return F.cross_entropy(logits, torch.arange(logits.shape[0], device=logits.device))
-
-
-def encode(backbone: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-    """Mean-pooled bidirectional hidden states, float32: (B, T) -> (B, C)."""
-    hidden = backbone(input_ids, causal=False, attention_mask=attention_mask)
-    return mean_pool(hidden.float(), attention_mask)
 
 
 class RetrievalTask(EvalTask):
