@@ -9,7 +9,8 @@ from itertools import combinations
 
 from scipy import stats
 
-from encoderlab.study.results import CATEGORIES, NOT_MEASURABLE, Comparison, lexical_note, outcome
+from encoderlab.study.results import NOT_MEASURABLE, Comparison, lexical_note, outcome
+from encoderlab.tasks import registry
 
 A_HIGHER, B_HIGHER, NO_DIFFERENCE = "A higher", "B higher", "no difference shown (the interval includes zero)"
 PAIR_RULE = ("A minus B per category (mean over the category's datasets), Welch's t-test with datasets and models as "
@@ -102,7 +103,7 @@ class SpreadTest:
 def spread_tests(res, a: str | None, b: str | None) -> list[SpreadTest]:
     """Levene's test per category where both models have at least 3 runs (`res` needs only `tasks`)."""
     out = []
-    for cat in CATEGORIES:
+    for cat in registry.categories():
         runs = {name: [x for t in res.tasks.get(name, {}).values() if t.category == cat for x in t.centred_runs]
                 for name in (a, b)}
         if not a or not b or len(runs[a]) < 3 or len(runs[b]) < 3:

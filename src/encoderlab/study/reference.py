@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.study.results import CATEGORIES, CategoryScore, TaskScore, category_scores, task_scores
+from encoderlab.study.results import CategoryScore, TaskScore, category_scores, task_scores
 from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.tasks import registry
 
@@ -165,10 +165,10 @@ def reference_section(report) -> str:
         ref = load_reference(root, theirs)
         mine = res.categories.get(ours, {}) if ours else {}
         rows.append([theirs, "authors' runs"] + [_fmt(ref.categories[c].mean, ref.categories[c].ci95)
-                                                 if c in ref.categories else "-" for c in CATEGORIES])
+                                                 if c in ref.categories else "-" for c in registry.categories()])
         if ours:
             rows.append([ours, "this study"] + [_fmt(mine[c].mean, mine[c].ci95) if c in mine else "-"
-                                                for c in CATEGORIES])
+                                                for c in registry.categories()])
         csv_rows += [[theirs, t, s.test, s.ci95, " ".join(f"{lr:g}" for _, lr in sorted(s.lr_by_seed.items()))]
                      for t, s in ref.tasks.items()]
         notes += [f"- {theirs}: {n}" for n in ref.notes]
@@ -182,13 +182,13 @@ def reference_section(report) -> str:
             f"this study's (`lr_choice: {res.lr_choice}`), each beside the study's model it is matched with. The "
             "authors' rows are their protocol's metric, the only one their files hold; this study's rows are as in "
             f"every table here ({res.metric}). Per dataset: `reference.csv`.\n\n"
-            + _table(["model", "source"] + CATEGORIES, rows) + "\n\n" + "\n".join(notes) + "\n")
+            + _table(["model", "source"] + registry.categories(), rows) + "\n\n" + "\n".join(notes) + "\n")
 
 
 def _dataset_note(theirs: str, their_tasks: dict, ours: str, our_tasks: dict) -> list[str]:
     """Where a category averages other datasets on the two sides, say so: those cells do not compare."""
     lines = []
-    for cat in CATEGORIES:
+    for cat in registry.categories():
         a = sorted(t for t, s in their_tasks.items() if s.category == cat)
         b = sorted(t for t, s in our_tasks.items() if s.category == cat)
         if a and b and {_same_name(t) for t in a} != {_same_name(t) for t in b}:

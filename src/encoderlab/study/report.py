@@ -7,8 +7,6 @@ from pathlib import Path
 from encoderlab.core.io import atomic_dir
 from encoderlab.finetuning.aggregate import ONE
 from encoderlab.study.results import (
-    CATEGORIES,
-    STANDARD_METRIC,
     CategoryScore,
     StudyResults,
     category_scores,
@@ -17,7 +15,7 @@ from encoderlab.study.sanity import sanity_section
 from encoderlab.study.standing import category_cell as _category_cell
 from encoderlab.study.standing import standing_notes
 from encoderlab.study.tables import _csv, _fmt, _table
-from encoderlab.tasks import baselines
+from encoderlab.tasks import baselines, registry
 
 
 class Report:
@@ -42,8 +40,9 @@ class Report:
         if self.res.metric == "score":
             what = "the protocol's metric (`score`: the metric named in each per-dataset column)"
         else:
-            what = ("the field's standard metric (`standard`: " + ", ".join(sorted(set(STANDARD_METRIC.values())))
-                    + "; `--metric score` shows the protocol's)")
+            standard = sorted({f.standard_metric for f in registry.families()})
+            what = (f"the field's standard metric (`standard`: {', '.join(standard)}; `--metric score` shows the "
+                    "protocol's)")
         how = {"per_seed": "each seed's run at its own best-validation LR, mean over seeds",
                "mean_over_seeds": "every seed's run at the one LR with the best mean validation score over seeds "
                                   "(among the LRs run on every seed), mean over seeds"}[self.res.lr_choice]
@@ -52,7 +51,7 @@ class Report:
     # ------------------------------------------------------------------------------------------- tables
 
     def category_table(self, labels: list[str], name: str, title: str, row_name=lambda x: x) -> str:
-        cats = [c for c in CATEGORIES if any(c in self.res.categories.get(lb, {}) for lb in labels)]
+        cats = [c for c in registry.categories() if any(c in self.res.categories.get(lb, {}) for lb in labels)]
         header = ["model"] + cats + ([f"{self.paper_column}: " + "/".join(cats)] if self.paper else [])
         rows, csv_rows = [], []
         for lb in labels:
@@ -72,7 +71,7 @@ class Report:
     def dataset_tables(self, labels: list[str]) -> str:
         tasks = self.res.task_names()
         parts, csv_rows, missing = [], [], False
-        for cat in CATEGORIES:
+        for cat in registry.categories():
             names = [t for t in tasks if any(t in self.res.tasks[lb] and self.res.tasks[lb][t].category == cat
                                              for lb in labels)]
             if not names:
@@ -163,7 +162,7 @@ class Report:
         if not full:
             return None, ""
         plt = self._plt()
-        cats = [c for c in CATEGORIES if any(c in s for s in self.res.categories.values())]
+        cats = [c for c in registry.categories() if any(c in s for s in self.res.categories.values())]
         fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.4), squeeze=False)
         rows, noisy = [], []
         for ax, cat in zip(axes[0], cats):
@@ -198,7 +197,7 @@ class Report:
         `levene` names the test the caption sends its reader to (a named set's, such as the paper's Finding 3)."""
         levene = levene or "the Levene test of a `stability:` comparison"
         plt = self._plt()
-        cats = [c for c in CATEGORIES if any(c in self.res.categories.get(lb, {}) for lb in labels)]
+        cats = [c for c in registry.categories() if any(c in self.res.categories.get(lb, {}) for lb in labels)]
         if not cats:
             return None, ""
         fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.6), squeeze=False)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,38 +25,6 @@ from encoderlab.tasks import registry
 
 
 
-class _Categories(Sequence[str]):
-    """The category codes of the registered families (SC, TC, QA, IR, then any registered later), in their order:
-    read at each use, so that a family registered after this module loaded has its category in every report."""
-
-    def __getitem__(self, i):  # type: ignore[override]
-        return [f.category for f in registry.families()][i]
-
-    def __len__(self) -> int:
-        return len(registry.families())
-
-    def __add__(self, other: list) -> list[str]:
-        return [*self, *other]
-
-    def __radd__(self, other: list) -> list[str]:  # ["model"] + CATEGORIES, as tables are headed
-        return [*other, *self]
-
-
-class _StandardMetrics(Mapping[str, str]):
-    """{family: the field's standard metric} (the "standard" score of records), read from the registered records."""
-
-    def __getitem__(self, name: str) -> str:
-        return {f.name: f.standard_metric for f in registry.families()}[name]  # a KeyError, as a mapping's
-
-    def __iter__(self):
-        return iter([f.name for f in registry.families()])
-
-    def __len__(self) -> int:
-        return len(registry.families())
-
-
-CATEGORIES: Sequence[str] = _Categories()
-STANDARD_METRIC: Mapping[str, str] = _StandardMetrics()
 METRICS = ("score", "standard")
 
 
@@ -124,7 +91,7 @@ def at_baseline(score: CategoryScore) -> bool:
 def category_scores(tasks: dict[str, TaskScore]) -> dict[str, CategoryScore]:
     """Per category, the score of its datasets that have a kept run (study/intervals.py `category_score`)."""
     out = {}
-    for cat in CATEGORIES:
+    for cat in registry.categories():
         members = [t for t in tasks.values() if t.category == cat and t.by_seed]
         if members:
             out[cat] = category_score(members)
@@ -162,7 +129,8 @@ class StudyResults:
         """a - b per category, on the datasets both were evaluated on (a baseline may have run fewer tasks)."""
         common = set(self.tasks.get(a, {})) & set(self.tasks.get(b, {}))
         ca, cb = (self.categories_of(lb, common) for lb in (a, b))
-        return [_measurable(compare(ca[c], cb[c], c), ca[c], cb[c]) for c in CATEGORIES if c in ca and c in cb]
+        return [_measurable(compare(ca[c], cb[c], c), ca[c], cb[c]) for c in registry.categories()
+                if c in ca and c in cb]
 
     def categories_of(self, label: str, tasks: set[str]) -> dict[str, CategoryScore]:
         """A model's category scores on some of its datasets (those another model was evaluated on too)."""
@@ -176,7 +144,7 @@ class StudyResults:
 
     def task_names(self) -> list[str]:
         names = {t for ts in self.tasks.values() for t in ts}
-        order = {c: i for i, c in enumerate(CATEGORIES)}
+        order = {c: i for i, c in enumerate(registry.categories())}
         cat_of = {t: s.category for ts in self.tasks.values() for t, s in ts.items()}
         return sorted(names, key=lambda t: (order.get(cat_of[t], 9), t))
 

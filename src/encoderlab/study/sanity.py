@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import math
 
-from encoderlab.study.results import CATEGORIES, Comparison
+from encoderlab.study.results import Comparison
 from encoderlab.study.tables import _csv, _table
+from encoderlab.tasks import registry
 
 YES, NO, AT_BASELINE = "yes", "no", "at baseline"
 RULE = ("**Rule, per cell**: **yes** when the whole 95% interval of the difference lies above zero; *no* when it "
@@ -37,7 +38,7 @@ def sanity_section(report) -> str:
         holds = outs.count(YES)
         passing += bool(cs) and holds >= _most(len(cs))
         at_base = f", at baseline in {outs.count(AT_BASELINE)}" if AT_BASELINE in outs else ""
-        rows.append([lb] + [_holds_cell(by_cat[cat]) if cat in by_cat else "-" for cat in CATEGORIES]
+        rows.append([lb] + [_holds_cell(by_cat[cat]) if cat in by_cat else "-" for cat in registry.categories()]
                     + [f"holds in {holds}/{len(cs)} categories{at_base}" if cs else
                        "not measured (missing evaluations)"])
         csv_rows += [[lb, pairs[lb], c.category, round(c.diff, 3), c.ci95, c.p, sanity_outcome(c),
@@ -53,7 +54,7 @@ def sanity_section(report) -> str:
             f"random-init model runs `evaluation.random_init_tasks`).\n\n{RULE}\n\n"
             f"**It holds in {_threshold([len(cs) for cs in comps.values()])} for {passing} of "
             f"{sum(map(bool, comps.values()))} pretrained final models{_unmeasured(comps)}.**\n\n"
-            + _table(["model"] + CATEGORIES + ["verdict"], rows)
+            + _table(["model"] + registry.categories() + ["verdict"], rows)
             + "\n\nCSV: `sanity.csv` (`outcome`: the cell's word)\n")
 
 

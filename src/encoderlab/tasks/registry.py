@@ -145,6 +145,11 @@ def families() -> list[Family]:
     return list(_REGISTRY.values())
 
 
+def categories() -> list[str]:
+    """The registered families' category codes in report order (SC, TC, QA, IR, then any registered later)."""
+    return [record.category for record in families()]
+
+
 def by_category(category: str) -> Family:
     """The family whose tasks a report groups under `category` (SC, TC, QA, IR, ...)."""
     for record in families():
