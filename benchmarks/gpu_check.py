@@ -11,9 +11,10 @@ Correctness (each check prints its error and the limit it must stay under; a fai
 Speed (reported next to the issue's targets, never failing the run):
   attention-speed  flex (BlockMask) against dense-mask SDPA, fwd+bwd, packed 2,048-token windows of FineWeb-like
                    document lengths
-  pretrain-speed   the 210M shape at 2,048 tokens, bf16, MLM 40% and CLM, without and with compile: tokens/s, MFU
+  pretrain-speed   the 210M and 610M shapes at 2,048 tokens, bf16, MLM 40% and CLM, compiled: tokens/s, MFU
                    against the bf16 matmul peak measured in this run, peak memory, next to transformers'
-                   EuroBertForMaskedLM / LlamaForCausalLM alternating in one process (benchmarks/pretrain_throughput.py)
+                   EuroBertForMaskedLM / LlamaForCausalLM compiled alike, alternating in one process
+                   (benchmarks/pretrain_throughput.py; without --compile it measures eager)
   finetuning       runs per hour of both engines (same section as the records)
 
 Writes gpu-check.json and gpu-check.md into --out. `--smoke --device cpu` runs the same logic at small shapes in

@@ -82,3 +82,12 @@ def test_without_grad_nothing_is_kept_and_no_rows_give_zero():
     assert not loss.requires_grad and torch.allclose(loss, _plain(h, w, t)[0], rtol=1e-6)
     empty, none = fused_linear_cross_entropy(h[:0], w, t[:0])
     assert empty.item() == 0 and none.item() == 0
+
+
+@pytest.mark.parametrize("card_gib, expected", [(24, 24 * 2**30 // 10), (141, lm_loss.CUDA_CHUNK_BYTES)])
+def test_cuda_chunks_are_bounded_by_a_share_of_the_card(monkeypatch, card_gib, expected):
+    """8 GiB chunks on a large card; a tenth of a small card's memory, so the loss's chunk never crowds it."""
+    card = type("Card", (), {"total_memory": card_gib * 2**30})()
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: card)
+    assert lm_loss._chunk_bytes(torch.device("cuda")) == expected
+    assert lm_loss._chunk_bytes(torch.device("cpu")) == lm_loss.CHUNK_BYTES

@@ -25,9 +25,18 @@ from torch import Tensor
 CHUNK_BYTES = 1 << 28  # bounds a chunk's rows: 2,048 rows of a 32K vocabulary (logits + probabilities: 256 MiB in bf16)
 # On CUDA each chunk adds its (V, C) weight gradient into the fp32 accumulator, a pass over 3 x V x C x 4 bytes that
 # does not shrink with the chunk: with 523 rows of a 128K vocabulary (the CPU bound) those passes and the softmax
-# launches took 58 of a 108 ms step (210m CLM, 8 x 2,048 tokens, H100, compiled blocks; profiled). 8x larger chunks
-# (4,186 rows: 2 GiB of logits and probabilities, small beside a GPU's memory) make them 8x fewer.
-CUDA_CHUNK_BYTES = 1 << 31
+# launches took 58 of a 108 ms step (210m CLM, 8 x 2,048 tokens, H100, compiled blocks; profiled). Chunks of up to
+# 8 GiB (16,744 rows of a 128K vocabulary: one chunk for 8 x 2,048 tokens) made the 210m's compiled step 1.03x faster
+# than 2 GiB ones (H200, both objectives) for 6 GB more peak memory; a tenth of the card's memory bounds them on
+# smaller cards.
+CUDA_CHUNK_BYTES = 1 << 33
+CUDA_CHUNK_SHARE = 10
+
+
+def _chunk_bytes(device: torch.device) -> int:
+    if device.type != "cuda":
+        return CHUNK_BYTES
+    return min(CUDA_CHUNK_BYTES, torch.cuda.get_device_properties(device).total_memory // CUDA_CHUNK_SHARE)
 
 
 def _compute_dtype(h: Tensor) -> torch.dtype:
@@ -68,7 +77,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, h: Tensor, weight: Tensor, targets: Tensor, dtype: torch.dtype, want_grad: bool):
         hc_all, w = h.to(dtype), weight.to(dtype)
         n, vocab = h.shape[0], weight.shape[0]
-        rows = max(1, (CUDA_CHUNK_BYTES if h.is_cuda else CHUNK_BYTES) // (4 * vocab))
+        rows = max(1, _chunk_bytes(h.device) // (4 * vocab))
         loss = torch.zeros((), dtype=torch.float32, device=h.device)
         correct = torch.zeros((), dtype=torch.int64, device=h.device)
         grad_h = torch.empty_like(hc_all) if want_grad else None
