@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
+from encoderlab.core.config import deep_merge
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
 from encoderlab.finetuning import migrate_protocol
 from encoderlab.runs.config import AdamWSection, LearningRate, Seed, WandbSection
 from encoderlab.runs.optim import resolve_dtype, slow_dtype_note
+from encoderlab.tasks import registry
 
 if TYPE_CHECKING:
     import torch
@@ -21,6 +23,39 @@ if TYPE_CHECKING:
 # What `encoderlab sweep` and `finetune` (and the API) use when no protocol is given: shipped with the package.
 DEFAULT_PROTOCOL = CONFIGS / "eval" / "demo.yaml"
 TASK_OVERRIDABLE = ("max_steps", "epochs", "batch_size", "max_length", "warmup_fraction")
+
+# A variant is a named way of training and scoring every family: `variant: authors` in a protocol sets what the
+# paper authors' evaluation code does. Each family declares its own part (tasks/families/, `Family.variants`); the
+# settings every family shares are here. The defaults of `Protocol` are the variant `encoderlab`.
+DEFAULT_VARIANT = "encoderlab"
+SHARED_VARIANTS = {"authors": {"inputs": "eos", "batch_order": "random", "lr_choice": "per_seed"}}
+
+
+def variants() -> dict[str, dict[str, Any]]:
+    """Every variant's name -> the protocol settings it gives: the shared ones and each registered family's.
+    `encoderlab` gives the defaults of every setting another variant sets."""
+    names = [*SHARED_VARIANTS, *(name for record in registry.families() for name in record.variants)]
+    out: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(n for n in names if n != DEFAULT_VARIANT):
+        settings = dict(SHARED_VARIANTS.get(name, {}))
+        for record in registry.families():
+            settings = deep_merge(settings, _plain(record.variants.get(name, {})))
+        out[name] = settings
+    defaults = Protocol().model_dump()
+    every: dict[str, Any] = {}
+    for settings in out.values():
+        every = deep_merge(every, settings)
+    return {DEFAULT_VARIANT: _restricted(defaults, every), **out}
+
+
+def _restricted(values: dict, shape: dict) -> dict:
+    """`values` at the keys (nested) that `shape` has."""
+    return {k: _restricted(values[k], v) if isinstance(v, dict) else values[k] for k, v in shape.items()}
+
+
+def _plain(settings) -> dict:
+    """A family's declared settings (read-only mappings) as plain nested dicts."""
+    return {k: _plain(v) if hasattr(v, "items") else v for k, v in settings.items()}
 
 
 class RetrievalSection(BaseModel):
@@ -131,6 +166,24 @@ class Protocol(BaseModel):
         " (e.g. more epochs for a small training set, longer inputs for long documents)")
     _context: int | None = PrivateAttr(None)  # the checkpoint's max_position_embeddings (`with_context`)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_variant(cls, data: Any) -> Any:
+        """`variant: NAME` gives every setting of that variant a value, under what the protocol sets itself. The
+        protocol holds the settings, not the name: records and keys are those of the same settings written out."""
+        if not isinstance(data, dict) or "variant" not in data:
+            return data
+        data = dict(data)
+        name, known = data.pop("variant"), variants()
+        if name not in known:
+            raise ValueError(f"variant: {name!r} is not a variant; known: {', '.join(known)}")
+        return deep_merge(known[name], data)
+
+    def follows(self) -> list[str]:
+        """The variants whose every setting this protocol holds (its defaults are `encoderlab`'s)."""
+        mine = self.model_dump()
+        return [name for name, settings in variants().items() if _holds(mine, settings)]
+
     @model_validator(mode="after")
     def _check_format(self) -> Protocol:
         if self.format_version != migrate_protocol.FORMAT:  # a stored one of another is read through its migration
@@ -210,6 +263,10 @@ class Protocol(BaseModel):
         if self._context is None:
             raise EncoderlabError("max_length: auto is a fraction of the checkpoint's context; it has none here")
         return round(self.max_length_fraction * self._context)
+
+
+def _holds(mine: dict, settings: dict) -> bool:
+    return all(_holds(mine.get(k) or {}, v) if isinstance(v, dict) else mine.get(k) == v for k, v in settings.items())
 
 
 def load_protocol(path, overrides: list[str]) -> Protocol:

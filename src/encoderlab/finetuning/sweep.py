@@ -231,8 +231,9 @@ class Sweep:
     def run(self, workers: int | str, show_progress: bool) -> dict:
         """Train and record the runs not yet recorded, then summarise (and save the chosen runs' models)."""
         todo = [run for run in self.runs if not self.recorded(*run)]
-        self.log(f"{len(self.runs)} runs in the grid, {len(self.runs) - len(todo)} already recorded, {len(todo)} "
-                 "to do")
+        follows = self.protocol.follows()
+        self.log(f"protocol {self.key} ({'variant ' + ', '.join(follows) if follows else 'choices of several variants'}): "
+                 f"{len(self.runs)} runs in the grid, {len(self.runs) - len(todo)} already recorded, {len(todo)} to do")
         workers = auto_workers(self.device, self.engine, self.model_cfg, len(todo)) if workers == "auto" else workers
         workers = 1 if self.keep is not None and self.keep.mode == "all" else workers  # saved from this process
         self.announce(todo, workers)

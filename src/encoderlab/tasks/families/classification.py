@@ -58,4 +58,6 @@ CLASSIFICATION = register(Family(
               "The prediction is the argmax of the logits (`id2label` names it).", usage),
     lexical_baselines=tfidf_baselines, standard_metric="accuracy",
     baselines={"majority": "majority class", "tfidf_logreg": "TF-IDF + LR"},
-    load_offline=load_offline_classification, paper=dict.fromkeys(GLUE, GLUE_HUB), load_paper=load_glue))
+    load_offline=load_offline_classification, paper=dict.fromkeys(GLUE, GLUE_HUB), load_paper=load_glue,
+    # The authors' code: transformers' EuroBertForSequenceClassification head (mean pooling -> dense -> GELU -> linear).
+    variants={"authors": {"classification_head": "dense_gelu"}}))

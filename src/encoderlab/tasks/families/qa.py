@@ -47,4 +47,6 @@ QA = register(Family(
     standard_metric="SQuAD f1",
     baselines={"first_span": "first span", "always_abstain": "always abstain"}, split_baselines=abstain_baseline,
     load_offline=load_offline_qa,
-    paper=HUB, load_paper=load_hub_qa))  # qed: the authors' fourth QA set
+    paper=HUB, load_paper=load_hub_qa,  # qed: the authors' fourth QA set
+    # The authors' code: the answer's tokens tagged by a 2-label token head on one truncated input.
+    variants={"authors": {"qa": {"format": "tagging"}}}))

@@ -62,4 +62,7 @@ TOKENS = register(Family(
     standard_metric="seqeval entity_f1",
     baselines={"all_o": 'all "O"', "majority_tag": "majority tag"}, trivial_baseline=trivial_baseline,
     load_offline=load_offline_tokens, paper={name: hub for name, (hub, _) in CONLL_HUB.items()},
-    load_paper=load_paper, check_file=check_file))
+    load_paper=load_paper, check_file=check_file,
+    # The authors' code: every sub-word carries its word's tag, dropout 0.1 before the head, scikit-learn's macro F1
+    # per sentence.
+    variants={"authors": {"tokens": {"labels": "all_subwords", "dropout": 0.1, "metric": "sentence_macro_f1"}}}))
