@@ -41,7 +41,7 @@ DEFAULT_TASKS = ["rt-polarity", "conll-ner", "wiki-cloze", "wiki-title"]
 
 def build_protocol(args, context: int) -> Protocol:
     """The protocol both sides run, for a checkpoint of `context` positions (what `max_length: auto` reads)."""
-    data = load_yaml(args.protocol)
+    data = Protocol.model_validate(load_yaml(args.protocol)).model_dump()  # its variant's settings written out
     data.update({"name": "bench", "max_steps": args.steps, "batch_size": args.batch, "lrs": args.lrs,
                  "seeds": args.seeds, "max_eval_examples": args.max_eval_examples})
     # QA as span extraction on both sides: the baseline is transformers' run_qa.py way (stride windows, n-best
