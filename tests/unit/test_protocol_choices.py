@@ -20,7 +20,7 @@ from encoderlab.pretraining.config import OptimSection
 from encoderlab.runs.optim import build_adamw
 from encoderlab.tasks import load_task, paper_tasks
 from encoderlab.tasks.classification import ClassificationTask, field_label, load_glue
-from encoderlab.tasks.loaders import load_hub_qa
+from encoderlab.tasks.qa_loaders import load_hub_qa
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

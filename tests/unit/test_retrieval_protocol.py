@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is a fixture
 
-from encoderlab.tasks import loaders
+from encoderlab.tasks import retrieval_loaders as loaders
 from encoderlab.tasks import bi_encoder as B
 from encoderlab.tasks import retrieval as R
 

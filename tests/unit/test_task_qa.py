@@ -14,15 +14,9 @@ from encoderlab.data.offline import qa as offline_qa
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-from encoderlab.tasks.loaders import _record_rows, load_hub_qa
-from encoderlab.tasks.qa import (
-    QATask,
-    best_span,
-    char_span_to_tokens,
-    hold_out_articles,
-    load_offline_qa,
-    load_squad_json,
-)
+from encoderlab.tasks.qa_loaders import _record_rows, load_hub_qa
+from encoderlab.tasks.qa import QATask, best_span, char_span_to_tokens
+from encoderlab.tasks.qa_loaders import hold_out_articles, load_offline_qa, load_squad_json
 
 NAMES = ["Paris", "Berlin", "Ada Lovelace", "the Rhine", "Zürich", "Mount Kenya", "Oslo", "Nile"]
 FILLER = ("the river ran past old towns where people traded grain and cloth while boats carried news "

@@ -16,7 +16,7 @@ from encoderlab.data.offline import units
 from encoderlab.data.tokenizer import train_bpe
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer
-from encoderlab.tasks import loaders
+from encoderlab.tasks import retrieval_loaders as loaders
 from encoderlab.tasks import bi_encoder as B
 from encoderlab.tasks import retrieval as R
 from encoderlab.tasks.base import mean_pool

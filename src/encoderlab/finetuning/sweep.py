@@ -70,7 +70,8 @@ def answers_lost(task: EvalTask) -> str:
 
 
 def halved(task: EvalTask) -> str:
-    """Retrieval with one evaluation split (tasks/loaders.py evaluation_splits): where validation and test came from."""
+    """Retrieval with one evaluation split (tasks/retrieval_loaders.py evaluation_splits): where validation and test
+    came from."""
     note = task.data_split
     if not note:
         return ""
@@ -232,7 +233,8 @@ class Sweep:
         """Train and record the runs not yet recorded, then summarise (and save the chosen runs' models)."""
         todo = [run for run in self.runs if not self.recorded(*run)]
         follows = self.protocol.follows()
-        self.log(f"protocol {self.key} ({'variant ' + ', '.join(follows) if follows else 'choices of several variants'}): "
+        variant = f"variant {', '.join(follows)}" if follows else "choices of several variants"
+        self.log(f"protocol {self.key} ({variant}): "
                  f"{len(self.runs)} runs in the grid, {len(self.runs) - len(todo)} already recorded, {len(todo)} to do")
         workers = auto_workers(self.device, self.engine, self.model_cfg, len(todo)) if workers == "auto" else workers
         workers = 1 if self.keep is not None and self.keep.mode == "all" else workers  # saved from this process

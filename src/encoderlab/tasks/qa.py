@@ -27,20 +27,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.core.errors import DataError, resolved
-from encoderlab.core.io import read_jsonl, utf8_text
-from encoderlab.data.offline.taskfiles import read_task
+from encoderlab.core.errors import DataError
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.base import SPLITS, EvalTask, answer, constant
-from encoderlab.tasks.common import cached, char_span_to_tokens, split_validation
+from encoderlab.tasks.common import cached, char_span_to_tokens
 from encoderlab.tasks.metrics import squad_scores
 
 CACHE_VERSION = 2  # 2: questions cut to max_length // 2 are counted
 TOP_K = 20
 MASKED = -1e9  # logit of positions that cannot be a start or end (finite: no inf - inf in the loss)
 # Validation = 5% of train where the test set is hidden (docs/paper.md#evaluation).
-HOLDOUT_FRACTION, HOLDOUT_SEED = 0.05, 1234
 
 
 
@@ -328,73 +325,3 @@ class QATask(EvalTask):
         predictions = {ex["id"]: " ".join(ex["context"].split()[:k]) for ex in self.splits[split]}
         scores = squad_scores(predictions, self.references(split))
         return {"score": scores["f1"], "standard": scores["f1"], **scores}
-
-
-# ----------------------------------------------------------------------------------------------- loaders
-
-
-def load_offline_qa(root: Path, name: str, *, fingerprint: str = "") -> QATask:
-    folder, _ = read_task(root, name, "qa")
-    return QATask(name, {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}, fingerprint=fingerprint)
-
-
-def hold_out_articles(rows: list[dict], fraction: float = HOLDOUT_FRACTION,
-             seed: int = HOLDOUT_SEED) -> tuple[list[dict], list[dict]]:
-    """(train, validation): whole articles (or passages) in a seeded order until `fraction` of the rows."""
-    groups: dict[str, list[dict]] = {}
-    for row in rows:
-        groups.setdefault(_group(row), []).append(row)
-    names = sorted(groups)
-    held: set[str] = set()
-    count = 0
-    for i in np.random.default_rng(seed).permutation(len(names)):
-        if count >= fraction * len(rows):
-            break
-        held.add(names[i])
-        count += len(groups[names[i]])
-    return [r for r in rows if _group(r) not in held], [r for r in rows if _group(r) in held]
-
-
-def _group(row: dict) -> str:
-    return row.get("title") or row["context"]
-
-
-def _row(qid, context: str, question: str, texts: list[str], starts: list[int], title: str = "") -> dict:
-    return {"id": str(qid), "context": context, "question": question,
-            "answers": {"text": list(texts), "answer_start": list(starts)}, "title": title}
-
-
-def _read_squad_json(path: str) -> list[dict]:
-    try:
-        data = json.loads(utf8_text(Path(path)))
-        rows = []
-        for article in data["data"]:
-            for para in article["paragraphs"]:
-                for qa in para["qas"]:
-                    answers = [] if qa.get("is_impossible") else qa["answers"]
-                    rows.append(_row(qa["id"], para["context"], qa["question"], [a["text"] for a in answers],
-                                     [a["answer_start"] for a in answers], article.get("title", "")))
-    except FileNotFoundError as e:
-        raise DataError(f"SQuAD file not found: {resolved(path)}") from e
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e})") from e
-    except (KeyError, TypeError) as e:
-        raise DataError(f"{path}: not in the SQuAD schema (data -> paragraphs -> context, qas -> id, question, "
-                        f"answers -> text, answer_start); missing {e}") from e
-    return rows
-
-
-def load_squad_json(train: str, validation: str, test: str | None = None, *, name: str | None = None,
-                    holdout: str = "encoderlab", fingerprint: str = "") -> QATask:
-    """SQuAD-format files; without `test`, test = `validation` and validation = 5% of train (`holdout`: whole
-    articles, or the authors' train_test_split)."""
-    rows = {"train": _read_squad_json(train), "validation": _read_squad_json(validation)}
-    if test is not None:
-        rows["test"] = _read_squad_json(test)
-    else:
-        rows["test"] = rows["validation"]
-        rows["train"], rows["validation"] = split_validation(rows["train"], holdout, hold_out_articles)
-    stem = Path(train).stem
-    name = name or (Path(train).parent.name if stem in ("train", "training") else stem)
-    unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)
-    return QATask(name, rows, allow_unanswerable=unanswerable, fingerprint=fingerprint)

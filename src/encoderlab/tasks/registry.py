@@ -4,10 +4,10 @@ A family (classification, tokens, qa, retrieval, or one a user registers) is dec
 made at the end of its own module (tasks/families/) and passed to `register`. Everything the rest of encoderlab asks
 about a family is a field of that record: its category code in study reports, the schema of its task files, how its
 tasks load (an offline folder, the paper's datasets it owns, a user's task file), how many sequences one example
-has, its baselines, the field's standard metric, its variants (the settings a protocol's `variant:` gives its tasks), and how a fine-tuned
-model of it is saved and described. Nothing
-outside the family's module and this registry names a family: code that depends on one looks its record up with
-`family(name)`, which refuses an unknown name in one line naming the known ones.
+has, its baselines, the field's standard metric, its variants (the settings a protocol's `variant:` gives its
+tasks), and how a fine-tuned model of it is saved and described. Nothing outside the family's module and this
+registry names a family: code that depends on one looks its record up with `family(name)`, which refuses an
+unknown name in one line naming the known ones.
 """
 from __future__ import annotations
 
@@ -105,7 +105,8 @@ class Family:
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("paper", "train_pairs", "baselines", "metric_definitions", "variants"):  # read-only, as the record is
+        # read-only, as the record is
+        for name in ("paper", "train_pairs", "baselines", "metric_definitions", "variants"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
     def trivial_name(self, setting: Callable[[str], Any]) -> str:

@@ -74,7 +74,7 @@ class RetrievalTask(EvalTask):
         # `retrieval.corpus: judged_any_split`: one corpus for every evaluated split, the documents judged (any grade)
         # for any validation or test query, as the authors' loaders build MS MARCO's and NQ's. For MLDR they take the
         # positive passages of the dev and test queries instead: the same rule here, since our MLDR loader
-        # (loaders._hub_mldr) judges exactly those passages, each with grade 1, and no other document.
+        # (retrieval_loaders._hub_mldr) judges exactly those passages, each with grade 1, and no other document.
         self._judged_any = sorted({d for s in qrels if s != "train" for d in self._judged[s]})
         self.qrels = {s: {q: {d: int(g) for d, g in rel.items()} for q, rel in judged.items()
                           if any(g > 0 for g in rel.values())} for s, judged in qrels.items()}

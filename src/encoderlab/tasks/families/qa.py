@@ -5,8 +5,7 @@ from typing import Literal
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.tasks.baselines import abstain_baseline
-from encoderlab.tasks.loaders import HUB, load_hub_qa
-from encoderlab.tasks.qa import load_offline_qa, load_squad_json
+from encoderlab.tasks.qa_loaders import HUB, load_hub_qa, load_offline_qa, load_squad_json
 from encoderlab.tasks.registry import Body, Card, Export, Family, register, transformers_usage
 from encoderlab.tasks.taskfile import SplitFiles, TaskFile
 

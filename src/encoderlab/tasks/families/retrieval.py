@@ -1,11 +1,18 @@
-"""Retrieval (IR): rank a corpus for each query, scored by NDCG@10 (tasks/retrieval.py, tasks/loaders.py)."""
+"""Retrieval (IR): rank a corpus for each query, scored by NDCG@10 (the task: tasks/retrieval.py; its loaders:
+tasks/retrieval_loaders.py)."""
 from __future__ import annotations
 
 from typing import Literal
 
 from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.tasks.baselines import bm25_baselines
-from encoderlab.tasks.loaders import HUB_IDS, HUB_TRAIN_PAIRS, load_beir, load_hub_retrieval, load_offline_retrieval
+from encoderlab.tasks.retrieval_loaders import (
+    HUB_IDS,
+    HUB_TRAIN_PAIRS,
+    load_beir,
+    load_hub_retrieval,
+    load_offline_retrieval,
+)
 from encoderlab.tasks.registry import SENTENCE_TRANSFORMERS, Body, Card, Export, Family, register
 from encoderlab.tasks.taskfile import TaskFile, TaskFileSettings
 

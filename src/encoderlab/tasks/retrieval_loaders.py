@@ -1,7 +1,6 @@
-"""Loading QA and retrieval datasets that are not plain tables: retrieval folders in the BEIR layout (the offline
-suite's and local copies), and the paper's sets from the Hugging Face Hub or a local copy in the hub schema (SQuAD,
-SQuAD v2, ReCoRD, QED, MS MARCO, NQ, MLDR). One reachability check for all (`common.check_hub`), so an offline machine
-fails in seconds with one line saying which local layout to give instead."""
+"""Loading retrieval sets: folders in the BEIR layout (the offline suite's and local copies) and the paper's sets
+(MS MARCO, NQ, MLDR) from the Hugging Face Hub or a local copy. One reachability check for all (`common.check_hub`),
+so an offline machine fails in seconds with one line saying which local layout to give instead."""
 from __future__ import annotations
 
 import random
@@ -11,78 +10,8 @@ from typing import Literal
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import read_jsonl, text_lines
 from encoderlab.data.offline.taskfiles import read_task
-from encoderlab.tasks.common import check_hub, split_validation
-from encoderlab.tasks.qa import QATask, _row, hold_out_articles
+from encoderlab.tasks.common import check_hub
 from encoderlab.tasks.retrieval import RetrievalTask, Split
-
-# The authors' copies (docs/paper.md#the-datasets-on-the-hugging-face-hub): hgissbkh/record and hgissbkh/qed are in
-# SQuAD's schema, as are local copies;
-# ReCoRD in SuperGLUE's schema (aps/super_glue:record) is read too.
-HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "record": "hgissbkh/record", "qed": "hgissbkh/qed"}
-
-
-def _record_rows(ds) -> list[dict]:
-    """ReCoRD rows (passage, query, entity_spans, answers, idx) in the cloze schema with answer spans."""
-    rows = []
-    for row in ds:
-        context, spans = row["passage"], row.get("entity_spans") or {"text": [], "start": []}
-        texts, starts = [], []
-        for answer in dict.fromkeys(row["answers"]):
-            found = [s for t, s in zip(spans["text"], spans["start"]) if t == answer and context[s:].startswith(t)]
-            if not found:  # no entity span recorded for it: every occurrence of the string
-                at = context.find(answer)
-                while at >= 0 and answer:
-                    found.append(at)
-                    at = context.find(answer, at + 1)
-            found = sorted(set(found))
-            texts, starts = texts + [answer] * len(found), starts + found
-        if texts:
-            idx = row["idx"]
-            rows.append(_row(f"record-{idx['passage']}-{idx['query']}", context, row["query"], texts, starts))
-    return rows
-
-
-def _hub_unreachable(spec: str, reason: str) -> DataError:
-    return DataError(f"cannot load {spec!r} from the Hugging Face Hub ({' '.join(reason.split())[:200]}); give a "
-                     "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
-
-
-def load_hub_qa(kind: Literal["squad", "squad_v2", "record", "qed"], source: str | None = None,
-                holdout: str = "encoderlab", *, fingerprint: str = "") -> QATask:
-    """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
-
-    Their test answers are hidden: test = the official validation split, validation = 5% of train held out
-    (`holdout`: encoderlab's whole articles or passages with a fixed seed, or the authors' train_test_split).
-    """
-    if kind not in HUB:
-        raise DataError(f"unknown QA dataset {kind!r}; known: {', '.join(HUB)}")
-    spec = source or HUB[kind]
-    local = Path(spec).expanduser()
-    if not local.exists():
-        check_hub(spec, "train and validation files in the hub schema, e.g. squad=DIR")
-    import datasets  # deferred: heavy, and only these loaders need it
-
-    try:
-        hub_id, _, config = spec.partition(":")
-        ds = datasets.load_dataset(str(local)) if local.exists() else datasets.load_dataset(hub_id, config or None)
-    except Exception as e:
-        if local.exists():
-            raise DataError(f"{local}: not readable as a {kind} dataset in the hub schema ({type(e).__name__}: "
-                            f"{' '.join(str(e).split())[:200]})") from e
-        raise _hub_unreachable(spec, f"{type(e).__name__}: {e}") from e
-    missing = [s for s in ("train", "validation") if s not in ds]
-    if missing:
-        raise DataError(f"{spec!r} has no {' or '.join(missing)} split (it has {', '.join(ds)})")
-    if "passage" in ds["train"].column_names:  # ReCoRD in SuperGLUE's schema
-        train, test = _record_rows(ds["train"]), _record_rows(ds["validation"])
-    else:
-        train, test = ([_row(r.get("id", f"{s}-{i}"), r["context"], r["question"], r["answers"]["text"],
-                             r["answers"]["answer_start"], r.get("title", "")) for i, r in enumerate(ds[s])]
-                       for s in ("train", "validation"))
-    train, validation = split_validation(train, holdout, hold_out_articles)
-    return QATask(kind, {"train": train, "validation": validation, "test": test},
-                  allow_unanswerable=kind == "squad_v2", fingerprint=fingerprint)
-
 
 HUB_IDS = {"msmarco": "BeIR/msmarco", "nq": "BeIR/nq", "mldr": "hgissbkh/mldr-en"}
 # The authors train retrieval on these pairs (one relevant passage text per query), not on BeIR's train qrels

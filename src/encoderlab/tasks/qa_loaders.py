@@ -1,0 +1,152 @@
+"""Loading extractive QA sets: the offline suite's folders, SQuAD-format JSON files, and the paper's sets (SQuAD,
+SQuAD v2, ReCoRD, QED) from the Hugging Face Hub or a local copy in the hub schema; where a test set is hidden,
+the validation split held out of train (`holdout`: whole articles, or datasets' train_test_split)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from encoderlab.core.errors import DataError, resolved
+from encoderlab.core.io import read_jsonl, utf8_text
+from encoderlab.data.offline.taskfiles import read_task
+from encoderlab.tasks.base import SPLITS
+from encoderlab.tasks.common import HOLDOUT_FRACTION, HOLDOUT_SEED, check_hub, split_validation
+from encoderlab.tasks.qa import QATask
+
+# The authors' copies (docs/paper.md#the-datasets-on-the-hugging-face-hub): hgissbkh/record and hgissbkh/qed are in
+# SQuAD's schema, as are local copies;
+# ReCoRD in SuperGLUE's schema (aps/super_glue:record) is read too.
+HUB = {"squad": "rajpurkar/squad", "squad_v2": "rajpurkar/squad_v2", "record": "hgissbkh/record", "qed": "hgissbkh/qed"}
+
+
+def _record_rows(ds) -> list[dict]:
+    """ReCoRD rows (passage, query, entity_spans, answers, idx) in the cloze schema with answer spans."""
+    rows = []
+    for row in ds:
+        context, spans = row["passage"], row.get("entity_spans") or {"text": [], "start": []}
+        texts, starts = [], []
+        for answer in dict.fromkeys(row["answers"]):
+            found = [s for t, s in zip(spans["text"], spans["start"]) if t == answer and context[s:].startswith(t)]
+            if not found:  # no entity span recorded for it: every occurrence of the string
+                at = context.find(answer)
+                while at >= 0 and answer:
+                    found.append(at)
+                    at = context.find(answer, at + 1)
+            found = sorted(set(found))
+            texts, starts = texts + [answer] * len(found), starts + found
+        if texts:
+            idx = row["idx"]
+            rows.append(_row(f"record-{idx['passage']}-{idx['query']}", context, row["query"], texts, starts))
+    return rows
+
+
+def _hub_unreachable(spec: str, reason: str) -> DataError:
+    return DataError(f"cannot load {spec!r} from the Hugging Face Hub ({' '.join(reason.split())[:200]}); give a "
+                     "local copy in the same schema instead (a folder with train/validation files), e.g. squad=DIR")
+
+
+def load_hub_qa(kind: Literal["squad", "squad_v2", "record", "qed"], source: str | None = None,
+                holdout: str = "encoderlab", *, fingerprint: str = "") -> QATask:
+    """A paper QA set from the hub (`owner/name[:config]`) or a local folder in the hub schema.
+
+    Their test answers are hidden: test = the official validation split, validation = 5% of train held out
+    (`holdout`: encoderlab's whole articles or passages with a fixed seed, or the authors' train_test_split).
+    """
+    if kind not in HUB:
+        raise DataError(f"unknown QA dataset {kind!r}; known: {', '.join(HUB)}")
+    spec = source or HUB[kind]
+    local = Path(spec).expanduser()
+    if not local.exists():
+        check_hub(spec, "train and validation files in the hub schema, e.g. squad=DIR")
+    import datasets  # deferred: heavy, and only these loaders need it
+
+    try:
+        hub_id, _, config = spec.partition(":")
+        ds = datasets.load_dataset(str(local)) if local.exists() else datasets.load_dataset(hub_id, config or None)
+    except Exception as e:
+        if local.exists():
+            raise DataError(f"{local}: not readable as a {kind} dataset in the hub schema ({type(e).__name__}: "
+                            f"{' '.join(str(e).split())[:200]})") from e
+        raise _hub_unreachable(spec, f"{type(e).__name__}: {e}") from e
+    missing = [s for s in ("train", "validation") if s not in ds]
+    if missing:
+        raise DataError(f"{spec!r} has no {' or '.join(missing)} split (it has {', '.join(ds)})")
+    if "passage" in ds["train"].column_names:  # ReCoRD in SuperGLUE's schema
+        train, test = _record_rows(ds["train"]), _record_rows(ds["validation"])
+    else:
+        train, test = ([_row(r.get("id", f"{s}-{i}"), r["context"], r["question"], r["answers"]["text"],
+                             r["answers"]["answer_start"], r.get("title", "")) for i, r in enumerate(ds[s])]
+                       for s in ("train", "validation"))
+    train, validation = split_validation(train, holdout, hold_out_articles)
+    return QATask(kind, {"train": train, "validation": validation, "test": test},
+                  allow_unanswerable=kind == "squad_v2", fingerprint=fingerprint)
+
+
+def load_offline_qa(root: Path, name: str, *, fingerprint: str = "") -> QATask:
+    folder, _ = read_task(root, name, "qa")
+    return QATask(name, {s: list(read_jsonl(folder / f"{s}.jsonl")) for s in SPLITS}, fingerprint=fingerprint)
+
+
+def hold_out_articles(rows: list[dict], fraction: float = HOLDOUT_FRACTION,
+             seed: int = HOLDOUT_SEED) -> tuple[list[dict], list[dict]]:
+    """(train, validation): whole articles (or passages) in a seeded order until `fraction` of the rows."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(_group(row), []).append(row)
+    names = sorted(groups)
+    held: set[str] = set()
+    count = 0
+    for i in np.random.default_rng(seed).permutation(len(names)):
+        if count >= fraction * len(rows):
+            break
+        held.add(names[i])
+        count += len(groups[names[i]])
+    return [r for r in rows if _group(r) not in held], [r for r in rows if _group(r) in held]
+
+
+def _group(row: dict) -> str:
+    return row.get("title") or row["context"]
+
+
+def _row(qid, context: str, question: str, texts: list[str], starts: list[int], title: str = "") -> dict:
+    return {"id": str(qid), "context": context, "question": question,
+            "answers": {"text": list(texts), "answer_start": list(starts)}, "title": title}
+
+
+def _read_squad_json(path: str) -> list[dict]:
+    try:
+        data = json.loads(utf8_text(Path(path)))
+        rows = []
+        for article in data["data"]:
+            for para in article["paragraphs"]:
+                for qa in para["qas"]:
+                    answers = [] if qa.get("is_impossible") else qa["answers"]
+                    rows.append(_row(qa["id"], para["context"], qa["question"], [a["text"] for a in answers],
+                                     [a["answer_start"] for a in answers], article.get("title", "")))
+    except FileNotFoundError as e:
+        raise DataError(f"SQuAD file not found: {resolved(path)}") from e
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e})") from e
+    except (KeyError, TypeError) as e:
+        raise DataError(f"{path}: not in the SQuAD schema (data -> paragraphs -> context, qas -> id, question, "
+                        f"answers -> text, answer_start); missing {e}") from e
+    return rows
+
+
+def load_squad_json(train: str, validation: str, test: str | None = None, *, name: str | None = None,
+                    holdout: str = "encoderlab", fingerprint: str = "") -> QATask:
+    """SQuAD-format files; without `test`, test = `validation` and validation = 5% of train (`holdout`: whole
+    articles, or the authors' train_test_split)."""
+    rows = {"train": _read_squad_json(train), "validation": _read_squad_json(validation)}
+    if test is not None:
+        rows["test"] = _read_squad_json(test)
+    else:
+        rows["test"] = rows["validation"]
+        rows["train"], rows["validation"] = split_validation(rows["train"], holdout, hold_out_articles)
+    stem = Path(train).stem
+    name = name or (Path(train).parent.name if stem in ("train", "training") else stem)
+    unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)
+    return QATask(name, rows, allow_unanswerable=unanswerable, fingerprint=fingerprint)
