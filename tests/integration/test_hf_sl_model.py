@@ -15,7 +15,9 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel, PreTrainedTokenizerFast
 
+from encoderlab.hub.families import architecture_fields
 from encoderlab.hub.importer import import_hf
+from encoderlab.hub.source import read_config
 from encoderlab.runs.checkpoint import load_model
 
 TOL = 1e-5
@@ -126,6 +128,11 @@ def test_sl_model_through_the_command_says_how_its_head_starts(tmp_path, tokeniz
     code, out, _ = run_command(monkeypatch, capsys, "import-hf", src, "--out", tmp_path / "s1", "--head-seed", "1",
                                home=tmp_path)
     assert code == 0 and "a fresh untied head, normal(0, 0.02) as encoderlab initialises one, seed 1" in out
+    # a study plans an import from config.json alone (study/imported.py `architecture`): the shapes it imports to
+    config = read_config(src)
+    planned = {**architecture_fields(config, src, []), "vocab_size": config.vocab_size}
+    imported = json.loads((tmp_path / "s1" / "model_config.json").read_text())
+    assert {k: imported[k] for k in planned} == planned
     assert not mark.exists()
 
 
@@ -155,6 +162,11 @@ def test_wrong_sl_model_inputs_are_one_line(tmp_path, tokenizer, monkeypatch, ca
             says="--head fresh: ")
     refused(monkeypatch, capsys, folder("bad-head"), *out, "--head", "random",
             says="--head 'random': choose fresh")
+    evil = folder("evil-tokenizer")
+    settings = json.loads((evil / "tokenizer_config.json").read_text())
+    settings.update(tokenizer_class="Evil", auto_map={"AutoTokenizer": ["modeling_sl_model.Evil", None]})
+    (evil / "tokenizer_config.json").write_text(json.dumps(settings))
+    refused(monkeypatch, capsys, evil, *out, says=f"{evil / 'tokenizer_config.json'} asks for tokenizer_class 'Evil'")
     assert not mark.exists() and not (tmp_path / "out").exists()
 
 
