@@ -80,7 +80,11 @@ def llama_hidden(hf: LlamaForCausalLM, ids: torch.Tensor, *, causal: bool) -> to
     body.load_state_dict({k.removeprefix("model."): v for k, v in hf.state_dict().items() if k.startswith("model.")})
     B, T = ids.shape
     mask = None if causal else torch.zeros(B, 1, T, T)
-    return body(input_ids=ids, attention_mask=mask).last_hidden_state
+    hidden = body(input_ids=ids, attention_mask=mask).last_hidden_state
+    if not causal:  # the same as transformers' own bidirectional Llama (`is_causal: false`, 5.2 and later)
+        config.is_causal = False
+        assert torch.equal(body(input_ids=ids).last_hidden_state, hidden)
+    return hidden
 
 
 @pytest.mark.parametrize("head", [True, False], ids=["lm_head", "body-only"])
