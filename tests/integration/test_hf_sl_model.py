@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel, PreTrainedTokenizerFast
 
+from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.families import architecture_fields
 from encoderlab.hub.importer import import_hf
 from encoderlab.hub.source import read_config
@@ -137,6 +138,9 @@ def test_sl_model_through_the_command_says_how_its_head_starts(tmp_path, tokeniz
     planned = {**architecture_fields(config, src, []), "vocab_size": config.vocab_size}
     imported = json.loads((tmp_path / "s1" / "model_config.json").read_text())
     assert {k: imported[k] for k in planned} == planned
+    # it exports as the Llama body it is: bidirectional (is_causal: false, its last objective mlm)
+    summary = export_checkpoint(tmp_path / "s1", tmp_path / "st", "sentence-transformers")
+    assert summary["class"] == "LlamaModel" and summary["attention"] == "bidirectional"
     assert not mark.exists()
 
 
