@@ -209,12 +209,13 @@ def export(checkpoint: PathLike, out: PathLike, *, kind: str = "eurobert", atten
 
 
 @checked
-def import_hf(source: PathLike, out: PathLike, *, force: bool = False, log: Log = print) -> dict:
-    """Turn a Hugging Face model folder (Llama, Mistral, Qwen2, Qwen3), a .gguf file or "smollm2" into an encoderlab
-    checkpoint, as `encoderlab import-hf`."""
+def import_hf(source: PathLike, out: PathLike, *, force: bool = False, head: str | None = None, head_seed: int = 0,
+              log: Log = print) -> dict:
+    """Turn a Hugging Face model folder (Llama, Mistral, Qwen2, Qwen3, EuroBERT, the paper's sl_model), a .gguf file
+    or "smollm2" into an encoderlab checkpoint, as `encoderlab import-hf` (`head`: its --head)."""
     from encoderlab.hub.importer import import_hf as run
 
-    return run(str(source), Path(out), force=force, log=log)
+    return run(str(source), Path(out), force=force, head=head, head_seed=head_seed, log=log)
 
 
 @dataclass

@@ -142,6 +142,22 @@ def test_eurobert_export_loads_with_every_auto_class(tmp_path, bpe, one_thread):
     assert hf_tok("the cat").input_ids == [bpe.bos_id, *bpe.encode_batch(["the cat"])[0], bpe.eos_id]
 
 
+@torch.no_grad()
+def test_eurobert_export_classifies_from_the_mean_of_its_tokens(tmp_path, bpe, one_thread):
+    """`classifier_pooling: mean` in the export: the stock classifier pools the hidden states over the attention mask
+    as encoderlab's heads do (EuroBERT's default, `late`, would average per-token logits)."""
+    ours, ckpt = our_checkpoint(tmp_path / "ckpt", bpe, tied=False)
+    export_checkpoint(ckpt, tmp_path / "export", "eurobert")
+    assert json.loads((tmp_path / "export" / "config.json").read_text())["classifier_pooling"] == "mean"
+    clf = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "export"), num_labels=3).eval()
+    ids, mask = ids_for(bpe.vocab_size, T=9), torch.ones(2, 9, dtype=torch.long)
+    mask[1, 5:] = 0  # a padded row
+    hidden = ours.model(ids, causal=False, attention_mask=mask)  # (B, T, C)
+    pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+    want = clf.classifier(clf.activation(clf.dense(pooled)))
+    assert (clf(input_ids=ids, attention_mask=mask).logits - want).abs().max().item() <= 1e-5
+
+
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 @torch.no_grad()
 def test_transformers_llama_folder_imports_with_a_mask_token(tmp_path, raw_tokenizer, one_thread, tied):

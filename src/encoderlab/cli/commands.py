@@ -248,16 +248,20 @@ def demo(
 
 @app.command("import-hf")
 def import_hf_cmd(
-    source: str = typer.Argument(..., help="A Hugging Face model folder (Llama, Mistral, Qwen2, EuroBERT), a .gguf "
-                                           "file, or 'smollm2' (the pinned SmolLM2-135M GGUF)."),
+    source: str = typer.Argument(..., help="A Hugging Face model folder (Llama, Mistral, Qwen2, Qwen3, EuroBERT, the "
+                                           "paper's sl_model), a .gguf file, or 'smollm2' (the pinned SmolLM2-135M "
+                                           "GGUF)."),
     out_dir: Path = typer.Option(..., "--out", help="The checkpoint folder to write."),
     force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),
+    head: str | None = typer.Option(None, help="For a body saved without its LM head: fresh (a new untied head, "
+                                               "the default) or tied (the embedding)."),
+    head_seed: int = typer.Option(0, help="The seed of a fresh LM head."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (logs go to stderr)."),
 ) -> None:
     """Turn an existing model into an encoderlab checkpoint (e.g. for init.from_weights); refuses what differs."""
     from encoderlab.hub.importer import import_hf
 
-    summary = import_hf(source, out_dir, force=force, log=log)
+    summary = import_hf(source, out_dir, force=force, head=head, head_seed=head_seed, log=log)
 
     def render(s: dict) -> None:
         m = s["model"]

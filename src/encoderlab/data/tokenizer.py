@@ -171,13 +171,14 @@ def _read_special_config(folder: Path) -> dict[str, str]:
     return roles
 
 
-def refuse_code_from(folder: Path) -> None:
+def refuse_code_from(folder: Path, names: tuple[str, ...] = ("config.json", "tokenizer_config.json")) -> None:
     """Refuse, in one line naming the file, a model or tokenizer folder whose config.json or tokenizer_config.json
     asks for a class transformers does not have through an `auto_map` (Python files in the folder). Every
     transformers call passes trust_remote_code=False, so such code never runs; this says why the folder cannot be
     read instead of transformers' advice to trust it. An auto_map beside a built-in class is left alone: transformers
-    then builds its own class (as for EuroBERT's original folders)."""
-    for name in ("config.json", "tokenizer_config.json"):
+    then builds its own class (as for EuroBERT's original folders). `names`: the files to judge (a config.json that
+    the caller reads without transformers is not)."""
+    for name in names:
         try:
             config = json.loads((folder / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -36,6 +36,7 @@ from encoderlab.hub import sentence
 from encoderlab.hub.card import evaluation_summaries, model_card, training_info
 from encoderlab.hub.folders import prepare_out
 from encoderlab.hub.hf import CLASSES, ENCODERS, Target, family, hf_config, refusal
+from encoderlab.hub.slmodel import SL_MODEL
 
 KINDS = (*CLASSES, sentence.KIND)
 ATTENTIONS = ("bidirectional", "causal")
@@ -60,6 +61,7 @@ def own_family(cfg, info: dict) -> str:
     continued pretraining), else EuroBERT (encoderlab's own encoders) when it holds the model, else the family that
     does (hub/hf.py `family`)."""
     source = info.get("source_model_type")
+    source = "llama" if source == SL_MODEL else source  # the paper's checkpoints are Llama bodies
     if source in CLASSES and refusal(cfg, source) is None:
         return source
     return "eurobert" if refusal(cfg, "eurobert") is None else family(cfg)

@@ -88,10 +88,10 @@ def architecture_fields(config, where: Path, notes: list[str]) -> dict:
             **{k: v for k, v in variants.items() if v not in (None, False, "none")}}
 
 
-def our_weights(state: dict[str, torch.Tensor], config, fields: dict, where: Path,
-                notes: list[str]) -> dict[str, torch.Tensor]:
+def our_weights(state: dict[str, torch.Tensor], config, fields: dict, where: Path, notes: list[str],
+                head: str | None = None, seed: int = 0) -> tuple[dict[str, torch.Tensor], dict]:
     """Rename a bare base model's keys, drop rotary buffers and biases we have no place for if they are zero,
-    tie the head; fp32."""
+    place the LM head (`lm_head`); fp32. Returns the weights and how the head starts."""
     out = {}
     for key, value in state.items():
         if key.endswith("rotary_emb.inv_freq"):
@@ -109,15 +109,44 @@ def our_weights(state: dict[str, torch.Tensor], config, fields: dict, where: Pat
     if biases:
         notes.append(f"dropped {len(biases)} bias tensors that are exactly zero")
         out = {k: v for k, v in out.items() if k not in biases}
-    embed = out.get("model.embed_tokens.weight")
-    if embed is None:
+    if out.get("model.embed_tokens.weight") is None:
         raise EncoderlabError(f"{where}: the weights hold no embed_tokens.weight: not a decoder checkpoint")
-    if config.tie_word_embeddings:
+    started = lm_head(out, config, fields, where, notes, head, seed)
+    return {k: v.float() for k, v in out.items()}, started
+
+
+HEADS = ("fresh", "tied")  # how the LM head of a body saved without one starts (`lm_head`)
+
+
+def lm_head(out: dict[str, torch.Tensor], config, fields: dict, where: Path, notes: list[str], head: str | None,
+            seed: int) -> dict:
+    """Place `lm_head.weight` in `out`: the source's own, or the embedding when tied. A body saved without its head
+    (no lm_head.weight, tie_word_embeddings false: a LlamaModel save, an encoder export) gets one as `head` says:
+    `fresh` (the default), a new untied matrix drawn as encoderlab initialises a head, normal(0,
+    initializer_range), from `seed`; `tied`, the embedding (the model becomes tied). Fine-tuning never reads the
+    head; continued pretraining trains it. Returns the head's start, for import.json; notes say it."""
+    embed, tied = out["model.embed_tokens.weight"], bool(config.tie_word_embeddings)
+    if head is not None and (tied or "lm_head.weight" in out):
+        own = "tie_word_embeddings=True" if tied else "an lm_head.weight"
+        raise EncoderlabError(f"--head {head}: {where} has its own LM head ({own}); --head applies only to a body "
+                              "saved without one")
+    if tied:
         if "lm_head.weight" in out and not torch.equal(out["lm_head.weight"], embed):
             notes.append("a stored lm_head.weight differs from the embedding but tie_word_embeddings=True: "
                          "transformers uses the embedding, and so does encoderlab")
         out["lm_head.weight"] = embed
-    elif "lm_head.weight" not in out:
-        raise EncoderlabError(f"{where}: no lm_head.weight and tie_word_embeddings=False: a base model saved without "
-                              "its LM head (e.g. LlamaModel); encoderlab needs the head")
-    return {k: v.float() for k, v in out.items()}
+        return {"in_source": "tied to the embedding", "start": "source"}
+    if "lm_head.weight" in out:
+        return {"in_source": "lm_head.weight", "start": "source"}
+    missing = "the source has no LM head (no lm_head.weight, tie_word_embeddings=False)"
+    if head == "tied":
+        fields["tie_word_embeddings"] = True
+        out["lm_head.weight"] = embed
+        notes.append(f"{missing}: the head is tied to the embedding (--head tied)")
+        return {"in_source": None, "start": "tied"}
+    std = fields["initializer_range"]
+    generator = torch.Generator().manual_seed(seed)
+    out["lm_head.weight"] = torch.empty(embed.shape, dtype=torch.float32).normal_(0.0, std, generator=generator)
+    notes.append(f"{missing}: a fresh untied head, normal(0, {std}) as encoderlab initialises one, seed {seed} "
+                 "(--head tied ties it to the embedding instead)")
+    return {"in_source": None, "start": "fresh", "std": std, "seed": seed}

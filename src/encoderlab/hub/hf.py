@@ -120,6 +120,7 @@ def hf_config(cfg: ModelConfig, kind: HFKind, *, causal: bool = True):
     extra = window_kwargs(cfg, kind)
     if kind == "eurobert":
         extra["mask_token_id"] = cfg.mask_token_id if cfg.mask_token_id is not None else cfg.vocab_size - 1
+        extra["classifier_pooling"] = "mean"  # AutoModelForSequenceClassification pools as encoderlab's heads do
     elif not causal:
         extra.update(is_causal=False, use_cache=False)
     return getattr(transformers, CLASSES[kind][0])(**hf_config_kwargs(cfg), **extra)

@@ -1,8 +1,9 @@
 """Import a Hugging Face decoder (or encoder) as an encoderlab checkpoint: `encoderlab import-hf SRC --out CKPT`.
 
 SRC is a local transformers folder (config.json, safetensors or .bin weights, tokenizer files) of a Llama (3.x),
-Mistral, Qwen2/2.5, Qwen3 or EuroBERT model; a GGUF file of one, read through transformers (which needs the `gguf`
-package); or `smollm2`, the pinned SmolLM2-135M GGUF of docs/data.md. Our parameter names are Hugging Face's
+Mistral, Qwen2/2.5, Qwen3 or EuroBERT model, or of the paper's `sl_model` checkpoints (a Llama body, read without
+their code: hub/slmodel.py); a GGUF file of one, read through transformers (which needs the `gguf` package); or
+`smollm2`, the pinned SmolLM2-135M GGUF of docs/data.md. Our parameter names are Hugging Face's
 (model/transformer.py), so importing is mostly a proof that the source computes exactly what our backbone computes:
 
 - the families' variants (Qwen2's q/k/v biases, Qwen3's q/k norms and head_dim, Llama 3's rope scaling, Mistral's
@@ -10,6 +11,8 @@ package); or `smollm2`, the pinned SmolLM2-135M GGUF of docs/data.md. Our parame
   is refused, naming what differs (other rotary scalings, non-zero MLP biases, another activation...).
 - a tokenizer without a mask token gets one (the MLM phases of continued pretraining need it) and the embedding
   (and an untied LM head) grows by one row, see `_mask_row`.
+- a body saved without its LM head (a LlamaModel save, an encoder export) gets a fresh or tied one
+  (hub/families.py `lm_head`), said in a note and in import.json's `lm_head`.
 - the result is a checkpoint as runs/checkpoint.py writes one, minus the optimizer: model.safetensors (fp32),
   model_config.json, tokenizer/, state.json (step 0, reason 'imported'), plus import.json recording the mapping.
   Continue pretraining from it with `init.from_weights`; it has no optimizer or data position to branch from.
@@ -27,7 +30,7 @@ from pydantic import ValidationError
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
-from encoderlab.hub.families import architecture_fields, our_weights
+from encoderlab.hub.families import HEADS, architecture_fields, our_weights
 from encoderlab.hub.folders import UnsupportedModelError, prepare_out
 from encoderlab.hub.source import (
     CAUSAL,
@@ -37,6 +40,7 @@ from encoderlab.hub.source import (
     require_tokenizer_files,
     resolve_source,
 )
+from encoderlab.hub.slmodel import SL_MODEL, remote_code_note, tokenizer_folder
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs.checkpoint import save_weights_only, weight_mismatches
 
@@ -92,12 +96,25 @@ def _mask_row(weights: dict[str, torch.Tensor], mask_id: int, n_tokens: int, tie
     return f"row {mask_id} {how}, initialised to the mean of the {min(n_tokens, rows)} token rows"
 
 
+def sl_model_notes(config, tok: TextTokenizer, where: Path, notes: list[str]) -> None:
+    """What an sl_model import takes from its config (hub/slmodel.py): the mask token and the attention."""
+    if tok.mask_id != config.mask_token_id:  # e.g. two tokens of one string: the tokenizer found the other
+        raise EncoderlabError(f"{where}: config.json's mask_token_id={config.mask_token_id} but its tokenizer's mask "
+                              f"token {tok.token(tok.mask_id)!r} has id {tok.mask_id}")
+    notes.append(f"mask token {tok.token(tok.mask_id)!r} (id {tok.mask_id}): config.json's mask_token_id; "
+                 f"attention {'causal' if config.is_causal else 'bidirectional'} (is_causal: "
+                 f"{str(config.is_causal).lower()}), so the last objective is {'clm' if config.is_causal else 'mlm'}")
+    if note := remote_code_note(json.loads((where / "config.json").read_text(encoding="utf-8"))):
+        notes.append(note)
+
+
 # ---- the whole import --------------------------------------------------------------------------------------
 
 
-def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], log: Callable[[str], None]):
-    """(config, our architecture fields, our weights, tokenizer, added tokens, source dtype), refusing an
-    architecture that is not ours before reading any weights of a folder."""
+def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], log: Callable[[str], None],
+                 head: str | None, seed: int):
+    """(config, our architecture fields, our weights, how the head starts, tokenizer, added tokens, source dtype),
+    refusing an architecture that is not ours before reading any weights of a folder."""
     tok_dir = None
     try:
         if gguf:
@@ -109,26 +126,35 @@ def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], 
             fields = architecture_fields(config, where, notes)  # refuse before reading the weights
             log(f"reading {where}")
             state = folder_weights(folder)
+            if config.model_type == SL_MODEL:  # its tokenizer alone: transformers would read the config.json too
+                tok_dir = tokenizer_folder(folder, config.mask_token_id)
         source_dtype = ("GGUF, dequantised to float32 by transformers" if gguf
                         else str(next(iter(state.values())).dtype).replace("torch.", ""))
-        weights = our_weights(state, config, fields, where, notes)
+        weights, started = our_weights(state, config, fields, where, notes, head, seed)
         del state
         tok, added = source_tokenizer(tok_dir or folder)
     finally:
         if tok_dir is not None:
             shutil.rmtree(tok_dir, ignore_errors=True)
-    return config, fields, weights, tok, added, source_dtype
+    return config, fields, weights, started, tok, added, source_dtype
 
 
-def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = None,
-              log: Callable[[str], None] = lambda message: None) -> dict:
-    """Write the checkpoint `out` from SRC (see the module docstring); returns a summary, also in import.json."""
-    started = time.perf_counter()
+def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = None, head: str | None = None,
+              head_seed: int = 0, log: Callable[[str], None] = lambda message: None) -> dict:
+    """Write the checkpoint `out` from SRC (see the module docstring); returns a summary, also in import.json.
+    `head`, `head_seed`: how the LM head of a body saved without one starts (hub/families.py `lm_head`)."""
+    began = time.perf_counter()
+    if head not in (None, *HEADS):
+        raise EncoderlabError(f"--head {head!r}: choose fresh (a new untied head, the default) or tied (the "
+                              "embedding), for a source saved without its LM head")
     folder, gguf = resolve_source(src, home=home)
     where = folder / gguf if gguf else folder
     prepare_out(out, force, keep=where, imports=True)
     notes: list[str] = []
-    config, fields, weights, tok, added, source_dtype = _read_source(folder, gguf, where, notes, log)
+    config, fields, weights, started, tok, added, source_dtype = _read_source(folder, gguf, where, notes, log, head,
+                                                                              head_seed)
+    if config.model_type == SL_MODEL:
+        sl_model_notes(config, tok, where, notes)
     tok.origin = f"{where} (imported)"
     rows = weights["model.embed_tokens.weight"].shape[0]
     n_source_tokens = max(tok.tokenizer.get_vocab(with_added_tokens=True).values()) + 1 - len(added)
@@ -151,11 +177,12 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
         "source": str(where.resolve()), "format": "gguf" if gguf else "transformers folder",
         "model_type": config.model_type, "architectures": list(getattr(config, "architectures", None) or []),
         "source_dtype": source_dtype, "stored_dtype": "float32",
-        "source_config": {k: v for k, v in config.to_dict().items() if k != "quantization_config"},
+        "source_config": {**{k: v for k, v in config.to_dict().items() if k != "quantization_config"},
+                          "model_type": config.model_type},
         "embedding_rows": {"source": rows, "imported": cfg.vocab_size},
         "tokenizer": {"source_token_ids": n_source_tokens, "added_tokens": added, "mask_row": mask_row,
                       **{k: v for k, v in tok.info().items() if k not in ("origin", "added_tokens")}},
-        "notes": notes, "model_config": cfg.model_dump(),
+        "lm_head": started, "notes": notes, "model_config": cfg.model_dump(),
     }
     causal = config.model_type in CAUSAL and getattr(config, "is_causal", True)  # a family's encoder is no decoder
     state_json = {"step": 0, "reason": "imported", "objective": "clm" if causal else "mlm",
@@ -165,4 +192,4 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
     log(f"imported {config.model_type} ({parameters / 1e6:.1f}M parameters) -> {out}")
     return {"checkpoint": str(out), "source": str(where), "model_type": config.model_type, "parameters": parameters,
             "vocab_size": cfg.vocab_size, "added_tokens": added, "notes": notes, "model": cfg.model_dump(),
-            "seconds": round(time.perf_counter() - started, 1)}
+            "seconds": round(time.perf_counter() - began, 1)}

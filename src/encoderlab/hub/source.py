@@ -24,9 +24,11 @@ from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import UnsupportedModelError
+from encoderlab.hub.slmodel import SL_MODEL, sl_config
 
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "eurobert")
-CAUSAL = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "eurobert", SL_MODEL)
+# The types whose attention is causal unless config.is_causal is false (an sl_model's config always says which).
+CAUSAL = ("llama", "mistral", "qwen2", "qwen3", SL_MODEL)
 # Architectures people will try, with what makes them different from ours.
 _REFUSED = {
     "qwen3_moe": "q_norm/k_norm and mixture-of-experts MLPs; encoderlab has neither",
@@ -101,6 +103,10 @@ def read_config(folder: Path):
 
     config = read_json(folder / "config.json", "give the config.json a transformers model folder holds")
     model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type == SL_MODEL:  # the paper's checkpoints: read as JSON, their auto_map never followed
+        refuse_code_from(folder, names=("tokenizer_config.json",))
+        require_tokenizer_files(folder)
+        return sl_config(config, folder)
     refuse_code_from(folder)  # first: a model type only code provides is named as such
     check_model_type(model_type, folder)
     try:
