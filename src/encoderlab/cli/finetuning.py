@@ -23,9 +23,9 @@ def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = Fa
     if mode == "none" or folder is None:
         return None
     from encoderlab.hub.finetuned import SavedModels
-    from encoderlab.runs import checkpoint as ckpt
+    from encoderlab.runs.encoders import resolve_encoder
 
-    return SavedModels(mode, folder, ckpt.resolve(checkpoint), exact=exact, log=log)
+    return SavedModels(mode, folder, resolve_encoder(checkpoint), exact=exact, log=log)
 
 
 def workers_option(value: str) -> int | str:

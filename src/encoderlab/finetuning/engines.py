@@ -34,6 +34,11 @@ def choose_engine(requested: str, task: EvalTask, model_cfg: ModelConfig, weight
     if requested == "batched" and device.type == "cpu" and len(runs) > 1:
         log(f"{task.name}: the batched engine, as asked, on a CPU: it is slower there than one run after another "
             "(docs/benchmarks.md); --engine auto takes the sequential one")
+    if not isinstance(model_cfg, ModelConfig) and (requested == "batched" or
+                                                   (requested == "auto" and device.type == "cuda" and len(runs) > 1)):
+        log(f"{task.name}: the batched engine trains encoderlab's own backbone; this {model_cfg.model_type} model's "
+            "runs go one after another (the sequential engine)")
+        return "sequential"
     if requested != "auto":
         return requested
     if len(runs) < 2 or device.type != "cuda":

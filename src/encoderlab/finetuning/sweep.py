@@ -41,6 +41,13 @@ from encoderlab.finetuning.shared_training import (
 from encoderlab.finetuning.training import backbone_state, finetune, planned_steps
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
+from encoderlab.runs.encoders import (
+    encoder_digest,
+    is_transformers_folder,
+    load_transformers_encoder,
+    resolve_encoder,
+    usable_positions,
+)
 from encoderlab.runs.logging import Progress, Wandb, require_wandb
 from encoderlab.runs.optim import default_device
 from encoderlab.tasks import baselines, task_family, task_identity
@@ -126,13 +133,12 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     check_saver(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
-    path = ckpt.resolve(checkpoint)  # a path that is no checkpoint is named first, whatever the tasks
+    path = resolve_encoder(checkpoint)  # a path that is no model is named first, whatever the tasks
     shared = check_specs(specs, prepared, protocol)
-    model, model_cfg, tokenizer = ckpt.load_model(path)
-    protocol = protocol.with_context(model_cfg.max_position_embeddings)  # what `max_length: auto` is a fraction of
+    model_cfg, weights, tokenizer = load_encoder(path)
+    protocol = protocol.with_context(usable_positions(model_cfg))  # what `max_length: auto` is a fraction of
+    check_lengths(protocol, [*specs, *([shared] if shared else [])], prepared, model_cfg, path)
     check_tasks(keep, specs, prepared, protocol, model_cfg)  # before any task is prepared or trained
-    weights = backbone_state(model.state_dict())
-    del model
     missing = list(dict.fromkeys(s for s in [*specs, *([shared] if shared else [])] if s not in prepared))
     prepared.update(zip(missing, prepare_tasks(missing, tokenizer, protocol, cache_dir=cache_dir, log=log)))
     trainer = prepared[shared] if shared else None
@@ -154,6 +160,30 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         if note := protocol.dtype_note(device):
             log(note)  # once everything is checked: a run that goes ahead, slowly
         return sweep.run(workers, show_progress)
+
+
+def load_encoder(path: Path):
+    """(config, the body's weights, tokenizer) of an encoderlab checkpoint or a transformers encoder folder."""
+    if is_transformers_folder(path):
+        return load_transformers_encoder(path)
+    model, model_cfg, tokenizer = ckpt.load_model(path)
+    return model_cfg, backbone_state(model.state_dict()), tokenizer
+
+
+def check_lengths(protocol: Protocol, specs: list[str], prepared: dict, model_cfg, path: Path) -> None:
+    """A transformers encoder's learned positions bound its inputs: a longer `max_length` is refused before any
+    work (encoderlab's rotary backbone takes any length)."""
+    if isinstance(model_cfg, ModelConfig):
+        return
+    limit = usable_positions(model_cfg)
+    for spec in specs:
+        task = prepared.get(spec)
+        family, name = (task.family, task.name) if task else (task_family(spec), task_identity(spec)[0])
+        length = protocol.for_task(name).length_for(family)
+        if length > limit:
+            raise EncoderlabError(f"{path}: the protocol gives {name} inputs of {length} tokens; this "
+                                  f"{model_cfg.model_type} model takes at most {limit} (set max_length or "
+                                  f"max_length_by_family.{family} to {limit} or less)")
 
 
 def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
@@ -199,7 +229,7 @@ class Sweep:
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
         self.key = records.protocol_key(self.protocol.model_dump(mode="json"))
-        self.digest = ckpt.weights_digest(self.checkpoint)  # its records' identity: the same weights, wherever
+        self.digest = encoder_digest(self.checkpoint)  # its records' identity: the same weights, wherever
         self.units = training_units(self.tasks, self.trainer)  # what trains: a task, or one TrainedOnce
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.model import attention
 from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import Transformer
+from encoderlab.model.transformers_body import backbone
 from encoderlab.runs import schedule
 from encoderlab.runs.optim import autocast, build_adamw, clip, set_lr
 from encoderlab.tasks.base import EvalTask, record_scores
@@ -115,7 +115,7 @@ class FinetuneRun:
     def __init__(self, task: EvalTask, model_cfg: ModelConfig, weights: dict[str, Tensor], seed: int,
                  protocol: Protocol, device: torch.device) -> None:
         self.task, self.protocol, self.device = task, protocol, device
-        self.backbone = Transformer(model_cfg, attention.for_finetuning(device, protocol.length_for(task.family)))
+        self.backbone = backbone(model_cfg, attention.for_finetuning(device, protocol.length_for(task.family)))
         self.backbone.load_state_dict(weights)
         self.backbone.to(device, weight_dtype(protocol))
         self.head = seeded_head(task, model_cfg.hidden_size, seed).to(device, weight_dtype(protocol))

@@ -1,0 +1,145 @@
+"""What fine-tuning accepts as a model: an encoderlab checkpoint (or run folder), or a `transformers` encoder folder
+evaluated as it is (model/transformers_body.py).
+
+A transformers folder is read as data: config.json's `model_type` picks transformers' own class, a folder that asks
+for its own code (`auto_map`, in config.json or tokenizer_config.json) is refused, weights come from safetensors
+only, and every weight of the body must be in them (a missing one would be trained from a random start and scored
+as the model's). Its records are filed under the SHA-256 of its weights (`encoder_digest`), as a checkpoint's are.
+The families encoderlab's own backbone computes exactly (Llama, Mistral, Qwen2/3, EuroBERT, the paper's sl_model)
+are imported instead (`encoderlab import-hf`), which runs them bidirectionally and opens pretraining to them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+
+from encoderlab.core.errors import EncoderlabError, resolved
+from encoderlab.core.io import sha256_of
+from encoderlab.runs import checkpoint as ckpt
+
+# The model types `encoderlab import-hf` reads onto encoderlab's backbone (hub/source.py SUPPORTED).
+OWN_BACKBONE = ("llama", "mistral", "qwen2", "qwen3", "eurobert", "sl_model")
+SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
+# Weights a body may lack and still compute its hidden states: BERT-style poolers are not part of them.
+UNUSED_MISSING = ("pooler.",)
+# Learned positions that start past 0 (RoBERTa and its kin reserve padding_idx + 1 of them).
+POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
+
+
+def is_transformers_folder(path: Path) -> bool:
+    return (path / "config.json").is_file() and not (path / "state.json").exists() and not (path / ckpt.LATEST).exists()
+
+
+def resolve_encoder(path: str | Path) -> Path:
+    """A checkpoint folder, a run folder (its LATEST checkpoint), or a transformers encoder folder."""
+    path = Path(path)
+    if is_transformers_folder(path):
+        return path
+    if (path / "state.json").exists() or (path / ckpt.LATEST).exists():
+        return ckpt.resolve(path)
+    raise EncoderlabError(f"{resolved(path)} is neither an encoderlab checkpoint (state.json), a run folder "
+                          f"({ckpt.LATEST}) nor a transformers model folder (config.json)")
+
+
+def transformers_config(folder: Path):
+    """The `TransformersConfig` of a transformers encoder folder, or the one line saying why it is not one."""
+    from encoderlab.data.tokenizer import refuse_code_from
+    from encoderlab.model.transformers_body import TransformersConfig, count_parameters
+
+    refuse_code_from(folder)
+    where = folder / "config.json"
+    try:
+        raw = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EncoderlabError(f"{where}: not a readable JSON config ({exc})") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    if not isinstance(model_type, str):
+        raise EncoderlabError(f"{where} names no model_type: not a transformers model config")
+    if model_type in OWN_BACKBONE:
+        raise EncoderlabError(f"{folder}: a {model_type} model is computed by encoderlab's own backbone; import it "
+                              f"first (encoderlab import-hf {folder} --out CKPT), then fine-tune CKPT")
+    _weights_files(folder)
+    try:
+        parameters = count_parameters(raw)
+    except Exception as exc:  # transformers' message names the type, not the folder
+        raise EncoderlabError(f"{where}: transformers has no encoder for model_type {model_type!r} here "
+                              f"({' '.join(str(exc).split())[:200]})") from None
+    return TransformersConfig(config=raw, parameters=parameters)
+
+
+def _weights_files(folder: Path) -> list[Path]:
+    if (folder / INDEX).is_file():
+        try:
+            shards = sorted(set(json.loads((folder / INDEX).read_text(encoding="utf-8"))["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise EncoderlabError(f"{folder / INDEX}: not a safetensors index ({exc})") from None
+        missing = [s for s in shards if not (folder / s).is_file()]
+        if missing or any("/" in s or s.startswith(".") for s in shards):
+            raise EncoderlabError(f"{folder / INDEX} names shard files this folder lacks or outside it: "
+                                  f"{(missing or shards)[0]}")
+        return [folder / s for s in shards]
+    if (folder / SINGLE).is_file():
+        return [folder / SINGLE]
+    pickled = [p.name for p in folder.glob("*.bin")]
+    hint = (f" ({pickled[0]} is a pickle, which encoderlab does not read: save the model again with "
+            "save_pretrained, which writes safetensors)") if pickled else ""
+    raise EncoderlabError(f"{folder} holds no {SINGLE} or {INDEX}{hint}")
+
+
+def encoder_digest(path: Path) -> str:
+    """What a result made from `path` is filed under: a checkpoint's weights digest, or the SHA-256 of a
+    transformers folder's safetensors file (of its shards' digests in name order, when sharded)."""
+    if not is_transformers_folder(path):
+        return ckpt.weights_digest(path)
+    files = _weights_files(path)
+    if len(files) == 1:
+        return sha256_of(files[0])
+    return hashlib.sha256("".join(f"{f.name}:{sha256_of(f)}\n" for f in files).encode()).hexdigest()
+
+
+def load_transformers_encoder(folder: Path):
+    """(TransformersConfig, the body's weights as `TransformersBody` names them, TextTokenizer) of a folder."""
+    from transformers import AutoModel
+
+    from encoderlab.data.tokenizer import load_tokenizer
+
+    from transformers.utils import logging as hf_logging
+
+    cfg = transformers_config(folder)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # its per-tensor loading bar; encoderlab says what it loaded
+    try:
+        model, info = AutoModel.from_pretrained(str(folder), config=cfg.hf_config(), trust_remote_code=False,
+                                                use_safetensors=True, dtype=torch.float32, output_loading_info=True)
+    except Exception as exc:
+        raise EncoderlabError(f"{folder}: transformers could not load its weights "
+                              f"({' '.join(str(exc).split())[:300]})") from None
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
+    missing = [k for k in info["missing_keys"] if not k.startswith(UNUSED_MISSING)]
+    if missing:
+        raise EncoderlabError(f"{folder}: {len(missing)} weights of the {cfg.model_type} body are not in its files "
+                              f"(first: {missing[0]}); they would start random and be scored as the model's")
+    weights = {f"model.{k}": v for k, v in model.state_dict().items()}
+    tokenizer = load_tokenizer(folder, as_transformers=True)
+    _check_special_tokens(tokenizer, cfg, folder)
+    return cfg, weights, tokenizer
+
+
+def _check_special_tokens(tokenizer, cfg, folder: Path) -> None:
+    roles = {"bos (its CLS or BOS)": tokenizer.bos_id, "eos (its SEP or EOS)": tokenizer.eos_id,
+             "pad": tokenizer.pad_id}
+    outside = [f"{role} id {i}" for role, i in roles.items() if i >= cfg.vocab_size]
+    if outside:
+        raise EncoderlabError(f"{folder}: the tokenizer's {', '.join(outside)} is outside the model's vocabulary "
+                              f"({cfg.vocab_size} embeddings)")
+
+
+def usable_positions(cfg) -> int:
+    """The longest input the model takes: its learned positions (less RoBERTa's offset), or encoderlab's
+    backbone's `max_position_embeddings`."""
+    return cfg.max_position_embeddings - POSITION_OFFSET.get(getattr(cfg, "model_type", ""), 0)

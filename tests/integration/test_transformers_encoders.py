@@ -1,0 +1,162 @@
+"""Any transformers encoder in the harness, evaluated as it is: tiny random BERT, RoBERTa, DeBERTa-v2 and ModernBERT
+folders (written by transformers' own save_pretrained, with a fast tokenizer) each run a one-LR, one-seed sweep over
+one task of every family under the demo protocol; their records carry the SHA-256 of the weights; the body computes
+what transformers' AutoModel computes from the folder; and every folder that is not what a user thinks is refused in
+one line before any work."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from test_authors_protocol import write_tasks
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+from conftest import run_command
+from encoderlab.core.io import sha256_of
+from encoderlab.finetuning import records
+from encoderlab.finetuning.protocol import load_protocol
+from encoderlab.finetuning.sweep import run_sweep
+from encoderlab.model.transformers_body import TransformersBody
+from encoderlab.runs.encoders import encoder_digest, load_transformers_encoder
+
+TASKS = ["toy-pairs", "toy-names", "toy-cloze", "toy-ir"]  # one of each family (test_authors_protocol.write_tasks)
+WORDS = ("the cat sat on a mat while dogs ran across green fields near old river people said that who is it was "
+         "zanzibar quetzal kowloon xylo ouagadou fjordvik tegucig pzrwq . ? ,").split()
+# The demo protocol at test sizes; its QA length (192) is over these models' 128 positions, so every family gets 48.
+SIZES = ["max_steps=3", "batch_size=8", "lrs=[1.0e-3]", "seeds=[0]", "max_length=48", "max_length_by_family!={}",
+         "max_eval_examples=8", "dtype=fp32", "retrieval.train_on=null"]
+
+
+def write_encoder(folder: Path, model_type: str, **config) -> Path:
+    """A tiny random `model_type` encoder as transformers saves one, with a word-level fast tokenizer."""
+    from transformers import AutoConfig, AutoModel, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {t: i for i, t in enumerate(specials + sorted(set(WORDS)))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer = normalizers.Lowercase(), pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(folder)
+    cfg = AutoConfig.for_model(model_type, vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=128,
+                               pad_token_id=0, **config)
+    torch.manual_seed(0)
+    AutoModel.from_config(cfg).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf-encoders")
+    write_tasks(root / "home" / "data" / "offline" / "tasks")
+    return root
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "deberta-v2", "modernbert"])
+def test_a_transformers_encoder_sweeps_every_family(home, model_type, monkeypatch, one_thread):
+    monkeypatch.setenv("ENCODERLAB_HOME", str(home / "home"))
+    folder = write_encoder(home / model_type, model_type)
+    lines: list[str] = []
+    summary = run_sweep(folder, TASKS, load_protocol(None, SIZES), home / "evals", log=lines.append,
+                        show_progress=False)
+    found = records.load_all(home / "evals", records.checkpoint_tag(folder))
+    assert len(found) == len(TASKS) and all(r["status"] == "ok" for r in found)
+    digest = sha256_of(folder / "model.safetensors")
+    assert {r[records.WEIGHTS] for r in found} == {digest} == {encoder_digest(folder)}
+    for task in TASKS:
+        score = summary["tasks"][task]["test"]
+        assert math.isfinite(score) and 0 <= score <= 100
+    assert any("4 runs in the grid" in line for line in lines)
+
+
+def test_the_body_computes_what_transformers_computes(home):
+    from transformers import AutoModel
+
+    folder = write_encoder(home / "bert-parity", "bert")
+    cfg, weights, tokenizer = load_transformers_encoder(folder)
+    body = TransformersBody(cfg)
+    body.load_state_dict(weights)
+    ref = AutoModel.from_pretrained(str(folder)).eval()
+    text = [tokenizer.bos_id, *tokenizer.encode_batch(["the cat sat on a mat"])[0], tokenizer.eos_id]
+    ids = torch.tensor([text, text[:4] + [tokenizer.pad_id] * (len(text) - 4)])
+    mask = (ids != tokenizer.pad_id).long()
+    with torch.no_grad():
+        got = body.eval()(ids, attention_mask=mask)
+        want = ref(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert torch.equal(got, want)
+    assert (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id) == (2, 3, 0)  # [CLS] text [SEP], as BERT frames
+
+
+def test_the_batched_engine_hands_a_transformers_encoder_to_the_sequential_one(home, monkeypatch, one_thread):
+    monkeypatch.setenv("ENCODERLAB_HOME", str(home / "home"))
+    folder = write_encoder(home / "bert-engine", "bert")
+    lines: list[str] = []
+    run_sweep(folder, ["toy-pairs"], load_protocol(None, [*SIZES, "seeds=[0, 1]"]), home / "evals-engine",
+              engine="batched", log=lines.append, show_progress=False)
+    assert any("runs go one after another" in line for line in lines)
+    assert {r["engine"] for r in records.load_all(home / "evals-engine")} == {"sequential"}
+
+
+def _refused(monkeypatch, capsys, home: Path, folder: Path, *more: str) -> str:
+    out_dir = home / f"refused-{folder.name}"
+    code, out, err = run_command(monkeypatch, capsys, "sweep", folder, "toy-pairs", "--out", out_dir,
+                                 *(x for s in SIZES for x in ("--set", s)), *more, home=home / "home")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert not out_dir.exists()  # nothing half-written
+    return err
+
+
+def test_a_folder_asking_for_its_own_code_is_refused(home, monkeypatch, capsys):
+    folder = write_encoder(home / "remote", "bert")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "my-encoder",
+                                                    "auto_map": {"AutoModel": "modeling_x.XModel"}}))
+    assert "model_type 'my-encoder', which only Python code" in _refused(monkeypatch, capsys, home, folder)
+
+
+def test_an_auto_map_beside_a_built_in_class_runs_transformers_class_not_the_folders(home, monkeypatch, one_thread):
+    monkeypatch.setenv("ENCODERLAB_HOME", str(home / "home"))
+    folder = write_encoder(home / "mapped", "bert")
+    mark = home / "MARK"
+    (folder / "modeling_x.py").write_text(f"open({str(mark)!r}, 'w').write('ran')\n")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_x.XModel"}}))
+    run_sweep(folder, ["toy-pairs"], load_protocol(None, SIZES), home / "evals-mapped", log=lambda m: None,
+              show_progress=False)
+    assert len(records.load_all(home / "evals-mapped")) == 1 and not mark.exists()
+
+
+def test_pickled_weights_are_refused_naming_the_file(home, monkeypatch, capsys):
+    folder = write_encoder(home / "pickled", "bert")
+    (folder / "model.safetensors").rename(folder / "pytorch_model.bin")
+    assert "pytorch_model.bin is a pickle" in _refused(monkeypatch, capsys, home, folder)
+
+
+def test_a_body_missing_weights_is_refused(home, monkeypatch, capsys):
+    folder = write_encoder(home / "partial", "bert")
+    weights = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if "layer.1.output.dense" not in k}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    assert "weights of the bert body are not in its files" in _refused(monkeypatch, capsys, home, folder)
+
+
+def test_inputs_longer_than_the_positions_are_refused(home, monkeypatch, capsys):
+    folder = write_encoder(home / "short", "bert")
+    assert "takes at most 128" in _refused(monkeypatch, capsys, home, folder, "--set", "max_length=256")
+
+
+def test_a_family_of_encoderlabs_own_backbone_is_sent_to_import(home, monkeypatch, capsys):
+    folder = home / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert "encoderlab import-hf" in _refused(monkeypatch, capsys, home, folder)
+
+
+def test_saving_a_transformers_encoders_runs_is_refused_before_any_work(home, monkeypatch, capsys):
+    folder = write_encoder(home / "save", "bert")
+    assert "--save" in _refused(monkeypatch, capsys, home, folder, "--save-models", "chosen",
+                                "--models", home / "saved")
