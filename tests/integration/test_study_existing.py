@@ -10,6 +10,7 @@ import yaml
 from test_study import scores, task_yaml  # noqa: F401 - task_yaml is a fixture
 
 from encoderlab.core.config import ConfigError, validate
+from encoderlab.finetuning import records
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.loop import Trainer
 from encoderlab.study.jobs import jobs_of
@@ -97,3 +98,35 @@ def test_a_transformers_folder_is_imported_once_and_evaluated(tmp_path, tmp_path
     result = run_study(plan, base, log=lambda m: None)
     assert not result["failed"] and (plan.root / "checkpoints" / "hf" / "state.json").exists()
     assert {tag for tag, *_ in scores(plan.root)} == {"existing-hf", "a-step-0000002"}
+
+
+def test_a_transformers_encoder_beside_an_encoderlab_checkpoint_in_one_study(tmp_path, two_runs, task_yaml,  # noqa: F811
+                                                                              one_thread):
+    """A BERT folder in `checkpoints:` is evaluated as it is (no import), under the same protocol, into the same
+    report as an encoderlab run; its records are those of its weights."""
+    from test_transformers_encoders import write_encoder
+
+    from encoderlab.core.io import sha256_of
+
+    bert = write_encoder(tmp_path / "bert", "bert")
+    spec, base = load_study(write_study(tmp_path, task_yaml, {"ours": str(two_runs[0]), "bert": str(bert)}))
+    plan = build_plan(spec, base)
+    assert {e.label: e.path for e in plan.evaluations}["bert"] == bert.resolve()
+    result = run_study(plan, base, log=lambda m: None)
+    assert not result["failed"] and result["done"] == 2
+    assert not (plan.root / "checkpoints" / "bert").exists()  # not imported
+    assert len(scores(plan.root)) == 2 * 3
+    weights = {r[records.WEIGHTS] for r in records.load_all(plan.root / "evals")}
+    assert sha256_of(bert / "model.safetensors") in weights and len(weights) == 2
+    text = write_report(plan.root).read_text()
+    assert "**A = ours, B = bert**" in text or "**A = bert, B = ours**" in text
+
+
+def test_a_study_refuses_a_transformers_folder_it_cannot_evaluate_when_planned(tmp_path, task_yaml):  # noqa: F811
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 10, "hidden_size": 8,
+                                                    "num_hidden_layers": 1, "num_attention_heads": 2}))
+    spec, base = load_study(write_study(tmp_path, task_yaml, {"odd": str(folder)}))
+    with pytest.raises(ConfigError, match=r"checkpoints.odd: .*holds no model.safetensors"):
+        build_plan(spec, base)

@@ -25,6 +25,8 @@ OWN_BACKBONE = ("llama", "mistral", "qwen2", "qwen3", "eurobert", "sl_model")
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 # Weights a body may lack and still compute its hidden states: BERT-style poolers are not part of them.
 UNUSED_MISSING = ("pooler.",)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
+                   "merges.txt", "spm.model", "sentencepiece.bpe.model", "tokenizer.model", "added_tokens.json")
 # Learned positions that start past 0 (RoBERTa and its kin reserve padding_idx + 1 of them).
 POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
 
@@ -137,6 +139,22 @@ def _check_special_tokens(tokenizer, cfg, folder: Path) -> None:
     if outside:
         raise EncoderlabError(f"{folder}: the tokenizer's {', '.join(outside)} is outside the model's vocabulary "
                               f"({cfg.vocab_size} embeddings)")
+
+
+def tokenizer_key(path: Path) -> bytes:
+    """The bytes that identify a model's tokenizer (tasks tokenised once per tokenizer are kept by them)."""
+    if is_transformers_folder(path):
+        return b"".join((path / name).read_bytes() for name in sorted(TOKENIZER_FILES) if (path / name).is_file())
+    return (ckpt.resolve(path) / "tokenizer" / "tokenizer.json").read_bytes()
+
+
+def model_type(path: Path) -> str | None:
+    """config.json's model_type of a transformers folder (None when unreadable)."""
+    try:
+        found = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
 
 
 def usable_positions(cfg) -> int:

@@ -1,10 +1,11 @@
 """Models that exist already, in a study: `checkpoints: {NAME: PATH}`, evaluated like the study's own, never trained.
 
-PATH is a checkpoint folder, a run folder (its latest checkpoint, fixed when the study is planned) or anything
-`encoderlab import-hf` reads (a transformers folder, a .gguf file), which `study run` imports once into
-STUDY/checkpoints/NAME before any job starts. Every path is checked when the study is planned, so a wrong one is
-one line before any work. Their records are those of their weights (the digest in every record): a checkpoint
-whose weights change is evaluated again.
+PATH is a checkpoint folder, a run folder (its latest checkpoint, fixed when the study is planned), a transformers
+encoder folder evaluated as it is (BERT, RoBERTa, ModernBERT...: runs/encoders.py), or anything of a family
+encoderlab's backbone computes that `encoderlab import-hf` reads (a Llama, Qwen, EuroBERT or sl_model folder, a
+.gguf file), which `study run` imports once into STUDY/checkpoints/NAME before any job starts. Every path is checked
+when the study is planned, so a wrong one is one line before any work. Their records are those of their weights
+(the digest in every record): a checkpoint whose weights change is evaluated again.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from encoderlab.core.config import ConfigError
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs.checkpoint import LATEST
+from encoderlab.runs.encoders import OWN_BACKBONE, is_transformers_folder, model_type, transformers_config
 from encoderlab.study.spec import StudySpec, resolve_path
 
 
@@ -22,10 +23,10 @@ def import_dir(root: Path, name: str) -> Path:
 
 
 def _needs_import(path: Path) -> bool:
-    """A transformers folder or a GGUF file: not a native checkpoint or run folder."""
+    """A GGUF file, or a transformers folder of a family encoderlab's backbone computes."""
     if path.is_file():
         return path.suffix == ".gguf"
-    return (path / "config.json").exists() and not (path / "state.json").exists() and not (path / LATEST).exists()
+    return is_transformers_folder(path) and model_type(path) in OWN_BACKBONE
 
 
 def locate(spec: StudySpec, base_dir: Path, root: Path) -> dict[str, Path]:
@@ -42,6 +43,13 @@ def locate(spec: StudySpec, base_dir: Path, root: Path) -> dict[str, Path]:
                               "run folder (with LATEST), a transformers folder (with config.json) or a .gguf file")
         if _needs_import(path):
             out[name] = import_dir(root, name)
+            continue
+        if is_transformers_folder(path):
+            try:
+                transformers_config(path)  # what fine-tuning reads of it, checked now
+            except EncoderlabError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+            out[name] = path.resolve()
             continue
         try:
             out[name] = resolve(path).resolve()

@@ -18,7 +18,8 @@ from encoderlab.finetuning import records
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.shared_training import job_groups, trainer_spec
 from encoderlab.pretraining.config import PretrainConfig
-from encoderlab.runs.checkpoint import checkpoint_name, weights_digest
+from encoderlab.runs.checkpoint import checkpoint_name
+from encoderlab.runs.encoders import encoder_digest, tokenizer_key
 from encoderlab.study.plan import Plan, expand_tasks
 from encoderlab.study.scheduler import Job
 
@@ -130,7 +131,7 @@ class EvalJob(Job):
         from encoderlab.tasks import task_family, task_identity
 
         try:  # the records of these weights: a checkpoint made again (other weights) has its evaluations done again
-            weights = weights_digest(self.checkpoint)
+            weights = encoder_digest(self.checkpoint)
         except (OSError, EncoderlabError):
             return False  # not written yet, or damaged: the job runs, and says so if it cannot
         tag, key = records.checkpoint_tag(self.checkpoint), records.protocol_key(self.protocol.model_dump(mode="json"))
@@ -147,10 +148,9 @@ class EvalJob(Job):
         from encoderlab.core.io import task_cache
         from encoderlab.finetuning.aggregate import check_scored
         from encoderlab.finetuning.sweep import run_sweep
-        from encoderlab.runs import checkpoint
 
         started = time.perf_counter()
-        tok = (checkpoint.resolve(self.checkpoint) / "tokenizer" / "tokenizer.json").read_bytes()
+        tok = tokenizer_key(self.checkpoint)
         key = records.protocol_key(self.protocol.model_dump(mode="json"))
         summary = run_sweep(self.checkpoint, self.tasks, self.protocol, self.out, log=lambda m: None,
                             show_progress=False, cache_dir=task_cache(),

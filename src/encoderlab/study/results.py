@@ -17,7 +17,7 @@ from scipy import stats
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.finetuning import records
 from encoderlab.finetuning.aggregate import summarize
-from encoderlab.runs.checkpoint import weights_digest
+from encoderlab.runs.encoders import encoder_digest
 from encoderlab.runs.logging import read_metrics
 from encoderlab.study import migrate_plan
 from encoderlab.study.intervals import CategoryScore, category_score
@@ -157,7 +157,7 @@ def _weights(checkpoint: str | None) -> str | None:
     if checkpoint is None:
         return None
     try:
-        return weights_digest(Path(checkpoint))
+        return encoder_digest(Path(checkpoint))
     except (OSError, EncoderlabError):
         return None
 
