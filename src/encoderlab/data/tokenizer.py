@@ -46,6 +46,10 @@ class TextTokenizer:
     def __post_init__(self) -> None:
         # Special-token strings inside documents stay text: a review quoting "<mask>" must not become a mask.
         self.tokenizer.encode_special_tokens = True
+        # encoderlab frames, cuts and pads every sequence itself: a tokenizer.json that pads or truncates (a
+        # sentence-transformers folder's fixed padding to 128, say) would add pad ids to every text and cut it.
+        self.tokenizer.no_padding()
+        self.tokenizer.no_truncation()
 
     @property
     def vocab_size(self) -> int:
