@@ -1,0 +1,147 @@
+"""`encoderlab mteb` (hub/mteb_eval.py, tasks/mteb_tasks.py): the mteb library scores a tiny encoderlab checkpoint on
+an offline retrieval and an offline classification task, offline (HF_HUB_OFFLINE=1), as MTEB custom tasks: the
+retrieval score is exactly encoderlab's own frozen-embedding search, the numbers are reproducible, each sits beside
+its baselines; a wrong model, task, family or --out is one line, exit 2, and nothing is written."""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import torch
+from conftest import run_command
+
+pytest.importorskip("mteb", reason="the mteb extra is not installed (pip install 'encoderlab[mteb]')")
+
+from encoderlab.data.offline.taskfiles import write_task_folder  # noqa: E402
+from encoderlab.data.tokenizer import train_bpe  # noqa: E402
+from encoderlab.model.config import ModelConfig  # noqa: E402
+from encoderlab.model.transformer import TransformerLM  # noqa: E402
+from encoderlab.runs import checkpoint as ckpt  # noqa: E402
+from encoderlab.tasks import load_task  # noqa: E402
+
+WORDS = ("river village market harbour castle forest bridge garden tower valley school island mountain church "
+         "station library museum theatre lake farm").split()
+
+
+def write_offline_tasks(root) -> None:
+    """Three tasks in the offline suite's format (data/offline/taskfiles.py): retrieval (BEIR files),
+    classification (a label per text) and tokens (which MTEB does not score)."""
+    rng = random.Random(0)
+    docs = {f"d{i}": " ".join(rng.sample(WORDS, 6)) for i in range(60)}
+
+    def beir(folder):
+        (folder / "qrels").mkdir()
+        (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": d, "title": "", "text": t}) + "\n"
+                                                     for d, t in docs.items()))
+        (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": " ".join(
+            docs[f"d{i}"].split()[:3])}) + "\n" for i in range(30)))
+        for split, ids in (("train", range(0, 10)), ("validation", range(10, 20)), ("test", range(20, 30))):
+            (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+                f"q{i}\td{i}\t1\n" for i in ids))
+
+    write_task_folder(root, {"name": "tiny-ir", "family": "retrieval"}, {}, write_data=beir)
+    labels = ["water", "land"]
+    rows = lambda n: [{"id": str(i), "text": " ".join(rng.sample(WORDS[:10] if y else WORDS[10:], 4)), "label": y}  # noqa: E731
+                      for i, y in enumerate(rng.choices([0, 1], k=n))]
+    write_task_folder(root, {"name": "tiny-sc", "family": "classification", "labels": labels},
+                      {}, splits={"train": rows(60), "validation": rows(20), "test": rows(40)})
+    tags = [{"id": "0", "tokens": ["river"], "tags": ["O"]}]
+    write_task_folder(root, {"name": "tiny-ner", "family": "tokens", "labels": ["O"]}, {},
+                      splits=dict.fromkeys(("train", "validation", "test"), tags))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, one_thread):
+    """An ENCODERLAB_HOME holding the offline tasks and a tiny random-weight checkpoint (fp32)."""
+    root = tmp_path_factory.mktemp("mteb")
+    write_offline_tasks(root / "home" / "data" / "offline" / "tasks")
+    tok = train_bpe([" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(200)], 300)
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
+                      mask_token_id=tok.mask_id)
+    model = TransformerLM(cfg)
+    model.init_weights(seed=5)
+    ckpt.save_weights_only(root / "ckpt", model.state_dict(), cfg, tok, {"step": 3, "reason": "final",
+                                                                        "objective": "mlm40", "total_steps": 3})
+    return root
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def mteb(monkeypatch, capsys, setup, *args):
+    return run_command(monkeypatch, capsys, "mteb", *args, home=setup / "home")
+
+
+def own_frozen_ndcg(setup) -> float:
+    """encoderlab's retrieval evaluation of the checkpoint with no fine-tuning: NDCG@10 on test."""
+    model, cfg, tok = ckpt.load_model(setup / "ckpt")
+    task = load_task("tiny-ir", root=setup / "home" / "data" / "offline" / "tasks")
+    task.prepare(tok, cfg.max_position_embeddings)
+    with torch.no_grad():
+        return task.evaluate(model.model.eval(), None, "test", 32)["ndcg@10"]
+
+
+def test_mteb_scores_offline_tasks_as_encoderlab_does(setup, monkeypatch, capsys):
+    out = setup / "out"
+    code, stdout, stderr = mteb(monkeypatch, capsys, setup, setup / "ckpt", "--tasks", "tiny-ir", "tiny-sc",
+                                "--out", out)
+    assert code == 0, stderr
+    summary = json.loads((out / "summary.json").read_text())
+    rows = {r["task"]: r for r in summary["tasks"]}
+    assert (rows["tiny-ir"]["metric"], rows["tiny-sc"]["metric"]) == ("ndcg_at_10", "accuracy")
+    for row in rows.values():
+        assert math.isfinite(row["score"]) and 0 <= row["score"] <= 100
+    # mteb's own files, one per task
+    files = {p.name for p in (out / "results").rglob("*.json")}
+    assert {"encoderlab-tiny-ir.json", "encoderlab-tiny-sc.json"} <= files
+    # the same ranking as encoderlab's frozen search: mteb keeps 5 decimals of a fraction
+    assert abs(rows["tiny-ir"]["score"] - own_frozen_ndcg(setup)) < 1e-3
+    assert set(rows["tiny-ir"]["baselines"]) == {"random ranking", "BM25 (full text)"}
+    assert set(rows["tiny-sc"]["baselines"]) == {"majority class", "TF-IDF + LR (full text)"}
+    assert "tiny-ir" in stdout and "BM25" in stdout and "ndcg_at_10" in stdout
+
+
+def test_a_sentence_transformers_folder_gives_the_same_numbers(setup, monkeypatch, capsys):
+    import encoderlab.api as api
+
+    first = json.loads((setup / "out" / "summary.json").read_text()) if (setup / "out").exists() else None
+    api.export(setup / "ckpt", setup / "st", kind="sentence-transformers", log=lambda m: None)
+    monkeypatch.setenv("ENCODERLAB_HOME", str(setup / "home"))
+    again = api.mteb(setup / "st", ["tiny-ir", "tiny-sc"], setup / "out-st", log=lambda m: None)
+    assert again["model_kind"] == "sentence-transformers"
+    if first is not None:
+        assert [r["score"] for r in again["tasks"]] == [r["score"] for r in first["tasks"]]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{missing}", "--tasks", "tiny-ir"], "does not exist or is not a folder"),
+    (["{ckpt}", "--tasks", "no-such-task"], "unknown task 'no-such-task'"),
+    (["{ckpt}", "--tasks", "tiny-ner"], "'tiny-ner' is a tokens task: MTEB scores offline tasks of the "
+                                        "classification and retrieval families only"),
+    (["{ckpt}", "--tasks", "SciFact"], "HF_HUB_OFFLINE is set"),
+    (["{remote}", "--tasks", "tiny-ir"], "only Python code in"),
+])
+def test_bad_inputs_are_one_line_and_write_nothing(setup, monkeypatch, capsys, args, message):
+    remote = setup / "remote"
+    remote.mkdir(exist_ok=True)
+    (remote / "config.json").write_text(json.dumps({"model_type": "mine", "auto_map": {"AutoModel": "m.Mine"}}))
+    given = [a.format(missing=setup / "nothing", ckpt=setup / "ckpt", remote=remote) for a in args]
+    out = setup / "bad-out"
+    code, stdout, stderr = mteb(monkeypatch, capsys, setup, *given, "--out", out)
+    assert code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert not out.exists()
+
+
+def test_a_non_empty_out_is_refused_without_force(setup, monkeypatch, capsys):
+    out = setup / "full"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code, _, stderr = mteb(monkeypatch, capsys, setup, setup / "ckpt", "--tasks", "tiny-ir", "--out", out)
+    assert code == 2 and "exists and is not empty" in stderr
+    assert (out / "keep.txt").read_text() == "mine"
