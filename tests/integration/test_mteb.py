@@ -107,16 +107,21 @@ def test_mteb_scores_offline_tasks_as_encoderlab_does(setup, monkeypatch, capsys
     assert "tiny-ir" in stdout and "BM25" in stdout and "ndcg_at_10" in stdout
 
 
-def test_a_sentence_transformers_folder_gives_the_same_numbers(setup, monkeypatch, capsys):
-    import encoderlab.api as api
+def test_the_same_numbers_again_and_from_the_exported_folder(setup, monkeypatch):
+    """Reproducible: the checkpoint again, and its sentence-transformers export, give the same scores; a plain
+    transformers folder (the EuroBERT export) is mean-pooled by sentence-transformers and scored too."""
+    import encoderlab
 
-    first = json.loads((setup / "out" / "summary.json").read_text()) if (setup / "out").exists() else None
-    api.export(setup / "ckpt", setup / "st", kind="sentence-transformers", log=lambda m: None)
     monkeypatch.setenv("ENCODERLAB_HOME", str(setup / "home"))
-    again = api.mteb(setup / "st", ["tiny-ir", "tiny-sc"], setup / "out-st", log=lambda m: None)
-    assert again["model_kind"] == "sentence-transformers"
-    if first is not None:
-        assert [r["score"] for r in again["tasks"]] == [r["score"] for r in first["tasks"]]
+    quiet = {"log": lambda m: None}
+    encoderlab.export(setup / "ckpt", setup / "st", kind="sentence-transformers", **quiet)
+    encoderlab.export(setup / "ckpt", setup / "hf", kind="eurobert", **quiet)
+    runs = {name: encoderlab.mteb(setup / name, ["tiny-ir", "tiny-sc"], setup / f"out-{name}", **quiet)
+            for name in ("ckpt", "st", "hf")}
+    assert [r["model_kind"] for r in runs.values()] == ["encoderlab", "sentence-transformers", "transformers"]
+    scores = {name: [row["score"] for row in run["tasks"]] for name, run in runs.items()}
+    assert scores["st"] == scores["ckpt"]
+    assert all(math.isfinite(s) and 0 <= s <= 100 for s in scores["hf"])
 
 
 @pytest.mark.parametrize("args, message", [
