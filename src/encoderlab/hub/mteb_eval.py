@@ -21,6 +21,7 @@ import json
 import math
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,7 +170,11 @@ def run_mteb(model: str | Path, tasks: list[str], out: str | Path, *, force: boo
     resolved = [resolve_task(name, root) for name in dict.fromkeys(tasks)]
     import mteb
 
-    with tempfile.TemporaryDirectory(prefix="encoderlab-mteb-") as scratch, atomic_dir(out) as tmp:
+    with tempfile.TemporaryDirectory(prefix="encoderlab-mteb-") as scratch, atomic_dir(out) as tmp, \
+            warnings.catch_warnings():
+        # mteb calls sentence-transformers methods that newer versions renamed: its warnings, not the user's
+        warnings.filterwarnings("ignore", category=FutureWarning, module="mteb")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module="mteb")
         encoder = wrapped(sentence_model(found, Path(scratch), log), found)
         log(f"mteb {mteb.__version__}: {len(resolved)} tasks with {found.path} ({found.kind})")
         result = mteb.evaluate(encoder, [t.mteb for t in resolved], cache=mteb.ResultCache(tmp),
