@@ -150,3 +150,41 @@ def test_a_non_empty_out_is_refused_without_force(setup, monkeypatch, capsys):
     code, _, stderr = mteb(monkeypatch, capsys, setup, setup / "ckpt", "--tasks", "tiny-ir", "--out", out)
     assert code == 2 and "exists and is not empty" in stderr
     assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_a_study_scores_its_models_with_mteb_and_reports_them(setup, packed_dir, tmp_path, monkeypatch):
+    """`evaluation.mteb` in a study: one MTEB job per final model and random-init baseline, done once for their
+    weights, and a report section with each score beside the tasks' baselines."""
+    import yaml
+
+    from encoderlab.study.plan import build_plan
+    from encoderlab.study.report import write_report
+    from encoderlab.study.runner import run_study
+    from encoderlab.study.spec import load_study
+
+    monkeypatch.setenv("ENCODERLAB_HOME", str(setup / "home"))
+    (tmp_path / "pretrain.yaml").write_text(yaml.safe_dump({
+        "data": {"path": str(packed_dir)}, "model": {"preset": "micro", "hidden_size": 32, "intermediate_size": 64,
+                                                     "num_hidden_layers": 2, "num_attention_heads": 2,
+                                                     "num_key_value_heads": 1},
+        "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
+        "train": {"steps": 1, "global_batch": 4, "dtype": "fp32", "tensorboard": False, "eval_batches": 1}}))
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump({
+        "name": "t", "max_steps": 2, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3], "seeds": [0],
+        "max_length": 32, "dtype": "fp32"}))
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump({
+        "name": "s", "out_dir": str(tmp_path / "studies"), "pretrain": "pretrain.yaml", "budget": 2,
+        "models": [{"sizes": ["micro"], "objectives": ["mlm40"]}], "random_init": ["micro"],
+        "evaluation": {"protocol": "protocol.yaml", "tasks": ["tiny-sc"], "mteb": ["tiny-ir", "tiny-sc"]},
+        "data_shape": {"vocab_size": 320, "seq_len": 64}}))
+    spec, base = load_study(tmp_path / "study.yaml")
+    plan = build_plan(spec, base)
+    result = run_study(plan, base, log=lambda m: None)
+    assert not result["failed"] and result["done"] == result["jobs"]
+    folders = sorted(p.parent.name for p in (plan.root / "mteb").glob("*/summary.json"))
+    assert folders == ["micro-mlm40-2", "micro-random"]
+    text = write_report(plan.root).read_text()
+    section = text.split("## MTEB (frozen embeddings)")[1]
+    assert "| model | tiny-ir (ndcg_at_10) | tiny-sc (accuracy) |" in section
+    assert "| micro-mlm40-2 |" in section and "| *BM25 (full text)* |" in section
+    assert run_study(plan, base, log=lambda m: None)["done_now"] == 0  # done for these weights

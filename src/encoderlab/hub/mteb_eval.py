@@ -89,15 +89,15 @@ def allowed_families() -> list[str]:
     return [f.name for f in registry.families() if f.mteb is not None]
 
 
-def resolve_task(name: str, root: Path) -> Task:
-    """An offline task (an MTEB custom task) or an MTEB task by name, refused in one line before any work."""
+def check_task(name: str, root: Path) -> Any:
+    """The family record of an offline task MTEB can score, or the MTEB task of that name (its data not loaded);
+    refused in one line: an offline task of another family, an unknown name, an MTEB task without the Hub."""
     if (root / name / "task.json").exists():
         record = registry.family(task_family(name, root=root))
         if record.mteb is None:
             raise EncoderlabError(f"task {name!r} is a {record.name} task: MTEB scores offline tasks of the "
                                   f"{' and '.join(allowed_families())} families only")
-        task = load_task(name, root=root)
-        return Task(name, record.mteb(task), task)
+        return record
     import mteb
 
     try:
@@ -109,7 +109,23 @@ def resolve_task(name: str, root: Path) -> Task:
         raise EncoderlabError(f"unknown task {name!r}: neither an offline task ({offline}) nor an MTEB task name "
                               "(mteb.get_tasks knows it, e.g. SciFact, Banking77Classification)")
     check_hub_for(name)
-    return Task(name, found[0])
+    return found[0]
+
+
+def check_tasks(names: list[str], root: Path | None = None) -> None:
+    """What `run_mteb` checks of its tasks, for a study to refuse them before any job runs."""
+    check_installed()
+    for name in names:
+        check_task(name, root or offline_root())
+
+
+def resolve_task(name: str, root: Path) -> Task:
+    """An offline task (an MTEB custom task) or an MTEB task by name, refused in one line before any work."""
+    found = check_task(name, root)
+    if isinstance(found, registry.Family):
+        task = load_task(name, root=root)
+        return Task(name, found.mteb(task), task)  # type: ignore[misc]
+    return Task(name, found)
 
 
 def _offline_names(root: Path) -> list[str]:
@@ -181,11 +197,21 @@ def run_mteb(model: str | Path, tasks: list[str], out: str | Path, *, force: boo
                                overwrite_strategy="always", show_progress_bar=False,
                                encode_kwargs={"batch_size": batch_size})
         rows = [summary_row(t, result) for t in resolved]
-        summary = {"model": str(found.path), "model_kind": found.kind, "mteb_version": mteb.__version__,
+        summary = {"model": str(found.path), "model_kind": found.kind, "weights": weights_of(found),
+                   "mteb_version": mteb.__version__,
                    "out": str(out), "results": str(out / "results"), "tasks": rows,
                    "seconds": round(time.perf_counter() - started, 1)}
         write_json(tmp / SUMMARY, summary)
     return summary
+
+
+def weights_of(model: Model) -> str | None:
+    """The SHA-256 of an encoderlab checkpoint's weights (a study's MTEB job is done for these weights only)."""
+    if model.kind != ENCODERLAB:
+        return None
+    from encoderlab.runs.checkpoint import resolve, weights_digest
+
+    return weights_digest(resolve(model.path))
 
 
 def summary_row(task: Task, result) -> dict:
