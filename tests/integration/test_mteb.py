@@ -131,12 +131,16 @@ def test_the_same_numbers_again_and_from_the_exported_folder(setup, monkeypatch)
                                         "classification and retrieval families only"),
     (["{ckpt}", "--tasks", "SciFact"], "HF_HUB_OFFLINE is set"),
     (["{remote}", "--tasks", "tiny-ir"], "only Python code in"),
+    (["{empty}", "--tasks", "tiny-ir"], "sentence-transformers cannot load it"),
 ])
 def test_bad_inputs_are_one_line_and_write_nothing(setup, monkeypatch, capsys, args, message):
     remote = setup / "remote"
     remote.mkdir(exist_ok=True)
     (remote / "config.json").write_text(json.dumps({"model_type": "mine", "auto_map": {"AutoModel": "m.Mine"}}))
-    given = [a.format(missing=setup / "nothing", ckpt=setup / "ckpt", remote=remote) for a in args]
+    empty = setup / "empty"  # a transformers config without weights or tokenizer
+    empty.mkdir(exist_ok=True)
+    (empty / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    given = [a.format(missing=setup / "nothing", ckpt=setup / "ckpt", remote=remote, empty=empty) for a in args]
     out = setup / "bad-out"
     code, stdout, stderr = mteb(monkeypatch, capsys, setup, *given, "--out", out)
     assert code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1, stderr

@@ -161,7 +161,11 @@ def sentence_model(model: Model, scratch: Path, log: Log):
     if model.kind == ENCODERLAB:
         folder = scratch / "sentence-transformers"
         export_checkpoint(model.path, folder, "sentence-transformers", log=log)
-    return SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
+    try:
+        return SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
+    except Exception as exc:  # transformers and sentence-transformers name the problem, not always the folder
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise EncoderlabError(f"MODEL {model.path}: sentence-transformers cannot load it: {first[:300]}") from None
 
 
 def wrapped(st, model: Model):
@@ -186,22 +190,21 @@ def run_mteb(model: str | Path, tasks: list[str], out: str | Path, *, force: boo
     resolved = [resolve_task(name, root) for name in dict.fromkeys(tasks)]
     import mteb
 
-    with tempfile.TemporaryDirectory(prefix="encoderlab-mteb-") as scratch, atomic_dir(out) as tmp, \
-            warnings.catch_warnings():
+    with tempfile.TemporaryDirectory(prefix="encoderlab-mteb-") as scratch, warnings.catch_warnings():
         # mteb calls sentence-transformers methods that newer versions renamed: its warnings, not the user's
         warnings.filterwarnings("ignore", category=FutureWarning, module="mteb")
         warnings.filterwarnings("ignore", category=DeprecationWarning, module="mteb")
-        encoder = wrapped(sentence_model(found, Path(scratch), log), found)
+        encoder = wrapped(sentence_model(found, Path(scratch), log), found)  # loaded before --out is written
         log(f"mteb {mteb.__version__}: {len(resolved)} tasks with {found.path} ({found.kind})")
-        result = mteb.evaluate(encoder, [t.mteb for t in resolved], cache=mteb.ResultCache(tmp),
-                               overwrite_strategy="always", show_progress_bar=False,
-                               encode_kwargs={"batch_size": batch_size})
-        rows = [summary_row(t, result) for t in resolved]
-        summary = {"model": str(found.path), "model_kind": found.kind, "weights": weights_of(found),
-                   "mteb_version": mteb.__version__,
-                   "out": str(out), "results": str(out / "results"), "tasks": rows,
-                   "seconds": round(time.perf_counter() - started, 1)}
-        write_json(tmp / SUMMARY, summary)
+        with atomic_dir(out) as tmp:
+            result = mteb.evaluate(encoder, [t.mteb for t in resolved], cache=mteb.ResultCache(tmp),
+                                   overwrite_strategy="always", show_progress_bar=False,
+                                   encode_kwargs={"batch_size": batch_size})
+            summary = {"model": str(found.path), "model_kind": found.kind, "weights": weights_of(found),
+                       "mteb_version": mteb.__version__, "out": str(out), "results": str(out / "results"),
+                       "tasks": [summary_row(t, result) for t in resolved],
+                       "seconds": round(time.perf_counter() - started, 1)}
+            write_json(tmp / SUMMARY, summary)
     return summary
 
 
