@@ -218,6 +218,18 @@ def import_hf(source: PathLike, out: PathLike, *, force: bool = False, head: str
     return run(str(source), Path(out), force=force, head=head, head_seed=head_seed, log=log)
 
 
+@checked
+def mteb(model: PathLike, tasks: Sequence[str] | str, out: PathLike, *, force: bool = False,
+         batch_size: Positive = 32, log: Log = print) -> dict:
+    """Score a model with the mteb library, frozen (docs/mteb.md), as `encoderlab mteb MODEL --tasks ... --out OUT`:
+    `model` an encoderlab checkpoint or run folder, a sentence-transformers or a transformers folder; `tasks` offline
+    retrieval or classification tasks or MTEB task names. Writes mteb's result files and summary.json into `out`."""
+    from encoderlab.hub.mteb_eval import run_mteb
+
+    return run_mteb(model, [tasks] if isinstance(tasks, str) else list(tasks), Path(out), force=force,
+                    batch_size=batch_size, log=log)
+
+
 @dataclass
 class Encoder:
     """A checkpoint loaded for use: `model` is the TransformerLM (CPU, fp32, eval mode), `model.model` its body."""
@@ -308,5 +320,5 @@ def load(checkpoint: PathLike) -> Encoder:
     return Encoder(path, model.eval(), cfg, tok)
 
 
-__all__ = ["CONFIGS", "DEFAULT_PROTOCOL", "Encoder", "export", "finetune", "import_hf", "load", "prepare_data",
-           "pretrain", "report_study", "run_study", "sweep"]
+__all__ = ["CONFIGS", "DEFAULT_PROTOCOL", "Encoder", "export", "finetune", "import_hf", "load", "mteb",
+           "prepare_data", "pretrain", "report_study", "run_study", "sweep"]

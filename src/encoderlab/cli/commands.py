@@ -9,6 +9,7 @@ from rich.table import Table
 
 from encoderlab.cli.console import emit, log, log_after, out
 from encoderlab.cli.finetuning import SAVE_HELP, SAVE_MODELS_HELP, keeper, workers_option
+from encoderlab.cli.mteb import mteb_cmd
 from encoderlab.cli.study import study_app
 from encoderlab.cli.sweep_table import render_sweep as _render_sweep
 from encoderlab.core.config import SET_MERGES
@@ -20,6 +21,7 @@ app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of 
                   pretty_exceptions_enable=False, add_completion=False)
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
 app.add_typer(data_app, name="data"), app.add_typer(study_app, name="study")
+app.command("mteb")(mteb_cmd)
 
 
 @data_app.command("prepare")
@@ -369,6 +371,3 @@ def finetune_cmd(
                         cache_dir=task_cache(), keep=keeper("all", save, checkpoint, exact=True))
     emit(summary, as_json, _render_sweep)
     check_scored(summary)
-
-
-

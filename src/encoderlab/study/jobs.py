@@ -162,6 +162,47 @@ class EvalJob(Job):
                 "test": sum(tests) / len(tests) if tests else None, "failed": sum(e.get("failed", 0) for e in entries)}
 
 
+@dataclass(kw_only=True)
+class MtebJob(Job):
+    """One checkpoint scored by the mteb library on the study's `evaluation.mteb` tasks (hub/mteb_eval.py), frozen:
+    done when its folder's summary.json holds these weights'."""
+    kind = "mteb"
+    checkpoint: Path
+    tasks: list[str]
+    out: Path
+
+    def is_done(self) -> bool:
+        import json
+
+        try:
+            weights = weights_digest(self.checkpoint)
+            return json.loads((self.out / "summary.json").read_text(encoding="utf-8")).get("weights") == weights
+        except (OSError, ValueError, AttributeError, EncoderlabError):
+            return False
+
+    def execute(self, log: Say, progress: Say | None) -> dict:
+        from encoderlab.hub.mteb_eval import run_mteb
+
+        summary = run_mteb(self.checkpoint, self.tasks, self.out, force=True)
+        scores = [row["score"] for row in summary["tasks"]]
+        return {"seconds": summary["seconds"], "test": sum(scores) / len(scores)}
+
+
+def mteb_jobs(plan: Plan) -> list[Job]:
+    """An MTEB job per final model, import, existing checkpoint and random-init baseline (not intermediates), when
+    the study names `evaluation.mteb` tasks: its folder is mteb/LABEL/ of the study."""
+    tasks, jobs, seen = plan.spec.evaluation.mteb, [], set()
+    for e in plan.evaluations if tasks else []:
+        checkpoint = plan.eval_checkpoint(e)
+        if e.kind == "intermediate" or checkpoint in seen:
+            continue
+        seen.add(checkpoint)
+        deps = [f"pretrain:{e.run}" if e.run else f"random:{e.size}"] if e.kind in ("final", "random") else []
+        jobs.append(MtebJob(id=f"mteb:{e.label}", deps=deps, checkpoint=checkpoint, tasks=list(tasks),
+                            out=plan.root / "mteb" / e.label))
+    return jobs
+
+
 def jobs_of(plan: Plan) -> list[Job]:
     """Every job of the plan, each after the jobs it depends on, holding the configs and protocol the plan
     validated."""
@@ -184,7 +225,7 @@ def jobs_of(plan: Plan) -> list[Job]:
         for name, tasks in job_groups(expand_tasks(e.tasks), protocol):
             jobs.append(EvalJob(id=f"eval:{e.label}:{name}", deps=deps, checkpoint=plan.eval_checkpoint(e),
                                 tasks=tasks, protocol=protocol, out=plan.root / "evals"))
-    return jobs
+    return jobs + mteb_jobs(plan)
 
 
 def _own_folder(config: PretrainConfig, checkpoint: Path) -> PretrainConfig:

@@ -11,6 +11,7 @@ from encoderlab.study import paper_findings
 from encoderlab.study.compare import arms, comparisons_section
 from encoderlab.study.comparisons import declared, declared_sections, findings_set
 from encoderlab.study.coverage import coverage_section
+from encoderlab.study.mteb_report import mteb_section
 from encoderlab.study.reference import reference_section
 from encoderlab.study.results import Comparison
 
@@ -97,7 +98,8 @@ def compose(report) -> str:
                                    if any(e["kind"] == "random" for e in res.evaluations.values())
                                    else "Final models" if res.runs else "Models"),
              reference_section(report),
-             "## Per-dataset scores\n", report.dataset_tables(list(res.evaluations)), coverage_section(res)]
+             "## Per-dataset scores\n", report.dataset_tables(list(res.evaluations)), coverage_section(res),
+             mteb_section(res.root, finals)]
     parts += _figures_and_arms(report, finals, cites)
     parts += [text for text in [_failed_and_missing(res, proto)] if text]
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"

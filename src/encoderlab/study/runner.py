@@ -23,7 +23,7 @@ from encoderlab.pretraining.setup import resolve_device
 from encoderlab.runs.optim import default_device, fp32_auto_note
 from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
-from encoderlab.study.jobs import EvalJob, PretrainJob, RandomInitJob, jobs_of
+from encoderlab.study.jobs import EvalJob, MtebJob, PretrainJob, RandomInitJob, jobs_of
 from encoderlab.study.plan import Plan, build_plan, expand_tasks
 from encoderlab.study.scheduler import JobStates, Job, run_jobs
 
@@ -76,7 +76,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     The pipeline: the jobs and what is done (`JobStates`) -> `run_jobs` yields each job as it ends -> record it.
     One process runs a study at a time (the study folder's lock): another one would take the first one's running
     jobs for failed ones. `--job`s share it, each job's own folders locking themselves."""
-    if only is None and (job_id is None or job_id.startswith("eval:")):
+    if only is None and (job_id is None or job_id.startswith(("eval:", "mteb:"))):
         check_tasks(plan)
     created = not plan.root.exists()
     try:
@@ -108,6 +108,13 @@ def check_tasks(plan: Plan) -> None:
             known.add(task)
     if shared := trainer_spec(plan.protocol, sorted(known), task_family):
         check_trainer_spec(shared)
+    if plan.spec.evaluation.mteb:
+        from encoderlab.hub.mteb_eval import check_tasks as check_mteb
+
+        try:
+            check_mteb(plan.spec.evaluation.mteb)
+        except EncoderlabError as e:
+            raise EncoderlabError(f"study {plan.spec.name}: evaluation.mteb: {e}") from None
 
 
 def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str], None], only: str | None,
@@ -122,7 +129,7 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
     plan.root.mkdir(parents=True, exist_ok=True)
     write_json(plan.root / "plan.json", plan.record(base_dir))
     write_configs(plan, all_jobs)
-    jobs = [j for j in all_jobs if only is None or not isinstance(j, EvalJob)]
+    jobs = [j for j in all_jobs if only is None or not isinstance(j, (EvalJob, MtebJob))]
     jobs = jobs if job_id is None else [_one_job(all_jobs, job_id, plan)]
     states = JobStates(jobs, done={j.id for j in jobs if j.is_done()})
     clear_stale_status(plan, all_jobs, states.done)

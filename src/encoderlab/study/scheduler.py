@@ -27,7 +27,7 @@ WORKER_DIED = ("its worker process died (killed by a signal: kill -9, or the ker
 @dataclass(kw_only=True)
 class Job:
     """What the scheduler knows of a job; each kind (study/jobs.py) says when it is done and how it runs."""
-    kind: ClassVar[str] = "job"  # "pretrain", "random" or "eval": evaluations are started last
+    kind: ClassVar[str] = "job"  # "pretrain", "random", "eval" or "mteb": evaluations are started last
     id: str
     deps: list[str] = field(default_factory=list)  # job ids, or "JOB@PATH": that job's checkpoint at PATH exists
     cost: float = 1.0  # ordering hint: big jobs first keep the workers busy to the end
@@ -60,7 +60,7 @@ class JobStates:
     def ready(self) -> list[Job]:
         """Pending jobs whose dependencies are met, pretraining and the biggest first."""
         out = [j for j in self.pending if all(self._met(d) for d in j.deps)]
-        return sorted(out, key=lambda j: (j.kind == "eval", -j.cost, j.id))
+        return sorted(out, key=lambda j: (j.kind in ("eval", "mteb"), -j.cost, j.id))
 
     def _met(self, dep: str) -> bool:
         job, _, path = dep.partition("@")

@@ -106,6 +106,10 @@ class EvaluationSection(_Section):
     random_init_tasks: list[str] | None = Field(
         None, description="tasks for the random-init baselines (default: `intermediate_tasks`); the report's "
         "sanity check compares each final model with its baseline on the datasets both ran")
+    mteb: list[str] | None = Field(
+        None, description="offline retrieval or classification tasks or MTEB task names: each model's final "
+        "checkpoint (and each random-init baseline) is also scored by the mteb library, frozen (docs/mteb.md; needs "
+        "pip install 'encoderlab[mteb]'); the report puts the scores beside the tasks' baselines")
 
 
 COMPARISON_KINDS = ("versus", "stability", "efficiency", "cpt")

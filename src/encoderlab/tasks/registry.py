@@ -5,9 +5,9 @@ made at the end of its own module (tasks/families/) and passed to `register`. Ev
 about a family is a field of that record: its category code in study reports, the schema of its task files, how its
 tasks load (an offline folder, the paper's datasets it owns, a user's task file), how many sequences one example
 has, its baselines, the field's standard metric, its variants (the settings a protocol's `variant:` gives its
-tasks), and how a fine-tuned model of it is saved and described. Nothing outside the family's module and this
-registry names a family: code that depends on one looks its record up with `family(name)`, which refuses an
-unknown name in one line naming the known ones.
+tasks), how a fine-tuned model of it is saved and described, and whether MTEB can score it (`mteb`). Nothing
+outside the family's module and this registry names a family: code that depends on one looks its record up with
+`family(name)`, which refuses an unknown name in one line naming the known ones.
 """
 from __future__ import annotations
 
@@ -103,6 +103,9 @@ class Family:
     # `variant: NAME` in a protocol sets for its tasks, e.g. {"authors": {"qa": {"format": "tagging"}}}. A family
     # without a variant of that name follows the protocol's defaults under it.
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # (task) -> the task as an MTEB custom task, scored on frozen embeddings (`encoderlab mteb`, tasks/mteb_tasks.py);
+    # None: the family's tasks are not run through MTEB
+    mteb: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         # read-only, as the record is

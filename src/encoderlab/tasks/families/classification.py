@@ -14,6 +14,7 @@ from encoderlab.tasks.classification import (
     load_offline_classification,
     load_user_classification,
 )
+from encoderlab.tasks.mteb_tasks import classification_task
 from encoderlab.tasks.registry import Body, Card, Export, Family, register, transformers_usage
 from encoderlab.tasks.taskfile import SplitFiles, TaskFile
 
@@ -59,5 +60,6 @@ CLASSIFICATION = register(Family(
     lexical_baselines=tfidf_baselines, standard_metric="accuracy",
     baselines={"majority": "majority class", "tfidf_logreg": "TF-IDF + LR"},
     load_offline=load_offline_classification, paper=dict.fromkeys(GLUE, GLUE_HUB), load_paper=load_glue,
+    mteb=classification_task,
     # The authors' code: transformers' EuroBertForSequenceClassification head (mean pooling -> dense -> GELU -> linear).
     variants={"authors": {"classification_head": "dense_gelu"}}))

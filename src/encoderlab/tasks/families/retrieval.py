@@ -13,6 +13,7 @@ from encoderlab.tasks.retrieval_loaders import (
     load_hub_retrieval,
     load_offline_retrieval,
 )
+from encoderlab.tasks.mteb_tasks import retrieval_task
 from encoderlab.tasks.registry import SENTENCE_TRANSFORMERS, Body, Card, Export, Family, register
 from encoderlab.tasks.taskfile import TaskFile, TaskFileSettings
 
@@ -51,7 +52,7 @@ RETRIEVAL = register(Family(
     sequences=2,  # a query and its document
     load_offline=load_offline_retrieval,
     data_files=("corpus.jsonl", "queries.jsonl", *(f"qrels/{s}.tsv" for s in SPLITS)),
-    paper=HUB_IDS, load_paper=load_paper, train_pairs=HUB_TRAIN_PAIRS,
+    paper=HUB_IDS, load_paper=load_paper, train_pairs=HUB_TRAIN_PAIRS, mteb=retrieval_task,
     # The authors' code: one corpus of every document judged in validation or test, binary relevance,
     # sentence-transformers' MNRL loss, scikit-learn's NDCG over the top 10. Where the one model is trained
     # (`retrieval.train_on`: MS MARCO for the paper) is the study's data, not the variant.
