@@ -209,12 +209,14 @@ def run_mteb(model: str | Path, tasks: list[str], out: str | Path, *, force: boo
 
 
 def weights_of(model: Model) -> str | None:
-    """The SHA-256 of an encoderlab checkpoint's weights (a study's MTEB job is done for these weights only)."""
-    if model.kind != ENCODERLAB:
-        return None
-    from encoderlab.runs.checkpoint import resolve, weights_digest
+    """The SHA-256 of the model's weights, as its fine-tuning records name them (a study's MTEB job is done for
+    these weights only); None for weights not held in safetensors files."""
+    from encoderlab.runs.encoders import encoder_digest, resolve_encoder
 
-    return weights_digest(resolve(model.path))
+    try:
+        return encoder_digest(resolve_encoder(model.path))
+    except (EncoderlabError, OSError):
+        return None
 
 
 def summary_row(task: Task, result) -> dict:

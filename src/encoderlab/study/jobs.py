@@ -175,7 +175,7 @@ class MtebJob(Job):
         import json
 
         try:
-            weights = weights_digest(self.checkpoint)
+            weights = encoder_digest(self.checkpoint)
             return json.loads((self.out / "summary.json").read_text(encoding="utf-8")).get("weights") == weights
         except (OSError, ValueError, AttributeError, EncoderlabError):
             return False
