@@ -139,3 +139,28 @@ def test_what_no_stock_class_computes_is_refused_before_any_work(home, tmp_path,
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"{task}: its fine-tuned model cannot be saved: " in err and message in " ".join(err.split()), err
     assert not (tmp_path / "evals").exists() and not (tmp_path / "kept").exists()
+
+
+def test_finetune_save_from_the_command_line_and_again(home, tmp_path, monkeypatch, capsys, one_thread):
+    """`encoderlab finetune FOLDER toy-cloze --save DIR` on a RoBERTa folder: the folder's manifest holds the
+    record, its card the score, AutoModelForQuestionAnswering loads it; the same command again trains nothing."""
+    import json
+
+    from encoderlab.hub.finetuned import MANIFEST
+
+    folder = write_encoder(tmp_path / "roberta", "roberta")
+    args = ["finetune", folder, "toy-cloze", "--lr", "1e-3", "--out", tmp_path / "evals", "--save", tmp_path / "kept",
+            "--json", *(x for s in SIZES for x in ("--set", s))]
+    runs = []
+    for _ in range(2):
+        code, out, err = run_command(monkeypatch, capsys, *args, home=home / "home")
+        assert code == 0, err
+        runs.append(json.loads(out))
+    assert runs[0]["runs_done_this_time"] == 1 and runs[1]["runs_done_this_time"] == 0
+    saved = json.loads((tmp_path / "kept" / MANIFEST).read_text())
+    assert saved["class"] == "RobertaForQuestionAnswering"
+    (record,) = saved["records"].values()
+    assert round(record["scores"]["test"]["score"], 3) == runs[0]["tasks"]["toy-cloze"]["test"]  # --json rounds
+    hf = transformers.AutoModelForQuestionAnswering.from_pretrained(tmp_path / "kept")
+    assert type(hf).__name__ == "RobertaForQuestionAnswering" and hf.config.num_labels == 2
+    check_card(tmp_path / "kept", record)
