@@ -135,19 +135,24 @@ class SavedModels:
         except (OSError, ValueError, AttributeError):  # none, or not one of ours: the run is trained and saved again
             return False
 
+    def model_and_tokenizer(self, stock: Export, cfg, backbone: nn.Module, head: nn.Module, inputs: str):
+        """The stock model holding the run, and the checkpoint's tokenizer framing text as the task did."""
+        if isinstance(cfg, TransformersConfig):  # a transformers encoder: its own classes and tokenizer
+            hf, tok = encoders.hf_finetuned(stock, cfg, backbone, head), load_tokenizer(self.checkpoint,
+                                                                                        as_transformers=True)
+            frame(tok, inputs, second=0)
+            return hf, tok
+        hf, tok = hf_finetuned(stock, cfg, backbone.state_dict(), head.state_dict()), load_tokenizer(
+            self.checkpoint / "tokenizer")
+        frame(tok, inputs)
+        return hf, tok
+
     def save(self, unit, backbone: nn.Module, head: nn.Module, records: dict[str, dict], identity: dict) -> None:
         first = next(iter(records.values()))
         protocol = Protocol.model_validate(first["protocol"]).for_task(unit.name)
         cfg = backbone.config
         stock = stock_for(unit.family, protocol, cfg, unit.labels)
-        encoder = isinstance(cfg, TransformersConfig)
-        if encoder:
-            hf = encoders.hf_finetuned(stock, cfg, backbone, head)
-            tok = load_tokenizer(self.checkpoint, as_transformers=True)
-        else:
-            hf = hf_finetuned(stock, cfg, backbone.state_dict(), head.state_dict())
-            tok = load_tokenizer(self.checkpoint / "tokenizer")
-        frame(tok, protocol.inputs, second=0 if encoder else 1)
+        hf, tok = self.model_and_tokenizer(stock, cfg, backbone, head, protocol.inputs)
         out = self.folder(unit.name, identity)
         path = self.checkpoint if is_transformers_folder(self.checkpoint) else ckpt.resolve(self.checkpoint)
         source = training_info(path, {})  # its Hub id and license, when it has them
