@@ -128,6 +128,7 @@ def test_retrieval_is_a_sentence_transformers_folder_of_the_encoder(home, model_
     ("modernbert", "toy-cloze", "ModernBertForQuestionAnswering has 4 parameters"),
     ("bert", "toy-pairs", "BertForSequenceClassification reads the first token"),
     ("roberta", "toy-pairs", "RobertaForSequenceClassification reads the first token"),
+    ("deberta-v2", "toy-pairs", "DebertaV2ForSequenceClassification reads the first token"),
     ("modernbert", "toy-pairs", "even with classifier_pooling: mean, adds a LayerNorm"),
 ])
 def test_what_no_stock_class_computes_is_refused_before_any_work(home, tmp_path, monkeypatch, capsys, model_type,
@@ -164,3 +165,22 @@ def test_finetune_save_from_the_command_line_and_again(home, tmp_path, monkeypat
     hf = transformers.AutoModelForQuestionAnswering.from_pretrained(tmp_path / "kept")
     assert type(hf).__name__ == "RobertaForQuestionAnswering" and hf.config.num_labels == 2
     check_card(tmp_path / "kept", record)
+
+
+def test_chosen_saves_each_seeds_run_at_the_chosen_lr(home, monkeypatch, one_thread):
+    """`--save-models chosen` on a DeBERTa-v2 folder: the kept run is trained again after the sweep and saved with
+    the score its record has."""
+    import json
+
+    from encoderlab.hub.finetuned import MANIFEST
+
+    monkeypatch.setenv("ENCODERLAB_HOME", str(home / "home"))
+    folder = write_encoder(home / "deberta-chosen", "deberta-v2")
+    keep = SavedModels("chosen", home / "models-chosen", folder, log=lambda m: None)
+    summary = run_sweep(folder, ["toy-names"], load_protocol(None, [*SIZES, "lrs=[1.0e-3, 3.0e-3]"]),
+                        home / "evals-chosen", keep=keep, show_progress=False, log=lambda m: None)
+    task = summary["tasks"]["toy-names"]
+    (saved,) = [json.loads(p.read_text()) for p in (home / "models-chosen").rglob(MANIFEST)]
+    (lr,), (test,) = task["lr_by_seed"].values(), task["test_by_seed"].values()  # one seed
+    assert saved["class"] == "DebertaV2ForTokenClassification" and saved["identity"]["lr"] == lr
+    assert saved["records"]["toy-names"]["scores"]["test"]["score"] == test
