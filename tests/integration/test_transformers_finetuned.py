@@ -184,3 +184,14 @@ def test_chosen_saves_each_seeds_run_at_the_chosen_lr(home, monkeypatch, one_thr
     (lr,), (test,) = task["lr_by_seed"].values(), task["test_by_seed"].values()  # one seed
     assert saved["class"] == "DebertaV2ForTokenClassification" and saved["identity"]["lr"] == lr
     assert saved["records"]["toy-names"]["scores"]["test"]["score"] == test
+
+
+def test_the_base_model_of_a_transformers_folder_is_its_hub_id_when_cached(tmp_path):
+    """hub/card.py `training_info` reads a transformers folder as no encoderlab checkpoint: no run, no import record;
+    its base model is the folder's repository when the Hugging Face cache names it, else none."""
+    from encoderlab.hub.card import training_info
+
+    cached = write_encoder(tmp_path / "models--acme--tiny-bert" / "snapshots" / "abc", "bert")
+    assert training_info(cached, {})["base_model"] == "acme/tiny-bert"
+    info = training_info(write_encoder(tmp_path / "local", "bert"), {})
+    assert info["base_model"] is None and info["license"] is None and "run" not in info
