@@ -59,10 +59,8 @@ def chosen_runs(members: list[str], tasks: dict) -> list[tuple[float, int]]:
 
 def check_tasks(keep: ModelSaver | None, specs: list[str], prepared: dict, protocol: Protocol,
                 model_cfg: ModelConfig) -> None:
-    """Each task's refusal, if its model cannot be saved (`ModelSaver.check`), before any task is prepared."""
-    if keep is not None and not isinstance(model_cfg, ModelConfig):
-        raise EncoderlabError(f"saving fine-tuned models (--save) covers encoderlab's own backbone; this "
-                              f"{model_cfg.model_type} model's runs are recorded but not saved (leave --save out)")
+    """Each task's refusal, if its model cannot be saved (`ModelSaver.check`), before any task is prepared.
+    `model_cfg`: encoderlab's backbone's, or a transformers encoder's (`TransformersConfig`)."""
     for spec in specs if keep is not None else []:
         name = prepared[spec].name if spec in prepared else task_identity(spec)[0]
         family = prepared[spec].family if spec in prepared else task_family(spec)

@@ -51,6 +51,12 @@ def public(text: str) -> str:
     return re.sub(r"(?<![\w.:/~<])/[^\s`'\"()|]+", lambda m: Path(m.group(0)).name or "/", text)
 
 
+def _transformers_folder(path: Path) -> bool:
+    from encoderlab.runs.encoders import is_transformers_folder
+
+    return is_transformers_folder(path)
+
+
 def _import_record(checkpoint: Path) -> dict | None:
     file = checkpoint / "import.json"
     return json.loads(file.read_text()) if file.exists() else None
@@ -70,6 +76,10 @@ def _datasets(data_path: str | None) -> list[str]:
 def training_info(path: Path, state: dict) -> dict:
     info = {k: state.get(k) for k in ("step", "total_steps", "reason", "schedule", "objective")}
     info["checkpoint"] = path.name
+    if _transformers_folder(path):  # not an encoderlab checkpoint: no run, no import record; the folder is the base
+        info["base_model"], info["license"] = base_model(str(path))
+        info["transformers_folder"] = True
+        return info
     record = _import_record(path)
     if record:
         info.update(imported_from=record.get("source"), source_model_type=record.get("model_type"))

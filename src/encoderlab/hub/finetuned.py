@@ -15,7 +15,11 @@ hold (transformers 5.24, read from their source and measured by tests/integratio
   QA as token tagging (`qa.format: tagging`) is no question-answering class's: refused, naming `qa.format=spans`.
 - retrieval: a sentence-transformers folder (hub/sentence.py): the body, mean pooling, the retrieval prompts.
 The body is EuroBERT's when that class holds it, else its own family's (Llama, Mistral, Qwen2, Qwen3) with
-`is_causal: false` in config.json, which transformers 5.x reads to build bidirectional masks.
+`is_causal: false` in config.json, which transformers 5.x reads to build bidirectional masks. A transformers encoder
+evaluated as it is (BERT, RoBERTa, DeBERTa-v2, ...) is kept in its own classes where they hold exactly the run
+(hub/finetuned_transformers.py): tokens and QA spans where the class's head is one Linear over the last hidden
+states (ModernBERT's adds dense -> activation -> LayerNorm: refused), retrieval always; classification never (its
+classes read the first token, or add a LayerNorm: tasks/families/classification.py `ENCODER_HEADS`).
 """
 from __future__ import annotations
 
@@ -32,13 +36,16 @@ from encoderlab.core.io import atomic_dir, check_writable, folder_name
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.records import checkpoint_tag
+from encoderlab.hub import finetuned_transformers as encoders
 from encoderlab.hub import sentence
 from encoderlab.hub.card import training_info
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
 from encoderlab.hub.hf import family, hf_config, refusal
 from encoderlab.model.config import ModelConfig
+from encoderlab.model.transformers_body import TransformersConfig
 from encoderlab.runs import checkpoint as ckpt
+from encoderlab.runs.encoders import is_transformers_folder
 from encoderlab.tasks import registry
 from encoderlab.tasks.registry import SENTENCE_TRANSFORMERS, Body, Export
 
@@ -58,6 +65,10 @@ def body_kind(cfg: ModelConfig) -> str:
 def stock_for(task_family: str, protocol: Protocol, cfg: ModelConfig, labels: list[str] | None = None) -> Export:
     """The stock class of a run of `task_family` under `protocol` (the family record's `export`), or a one-line
     refusal naming what would save."""
+    if isinstance(cfg, TransformersConfig):
+        stock = registry.family(task_family).export(protocol, encoders.body(cfg, labels))
+        encoders.check(stock, cfg)
+        return stock
     kind = body_kind(cfg)
     return registry.family(task_family).export(protocol, Body(kind, CLASS_PREFIX[kind], tuple(labels or ()) or None))
 
@@ -77,13 +88,15 @@ def hf_finetuned(stock: Export, cfg: ModelConfig, backbone: dict, head: dict):
     return hf.float()
 
 
-def frame(tok: TextTokenizer, inputs: str) -> None:
-    """Frame text as the task did (protocol `inputs`): `<bos> a <eos>` and `<bos> a <eos> b <eos>`, or no `<bos>`."""
+def frame(tok: TextTokenizer, inputs: str, second: int = 1) -> None:
+    """Frame text as the task did (protocol `inputs`): `<bos> a <eos>` and `<bos> a <eos> b <eos>`, or no `<bos>`.
+    `second`: the token type of a pair's second text (0 for a transformers encoder, which encoderlab runs without
+    token types: BERT's would otherwise add its type-1 embedding, and RoBERTa has none)."""
     bos, eos = tok.token(tok.bos_id), tok.token(tok.eos_id)
     first = f"{bos} " if inputs == "bos_eos" else ""
     specials = list({bos: tok.bos_id, eos: tok.eos_id}.items())
-    tok.tokenizer.post_processor = TemplateProcessing(single=f"{first}$A {eos}", pair=f"{first}$A {eos} $B:1 {eos}:1",
-                                                      special_tokens=specials)
+    tok.tokenizer.post_processor = TemplateProcessing(
+        single=f"{first}$A {eos}", pair=f"{first}$A {eos} $B:{second} {eos}:{second}", special_tokens=specials)
 
 
 @dataclass
@@ -122,18 +135,29 @@ class SavedModels:
         except (OSError, ValueError, AttributeError):  # none, or not one of ours: the run is trained and saved again
             return False
 
+    def model_and_tokenizer(self, stock: Export, cfg, backbone: nn.Module, head: nn.Module, inputs: str):
+        """The stock model holding the run, and the checkpoint's tokenizer framing text as the task did."""
+        if isinstance(cfg, TransformersConfig):  # a transformers encoder: its own classes and tokenizer
+            hf, tok = encoders.hf_finetuned(stock, cfg, backbone, head), load_tokenizer(self.checkpoint,
+                                                                                        as_transformers=True)
+            frame(tok, inputs, second=0)
+            return hf, tok
+        hf, tok = hf_finetuned(stock, cfg, backbone.state_dict(), head.state_dict()), load_tokenizer(
+            self.checkpoint / "tokenizer")
+        frame(tok, inputs)
+        return hf, tok
+
     def save(self, unit, backbone: nn.Module, head: nn.Module, records: dict[str, dict], identity: dict) -> None:
         first = next(iter(records.values()))
         protocol = Protocol.model_validate(first["protocol"]).for_task(unit.name)
         cfg = backbone.config
         stock = stock_for(unit.family, protocol, cfg, unit.labels)
-        hf = hf_finetuned(stock, cfg, backbone.state_dict(), head.state_dict())
-        tok = load_tokenizer(self.checkpoint / "tokenizer")
-        frame(tok, protocol.inputs)
+        hf, tok = self.model_and_tokenizer(stock, cfg, backbone, head, protocol.inputs)
         out = self.folder(unit.name, identity)
-        source = training_info(ckpt.resolve(self.checkpoint), {})  # its Hub id and license, when it has them
+        path = self.checkpoint if is_transformers_folder(self.checkpoint) else ckpt.resolve(self.checkpoint)
+        source = training_info(path, {})  # its Hub id and license, when it has them
         card = finetuned_card(stock, unit.family, cfg, records, identity, out.name, tok,
-                              {k: source.get(k) for k in ("base_model", "license")})
+                              {k: source.get(k) for k in ("base_model", "license", "transformers_folder")})
         with atomic_dir(out) as tmp:
             hf.save_pretrained(str(tmp))
             compatible_config(tmp)

@@ -17,6 +17,7 @@ from encoderlab.hub.card import (
     strongest_text,
     versus_text,
 )
+from encoderlab.hub.finetuned_transformers import MEASURED
 from encoderlab.model.config import ModelConfig
 from encoderlab.tasks import baselines, registry
 from encoderlab.tasks.registry import Card, Export
@@ -45,8 +46,10 @@ def _protocol_lines(card: Card, record: dict, key: str) -> list[str]:
             yaml.safe_dump(shown, sort_keys=False).rstrip(), "```"]
 
 
-def _loads_with(cls: str, config: dict) -> str:
+def _loads_with(cls: str, config: dict, cfg) -> str:
     """Which transformers versions compute the folder as trained."""
+    if not isinstance(cfg, ModelConfig):  # a transformers encoder, kept in its own classes
+        return f"`transformers` {MEASURED} (measured), where `{cls}` is built in"
     if config.get("is_causal") is False:
         return ("`transformers` 5.24 (measured), which reads `is_causal: false` from config.json and attends both "
                 "ways; a version that ignores that key would attend left to right and compute another model")
@@ -57,6 +60,9 @@ def _license_line(source: dict) -> str:
     if source.get("license"):
         return (f"License: `{source['license']}`, that of `{source.get('base_model') or 'the source model'}`, which "
                 "it was fine-tuned from; the task data's terms apply too.")
+    if source.get("transformers_folder"):
+        return ("License: none given (encoderlab reads none from the model folder it was fine-tuned from): the "
+                "weights carry that model's terms and the task data's; set `license` from them before publishing.")
     return ("License: none given (encoderlab records none for its own pretraining): the weights carry the terms of "
             "their pretraining data and of the task data; set `license` from them before publishing.")
 
@@ -85,7 +91,7 @@ def finetuned_card(stock: Export, family: str, cfg: ModelConfig, records: dict[s
              f"). One run: learning rate {identity['lr']:g}, seed {identity['seed']}, {first['steps']} steps, "
              f"trained by the {first.get('engine', 'sequential')} engine on {first.get('device')}. The stock class "
              "computes the head and pooling it was trained with, without `trust_remote_code`, in "
-             f"{_loads_with(cls, dict(stock.config))}.",
+             f"{_loads_with(cls, dict(stock.config), cfg)}.",
              "",
              _license_line(source), "",
              "## Scores", "", "This model's own scores (the percentages encoderlab recorded for this run), the number "

@@ -88,6 +88,7 @@ class TransformersBody(nn.Module):
         super().__init__()
         from transformers import AutoModel
 
+        self.config = cfg  # as encoderlab's `Transformer` keeps its own (hub/finetuned.py reads it)
         self.model = AutoModel.from_config(cfg.hf_config(), trust_remote_code=False)
 
     def forward(self, input_ids: Tensor, causal: bool = False, attention_mask: Tensor | None = None) -> Tensor:

@@ -40,11 +40,19 @@ class Body:
     kind: str  # "eurobert" when EuroBertModel holds the body, else its own family's kind
     prefix: str  # that kind's class-name prefix: "EuroBert", "Llama", ...
     labels: tuple[str, ...] | None = None  # the task's label names, when it has some
+    # A transformers encoder evaluated as it is (model/transformers_body.py): `kind` is its model_type, and its own
+    # classes hold the run, heads named as they name them (hub/finetuned_transformers.py checks that they do)
+    transformers: bool = False
 
     @property
     def bidirectional(self) -> dict[str, bool]:
-        """What a decoder family's config needs to attend both ways (EuroBERT does by itself)."""
-        return {} if self.kind == "eurobert" else {"is_causal": False}
+        """What a decoder family's config needs to attend both ways (EuroBERT and encoders do by themselves)."""
+        return {} if self.kind == "eurobert" or self.transformers else {"is_causal": False}
+
+    @property
+    def encoder(self) -> bool:
+        """Whether the body's own classes name a token head `classifier` (EuroBERT's and the encoders')."""
+        return self.kind == "eurobert" or self.transformers
 
     @property
     def named_labels(self) -> dict[str, Any]:

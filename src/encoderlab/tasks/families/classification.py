@@ -31,9 +31,29 @@ def load_user(file: TaskFile, holdout: str, *, fingerprint: str):
                                     settings.label_column, name=file.name, holdout=holdout, fingerprint=fingerprint)
 
 
+# What a transformers encoder's own *ForSequenceClassification computes instead of encoderlab's head (transformers 5.24)
+ENCODER_HEADS = {
+    "bert": "BertForSequenceClassification reads the first token through BERT's pooler (dense -> tanh)",
+    "roberta": "RobertaForSequenceClassification reads the first token through dense -> tanh",
+    "xlm-roberta": "XLMRobertaForSequenceClassification reads the first token through dense -> tanh",
+    "deberta-v2": "DebertaV2ForSequenceClassification reads the first token through its pooler (dense -> GELU)",
+    "modernbert": "ModernBertForSequenceClassification, even with classifier_pooling: mean, adds a LayerNorm "
+                  "(mean -> dense -> GELU -> LayerNorm -> Linear)",
+}
+
+
+def encoder_refusal(body: Body) -> str:
+    how = ENCODER_HEADS.get(body.kind, f"{body.prefix}ForSequenceClassification pools and projects its own way")
+    return (f"encoderlab's classification head mean-pools the last hidden states (-> Linear, or -> Linear -> GELU "
+            f"-> Linear with dense_gelu), and no stock class computes that on a {body.kind} body: {how}; its runs "
+            "are recorded, not saved (leave --save / --save-models out)")
+
+
 def export(protocol, body: Body) -> Export:
     """EuroBertForSequenceClassification with mean pooling computes encoderlab's `dense_gelu` head, and only that
-    class does: the decoder families' classes read the last token."""
+    class does: the decoder families' classes read the last token, the encoders' the first (`ENCODER_HEADS`)."""
+    if body.transformers:
+        raise EncoderlabError(encoder_refusal(body))
     if body.kind != "eurobert":
         raise EncoderlabError(f"encoderlab's classification head mean-pools the tokens, and "
                               f"{body.prefix}ForSequenceClassification reads the last token: no stock class computes "

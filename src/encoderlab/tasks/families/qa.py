@@ -24,12 +24,13 @@ def export(protocol, body: Body) -> Export:
     the context and its span search are decoding. EuroBERT has no such class: Llama's holds the same body."""
     kind = "llama" if body.kind == "eurobert" else body.kind
     prefix = "Llama" if body.kind == "eurobert" else body.prefix
+    config = {"num_labels": 2} if body.transformers else {"is_causal": False}  # an encoder attends both ways
     if protocol.qa.format == "tagging":
         raise EncoderlabError("qa.format: tagging (a 2-label token head) is no question-answering "
                               f"class's head; fine-tune with --set qa.format=spans to save it as "
                               f"{prefix}ForQuestionAnswering")
     return Export(f"{prefix}ForQuestionAnswering", kind,
-                  {"proj.weight": "qa_outputs.weight", "proj.bias": "qa_outputs.bias"}, {"is_causal": False})
+                  {"proj.weight": "qa_outputs.weight", "proj.bias": "qa_outputs.bias"}, config)
 
 
 usage = transformers_usage(

@@ -35,9 +35,10 @@ def load_paper(name: str, source: str | None, holdout: str, *, fingerprint: str)
 
 
 def export(protocol, body: Body) -> Export:
-    """`*ForTokenClassification`: one Linear on every token, its dropout off at inference as ours."""
-    name = "classifier" if body.kind == "eurobert" else "score"
-    dropout = {} if body.kind == "eurobert" else {"classifier_dropout": protocol.tokens.dropout}
+    """`*ForTokenClassification`: one Linear on every token, its dropout off at inference as ours (a transformers
+    encoder's class that adds layers before it is refused by hub/finetuned_transformers.py, naming them)."""
+    name = "classifier" if body.encoder else "score"
+    dropout = {} if body.encoder else {"classifier_dropout": protocol.tokens.dropout}
     return Export(f"{body.prefix}ForTokenClassification", body.kind,
                   {"weight": f"{name}.weight", "bias": f"{name}.bias"},
                   {**body.named_labels, **body.bidirectional, **dropout})
