@@ -207,7 +207,8 @@ CLI_CASES = [
     Case("sweep-unknown-engine", ("sweep", "{ckpt}", "rt-polarity", "--engine", "warp", "--out", "{tmp}/e"),
          "engine 'warp'"),
     Case("sweep-unknown-task", ("sweep", "{ckpt}", "no-such-task", "--out", "{tmp}/e"), "unknown task 'no-such-task'"),
-    Case("sweep-not-a-checkpoint", ("sweep", "{tmp}", "rt-polarity", "--out", "{tmp}/e"), "neither an encoderlab checkpoint"),
+    Case("sweep-not-a-checkpoint", ("sweep", "{tmp}", "rt-polarity", "--out", "{tmp}/e"),
+         "neither an encoderlab checkpoint"),
     Case("pretrain-wandb-not-installed", ("pretrain", "{tmp}/run.yaml", "--set", "train.wandb.project=p"),
          "train.wandb: {{project: p}} asks for Weights & Biases logging, but wandb is not installed: pip install "
          "'encoderlab[wandb]'", run_config(), without="wandb"),
