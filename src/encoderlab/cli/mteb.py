@@ -12,8 +12,8 @@ from encoderlab.core.errors import EncoderlabError
 
 def mteb_cmd(
     model: Path = typer.Argument(..., help="An encoderlab checkpoint or run folder (exported to sentence-transformers "
-                                           "in a temporary folder), a sentence-transformers folder or a transformers "
-                                           "encoder folder (mean-pooled)."),
+                                           "in a temporary folder), a sentence-transformers folder, a transformers "
+                                           "encoder folder (mean-pooled) or minilm-l6 (all-MiniLM-L6-v2)."),
     more: list[str] = typer.Argument(None, hidden=True, help="The tasks after the first of --tasks."),
     tasks: list[str] = typer.Option(..., "--tasks", help="Offline retrieval or classification tasks (wiki-title, "
                                                          "rt-polarity, ...) or MTEB task names (need the Hub): "

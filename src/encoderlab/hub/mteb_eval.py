@@ -61,7 +61,12 @@ def check_installed() -> None:
 
 
 def model_kind(path: Path) -> Model:
-    """What MODEL is, refused in one line when it is none of the three or asks for code of its own."""
+    """What MODEL is, refused in one line when it is none of the three or asks for code of its own. A named encoder
+    (`minilm-l6`) is its unpacked folder."""
+    from encoderlab.runs.encoders import NAMED, named_encoder
+
+    if not path.exists() and str(path) in NAMED:
+        path = named_encoder(str(path))
     if not path.is_dir():
         raise EncoderlabError(f"MODEL {path} does not exist or is not a folder: give an encoderlab checkpoint or run "
                               "folder, a sentence-transformers folder or a transformers encoder folder")
