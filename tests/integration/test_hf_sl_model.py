@@ -206,3 +206,38 @@ def test_body_only_llama_imports_and_continues_pretraining(tmp_path, tokenizer, 
     result = Trainer(cfg, show_progress=False, log=lambda message: None).run()
     assert result["final"]["mlm40/loss"] > 0 and (tmp_path / "cpt" / "checkpoints" / "step-0000002").exists()
 
+
+
+def test_a_released_checkpoint_by_name_is_fetched_without_its_code(tmp_path, tokenizer, monkeypatch):
+    """`import-hf 610m-clm-42k` asks the Hub for MLMvsCLM/610m-clm-42k's config, weights and tokenizer only (its
+    Python files are not even downloaded); the stand-in download here is a released-layout folder."""
+    import huggingface_hub
+
+    from encoderlab.data import hub_access
+    from encoderlab.hub.hub_models import ALLOWED, hub_repo
+
+    assert hub_repo("610m-clm-42k") == "MLMvsCLM/610m-clm-42k" and hub_repo("owner/name") == "owner/name"
+    assert hub_repo("rt-polarity") is None and hub_repo("my/model.gguf") is None
+    assert not any(p.endswith(".py") or p == "*" for p in ALLOWED)
+    folder = sl_folder(tmp_path / "snapshot", random_llama(tokenizer), tokenizer, tmp_path / "MARK", is_causal=False,
+                       head=False)
+    asked = []
+
+    def snapshot_download(repo_id, allow_patterns):
+        asked.append((repo_id, allow_patterns))
+        return str(folder)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(hub_access, "probe_hub", lambda spec: None)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    import_hf("610m-clm-42k", tmp_path / "ckpt", log=lambda m: None)
+    assert asked == [("MLMvsCLM/610m-clm-42k", list(ALLOWED))]
+    assert (tmp_path / "ckpt" / "state.json").exists() and not (tmp_path / "MARK").exists()
+
+
+def test_a_released_checkpoint_by_name_offline_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, out, err = run_command(monkeypatch, capsys, "import-hf", "610m-clm-42k", "--out", tmp_path / "ckpt")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "MLMvsCLM/610m-clm-42k: not a local folder, and HF_HUB_OFFLINE is set" in err
+    assert not (tmp_path / "ckpt").exists()

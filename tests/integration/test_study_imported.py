@@ -135,6 +135,9 @@ def test_bad_imported_specs_are_clear(tmp_path, llama_dir, corpus_dir, task_yaml
     study = write_study(tmp_path, "model.gguf", str(corpus_dir))  # relative to the study file
     with pytest.raises(ConfigError, match=r"not imported yet.*give imported.tinyllama.shape"):
         plan_of(study)
+    study = write_study(tmp_path, "610m-clm-42k", str(corpus_dir))  # a released checkpoint: fetched when run
+    with pytest.raises(ConfigError, match=r"not imported yet.*give imported.tinyllama.shape"):
+        plan_of(study)
     study = write_study(tmp_path, str(llama_dir), str(corpus_dir),
                         cpt={"sizes": ["micro"], "sources": ["imported"], "steps": [2]})
     with pytest.raises(ConfigError, match=r"'imported' needs every cpt size to name an imported model: \['micro'\]"):

