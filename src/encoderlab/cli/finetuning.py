@@ -25,7 +25,7 @@ def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = Fa
     from encoderlab.hub.finetuned import SavedModels
     from encoderlab.runs.encoders import resolve_encoder
 
-    return SavedModels(mode, folder, resolve_encoder(checkpoint), exact=exact, log=log)
+    return SavedModels(mode, folder, resolve_encoder(checkpoint, unpack=False), exact=exact, log=log)
 
 
 def workers_option(value: str) -> int | str:

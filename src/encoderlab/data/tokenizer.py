@@ -216,7 +216,7 @@ def _from_transformers(folder: Path) -> Tokenizer:
         hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, trust_remote_code=False)
     except Exception as exc:
         what = "holds no tokenizer.json and " if not (folder / "tokenizer.json").exists() else ""
-        raise DataError(f"{folder} {what}transformers could not load its tokenizer: {_first_line(exc)}") from None
+        raise DataError(f"{folder}: {what}transformers could not load its tokenizer ({_first_line(exc)})") from None
     if not getattr(hf, "is_fast", False):
         raise DataError(f"{folder}: only fast (tokenizers-backed) tokenizers are supported")
     return hf.backend_tokenizer

@@ -133,8 +133,9 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     check_saver(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
-    path = resolve_encoder(checkpoint)  # a path that is no model is named first, whatever the tasks
+    resolve_encoder(checkpoint, unpack=False)  # a path that is no model is named first, whatever the tasks
     shared = check_specs(specs, prepared, protocol)
+    path = resolve_encoder(checkpoint)  # a named encoder is fetched once the tasks are known
     model_cfg, weights, tokenizer = load_encoder(path)
     protocol = protocol.with_context(usable_positions(model_cfg))  # what `max_length: auto` is a fraction of
     check_lengths(protocol, [*specs, *([shared] if shared else [])], prepared, model_cfg, path)

@@ -28,7 +28,8 @@ from encoderlab.tasks.metrics import DEFINITIONS
 
 # The Hub id and license of the sources encoderlab can name: the pinned SmolLM2 GGUF (docs/data.md), and any folder in
 # the huggingface_hub cache, whose path names its repository (.../models--OWNER--NAME/snapshots/REVISION).
-KNOWN_SOURCES = {"SmolLM2-135M-Instruct.Q4_1.gguf": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0")}
+KNOWN_SOURCES = {"SmolLM2-135M-Instruct.Q4_1.gguf": ("HuggingFaceTB/SmolLM2-135M-Instruct", "apache-2.0"),
+                 "minilm-l6": ("sentence-transformers/all-MiniLM-L6-v2", "apache-2.0")}  # runs/encoders.py NAMED
 # The first transformers versions measured to load each export (docs/hf.md); other causal kinds: encoderlab's own floor.
 # "encoder": a decoder family with `is_causal: false`, which 5.1 and older ignore (they run it causally, silently).
 TRANSFORMERS = {"eurobert": "5.3", "llama": "4.48", "encoder": "5.2"}

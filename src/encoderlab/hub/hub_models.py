@@ -45,8 +45,13 @@ def download(repo: str) -> Path:
         raise EncoderlabError(f"{repo}: not a local folder, and {offline} is set: {local}")
     try:
         probe_hub(repo)
+    except EncoderlabError:  # its message speaks of datasets: this one of models
+        raise EncoderlabError(f"{repo}: not a local folder, and the Hugging Face Hub cannot be reached: {local}") \
+            from None
+    try:
         return Path(snapshot_download(repo_id=repo, allow_patterns=list(ALLOWED)))
     except Exception as exc:
-        why = "the Hugging Face Hub cannot be reached" if is_network_error(exc) else type(exc).__name__
-        raise EncoderlabError(f"{repo}: not a local folder, and {why} ({' '.join(str(exc).split())[:160]}): "
-                              f"{local}") from None
+        why = "the Hugging Face Hub cannot be reached" if is_network_error(exc) else f"{type(exc).__name__}"
+        detail = " ".join(str(exc).split())
+        detail = detail if len(detail) <= 160 else detail[:160].rsplit(" ", 1)[0] + " ..."
+        raise EncoderlabError(f"{repo}: not a local folder, and {why} ({detail}): {local}") from None

@@ -69,13 +69,15 @@ def model_kind(path: Path) -> Model:
         path = named_encoder(str(path))
     if not path.is_dir():
         raise EncoderlabError(f"MODEL {path} does not exist or is not a folder: give an encoderlab checkpoint or run "
-                              "folder, a sentence-transformers folder or a transformers encoder folder")
+                              "folder, a sentence-transformers folder, a transformers encoder folder or "
+                              f"{', '.join(NAMED)}")
     if (path / "state.json").exists() or (path / "LATEST").exists():
         return Model(path, ENCODERLAB)
     if not (path / "config.json").exists():
         raise EncoderlabError(f"MODEL {path} is not a model folder: it holds neither an encoderlab checkpoint "
                               "(state.json) or run (LATEST) nor a transformers config.json")
     refuse_code_from(path)
+    check_folder(path)
     modules = path / "modules.json"
     if not modules.exists():
         return Model(path, TRANSFORMERS)
@@ -88,6 +90,19 @@ def model_kind(path: Path) -> Model:
         raise EncoderlabError(f"{modules} names {', '.join(foreign)}, a module outside sentence-transformers: "
                               "encoderlab runs no code from a model folder")
     return Model(path, SENTENCE_TRANSFORMERS)
+
+
+def check_folder(path: Path) -> None:
+    """What fine-tuning checks of a transformers folder (runs/encoders.py), checked before MTEB embeds with it:
+    safetensors only and inside the folder, every weight of the body with its shape, a tokenizer of its own whose ids
+    fit the embeddings. sentence-transformers would load a pickle, a shard from anywhere, or a body with weights
+    missing (starting them random) without a word."""
+    from encoderlab.data.tokenizer import load_tokenizer
+    from encoderlab.runs.encoders import check_tokenizer, load_body, transformers_config
+
+    cfg = transformers_config(path, own_backbone=True)
+    load_body(path, cfg)  # loaded to be checked, then dropped
+    check_tokenizer(load_tokenizer(path, as_transformers=True), cfg.vocab_size, path)
 
 
 def allowed_families() -> list[str]:
@@ -167,10 +182,16 @@ def sentence_model(model: Model, scratch: Path, log: Log):
         folder = scratch / "sentence-transformers"
         export_checkpoint(model.path, folder, "sentence-transformers", log=log)
     try:
-        return SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
+        st = SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
     except Exception as exc:  # transformers and sentence-transformers name the problem, not always the folder
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise EncoderlabError(f"MODEL {model.path}: sentence-transformers cannot load it: {first[:300]}") from None
+    tok = st.tokenizer
+    if tok.pad_token is None:  # padding is masked out: EOS (or SEP) serves, as in encoderlab's fine-tuning
+        tok.pad_token = tok.eos_token or tok.sep_token
+    if tok.pad_token is None:
+        raise EncoderlabError(f"MODEL {model.path}: its tokenizer has no pad, EOS or SEP token to pad batches with")
+    return st
 
 
 def wrapped(st, model: Model):

@@ -25,6 +25,8 @@ OWN_BACKBONE = ("llama", "mistral", "qwen2", "qwen3", "eurobert", "sl_model")
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 # Weights a body may lack and still compute its hidden states: BERT-style poolers are not part of them.
 UNUSED_MISSING = ("pooler.",)
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spm.model",
+                    "sentencepiece.bpe.model")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
                    "merges.txt", "spm.model", "sentencepiece.bpe.model", "tokenizer.model", "added_tokens.json")
 # Learned positions that start past 0 (RoBERTa and its kin reserve padding_idx + 1 of them).
@@ -71,12 +73,12 @@ def named_encoder(name: str, home: Path | None = None) -> Path:
     return dest
 
 
-def resolve_encoder(path: str | Path) -> Path:
+def resolve_encoder(path: str | Path, *, unpack: bool = True) -> Path:
     """A checkpoint folder, a run folder (its LATEST checkpoint), a transformers encoder folder, or a NAMED
-    encoder."""
+    encoder (`unpack`: fetched and unpacked now; else only its folder's place, for checks before that work)."""
     path = Path(path)
     if not path.exists() and str(path) in NAMED:
-        return named_encoder(str(path))
+        return named_encoder(str(path)) if unpack else named_dir(str(path))
     if is_transformers_folder(path):
         return path
     if (path / "state.json").exists() or (path / ckpt.LATEST).exists():
@@ -86,8 +88,10 @@ def resolve_encoder(path: str | Path) -> Path:
                           f"({', '.join(NAMED)})")
 
 
-def transformers_config(folder: Path):
-    """The `TransformersConfig` of a transformers encoder folder, or the one line saying why it is not one."""
+def transformers_config(folder: Path, *, own_backbone: bool = False):
+    """The `TransformersConfig` of a transformers encoder folder, or the one line saying why it is not one.
+    `own_backbone`: a family encoderlab's backbone computes is taken too (MTEB scores any body as transformers
+    computes it; fine-tuning imports those families first)."""
     from encoderlab.data.tokenizer import refuse_code_from
     from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 
@@ -100,10 +104,11 @@ def transformers_config(folder: Path):
     model_type = raw.get("model_type") if isinstance(raw, dict) else None
     if not isinstance(model_type, str):
         raise EncoderlabError(f"{where} names no model_type: not a transformers model config")
-    if model_type in OWN_BACKBONE:
+    if model_type in OWN_BACKBONE and not own_backbone:
         raise EncoderlabError(f"{folder}: a {model_type} model is computed by encoderlab's own backbone; import it "
                               f"first (encoderlab import-hf {folder} --out CKPT), then fine-tune CKPT")
     _weights_files(folder)
+    _require_tokenizer(folder)
     try:
         parameters = count_parameters(raw)
     except Exception as exc:  # transformers' message names the type, not the folder
@@ -112,16 +117,24 @@ def transformers_config(folder: Path):
     return TransformersConfig(config=raw, parameters=parameters)
 
 
+def _require_tokenizer(folder: Path) -> None:
+    """A vocabulary file of the tokenizer's own: without one, transformers builds a tokenizer from config.json alone
+    that reads every word as its unknown token."""
+    if not any((folder / name).is_file() for name in VOCABULARY_FILES):
+        raise EncoderlabError(f"{folder} has no tokenizer ({', '.join(VOCABULARY_FILES[:4])}, ...): copy the model's "
+                              "tokenizer files beside config.json")
+
+
 def _weights_files(folder: Path) -> list[Path]:
     if (folder / INDEX).is_file():
         try:
             shards = sorted(set(json.loads((folder / INDEX).read_text(encoding="utf-8"))["weight_map"].values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise EncoderlabError(f"{folder / INDEX}: not a safetensors index ({exc})") from None
-        missing = [s for s in shards if not (folder / s).is_file()]
-        if missing or any("/" in s or s.startswith(".") for s in shards):
-            raise EncoderlabError(f"{folder / INDEX} names shard files this folder lacks or outside it: "
-                                  f"{(missing or shards)[0]}")
+        bad = [s for s in shards if "/" in s or "\\" in s or s.startswith(".") or not (folder / s).is_file()]
+        if bad:
+            raise EncoderlabError(f"{folder / INDEX} names a shard that is not a file of this folder: {bad[0]} "
+                                  "(shards sit beside the index)")
         return [folder / s for s in shards]
     if (folder / SINGLE).is_file():
         return [folder / SINGLE]
@@ -142,43 +155,58 @@ def encoder_digest(path: Path) -> str:
     return hashlib.sha256("".join(f"{f.name}:{sha256_of(f)}\n" for f in files).encode()).hexdigest()
 
 
-def load_transformers_encoder(folder: Path):
-    """(TransformersConfig, the body's weights as `TransformersBody` names them, TextTokenizer) of a folder."""
+def load_body(folder: Path, cfg):
+    """transformers' `AutoModel` of the folder in fp32, every weight of the body read from its files with its shape
+    (a BERT pooler aside), or the one line naming the first that is missing or of another shape."""
     from transformers import AutoModel
-
-    from encoderlab.data.tokenizer import load_tokenizer
-
     from transformers.utils import logging as hf_logging
 
-    cfg = transformers_config(folder)
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # its per-tensor loading bar; encoderlab says what it loaded
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # its load report and bars: encoderlab says in one line what is wrong
+    hf_logging.disable_progress_bar()
     try:
         model, info = AutoModel.from_pretrained(str(folder), config=cfg.hf_config(), trust_remote_code=False,
-                                                use_safetensors=True, dtype=torch.float32, output_loading_info=True)
+                                                use_safetensors=True, dtype=torch.float32, output_loading_info=True,
+                                                ignore_mismatched_sizes=True)
     except Exception as exc:
         raise EncoderlabError(f"{folder}: transformers could not load its weights "
                               f"({' '.join(str(exc).split())[:300]})") from None
     finally:
-        if shown:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
             hf_logging.enable_progress_bar()
+    if info.get("mismatched_keys"):
+        key, stored, wanted = sorted(info["mismatched_keys"], key=str)[0][:3]  # a set in transformers 5
+        raise EncoderlabError(f"{folder}: {key} is {tuple(stored)} in its files but {tuple(wanted)} in the "
+                              f"{cfg.model_type} its config.json describes ({len(info['mismatched_keys'])} such)")
     missing = [k for k in info["missing_keys"] if not k.startswith(UNUSED_MISSING)]
     if missing:
         raise EncoderlabError(f"{folder}: {len(missing)} weights of the {cfg.model_type} body are not in its files "
                               f"(first: {missing[0]}); they would start random and be scored as the model's")
+    return model
+
+
+def load_transformers_encoder(folder: Path):
+    """(TransformersConfig, the body's weights as `TransformersBody` names them, TextTokenizer) of a folder."""
+    from encoderlab.data.tokenizer import load_tokenizer
+
+    cfg = transformers_config(folder)
+    model = load_body(folder, cfg)
     weights = {f"model.{k}": v for k, v in model.state_dict().items()}
     tokenizer = load_tokenizer(folder, as_transformers=True)
-    _check_special_tokens(tokenizer, cfg, folder)
+    check_tokenizer(tokenizer, cfg.vocab_size, folder)
     return cfg, weights, tokenizer
 
 
-def _check_special_tokens(tokenizer, cfg, folder: Path) -> None:
-    roles = {"bos (its CLS or BOS)": tokenizer.bos_id, "eos (its SEP or EOS)": tokenizer.eos_id,
-             "pad": tokenizer.pad_id}
-    outside = [f"{role} id {i}" for role, i in roles.items() if i >= cfg.vocab_size]
-    if outside:
-        raise EncoderlabError(f"{folder}: the tokenizer's {', '.join(outside)} is outside the model's vocabulary "
-                              f"({cfg.vocab_size} embeddings)")
+def check_tokenizer(tokenizer, vocab_size: int, folder: Path) -> None:
+    """Every id the tokenizer can give a text, and its bos/eos/pad, inside the model's embeddings (a mask token
+    encoderlab added is never fed to a fine-tuned model)."""
+    own = [i for token, i in tokenizer.tokenizer.get_vocab(with_added_tokens=True).items()
+           if token not in tokenizer.added_tokens]
+    largest = max([*own, tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id])
+    if largest >= vocab_size:
+        raise EncoderlabError(f"{folder}: its tokenizer gives ids up to {largest}, but the model has {vocab_size} "
+                              "embeddings: the tokenizer is not this model's")
 
 
 def tokenizer_key(path: Path) -> bytes:

@@ -45,8 +45,8 @@ ENCODER_HEADS = {
 def encoder_refusal(body: Body) -> str:
     how = ENCODER_HEADS.get(body.kind, f"{body.prefix}ForSequenceClassification pools and projects its own way")
     return (f"encoderlab's classification head mean-pools the last hidden states (-> Linear, or -> Linear -> GELU "
-            f"-> Linear with dense_gelu), and no stock class computes that on a {body.kind} body: {how}; its runs "
-            "are recorded, not saved (leave --save / --save-models out)")
+            f"-> Linear with dense_gelu), and no stock class computes that on a {body.kind} body: {how}; nothing "
+            "was run: leave --save / --save-models out to fine-tune and record it")
 
 
 def export(protocol, body: Body) -> Export:
