@@ -156,7 +156,7 @@ def test_a_non_empty_out_is_refused_without_force(setup, monkeypatch, capsys):
     assert (out / "keep.txt").read_text() == "mine"
 
 
-def test_a_study_scores_its_models_with_mteb_and_reports_them(setup, packed_dir, tmp_path, monkeypatch):
+def test_a_study_scores_its_models_with_mteb_and_reports_them(setup, packed_dir, tmp_path, monkeypatch, capsys):
     """`evaluation.mteb` in a study: one MTEB job per final model and random-init baseline, done once for their
     weights, and a report section with each score beside the tasks' baselines."""
     import yaml
@@ -183,6 +183,14 @@ def test_a_study_scores_its_models_with_mteb_and_reports_them(setup, packed_dir,
         "data_shape": {"vocab_size": 320, "seq_len": 64}}))
     spec, base = load_study(tmp_path / "study.yaml")
     plan = build_plan(spec, base)
+    assert plan.summary()["mteb"] == {"tasks": ["tiny-ir", "tiny-sc"], "models": 2}
+    from encoderlab.cli.console import out
+    from encoderlab.cli.study import render_plan
+
+    monkeypatch.setattr(out, "width", 300)
+    capsys.readouterr()
+    render_plan(plan.summary())  # `study plan` says what MTEB will score
+    assert "MTEB 2 models x 2 tasks (tiny-ir, tiny-sc), frozen embeddings" in capsys.readouterr().out
     result = run_study(plan, base, log=lambda m: None)
     assert not result["failed"] and result["done"] == result["jobs"]
     folders = sorted(p.parent.name for p in (plan.root / "mteb").glob("*/summary.json"))

@@ -40,6 +40,9 @@ def render_plan(s: dict) -> None:
               f"{s['finetuning_runs']:,} fine-tuning runs" + (
                   f" ({s['finetuning_runs'] - s['baseline_finetuning_runs']:,} without the random-init baseline)"
                   if s["baseline_finetuning_runs"] else ""))
+    if "mteb" in s:
+        out.print(f"[bold]MTEB[/bold] {s['mteb']['models']} models x {len(s['mteb']['tasks'])} tasks "
+                  f"({', '.join(s['mteb']['tasks'])}), frozen embeddings (docs/mteb.md)")
     if not s["runs"]:
         out.print("[bold]pretraining[/bold] none: the study evaluates existing models only")
     else:

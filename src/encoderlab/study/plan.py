@@ -163,6 +163,9 @@ class Plan:
                          "data": str(imp.data_dir(self.root, name)), "seq_len": entry.seq_len,
                          "done": imp.is_imported(self.root, name)} for name, entry in self.spec.imported.items()],
         }
+        if self.spec.evaluation.mteb:  # study/jobs.py mteb_jobs: every model but the intermediate checkpoints
+            scored = {self.eval_checkpoint(e) for e in self.evaluations if e.kind != "intermediate"}
+            out["mteb"] = {"tasks": list(self.spec.evaluation.mteb), "models": len(scored)}
         if gpu:
             peak = GPU_PEAK_TFLOPS.get(gpu.lower())
             if peak is None:
