@@ -22,6 +22,7 @@ from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.aggregate import ci_text
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
+from encoderlab.runs.encoders import is_transformers_folder
 from encoderlab.runs.logging import read_metrics
 from encoderlab.tasks import baselines, registry
 from encoderlab.tasks.metrics import DEFINITIONS
@@ -52,12 +53,6 @@ def public(text: str) -> str:
     return re.sub(r"(?<![\w.:/~<])/[^\s`'\"()|]+", lambda m: Path(m.group(0)).name or "/", text)
 
 
-def _transformers_folder(path: Path) -> bool:
-    from encoderlab.runs.encoders import is_transformers_folder
-
-    return is_transformers_folder(path)
-
-
 def _import_record(checkpoint: Path) -> dict | None:
     file = checkpoint / "import.json"
     return json.loads(file.read_text()) if file.exists() else None
@@ -77,7 +72,7 @@ def _datasets(data_path: str | None) -> list[str]:
 def training_info(path: Path, state: dict) -> dict:
     info = {k: state.get(k) for k in ("step", "total_steps", "reason", "schedule", "objective")}
     info["checkpoint"] = path.name
-    if _transformers_folder(path):  # not an encoderlab checkpoint: no run, no import record; the folder is the base
+    if is_transformers_folder(path):  # not an encoderlab checkpoint: no run, no import record; the folder is the base
         info["base_model"], info["license"] = base_model(str(path))
         info["transformers_folder"] = True
         return info

@@ -37,12 +37,12 @@ from encoderlab.hub.source import (
     folder_weights,
     read_config,
     read_gguf,
-    require_tokenizer_files,
     resolve_source,
 )
 from encoderlab.hub.slmodel import SL_MODEL, remote_code_note, tokenizer_folder
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs.checkpoint import save_weights_only, weight_mismatches
+from encoderlab.runs.encoders import require_tokenizer
 
 # ---- the architecture (hub/families.py maps the config and the weights) ------------------------------------
 
@@ -64,7 +64,7 @@ def source_tokenizer(folder: Path) -> tuple[TextTokenizer, list[str]]:
     """(tokenizer with a mask token, the special tokens added now); load_tokenizer adds a missing mask. Read as
     transformers reads it, so that its special tokens, BOS/EOS behaviour, chat template and unk token are the
     source's (kept in the checkpoint's tokenizer/ and in every export of it)."""
-    require_tokenizer_files(folder)
+    require_tokenizer(folder)
     before = json.loads((folder / MANIFEST).read_text()).get("added_tokens", []) if (folder / MANIFEST).exists() else []
     tok = load_tokenizer(folder, as_transformers=True)
     return tok, tok.added_tokens[len(before):]

@@ -15,14 +15,11 @@ import tempfile
 from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.runs.encoders import TOKENIZER_FILES  # nothing else of the folder is copied (no config, no Python)
 
 SL_MODEL = "sl_model"
 # SLModelConfig's own fields and their defaults (a config.json written with a default may leave it out).
 DEFAULTS = {"is_causal": False, "mask_token_id": 128002, "classifier_pooling": "mean", "retrieval_pooling": "mean"}
-# The files transformers reads for a tokenizer: nothing else of the folder is copied (no config.json, no Python).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "tokenizer.model", "vocab.json", "merges.txt", "vocab.txt", "chat_template.jinja",
-                   "chat_template.json")
 
 
 def sl_config(raw: dict, folder: Path):

@@ -25,8 +25,10 @@ from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import UnsupportedModelError
 from encoderlab.hub.slmodel import SL_MODEL, sl_config
+from encoderlab.runs.encoders import OWN_BACKBONE
+from encoderlab.runs.encoders import require_tokenizer
 
-SUPPORTED = ("llama", "mistral", "qwen2", "qwen3", "eurobert", SL_MODEL)
+SUPPORTED = OWN_BACKBONE  # sl_model among them (hub/slmodel.py SL_MODEL)
 # The types whose attention is causal unless config.is_causal is false (an sl_model's config always says which).
 CAUSAL = ("llama", "mistral", "qwen2", "qwen3", SL_MODEL)
 # Architectures people will try, with what makes them different from ours.
@@ -111,7 +113,7 @@ def read_config(folder: Path):
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type == SL_MODEL:  # the paper's checkpoints: read as JSON, their auto_map never followed
         refuse_code_from(folder, names=("tokenizer_config.json",))
-        require_tokenizer_files(folder)
+        require_tokenizer(folder)
         return sl_config(config, folder)
     refuse_code_from(folder)  # first: a model type only code provides is named as such
     check_model_type(model_type, folder)
@@ -119,7 +121,7 @@ def read_config(folder: Path):
         config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:  # transformers names the problem, not always the file
         raise EncoderlabError(f"{folder / 'config.json'}: transformers cannot read it: {exc}") from exc
-    require_tokenizer_files(folder)
+    require_tokenizer(folder)
     return config
 
 
@@ -285,9 +287,3 @@ def check_model_type(model_type: str | None, where: Path) -> None:
         raise UnsupportedModelError(f"{where}: unsupported architecture model_type={model_type!r}; encoderlab imports "
                                     f"{', '.join(SUPPORTED)} (folders or GGUF files): pre-norm RMSNorm, RoPE, SwiGLU, "
                                     "grouped-query attention")
-
-
-def require_tokenizer_files(folder: Path) -> None:
-    if not any((folder / f).exists() for f in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
-        raise EncoderlabError(f"{folder} has no tokenizer (tokenizer.json, tokenizer_config.json or tokenizer.model): "
-                              "copy the model's tokenizer files beside config.json")

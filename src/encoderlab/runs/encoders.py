@@ -21,15 +21,16 @@ from encoderlab.core.errors import EncoderlabError, resolved
 from encoderlab.core.io import sha256_of
 from encoderlab.runs import checkpoint as ckpt
 
-# The model types `encoderlab import-hf` reads onto encoderlab's backbone (hub/source.py SUPPORTED).
+# The model types `encoderlab import-hf` reads onto encoderlab's backbone (hub/source.py checks against this list).
 OWN_BACKBONE = ("llama", "mistral", "qwen2", "qwen3", "eurobert", "sl_model")
 SINGLE, INDEX = "model.safetensors", "model.safetensors.index.json"
 # Weights a body may lack and still compute its hidden states: BERT-style poolers are not part of them.
 UNUSED_MISSING = ("pooler.",)
 VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.model", "spm.model",
                     "sentencepiece.bpe.model")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json",
-                   "merges.txt", "spm.model", "sentencepiece.bpe.model", "tokenizer.model", "added_tokens.json")
+# Every file transformers may read for a tokenizer (what identifies it, and all an sl_model import copies of a folder).
+TOKENIZER_FILES = (*VOCABULARY_FILES, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "merges.txt", "chat_template.jinja", "chat_template.json")
 # Learned positions that start past 0 (RoBERTa and its kin reserve padding_idx + 1 of them).
 POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
 
@@ -109,7 +110,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
         raise EncoderlabError(f"{folder}: a {model_type} model is computed by encoderlab's own backbone; import it "
                               f"first (encoderlab import-hf {folder} --out CKPT), then fine-tune CKPT")
     _weights_files(folder)
-    _require_tokenizer(folder)
+    require_tokenizer(folder)
     try:
         parameters = count_parameters(raw)
     except Exception as exc:  # transformers' message names the type, not the folder
@@ -118,7 +119,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
     return TransformersConfig(config=raw, parameters=parameters)
 
 
-def _require_tokenizer(folder: Path) -> None:
+def require_tokenizer(folder: Path) -> None:
     """A vocabulary file of the tokenizer's own: without one, transformers builds a tokenizer from config.json alone
     that reads every word as its unknown token."""
     if not any((folder / name).is_file() for name in VOCABULARY_FILES):
