@@ -104,8 +104,9 @@ LLAMA = {"model_type": "llama", "vocab_size": 32, "hidden_size": 8, "intermediat
 def model_folder(path, raw_tokenizer_files: bool = True, **config_extra):
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps({**LLAMA, **config_extra}))
-    if raw_tokenizer_files:
+    if raw_tokenizer_files:  # present, as a vocabulary and its settings: the checks under test come before reading
         (path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+        (path / "tokenizer.json").write_text("{}")
     return path
 
 
