@@ -148,7 +148,45 @@ def lm_loss(ctx) -> Section:
         fused, plain = run(True, dtype), run(False, dtype)
         for part, a, b in zip(("loss", "grad h", "grad W"), fused, plain):
             s.check(f"fused vs plain {dtype} {part}", rel_error(a, b), LOSS_TOL[dtype])
+    _loss_kernel(s, ctx, n, vocab)
     return s
+
+
+def _loss_kernel(s: Section, ctx, n: int, vocab: int) -> None:
+    """The Triton pass over the logits (model/lm_loss_kernel.py) against float64, and its time against the torch ops."""
+    from encoderlab.model import lm_loss, lm_loss_kernel
+
+    if ctx.device.type != "cuda" or not lm_loss_kernel.available():
+        s.skip("lm-loss kernel", "needs CUDA and Triton")
+        return
+    g = torch.Generator(ctx.device).manual_seed(1)
+    for dtype in ("fp32", "bf16"):
+        logits = (torch.randn(n, vocab, device=ctx.device, generator=g) * 4).to(DTYPES[dtype])
+        targets = torch.randint(0, vocab, (n,), device=ctx.device, generator=g)
+        ref = logits.double()
+        ref_lse = torch.logsumexp(ref, -1)
+        ref_grad = torch.softmax(ref, -1)
+        ref_grad[torch.arange(n, device=ctx.device), targets] -= 1
+        got = logits.clone()
+        lse, top, target_logit = lm_loss_kernel.softmax_minus_onehot_(got, targets, True)
+        s.check(f"kernel {dtype} lse vs float64", rel_error(lse, ref_lse), LOSS_TOL[dtype])
+        s.check(f"kernel {dtype} softmax - onehot vs float64", rel_error(got, ref_grad), LOSS_TOL[dtype])
+        s.check(f"kernel {dtype} largest and target logit exact",
+                float((top != ref.amax(-1)).sum() + (target_logit != ref.gather(1, targets[:, None])[:, 0]).sum()), 0)
+    rows = ctx.sizes["lm_loss_speed_rows"]
+    logits = (torch.randn(rows, vocab, device=ctx.device, generator=g) * 4).bfloat16()
+    targets = torch.randint(0, vocab, (rows,), device=ctx.device, generator=g)
+    for name, fn in (("kernel", lambda x: lm_loss_kernel.softmax_minus_onehot_(x, targets, True)),
+                     ("torch ops", lambda x: lm_loss.softmax_minus_onehot(x, targets, True))):
+        times = []
+        for _ in range(6):
+            x = logits.clone()
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            fn(x)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        s.numbers[f"pass over {rows} x {vocab} bf16 logits, {name} (ms)"] = round(statistics.median(times[1:]) * 1e3, 3)
 
 
 # ---- pretraining on the device and on the CPU ----------------------------------------------------------------
@@ -400,7 +438,7 @@ TINY_MODEL = {"preset": "tiny", "hidden_size": 64, "intermediate_size": 128, "nu
 SIZES = {
     "full": {"attention": {"batch": 2, "seq_len": 2048, "heads": 12, "kv_heads": 12, "head_dim": 64,
                            "median_doc": 400},
-             "lm_loss": (4096, 768, 128256),
+             "lm_loss": (4096, 768, 128256), "lm_loss_speed_rows": 16384,
              "pretrain": {"model": {"preset": "tiny"}, "seq_len": 256, "batch": 16, "steps": 50},
              "finetune": {"steps": 30, "batch": 32, "examples": 200, "max_length": 128, "dtype": "bf16",
                           "lrs": [1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4], "seeds": [0, 1, 2, 3, 4],
@@ -410,7 +448,7 @@ SIZES = {
              "pretrain_speed": {"presets": ["210m", "610m"], "batch": 8, "seq_len": 2048, "reps": 10, "warmup": 3,
                                 "peak_reps": 20}},
     "smoke": {"attention": {"batch": 2, "seq_len": 96, "heads": 4, "kv_heads": 2, "head_dim": 16, "median_doc": 16},
-              "lm_loss": (64, 32, 500),
+              "lm_loss": (64, 32, 500), "lm_loss_speed_rows": 64,
               "pretrain": {"model": TINY_MODEL, "seq_len": 64, "batch": 4, "steps": 6},
               "finetune": {"steps": 4, "batch": 4, "examples": 12, "max_length": 48, "dtype": "fp32",
                            "lrs": [1e-3, 3e-3], "seeds": [0], "sequential_runs": 2},
