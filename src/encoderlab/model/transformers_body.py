@@ -16,6 +16,10 @@ from pydantic import BaseModel, ConfigDict
 from torch import Tensor, nn
 
 
+# Learned positions that start past 0 (RoBERTa and its kin count from padding_idx + 1, i.e. 2 of them reserved).
+POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2, "data2vec-text": 2, "xmod": 2}
+
+
 class TransformersConfig(BaseModel):
     """A transformers encoder's config.json (`config`) and its parameter count, as fine-tuning reads a config."""
 

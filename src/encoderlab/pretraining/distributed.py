@@ -188,7 +188,7 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
     activation checkpointing inside compile inside FSDP2/DDP. Parameter names never change, so checkpoints of every
     combination load into every other."""
     if train.activation_checkpointing or train.compile:
-        for block in model.model.layers:
+        for block in blocks(model):
             forward = block.forward
             if train.activation_checkpointing:
                 forward = _recomputed(forward)
@@ -202,12 +202,18 @@ def prepare_model(model: nn.Module, train, world: World, device: torch.device) -
         # bf16 all-gathers halve the traffic; the shards (AdamW's master weights) and gradient reduction stay fp32.
         mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
               if train.dtype == "bf16" else MixedPrecisionPolicy())
-        for block in model.model.layers:
+        for block in blocks(model):
             fully_shard(block, mesh=mesh, mp_policy=mp)
         # The root group holds the embedding, the final norm and the LM head: a tied head is the embedding's own
         # parameter, so it must be sharded once, here, with it.
         fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
+
+
+def blocks(model: nn.Module) -> nn.ModuleList:
+    """The layers compile, activation checkpointing and FSDP2 wrap one by one: encoderlab's own, or a transformers
+    model's (`TransformersMaskedLM.blocks`)."""
+    return model.blocks if hasattr(model, "blocks") else model.model.layers
 
 
 def compile_kernel(kernel):

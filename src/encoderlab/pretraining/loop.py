@@ -24,6 +24,7 @@ from encoderlab.pretraining import distributed, objectives
 from encoderlab.pretraining import resume as same_run
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.divergence import Watch, out_of_memory
+from encoderlab.pretraining.continued import transformers_source
 from encoderlab.pretraining.setup import check_compatible, check_source, initial_model, model_config, resolve_device
 from encoderlab.runs import checkpoint, optim
 from encoderlab.runs.logging import MetricsLog, Progress, describe_step, read_metrics
@@ -58,7 +59,8 @@ class Trainer:
         source_notes = check_source(cfg, self.model_cfg, data_root)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         self.module = initial_model(cfg, self.model_cfg, attention.for_pretraining(  # one backend for the whole run
-            cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len, distributed.compile_kernel))
+            cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len, distributed.compile_kernel),
+            log=self.log, data_meta=self.train_data.meta)
         self.module.to(self.device)
         # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.
         self.model = distributed.prepare_model(self.module, cfg.train, self.world, self.device)
@@ -112,8 +114,9 @@ class Trainer:
             self._load_full_state(source, "branch")
             self.log(f"branched from {source} at step {self.step}")
         elif self.cfg.init.from_weights:
-            source = checkpoint.resolve(self.cfg.init.from_weights)
-            distributed.load_weights(source, self.model)
+            if (source := transformers_source(self.cfg)) is None:  # a transformers model was read by initial_model
+                source = checkpoint.resolve(self.cfg.init.from_weights)
+                distributed.load_weights(source, self.model)
             self.log(f"initialised weights from {source}")
         if self.world.is_main:
             same_run.record_config(self.cfg, self.step if extended else None)
@@ -168,6 +171,10 @@ class Trainer:
         local_batch = batch.input_ids.shape[0]
         micro = self.cfg.train.micro_batch or local_batch
         gen = self._generator(self.step, skip_rows=self.world.rank * local_batch)
+        if getattr(self.module, "dropout", 0):
+            # A transformers model's dropout draws from the global generators: seeded from (seed, step, rank) as the
+            # masks are, so that a resumed run drops what an uninterrupted one would.
+            torch.manual_seed(derive_seed("dropout", self.cfg.train.seed, self.step, self.world.rank))
         # Accumulated on the device: nothing here waits for the accelerator (logging reads them every N steps).
         total_tokens = torch.zeros((), dtype=torch.int64, device=self.device)
         loss_sum = torch.zeros((), device=self.device)

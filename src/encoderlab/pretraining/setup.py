@@ -15,13 +15,20 @@ from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.pretraining import distributed, objectives
+from encoderlab.model.transformers_body import TransformersConfig
 from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.continued import continued_config, continued_model, transformers_source
 from encoderlab.runs import checkpoint
+from encoderlab.runs.encoders import usable_positions
 from encoderlab.runs.logging import require_wandb
 from encoderlab.runs.optim import default_device
 
 
-def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
+def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig | TransformersConfig:
+    """The preset with the data's vocabulary, or the config.json of the transformers model `init.from_weights`
+    continues (`transformers_source`)."""
+    if (folder := transformers_source(cfg)) is not None:
+        return continued_config(cfg, folder)
     extra = dict(cfg.model.model_extra or {})
     ids = {"vocab_size": tokenizer["vocab_size"], "bos_token_id": tokenizer["bos_id"],
            "eos_token_id": tokenizer["eos_id"], "pad_token_id": tokenizer["pad_id"],
@@ -29,9 +36,13 @@ def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig:
     return preset(cfg.model.preset, **{**ids, **extra})
 
 
-def initial_model(cfg: PretrainConfig, model_cfg: ModelConfig, backend) -> TransformerLM:
+def initial_model(cfg: PretrainConfig, model_cfg: ModelConfig | TransformersConfig, backend,
+                  log=lambda line: None, data_meta: dict | None = None):
     """The run's model before its first step: the seed's initialisation, made on CPU so that a seed gives the same
-    weights on every device (the trainer's, and the random-init baseline's)."""
+    weights on every device (the trainer's, and the random-init baseline's); or the transformers model that
+    `init.from_weights` continues, its weights read from its folder."""
+    if isinstance(model_cfg, TransformersConfig):
+        return continued_model(cfg, model_cfg, log, data_meta)
     torch.manual_seed(cfg.train.seed)
     module = TransformerLM(model_cfg, backend)
     module.init_weights(cfg.train.seed)
@@ -49,7 +60,8 @@ def describe(cfg: PretrainConfig) -> dict:
     device = resolve_device(cfg.train.device)
     attention.check(cfg.train.attention, device)
     for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
-        checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
+        if not isinstance(mcfg, TransformersConfig):  # (a transformers folder was read by model_config)
+            checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
     notes = check_source(cfg, mcfg, data)
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
     tokens_per_step = global_batch * meta["seq_len"]
@@ -83,7 +95,7 @@ def resolve_device(name: str) -> torch.device:
 ARCHITECTURE_ONLY = ("rope_theta", "rope_scaling", "rms_norm_eps", "sliding_window")
 
 
-def check_source(cfg: PretrainConfig, mcfg: ModelConfig, data_root: Path) -> list[str]:
+def check_source(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, data_root: Path) -> list[str]:
     """Before any work, for `init.from_weights`: refuse data packed with another tokenizer than the checkpoint's (a
     token is another embedding row), and return a note per architecture field set otherwise than the checkpoint's."""
     if not cfg.init.from_weights:
@@ -92,19 +104,18 @@ def check_source(cfg: PretrainConfig, mcfg: ModelConfig, data_root: Path) -> lis
 
     from tokenizers import Tokenizer
 
+    ours = data_root / packing.TOKENIZER / "tokenizer.json"
+    if isinstance(mcfg, TransformersConfig):
+        from encoderlab.data.tokenizer import load_tokenizer
+
+        folder = transformers_source(cfg)
+        theirs = load_tokenizer(folder, as_transformers=True).tokenizer
+        _same_vocabulary(ours, theirs, folder, folder, "model's")
+        return []
     source = checkpoint.resolve(cfg.init.from_weights)
-    ours, theirs = data_root / packing.TOKENIZER / "tokenizer.json", source / "tokenizer" / "tokenizer.json"
-    if ours.is_file() and theirs.is_file():
-        vocab = Tokenizer.from_file(str(ours)).get_vocab(with_added_tokens=True)
-        wrong = [(t, i) for t, i in Tokenizer.from_file(str(theirs)).get_vocab(with_added_tokens=True).items()
-                 if vocab.get(t) != i]
-        if wrong:
-            token, i = min(wrong, key=lambda w: w[1])
-            raise EncoderlabError(
-                f"init.from_weights {source}: the data ({data_root}) was packed with another tokenizer: token "
-                f"{token!r} is id {i} in the checkpoint's and {vocab.get(token)} in the data's ({len(wrong):,} tokens "
-                "differ), so each id would read another token's embedding; pack the text with the checkpoint's "
-                f"tokenizer (`encoderlab data prepare SRC --tokenizer {source / 'tokenizer'}`)")
+    if (source / "tokenizer" / "tokenizer.json").is_file():
+        theirs = Tokenizer.from_file(str(source / "tokenizer" / "tokenizer.json"))
+        _same_vocabulary(ours, theirs, source, source / "tokenizer", "checkpoint's")
     saved = json.loads((source / "model_config.json").read_text())
     ours_cfg = mcfg.model_dump()
     return [f"model.{k} is {ours_cfg[k]!r} here but {saved[k]!r} in {source} (init.from_weights): this run continues "
@@ -112,16 +123,44 @@ def check_source(cfg: PretrainConfig, mcfg: ModelConfig, data_root: Path) -> lis
             ours_cfg.get(k)]
 
 
-def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig, meta: dict, phases, world_size: int = 1) -> None:
+def _same_vocabulary(data_tokenizer: Path, theirs, source: Path, tokenizer_dir: Path, whose: str) -> None:
+    """Every token of the source's tokenizer (`theirs`, a `tokenizers.Tokenizer`) has its id in the data's."""
+    from tokenizers import Tokenizer
+
+    if not data_tokenizer.is_file():
+        return
+    vocab = Tokenizer.from_file(str(data_tokenizer)).get_vocab(with_added_tokens=True)
+    wrong = [(t, i) for t, i in theirs.get_vocab(with_added_tokens=True).items() if vocab.get(t) != i]
+    if wrong:
+        token, i = min(wrong, key=lambda w: w[1])
+        raise EncoderlabError(
+            f"init.from_weights {source}: the data ({data_tokenizer.parent.parent}) was packed with another tokenizer: "
+            f"token {token!r} is id {i} in the {whose} and {vocab.get(token)} in the data's ({len(wrong):,} tokens "
+            f"differ), so each id would read another token's embedding; pack the text with the {whose} tokenizer "
+            f"(`encoderlab data prepare SRC --tokenizer {tokenizer_dir}`)")
+
+
+def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, meta: dict, phases,
+                     world_size: int = 1) -> None:
     """Fail before any work when the data, the model and the objectives cannot go together (or W&B is missing)."""
     require_wandb(cfg.train.wandb, "train.wandb")
-    if meta["seq_len"] > mcfg.max_position_embeddings:
+    positions = usable_positions(mcfg)
+    if meta["seq_len"] > positions:
+        fix = ("repack with --seq-len " + str(positions) if isinstance(mcfg, TransformersConfig) else
+               "raise model.max_position_embeddings or repack")
         raise EncoderlabError(f"the data's windows have {meta['seq_len']} tokens but the model's positions stop at "
-                              f"{mcfg.max_position_embeddings}: raise model.max_position_embeddings or repack")
+                              f"{positions}: {fix}")
+    if isinstance(mcfg, TransformersConfig) and (causal := [o.name for p in phases for o in p.members if o.causal]):
+        raise EncoderlabError(f"objective {causal[0]}: the {mcfg.model_type} model of init.from_weights is a masked-LM "
+                              "model, which attends both ways; continue it with MLM phases only (e.g. 'mlm30')")
     uses_mlm = any(isinstance(o, objectives.MLM) for p in phases for o in p.members)
-    if uses_mlm and meta["tokenizer"].get("mask_id") is None:
+    mask_id = meta["tokenizer"].get("mask_id")
+    if uses_mlm and mask_id is None:
         raise EncoderlabError("the schedule uses MLM but the data's tokenizer has no mask token: prepare the data "
                               "again (encoderlab adds a mask token to tokenizers that lack one)")
+    if uses_mlm and mask_id >= mcfg.vocab_size:
+        raise EncoderlabError(f"the data's mask token is id {mask_id}, past the model's {mcfg.vocab_size} embeddings "
+                              "(its tokenizer has no mask token of its own): MLM would feed an id the model lacks")
     top = packing.max_token_id(meta)
     if top >= mcfg.vocab_size:
         raise EncoderlabError(f"the data's token ids go up to {top} but the model's vocabulary has "

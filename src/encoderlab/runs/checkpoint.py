@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 LATEST = "LATEST"
 WEIGHTS = "model.safetensors"
 MANIFEST = "checksums.json"
+TRANSFORMERS_CONFIG = "config.json"  # in place of model_config.json: a transformers model continued by pretraining
 STEP_NAME = re.compile(r"step-\d{7,}")  # checkpoint_name's: the only names LATEST may hold
 
 
@@ -65,7 +66,10 @@ def write_folder(folder: Path, step: int, weights: dict[str, torch.Tensor], conf
     # One metadata key: safetensors writes its metadata map in a random (Rust HashMap) order, so with two keys the
     # same weights would give different file bytes from one write to the next.
     save_file(safetensors_weights(weights), str(folder / WEIGHTS), metadata={"format": "pt"})
-    write_json(folder / "model_config.json", config.model_dump())
+    if hasattr(config, "hf_config"):  # a transformers model's (TransformersConfig): its config.json, as it came
+        write_json(folder / TRANSFORMERS_CONFIG, config.config)
+    else:
+        write_json(folder / "model_config.json", config.model_dump())
     if isinstance(tokenizer, Path):
         shutil.copytree(tokenizer, folder / "tokenizer")
     else:

@@ -19,6 +19,7 @@ import torch
 
 from encoderlab.core.errors import EncoderlabError, resolved
 from encoderlab.core.io import sha256_of
+from encoderlab.model.transformers_body import POSITION_OFFSET
 from encoderlab.runs import checkpoint as ckpt
 
 # The model types `encoderlab import-hf` reads onto encoderlab's backbone (hub/source.py checks against this list).
@@ -31,8 +32,6 @@ VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.mode
 # Every file transformers may read for a tokenizer (what identifies it, and all an sl_model import copies of a folder).
 TOKENIZER_FILES = (*VOCABULARY_FILES, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "merges.txt", "chat_template.jinja", "chat_template.json")
-# Learned positions that start past 0 (RoBERTa and its kin reserve padding_idx + 1 of them).
-POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2}
 
 
 def is_transformers_folder(path: Path) -> bool:

@@ -1,0 +1,104 @@
+"""Continued pretraining of a transformers masked-LM model: `init.from_weights` naming a transformers folder (or a
+named encoder such as `minilm-l6`) makes that model, in transformers' own class, the run's model
+(model/transformers_mlm.py), read from its safetensors with its own tokenizer's data.
+
+Its weights load as `AutoModelForMaskedLM.from_pretrained` reads them (a body saved without its head, as
+sentence-transformers folders are, loads into the body's names); every weight of the body must be in the files. A head
+the folder lacks starts as transformers initialises it for that class, from the run's seed (BERT's: the transform's
+dense layer normal with the config's initializer_range, its LayerNorm ones and zeros, the output bias zeros, the
+decoder tied to the word embeddings), and the run's log names those weights.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.model.transformers_body import TransformersConfig
+from encoderlab.runs.encoders import NAMED, UNUSED_MISSING, is_transformers_folder, resolve_encoder, transformers_config
+
+PROBE_DOC_TOKENS = 160  # longer than ModernBERT's 128-token local window, so that a mask that drops it shows
+
+
+def transformers_source(cfg) -> Path | None:
+    """The transformers folder (a named encoder unpacked) that `init.from_weights` names, else None."""
+    source = cfg.init.from_weights
+    if source is None:
+        return None
+    path = Path(source)
+    if is_transformers_folder(path) or (not path.exists() and source in NAMED):
+        return resolve_encoder(path)
+    return None
+
+
+def continued_config(cfg, folder: Path) -> TransformersConfig:
+    """The folder's config, refusing a `model:` section (the architecture is the folder's) and a model_type without
+    a masked-LM class in transformers."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
+
+    set_here = sorted({*(cfg.model.model_extra or {})} | ({"preset"} & cfg.model.model_fields_set))
+    if set_here:
+        raise EncoderlabError(f"model.{set_here[0]} is set, but init.from_weights={cfg.init.from_weights} is a "
+                              "transformers model whose config.json is the architecture: remove the model section")
+    tcfg = transformers_config(folder)
+    if type(tcfg.hf_config()) not in MODEL_FOR_MASKED_LM_MAPPING:
+        raise EncoderlabError(f"{folder}: transformers has no masked-LM class for model_type {tcfg.model_type!r}; "
+                              "continued pretraining trains AutoModelForMaskedLM (bert, roberta, deberta-v2, "
+                              "modernbert, distilbert, xlm-roberta, ...)")
+    return tcfg
+
+
+def continued_model(cfg, tcfg: TransformersConfig, log, meta: dict):
+    """The folder's model as `TransformersMaskedLM`, in fp32 on CPU, its head initialised from the run's seed where
+    the folder has none, and how it keeps documents apart chosen on the data's own token ids."""
+    from encoderlab.model.transformers_mlm import TransformersMaskedLM
+
+    folder = transformers_source(cfg)
+    assert folder is not None
+    hf, head_missing = _load_masked_lm(folder, tcfg, cfg.train.seed)
+    model = TransformersMaskedLM(tcfg, hf)
+    if head_missing:
+        log(f"{folder} holds no masked-LM head ({len(head_missing)} weights: {', '.join(head_missing[:3])}"
+            f"{', ...' if len(head_missing) > 3 else ''}): initialised as transformers initialises a "
+            f"{type(hf).__name__} from train.seed {cfg.train.seed}, the decoder tied to the word embeddings")
+    tok = meta["tokenizer"]
+    specials = {tok.get(k) for k in ("bos_id", "eos_id", "pad_id", "mask_id")}
+    ids = [i for i in range(min(tok["vocab_size"], tcfg.vocab_size)) if i not in specials]
+    length = max(4, min(meta["seq_len"] // 2, PROBE_DOC_TOKENS))
+    log(model.choose_layout(ids, length, torch.Generator().manual_seed(cfg.train.seed)))
+    return model
+
+
+def _load_masked_lm(folder: Path, tcfg: TransformersConfig, seed: int):
+    """(AutoModelForMaskedLM in fp32, the head weights the folder lacks); any other missing or misshapen weight is
+    refused."""
+    from transformers import AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    torch.manual_seed(seed)  # what the folder lacks is initialised from the run's seed
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(
+            str(folder), config=tcfg.hf_config(), trust_remote_code=False, use_safetensors=True,
+            dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
+    except Exception as exc:
+        raise EncoderlabError(f"{folder}: transformers could not load its weights "
+                              f"({' '.join(str(exc).split())[:300]})") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+    if info.get("mismatched_keys"):
+        key, stored, wanted = sorted(info["mismatched_keys"], key=str)[0][:3]
+        raise EncoderlabError(f"{folder}: {key} is {tuple(stored)} in its files but {tuple(wanted)} in the "
+                              f"{tcfg.model_type} its config.json describes")
+    prefix = model.base_model_prefix + "."
+    missing = sorted(info["missing_keys"])
+    body = [k for k in missing if k.startswith(prefix) and not k[len(prefix):].startswith(UNUSED_MISSING)]
+    if body:
+        raise EncoderlabError(f"{folder}: {len(body)} weights of the {tcfg.model_type} body are not in its files "
+                              f"(first: {body[0]}); continued pretraining would start them random")
+    return model.train(), [k for k in missing if not k.startswith(prefix)]

@@ -1,0 +1,151 @@
+"""Continued MLM pretraining of transformers' own masked-LM models (tiny random BERT, RoBERTa and ModernBERT folders
+as save_pretrained writes them): 20 steps killed with SIGKILL then resumed end with the weights of the run never
+interrupted (bitwise); the checkpoint's weights load in `AutoModelForMaskedLM` and compute the logits of the run's
+own model; a token's output does not move when another document of its window changes; and what cannot be continued
+is refused before any work."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+from conftest import WORDS, run_command, synthetic_documents
+from encoderlab.core.config import validate
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.data.packing import pack
+from encoderlab.data.tokenizer import load_tokenizer
+from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.loop import Trainer
+from encoderlab.runs import checkpoint
+
+KILLER = Path(__file__).with_name("killer.py")
+STEPS = 20
+MODELS = {"bert": {}, "roberta": {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2},
+          "modernbert": {"global_attn_every_n_layers": 2, "local_attention": 16, "bos_token_id": 2,
+                         "eos_token_id": 3, "cls_token_id": 2, "sep_token_id": 3}}
+
+
+def write_masked_lm(folder: Path, model_type: str, head: bool = True) -> Path:
+    """A tiny random masked-LM `model_type` folder with a word-level fast tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK]
+    first); `head=False` saves the body alone (as sentence-transformers folders hold it)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {t: i for i, t in enumerate(specials + sorted(set(WORDS) | {"."}))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer = normalizers.Lowercase(), pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                            sep_token="[SEP]", mask_token="[MASK]").save_pretrained(folder)
+    settings = {"pad_token_id": 0, **MODELS.get(model_type, {})}
+    cfg = AutoConfig.for_model(model_type, vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=128, **settings)
+    torch.manual_seed(0)
+    (AutoModelForMaskedLM if head else AutoModel).from_config(cfg).save_pretrained(folder)
+    return folder
+
+
+def packed_with(folder: Path, out: Path, seq_len: int = 64) -> Path:
+    docs = synthetic_documents(300)
+    pack(docs, load_tokenizer(folder, as_transformers=True), out, seq_len=seq_len, val_fraction=0.05)
+    return out
+
+
+def config(out: Path, packed: Path, model: Path, name: str, **train) -> dict:
+    return {"name": name, "out_dir": str(out), "data": {"path": str(packed)}, "init": {"from_weights": str(model)},
+            "objective": "mlm30", "optim": {"lr": 1e-3},
+            "lr_schedule": {"kind": "wsd", "warmup_steps": 2, "decay_steps": 4},
+            "train": {"steps": STEPS, "global_batch": 4, "dtype": "fp32", "log_every": 1, "eval_batches": 1,
+                      "tensorboard": False, "save_every": 5, "keep_checkpoints": 1, **train}}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def setup(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(request.param)
+    model = write_masked_lm(root / "model", request.param)
+    return request.param, root, model, packed_with(model, root / "packed")
+
+
+def run(job: dict) -> dict:
+    """One job in a fresh fork server (tests/faults/killer.py): its answer."""
+    proc = subprocess.run([sys.executable, str(KILLER)], input=json.dumps(job) + "\n", capture_output=True, text=True,
+                          timeout=600)
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[0])
+
+
+def test_a_killed_continued_run_resumes_to_the_uninterrupted_weights(setup):
+    model_type, root, model, packed = setup
+    assert run({"config": config(root, packed, model, "whole"), "resume": False, "kill": None})["code"] == 0
+    killed = config(root, packed, model, "killed")
+    answer = run({"config": killed, "resume": False, "kill": {"at": "weights", "nth": 3, "when": "mid"}})
+    assert answer["signal"] == signal.SIGKILL
+    assert run({"config": killed, "resume": True, "kill": None})["code"] == 0
+    final = checkpoint.checkpoint_name(STEPS)
+    a, b = (load_file(str(root / r / "checkpoints" / final / checkpoint.WEIGHTS)) for r in ("whole", "killed"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"{model_type}: resumed weights differ"
+    start = load_file(str(model / "model.safetensors"))
+    moved = [k for k in start if k in a and not torch.equal(start[k], a[k])]
+    assert moved, "20 steps changed no weight"
+
+
+def test_the_checkpoint_loads_in_transformers_and_computes_the_runs_logits(setup, one_thread):
+    from transformers import AutoModelForMaskedLM
+
+    model_type, root, model, packed = setup
+    cfg = validate(PretrainConfig, config(root, packed, model, "logits", steps=6, save_every=0), "test")
+    trainer = Trainer(cfg, show_progress=False, log=lambda line: None)
+    trainer.run()
+    saved = checkpoint.latest(root / "logits")
+    assert json.loads((saved / "config.json").read_text())["model_type"] == model_type
+    theirs = AutoModelForMaskedLM.from_pretrained(str(model), dtype=torch.float32)
+    theirs.load_state_dict(load_file(str(saved / checkpoint.WEIGHTS)))
+    theirs.eval()
+    ours = trainer.module.eval()
+    ids = torch.tensor([[2, 9, 12, 15, 7, 3]])  # [CLS] five words [SEP]
+    with torch.no_grad():
+        got = ours(ids, doc_ids=torch.zeros_like(ids))  # (6, V): every position of one document
+        want = theirs(input_ids=ids).logits[0]
+    assert (got - want).abs().max() <= 1e-5, model_type
+
+
+def test_a_token_does_not_see_another_document_of_its_window(setup, one_thread):
+    model_type, root, model, packed = setup
+    cfg = validate(PretrainConfig, config(root, packed, model, "apart", steps=6), "test")
+    lines = []
+    trainer = Trainer(cfg, show_progress=False, log=lines.append)
+    assert any("documents stay apart by" in line for line in lines), lines
+    module = trainer.module.eval()
+    g = torch.Generator().manual_seed(0)
+    vocab = trainer.model_cfg.vocab_size
+    a, b, c = (torch.randint(5, vocab, (1, n), generator=g) for n in (20, 30, 30))
+    docs = torch.tensor([[0] * 20 + [1] * 30])
+    with torch.no_grad():
+        first = module(torch.cat([a, b], 1), doc_ids=docs)
+        second = module(torch.cat([a, c], 1), doc_ids=docs)
+        alone = module(a, doc_ids=torch.zeros_like(a))
+    assert torch.allclose(first[:20], second[:20], atol=1e-5, rtol=0), f"{model_type}: documents mix"
+    assert torch.allclose(first[:20], alone, atol=1e-5, rtol=0)
+    assert not torch.allclose(first[20:], second[20:], atol=1e-3)
+
+
+def test_what_cannot_be_continued_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    bert = write_masked_lm(tmp_path / "bert", "bert")
+    packed = packed_with(bert, tmp_path / "packed")
+    cases = {
+        "clm": ({"objective": "clm"}, "continue it with MLM phases only"),
+        "model section": ({"model": {"preset": "micro"}}, "remove the model section"),
+        "long windows": ({}, "positions stop at"),
+    }
+    long = packed_with(bert, tmp_path / "long", seq_len=256)
+    for name, (change, says) in cases.items():
+        cfg = {**config(tmp_path, long if name == "long windows" else packed, bert, name.replace(" ", "-")), **change}
+        with pytest.raises(EncoderlabError, match=says):
+            Trainer(validate(PretrainConfig, cfg, "test"), show_progress=False, log=lambda line: None)
+        assert not (tmp_path / name.replace(" ", "-")).exists()
