@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from conftest import WORDS, run_command, synthetic_documents
+from conftest import WORDS, synthetic_documents
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.data.packing import pack
