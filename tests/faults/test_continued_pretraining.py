@@ -21,9 +21,11 @@ from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.data.packing import pack
 from encoderlab.data.tokenizer import load_tokenizer
+from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.loop import Trainer
 from encoderlab.runs import checkpoint
+from encoderlab.runs.encoders import load_continued_encoder
 
 KILLER = Path(__file__).with_name("killer.py")
 STEPS = 20
@@ -95,24 +97,50 @@ def test_a_killed_continued_run_resumes_to_the_uninterrupted_weights(setup):
     assert moved, "20 steps changed no weight"
 
 
-def test_the_checkpoint_loads_in_transformers_and_computes_the_runs_logits(setup, one_thread):
-    from transformers import AutoModelForMaskedLM
-
+@pytest.fixture(scope="module")
+def trained(setup):
+    """6 steps of continued MLM: (model type, root, source folder, the Trainer after its run)."""
     model_type, root, model, packed = setup
-    cfg = validate(PretrainConfig, config(root, packed, model, "logits", steps=6, save_every=0), "test")
+    cfg = validate(PretrainConfig, config(root, packed, model, "trained", steps=6, save_every=0), "test")
+    torch.set_num_threads(1)
     trainer = Trainer(cfg, show_progress=False, log=lambda line: None)
     trainer.run()
-    saved = checkpoint.latest(root / "logits")
+    return model_type, root, model, trainer
+
+
+def test_the_export_loads_in_transformers_and_computes_the_runs_logits(trained, tmp_path):
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    model_type, root, model, trainer = trained
+    saved = checkpoint.latest(root / "trained")
     assert json.loads((saved / "config.json").read_text())["model_type"] == model_type
-    theirs = AutoModelForMaskedLM.from_pretrained(str(model), dtype=torch.float32)
-    theirs.load_state_dict(load_file(str(saved / checkpoint.WEIGHTS)))
-    theirs.eval()
+    export_checkpoint(saved, tmp_path / "mlm", None)
+    theirs = AutoModelForMaskedLM.from_pretrained(str(tmp_path / "mlm"), dtype=torch.float32).eval()
     ours = trainer.module.eval()
     ids = torch.tensor([[2, 9, 12, 15, 7, 3]])  # [CLS] five words [SEP]
     with torch.no_grad():
         got = ours(ids, doc_ids=torch.zeros_like(ids))  # (6, V): every position of one document
         want = theirs(input_ids=ids).logits[0]
-    assert (got - want).abs().max() <= 1e-5, model_type
+        assert (got - want).abs().max() <= 1e-5, model_type
+        export_checkpoint(saved, tmp_path / "body", "model")
+        body = AutoModel.from_pretrained(str(tmp_path / "body"), dtype=torch.float32).eval()
+        assert torch.equal(body(input_ids=ids).last_hidden_state, theirs.base_model(input_ids=ids).last_hidden_state)
+    cfg, weights, _ = load_continued_encoder(saved)  # what fine-tuning reads
+    assert cfg.model_type == model_type and weights.keys() == {f"model.{k}" for k in body.state_dict()}
+
+
+def test_an_unchanged_round_trip_is_exact(trained, tmp_path, one_thread):
+    """In: the run's model before its first step holds the folder's weights, bit for bit. Out: the export holds the
+    checkpoint's."""
+    model_type, root, model, trainer = trained
+    source = load_file(str(model / "model.safetensors"))
+    fresh = Trainer(validate(PretrainConfig, config(tmp_path, trainer.cfg.data.path, model, "fresh", steps=6), "test"),
+                    show_progress=False, log=lambda line: None).module.state_dict()
+    assert all(torch.equal(fresh[k], v) for k, v in source.items()), model_type
+    saved = checkpoint.latest(root / "trained")
+    export_checkpoint(saved, tmp_path / "out", "masked-lm")
+    ours, exported = (load_file(str(folder / "model.safetensors")) for folder in (saved, tmp_path / "out"))
+    assert exported.keys() <= ours.keys() and all(torch.equal(ours[k], v) for k, v in exported.items())
 
 
 def test_a_token_does_not_see_another_document_of_its_window(setup, one_thread):

@@ -281,8 +281,10 @@ def import_hf_cmd(
 def export_cmd(
     checkpoint: Path = typer.Argument(..., help="A checkpoint folder (or a run folder: its latest checkpoint)."),
     out_dir: Path = typer.Option(..., "--out", help="The transformers folder to write."),
-    kind: str = typer.Option("eurobert", "--as", help="eurobert (EuroBertForMaskedLM), llama, mistral, qwen2, "
-                             "qwen3 (*Model encoder or *ForCausalLM), sentence-transformers (mean-pooled body)."),
+    kind: str | None = typer.Option(None, "--as", help="eurobert (EuroBertForMaskedLM; the default), llama, mistral, "
+                                    "qwen2, qwen3 (*Model encoder or *ForCausalLM), sentence-transformers (mean-pooled "
+                                    "body); a continued transformers model: masked-lm (the default), model or "
+                                    "sentence-transformers."),
     attention: str | None = typer.Option(None, help="bidirectional or causal (default: causal after clm)."),
     evaluation: Path | None = typer.Option(None, "--eval", help="Sweep summary.json or folder (default: ./evals)."),
     force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),

@@ -43,7 +43,9 @@ from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
     encoder_digest,
+    is_continued,
     is_transformers_folder,
+    load_continued_encoder,
     load_transformers_encoder,
     resolve_encoder,
     usable_positions,
@@ -167,6 +169,8 @@ def load_encoder(path: Path):
     """(config, the body's weights, tokenizer) of an encoderlab checkpoint or a transformers encoder folder."""
     if is_transformers_folder(path):
         return load_transformers_encoder(path)
+    if is_continued(path):
+        return load_continued_encoder(path)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     return model_cfg, backbone_state(model.state_dict()), tokenizer
 

@@ -137,15 +137,22 @@ def hf_model(model, cfg, target: Target):
     return hf
 
 
-def export_checkpoint(checkpoint: str | Path, out: Path, kind: str, *, attention: str | None = None,
+def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, attention: str | None = None,
                       evaluation: Path | None = None, force: bool = False,
                       log: Callable[[str], None] = lambda message: None) -> dict:
     """Write the transformers folder `out` from a checkpoint (or a run folder's latest checkpoint)."""
+    from encoderlab.hub.continued_export import export_continued
+    from encoderlab.runs.encoders import is_continued
     from encoderlab.runs import checkpoint as ckpt
 
+    path = ckpt.resolve(checkpoint)
+    if is_continued(path):
+        if attention == "causal":
+            raise EncoderlabError(f"--attention causal: {path} is a continued masked-LM model, which attends both ways")
+        return export_continued(path, out, kind, force=force, log=log)
+    kind = kind or "eurobert"
     check_request(kind, attention)
     started = time.perf_counter()
-    path = ckpt.resolve(checkpoint)
     model, cfg, tok = ckpt.load_model(path)
     info = training_info(path, ckpt.load_state(path))
     try:

@@ -298,6 +298,9 @@ def load_model(path: str | Path):
     from encoderlab.model.transformer import TransformerLM
 
     path = resolve(path)
+    if (path / TRANSFORMERS_CONFIG).is_file():
+        raise EncoderlabError(f"{path} holds a continued transformers model (config.json): fine-tune or evaluate it "
+                              "as it is (sweep, study) or export it (encoderlab export --as masked-lm)")
     verify(path, ("model_config.json", "tokenizer"))  # and the weights, as load_weights reads them
     if not (path / "model_config.json").exists() or not (path / "tokenizer").exists():
         raise EncoderlabError(f"{path} lacks model_config.json or tokenizer/: it was written by an older encoderlab")

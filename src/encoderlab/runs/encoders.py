@@ -16,10 +16,11 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError, resolved
 from encoderlab.core.io import sha256_of
-from encoderlab.model.transformers_body import POSITION_OFFSET
+from encoderlab.model.transformers_body import POSITION_OFFSET, TransformersConfig, count_parameters
 from encoderlab.runs import checkpoint as ckpt
 
 # The model types `encoderlab import-hf` reads onto encoderlab's backbone (hub/source.py checks against this list).
@@ -230,3 +231,51 @@ def usable_positions(cfg) -> int:
     """The longest input the model takes: its learned positions (less RoBERTa's offset), or encoderlab's
     backbone's `max_position_embeddings`."""
     return cfg.max_position_embeddings - POSITION_OFFSET.get(getattr(cfg, "model_type", ""), 0)
+
+
+# ---- a transformers model continued by encoderlab's pretraining (pretraining/continued.py) ------------------------
+
+
+def masked_lm(path: Path):
+    """A continued checkpoint's `AutoModelForMaskedLM` in fp32, every weight from its verified `model.safetensors`."""
+    from transformers import AutoModelForMaskedLM
+
+    cfg = continued_config(path)
+    ckpt.verify(path, (ckpt.WEIGHTS,))
+    model = AutoModelForMaskedLM.from_config(cfg.hf_config(), trust_remote_code=False).float().eval()
+    weights = load_file(str(path / ckpt.WEIGHTS))
+    if problems := ckpt.weight_mismatches(weights, model.state_dict()):
+        raise EncoderlabError(f"{path}: its weights do not fit the {cfg.model_type} of its config.json: {problems}")
+    model.load_state_dict(weights)
+    return model
+
+
+def continued_config(path: Path) -> TransformersConfig:
+    ckpt.verify(path, (ckpt.TRANSFORMERS_CONFIG,))
+    return TransformersConfig(config=json.loads((path / ckpt.TRANSFORMERS_CONFIG).read_text()), parameters=0)
+
+
+def is_continued(path: Path) -> bool:
+    return (path / ckpt.TRANSFORMERS_CONFIG).is_file() and (path / "state.json").is_file()
+
+
+def load_continued_encoder(path: Path):
+    """(TransformersConfig, the body's weights as `TransformersBody` names them, TextTokenizer) of a continued
+    checkpoint: what fine-tuning reads, as `load_transformers_encoder` of a folder (the tokenizer the run's data was
+    packed with)."""
+    from encoderlab.data.tokenizer import load_tokenizer
+
+    from transformers import AutoModel
+
+    model = masked_lm(path)
+    config = continued_config(path).config
+    cfg = TransformersConfig(config=config, parameters=count_parameters(config))
+    tokenizer = load_tokenizer(path / "tokenizer")
+    check_tokenizer(tokenizer, cfg.vocab_size, path)
+    torch.manual_seed(0)  # a BERT pooler the masked-LM body lacks: unused by fine-tuning, but the same every time
+    body = AutoModel.from_config(cfg.hf_config(), trust_remote_code=False)
+    missing, unexpected = body.load_state_dict(model.base_model.state_dict(), strict=False)
+    if unexpected or [k for k in missing if not k.startswith(UNUSED_MISSING)]:
+        raise EncoderlabError(f"{path}: the body of its masked-LM model is not {type(body).__name__}'s "
+                              f"({(unexpected or missing)[0]})")
+    return cfg, {f"model.{k}": v for k, v in body.state_dict().items()}, tokenizer

@@ -1,0 +1,55 @@
+"""Export a checkpoint of a continued transformers model (pretraining/continued.py) as what came in: its own
+`*ForMaskedLM` class (`--as masked-lm`, the default), the body alone (`--as model`, what `AutoModel` loads) or a
+mean-pooled sentence-transformers folder of that body (`--as sentence-transformers`), with the tokenizer the run's data
+was packed with and a model card. The weights are the checkpoint's, written by transformers' own `save_pretrained`:
+a checkpoint of a model not trained further writes back the weights it came with."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.io import atomic_dir
+from encoderlab.data.tokenizer import load_tokenizer
+from encoderlab.hub import sentence
+from encoderlab.hub.card import training_info
+from encoderlab.hub.folders import prepare_out
+from encoderlab.model.transformers_body import TransformersConfig
+from encoderlab.runs import checkpoint as ckpt
+from encoderlab.runs.encoders import continued_config, masked_lm
+
+KINDS = ("masked-lm", "model", sentence.KIND)
+
+
+def export_continued(path: Path, out: Path, kind: str | None, *, force: bool = False,
+                     log: Callable[[str], None] = lambda message: None) -> dict:
+    kind = kind or "masked-lm"
+    if kind not in KINDS:
+        raise EncoderlabError(f"--as {kind!r}: {path} is a continued transformers model; it exports as masked-lm "
+                              "(its own *ForMaskedLM class), model (the body, AutoModel) or sentence-transformers")
+    started = time.perf_counter()
+    cfg = continued_config(path)
+    model = masked_lm(path)
+    out_model = model.base_model if kind != "masked-lm" else model
+    tok = load_tokenizer(path / "tokenizer")
+    info = training_info(path, ckpt.load_state(path))
+    prepare_out(out, force, keep=path)
+    with atomic_dir(out) as tmp:
+        out_model.save_pretrained(str(tmp))
+        tok.save(tmp, model_max_length=cfg.max_position_embeddings)
+        (tmp / "README.md").write_text(_card(type(out_model).__name__, cfg, info, out.name), encoding="utf-8")
+        if kind == sentence.KIND:
+            sentence.write_modules(tmp, cfg)
+    log(f"exported {path} as {type(out_model).__name__} -> {out}")
+    return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(out_model).__name__,
+            "attention": "bidirectional", "parameters": sum(p.numel() for p in out_model.parameters()),
+            "tokenizer_framing": "as the run's data", "note": None, "training": info, "evaluations": [],
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _card(cls: str, cfg: TransformersConfig, info: dict, name: str) -> str:
+    tokens = f"{info['tokens_seen']:,}" if info.get("tokens_seen") is not None else "an unknown number of"
+    return (f"---\nlibrary_name: transformers\ntags:\n- encoderlab\n- {cfg.model_type}\n---\n\n# {name}\n\n"
+            f"A {cfg.model_type} model ({cls}) continued by encoderlab's pretraining: step {info.get('step')}, "
+            f"objective {info.get('objective')}, {tokens} tokens.\n")
