@@ -181,7 +181,8 @@ def pretrain(
 
 def _render_run(p: dict) -> None:
     m = p["model"]
-    out.print(f"[bold]model[/bold]   {m['num_hidden_layers']} layers, hidden {m['hidden_size']}, FFN "
+    kind = f"{m['model_type']} (transformers), " if "model_type" in m else ""
+    out.print(f"[bold]model[/bold]   {kind}{m['num_hidden_layers']} layers, hidden {m['hidden_size']}, FFN "
               f"{m['intermediate_size']}, heads {m['num_attention_heads']}/{m['num_key_value_heads']} (q/kv), "
               f"vocab {m['vocab_size']:,}: {p['parameters'] / 1e6:.1f}M parameters "
               f"({p['non_embedding_parameters'] / 1e6:.1f}M without embeddings)")

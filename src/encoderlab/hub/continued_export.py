@@ -44,7 +44,7 @@ def export_continued(path: Path, out: Path, kind: str | None, *, force: bool = F
     log(f"exported {path} as {type(out_model).__name__} -> {out}")
     return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(out_model).__name__,
             "attention": "bidirectional", "parameters": sum(p.numel() for p in out_model.parameters()),
-            "tokenizer_framing": "as the run's data", "note": None, "training": info, "evaluations": [],
+            "tokenizer_framing": "the run's data", "note": None, "training": info, "evaluations": [],
             "seconds": round(time.perf_counter() - started, 1)}
 
 

@@ -222,9 +222,9 @@ def compile_kernel(kernel):
 
 
 def _recomputed(forward):
-    def run(*args):
+    def run(*args, **kwargs):  # a transformers layer takes its masks and positions by keyword
         # Non-reentrant: works under compile, with FSDP2's hooks and with inputs that need no grad.
-        return recompute(forward, *args, use_reentrant=False)
+        return recompute(forward, *args, use_reentrant=False, **kwargs)
 
     return run
 

@@ -68,7 +68,7 @@ def describe(cfg: PretrainConfig) -> dict:
     return {
         "run_dir": str(cfg.run_dir), "data": str(data), "seq_len": meta["seq_len"],
         "train_windows": meta["splits"]["train"]["windows"],
-        "model": mcfg.model_dump(), "parameters": mcfg.num_parameters(),
+        "model": model_summary(mcfg), "parameters": mcfg.num_parameters(),
         "non_embedding_parameters": mcfg.num_parameters(include_embeddings=False),
         "phases": [p.describe() for p in phases],
         "stable_checkpoint_step": cfg.lr_schedule.decay_start(cfg.train.steps),
@@ -80,6 +80,16 @@ def describe(cfg: PretrainConfig) -> dict:
         "init": cfg.init.model_dump(exclude_none=True),
         "config": cfg.model_dump(mode="json"),
     }
+
+
+def model_summary(mcfg: ModelConfig | TransformersConfig) -> dict:
+    """The model's shape as the run's summary states it: encoderlab's config, or a transformers model's type and the
+    same fields read from its config.json."""
+    if not isinstance(mcfg, TransformersConfig):
+        return mcfg.model_dump()
+    fields = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+              "vocab_size", "max_position_embeddings")
+    return {"model_type": mcfg.model_type, **{f: getattr(mcfg, f) for f in fields}}
 
 
 def resolve_device(name: str) -> torch.device:
