@@ -20,11 +20,20 @@ from encoderlab.pretraining.loop import Trainer
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import continued_mlm_throughput  # noqa: E402
 import prepare_throughput  # noqa: E402
 import pretrain_throughput  # noqa: E402
 import sweep_throughput  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest
+
+
+def test_continued_mlm_throughput_quick(capsys):
+    continued_mlm_throughput.main(["--quick", "--json", "--models", "bert"])
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["results"]
+    assert row["model_type"] == "bert" and "documents stay apart by" in row["layout"]
+    assert row["encoderlab"]["tokens_per_s"] > 0 and row["transformers"]["tokens_per_s"] > 0 and row["ratio"] > 0
 
 
 def test_pretrain_throughput_quick(capsys):
