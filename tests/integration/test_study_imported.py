@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,33 @@ def test_verdict_says_whether_cpt_beat_both_baselines(tmp_path, llama_dir, corpu
            "higher in 4/4 categories, significantly in 4." in text
     table = text.split("## Continued pretraining of imported models")[1].split("CSV:")[0]
     assert table.count("| tinyllama-") == 3 and "±" in table
+
+
+def test_a_transformers_encoder_is_continued_as_it_is_in_a_study(tmp_path, corpus_dir, task_yaml, one_thread,
+                                                                 monkeypatch):
+    """An encoder (a tiny BERT folder) as an imported size: copied, not imported; the text packed with its own
+    tokenizer; its CPT arm trains it in BertForMaskedLM (the base recipe's model section left out); the copy and the
+    continued checkpoint are evaluated; a from-scratch model of its architecture is refused before any work."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+    from test_continued_pretraining import write_masked_lm
+
+    monkeypatch.setenv("ENCODERLAB_HOME", str(tmp_path / "home"))
+    bert = write_masked_lm(tmp_path / "bert", "bert")
+    path = write_study(tmp_path, str(bert), str(corpus_dir), task=str(task_yaml), steps=2)
+    with pytest.raises(ConfigError, match="tinyllama is a transformers encoder: it is continued"):
+        plan_of(path)
+    body = yaml.safe_load(path.read_text())
+    del body["models"]
+    path.write_text(yaml.safe_dump(body))
+    plan, _, base = plan_of(path)
+    cpt = plan.configs["tinyllama-imported-mlm40-2"]
+    assert cpt.init.from_weights == str(plan.root / "imported" / "tinyllama") and not cpt.model.model_fields_set
+    logs: list[str] = []
+    result = run_study(plan, base, log=logs.append)
+    assert not result["failed"] and result["done"] == result["jobs"] == 1 + 2  # 1 run, 2 checkpoints x 1 task
+    assert any(m.startswith("copying tinyllama") for m in logs) and not any(m.startswith("importing") for m in logs)
+    assert (plan.root / "imported" / "tinyllama" / "config.json").read_bytes() == (bert / "config.json").read_bytes()
+    final = plan.root / "pretrain" / "tinyllama-imported-mlm40-2" / "checkpoints" / "step-0000002"
+    assert json.loads((final / "config.json").read_text())["model_type"] == "bert"
+    tags = {r["tag"] for r in records.load_all(plan.root / "evals")}
+    assert tags == {"imported-tinyllama", "tinyllama-imported-mlm40-2-step-0000002"}

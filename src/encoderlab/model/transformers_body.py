@@ -76,6 +76,18 @@ class TransformersConfig(BaseModel):
         """The body's parameters (counted from the model itself when the folder was read)."""
         return self.parameters if include_embeddings else self.parameters - self.vocab_size * self.hidden_size
 
+    def flops_per_token(self, seq_len: int, causal: bool = False, *, training: bool = True,
+                        head_fraction: float = 1.0) -> float:
+        """Model FLOPs per token as `ModelConfig.flops_per_token` counts them, from the body's parameter count:
+        every non-embedding parameter taken as a matrix weight (biases and norms are a rounding error), the LM head
+        one vocabulary matrix at `head_fraction` of the positions, bidirectional attention over the window."""
+        positions = self.max_position_embeddings * self.hidden_size if self.config.get("position_embedding_type",
+                                                                                       "absolute") == "absolute" else 0
+        n_matmul = max(self.num_parameters(include_embeddings=False) - positions, 0)
+        forward = (2 * n_matmul + 2 * self.hidden_size * self.vocab_size * head_fraction
+                   + 4 * self.num_hidden_layers * self.num_attention_heads * self.head_size * seq_len)
+        return 3 * forward if training else forward
+
     def hf_config(self):
         """transformers' config class for `model_type`, from this data (no code of the folder's)."""
         from transformers import AutoConfig

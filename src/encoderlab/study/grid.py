@@ -67,7 +67,7 @@ class Grid:
             cfg = validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}), where=spec.pretrain)
             self.data = _data_shape(spec, cfg)
             self.vocab, self.seq_len = self.data["vocab_size"], self.data["seq_len"]
-        self.model_cfgs = {size: ModelConfig(**shapes[size]) if size in shapes else preset(size, vocab_size=self.vocab)
+        self.model_cfgs = {size: model_config(shapes[size]) if size in shapes else preset(size, vocab_size=self.vocab)
                            for size in study_sizes(spec)}
         self.wanted: dict[str, PretrainRun] = {}
         self.full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
@@ -88,6 +88,10 @@ class Grid:
                 objectives.parse_phase_objective(obj)
             except Exception as exc:
                 raise ConfigError(f"study {self.spec.name}: objective {obj!r}: {exc}") from None
+        if is_encoder(self.shapes.get(size)) and imported is None:
+            raise ConfigError(f"study {self.spec.name}: {size} is a transformers encoder: it is continued "
+                              f"(cpt: sources [imported]) and evaluated as it is; a model trained from scratch "
+                              f"is one of encoderlab's presets (e.g. a size_overrides shape of its size)")
         cfg = self.run_config(size, steps, cpt=kind == "cpt")
         for other in self.wanted.values():
             if (other.size, other.init, other.imported, other.schedule, other.steps) == \
@@ -150,6 +154,22 @@ class Grid:
                     self.add(f"{size}-{src}-dec{steps_label(spec.budget)}-{cpt.objective}-"
                              f"{steps_label(spec.budget + steps)}", size, "cpt", [(cpt.objective, 0)], steps,
                              init=source)
+
+
+def model_config(shape: dict):
+    """An imported size's config: encoderlab's backbone, or a transformers encoder (`imported.ENCODER`)."""
+    from encoderlab.model.transformers_body import TransformersConfig, count_parameters
+    from encoderlab.study.imported import ENCODER
+
+    if ENCODER in shape:
+        return TransformersConfig(config=shape[ENCODER], parameters=count_parameters(shape[ENCODER]))
+    return ModelConfig(**shape)
+
+
+def is_encoder(shape: dict | None) -> bool:
+    from encoderlab.study.imported import ENCODER
+
+    return shape is not None and ENCODER in shape
 
 
 def shared_config(spec: StudySpec, base: dict, size: str, cpt: bool) -> dict:

