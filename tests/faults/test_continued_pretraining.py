@@ -172,6 +172,17 @@ def test_what_cannot_be_continued_is_refused_before_any_work(tmp_path, monkeypat
         "long windows": ({}, "positions stop at"),
     }
     long = packed_with(bert, tmp_path / "long", seq_len=256)
+    llama = tmp_path / "src-llama"  # encoderlab's own backbone computes it: imported first
+    llama.mkdir()
+    (llama / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    gpt2 = tmp_path / "src-gpt2"  # a body with no masked-LM class in transformers
+    from transformers import AutoModel, GPT2Config
+
+    AutoModel.from_config(GPT2Config(vocab_size=40, n_embd=16, n_layer=1, n_head=2)).save_pretrained(gpt2)
+    for tokenizer_file in ("tokenizer.json", "tokenizer_config.json"):
+        (gpt2 / tokenizer_file).write_bytes((bert / tokenizer_file).read_bytes())
+    cases |= {"llama": ({"init": {"from_weights": str(llama)}}, "import it first .*init.from_weights=CKPT"),
+              "gpt2": ({"init": {"from_weights": str(gpt2)}}, "no masked-LM class for model_type 'gpt2'")}
     for name, (change, says) in cases.items():
         cfg = {**config(tmp_path, long if name == "long windows" else packed, bert, name.replace(" ", "-")), **change}
         with pytest.raises(EncoderlabError, match=says):

@@ -16,7 +16,15 @@ import torch
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.transformers_body import TransformersConfig
-from encoderlab.runs.encoders import NAMED, UNUSED_MISSING, is_transformers_folder, resolve_encoder, transformers_config
+from encoderlab.runs.encoders import (
+    NAMED,
+    OWN_BACKBONE,
+    UNUSED_MISSING,
+    is_transformers_folder,
+    model_type,
+    resolve_encoder,
+    transformers_config,
+)
 
 PROBE_DOC_TOKENS = 160  # longer than ModernBERT's 128-token local window, so that a mask that drops it shows
 
@@ -41,6 +49,10 @@ def continued_config(cfg, folder: Path) -> TransformersConfig:
     if set_here:
         raise EncoderlabError(f"model.{set_here[0]} is set, but init.from_weights={cfg.init.from_weights} is a "
                               "transformers model whose config.json is the architecture: remove the model section")
+    if (kind := model_type(folder)) in OWN_BACKBONE:
+        raise EncoderlabError(f"init.from_weights={cfg.init.from_weights}: a {kind} model is computed by encoderlab's "
+                              f"own backbone; import it first (encoderlab import-hf {folder} --out CKPT), then "
+                              "continue it with init.from_weights=CKPT")
     tcfg = transformers_config(folder)
     if type(tcfg.hf_config()) not in MODEL_FOR_MASKED_LM_MAPPING:
         raise EncoderlabError(f"{folder}: transformers has no masked-LM class for model_type {tcfg.model_type!r}; "
