@@ -188,3 +188,46 @@ def test_what_cannot_be_continued_is_refused_before_any_work(tmp_path, monkeypat
         with pytest.raises(EncoderlabError, match=says):
             Trainer(validate(PretrainConfig, cfg, "test"), show_progress=False, log=lambda line: None)
         assert not (tmp_path / name.replace(" ", "-")).exists()
+
+
+def test_a_continued_run_continues_again_and_exports_at_its_usable_length(trained, tmp_path, one_thread):
+    model_type, root, model, trainer = trained
+    again = config(tmp_path, trainer.cfg.data.path, root / "trained", "again", steps=6, save_every=0)
+    lines: list[str] = []
+    Trainer(validate(PretrainConfig, again, "test"), show_progress=False, log=lines.append).run()
+    assert any(line.startswith("initialised weights from") and "trained" in line for line in lines)
+    start = load_file(str(checkpoint.latest(root / "trained") / checkpoint.WEIGHTS))
+    moved = load_file(str(checkpoint.latest(tmp_path / "again") / checkpoint.WEIGHTS))
+    assert start.keys() == moved.keys() and any(not torch.equal(start[k], moved[k]) for k in start)
+    export_checkpoint(tmp_path / "again", tmp_path / "st", "sentence-transformers")
+    usable = 126 if model_type == "roberta" else 128  # RoBERTa's first two positions are its padding's
+    assert json.loads((tmp_path / "st" / "tokenizer_config.json").read_text())["model_max_length"] == usable
+    assert json.loads((tmp_path / "st" / "sentence_bert_config.json").read_text())["max_seq_length"] == usable
+
+
+def test_weights_and_tokenizers_that_do_not_belong_are_refused(tmp_path, one_thread):
+    from safetensors.torch import save_file
+    from transformers import AutoModel
+
+    bert = write_masked_lm(tmp_path / "bert", "bert")
+    packed = packed_with(bert, tmp_path / "packed")
+    body = write_masked_lm(tmp_path / "body", "bert", head=False)  # with BERT's pooler, which BertForMaskedLM lacks
+    assert any(k.startswith("pooler.") for k in AutoModel.from_pretrained(str(body)).state_dict())
+    lines: list[str] = []
+    Trainer(validate(PretrainConfig, config(tmp_path, packed, body, "body", steps=6), "test"), show_progress=False,
+            log=lines.append)
+    assert any("pooler.dense.weight" in line and "left out" in line for line in lines), lines
+    weights = load_file(str(bert / "model.safetensors"))
+    weights["bert.encoder.layer.2.output.dense.weight"] = torch.zeros(32, 64)  # a third layer, two in config.json
+    save_file(weights, str(bert / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(EncoderlabError, match=r"no part of the BertForMaskedLM .*encoder\.layer\.2\."):
+        Trainer(validate(PretrainConfig, config(tmp_path, packed, bert, "extra", steps=6), "test"),
+                show_progress=False, log=lambda line: None)
+    cased = write_masked_lm(tmp_path / "src-cased", "bert")
+    data = json.loads((cased / "tokenizer.json").read_text())
+    data["normalizer"] = None  # the same vocabulary, without lowercasing
+    (cased / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(EncoderlabError, match="its normalizer differs"):
+        Trainer(validate(PretrainConfig, config(tmp_path, packed, cased, "cased", steps=6), "test"),
+                show_progress=False, log=lambda line: None)
+    assert not (tmp_path / "extra").exists() and not (tmp_path / "cased").exists()

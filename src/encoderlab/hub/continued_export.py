@@ -17,7 +17,7 @@ from encoderlab.hub.card import training_info
 from encoderlab.hub.folders import prepare_out
 from encoderlab.model.transformers_body import TransformersConfig
 from encoderlab.runs import checkpoint as ckpt
-from encoderlab.runs.encoders import continued_config, masked_lm
+from encoderlab.runs.encoders import continued_config, masked_lm, usable_positions
 
 KINDS = ("masked-lm", "model", sentence.KIND)
 
@@ -37,10 +37,10 @@ def export_continued(path: Path, out: Path, kind: str | None, *, force: bool = F
     prepare_out(out, force, keep=path)
     with atomic_dir(out) as tmp:
         out_model.save_pretrained(str(tmp))
-        tok.save(tmp, model_max_length=cfg.max_position_embeddings)
+        tok.save(tmp, model_max_length=usable_positions(cfg))  # RoBERTa's first positions are its padding's
         (tmp / "README.md").write_text(_card(type(out_model).__name__, cfg, info, out.name), encoding="utf-8")
         if kind == sentence.KIND:
-            sentence.write_modules(tmp, cfg)
+            sentence.write_modules(tmp, cfg, max_seq_length=usable_positions(cfg))
     log(f"exported {path} as {type(out_model).__name__} -> {out}")
     return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(out_model).__name__,
             "attention": "bidirectional", "parameters": sum(p.numel() for p in out_model.parameters()),

@@ -21,15 +21,17 @@ from encoderlab.tasks.bi_encoder import DOCUMENT_PREFIX, QUERY_PREFIX
 KIND = "sentence-transformers"  # hub/card.py SENTENCE
 POOLING = "1_Pooling"
 
-def write_modules(folder: Path, cfg: ModelConfig) -> None:
-    """The sentence-transformers files beside the transformers model saved in `folder` (its root module)."""
+def write_modules(folder: Path, cfg: ModelConfig, max_seq_length: int | None = None) -> None:
+    """The sentence-transformers files beside the transformers model saved in `folder` (its root module); inputs up
+    to `max_seq_length` tokens (default: the model's positions)."""
     def dump(name: str, obj: object) -> None:
         (folder / name).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
 
     dump("modules.json", [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": POOLING, "type": "sentence_transformers.models.Pooling"}])
-    dump("sentence_bert_config.json", {"max_seq_length": cfg.max_position_embeddings, "do_lower_case": False})
+    dump("sentence_bert_config.json", {"max_seq_length": max_seq_length or cfg.max_position_embeddings,
+                                       "do_lower_case": False})
     dump("config_sentence_transformers.json", {
         "prompts": {"query": QUERY_PREFIX, "document": DOCUMENT_PREFIX}, "default_prompt_name": None,
         "similarity_fn_name": "cosine"})

@@ -16,15 +16,19 @@ import torch
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.transformers_body import TransformersConfig
+from encoderlab.model.transformers_body import count_parameters
+from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
     NAMED,
     OWN_BACKBONE,
     UNUSED_MISSING,
+    is_continued,
     is_transformers_folder,
     model_type,
     resolve_encoder,
     transformers_config,
 )
+from encoderlab.runs.encoders import continued_config as continued_config_of
 
 PROBE_DOC_TOKENS = 160  # longer than ModernBERT's 128-token local window, so that a mask that drops it shows
 
@@ -37,6 +41,9 @@ def transformers_source(cfg) -> Path | None:
     path = Path(source)
     if is_transformers_folder(path) or (not path.exists() and source in NAMED):
         return resolve_encoder(path)
+    if path.exists() and ((path / "state.json").exists() or (path / ckpt.LATEST).exists()):
+        found = ckpt.resolve(path)
+        return found if is_continued(found) else None  # a run of a transformers model, continued again
     return None
 
 
@@ -53,7 +60,12 @@ def continued_config(cfg, folder: Path) -> TransformersConfig:
         raise EncoderlabError(f"init.from_weights={cfg.init.from_weights}: a {kind} model is computed by encoderlab's "
                               f"own backbone; import it first (encoderlab import-hf {folder} --out CKPT), then "
                               "continue it with init.from_weights=CKPT")
-    tcfg = transformers_config(folder)
+    if is_continued(folder):
+        ckpt.verify(folder, (ckpt.TRANSFORMERS_CONFIG, ckpt.WEIGHTS, "tokenizer"))
+        config = continued_config_of(folder).config
+        tcfg = TransformersConfig(config=config, parameters=count_parameters(config))
+    else:
+        tcfg = transformers_config(folder)
     if type(tcfg.hf_config()) not in MODEL_FOR_MASKED_LM_MAPPING:
         raise EncoderlabError(f"{folder}: transformers has no masked-LM class for model_type {tcfg.model_type!r}; "
                               "continued pretraining trains AutoModelForMaskedLM (bert, roberta, deberta-v2, "
@@ -68,8 +80,11 @@ def continued_model(cfg, tcfg: TransformersConfig, log, meta: dict):
 
     folder = transformers_source(cfg)
     assert folder is not None
-    hf, head_missing = _load_masked_lm(folder, tcfg, cfg.train.seed)
+    hf, head_missing, unused = _load_masked_lm(folder, tcfg, cfg.train.seed)
     model = TransformersMaskedLM(tcfg, hf)
+    if unused:  # a BERT pooler: the masked-LM class has none, so its checkpoints and exports carry none either
+        log(f"{folder}: {', '.join(unused)} left out: {type(hf).__name__} has no such weights (its checkpoints and "
+            "exports carry none)")
     if head_missing:
         log(f"{folder} holds no masked-LM head ({len(head_missing)} weights: {', '.join(head_missing[:3])}"
             f"{', ...' if len(head_missing) > 3 else ''}): initialised as transformers initialises a "
@@ -83,8 +98,8 @@ def continued_model(cfg, tcfg: TransformersConfig, log, meta: dict):
 
 
 def _load_masked_lm(folder: Path, tcfg: TransformersConfig, seed: int):
-    """(AutoModelForMaskedLM in fp32, the head weights the folder lacks); any other missing or misshapen weight is
-    refused."""
+    """(AutoModelForMaskedLM in fp32, the head weights the folder lacks, the pooler weights the class leaves out); any
+    other missing, misshapen or unexpected weight is refused."""
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
@@ -113,4 +128,25 @@ def _load_masked_lm(folder: Path, tcfg: TransformersConfig, seed: int):
     if body:
         raise EncoderlabError(f"{folder}: {len(body)} weights of the {tcfg.model_type} body are not in its files "
                               f"(first: {body[0]}); continued pretraining would start them random")
-    return model.train(), [k for k in missing if not k.startswith(prefix)]
+    unused = _unused_weights(folder, model)
+    if strange := [k for k in unused if not k.removeprefix(prefix).startswith(UNUSED_MISSING)]:
+        raise EncoderlabError(f"{folder}: {len(strange)} weights in its files are no part of the "
+                              f"{type(model).__name__} its config.json describes (first: {strange[0]}): the files "
+                              "and the config are of different models")
+    return model.train(), [k for k in missing if not k.startswith(prefix)], unused
+
+
+def _unused_weights(folder: Path, model) -> list[str]:
+    """The names in the folder's safetensors that are no weight of `model` (a body saved alone names its weights
+    without the masked-LM class's prefix); transformers drops some of these without a word (BERT's pooler)."""
+    from safetensors import safe_open
+
+    from encoderlab.runs.encoders import weights_files
+
+    names = set(model.state_dict())
+    stored: list[str] = []
+    for file in weights_files(folder):
+        with safe_open(str(file), "pt") as f:
+            stored += list(f.keys())
+    prefix = model.base_model_prefix + "."
+    return sorted(k for k in stored if k not in names and prefix + k not in names)

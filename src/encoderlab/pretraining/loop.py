@@ -55,8 +55,10 @@ class Trainer:
                                       {**cfg.model_dump(mode="json"), "packed data": self.data_fingerprint})
         if not self.world.is_main:  # one voice per run: rank 0 logs and shows progress
             self.log, self.show_progress = (lambda message: None), False
+        source_notes = check_source(cfg, self.model_cfg, data_root)  # first: another tokenizer explains the rest
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
-        source_notes = check_source(cfg, self.model_cfg, data_root)
+        if resume or extend:  # a resume that is not this run is refused before the model is built (read-only)
+            self._check_run_dir(True, extend)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         self.module = initial_model(cfg, self.model_cfg, attention.for_pretraining(  # one backend for the whole run
             cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len, distributed.compile_kernel),

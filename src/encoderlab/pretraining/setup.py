@@ -56,13 +56,13 @@ def describe(cfg: PretrainConfig) -> dict:
     mcfg = model_config(cfg, meta["tokenizer"])
     phases = cfg.phases
     launched = distributed.torchrun_world()
-    check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
-    device = resolve_device(cfg.train.device)
-    attention.check(cfg.train.attention, device)
     for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
         if not isinstance(mcfg, TransformersConfig):  # (a transformers folder was read by model_config)
             checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
-    notes = check_source(cfg, mcfg, data)
+    notes = check_source(cfg, mcfg, data)  # first: another tokenizer explains the checks that follow
+    check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
+    device = resolve_device(cfg.train.device)
+    attention.check(cfg.train.attention, device)
     global_batch = cfg.train.sequences_per_step(meta["seq_len"])
     tokens_per_step = global_batch * meta["seq_len"]
     return {
@@ -119,8 +119,9 @@ def check_source(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, da
         from encoderlab.data.tokenizer import load_tokenizer
 
         folder = transformers_source(cfg)
-        theirs = load_tokenizer(folder, as_transformers=True).tokenizer
-        _same_vocabulary(ours, theirs, folder, folder, "model's")
+        tokenizer_dir = folder / "tokenizer" if (folder / "state.json").exists() else folder  # a continued run's
+        theirs = load_tokenizer(tokenizer_dir, as_transformers=tokenizer_dir == folder).tokenizer
+        _same_vocabulary(ours, theirs, folder, tokenizer_dir, "model's")
         return []
     source = checkpoint.resolve(cfg.init.from_weights)
     if (source / "tokenizer" / "tokenizer.json").is_file():
@@ -134,20 +135,32 @@ def check_source(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, da
 
 
 def _same_vocabulary(data_tokenizer: Path, theirs, source: Path, tokenizer_dir: Path, whose: str) -> None:
-    """Every token of the source's tokenizer (`theirs`, a `tokenizers.Tokenizer`) has its id in the data's."""
+    """Every token of the source's tokenizer (`theirs`, a `tokenizers.Tokenizer`) has its id in the data's, and both
+    normalise and split text alike."""
+    import json
+
     from tokenizers import Tokenizer
 
     if not data_tokenizer.is_file():
         return
-    vocab = Tokenizer.from_file(str(data_tokenizer)).get_vocab(with_added_tokens=True)
+    data = Tokenizer.from_file(str(data_tokenizer))
+    vocab = data.get_vocab(with_added_tokens=True)
     wrong = [(t, i) for t, i in theirs.get_vocab(with_added_tokens=True).items() if vocab.get(t) != i]
+    repack = (f"pack the text with the {whose} tokenizer (`encoderlab data prepare SRC --tokenizer "
+              f"{tokenizer_dir}`)")
+    where = f"init.from_weights {source}: the data ({data_tokenizer.parent.parent}) was packed with another tokenizer"
     if wrong:
         token, i = min(wrong, key=lambda w: w[1])
-        raise EncoderlabError(
-            f"init.from_weights {source}: the data ({data_tokenizer.parent.parent}) was packed with another tokenizer: "
-            f"token {token!r} is id {i} in the {whose} and {vocab.get(token)} in the data's ({len(wrong):,} tokens "
-            f"differ), so each id would read another token's embedding; pack the text with the {whose} tokenizer "
-            f"(`encoderlab data prepare SRC --tokenizer {tokenizer_dir}`)")
+        there = f"id {vocab[token]}" if token in vocab else "absent"
+        raise EncoderlabError(f"{where}: token {token!r} is id {i} in the {whose} and {there} in the data's "
+                              f"({len(wrong):,} tokens differ), so each id would read another token's embedding; "
+                              f"{repack}")
+    for part in ("normalizer", "pre_tokenizer"):
+        mine, its = (json.loads(t.to_str()).get(part) for t in (data, theirs))
+        if mine != its:
+            raise EncoderlabError(f"{where}: the same vocabulary, but its {part.replace('_', '-')} differs from the "
+                                  f"{whose}, so the same text becomes other tokens (e.g. other case or splits); "
+                                  f"{repack}")
 
 
 def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, meta: dict, phases,

@@ -109,7 +109,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
     if model_type in OWN_BACKBONE and not own_backbone:
         raise EncoderlabError(f"{folder}: a {model_type} model is computed by encoderlab's own backbone; import it "
                               f"first (encoderlab import-hf {folder} --out CKPT), then fine-tune CKPT")
-    _weights_files(folder)
+    weights_files(folder)
     require_tokenizer(folder)
     try:
         parameters = count_parameters(raw)
@@ -127,7 +127,8 @@ def require_tokenizer(folder: Path) -> None:
                               "tokenizer files beside config.json")
 
 
-def _weights_files(folder: Path) -> list[Path]:
+def weights_files(folder: Path) -> list[Path]:
+    """The folder's safetensors files (its shards, checked to lie beside the index), or the one line why not."""
     if (folder / INDEX).is_file():
         try:
             shards = sorted(set(json.loads((folder / INDEX).read_text(encoding="utf-8"))["weight_map"].values()))
@@ -151,7 +152,7 @@ def encoder_digest(path: Path) -> str:
     transformers folder's safetensors file (of its shards' digests in name order, when sharded)."""
     if not is_transformers_folder(path):
         return ckpt.weights_digest(path)
-    files = _weights_files(path)
+    files = weights_files(path)
     if len(files) == 1:
         return sha256_of(files[0])
     return hashlib.sha256("".join(f"{f.name}:{sha256_of(f)}\n" for f in files).encode()).hexdigest()
