@@ -25,6 +25,7 @@ from encoderlab.runs.encoders import (
     is_continued,
     is_transformers_folder,
     model_type,
+    read_folder,
     resolve_encoder,
     transformers_config,
 )
@@ -101,27 +102,9 @@ def _load_masked_lm(folder: Path, tcfg: TransformersConfig, seed: int):
     """(AutoModelForMaskedLM in fp32, the head weights the folder lacks, the pooler weights the class leaves out); any
     other missing, misshapen or unexpected weight is refused."""
     from transformers import AutoModelForMaskedLM
-    from transformers.utils import logging as hf_logging
 
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     torch.manual_seed(seed)  # what the folder lacks is initialised from the run's seed
-    try:
-        model, info = AutoModelForMaskedLM.from_pretrained(
-            str(folder), config=tcfg.hf_config(), trust_remote_code=False, use_safetensors=True,
-            dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
-    except Exception as exc:
-        raise EncoderlabError(f"{folder}: transformers could not load its weights "
-                              f"({' '.join(str(exc).split())[:300]})") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
-    if info.get("mismatched_keys"):
-        key, stored, wanted = sorted(info["mismatched_keys"], key=str)[0][:3]
-        raise EncoderlabError(f"{folder}: {key} is {tuple(stored)} in its files but {tuple(wanted)} in the "
-                              f"{tcfg.model_type} its config.json describes")
+    model, info = read_folder(AutoModelForMaskedLM, folder, tcfg)
     prefix = model.base_model_prefix + "."
     missing = sorted(info["missing_keys"])
     body = [k for k in missing if k.startswith(prefix) and not k[len(prefix):].startswith(UNUSED_MISSING)]

@@ -158,19 +158,18 @@ def encoder_digest(path: Path) -> str:
     return hashlib.sha256("".join(f"{f.name}:{sha256_of(f)}\n" for f in files).encode()).hexdigest()
 
 
-def load_body(folder: Path, cfg):
-    """transformers' `AutoModel` of the folder in fp32, every weight of the body read from its files with its shape
-    (a BERT pooler aside), or the one line naming the first that is missing or of another shape."""
-    from transformers import AutoModel
+def read_folder(auto_class, folder: Path, cfg):
+    """(`auto_class.from_pretrained` of the folder in fp32 from safetensors, its loading info), quietly (encoderlab
+    says in one line what is wrong), or the one line naming a weight of another shape than config.json's."""
     from transformers.utils import logging as hf_logging
 
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()  # its load report and bars: encoderlab says in one line what is wrong
+    hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     try:
-        model, info = AutoModel.from_pretrained(str(folder), config=cfg.hf_config(), trust_remote_code=False,
-                                                use_safetensors=True, dtype=torch.float32, output_loading_info=True,
-                                                ignore_mismatched_sizes=True)
+        model, info = auto_class.from_pretrained(str(folder), config=cfg.hf_config(), trust_remote_code=False,
+                                                 use_safetensors=True, dtype=torch.float32, output_loading_info=True,
+                                                 ignore_mismatched_sizes=True)
     except Exception as exc:
         raise EncoderlabError(f"{folder}: transformers could not load its weights "
                               f"({' '.join(str(exc).split())[:300]})") from None
@@ -182,6 +181,15 @@ def load_body(folder: Path, cfg):
         key, stored, wanted = sorted(info["mismatched_keys"], key=str)[0][:3]  # a set in transformers 5
         raise EncoderlabError(f"{folder}: {key} is {tuple(stored)} in its files but {tuple(wanted)} in the "
                               f"{cfg.model_type} its config.json describes ({len(info['mismatched_keys'])} such)")
+    return model, info
+
+
+def load_body(folder: Path, cfg):
+    """transformers' `AutoModel` of the folder in fp32, every weight of the body read from its files with its shape
+    (a BERT pooler aside), or the one line naming the first that is missing or of another shape."""
+    from transformers import AutoModel
+
+    model, info = read_folder(AutoModel, folder, cfg)
     missing = [k for k in info["missing_keys"] if not k.startswith(UNUSED_MISSING)]
     if missing:
         raise EncoderlabError(f"{folder}: {len(missing)} weights of the {cfg.model_type} body are not in its files "
