@@ -240,3 +240,5 @@ def test_a_transformers_encoder_is_continued_as_it_is_in_a_study(tmp_path, corpu
     assert json.loads((final / "config.json").read_text())["model_type"] == "bert"
     tags = {r["tag"] for r in records.load_all(plan.root / "evals")}
     assert tags == {"imported-tinyllama", "tinyllama-imported-mlm40-2-step-0000002"}
+    text = write_report(plan.root).read_text()
+    assert "## Continued pretraining of imported models" in text and "tinyllama-imported-mlm40-2" in text
