@@ -181,7 +181,9 @@ def test_what_cannot_be_continued_is_refused_before_any_work(tmp_path, monkeypat
     AutoModel.from_config(GPT2Config(vocab_size=40, n_embd=16, n_layer=1, n_head=2)).save_pretrained(gpt2)
     for tokenizer_file in ("tokenizer.json", "tokenizer_config.json"):
         (gpt2 / tokenizer_file).write_bytes((bert / tokenizer_file).read_bytes())
-    cases |= {"llama": ({"init": {"from_weights": str(llama)}}, "import it first .*init.from_weights=CKPT"),
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cases |= {"hub id": ({"init": {"from_weights": "nobody/no-such-model"}}, "not a local folder, and HF_HUB_OFFLINE"),
+              "llama": ({"init": {"from_weights": str(llama)}}, "import it first .*init.from_weights=CKPT"),
               "gpt2": ({"init": {"from_weights": str(gpt2)}}, "no masked-LM class for model_type 'gpt2'")}
     for name, (change, says) in cases.items():
         cfg = {**config(tmp_path, long if name == "long windows" else packed, bert, name.replace(" ", "-")), **change}

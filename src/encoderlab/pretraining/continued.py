@@ -30,6 +30,7 @@ from encoderlab.runs.encoders import (
     transformers_config,
 )
 from encoderlab.runs.encoders import continued_config as continued_config_of
+from encoderlab.runs.hub_models import download, hub_repo
 
 PROBE_DOC_TOKENS = 160  # longer than ModernBERT's 128-token local window, so that a mask that drops it shows
 
@@ -45,6 +46,8 @@ def transformers_source(cfg) -> Path | None:
     if path.exists() and ((path / "state.json").exists() or (path / ckpt.LATEST).exists()):
         found = ckpt.resolve(path)
         return found if is_continued(found) else None  # a run of a transformers model, continued again
+    if not path.exists() and (repo := hub_repo(source)):  # config, safetensors, tokenizer; one line offline
+        return download(repo)
     return None
 
 

@@ -40,7 +40,7 @@ def source(spec: StudySpec, base_dir: Path, name: str) -> str:
         return str(path)
     if given.lower() == "smollm2" or given in NAMED:
         return given.lower() if given.lower() == "smollm2" else given
-    from encoderlab.hub.hub_models import paper_names
+    from encoderlab.runs.hub_models import paper_names
 
     if given in paper_names():  # fetched by `study run` where the Hub is reachable
         return given
