@@ -93,13 +93,14 @@ def encoderlab_steps(work: Path, model: Path, packed: Path, args, dtype: str):
 
 
 def transformers_steps(model: Path, packed: Path, args, dtype: str):
-    from transformers import (AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, Trainer,
-                              TrainerCallback, TrainingArguments)
+    from transformers import (AutoModelForMaskedLM, AutoTokenizer, DataCollatorForLanguageModeling, PrinterCallback,
+                              Trainer, TrainerCallback, TrainingArguments)
     from transformers.utils import logging as hf_logging
 
     from encoderlab.data.loader import PackedDataset
 
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     windows = PackedDataset(packed, "train")
     examples = [{"input_ids": torch.from_numpy(windows.windows([i])[0][0]).long()} for i in range(len(windows))]
     tok = AutoTokenizer.from_pretrained(str(model))
@@ -122,6 +123,7 @@ def transformers_steps(model: Path, packed: Path, args, dtype: str):
             report_to=[], use_cpu=not torch.cuda.is_available(), bf16=dtype == "bf16", dataloader_num_workers=0,
             disable_tqdm=True, seed=0), train_dataset=examples,
             data_collator=DataCollatorForLanguageModeling(tok, mlm_probability=0.15), callbacks=[Clock()])
+        trainer.remove_callback(PrinterCallback)  # its end-of-training line on stdout: this script prints a table
         trainer.train()
         return list(times)
 
