@@ -188,6 +188,12 @@ def test_a_family_of_encoderlabs_own_backbone_is_sent_to_import(home, monkeypatc
     assert "encoderlab import-hf" in _refused(monkeypatch, capsys, home, folder)
 
 
+def test_a_hub_id_offline_is_one_line_saying_to_give_the_folder(home, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    err = _refused(monkeypatch, capsys, home, Path("nobody/no-such-encoder"))
+    assert "not a local folder, and HF_HUB_OFFLINE is set: give the model's local folder" in err
+
+
 def test_saving_a_classification_run_no_stock_class_computes_is_refused_before_any_work(home, monkeypatch, capsys):
     """BERT's sequence classifier reads its pooled first token, not encoderlab's mean-pooled head
     (tests/integration/test_transformers_finetuned.py saves the families a stock class does compute)."""

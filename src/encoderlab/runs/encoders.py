@@ -78,6 +78,8 @@ def named_encoder(name: str, home: Path | None = None) -> Path:
 def resolve_encoder(path: str | Path, *, unpack: bool = True) -> Path:
     """A checkpoint folder, a run folder (its LATEST checkpoint), a transformers encoder folder, or a NAMED
     encoder (`unpack`: fetched and unpacked now; else only its folder's place, for checks before that work)."""
+    from encoderlab.runs.hub_models import download, hub_repo
+
     path = Path(path)
     if not path.exists() and str(path) in NAMED:
         return named_encoder(str(path)) if unpack else named_dir(str(path))
@@ -85,9 +87,11 @@ def resolve_encoder(path: str | Path, *, unpack: bool = True) -> Path:
         return path
     if (path / "state.json").exists() or (path / ckpt.LATEST).exists():
         return ckpt.resolve(path)
+    if not path.exists() and (repo := hub_repo(str(path))):
+        return download(repo)  # config, safetensors and tokenizer files only; offline, one line
     raise EncoderlabError(f"{resolved(path)} is neither an encoderlab checkpoint (state.json), a run folder "
-                          f"({ckpt.LATEST}), a transformers model folder (config.json) nor a named encoder "
-                          f"({', '.join(NAMED)})")
+                          f"({ckpt.LATEST}), a transformers model folder (config.json), a Hub id (owner/name) nor a "
+                          f"named encoder ({', '.join(NAMED)})")
 
 
 def transformers_config(folder: Path, *, own_backbone: bool = False):
