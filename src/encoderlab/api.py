@@ -198,10 +198,11 @@ def report_study(folder: PathLike, *, metric: str = "score", reference: PathLike
 
 
 @checked
-def export(checkpoint: PathLike, out: PathLike, *, kind: str = "eurobert", attention: str | None = None,
+def export(checkpoint: PathLike, out: PathLike, *, kind: str | None = None, attention: str | None = None,
            evaluation: PathLike | None = None, force: bool = False, log: Log = print) -> dict:
     """Write a transformers folder (weights, tokenizer, model card), as `encoderlab export --as KIND`: `kind` is
-    eurobert, llama, mistral, qwen2, qwen3 or sentence-transformers."""
+    eurobert (the default), llama, mistral, qwen2, qwen3 or sentence-transformers; for a continued transformers model
+    masked-lm (the default), model or sentence-transformers."""
     from encoderlab.hub.exporter import export_checkpoint
 
     return export_checkpoint(checkpoint, Path(out), kind, attention=attention,
@@ -232,7 +233,8 @@ def mteb(model: PathLike, tasks: Sequence[str] | str, out: PathLike, *, force: b
 
 @dataclass
 class Encoder:
-    """A checkpoint loaded for use: `model` is the TransformerLM (CPU, fp32, eval mode), `model.model` its body."""
+    """A checkpoint loaded for use: `model` is the TransformerLM (CPU, fp32, eval mode), `model.model` its body (for a
+    continued transformers model, `model.model` is its transformers body and `config` its `TransformersConfig`)."""
 
     path: Path
     model: TransformerLM
@@ -257,7 +259,9 @@ class Encoder:
         return {"input_ids": input_ids, "attention_mask": mask}
 
     def _length(self, max_length: int | None) -> int:
-        context = self.config.max_position_embeddings
+        from encoderlab.runs.encoders import usable_positions
+
+        context = usable_positions(self.config)
         if max_length is not None and not 3 <= max_length <= context:
             raise EncoderlabError(f"max_length={max_length}: give 3 (<bos>, a token of text, <eos>) to {context} "
                                   "(the model's context)")
@@ -293,7 +297,12 @@ class Encoder:
         from encoderlab.hub.card import training_info
         from encoderlab.hub.exporter import check_request, export_target, frame_tokenizer, hf_model
         from encoderlab.runs import checkpoint as ckpt
+        from encoderlab.runs.encoders import is_continued
 
+        if is_continued(self.path):
+            raise EncoderlabError(f"to_transformers: {self.path} is a continued transformers model: its checkpoint "
+                                  "loads in AutoModelForMaskedLM as it is (export(..., kind='masked-lm') writes it "
+                                  "with its tokenizer)")
         if kind == sentence.KIND:
             raise EncoderlabError("to_transformers: use export(..., kind='sentence-transformers') and load the folder "
                                   "with SentenceTransformer")
@@ -315,7 +324,18 @@ def load(checkpoint: PathLike) -> Encoder:
     `Encoder`: its model, config and tokenizer, and `tokenize`, `embed` and `to_transformers`."""
     from encoderlab.runs import checkpoint as ckpt
 
+    from encoderlab.runs.encoders import is_continued, load_continued_encoder
+
     path = ckpt.resolve(checkpoint)
+    if is_continued(path):  # a transformers model continued by pretraining: its body, the run's tokenizer
+        from types import SimpleNamespace
+
+        from encoderlab.model.transformers_body import TransformersBody
+
+        cfg, weights, tok = load_continued_encoder(path)
+        body = TransformersBody(cfg)
+        body.load_state_dict(weights)
+        return Encoder(path, SimpleNamespace(model=body.eval()), cfg, tok)
     model, cfg, tok = ckpt.load_model(path)
     return Encoder(path, model.eval(), cfg, tok)
 

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
+import encoderlab
 from conftest import WORDS, synthetic_documents
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
@@ -127,6 +128,9 @@ def test_the_export_loads_in_transformers_and_computes_the_runs_logits(trained, 
         assert torch.equal(body(input_ids=ids).last_hidden_state, theirs.base_model(input_ids=ids).last_hidden_state)
     cfg, weights, _ = load_continued_encoder(saved)  # what fine-tuning reads
     assert cfg.model_type == model_type and weights.keys() == {f"model.{k}" for k in body.state_dict()}
+    encoder = encoderlab.load(root / "trained")  # the Python API: the body, mean-pooled
+    vectors = encoder.embed(["the cat sat", "dogs ran across green fields"])
+    assert vectors.shape == (2, 32) and torch.allclose(vectors.norm(dim=-1), torch.ones(2))
 
 
 def test_an_unchanged_round_trip_is_exact(trained, tmp_path, one_thread):
