@@ -5,6 +5,8 @@ Correctness (each check prints its error and the limit it must stay under; a fai
                backward, fp32 and bf16, causal and bidirectional, each against a float64 dense reference
   lm-loss      the fused LM head + loss (model/lm_loss.py) against the plain logits + cross-entropy, loss and grads
   pretraining  a 50-step `tiny` CLM pretraining on the device against the same run on the CPU, per-step losses
+  continued    50 steps of continued MLM of tiny transformers BERT and ModernBERT folders (their own classes), the
+               device against the CPU, per-step losses
   finetuning   one LR x seed grid per task family, sequential engine against batched engine: the same records
   fsdp2        `torchrun --nproc-per-node <GPUs> -m encoderlab.cli pretrain --set train.parallel=fsdp2` against
                the same run in one plain process

@@ -255,6 +255,56 @@ def pretraining(ctx) -> Section:
     return s
 
 
+def continued(ctx) -> Section:
+    """Continued MLM of tiny transformers BERT and ModernBERT folders (pretraining/continued.py: transformers' own
+    classes, a block mask or a row per document) on the device against the same runs on the CPU. Their dropout is
+    off: the device's and the CPU's generators draw other masks."""
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "faults")]
+    from test_continued_pretraining import packed_with, write_masked_lm
+
+    s = Section(ctx)
+    dtypes = ("fp32", "bf16") if ctx.device.type == "cuda" else ("fp32",)
+    for model_type in ("bert", "modernbert"):
+        folder, packed = ctx.work / f"continued-{model_type}", ctx.work / f"continued-{model_type}-packed"
+        if not (folder / "config.json").exists():
+            write_masked_lm(folder, model_type)
+            config = json.loads((folder / "config.json").read_text())
+            (folder / "config.json").write_text(json.dumps(
+                {k: 0.0 if "dropout" in k and isinstance(v, float) else v for k, v in config.items()}))
+            packed_with(folder, packed)
+
+        for dtype in dtypes:
+            here = _continued_losses(ctx, model_type, folder, packed, ctx.device.type, dtype)
+            if ctx.device.type == "cpu":
+                cpu = here
+                s.skip(f"{model_type}: the CPU comparison run", "the device is the CPU: its own run is the reference")
+            else:
+                cpu = _continued_losses(ctx, model_type, folder, packed, "cpu", dtype)
+            s.numbers[f"{model_type} {dtype} losses ({ctx.device.type})"] = [round(x, 4) for x in here]
+            s.check(f"{model_type} {dtype} per-step loss, {ctx.device.type} vs cpu (relative)",
+                    curve_difference(here, cpu), CURVE_TOL[dtype])
+            falls = f"{model_type} {dtype} loss falls over the run (last / first)"
+            if ctx.sizes["pretrain"]["steps"] >= 20:
+                s.check(falls, here[-1] / here[0], 0.99)
+            else:  # a smoke run's few steps: a number, not a check
+                s.numbers[falls] = round(here[-1] / here[0], 4)
+    return s
+
+
+def _continued_losses(ctx, model_type: str, folder: Path, packed: Path, device: str, dtype: str) -> list[float]:
+    from encoderlab.core.config import validate
+    from encoderlab.pretraining.config import PretrainConfig
+
+    p, name = ctx.sizes["pretrain"], f"continued-{model_type}-{device}-{dtype}"
+    cfg = validate(PretrainConfig, {
+        "name": name, "out_dir": str(ctx.work / "runs"), "data": {"path": str(packed)},
+        "init": {"from_weights": str(folder)}, "objective": "mlm30", "optim": {"lr": 3e-3},
+        "lr_schedule": {"kind": "wsd", "warmup_steps": 2, "decay_steps": 4},
+        "train": {"steps": p["steps"], "global_batch": p["batch"], "dtype": dtype, "device": device, "log_every": 1,
+                  "tensorboard": False}}, name)
+    return train_losses(ctx, cfg)
+
+
 # ---- fine-tuning: the sequential and the batched engine ------------------------------------------------------
 
 
@@ -431,7 +481,8 @@ SPEED_TARGET = "targets met (MFU >= 50%, >= 1.5x)"
 
 # ---- running them --------------------------------------------------------------------------------------------
 
-SECTIONS = {"attention": attention, "lm-loss": lm_loss, "pretraining": pretraining, "finetuning": finetuning,
+SECTIONS = {"attention": attention, "lm-loss": lm_loss, "pretraining": pretraining, "continued": continued,
+            "finetuning": finetuning,
             "fsdp2": fsdp2, "attention-speed": attention_speed, "pretrain-speed": pretrain_speed}
 TINY_MODEL = {"preset": "tiny", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
               "num_attention_heads": 4, "num_key_value_heads": 2}
