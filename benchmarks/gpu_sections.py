@@ -257,8 +257,9 @@ def pretraining(ctx) -> Section:
 
 def continued(ctx) -> Section:
     """Continued MLM of tiny transformers BERT and ModernBERT folders (pretraining/continued.py: transformers' own
-    classes, a block mask or a row per document) on the device against the same runs on the CPU. Their dropout is
-    off: the device's and the CPU's generators draw other masks."""
+    classes, a block mask or a row per document): one masked batch's loss and gradients on the device against the
+    CPU (fp32; the masks drawn once on the CPU: the device's generator draws other ones), and a run on the device,
+    fp32 against bf16 (the same masks), whose loss falls. Their dropout is off."""
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "faults")]
     from test_continued_pretraining import packed_with, write_masked_lm
 
@@ -272,37 +273,60 @@ def continued(ctx) -> Section:
             (folder / "config.json").write_text(json.dumps(
                 {k: 0.0 if "dropout" in k and isinstance(v, float) else v for k, v in config.items()}))
             packed_with(folder, packed)
-
-        for dtype in dtypes:
-            here = _continued_losses(ctx, model_type, folder, packed, ctx.device.type, dtype)
-            if ctx.device.type == "cpu":
-                cpu = here
-                s.skip(f"{model_type}: the CPU comparison run", "the device is the CPU: its own run is the reference")
-            else:
-                cpu = _continued_losses(ctx, model_type, folder, packed, "cpu", dtype)
+        for part, error in _continued_parity(ctx, model_type, folder, packed).items():
+            s.check(f"{model_type} one batch fp32 {part}, {ctx.device.type} vs cpu", error, LOSS_TOL["fp32"])
+        curves = {dtype: _continued_losses(ctx, model_type, folder, packed, ctx.device.type, dtype) for dtype in dtypes}
+        for dtype, here in curves.items():
             s.numbers[f"{model_type} {dtype} losses ({ctx.device.type})"] = [round(x, 4) for x in here]
-            s.check(f"{model_type} {dtype} per-step loss, {ctx.device.type} vs cpu (relative)",
-                    curve_difference(here, cpu), CURVE_TOL[dtype])
             falls = f"{model_type} {dtype} loss falls over the run (last / first)"
             if ctx.sizes["pretrain"]["steps"] >= 20:
                 s.check(falls, here[-1] / here[0], 0.99)
             else:  # a smoke run's few steps: a number, not a check
                 s.numbers[falls] = round(here[-1] / here[0], 4)
+        if "bf16" in curves:
+            s.check(f"{model_type} per-step loss, bf16 vs fp32 on {ctx.device.type} (relative)",
+                    curve_difference(curves["bf16"], curves["fp32"]), CURVE_TOL["bf16"])
     return s
 
 
-def _continued_losses(ctx, model_type: str, folder: Path, packed: Path, device: str, dtype: str) -> list[float]:
+def _continued_parity(ctx, model_type: str, folder: Path, packed: Path) -> dict[str, float]:
+    """Relative errors of the loss and of every gradient (the largest), the device against the CPU, on one batch."""
+    import copy
+
+    from encoderlab.pretraining.loop import Trainer
+
+    cfg = _continued_config(ctx, model_type, folder, packed, "cpu", "fp32", name=f"continued-{model_type}-parity")
+    trainer = Trainer(cfg, show_progress=False, log=lambda m: None)
+    objective = cfg.phases[0].members[0]
+    ids, docs = (torch.from_numpy(a) for a in trainer.train_data.windows([0, 1, 2, 3]))
+    inputs = objective.prepare(ids, docs, trainer.vocab, torch.Generator().manual_seed(0))
+    got = {}
+    for device in ("cpu", ctx.device.type):
+        model = copy.deepcopy(trainer.module).to(device).eval()
+        loss, _ = model(inputs.input_ids.to(device), causal=False, doc_ids=docs.to(device),
+                        output_positions=inputs.positions.to(device), targets=inputs.targets.to(device))
+        loss.backward()
+        got[device] = (loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    (ref_loss, ref_grads), (loss, grads) = got["cpu"], got[ctx.device.type]
+    return {"loss": rel_error(loss, ref_loss),
+            "gradients (largest)": max(rel_error(grads[n], g) for n, g in ref_grads.items())}
+
+
+def _continued_config(ctx, model_type: str, folder: Path, packed: Path, device: str, dtype: str, name: str = ""):
     from encoderlab.core.config import validate
     from encoderlab.pretraining.config import PretrainConfig
 
-    p, name = ctx.sizes["pretrain"], f"continued-{model_type}-{device}-{dtype}"
-    cfg = validate(PretrainConfig, {
+    p, name = ctx.sizes["pretrain"], name or f"continued-{model_type}-{device}-{dtype}"
+    return validate(PretrainConfig, {
         "name": name, "out_dir": str(ctx.work / "runs"), "data": {"path": str(packed)},
         "init": {"from_weights": str(folder)}, "objective": "mlm30", "optim": {"lr": 3e-3},
         "lr_schedule": {"kind": "wsd", "warmup_steps": 2, "decay_steps": 4},
         "train": {"steps": p["steps"], "global_batch": p["batch"], "dtype": dtype, "device": device, "log_every": 1,
                   "tensorboard": False}}, name)
-    return train_losses(ctx, cfg)
+
+
+def _continued_losses(ctx, model_type: str, folder: Path, packed: Path, device: str, dtype: str) -> list[float]:
+    return train_losses(ctx, _continued_config(ctx, model_type, folder, packed, device, dtype))
 
 
 # ---- fine-tuning: the sequential and the batched engine ------------------------------------------------------
