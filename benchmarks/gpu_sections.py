@@ -308,8 +308,11 @@ def _continued_parity(ctx, model_type: str, folder: Path, packed: Path) -> dict[
         loss.backward()
         got[device] = (loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None})
     (ref_loss, ref_grads), (loss, grads) = got["cpu"], got[ctx.device.type]
-    return {"loss": rel_error(loss, ref_loss),
-            "gradients (largest)": max(rel_error(grads[n], g) for n, g in ref_grads.items())}
+    # Over the largest gradient of the model, not each tensor's: BERT's attention key bias has a gradient of exactly 0
+    # in exact arithmetic (softmax ignores a shift shared by all keys), so each device's is rounding noise of its own.
+    scale = max(g.abs().max().item() for g in ref_grads.values())
+    worst = max((grads[n].cpu() - g).abs().max().item() for n, g in ref_grads.items())
+    return {"loss": rel_error(loss, ref_loss), "gradients (largest difference over the largest gradient)": worst / scale}
 
 
 def _continued_config(ctx, model_type: str, folder: Path, packed: Path, device: str, dtype: str, name: str = ""):
