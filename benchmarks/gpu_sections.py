@@ -312,7 +312,8 @@ def _continued_parity(ctx, model_type: str, folder: Path, packed: Path) -> dict[
     # in exact arithmetic (softmax ignores a shift shared by all keys), so each device's is rounding noise of its own.
     scale = max(g.abs().max().item() for g in ref_grads.values())
     worst = max((grads[n].cpu() - g).abs().max().item() for n, g in ref_grads.items())
-    return {"loss": rel_error(loss, ref_loss), "gradients (largest difference over the largest gradient)": worst / scale}
+    return {"loss": rel_error(loss, ref_loss),
+            "gradients (largest difference over the largest gradient)": worst / scale}
 
 
 def _continued_config(ctx, model_type: str, folder: Path, packed: Path, device: str, dtype: str, name: str = ""):
