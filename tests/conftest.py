@@ -41,6 +41,24 @@ WORDS = ("the cat sat on a mat while dogs ran across green fields and birds sang
          "river where children played with boats made of paper").split()
 
 
+def tiny_checkpoint(folder: Path, seed: int = 5) -> Path:
+    """A weights-only checkpoint of a tiny random encoderlab model (2 layers, 32 wide, fp32) with a 300-token BPE of
+    WORDS, as an MLM run's final checkpoint would be recorded."""
+    from encoderlab.model.config import ModelConfig
+    from encoderlab.model.transformer import TransformerLM
+    from encoderlab.runs.checkpoint import save_weights_only
+
+    tok = train_bpe([" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(200)], 300)
+    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
+                      mask_token_id=tok.mask_id)
+    model = TransformerLM(cfg)
+    model.init_weights(seed=seed)
+    return save_weights_only(folder, model.state_dict(), cfg, tok,
+                             {"step": 3, "reason": "final", "objective": "mlm40", "total_steps": 3})
+
+
 def synthetic_documents(n: int, seed: int = 0) -> list[Document]:
     rng = random.Random(seed)
     docs = []

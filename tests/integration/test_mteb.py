@@ -10,14 +10,11 @@ import random
 
 import pytest
 import torch
-from conftest import run_command
+from conftest import run_command, tiny_checkpoint
 
 pytest.importorskip("mteb", reason="the mteb extra is not installed (pip install 'encoderlab[mteb]')")
 
 from encoderlab.data.offline.taskfiles import write_task_folder  # noqa: E402
-from encoderlab.data.tokenizer import train_bpe  # noqa: E402
-from encoderlab.model.config import ModelConfig  # noqa: E402
-from encoderlab.model.transformer import TransformerLM  # noqa: E402
 from encoderlab.runs import checkpoint as ckpt  # noqa: E402
 from encoderlab.tasks import load_task  # noqa: E402
 
@@ -57,15 +54,7 @@ def setup(tmp_path_factory, one_thread):
     """An ENCODERLAB_HOME holding the offline tasks and a tiny random-weight checkpoint (fp32)."""
     root = tmp_path_factory.mktemp("mteb")
     write_offline_tasks(root / "home" / "data" / "offline" / "tasks")
-    tok = train_bpe([" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(200)], 300)
-    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
-                      mask_token_id=tok.mask_id)
-    model = TransformerLM(cfg)
-    model.init_weights(seed=5)
-    ckpt.save_weights_only(root / "ckpt", model.state_dict(), cfg, tok, {"step": 3, "reason": "final",
-                                                                        "objective": "mlm40", "total_steps": 3})
+    tiny_checkpoint(root / "ckpt")
     return root
 
 

@@ -17,16 +17,14 @@ import torch.nn.functional as F
 import transformers
 from scipy import stats
 from torch import Tensor, nn
+from conftest import tiny_checkpoint
 
 from encoderlab.core.errors import DataError, EncoderlabError
-from encoderlab.data.tokenizer import TextTokenizer, train_bpe
+from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning import records
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.sweep import run_sweep
 from encoderlab.hub.finetuned import MANIFEST, SavedModels
-from encoderlab.model.config import ModelConfig
-from encoderlab.model.transformer import TransformerLM
-from encoderlab.runs.checkpoint import save_weights_only
 from encoderlab.study.results import category_scores, task_scores
 from encoderlab.tasks import registry, task_family
 from encoderlab.tasks.base import SPLITS, ListTask, constant, mean_pool, pad
@@ -147,15 +145,7 @@ def sts(tmp_path_factory, one_thread):
                 shared = rng.randint(0, 4)
                 out.writerow([" ".join(a), " ".join(a[:shared] + rng.choices(WORDS, k=4 - shared)), shared / 4])
     (root / "sts.yaml").write_text("family: sts\ntrain: train.csv\nvalidation: dev.csv\ntest: test.csv\n")
-    tok = train_bpe([" ".join(random.Random(i).choices(WORDS, k=12)) for i in range(200)], 300)
-    cfg = ModelConfig(vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id,
-                      mask_token_id=tok.mask_id)
-    model = TransformerLM(cfg)
-    model.init_weights(seed=5)
-    save_weights_only(root / "ckpt", model.state_dict(), cfg, tok,
-                      {"step": 3, "reason": "final", "objective": "mlm40", "total_steps": 3})
+    tiny_checkpoint(root / "ckpt")
     yield root
     registry.unregister("sts")
 

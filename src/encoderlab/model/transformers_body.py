@@ -9,10 +9,11 @@ data: the class comes from transformers' own mapping of `model_type`, never from
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
 
@@ -27,6 +28,9 @@ class TransformersConfig(BaseModel):
     config: dict[str, Any]
     parameters: int
     tie_word_embeddings: bool = False  # the body has no LM head
+    # Where continued pretraining read it (resolved once per run: a named encoder unpacked, a Hub id fetched); not
+    # part of the model, so never dumped.
+    source: Path | None = Field(None, exclude=True)
 
     @property
     def model_type(self) -> str:

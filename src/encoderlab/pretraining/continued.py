@@ -16,7 +16,6 @@ import torch
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.transformers_body import TransformersConfig
-from encoderlab.model.transformers_body import count_parameters
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
     NAMED,
@@ -52,8 +51,8 @@ def transformers_source(cfg) -> Path | None:
 
 
 def continued_config(cfg, folder: Path) -> TransformersConfig:
-    """The folder's config, refusing a `model:` section (the architecture is the folder's) and a model_type without
-    a masked-LM class in transformers."""
+    """The folder's config (its `source`: the folder), refusing a `model:` section (the architecture is the
+    folder's) and a model_type without a masked-LM class in transformers."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING
 
     set_here = sorted({*(cfg.model.model_extra or {})} | ({"preset"} & cfg.model.model_fields_set))
@@ -65,16 +64,15 @@ def continued_config(cfg, folder: Path) -> TransformersConfig:
                               f"own backbone; import it first (encoderlab import-hf {folder} --out CKPT), then "
                               "continue it with init.from_weights=CKPT")
     if is_continued(folder):
-        ckpt.verify(folder, (ckpt.TRANSFORMERS_CONFIG, ckpt.WEIGHTS, "tokenizer"))
-        config = continued_config_of(folder).config
-        tcfg = TransformersConfig(config=config, parameters=count_parameters(config))
+        ckpt.verify(folder, (ckpt.WEIGHTS, "tokenizer"))
+        tcfg = continued_config_of(folder)
     else:
         tcfg = transformers_config(folder)
     if type(tcfg.hf_config()) not in MODEL_FOR_MASKED_LM_MAPPING:
         raise EncoderlabError(f"{folder}: transformers has no masked-LM class for model_type {tcfg.model_type!r}; "
                               "continued pretraining trains AutoModelForMaskedLM (bert, roberta, deberta-v2, "
                               "modernbert, distilbert, xlm-roberta, ...)")
-    return tcfg
+    return tcfg.model_copy(update={"source": folder})
 
 
 def continued_model(cfg, tcfg: TransformersConfig, log, meta: dict):
@@ -82,8 +80,7 @@ def continued_model(cfg, tcfg: TransformersConfig, log, meta: dict):
     the folder has none, and how it keeps documents apart chosen on the data's own token ids."""
     from encoderlab.model.transformers_mlm import TransformersMaskedLM
 
-    folder = transformers_source(cfg)
-    assert folder is not None
+    folder = tcfg.source
     hf, head_missing, unused = _load_masked_lm(folder, tcfg, cfg.train.seed)
     model = TransformersMaskedLM(tcfg, hf)
     if unused:  # a BERT pooler: the masked-LM class has none, so its checkpoints and exports carry none either

@@ -24,7 +24,6 @@ from encoderlab.pretraining import distributed, objectives
 from encoderlab.pretraining import resume as same_run
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.divergence import Watch, out_of_memory
-from encoderlab.pretraining.continued import transformers_source
 from encoderlab.pretraining.setup import check_compatible, check_source, initial_model, model_config, resolve_device
 from encoderlab.runs import checkpoint, optim
 from encoderlab.runs.logging import MetricsLog, Progress, describe_step, read_metrics
@@ -90,11 +89,9 @@ class Trainer:
             self.log(note)
 
     def _prepare_run_dir(self, resume: bool, extend: bool) -> None:
-        # A resume is checked before the lock, so that a refused one changes no file (the lock file included), and
-        # again under it: another process may have moved the run on in between. A new run is checked under the lock
-        # only, so that a run being written is refused naming its process.
-        if resume:
-            self._check_run_dir(resume, extend)
+        # A resume was checked before the lock (in __init__, before the model is built), so that a refused one changes
+        # no file (the lock file included); it is checked again under it: another process may have moved the run on.
+        # A new run is checked under the lock only, so that a run being written is refused naming its process.
         if self.world.is_main:  # before anything is written there; the other ranks follow rank 0
             self._lock.enter_context(run_lock(self.run_dir, "a pretraining run"))
             if not resume and (cleared := same_run.clear_unsaved_start(self.run_dir)):
@@ -116,7 +113,7 @@ class Trainer:
             self._load_full_state(source, "branch")
             self.log(f"branched from {source} at step {self.step}")
         elif self.cfg.init.from_weights:
-            if (source := transformers_source(self.cfg)) is None:  # a transformers model was read by initial_model
+            if (source := getattr(self.model_cfg, "source", None)) is None:  # else read by initial_model
                 source = checkpoint.resolve(self.cfg.init.from_weights)
                 distributed.load_weights(source, self.model)
             self.log(f"initialised weights from {source}")

@@ -118,7 +118,7 @@ def check_source(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, da
     if isinstance(mcfg, TransformersConfig):
         from encoderlab.data.tokenizer import load_tokenizer
 
-        folder = transformers_source(cfg)
+        folder = mcfg.source
         tokenizer_dir = folder / "tokenizer" if (folder / "state.json").exists() else folder  # a continued run's
         theirs = load_tokenizer(tokenizer_dir, as_transformers=tokenizer_dir == folder).tokenizer
         _same_vocabulary(ours, theirs, folder, tokenizer_dir, "model's")

@@ -264,8 +264,10 @@ def masked_lm(path: Path):
 
 
 def continued_config(path: Path) -> TransformersConfig:
+    """A continued checkpoint's config.json, verified, with its body's parameter count."""
     ckpt.verify(path, (ckpt.TRANSFORMERS_CONFIG,))
-    return TransformersConfig(config=json.loads((path / ckpt.TRANSFORMERS_CONFIG).read_text()), parameters=0)
+    config = json.loads((path / ckpt.TRANSFORMERS_CONFIG).read_text())
+    return TransformersConfig(config=config, parameters=count_parameters(config))
 
 
 def is_continued(path: Path) -> bool:
@@ -281,8 +283,7 @@ def load_continued_encoder(path: Path):
     from transformers import AutoModel
 
     model = masked_lm(path)
-    config = continued_config(path).config
-    cfg = TransformersConfig(config=config, parameters=count_parameters(config))
+    cfg = continued_config(path)
     tokenizer = load_tokenizer(path / "tokenizer")
     check_tokenizer(tokenizer, cfg.vocab_size, path)
     torch.manual_seed(0)  # a BERT pooler the masked-LM body lacks: unused by fine-tuning, but the same every time
