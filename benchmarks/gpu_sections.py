@@ -81,7 +81,7 @@ def flex_backend(device: torch.device, seq_len: int):
     if device.type == "cuda":
         from encoderlab.pretraining.distributed import compile_kernel
 
-        return for_pretraining("flex", False, device, seq_len, compile_kernel)
+        return for_pretraining("flex", device, seq_len, compile_kernel)
     return Flex()
 
 

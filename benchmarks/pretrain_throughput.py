@@ -113,7 +113,7 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
     if impl == "encoderlab":
         torch.manual_seed(0)
         # The trainer's default document attention (train.attention: auto): varlen on CPU, flex on CUDA.
-        attention = for_pretraining("auto", shape.compile, device, shape.seq_len, compile_kernel)
+        attention = for_pretraining("auto", device, shape.seq_len, compile_kernel)
         model = TransformerLM(cfg, attention)
         model.init_weights(0)
         if shape.compile:

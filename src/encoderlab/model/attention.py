@@ -331,15 +331,16 @@ def for_finetuning(device: torch.device, length: int) -> Dense:
     return Dense(form_for(device.type, length))
 
 
-def for_pretraining(kind: str, compiled: bool, device: torch.device, seq_len: int,
+def for_pretraining(kind: str, device: torch.device, seq_len: int,
                     fuse: Callable[[Callable], Callable] = lambda kernel: kernel) -> Backend:
-    """A pretraining run's backend (`train.attention`; `compiled`: `train.compile`), chosen once and given to the
-    model. auto, as measured: flex on CUDA, varlen on a CPU where it saves work, except under compile (a new bucket
-    layout every batch would recompile the blocks). `fuse` makes flex_attention's fused kernel: the trainer's compiler
-    (pretraining/distributed.py `compile_kernel`; the model's code stays out of compilation)."""
+    """A pretraining run's backend (`train.attention`), chosen once and given to the model. auto, as measured: flex on
+    CUDA, varlen on a CPU where it saves work, compiled or not (`train.compile` on CPU compiles around the
+    attention: pretraining/distributed.py `compiles_around_attention`). `fuse` makes flex_attention's
+    fused kernel: the trainer's compiler (pretraining/distributed.py `compile_kernel`; the model's code stays out of
+    compilation)."""
     dense = Dense(form_for(device.type, seq_len))  # every window has seq_len tokens
     if kind == "auto":
-        if device.type == "cpu" and not compiled:
+        if device.type == "cpu":
             return Varlen(dense, fallback=True)
         kind = "flex" if device.type == "cuda" else "dense"
     check(kind, device)

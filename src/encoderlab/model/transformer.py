@@ -127,14 +127,19 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[..., Tensor]) -> Tensor:
+        return self.out(attend(*self.qkv(x, cos, sin)))
+
+    def qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
         v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = attend(q, k, v)  # (B, T, H, D): the forward's layout from the run's attention backend
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def out(self, y: Tensor) -> Tensor:
+        B, T = y.shape[:2]
         return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))  # (B, T, C)
 
 
@@ -160,7 +165,13 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[..., Tensor]) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, attend)
+        return self.after_attention(x, attend(*self.before_attention(x, cos, sin)))
+
+    def before_attention(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.self_attn.qkv(self.input_layernorm(x), cos, sin)
+
+    def after_attention(self, x: Tensor, y: Tensor) -> Tensor:
+        x = x + self.self_attn.out(y)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 

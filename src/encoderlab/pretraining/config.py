@@ -88,12 +88,13 @@ class TrainSection(_Section):
     # Parallelism and speed switches (docs/distributed.md). Off by default: each changes memory, speed or kernels.
     parallel: Literal["none", "ddp", "fsdp2"] = Field(
         "none", description="data parallelism over the processes of a torchrun launch (none: one process)")
-    compile: bool = Field(False, description="torch.compile each transformer block")
+    compile: bool = Field(False, description="torch.compile each transformer block (on CPU the parts before and "
+                          "after its attention, which stays eager)")
     activation_checkpointing: bool = Field(
         False, description="recompute each block's activations in the backward pass: less memory, more compute")
     attention: Literal["auto", "dense", "varlen", "flex"] = Field(
-        "auto", description="how packed documents attend: auto (flex on CUDA; varlen on CPU where it saves work, "
-        "dense under compile), dense (SDPA with a block mask), varlen (CPU: per-document buckets), flex (CUDA: "
+        "auto", description="how packed documents attend: auto (flex on CUDA; varlen on CPU where it saves work), "
+        "dense (SDPA with a block mask), varlen (CPU: per-document buckets), flex (CUDA: "
         "compiled flex_attention)")
     _dtype_asked: str = PrivateAttr("bf16")  # `dtype` as the config gave it ("auto" is resolved when read)
 
@@ -107,9 +108,6 @@ class TrainSection(_Section):
             raise ValueError("give exactly one of global_batch (sequences) and global_batch_tokens")
         if self.micro_batch is not None and self.global_batch is not None and self.global_batch % self.micro_batch:
             raise ValueError(f"micro_batch {self.micro_batch} must divide global_batch {self.global_batch}")
-        if self.attention == "varlen" and self.compile:
-            raise ValueError("attention: varlen changes its bucket layout every batch, which would recompile the "
-                             "blocks every step under compile: true; use attention: dense or auto with compile")
         return self
 
     @model_validator(mode="after")

@@ -60,7 +60,7 @@ class Trainer:
             self._check_run_dir(True, extend)
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         self.module = initial_model(cfg, self.model_cfg, attention.for_pretraining(  # one backend for the whole run
-            cfg.train.attention, cfg.train.compile, self.device, self.train_data.seq_len, distributed.compile_kernel),
+            cfg.train.attention, self.device, self.train_data.seq_len, distributed.compile_kernel),
             log=self.log, data_meta=self.train_data.meta)
         self.module.to(self.device)
         # What trains: the module itself, or its DDP wrapper; FSDP2 shards the module in place.
