@@ -90,6 +90,7 @@ class Shape:
     seq_len: int
     compile: bool = False  # the trainer's train.compile (each block); the baseline's decoder layers alike
     dtype: str = "bf16"  # bf16 autocast or fp32, both implementations
+    mean_doc: int = 128  # mean document length of the packed windows (geometric): how much attention masks away
 
 
 def parse_preset(text: str, default_seq_len: int) -> tuple[str, int]:
@@ -135,7 +136,7 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
             for layer in model.model.layers:
                 layer.compile()
     model.to(device)
-    ids, docs = (t.to(device) for t in packed_batch(shape.batch, shape.seq_len, cfg.vocab_size, mean_doc=128))
+    ids, docs = (t.to(device) for t in packed_batch(shape.batch, shape.seq_len, cfg.vocab_size, shape.mean_doc))
     gen = torch.Generator(device).manual_seed(0)
     vocab = objectives.Vocab(cfg.vocab_size, 3, tuple(SPECIAL))
     # Fused on both sides: transformers' Trainer defaults to `adamw_torch_fused` since torch 2.8 (a foreach AdamW for
@@ -188,7 +189,7 @@ def bench(shape: Shape, reps: int, warmup: int, peak: float, device: torch.devic
     head_fraction = getattr(objective, "mask_rate", 1.0)
     flops_per_token = cfg.flops_per_token(shape.seq_len, objective.causal, training=True, head_fraction=head_fraction)
     result = {"preset": shape.preset, "objective": objective.name, "batch": shape.batch, "seq_len": shape.seq_len,
-              "compile": shape.compile, "dtype": shape.dtype,
+              "compile": shape.compile, "dtype": shape.dtype, "mean_doc": shape.mean_doc,
               "device": str(device), "threads": torch.get_num_threads(), "parameters": cfg.num_parameters()}
     for impl, ts in times.items():
         tps = tokens / statistics.median(ts)
@@ -316,6 +317,9 @@ def main(argv=None) -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda")
+    parser.add_argument("--mean-doc", type=int, default=128, metavar="TOKENS",
+                        help="mean document length in the packed windows (geometric; the offline corpus: ~180 at 512 "
+                             "tokens); a value above the window length gives one document a window")
     parser.add_argument("--compile", action="store_true", help="torch.compile each block of both models")
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
                         help="bf16 autocast or fp32; auto: bf16 where the device multiplies bf16 natively")
@@ -330,6 +334,8 @@ def main(argv=None) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smoke test (numbers are noise): micro at 64 tokens, batch 2, one step each")
     args = parser.parse_args(argv)
+    if args.mean_doc < 1:
+        parser.error(f"--mean-doc {args.mean_doc}: a document has at least 1 token")
     malloc = ("keep" if keep_freed_memory() else "not set (not glibc, or set by the environment)"
               ) if args.malloc == "keep" else "default"
     if args.quick:
@@ -340,7 +346,7 @@ def main(argv=None) -> None:
                           "cpu" if args.device == "auto" else args.device)
     dtype = resolve_dtype(args.dtype, device.type)
     peak = peak_flops(device, reps=2 if args.quick else 20, dtype=dtype, n=256 if args.quick else None)
-    shapes = [Shape(name, o, args.batch, seq_len, args.compile, dtype) for name, seq_len in
+    shapes = [Shape(name, o, args.batch, seq_len, args.compile, dtype, args.mean_doc) for name, seq_len in
               (parse_preset(p, args.seq_len) for p in args.presets) for o in args.objectives]
     results = []
     for shape in shapes:
@@ -356,7 +362,8 @@ def main(argv=None) -> None:
                           "malloc": malloc, "results": results}, indent=2))
         return
     print(f"{dtype} matmul peak measured: {peak / 1e12:.3g} TFLOP/s on {device}, {torch.get_num_threads()} threads, "
-          f"batch {args.batch}, median of {args.reps} alternating steps; allocator: {malloc}")
+          f"batch {args.batch}, documents of ~{args.mean_doc} tokens, median of {args.reps} alternating steps; "
+          f"allocator: {malloc}")
     print(f"{'preset':<6} {'seq':>5} {'objective':<9} {'encoderlab tok/s':>17} {'MFU':>6} {'peak MiB':>9} "
           f"{'transformers tok/s':>19} {'MFU':>6} {'peak MiB':>9} {'ratio':>6}")
     for r in results:
