@@ -126,10 +126,10 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attend: Callable[..., Tensor]) -> Tensor:
-        return self.out(attend(*self.qkv(x, cos, sin)))
-
+    # No forward: the block calls the two halves around the run's attention backend (`Block.forward`), so that
+    # compile on CPU can take each half and leave the backend's varying layout eager.
     def qkv(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q (B, T, H, D) and k (B, T, Hkv, D) rotated, v (B, T, Hkv, D): what the attention backend takes."""
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim)  # (B, T, H, D)
         k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim)  # (B, T, Hkv, D)
@@ -139,6 +139,7 @@ class Attention(nn.Module):
         return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def out(self, y: Tensor) -> Tensor:
+        """The output projection of the backend's (B, T, H, D) result."""
         B, T = y.shape[:2]
         return self.o_proj(y.reshape(B, T, self.n_heads * self.head_dim))  # (B, T, C)
 
