@@ -268,14 +268,11 @@ def continued(ctx) -> Section:
     for model_type in ("bert", "modernbert"):
         folder, packed = ctx.work / f"continued-{model_type}", ctx.work / f"continued-{model_type}-packed"
         if not (folder / "config.json").exists():
-            write_masked_lm(folder, model_type)
-            config = json.loads((folder / "config.json").read_text())
-            (folder / "config.json").write_text(json.dumps(
-                {k: 0.0 if "dropout" in k and isinstance(v, float) else v for k, v in config.items()}))
-            packed_with(folder, packed)
+            packed_with(write_masked_lm(folder, model_type, dropout=False), packed)
         for part, error in _continued_parity(ctx, model_type, folder, packed).items():
             s.check(f"{model_type} one batch fp32 {part}, {ctx.device.type} vs cpu", error, LOSS_TOL["fp32"])
-        curves = {dtype: _continued_losses(ctx, model_type, folder, packed, ctx.device.type, dtype) for dtype in dtypes}
+        curves = {dtype: train_losses(ctx, _continued_config(ctx, model_type, folder, packed, ctx.device.type, dtype))
+                  for dtype in dtypes}
         for dtype, here in curves.items():
             s.numbers[f"{model_type} {dtype} losses ({ctx.device.type})"] = [round(x, 4) for x in here]
             falls = f"{model_type} {dtype} loss falls over the run (last / first)"
@@ -328,9 +325,6 @@ def _continued_config(ctx, model_type: str, folder: Path, packed: Path, device: 
         "train": {"steps": p["steps"], "global_batch": p["batch"], "dtype": dtype, "device": device, "log_every": 1,
                   "tensorboard": False}}, name)
 
-
-def _continued_losses(ctx, model_type: str, folder: Path, packed: Path, device: str, dtype: str) -> list[float]:
-    return train_losses(ctx, _continued_config(ctx, model_type, folder, packed, device, dtype))
 
 
 # ---- fine-tuning: the sequential and the batched engine ------------------------------------------------------

@@ -4,7 +4,6 @@ own masks (seeded from seed, step and rank), so runs over other numbers of proce
 transformers' Trainer does; a resume at the same world size stays exact (tests/faults/test_continued_pretraining.py)."""
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -43,11 +42,7 @@ def _two_process_runs(rank: int, world: int, port: int, root: Path) -> None:
 
 
 def _train_all(root: Path) -> None:
-    bert = write_masked_lm(root / "bert", "bert")
-    config = json.loads((bert / "config.json").read_text())
-    (bert / "config.json").write_text(json.dumps({**config, "hidden_dropout_prob": 0.0,
-                                                  "attention_probs_dropout_prob": 0.0}))
-    packed_with(bert, root / "packed")
+    packed_with(write_masked_lm(root / "bert", "bert", dropout=False), root / "packed")
     mp.spawn(_two_process_runs, args=(2, _free_port(), root), nprocs=2, join=True)
     before = torch.get_num_threads()
     try:

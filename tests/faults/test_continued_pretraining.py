@@ -35,9 +35,10 @@ MODELS = {"bert": {}, "roberta": {"pad_token_id": 1, "bos_token_id": 0, "eos_tok
                          "eos_token_id": 3, "cls_token_id": 2, "sep_token_id": 3}}
 
 
-def write_masked_lm(folder: Path, model_type: str, head: bool = True) -> Path:
+def write_masked_lm(folder: Path, model_type: str, head: bool = True, dropout: bool = True) -> Path:
     """A tiny random masked-LM `model_type` folder with a word-level fast tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK]
-    first); `head=False` saves the body alone (as sentence-transformers folders hold it)."""
+    first); `head=False` saves the body alone (as sentence-transformers folders hold it); `dropout=False` sets every
+    dropout probability of its config to 0 (runs that must equal each other step for step)."""
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -49,6 +50,10 @@ def write_masked_lm(folder: Path, model_type: str, head: bool = True) -> Path:
     settings = {"pad_token_id": 0, **MODELS.get(model_type, {})}
     cfg = AutoConfig.for_model(model_type, vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
                                num_attention_heads=4, intermediate_size=64, max_position_embeddings=128, **settings)
+    if not dropout:
+        for key, value in cfg.to_dict().items():
+            if "dropout" in key and isinstance(value, float):
+                setattr(cfg, key, 0.0)
     torch.manual_seed(0)
     (AutoModelForMaskedLM if head else AutoModel).from_config(cfg).save_pretrained(folder)
     return folder
