@@ -121,12 +121,14 @@ def _load_masked_lm(folder: Path, tcfg: TransformersConfig, seed: int):
 
 def _unused_weights(folder: Path, model) -> list[str]:
     """The names in the folder's safetensors that are no weight of `model` (a body saved alone names its weights
-    without the masked-LM class's prefix); transformers drops some of these without a word (BERT's pooler)."""
+    without the masked-LM class's prefix); transformers drops some of these without a word (BERT's pooler). A buffer
+    the class computes itself and no longer saves (BERT's `position_ids`, which all-MiniLM-L6-v2's files still hold)
+    belongs to the model."""
     from safetensors import safe_open
 
     from encoderlab.runs.encoders import weights_files
 
-    names = set(model.state_dict())
+    names = set(model.state_dict()) | {name for name, _ in model.named_buffers()}
     stored: list[str] = []
     for file in weights_files(folder):
         with safe_open(str(file), "pt") as f:
