@@ -106,6 +106,18 @@ def test_check_writable_refuses_files_on_the_way_and_accepts_folders_to_make(tmp
         check_writable(tmp_path / "file", "out_dir")
 
 
+def test_check_writable_refuses_names_too_long_and_folders_nothing_can_be_made_in(tmp_path):
+    with pytest.raises(EncoderlabError, match=r"--out .*: the name x{24}\.\.\. is 300 bytes long; the file system of "
+                                              r".* takes names of at most \d+"):
+        check_writable(tmp_path / ("x" * 300) / "sub", "--out")
+    if Path("/proc/self").is_dir():  # procfs: permission bits let root in, but no folder can be made there
+        with pytest.raises(EncoderlabError, match=r"out_dir /proc/x cannot be written: nothing can be made in /proc"):
+            check_writable(Path("/proc/x"), "out_dir")
+    assert not list(tmp_path.iterdir())  # the probe leaves nothing behind
+    check_writable(tmp_path, "--out")
+    assert not list(tmp_path.iterdir())
+
+
 def permission_bits_stop_us() -> bool:
     """False for root (os.geteuid() == 0) with CAP_DAC_OVERRIDE, which writes into read-only folders anyway."""
     with tempfile.TemporaryDirectory() as folder:

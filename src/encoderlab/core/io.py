@@ -13,6 +13,7 @@ import re
 import secrets
 import shutil
 import stat
+import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,16 +85,18 @@ def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
     """Refuse, before any work, an output folder this process cannot write: `path` itself, or the nearest folder
     above it that exists (where the missing ones will be made); with `replaced` (written whole beside it, then
     renamed over it) its parent. `what` names the option or key that gave the path. Root passes permission bits
-    (it can write anyway); a read-only file system refuses root too."""
+    (it can write anyway); a read-only file system refuses root too, and so does a name longer than the file system
+    takes or a folder where nothing can be made (/proc)."""
     path = Path(path)
-    if os.path.lexists(path) and not path.exists():  # a link to nowhere: a loop, or its target is gone
+    if os.path.lexists(path) and not _exists(path):  # a link to nowhere: a loop, or its target is gone
         raise EncoderlabError(f"{what} {path} is a symbolic link that leads to no file or folder ({os.readlink(path)}"
                               "): give a folder path, or remove the link")
     folder = path.parent if replaced else path
-    while not folder.exists() and folder != folder.parent:
+    while not _exists(folder) and folder != folder.parent:
         folder = folder.parent
-    if (path.exists() and not path.is_dir()) or not folder.is_dir():
-        bad = path if path.exists() else folder
+    check_names(path, folder, what)
+    if (_exists(path) and not path.is_dir()) or not folder.is_dir():
+        bad = path if _exists(path) else folder
         raise EncoderlabError(f"{what} {path}: {bad} is a file, not a folder; give a folder path")
     if not os.access(folder, os.W_OK | os.X_OK):
         readonly = os.statvfs(folder).f_flag & os.ST_RDONLY
@@ -101,6 +104,37 @@ def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
             f"is not writable by this user (mode {stat.S_IMODE(folder.stat().st_mode):04o})")
         raise EncoderlabError(f"{what} {path} cannot be written: {folder} {why}; choose another folder or change "
                               "its permissions")
+    if folder != path and (why := cannot_create_in(folder)):  # where something is to be made
+        raise EncoderlabError(f"{what} {path} cannot be written: nothing can be made in {folder} ({why}); choose "
+                              "another folder")
+
+
+def _exists(path: Path) -> bool:
+    """Path.exists, False also for a name the file system cannot hold (too long), which check_names then names."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def check_names(path: Path, folder: Path, what: str) -> None:
+    """Refuse a folder still to be made under `folder` whose name is longer than its file system takes."""
+    limit = os.pathconf(folder, "PC_NAME_MAX")
+    for part in Path(path).relative_to(folder).parts:  # `folder` is `path` or a folder above it
+        if len(os.fsencode(part)) > limit:
+            raise EncoderlabError(f"{what} {path}: the name {part[:24]}... is {len(os.fsencode(part))} bytes long; "
+                                  f"the file system of {folder} takes names of at most {limit}")
+
+
+def cannot_create_in(folder: Path) -> str | None:
+    """Why no folder can be made in `folder`, or None: tried, not inferred from permission bits, which root passes
+    and which say nothing of /proc-like file systems or immutable folders. Tried only where the caller is about to
+    make something anyway, never inside an existing output folder that other processes may be listing."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".encoderlab-probe-", dir=folder))
+    except OSError as e:
+        return os.strerror(e.errno) if e.errno else str(e)
+    return None
 
 
 def folder_name(name: str) -> str:

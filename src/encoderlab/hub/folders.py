@@ -32,12 +32,12 @@ def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) ->
     one unless asked (the output is written whole beside it, then renamed over it), never one holding `keep`, the
     input, nor a run folder or checkpoint (`_never_replaced`), nor a symbolic link (the rename would replace the
     link, not fill the folder it leads to)."""
+    check_writable(out, "--out", replaced=True)
     if out.is_symlink() and out.exists():
         raise EncoderlabError(f"--out {out} is a symbolic link (to {os.readlink(out)}): give the folder it leads to, "
                               "or a new folder")
     if keep.resolve().is_relative_to(out.resolve()):
         raise EncoderlabError(f"--out {out} holds the input {keep}: writing there would replace it")
-    check_writable(out, "--out", replaced=True)
     if out.is_dir() and (what := _never_replaced(out, imports)):
         raise EncoderlabError(f"--out {out} is {what}: it is never replaced, even with --force; give another folder")
     if out.is_dir() and any(out.iterdir()) and not force:

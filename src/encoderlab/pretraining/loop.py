@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from encoderlab.core.errors import EncoderlabError, is_out_of_memory
-from encoderlab.core.io import write_json
+from encoderlab.core.io import check_writable, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
 from encoderlab.core.seeds import STEP_DRAWS, derive_seed
 from encoderlab.data import packing
@@ -38,6 +38,7 @@ class Trainer:
         none, taking `cfg` as its own; `show_progress` a function: a line to it every 30 s (logging.Progress)."""
         self.cfg, self.log, self.show_progress, self.adopt_config = cfg, log, show_progress, adopt_config
         self.run_dir = cfg.run_dir
+        check_writable(self.run_dir, "the folder of a pretraining run")  # first: it is looked into below
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
         data_root = resolve_data(cfg.data.path)
