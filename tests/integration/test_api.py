@@ -87,3 +87,4 @@ def test_to_transformers_computes_the_same_hidden_states(enc):
 def test_the_package_exposes_the_api_and_nothing_else():
     assert [n for n in dir(encoderlab) if not n.startswith("__")] == sorted(encoderlab.API)
     assert encoderlab.pretrain.__module__ == "encoderlab.api"
+    assert encoderlab.EncoderlabError is EncoderlabError  # what every function raises, caught from the package

@@ -62,6 +62,19 @@ def test_errors_are_one_line(tmp_path, corpus_file, args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["finetune", "{tmp}", "rt-polarity", "--lr", "abc"], "finetune: Invalid value for '--lr'"),
+    (["finetune"], "finetune: Missing argument 'checkpoint'"),
+    (["pretrian"], "No such command 'pretrian'"),
+    (["sweep", "{tmp}", "rt-polarity", "--no-such-option"], "No such option: --no-such-option"),
+])
+def test_a_wrong_command_line_is_one_line(tmp_path, args, message):
+    proc = run_cli(*[a.format(tmp=tmp_path) for a in args], home=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()] and message in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and "--help)" in proc.stderr
+
+
 def _with_out(args: list[str], tmp_path: Path) -> list[str]:
     return [*args, "--out", str(tmp_path / "o")] if args[:2] == ["data", "prepare"] else args
 

@@ -13,7 +13,11 @@ def main() -> None:
     failed for a reason the user can act on (a diverged pretraining run, a full disk) is one line and exit code 1."""
     keep_freed_memory()  # the process is ours: training steps reuse freed pages (core/process.py)
     try:
-        app()
+        code = app(standalone_mode=False)  # typer's own error box is several lines: `usage_error` says it in one
+    except click_exception() as exc:
+        if exc.format_message():  # empty: no command given, and the help that says them is shown
+            error(usage_error(exc))
+        raise SystemExit(exc.exit_code) from None
     except EncoderlabError as exc:
         error(str(exc))
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
@@ -26,3 +30,21 @@ def main() -> None:
             raise  # a bug keeps its traceback
         error(f"cannot write: {cause}")
         raise SystemExit(1) from None  # a write fails once work has started (errors.py WriteFailed)
+    raise SystemExit(code if type(code) is int else 0)  # an exit code (--help: 0, Ctrl-C: 130), or None
+
+
+def click_exception() -> type[Exception]:
+    """The exception class of a wrong command line: typer's own copy of click's (typer >= 0.22), or click's."""
+    try:
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        from click.exceptions import ClickException
+    return ClickException
+
+
+def usage_error(exc) -> str:
+    """A wrong command line in one line: the command, what is wrong, where the options are listed."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None:
+        return exc.format_message()
+    return f"{ctx.command_path}: {exc.format_message()} (see {ctx.command_path} --help)"
