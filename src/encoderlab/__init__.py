@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "CONFIGS", "DEFAULT_PROTOCOL", "Encoder", "EncoderlabError", "export", "finetune", "import_hf",
-           "load", "mteb", "prepare_data", "pretrain", "report_study", "run_study", "sweep"]
+__all__ = ["__version__", "CONFIGS", "DEFAULT_PROTOCOL", "Encoder", "EncoderlabError", "export", "finetune",
+           "import_hf", "load", "mteb", "prepare_data", "pretrain", "report_study", "run_study", "sweep"]
 API = frozenset(__all__[1:])
 
 if TYPE_CHECKING:
