@@ -171,6 +171,24 @@ def test_set_updates_a_section_and_replaces_it_only_when_told():
         apply_overrides({}, ["!=3"])
 
 
+def test_a_boolean_where_a_number_goes_is_refused_not_read_as_one_or_zero():
+    from encoderlab.finetuning.protocol import Protocol
+    from encoderlab.study.spec import StudySpec
+
+    sets = ["train.global_batch=yes", "optim.betas=[0.9, true]", "train.tensorboard=yes"]  # the last is a boolean
+    with pytest.raises(ConfigError) as caught:
+        validate(PretrainConfig, apply_overrides({"train": {"steps": 4}}, sets), "x.yaml", sets)
+    assert str(caught.value) == ("--set train.global_batch=yes: train.global_batch: takes a number, not true; --set "
+                                 "optim.betas=[0.9, true]: optim.betas: takes a number, not true (YAML reads "
+                                 "yes/no/true/false/on/off as booleans)")
+    with pytest.raises(ConfigError, match=r"^p\.yaml: max_eval_examples: takes a number, not false"):  # int | None
+        validate(Protocol, {"max_eval_examples": False}, "p.yaml")
+    with pytest.raises(ConfigError, match=r"^s\.yaml: budget: takes a number, not true"):
+        validate(StudySpec, {"name": "s", "pretrain": "p.yaml", "budget": True}, "s.yaml")
+    fine = {"train": {"steps": 40, "global_batch": 2, "tensorboard": True}, "lr_schedule": {"warmup_steps": 2}}
+    assert validate(PretrainConfig, fine, "x").train.tensorboard
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     ({"lr_schedule": {"warmup_steps": 11}}, r"^lr_schedule\.warmup_steps=11 is longer than the run \(train\.steps"),
     ({"train": {"save_at": [4, 12]}}, r"^train\.save_at=\[12\] lies outside the run's steps 1\.\.10"),

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -125,11 +126,49 @@ def _parse_value(raw: str):
 def validate(model: type[T], data: dict[str, Any], where: str, overrides: list[str] = ()) -> T:
     """`model` from `data`, or one line naming each bad key, its value and what is allowed; a key that came from an
     override (`--set key=value`) is blamed on that override, not on the file it overrode."""
+    if found := booleans_for_numbers(model, data):
+        raise ConfigError("; ".join(f"{_blamed(overrides, loc, where)}: {'.'.join(loc)}: takes a number, not "
+                                    f"{str(value).lower()}" for loc, value in found)
+                          + " (YAML reads yes/no/true/false/on/off as booleans)")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         problems = [_problem(model, e, where, overrides) for e in exc.errors()]
         raise ConfigError("; ".join(dict.fromkeys(problems))) from None
+
+
+def booleans_for_numbers(model: type[BaseModel], data, loc: tuple[str, ...] = ()) -> list[tuple[list[str], bool]]:
+    """(key path, value) of every boolean given where `model` takes a number: pydantic would read true as 1 and false
+    as 0, so `train.global_batch: yes` would train on one sequence a step without a word."""
+    if not isinstance(data, dict):
+        return []
+    found = []
+    for key, value in data.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is None:
+            continue
+        kinds = _kinds(field.annotation)
+        here = [*loc, key]
+        items = value if isinstance(value, (list, tuple)) and any(_is_sequence(k) for k in kinds) else [value]
+        numbers = {a for k in kinds for a in (_kinds(get_args(k)[0]) if _is_sequence(k) and get_args(k) else [k])}
+        if numbers and numbers <= {int, float} and any(isinstance(v, bool) for v in items):
+            found.append((here, next(v for v in items if isinstance(v, bool))))
+        for sub in (k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)):
+            found += booleans_for_numbers(sub, value, tuple(here))
+    return found
+
+
+def _kinds(annotation) -> list:
+    """The types an annotation allows, None left out: `int | None` -> [int]; Annotated[int, Gt(0)] -> [int]."""
+    if get_origin(annotation) is Annotated:
+        return _kinds(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        return [k for a in get_args(annotation) for k in _kinds(a)]
+    return [] if annotation is type(None) else [annotation]
+
+
+def _is_sequence(kind) -> bool:
+    return get_origin(kind) in (list, tuple)
 
 
 def load_config(model: type[T], path: str | Path | None, overrides: list[str], default: str) -> T:
