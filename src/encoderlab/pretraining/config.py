@@ -167,6 +167,16 @@ class PretrainConfig(_Section):
             raise ValueError(f"train.save_at={late} lies outside the run's steps 1..{steps} (train.steps)")
         return self
 
+    def schedule_note(self) -> str | None:
+        """The line a run says when it is too short for its WSD warmup and decay both: the decay is cut short."""
+        schedule, steps = self.lr_schedule, self.train.steps
+        if schedule.kind != "wsd" or schedule.warmup_steps + schedule.decay_steps <= steps:
+            return None
+        start = schedule.decay_start(steps)
+        return (f"lr_schedule: warmup_steps {schedule.warmup_steps} + decay_steps {schedule.decay_steps} exceed "
+                f"train.steps {steps}: the decay starts when the warmup ends, at step {start}, and lasts "
+                f"{steps - start} steps")
+
     @field_validator("objective")
     @classmethod
     def _fits_the_run(cls, schedule: Schedule, info: ValidationInfo) -> Schedule:

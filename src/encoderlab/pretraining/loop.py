@@ -56,6 +56,7 @@ class Trainer:
         if not self.world.is_main:  # one voice per run: rank 0 logs and shows progress
             self.log, self.show_progress = (lambda message: None), False
         source_notes = check_source(cfg, self.model_cfg, data_root)  # first: another tokenizer explains the rest
+        source_notes += [note] if (note := cfg.schedule_note()) else []
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
         if resume or extend:  # a resume that is not this run is refused before the model is built (read-only)
             self._check_run_dir(True, extend)
@@ -71,6 +72,9 @@ class Trainer:
         self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed, rank=self.world.rank,
                                    world_size=self.world.size)
         self.step = 0
+        # Each objective's step statistics since the last log line: saved with a checkpoint, so that a resumed run
+        # writes the same metrics.jsonl lines as one never stopped.
+        self.window: dict[str, list[dict[str, torch.Tensor]]] = {}
         self._said: set[str] = set()  # the notes said once per run
         self._lock = ExitStack()  # the run folder's lock (rank 0's): held from here to the end of run()
         created = not self.run_dir.exists()
@@ -144,20 +148,12 @@ class Trainer:
 
     def _load_full_state(self, path: Path, why: str) -> None:
         state = checkpoint.load_state(path)
-        if state["data"]["global_batch_size"] != self.global_batch:
-            raise EncoderlabError(f"cannot {why} from {path}: it was trained with a global batch of "
-                                  f"{state['data']['global_batch_size']} sequences, this config has "
-                                  f"{self.global_batch}; the data position would not mean the same thing")
-        if why == "branch":
-            here = self._lr_factor(state["step"])
-            if abs(here - state["lr_factor"]) > 1e-9:
-                raise EncoderlabError(
-                    f"cannot branch from {path}: it was trained at {state['lr_factor']:.3g} x peak LR at step "
-                    f"{state['step']}, this schedule gives {here:.3g} there; branch from a checkpoint taken before "
-                    "the trunk's decay (its 'stable' checkpoint) into a schedule whose decay starts later")
+        same_run.check_continues(self.cfg, state, path, why, self.global_batch)
         distributed.load_checkpoint(path, self.model, self.optimizer)
         self.loader.load_state_dict(state["data"])
         self.step = state["step"]
+        if why == "resume":  # a branch is another run: its log lines start with its own steps
+            self.window = window_from_state(state.get("log_window", {}), self.device)
 
     # ------------------------------------------------------------------------------------------- one step
 
@@ -249,7 +245,8 @@ class Trainer:
                  "schedule": self.cfg.objective.text,
                  "data": self.loader.state_dict(), "lr_factor": self._lr_factor(self.step),
                  "total_steps": self.cfg.train.steps, "data_fingerprint": self.data_fingerprint,
-                 "config": self.cfg.model_dump(mode="json")}  # the run's definition, should config.yaml be lost
+                 "config": self.cfg.model_dump(mode="json"),  # the run's definition, should config.yaml be lost
+                 "log_window": window_state(self.window)}
         path = distributed.save_checkpoint(self.run_dir, self.step, self.model, self.optimizer, state,
                                            tokenizer_dir=self.train_data.root / "tokenizer", world=self.world)
         if self.world.is_main:
@@ -337,8 +334,7 @@ class Trainer:
         progress = Progress("step", total, start=self.step, enabled=self.show_progress)
         watch = Watch(self.run_dir, self.world, cfg.train.loss_spike, resumed_at=self.step)
         tokens_per_step = self.global_batch * self.train_data.seq_len
-        window: dict[str, list[dict]] = {}  # each objective's steps since the last log line
-        t_window, steps_in_window = time.perf_counter(), 0
+        t_window, steps_in_window = time.perf_counter(), 0  # this session's steps: its throughput
         started = time.perf_counter()
         last: dict = {}
         try:
@@ -350,15 +346,15 @@ class Trainer:
                 self.step += 1
                 steps_in_window += 1
                 watch.add(self.step, stats)
-                window.setdefault(objective.name, []).append(stats)
-                record = self._record(window, phase, steps_in_window * tokens_per_step / max(
+                self.window.setdefault(objective.name, []).append(stats)
+                record = self._record(self.window, phase, steps_in_window * tokens_per_step / max(
                     time.perf_counter() - t_window, 1e-9))
                 if record is not None:
                     metrics.write(record)  # the diverging line too: the log shows what stopped the run
                     watch.check_record(record)
                     last = record
                 if record is not None and "lr" in record:  # a training line, not held-out losses alone
-                    window, t_window, steps_in_window = {}, time.perf_counter(), 0
+                    self.window, t_window, steps_in_window = {}, time.perf_counter(), 0
                     progress.update(self.step, describe_step(record))
                 else:  # between log lines: a line when none was said for 30 s
                     progress.beat(self.step)
@@ -381,4 +377,15 @@ class Trainer:
             write_json(self.run_dir / "summary.json", summary)
         distributed.barrier(self.world)  # ranks exit together: a peer tearing gloo down early aborted rank 0 at exit
         return summary
+
+
+def window_state(window: dict[str, list[dict[str, torch.Tensor]]]) -> dict:
+    """The log window as JSON: each statistic's value and dtype (an fp32 value is exact as a Python float)."""
+    return {name: [{key: [value.item(), str(value.dtype).removeprefix("torch.")] for key, value in stats.items()}
+                   for stats in steps] for name, steps in window.items()}
+
+
+def window_from_state(saved: dict, device: torch.device) -> dict[str, list[dict[str, torch.Tensor]]]:
+    return {name: [{key: torch.tensor(value, dtype=getattr(torch, dtype), device=device)
+                    for key, (value, dtype) in stats.items()} for stats in steps] for name, steps in saved.items()}
 

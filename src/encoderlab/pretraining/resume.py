@@ -200,3 +200,19 @@ def _flat(tree: dict, prefix: str = "") -> dict:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def check_continues(cfg: PretrainConfig, state: dict, path: Path, why: str, global_batch: int) -> None:
+    """Refuse to resume or branch (`why`) from the checkpoint `path` whose `state` another global batch trained (its
+    data position would mean another thing), or, for a branch, whose LR this schedule does not give at its step."""
+    if state["data"]["global_batch_size"] != global_batch:
+        raise EncoderlabError(f"cannot {why} from {path}: it was trained with a global batch of "
+                              f"{state['data']['global_batch_size']} sequences, this config has "
+                              f"{global_batch}; the data position would not mean the same thing")
+    if why == "branch":
+        here = cfg.lr_schedule.factor(state["step"], cfg.train.steps)
+        if abs(here - state["lr_factor"]) > 1e-9:
+            raise EncoderlabError(
+                f"cannot branch from {path}: it was trained at {state['lr_factor']:.3g} x peak LR at step "
+                f"{state['step']}, this schedule gives {here:.3g} there; branch from a checkpoint taken before "
+                "the trunk's decay (its 'stable' checkpoint) into a schedule whose decay starts later")

@@ -18,6 +18,7 @@ from encoderlab.pretraining import distributed, objectives
 from encoderlab.model.transformers_body import TransformersConfig
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.continued import continued_config, continued_model, transformers_source
+from encoderlab.pretraining.resume import check_continues
 from encoderlab.runs import checkpoint
 from encoderlab.runs.encoders import usable_positions
 from encoderlab.runs.logging import require_wandb
@@ -59,11 +60,15 @@ def describe(cfg: PretrainConfig) -> dict:
     for source in filter(None, (cfg.init.branch_from, cfg.init.from_weights)):
         if not isinstance(mcfg, TransformersConfig):  # (a transformers folder was read by model_config)
             checkpoint.resolve(source)  # a missing one refused by --dry-run too, not only when training starts
+    global_batch = cfg.train.sequences_per_step(meta["seq_len"])
+    if cfg.init.branch_from:  # refused by --dry-run as by the run
+        source = checkpoint.resolve(cfg.init.branch_from)
+        check_continues(cfg, checkpoint.load_state(source), source, "branch", global_batch)
     notes = check_source(cfg, mcfg, data)  # first: another tokenizer explains the checks that follow
+    notes += [note] if (note := cfg.schedule_note()) else []
     check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
     device = resolve_device(cfg.train.device)
     attention.check(cfg.train.attention, device)
-    global_batch = cfg.train.sequences_per_step(meta["seq_len"])
     tokens_per_step = global_batch * meta["seq_len"]
     return {
         "run_dir": str(cfg.run_dir), "data": str(data), "seq_len": meta["seq_len"],
