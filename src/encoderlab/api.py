@@ -102,14 +102,15 @@ def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: P
 
     `source`: "offline" (the bundled suite: its tasks, corpus, tokenizer and packed windows), a local .txt, .jsonl,
     .parquet or .csv file, folder or glob, or a Hugging Face dataset id. A byte-level BPE of `vocab_size` is trained
-    unless `tokenizer` (a tokenizer.json or tokenizer folder) is given. Returns the summary; its `packed` entry is
-    the folder a pretraining config's `data.path` names. Done steps are reused unless `force`."""
+    unless `tokenizer` (a tokenizer.json or tokenizer folder, or `minilm-l6`) is given. Returns the summary; its
+    `packed` entry is the folder a pretraining config's `data.path` names. Done steps are reused unless `force`."""
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
+    from encoderlab.runs.encoders import named_tokenizer
 
     out = Path(out) if out is not None else default_out(str(source))
     check_writable(out, "out")
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction,
-                          tokenizer=str(tokenizer) if tokenizer else None, text_column=text_column,
+                          tokenizer=named_tokenizer(str(tokenizer) if tokenizer else None), text_column=text_column,
                           max_documents=max_documents, force=force)
     return prepare(str(source), out, opts, log=log)
 

