@@ -165,6 +165,10 @@ def test_a_failed_job_fails_the_study_with_or_without_job(tmp_path, packed_dir, 
     task = classification_task(tmp_path / "task")
     write_study(tmp_path, packed_dir, task, DIVERGING_LR)
     study, status = tmp_path / "study.yaml", tmp_path / "studies" / "s" / "status"
+    code, errors, _ = command(monkeypatch, capsys, "study", "run", study, "--job", "pretrain:tiny-clm-5")
+    assert code == 2 and errors[0].startswith("error: no job 'pretrain:tiny-clm-5' in study s; its 4 jobs are "
+                                              "pretrain:tiny-clm-4, ")
+    assert not (tmp_path / "studies" / "s").exists()  # nothing written before the refusal
     code, errors, _ = command(monkeypatch, capsys, "study", "run", study, "--job", "pretrain:tiny-clm-4")
     log = status / "pretrain__tiny-clm-4.json"
     assert code == 1 and errors == [f"error: study s: 1 of 1 jobs failed: pretrain:tiny-clm-4 (log: {log}); "

@@ -126,11 +126,11 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
     import_checkpoints(plan.spec, base_dir, plan.root, log=log)  # existing models as transformers folders
     all_jobs = jobs_of(plan)
     refuse_changed(plan, all_jobs)
+    jobs = [j for j in all_jobs if only is None or not isinstance(j, (EvalJob, MtebJob))]
+    jobs = jobs if job_id is None else [_one_job(all_jobs, job_id, plan)]  # refused before anything is written
     plan.root.mkdir(parents=True, exist_ok=True)
     write_json(plan.root / "plan.json", plan.record(base_dir))
     write_configs(plan, all_jobs)
-    jobs = [j for j in all_jobs if only is None or not isinstance(j, (EvalJob, MtebJob))]
-    jobs = jobs if job_id is None else [_one_job(all_jobs, job_id, plan)]
     states = JobStates(jobs, done={j.id for j in jobs if j.is_done()})
     clear_stale_status(plan, all_jobs, states.done)
     log(f"study {plan.spec.name}: {len(jobs)} jobs, {len(states.done)} already done, {len(states.pending)} to do "
@@ -226,7 +226,10 @@ def refuse_changed(plan: Plan, jobs: list[Job]) -> None:
 def _one_job(jobs: list[Job], job_id: str, plan: Plan) -> Job:
     known = {j.id: j for j in jobs}
     if job_id not in known:
-        raise EncoderlabError(f"no job {job_id!r} in study {plan.spec.name}: see {plan.root}/configs/jobs.tsv")
+        shown = ", ".join(list(known)[:3])
+        raise EncoderlabError(f"no job {job_id!r} in study {plan.spec.name}; its {len(known)} jobs are {shown}, ... "
+                              f"(`encoderlab study plan STUDY --write-configs` lists them in {plan.root}/configs/"
+                              "jobs.tsv)")
     missing = [d for d in known[job_id].deps if not (Path(d.split("@", 1)[1]).exists() if "@" in d
                                                      else known[d].is_done())]
     if missing:
