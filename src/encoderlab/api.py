@@ -166,7 +166,7 @@ def finetune(checkpoint: PathLike, task: PathLike, *, lr: float, seed: Annotated
              log: Log = print) -> dict:
     """One fine-tuning run at this LR and seed, with the protocol's other settings, as `encoderlab finetune`; writes
     its record under `out` and returns the summary of that one run."""
-    the_run = one_run(lr, seed, "lr=")
+    the_run = one_run(lr, seed, "{}=")
     return sweep(checkpoint, [str(task)], protocol=protocol, overrides=[*_overrides(overrides), *the_run], out=out,
                  log=log)
 
@@ -307,7 +307,7 @@ class Encoder:
         if kind == sentence.KIND:
             raise EncoderlabError("to_transformers: use export(..., kind='sentence-transformers') and load the folder "
                                   "with SentenceTransformer")
-        check_request(kind, attention)
+        check_request(kind, attention, named="{}=")
         info = training_info(self.path, ckpt.load_state(self.path))
         target = export_target(kind, attention, self.config, info)
         tok = TextTokenizer(**{**vars(self.tokenizer), "tokenizer": type(self.tokenizer.tokenizer).from_str(

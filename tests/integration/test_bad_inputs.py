@@ -178,6 +178,8 @@ CLI_CASES = [
          "--lr -0.001: the learning rate must be a finite number greater than 0"),
     Case("finetune-infinite-lr", ("finetune", "{ckpt}", "rt-polarity", "--lr", "inf", "--out", "{tmp}/e"),
          "--lr inf: the learning rate must be a finite number greater than 0"),
+    Case("finetune-negative-seed", ("finetune", "{ckpt}", "rt-polarity", "--lr", "1e-3", "--seed", "-1", "--out",
+                                    "{tmp}/e"), "--seed -1: a seed is a whole number from 0 to 2**64 - 1"),
     Case("sweep-override-not-yaml", ("sweep", "{ckpt}", "rt-polarity", "--set", "lrs=[1e-3", "--out", "{tmp}/e"),
          "--set value '[1e-3' is not valid YAML"),
     Case("sweep-task-override-blamed", ("sweep", "{ckpt}", "rt-polarity", "--set", "task_overrides.rt-polarity.lr=5",

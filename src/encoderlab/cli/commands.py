@@ -374,7 +374,7 @@ def finetune_cmd(
     from encoderlab.finetuning.protocol import one_run
     from encoderlab.finetuning.sweep import run_sweep
 
-    the_run = one_run(lr, seed, "--lr ")
+    the_run = one_run(lr, seed, "--{} ")
     check_writable(out_dir, "--out")
     proto, told = _protocol(protocol, [*overrides, *the_run])
     summary = run_sweep(checkpoint, [task], proto, out_dir, log=log_after(told), show_progress=False,

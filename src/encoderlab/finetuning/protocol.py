@@ -279,7 +279,10 @@ def load_protocol(path, overrides: list[str]) -> Protocol:
 
 def one_run(lr: float, seed: int, named: str) -> list[str]:
     """The overrides that make a protocol's grid the single run (lr, seed); an LR that is not a finite number above
-    0 is refused, `named` as the caller's user gave it (`--lr ` on the command line, `lr=` in Python)."""
+    0 and a seed out of range are refused, named as the caller's user gave them: `named` is "--{}" on the command
+    line, "{}=" in Python."""
     if not (lr > 0 and math.isfinite(lr)):
-        raise EncoderlabError(f"{named}{lr:g}: the learning rate must be a finite number greater than 0")
+        raise EncoderlabError(f"{named.format('lr')}{lr:g}: the learning rate must be a finite number greater than 0")
+    if not 0 <= seed < 2**64:
+        raise EncoderlabError(f"{named.format('seed')}{seed}: a seed is a whole number from 0 to 2**64 - 1")
     return [f"lrs=[{lr}]", f"seeds=[{seed}]"]

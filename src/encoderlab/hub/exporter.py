@@ -67,18 +67,21 @@ def own_family(cfg, info: dict) -> str:
     return "eurobert" if refusal(cfg, "eurobert") is None else family(cfg)
 
 
-def check_request(kind: str, attention: str | None) -> None:
-    """Refuse an export format or attention that does not exist, or a causal attention for an encoder format."""
+def check_request(kind: str, attention: str | None, named: str = "--{} ") -> None:
+    """Refuse an export format or attention that does not exist, or a causal attention for an encoder format; the
+    two are named as the caller's user gives them: `named` "--{} " (`--as`, `--attention`) or "{}=" in Python."""
+    as_ = named.format("as" if named.startswith("--") else "kind")
+    attention_ = named.format("attention")
     if kind not in KINDS:
-        raise EncoderlabError(f"--as {kind!r} is not an export format; choose llama, mistral, qwen2, qwen3 (the "
+        raise EncoderlabError(f"{as_}{kind!r} is not an export format; choose llama, mistral, qwen2, qwen3 (the "
                               "family's encoder or causal LM), eurobert (bidirectional, fill-mask) or "
                               "sentence-transformers (embeddings)")
     if attention not in (None, *ATTENTIONS):
-        raise EncoderlabError(f"--attention {attention!r}: choose bidirectional or causal (or leave it out: causal "
+        raise EncoderlabError(f"{attention_}{attention!r}: choose bidirectional or causal (or leave it out: causal "
                               "for a checkpoint last trained with clm, else bidirectional)")
     if kind in ("eurobert", sentence.KIND) and attention == "causal":
-        raise EncoderlabError(f"--attention causal: --as {kind} is a bidirectional encoder; a causal export is --as "
-                              "llama, mistral, qwen2 or qwen3")
+        raise EncoderlabError(f"{attention_}causal: {as_}{kind} is a bidirectional encoder; a causal export is "
+                              f"{as_}llama, mistral, qwen2 or qwen3")
 
 
 def export_target(kind: str, attention: str | None, cfg, info: dict) -> Target:
