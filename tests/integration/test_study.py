@@ -146,6 +146,9 @@ def test_bad_study_files_are_clear(tmp_path):
     study = write_study(tmp_path, "nowhere", intermediate={"steps": [50]})
     with pytest.raises(ConfigError, match="intermediate"):
         plan_of(study)
+    study = write_study(tmp_path, "nowhere", pretrain="no-such.yaml")
+    with pytest.raises(ConfigError, match=r"^study s: pretrain: config file not found: .*no-such\.yaml$"):
+        plan_of(study)
     (tmp_path / "published.yaml").write_text("categories:\n  micro-mlm40-20: {SC: 80}\n  micro-mlm-20: {SC: 1}\n")
     study = write_study(tmp_path, "nowhere", paper_results=str(tmp_path / "published.yaml"))
     with pytest.raises(ConfigError, match=r"micro-mlm-20 name no evaluated model of study s \(allowed: "

@@ -241,6 +241,11 @@ def test_branch_from_inside_the_decay_is_refused(tmp_path, packed_dir):
     assert not (tmp_path / "late").exists()
 
 
+def test_an_unknown_preset_is_refused_naming_the_file_and_key():
+    with pytest.raises(ConfigError, match=r"^x\.yaml: model\.preset: unknown model preset 'nano'; available: micro, "):
+        validate(PretrainConfig, {"model": {"preset": "nano"}, "train": {"steps": 4, "global_batch": 2}}, "x.yaml")
+
+
 def test_a_run_too_short_for_its_warmup_and_decay_says_how_the_decay_is_cut():
     data = {"lr_schedule": {"warmup_steps": 25, "decay_steps": 50}, "train": {"steps": 30, "global_batch": 2}}
     assert validate(PretrainConfig, data, "x").schedule_note() == (

@@ -40,6 +40,15 @@ class ModelSection(BaseModel):
     model_config = ConfigDict(extra="allow")
     preset: str = "tiny"
 
+    @field_validator("preset")
+    @classmethod
+    def _known(cls, name: str) -> str:  # refused naming the config file and key, before the data is read
+        from encoderlab.model.presets import preset_names
+
+        if name.lower() not in preset_names():
+            raise ValueError(f"unknown model preset {name!r}; available: {', '.join(preset_names())}")
+        return name
+
 
 class OptimSection(AdamWSection):
     lr: LearningRate = 5e-4

@@ -122,7 +122,7 @@ class Plan:
         protocol = self.protocol
         paper = None
         if self.spec.paper_results:
-            paper = load_yaml(resolve_path(base_dir, self.spec.paper_results))
+            paper = read_named(self.spec, base_dir, "paper_results")
         evaluations = []
         for e in self.evaluations:
             ckpt = self.eval_checkpoint(e)
@@ -218,7 +218,7 @@ def _flops(run: PretrainRun, start: int, cfg: ModelConfig, seq_len: int) -> floa
 def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     base = {}  # a study of existing checkpoints alone trains nothing: no base config
     if spec.pretrain is not None:
-        base = deep_merge(load_yaml(resolve_path(base_dir, spec.pretrain)), spec.pretrain_overrides)
+        base = deep_merge(read_named(spec, base_dir, "pretrain"), spec.pretrain_overrides)
     root = resolve_path(Path.cwd(), spec.out_dir) / spec.name
     existing = locate(spec, base_dir, root)  # a wrong path is refused before anything else is looked at
     grid = Grid(spec, base, {name: imp.architecture(spec, base_dir, root, name) for name in spec.imported})
@@ -260,7 +260,7 @@ def _check_labels(spec: StudySpec, evaluations: list[Evaluation]) -> None:
 def _check_published(spec: StudySpec, base_dir: Path, evaluations: list[Evaluation]) -> None:
     """A published number keyed by a name the study does not have would print as '-' beside the model it meant."""
     if spec.paper_results:
-        published = load_yaml(resolve_path(base_dir, spec.paper_results)).get("categories") or {}
+        published = read_named(spec, base_dir, "paper_results").get("categories") or {}
         labels = sorted(e.label for e in evaluations)
         unknown = sorted(set(published) - set(labels))
         if unknown:
@@ -350,4 +350,14 @@ def load_protocol(spec: StudySpec, base_dir: Path):
     from encoderlab.finetuning.protocol import Protocol
 
     path = resolve_path(base_dir, spec.evaluation.protocol)
-    return validate(Protocol, load_yaml(path), where=str(path))
+    return validate(Protocol, read_named(spec, base_dir, "evaluation.protocol", spec.evaluation.protocol),
+                    where=str(path))
+
+
+def read_named(spec: StudySpec, base_dir: Path, key: str, value: str | None = None) -> dict:
+    """The YAML file the study's `key` names (relative to the study file's folder); one that cannot be read is
+    refused naming the study and the key as well as the file."""
+    try:
+        return load_yaml(resolve_path(base_dir, value if value is not None else getattr(spec, key)))
+    except ConfigError as e:
+        raise ConfigError(f"study {spec.name}: {key}: {e}") from None
