@@ -263,6 +263,9 @@ TASK_CASES: list[Case] = [
     Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv ('nope.csv' read from the task "
          "file's folder, {tmp}) does not exist",
          task_files("family: classification\ntrain: nope.csv\nvalidation: nope.csv\n")),
+    Case("task-file-is-a-folder", SWEEP, "task file {tmp}/t.yaml: test: {tmp}/o2 ('o2' read from the task file's "
+         "folder, {tmp}) is a folder; give a file",
+         two(task_files(CLS + "test: o2\n", train_csv=CSV), lambda tmp, ctx: (tmp / "o2").mkdir())),
     Case("task-named-like-the-summary", SWEEP, "summary.json is the name of the sweep's summary",
          task_files(CLS + "name: summary.json\n", train_csv="text,label\na,x\nb,y\n")),
     Case("task-file-name-unsafe", ("sweep", "{ckpt}", "{tmp}/my bbc.yaml", "--out", "{tmp}/o"),

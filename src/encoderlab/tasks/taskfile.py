@@ -110,8 +110,9 @@ def read_task_file(path: Path) -> TaskFile:
     for key, file in files.items():
         if not (file.is_dir() if key == "folder" else file.is_file()):
             shown = resolved(file, getattr(settings, key), f"the task file's folder, {path.parent.absolute()}")
-            raise DataError(f"{where}: {key}: {shown} does not exist"
-                            f"{' or is not a folder' if key == 'folder' else ''}")
+            wanted = "a folder" if key == "folder" else "a file"
+            what = "does not exist" if not file.exists() else f"is a {'file' if file.is_file() else 'folder'}"
+            raise DataError(f"{where}: {key}: {shown} {what}; give {wanted}")
     if settings.name is None and (problem := name_problem(path.stem)):
         raise DataError(f"{where}: the task is named after its file, {path.stem!r}, but {problem}; give it a name:")
     if record.check_file is not None:
