@@ -105,10 +105,12 @@ def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: P
     unless `tokenizer` (a tokenizer.json or tokenizer folder, or `minilm-l6`) is given. Returns the summary; its
     `packed` entry is the folder a pretraining config's `data.path` names. Done steps are reused unless `force`."""
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
+    from encoderlab.hub.folders import check_data_out
     from encoderlab.runs.encoders import named_tokenizer
 
     out = Path(out) if out is not None else default_out(str(source))
     check_writable(out, "out")
+    check_data_out(out, "out")
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction,
                           tokenizer=named_tokenizer(str(tokenizer) if tokenizer else None), text_column=text_column,
                           max_documents=max_documents, force=force)

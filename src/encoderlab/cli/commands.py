@@ -53,9 +53,11 @@ def data_prepare(
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
     from encoderlab.data.shards import parse_shard, parse_tokens
 
+    from encoderlab.hub.folders import check_data_out
     from encoderlab.runs.encoders import named_tokenizer
 
     check_writable(out_dir or default_out(source), "--out" if out_dir else "the default --out")
+    check_data_out(out_dir or default_out(source), "--out" if out_dir else "the default --out")
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction,
                           tokenizer=named_tokenizer(tokenizer),
                           text_column=text_column, txt_unit=txt_unit, on_invalid_utf8=on_invalid_utf8,

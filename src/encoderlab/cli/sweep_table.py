@@ -40,8 +40,8 @@ def render_sweep(s: dict) -> None:
     for name, t in s["tasks"].items():
         if t.get("warning"):
             out.print(f"[yellow]{name}: {t['warning']}: its test score is not evidence that it learned the task[/]")
-    out.print(f"{s['runs_done_this_time']} runs this time in {s['seconds_this_time']}s; records under the "
-              f"output folder, summary in {s['tag']}/{s['protocol_key']}/summary.json")
+    out.print(f"{s['runs_done_this_time']} runs this time in {s['seconds_this_time']}s; summary in "
+              f"{s['summary_file']}, each run's record beside it")
 
 
 def _ci(t: dict) -> str:

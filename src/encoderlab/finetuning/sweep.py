@@ -390,10 +390,11 @@ class Sweep:
         ours = {(t.name, t.fingerprint) for t in self.tasks}
         about = self.about()
         choice = self.protocol.lr_choice
-        write_json(self.out / self.tag / self.key / "summary.json",
-                   {**summarize(records.current(found), choice), **about})
+        file = self.out / self.tag / self.key / "summary.json"
+        write_json(file, {**summarize(records.current(found), choice), **about})
         summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours], choice)
         if self.tracker is not None:
             self.tracker.summarize({f"{name}/{key}": t[key] for name, t in summary["tasks"].items()
                                     for key in ("test", "ci95", "best_lr", "validation") if t.get(key) is not None})
-        return {**summary, **about, "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1)}
+        return {**summary, **about, "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1),
+                "summary_file": str(file)}

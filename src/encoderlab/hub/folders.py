@@ -1,4 +1,5 @@
-"""What import (importer.py) and export (exporter.py) share: output folders and the unsupported-model error."""
+"""What import (importer.py), export (exporter.py) and data preparation share: output folders that must not be written
+into, and the unsupported-model error."""
 from __future__ import annotations
 
 import os
@@ -13,9 +14,9 @@ class UnsupportedModelError(EncoderlabError):
     """A model whose architecture encoderlab cannot represent exactly."""
 
 
-def _never_replaced(out: Path, imports: bool) -> str | None:
-    """What `out` is when it is a folder no import or export may replace: a run folder, a checkpoint (`imports`:
-    except an earlier import standing alone, which a new import of a source replaces)."""
+def never_written_into(out: Path, imports: bool = False) -> str | None:
+    """What `out` is when it is a folder no import, export or data preparation may write into: a run folder, a
+    checkpoint (`imports`: except an earlier import standing alone, which a new import of a source replaces)."""
     if (out / "checkpoints").is_dir() or (out / LATEST).exists():
         return "a run folder (it holds checkpoints/)"
     if not ((out / WEIGHTS).is_file() and (out / "state.json").is_file()):
@@ -27,10 +28,16 @@ def _never_replaced(out: Path, imports: bool) -> str | None:
     return f"an encoderlab checkpoint (it holds {WEIGHTS} and state.json)"
 
 
+def check_data_out(out: Path, what: str) -> None:
+    """Refuse a `data prepare` output that is a run folder or checkpoint: its corpus/ and packed/ would go inside."""
+    if out.is_dir() and (kind := never_written_into(out)):
+        raise EncoderlabError(f"{what} {out} is {kind}: prepared data goes in a folder of its own")
+
+
 def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) -> None:
     """Refuse, before any work, a folder that cannot be written or would replace what it should not: a non-empty
     one unless asked (the output is written whole beside it, then renamed over it), never one holding `keep`, the
-    input, nor a run folder or checkpoint (`_never_replaced`), nor a symbolic link (the rename would replace the
+    input, nor a run folder or checkpoint (`never_written_into`), nor a symbolic link (the rename would replace the
     link, not fill the folder it leads to)."""
     check_writable(out, "--out", replaced=True)
     if out.is_symlink() and out.exists():
@@ -38,7 +45,7 @@ def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) ->
                               "or a new folder")
     if keep.resolve().is_relative_to(out.resolve()):
         raise EncoderlabError(f"--out {out} holds the input {keep}: writing there would replace it")
-    if out.is_dir() and (what := _never_replaced(out, imports)):
+    if out.is_dir() and (what := never_written_into(out, imports)):
         raise EncoderlabError(f"--out {out} is {what}: it is never replaced, even with --force; give another folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise EncoderlabError(f"--out {out} exists and is not empty: pass --force to replace it")
