@@ -214,7 +214,8 @@ def test_the_sweep_table_says_which_baseline_and_that_predictions_are_constant(c
     monkeypatch.setattr(out, "width", 300)  # no cell wrapped
 
     summary = summarize([record(0, 32.0, **NEW), record(1, 32.0, **NEW)])
-    render_sweep({**summary, "tag": "t", "protocol_key": "k", "runs_done_this_time": 2, "seconds_this_time": 1.0,
+    render_sweep({**summary, "tag": "t", "protocol_key": "k", "summary_file": "e/t/k/summary.json",
+                  "runs_done_this_time": 2, "seconds_this_time": 1.0,
                   "protocol": {"name": "p", "max_steps": 1, "batch_size": 1, "lrs": [1e-3], "seeds": [0, 1],
                                "selection_split": "validation"}})
     printed = " ".join(capsys.readouterr().out.split())
@@ -240,9 +241,10 @@ def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, t
     [two] = summarize(grid)["tasks"].values()
     assert (spread_text(two, "seeds"), spread_text(two, "lrs")) == ("2.83", "8.48")  # std of 40, 44; of 42, 30
     monkeypatch.setattr(out, "width", 300)  # no cell wrapped
-    render_sweep({"tasks": {"qa": one}, "tag": "t", "protocol_key": "k", "runs_done_this_time": 1,
-                  "seconds_this_time": 1.0, "protocol": {"name": "p", "max_steps": 1, "batch_size": 1, "lrs": [1e-3],
-                                                         "seeds": [0], "selection_split": "validation"}})
+    render_sweep({"tasks": {"qa": one}, "tag": "t", "protocol_key": "k", "summary_file": "e/t/k/summary.json",
+                  "runs_done_this_time": 1, "seconds_this_time": 1.0,
+                  "protocol": {"name": "p", "max_steps": 1, "batch_size": 1, "lrs": [1e-3], "seeds": [0],
+                               "selection_split": "validation"}})
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("│ qa"))
     cells = [cell.strip() for cell in row.split("│")]
     assert cells.count("undefined (one seed)") == 2 and "undefined (one LR)" in cells and "0.00" not in cells

@@ -46,8 +46,7 @@ class Trainer:
         self.val_data = PackedDataset(data_root, "validation")
         self.data_fingerprint = packing.fingerprint(self.train_data.meta)
         tok = self.train_data.meta["tokenizer"]
-        specials = {tok["bos_id"], tok["eos_id"], tok["pad_id"], tok["mask_id"]} - {None}
-        self.vocab = objectives.Vocab(tok["vocab_size"], tok["mask_id"], tuple(sorted(specials)))
+        self.vocab = vocab_of(tok)
         self.model_cfg = model_config(cfg, tok)
         self.phases = cfg.phases
         self.world, self.device = distributed.init(cfg.train.parallel, resolve_device(cfg.train.device))
@@ -72,8 +71,7 @@ class Trainer:
         self.loader = PackedLoader(self.train_data, self.global_batch, seed=cfg.data.seed, rank=self.world.rank,
                                    world_size=self.world.size)
         self.step = 0
-        # Each objective's step statistics since the last log line: saved with a checkpoint, so that a resumed run
-        # writes the same metrics.jsonl lines as one never stopped.
+        # Each objective's step statistics since the last log line; checkpoints keep them (a resume logs the same)
         self.window: dict[str, list[dict[str, torch.Tensor]]] = {}
         self._said: set[str] = set()  # the notes said once per run
         self._lock = ExitStack()  # the run folder's lock (rank 0's): held from here to the end of run()
@@ -377,6 +375,12 @@ class Trainer:
             write_json(self.run_dir / "summary.json", summary)
         distributed.barrier(self.world)  # ranks exit together: a peer tearing gloo down early aborted rank 0 at exit
         return summary
+
+
+def vocab_of(tok: dict) -> objectives.Vocab:
+    """The objectives' view of the data's tokenizer: its size, mask id and the special ids never masked."""
+    specials = {tok["bos_id"], tok["eos_id"], tok["pad_id"], tok["mask_id"]} - {None}
+    return objectives.Vocab(tok["vocab_size"], tok["mask_id"], tuple(sorted(specials)))
 
 
 def window_state(window: dict[str, list[dict[str, torch.Tensor]]]) -> dict:
