@@ -10,6 +10,7 @@ import functools
 import inspect
 import json
 import tempfile
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 from torch import Tensor
 
-from encoderlab.core.config import load_config, validate
+from encoderlab.core.config import booleans_in, load_config, validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS, check_writable, task_cache
 from encoderlab.data.tokenizer import TextTokenizer
@@ -41,6 +42,7 @@ def checked(fn):
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        refuse_booleans_for_numbers(fn, args, kwargs)
         try:
             return validated(*args, **kwargs)
         except ValidationError as exc:
@@ -48,6 +50,14 @@ def checked(fn):
                 raise
             raise EncoderlabError(_argument_problem(fn, params, exc.errors(), args, kwargs)) from None
     return call
+
+
+def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:
+    """pydantic reads True as 1 where a number goes (`seed=True` would train seed 1): refused, naming the argument."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    for name, value in inspect.signature(fn).bind_partial(*args, **kwargs).arguments.items():
+        if isinstance(value, bool) and name in hints and booleans_in(hints[name], value, [name]):
+            raise EncoderlabError(f"{fn.__qualname__}: argument {name}={value}: takes a number, not a boolean")
 
 
 # How a type alias of this module reads in an error message

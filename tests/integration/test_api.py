@@ -82,6 +82,8 @@ def test_to_transformers_computes_the_same_hidden_states(enc):
     mask = ours["attention_mask"].bool()
     assert torch.allclose(got[mask], expected[mask], atol=1e-5)
     assert enc.tokenize(texts)["input_ids"].tolist() == ours["input_ids"].tolist()  # its own tokenizer unchanged
+    with pytest.raises(EncoderlabError, match=r"^Encoder\.embed: argument batch_size=True: takes a number, not a "):
+        enc.embed(texts, batch_size=True)  # pydantic would read it as 1
     with pytest.raises(EncoderlabError, match=r"^kind='gpt2' is not an export format"):  # named as Python gives it
         enc.to_transformers("gpt2")
     with pytest.raises(EncoderlabError, match=r"^attention=causal: kind=eurobert is a bidirectional encoder"):

@@ -110,6 +110,13 @@ def test_check_writable_refuses_names_too_long_and_folders_nothing_can_be_made_i
     with pytest.raises(EncoderlabError, match=r"--out .*: the name x{24}\.\.\. is 300 bytes long; the file system of "
                                               r".* takes names of at most \d+"):
         check_writable(tmp_path / ("x" * 300) / "sub", "--out")
+    with pytest.raises(EncoderlabError, match=r"the name a{24}\.\.\. is 240 bytes long; .* 231 leave room for the "
+                                              r"temporary folder written beside it"):
+        check_writable(tmp_path / ("a" * 240), "--out", replaced=True)  # written whole beside, then renamed
+    check_writable(tmp_path / ("a" * 240), "--out")
+    deep = tmp_path.joinpath(*["b" * 250] * 18)
+    with pytest.raises(EncoderlabError, match=r"^--out: the path is \d+ bytes long; the file system takes at most "):
+        check_writable(deep, "--out")
     if Path("/proc/self").is_dir():  # procfs: permission bits let root in, but no folder can be made there
         with pytest.raises(EncoderlabError, match=r"out_dir /proc/x cannot be written: (nothing can be made in /proc"
                                                   r" \(|/proc is not writable by this user)"):

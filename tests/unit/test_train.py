@@ -182,12 +182,22 @@ def test_a_boolean_where_a_number_goes_is_refused_not_read_as_one_or_zero():
     with pytest.raises(ConfigError) as caught:
         validate(PretrainConfig, apply_overrides({"train": {"steps": 4}}, sets), "x.yaml", sets)
     assert str(caught.value) == ("--set train.global_batch=yes: train.global_batch: takes a number, not true; --set "
-                                 "optim.betas=[0.9, true]: optim.betas: takes a number, not true (YAML reads "
+                                 "optim.betas=[0.9, true]: optim.betas.1: takes a number, not true (YAML reads "
                                  "yes/no/true/false/on/off as booleans)")
     with pytest.raises(ConfigError, match=r"^p\.yaml: max_eval_examples: takes a number, not false"):  # int | None
         validate(Protocol, {"max_eval_examples": False}, "p.yaml")
     with pytest.raises(ConfigError, match=r"^s\.yaml: budget: takes a number, not true"):
         validate(StudySpec, {"name": "s", "pretrain": "p.yaml", "budget": True}, "s.yaml")
+    # a number or a word (int | Literal["auto"]), a mapping's values, a section inside a mapping
+    with pytest.raises(ConfigError, match=r"^p\.yaml: max_length: takes a number, not true"):
+        validate(Protocol, {"max_length": True}, "p.yaml")
+    with pytest.raises(ConfigError, match=r"^p\.yaml: max_length_by_family\.qa: takes a number, not true"):
+        validate(Protocol, {"max_length_by_family": {"qa": True}}, "p.yaml")
+    with pytest.raises(ConfigError, match=r"task_overrides\.wiki-topic\.batch_size: takes a number, not true"):
+        validate(Protocol, {"task_overrides": {"wiki-topic": {"batch_size": True}}}, "p.yaml")
+    with pytest.raises(ConfigError, match=r"^s\.yaml: imported\.sm\.seq_len: takes a number, not true"):
+        validate(StudySpec, {"name": "s", "pretrain": "p.yaml", "budget": 4,
+                             "imported": {"sm": {"source": "smollm2", "seq_len": True}}}, "s.yaml")
     fine = {"train": {"steps": 40, "global_batch": 2, "tensorboard": True}, "lr_schedule": {"warmup_steps": 2}}
     assert validate(PretrainConfig, fine, "x").train.tensorboard
 
@@ -251,6 +261,11 @@ def test_a_run_too_short_for_its_warmup_and_decay_says_how_the_decay_is_cut():
     assert validate(PretrainConfig, data, "x").schedule_note() == (
         "lr_schedule: warmup_steps 25 + decay_steps 50 exceed train.steps 30: the decay starts when the warmup ends, "
         "at step 25, and lasts 5 steps")
+    data["train"]["steps"] = 26
+    assert validate(PretrainConfig, data, "x").schedule_note().endswith("at step 25, and lasts 1 step")
+    data["train"]["steps"] = 25
+    assert validate(PretrainConfig, data, "x").schedule_note().endswith(": the warmup ends with the run: the LR "
+                                                                         "never decays")
     data["train"]["steps"] = 75
     assert validate(PretrainConfig, data, "x").schedule_note() is None
 

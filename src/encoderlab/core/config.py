@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -139,23 +139,38 @@ def validate(model: type[T], data: dict[str, Any], where: str, overrides: list[s
 
 def booleans_for_numbers(model: type[BaseModel], data, loc: tuple[str, ...] = ()) -> list[tuple[list[str], bool]]:
     """(key path, value) of every boolean given where `model` takes a number: pydantic would read true as 1 and false
-    as 0, so `train.global_batch: yes` would train on one sequence a step without a word."""
+    as 0, so `train.global_batch: yes` would train on one sequence a step without a word. Sections, lists and
+    mappings of them are looked into."""
     if not isinstance(data, dict):
         return []
-    found = []
-    for key, value in data.items():
-        field = model.model_fields.get(key) if isinstance(key, str) else None
-        if field is None:
-            continue
-        kinds = _kinds(field.annotation)
-        here = [*loc, key]
-        items = value if isinstance(value, (list, tuple)) and any(_is_sequence(k) for k in kinds) else [value]
-        numbers = {a for k in kinds for a in (_kinds(get_args(k)[0]) if _is_sequence(k) and get_args(k) else [k])}
-        if numbers and numbers <= {int, float} and any(isinstance(v, bool) for v in items):
-            found.append((here, next(v for v in items if isinstance(v, bool))))
-        for sub in (k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)):
-            found += booleans_for_numbers(sub, value, tuple(here))
-    return found
+    return [found for key, value in data.items() if isinstance(key, str) and key in model.model_fields
+            for found in booleans_in(model.model_fields[key].annotation, value, [*loc, key])]
+
+
+def booleans_in(annotation, value, loc: list[str]) -> list[tuple[list[str], bool]]:
+    """`booleans_for_numbers` for one value of type `annotation` at `loc`."""
+    kinds = _kinds(annotation)
+    if isinstance(value, bool):
+        return [(loc, value)] if takes_number_not_bool(kinds) else []
+    for kind in kinds:
+        origin, args = get_origin(kind), get_args(kind)
+        found: list = []
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            found = booleans_for_numbers(kind, value, tuple(loc))
+        elif origin in (list, tuple) and args and isinstance(value, (list, tuple)):  # tuple[float, float]: as one
+            found = [f for i, item in enumerate(value) for f in booleans_in(args[0], item, [*loc, str(i)])]
+        elif origin is dict and len(args) == 2 and isinstance(value, dict):
+            found = [f for k, item in value.items() for f in booleans_in(args[1], item, [*loc, str(k)])]
+        if found:
+            return found
+    return []
+
+
+def takes_number_not_bool(kinds: list) -> bool:
+    """Whether a value of these types is a number (or one of some words, `int | Literal["auto"]`), never a boolean."""
+    words = [k for k in kinds if k not in (int, float)]
+    return len(words) < len(kinds) and all(get_origin(k) is Literal and all(isinstance(a, str) for a in get_args(k))
+                                           for k in words)
 
 
 def _kinds(annotation) -> list:
@@ -165,10 +180,6 @@ def _kinds(annotation) -> list:
     if get_origin(annotation) in (Union, UnionType):
         return [k for a in get_args(annotation) for k in _kinds(a)]
     return [] if annotation is type(None) else [annotation]
-
-
-def _is_sequence(kind) -> bool:
-    return get_origin(kind) in (list, tuple)
 
 
 def load_config(model: type[T], path: str | Path | None, overrides: list[str], default: str) -> T:

@@ -94,7 +94,7 @@ def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
     folder = path.parent if replaced else path
     while not _exists(folder) and folder != folder.parent:
         folder = folder.parent
-    check_names(path, folder, what)
+    check_names(path, folder, what, replaced)
     if (_exists(path) and not path.is_dir()) or not folder.is_dir():
         bad = path if _exists(path) else folder
         raise EncoderlabError(f"{what} {path}: {bad} is a file, not a folder; give a folder path")
@@ -117,13 +117,28 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def check_names(path: Path, folder: Path, what: str) -> None:
-    """Refuse a folder still to be made under `folder` whose name is longer than its file system takes."""
+# Room kept: for the temporary siblings of a folder written whole and renamed (`.NAME.tmp-PID-XXXXXXXX`,
+# `atomic_dir`), and, in a path, for what is written inside the output (a checkpoint's `dcp/__0_0.distcp`, ...).
+SIBLING_ROOM, INSIDE_ROOM = 24, 256
+
+
+def check_names(path: Path, folder: Path, what: str, replaced: bool = False) -> None:
+    """Refuse a folder still to be made under `folder` whose name is longer than its file system takes (with
+    `replaced`, room for its temporary sibling), or a path too long for what goes inside it."""
     limit = os.pathconf(folder, "PC_NAME_MAX")
-    for part in Path(path).relative_to(folder).parts:  # `folder` is `path` or a folder above it
-        if len(os.fsencode(part)) > limit:
+    parts = Path(path).relative_to(folder).parts  # `folder` is `path` or a folder above it
+    for i, part in enumerate(parts):
+        allowed = limit - (SIBLING_ROOM if replaced and i == len(parts) - 1 else 0)
+        if len(os.fsencode(part)) > allowed:
             raise EncoderlabError(f"{what} {path}: the name {part[:24]}... is {len(os.fsencode(part))} bytes long; "
-                                  f"the file system of {folder} takes names of at most {limit}")
+                                  f"the file system of {folder} takes names of at most {limit}"
+                                  + (f"; {allowed} leave room for the temporary folder written beside it"
+                                     if allowed < limit else ""))
+    longest = os.pathconf(folder, "PC_PATH_MAX") - INSIDE_ROOM
+    if len(os.fsencode(os.path.abspath(path))) > longest:
+        raise EncoderlabError(f"{what}: the path is {len(os.fsencode(os.path.abspath(path)))} bytes long; the file "
+                              f"system takes at most {longest + INSIDE_ROOM}, and what goes inside needs room: keep it "
+                              f"under {longest}")
 
 
 def cannot_create_in(folder: Path) -> str | None:

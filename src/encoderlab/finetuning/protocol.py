@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from encoderlab.core.config import deep_merge
+from encoderlab.core.config import booleans_for_numbers, deep_merge
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
 from encoderlab.finetuning import migrate_protocol
@@ -230,6 +230,9 @@ class Protocol(BaseModel):
             if bad:
                 raise ValueError(f"task_overrides.{task}: {', '.join(bad)} cannot be set per task "
                                  f"(allowed: {', '.join(TASK_OVERRIDABLE)})")
+            if found := booleans_for_numbers(Protocol, keys, ("task_overrides", task)):
+                where, value = found[0]
+                raise ValueError(f"{'.'.join(where)}: takes a number, not {str(value).lower()}")
             try:
                 self.for_task(task)  # the values are checked like the protocol's own
             except ValidationError as exc:

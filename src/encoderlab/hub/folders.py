@@ -29,9 +29,14 @@ def never_written_into(out: Path, imports: bool = False) -> str | None:
 
 
 def check_data_out(out: Path, what: str) -> None:
-    """Refuse a `data prepare` output that is a run folder or checkpoint: its corpus/ and packed/ would go inside."""
+    """Refuse a `data prepare` output that is a run folder or checkpoint, or lies inside one (a folder above it holds
+    LATEST, or is a checkpoint): its corpus/ and packed/ would go among the run's files."""
     if out.is_dir() and (kind := never_written_into(out)):
         raise EncoderlabError(f"{what} {out} is {kind}: prepared data goes in a folder of its own")
+    for above in Path(os.path.abspath(out)).parents:
+        if (above / LATEST).is_file() or ((above / WEIGHTS).is_file() and (above / "state.json").is_file()):
+            raise EncoderlabError(f"{what} {out} lies inside {above}, {never_written_into(above)}: prepared data "
+                                  "goes in a folder of its own")
 
 
 def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) -> None:

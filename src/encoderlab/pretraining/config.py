@@ -182,9 +182,11 @@ class PretrainConfig(_Section):
         if schedule.kind != "wsd" or schedule.warmup_steps + schedule.decay_steps <= steps:
             return None
         start = schedule.decay_start(steps)
+        left = steps - start
+        cut = (f"the decay starts when the warmup ends, at step {start}, and lasts {left} step{'s' * (left != 1)}"
+               if left else "the warmup ends with the run: the LR never decays")
         return (f"lr_schedule: warmup_steps {schedule.warmup_steps} + decay_steps {schedule.decay_steps} exceed "
-                f"train.steps {steps}: the decay starts when the warmup ends, at step {start}, and lasts "
-                f"{steps - start} steps")
+                f"train.steps {steps}: {cut}")
 
     @field_validator("objective")
     @classmethod
