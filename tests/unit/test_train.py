@@ -689,3 +689,18 @@ def test_continued_pretraining_refuses_another_tokenizers_data_and_notes_another
     with pytest.raises(EncoderlabError, match=rf"init.from_weights {source}: the data \(.*\) was packed with another "
                                               r"tokenizer: token .* differ\), so each id would read another token"):
         cpt()
+
+
+def test_ctrl_c_while_a_checkpoint_is_written_stays_an_interrupt(tmp_path, packed_dir, monkeypatch):
+    """DCP wraps what stops its save (Ctrl-C too) in its CheckpointException: the command must still see an
+    interrupt (a line saying how to resume, exit 130), not a traceback; the unfinished checkpoint is not named."""
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(FileSystemWriter, "write_data", interrupted)
+    trainer = Trainer(make_config(tmp_path, packed_dir, steps=4, save_every=2), show_progress=False)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run()
+    assert trainer.step == 2 and checkpoint.latest(tmp_path / "run") is None

@@ -302,7 +302,7 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, optimizer: torch
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     optim_state = get_optimizer_state_dict(model, optimizer)  # what this rank holds, by parameter name
     with _shared_atomic_dir(dest, world) as tmp:
-        with _one_process_is_intended():
+        with _one_process_is_intended(), _interrupt_stays_an_interrupt():
             dcp.save({"optim": optim_state}, checkpoint_id=tmp / DCP_DIR)
         if world.is_main:
             checkpoint.write_folder(tmp, step, full, unwrap(model).config, tokenizer_dir, state)
@@ -310,6 +310,21 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, optimizer: torch
         checkpoint.set_latest(run_dir, dest)
     barrier(world)
     return dest
+
+
+@contextmanager
+def _interrupt_stays_an_interrupt() -> Iterator[None]:
+    """DCP wraps whatever stops a save in its CheckpointException, Ctrl-C too: unwrapped, so that an interrupt during
+    a checkpoint is said as one between steps is (the unfinished checkpoint is never named by LATEST)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except CheckpointException as e:
+        if any(isinstance(failure[0] if isinstance(failure, tuple) else failure, KeyboardInterrupt)
+               for failure in e.failures.values()):
+            raise KeyboardInterrupt from None
+        raise
 
 
 @contextmanager
