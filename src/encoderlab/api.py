@@ -55,7 +55,11 @@ def checked(fn):
 def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:
     """pydantic reads True as 1 where a number goes (`seed=True` would train seed 1): refused, naming the argument."""
     hints = typing.get_type_hints(fn, include_extras=True)
-    for name, value in inspect.signature(fn).bind_partial(*args, **kwargs).arguments.items():
+    try:
+        given = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+    except TypeError:  # arguments that fit no call: pydantic's check names them
+        return
+    for name, value in given.items():
         if isinstance(value, bool) and name in hints and booleans_in(hints[name], value, [name]):
             raise EncoderlabError(f"{fn.__qualname__}: argument {name}={value}: takes a number, not a boolean")
 
@@ -70,6 +74,9 @@ READABLE = {"Sequence[str] | str": "a text or a list of texts",
 def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: tuple, kwargs: dict) -> str:
     """'sweep: argument tasks=None: takes a list of paths ...' from pydantic's errors about one call."""
     where = errors[0]["loc"][0]
+    if errors[0]["type"] == "unexpected_positional_argument":
+        shown = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        return f"{fn.__qualname__}: takes {shown} positional argument{'s' * (shown != 1)}, {len(args)} given"
     param = params[where] if isinstance(where, int) else next(p for p in params if p.name == where)
     given = args[where] if isinstance(where, int) else kwargs.get(where)
     wants = str(param.annotation)

@@ -24,6 +24,8 @@ def enc(checkpoint):
 
 @pytest.mark.parametrize(("call", "says"), [
     (lambda e, c: encoderlab.load(3), "load: argument checkpoint=3: takes a path"),
+    (lambda e, c: encoderlab.load(c, 1, 2), "load: takes 1 positional argument, 3 given"),
+    (lambda e, c: encoderlab.finetune(c, "t.yaml", lr=1e-3, seed=True), "finetune: argument seed=True: takes a num"),
     (lambda e, c: e.embed(["a", "b"], batch_size=0), "Encoder.embed: argument batch_size=0: input should be greater"),
     (lambda e, c: e.embed(t for t in ["a"]), "Encoder.embed: argument texts=<generator"),
     (lambda e, c: e.tokenize([1, 2]), "Encoder.tokenize: argument texts=[1, 2]: takes a text or a list of texts"),
