@@ -67,6 +67,7 @@ def test_errors_are_one_line(tmp_path, corpus_file, args, message):
     (["finetune"], "finetune: Missing argument 'checkpoint'"),
     (["pretrian"], "No such command 'pretrian'"),
     (["sweep", "{tmp}", "rt-polarity", "--no-such-option"], "No such option: --no-such-option"),
+    (["study", "run", "{tmp}", "--workers"], "encoderlab study run: Option '--workers' requires an argument"),
 ])
 def test_a_wrong_command_line_is_one_line(tmp_path, args, message):
     proc = run_cli(*[a.format(tmp=tmp_path) for a in args], home=tmp_path, check=False)

@@ -1,4 +1,6 @@
 """The command line: thin typer commands (parse -> build -> run) over the packages below; one console."""
+import sys
+
 from encoderlab.cli.commands import app
 from encoderlab.cli.console import err, error
 from encoderlab.core.errors import EncoderlabError
@@ -43,8 +45,21 @@ def click_exception() -> type[Exception]:
 
 
 def usage_error(exc) -> str:
-    """A wrong command line in one line: the command, what is wrong, where the options are listed."""
+    """A wrong command line in one line: the command, what is wrong, where the options are listed. The option
+    parser's own errors (`--set` without a value) carry no context: the command is read off the arguments then."""
     ctx = getattr(exc, "ctx", None)
-    if ctx is None:
-        return exc.format_message()
-    return f"{ctx.command_path}: {exc.format_message()} (see {ctx.command_path} --help)"
+    path = ctx.command_path if ctx is not None else command_path(sys.argv[1:])
+    return f"{path}: {exc.format_message()} (see {path} --help)"
+
+
+def command_path(argv: list[str]) -> str:
+    """`encoderlab study run` from `['study', 'run', 'x.yaml', ...]`: the leading words that name subcommands."""
+    import typer.main
+
+    command, path = typer.main.get_command(app), ["encoderlab"]
+    for word in argv:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        command, path = sub, [*path, word]
+    return " ".join(path)
