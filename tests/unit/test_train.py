@@ -248,7 +248,15 @@ def test_branch_from_inside_the_decay_is_refused(tmp_path, packed_dir):
         Trainer(late, show_progress=False)
     with pytest.raises(EncoderlabError, match="stable"):  # --dry-run refuses it too
         describe(late)
-    assert not (tmp_path / "late").exists()
+    wide = make_config(tmp_path, packed_dir, name="wide", steps=14, save_at=[2])
+    Trainer(make_config(tmp_path, packed_dir, name="trunk2", steps=14, save_at=[2]), show_progress=False).run(
+        stop_at=2)
+    wide = validate(PretrainConfig, {**wide.model_dump(mode="json"), "model": {**TINY, "hidden_size": 64},
+                                     "init": {"branch_from": str(tmp_path / "trunk2")}}, "test")
+    with pytest.raises(EncoderlabError, match=r"does not fit the configured model: model\.embed_tokens\.weight: "
+                                              r"checkpoint \(\d+, 32\) vs model \(\d+, 64\)"):
+        describe(wide)  # --dry-run reads the weights' shapes as the run does
+    assert not (tmp_path / "late").exists() and not (tmp_path / "wide").exists()
 
 
 def test_an_unknown_preset_is_refused_naming_the_file_and_key():

@@ -64,6 +64,9 @@ def describe(cfg: PretrainConfig) -> dict:
     if cfg.init.branch_from:  # refused by --dry-run as by the run
         source = checkpoint.resolve(cfg.init.branch_from)
         check_continues(cfg, checkpoint.load_state(source), source, "branch", global_batch)
+        if isinstance(mcfg, ModelConfig):  # its weights' names and shapes, from the header alone
+            with torch.device("meta"):
+                checkpoint.check_weights_fit(source, TransformerLM(mcfg).state_dict())
     notes = check_source(cfg, mcfg, data)  # first: another tokenizer explains the checks that follow
     notes += [note] if (note := cfg.schedule_note()) else []
     check_compatible(cfg, mcfg, meta, phases, world_size=launched.size if launched else 1)
