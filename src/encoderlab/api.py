@@ -53,7 +53,10 @@ def checked(fn):
 
 
 def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:
-    """pydantic reads True as 1 where a number goes (`seed=True` would train seed 1): refused, naming the argument."""
+    """pydantic reads True as 1 where a number goes (`seed=True` would train seed 1): refused, naming the argument.
+    The annotations are read only for a call that has a boolean (`embed` is called once a batch)."""
+    if not any(isinstance(value, bool) for value in (*args, *kwargs.values())):
+        return
     hints = typing.get_type_hints(fn, include_extras=True)
     try:
         given = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
