@@ -103,6 +103,18 @@ def test_pretrain_dry_run_and_bad_override(tmp_path, packed_dir, monkeypatch, ca
     assert code == 2 and "unknown objective 'xlm'" in err
 
 
+def test_a_run_says_its_notes_once(tmp_path, packed_dir, monkeypatch, capsys):
+    """The description a run prints first leaves its notes to the run, which says them as it starts."""
+    config = Path(__file__).resolve().parents[2] / "configs" / "pretrain" / "demo-tiny.yaml"
+    args = ("--set", f"data.path={packed_dir}", "--set", f"out_dir={tmp_path}", "--set", "train.steps=3", "--set",
+            "train.global_batch=2", "--set", "lr_schedule={warmup_steps: 2, decay_steps: 5}", "--set",
+            "train.tensorboard=false")
+    note = "warmup_steps 2 + decay_steps 5 exceed train.steps 3"
+    for extra in (["--dry-run"], []):
+        code, out, err = run_command(monkeypatch, capsys, "pretrain", config, *args, *extra, home=tmp_path)
+        assert code == 0 and (out + err).count(note) == 1, out + err
+
+
 def test_set_updates_a_section_and_replaces_it_only_when_told(tmp_path, packed_dir, monkeypatch, capsys):
     config = Path(__file__).resolve().parents[2] / "configs" / "pretrain" / "demo-tiny.yaml"
 

@@ -164,7 +164,8 @@ def pretrain(
                               "config.yaml or metrics.jsonl); start it without --resume/--extend")
     main = is_main_process()  # under torchrun, rank 0 prints for all
     if main and (dry_run or not as_json):  # --json prints the resolved run only when it is the result (--dry-run)
-        emit(resolved, as_json, _render_run)
+        # A run says its notes itself as it starts (the trainer's log, as in a study or the API): once, not twice.
+        emit(resolved if dry_run else {**resolved, "source_notes": []}, as_json, _render_run)
     if dry_run:
         return
     trainer = Trainer(cfg, resume=resume, extend=extend, log=log, show_progress=not as_json, adopt_config=adopt_config)
