@@ -42,9 +42,9 @@ def write_encoder(folder: Path, model_type: str, **config) -> Path:
     tok.normalizer, tok.pre_tokenizer = normalizers.Lowercase(), pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
                             sep_token="[SEP]", mask_token="[MASK]").save_pretrained(folder)
-    cfg = AutoConfig.for_model(model_type, vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=4, intermediate_size=64, max_position_embeddings=128,
-                               pad_token_id=0, **config)
+    sizes = {"vocab_size": len(vocab), "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 64, "max_position_embeddings": 128, "pad_token_id": 0}
+    cfg = AutoConfig.for_model(model_type, **{**sizes, **config})
     torch.manual_seed(0)
     AutoModel.from_config(cfg).save_pretrained(folder)
     return folder
@@ -72,6 +72,14 @@ def broken(folder: Path, how: str) -> Path:
     elif how == "wider-ffn":  # config.json says 48, the weights are 64 wide
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 48}))
+    elif how == "dangling-tokenizer":
+        (folder / "tokenizer.json").unlink()
+        (folder / "tokenizer.json").symlink_to(folder / "gone.json")
+    elif how == "cut-weights":
+        weights.write_bytes(weights.read_bytes()[:-100])
+    elif how == "unknown-type":
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "model_type": "frobnicator"}))
     elif how == "small-vocab":
         state = load_file(weights)
         state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][:20].clone()
@@ -265,7 +273,60 @@ def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(hom
     ("small-vocab", "its tokenizer gives ids up to 37, but the model has 20 embeddings"),
     ("wider-ffn", "intermediate.dense.bias is (64,) in its files but (48,) in the bert its config.json describes"),
     ("shard-outside", "names a shard that is not a file of this folder: ../"),
+    ("dangling-tokenizer", "tokenizer.json is a broken symbolic link (to "),
+    ("cut-weights", "model.safetensors cannot be read as weights (SafetensorError: "),
+    ("unknown-type", "unknown model_type 'frobnicator' (transformers "),
 ])
 def test_a_folder_that_is_not_what_it_says_is_refused(home, monkeypatch, capsys, how, says):
     folder = broken(home / f"broken-{how}", how)
     assert says in _refused(monkeypatch, capsys, home, folder)
+
+
+@pytest.mark.parametrize("model_type, config, says", [
+    ("gpt2", {}, "model_type 'gpt2' is a decoder"),
+    ("gemma", {}, "model_type 'gemma' is a decoder"),
+    ("gpt_neox", {}, "model_type 'gpt_neox' is a decoder"),
+    ("t5", {}, "model_type 't5' is an encoder-decoder"),
+    ("bart", {}, "model_type 'bart' is an encoder-decoder"),  # in transformers' masked-LM mapping all the same
+    ("bert", {"is_decoder": True}, "model_type 'bert' is a decoder (config.is_decoder"),
+    ("vit", {}, "model_type 'vit' is not a text encoder"),
+])
+def test_a_model_that_is_not_an_encoder_only_text_model_is_refused(home, monkeypatch, capsys, model_type, config,
+                                                                    says):
+    """Through AutoModel a decoder attends causally and would be scored as an encoder; an encoder-decoder or an
+    image model has no body that reads a text. Judged from config.json alone, before weights or tokenizer."""
+    folder = home / f"not-encoder-{model_type}-{len(config)}"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, **config}))
+    err = _refused(monkeypatch, capsys, home, folder)
+    assert says in err and "encoder-only text models" in err and str(folder) in err
+    with pytest.raises(EncoderlabError, match=says.replace("(", r"\(")):  # the Python API's error, not a KeyError
+        run_sweep(folder, ["toy-pairs"], load_protocol(None, SIZES), home / "not-encoder-evals")
+
+
+@pytest.mark.parametrize("model_type, pad, usable", [
+    ("mpnet", 1, 126), ("roberta-prelayernorm", 1, 126), ("xlm-roberta-xl", 1, 126), ("roberta", 20, 107),
+    ("bert", 0, 128),
+])
+def test_the_usable_positions_are_read_off_the_model(home, monkeypatch, capsys, model_type, pad, usable):
+    """Models that number positions from padding_idx + 1 take max_position_embeddings - pad_token_id - 1 tokens;
+    a longer protocol is refused in one line before any work (it was an IndexError mid-run)."""
+    from encoderlab.model.transformers_mlm import TransformersMaskedLM
+    from encoderlab.runs.encoders import transformers_config, usable_positions
+
+    folder = write_encoder(home / f"positions-{model_type}-{pad}", model_type, pad_token_id=pad)
+    cfg = transformers_config(folder)
+    assert usable_positions(cfg) == usable
+    assert TransformersMaskedLM(cfg)._position_offset == (pad + 1 if usable < 128 else 0)
+    err = _refused(monkeypatch, capsys, home, folder, "--set", f"max_length={usable + 1}")
+    assert f"takes at most {usable}" in err
+
+
+def test_an_auto_map_beside_a_built_in_class_is_named_in_a_note(home):
+    from encoderlab.data.tokenizer import code_not_run
+
+    folder = write_encoder(home / "mapped-note", "bert")
+    assert code_not_run(folder) is None
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_x.XModel"}}))
+    assert "config.json's auto_map (modeling_x.XModel) not followed" in code_not_run(folder)

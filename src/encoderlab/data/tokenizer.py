@@ -194,6 +194,27 @@ def refuse_code_from(folder: Path, names: tuple[str, ...] = ("config.json", "tok
                             "architectures built into transformers")
 
 
+def code_not_run(folder: Path) -> str | None:
+    """The note for a folder whose config.json or tokenizer_config.json names its own classes (`auto_map`) beside
+    built-in ones: `refuse_code_from` lets it through and transformers builds its own class, which may compute
+    otherwise than the folder's, so the user is told which was used (None: no auto_map)."""
+    named = []
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            config = json.loads((folder / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        found = config.get("auto_map") if isinstance(config, dict) else None
+        values = found.values() if isinstance(found, dict) else [found] if found else []
+        classes = sorted({str(c) for v in values for c in (v if isinstance(v, list) else [v]) if c})
+        if classes:
+            named.append(f"{name}'s auto_map ({', '.join(classes)})")
+    if not named:
+        return None
+    return (f"{folder}: {' and '.join(named)} not followed: encoderlab runs no code from a model folder, so "
+            "transformers' built-in classes of its model_type were used, not the folder's own")
+
+
 def _wants_code(name: str, config: dict) -> str | None:
     """What the file asks for that transformers does not have (None: nothing)."""
     if name == "config.json":

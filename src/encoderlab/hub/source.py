@@ -27,6 +27,7 @@ from encoderlab.hub.folders import UnsupportedModelError
 from encoderlab.hub.slmodel import SL_MODEL, sl_config
 from encoderlab.runs.encoders import OWN_BACKBONE
 from encoderlab.runs.encoders import require_tokenizer
+from encoderlab.runs.folder_checks import damaged
 
 SUPPORTED = OWN_BACKBONE  # sl_model among them (hub/slmodel.py SL_MODEL)
 # The types whose attention is causal unless config.is_causal is false (an sl_model's config always says which).
@@ -167,9 +168,7 @@ def folder_weights(folder: Path) -> dict[str, torch.Tensor]:
                                   f"{f', asking for {wants[1]}' if wants else ''}; unpickling it could run code): "
                                   "convert it to safetensors (model.safetensors) with a tool you trust") from None
         except Exception as exc:  # safetensors' and torch's errors for a damaged file: one line naming it
-            raise EncoderlabError(f"{file} cannot be read as weights ({type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else ''}): the file is damaged or cut "
-                                  "short; copy the model folder again") from None
+            raise damaged(file, exc) from None
     return state
 
 

@@ -9,16 +9,14 @@ data: the class comes from transformers' own mapping of `model_type`, never from
 """
 from __future__ import annotations
 
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
-
-
-# Learned positions that start past 0 (RoBERTa and its kin count from padding_idx + 1, i.e. 2 of them reserved).
-POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2, "longformer": 2, "data2vec-text": 2, "xmod": 2}
 
 
 class TransformersConfig(BaseModel):
@@ -76,6 +74,11 @@ class TransformersConfig(BaseModel):
     def max_position_embeddings(self) -> int:
         return self._get("max_position_embeddings", "n_positions", default=512)
 
+    @property
+    def first_position(self) -> int:
+        """The first position id the model's learned positions give a token (`first_position` of its body)."""
+        return _meta_facts(json.dumps(self.config, sort_keys=True))[1]
+
     def num_parameters(self, include_embeddings: bool = True) -> int:
         """The body's parameters (counted from the model itself when the folder was read)."""
         return self.parameters if include_embeddings else self.parameters - self.vocab_size * self.hidden_size
@@ -129,7 +132,25 @@ def backbone(cfg, attention) -> nn.Module:
 
 def count_parameters(cfg_dict: dict[str, Any]) -> int:
     """Parameters of the body a config.json describes, counted on the meta device (nothing allocated)."""
-    cfg = TransformersConfig(config=cfg_dict, parameters=0)
+    return _meta_facts(json.dumps(cfg_dict, sort_keys=True))[0]
+
+
+@functools.lru_cache(maxsize=32)
+def _meta_facts(config_json: str) -> tuple[int, int]:
+    """(parameters, first position) of the body a config.json describes, built once on the meta device."""
+    cfg = TransformersConfig(config=json.loads(config_json), parameters=0)
     with torch.device("meta"):
         body = TransformersBody(cfg)
-    return sum(p.numel() for p in body.parameters())
+    return sum(p.numel() for p in body.parameters()), first_position(body)
+
+
+def first_position(model: nn.Module) -> int:
+    """The position id of a text's first token. RoBERTa, XLM-R, MPNet, Longformer and their kin number positions
+    from their padding index + 1 (their position embedding has that `padding_idx`), so max_position_embeddings -
+    padding_idx - 1 of them are usable; every other model starts at 0. Read off the model, not a list of names, as
+    the offset follows the config's pad_token_id."""
+    for name, module in model.named_modules():
+        if (isinstance(module, nn.Embedding) and name.rsplit(".", 1)[-1] == "position_embeddings"
+                and module.padding_idx is not None):
+            return module.padding_idx + 1
+    return 0

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from encoderlab.model.transformers_body import POSITION_OFFSET, TransformersConfig
+from encoderlab.model.transformers_body import TransformersConfig, first_position
 
 Layout = Literal["mask", "rows"]
 PROBE_TOLERANCE = 1e-4  # relative, fp32: the same computation in another order lands near 1e-7
@@ -47,8 +47,7 @@ class TransformersMaskedLM(nn.Module):
         self.head_at_rows = False
         accepted = inspect.signature(hf.base_model.forward).parameters
         self._takes_positions = "position_ids" in accepted
-        self._position_offset = (hf.config.pad_token_id + 1 if cfg.model_type in POSITION_OFFSET
-                                 and hf.config.pad_token_id is not None else 0)
+        self._position_offset = first_position(hf.base_model)
         self._pad_id = hf.config.pad_token_id if hf.config.pad_token_id is not None else 0
         # Whether training draws random numbers outside the loop's own generators (the loop seeds them per step).
         self.dropout = any(isinstance(m, nn.Dropout) and m.p > 0 for m in hf.modules()) or any(

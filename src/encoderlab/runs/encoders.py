@@ -20,8 +20,9 @@ from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError, resolved
 from encoderlab.core.io import sha256_of
-from encoderlab.model.transformers_body import POSITION_OFFSET, TransformersConfig, count_parameters
+from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 from encoderlab.runs import checkpoint as ckpt
+from encoderlab.runs.folder_checks import check_encoder_kind, check_known_type, check_links, check_safetensors
 
 # The model types `encoderlab import-hf` reads onto encoderlab's backbone (hub/source.py checks against this list).
 OWN_BACKBONE = ("llama", "mistral", "qwen2", "qwen3", "eurobert", "sl_model")
@@ -121,7 +122,10 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
     if model_type in OWN_BACKBONE and not own_backbone:
         raise EncoderlabError(f"{folder}: a {model_type} model is computed by encoderlab's own backbone; import it "
                               f"first (encoderlab import-hf {folder} --out CKPT), then fine-tune CKPT")
-    weights_files(folder)
+    check_known_type(model_type, where)
+    if model_type not in OWN_BACKBONE:
+        check_encoder_kind(raw, folder)
+    check_safetensors(weights_files(folder))  # whole, or named as damaged (transformers' error says less)
     require_tokenizer(folder)
     try:
         parameters = count_parameters(raw)
@@ -134,6 +138,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
 def require_tokenizer(folder: Path) -> None:
     """A vocabulary file of the tokenizer's own: without one, transformers builds a tokenizer from config.json alone
     that reads every word as its unknown token."""
+    check_links(folder, TOKENIZER_FILES)
     if not any((folder / name).is_file() for name in VOCABULARY_FILES):
         raise EncoderlabError(f"{folder} has no tokenizer ({', '.join(VOCABULARY_FILES[:4])}, ...): copy the model's "
                               "tokenizer files beside config.json")
@@ -249,9 +254,9 @@ def model_type(path: Path) -> str | None:
 
 
 def usable_positions(cfg) -> int:
-    """The longest input the model takes: its learned positions (less RoBERTa's offset), or encoderlab's
-    backbone's `max_position_embeddings`."""
-    return cfg.max_position_embeddings - POSITION_OFFSET.get(getattr(cfg, "model_type", ""), 0)
+    """The longest input the model takes: its learned positions (less those before its first, RoBERTa's padding
+    index and the one below it), or encoderlab's backbone's `max_position_embeddings`."""
+    return cfg.max_position_embeddings - (cfg.first_position if isinstance(cfg, TransformersConfig) else 0)
 
 
 # ---- a transformers model continued by encoderlab's pretraining (pretraining/continued.py) ------------------------
