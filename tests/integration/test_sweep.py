@@ -366,3 +366,15 @@ def test_summary_json_keeps_the_tasks_of_earlier_sweeps(tmp_path, tiny_checkpoin
     assert list(first["tasks"]) == [task_yaml.stem] and list(second["tasks"]) == ["other"]
     written = json.loads(next(out.rglob("summary.json")).read_text())
     assert sorted(written["tasks"]) == sorted([task_yaml.stem, "other"])
+
+
+def test_inputs_longer_than_an_encoderlab_models_positions_are_refused(tmp_path, task_yaml):
+    """An imported model's context (its max_position_embeddings, 64 here) bounds fine-tuning as it bounds
+    pretraining's windows: refused before any work, as a transformers encoder's learned positions are."""
+    from conftest import tiny_checkpoint as write_checkpoint
+
+    short = write_checkpoint(tmp_path / "short")
+    with pytest.raises(EncoderlabError, match=r"max_position_embeddings\) stop at 64 \(set max_length"):
+        run_sweep(short, [str(task_yaml)], protocol(max_length=80), tmp_path / "evals", show_progress=False,
+                  log=lambda m: None)
+    assert not (tmp_path / "evals").exists()

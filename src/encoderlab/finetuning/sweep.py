@@ -21,6 +21,7 @@ import torch
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
 from encoderlab.core.process import run_lock
+from encoderlab.data.tokenizer import code_not_run
 from encoderlab.finetuning import migrate_records, records
 from encoderlab.finetuning.aggregate import summarize
 from encoderlab.finetuning.batched import finetune_grid
@@ -139,6 +140,8 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     shared = check_specs(specs, prepared, protocol)
     path = resolve_encoder(checkpoint)  # a named encoder is fetched once the tasks are known
     model_cfg, weights, tokenizer = load_encoder(path)
+    if is_transformers_folder(path) and (note := code_not_run(path)):
+        log(note)
     protocol = protocol.with_context(usable_positions(model_cfg))  # what `max_length: auto` is a fraction of
     check_lengths(protocol, [*specs, *([shared] if shared else [])], prepared, model_cfg, path)
     check_tasks(keep, specs, prepared, protocol, model_cfg)  # before any task is prepared or trained
@@ -176,18 +179,19 @@ def load_encoder(path: Path):
 
 
 def check_lengths(protocol: Protocol, specs: list[str], prepared: dict, model_cfg, path: Path) -> None:
-    """A transformers encoder's learned positions bound its inputs: a longer `max_length` is refused before any
-    work (encoderlab's rotary backbone takes any length)."""
-    if isinstance(model_cfg, ModelConfig):
-        return
+    """The model's positions bound its inputs, a longer `max_length` is refused before any work: a transformers
+    encoder's learned ones, and encoderlab's backbone's `max_position_embeddings` (an imported model's context,
+    which pretraining holds its windows to as well)."""
     limit = usable_positions(model_cfg)
+    whose = (f"this {model_cfg.model_type} model takes at most" if not isinstance(model_cfg, ModelConfig) else
+             "this model's positions (model_config.json max_position_embeddings) stop at")
     for spec in specs:
         task = prepared.get(spec)
         family, name = (task.family, task.name) if task else (task_family(spec), task_identity(spec)[0])
         length = protocol.for_task(name).length_for(family)
         if length > limit:
-            raise EncoderlabError(f"{path}: the protocol gives {name} inputs of {length} tokens; this "
-                                  f"{model_cfg.model_type} model takes at most {limit} (set max_length or "
+            raise EncoderlabError(f"{path}: the protocol gives {name} inputs of {length} tokens; {whose} "
+                                  f"{limit} (set max_length or "
                                   f"max_length_by_family.{family} to {limit} or less)")
 
 
