@@ -185,15 +185,26 @@ def test_what_cannot_be_continued_is_refused_before_any_work(tmp_path, monkeypat
     llama.mkdir()
     (llama / "config.json").write_text(json.dumps({"model_type": "llama"}))
     gpt2 = tmp_path / "src-gpt2"  # a body with no masked-LM class in transformers
-    from transformers import AutoModel, GPT2Config
+    from transformers import AutoModel, BertConfig, GPT2Config
 
     AutoModel.from_config(GPT2Config(vocab_size=40, n_embd=16, n_layer=1, n_head=2)).save_pretrained(gpt2)
     for tokenizer_file in ("tokenizer.json", "tokenizer_config.json"):
         (gpt2 / tokenizer_file).write_bytes((bert / tokenizer_file).read_bytes())
+    bart = tmp_path / "src-bart"  # transformers' masked-LM mapping holds it, as BartForConditionalGeneration
+    bart.mkdir()
+    (bart / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    small = tmp_path / "src-small"  # the tokenizer of another model: ids past its embeddings
+    AutoModel.from_config(BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32)).save_pretrained(small)
+    for tokenizer_file in ("tokenizer.json", "tokenizer_config.json"):
+        (small / tokenizer_file).write_bytes((bert / tokenizer_file).read_bytes())
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cases |= {"hub id": ({"init": {"from_weights": "nobody/no-such-model"}}, "not a local folder, and HF_HUB_OFFLINE"),
               "llama": ({"init": {"from_weights": str(llama)}}, "import it first .*init.from_weights=CKPT"),
-              "gpt2": ({"init": {"from_weights": str(gpt2)}}, "no masked-LM class for model_type 'gpt2'")}
+              "gpt2": ({"init": {"from_weights": str(gpt2)}}, "model_type 'gpt2' is a decoder"),
+              "bart": ({"init": {"from_weights": str(bart)}}, "model_type 'bart' is an encoder-decoder"),
+              "small vocab": ({"init": {"from_weights": str(small)}}, "its tokenizer gives ids up to 34, but the "
+                              "model has 20 embeddings: the tokenizer is not this model's")}
     for name, (change, says) in cases.items():
         cfg = {**config(tmp_path, long if name == "long windows" else packed, bert, name.replace(" ", "-")), **change}
         with pytest.raises(EncoderlabError, match=says):
@@ -227,10 +238,13 @@ def test_weights_and_tokenizers_that_do_not_belong_are_refused(tmp_path, one_thr
     stored = load_file(str(body / "model.safetensors"))  # older transformers saved BERT's position_ids buffer too
     stored["embeddings.position_ids"] = torch.arange(128)[None]  # (all-MiniLM-L6-v2's files hold it)
     save_file(stored, str(body / "model.safetensors"), metadata={"format": "pt"})
+    mapped = json.loads((body / "config.json").read_text())  # its own class named beside the built-in one
+    (body / "config.json").write_text(json.dumps({**mapped, "auto_map": {"AutoModel": "modeling_x.XModel"}}))
     lines: list[str] = []
     Trainer(validate(PretrainConfig, config(tmp_path, packed, body, "body", steps=6), "test"), show_progress=False,
             log=lines.append)
     assert any("pooler.dense.weight" in line and "left out" in line for line in lines), lines
+    assert any("auto_map (modeling_x.XModel) not followed" in line for line in lines), lines
     weights = load_file(str(bert / "model.safetensors"))
     weights["bert.encoder.layer.2.output.dense.weight"] = torch.zeros(32, 64)  # a third layer, two in config.json
     save_file(weights, str(bert / "model.safetensors"), metadata={"format": "pt"})

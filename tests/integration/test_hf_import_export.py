@@ -363,3 +363,12 @@ def test_a_damaged_weight_file_is_one_line_naming_it(tmp_path):
     with pytest.raises(EncoderlabError, match=rf"{tmp_path / 'model.safetensors'} cannot be read as weights "
                                               r"\(SafetensorError: .*\): the file is damaged or cut short"):
         folder_weights(tmp_path)
+
+
+def test_an_auto_map_beside_a_built_in_type_is_named_in_the_notes(tmp_path, raw_tokenizer, one_thread):
+    """transformers' own LlamaModel reads the folder; the note says the folder's class was not the one used."""
+    src = hf_folder(tmp_path / "llama", llama(raw_tokenizer), raw_tokenizer)
+    config = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_x.XModel"}}))
+    summary = import_hf(str(src), tmp_path / "ckpt")
+    assert any("config.json's auto_map (modeling_x.XModel) not followed" in note for note in summary["notes"])

@@ -29,7 +29,7 @@ import torch
 from pydantic import ValidationError
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, load_tokenizer
+from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, code_not_run, load_tokenizer
 from encoderlab.hub.families import HEADS, architecture_fields, our_weights
 from encoderlab.hub.folders import UnsupportedModelError, prepare_out
 from encoderlab.hub.source import (
@@ -155,6 +155,8 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
                                                                               head_seed)
     if config.model_type == SL_MODEL:
         sl_model_notes(config, tok, where, notes)
+    elif not gguf and (note := code_not_run(folder)):
+        notes.append(note)
     tok.origin = f"{where} (imported)"
     rows = weights["model.embed_tokens.weight"].shape[0]
     n_source_tokens = max(tok.tokenizer.get_vocab(with_added_tokens=True).values()) + 1 - len(added)

@@ -15,12 +15,14 @@ from pathlib import Path
 import torch
 
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.data.tokenizer import code_not_run, load_tokenizer
 from encoderlab.model.transformers_body import TransformersConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
     NAMED,
     OWN_BACKBONE,
     UNUSED_MISSING,
+    check_tokenizer,
     is_continued,
     is_transformers_folder,
     model_type,
@@ -68,6 +70,8 @@ def continued_config(cfg, folder: Path) -> TransformersConfig:
         tcfg = continued_config_of(folder)
     else:
         tcfg = transformers_config(folder)
+        # as fine-tuning says it: a tokenizer with more ids than the embeddings is another model's
+        check_tokenizer(load_tokenizer(folder, as_transformers=True), tcfg.vocab_size, folder)
     if type(tcfg.hf_config()) not in MODEL_FOR_MASKED_LM_MAPPING:
         raise EncoderlabError(f"{folder}: transformers has no masked-LM class for model_type {tcfg.model_type!r}; "
                               "continued pretraining trains AutoModelForMaskedLM (bert, roberta, deberta-v2, "
@@ -81,6 +85,8 @@ def continued_model(cfg, tcfg: TransformersConfig, log, meta: dict):
     from encoderlab.model.transformers_mlm import TransformersMaskedLM
 
     folder = tcfg.source
+    if note := code_not_run(folder):
+        log(note)
     hf, head_missing, unused = _load_masked_lm(folder, tcfg, cfg.train.seed)
     model = TransformersMaskedLM(tcfg, hf)
     if unused:  # a BERT pooler: the masked-LM class has none, so its checkpoints and exports carry none either

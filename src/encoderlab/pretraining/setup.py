@@ -193,6 +193,10 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig
         raise EncoderlabError(f"the data's mask token is id {mask_id}, past the model's {mcfg.vocab_size} embeddings "
                               "(its tokenizer has no mask token of its own): MLM would feed an id the model lacks")
     top = packing.max_token_id(meta)
+    if top >= mcfg.vocab_size and isinstance(mcfg, TransformersConfig):  # its config.json fixes the vocabulary
+        raise EncoderlabError(f"the data's token ids go up to {top}, but the {mcfg.model_type} model of "
+                              f"init.from_weights has {mcfg.vocab_size} embeddings: the data's tokenizer is not this "
+                              "model's (pack the data with the model's own tokenizer)")
     if top >= mcfg.vocab_size:
         raise EncoderlabError(f"the data's token ids go up to {top} but the model's vocabulary has "
                               f"{mcfg.vocab_size} ids (model.vocab_size): use at least {top + 1}, or data packed with "
