@@ -72,6 +72,10 @@ def broken(folder: Path, how: str) -> Path:
     elif how == "wider-ffn":  # config.json says 48, the weights are 64 wide
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 48}))
+    elif how == "nan-weight":  # one NaN reaches every output: trained on, it would fail as if the LR were too high
+        state = load_file(weights)
+        state["encoder.layer.0.output.dense.weight"][0, 0] = float("nan")
+        save_file(state, weights, metadata={"format": "pt"})
     elif how == "small-vocab":
         state = load_file(weights)
         state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][:20].clone()
@@ -265,6 +269,7 @@ def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(hom
     ("small-vocab", "its tokenizer gives ids up to 37, but the model has 20 embeddings"),
     ("wider-ffn", "intermediate.dense.bias is (64,) in its files but (48,) in the bert its config.json describes"),
     ("shard-outside", "names a shard that is not a file of this folder: ../"),
+    ("nan-weight", "broken-nan-weight: weight encoder.layer.0.output.dense.weight is not finite"),
 ])
 def test_a_folder_that_is_not_what_it_says_is_refused(home, monkeypatch, capsys, how, says):
     folder = broken(home / f"broken-{how}", how)

@@ -193,6 +193,8 @@ def read_folder(auto_class, folder: Path, cfg):
         key, stored, wanted = sorted(info["mismatched_keys"], key=str)[0][:3]  # a set in transformers 5
         raise EncoderlabError(f"{folder}: {key} is {tuple(stored)} in its files but {tuple(wanted)} in the "
                               f"{cfg.model_type} its config.json describes ({len(info['mismatched_keys'])} such)")
+    # fine-tuning, scoring and continued pretraining read here; buffers are the class's own (a mask may be -inf)
+    ckpt.refuse_non_finite(dict(model.named_parameters()), folder)
     return model, info
 
 
@@ -265,6 +267,7 @@ def masked_lm(path: Path):
     ckpt.verify(path, (ckpt.WEIGHTS,))
     model = AutoModelForMaskedLM.from_config(cfg.hf_config(), trust_remote_code=False).float().eval()
     weights = load_file(str(path / ckpt.WEIGHTS))
+    ckpt.refuse_non_finite(weights, path)
     if problems := ckpt.weight_mismatches(weights, model.state_dict()):
         raise EncoderlabError(f"{path}: its weights do not fit the {cfg.model_type} of its config.json: {problems}")
     model.load_state_dict(weights)
