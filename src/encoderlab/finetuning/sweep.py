@@ -42,7 +42,7 @@ from encoderlab.finetuning.training import backbone_state, finetune, planned_ste
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
-    encoder_digest,
+    encoder_identity,
     is_continued,
     is_transformers_folder,
     load_continued_encoder,
@@ -234,7 +234,8 @@ class Sweep:
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
         self.key = records.protocol_key(self.protocol.model_dump(mode="json"))
-        self.digest = encoder_digest(self.checkpoint)  # its records' identity: the same weights, wherever
+        # its records' identity: the same weights (a transformers folder: weights, config, tokenizer), wherever
+        self.digest, self.files = encoder_identity(self.checkpoint)
         self.units = training_units(self.tasks, self.trainer)  # what trains: a task, or one TrainedOnce
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}
@@ -295,7 +296,8 @@ class Sweep:
         if others := records.other_versions(self.out, self.tag, self.key, task.name, task.fingerprint):
             self.log(f"{task.name}: its data or definition changed since the records in {others[-1]}: running again")
         paths = [self.path(task, lr, seed) for lr in self.protocol.lrs for seed in self.protocol.seeds]
-        if unused := [f"{path}: {why}" for path in paths if (why := records.usable(path, self.digest)[1])]:
+        whys = [(path, records.usable(path, self.digest, self.files)[1]) for path in paths]
+        if unused := [f"{path}: {why}" for path, why in whys if why]:
             more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
             self.log(f"{task.name}: {len(unused)} record(s) not used, their runs are done again: {unused[0]}{more}")
 
@@ -375,7 +377,7 @@ class Sweep:
                 "examples": {s: task.scored_examples(s) for s in ("validation", "test")},  # what a score averages
                 "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
                 "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
-                "data_split": task.data_split,
+                "data_split": task.data_split, **({records.MODEL_FILES: self.files} if self.files else {}),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
 
     def about(self) -> dict:
