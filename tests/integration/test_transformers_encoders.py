@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,28 @@ def test_a_folder_edited_in_place_is_another_model(home, monkeypatch, one_thread
     [record] = records.load_all(out, records.checkpoint_tag(folder))
     assert record[records.WEIGHTS] == encoder_digest(folder)
     assert {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"} <= set(record["model_files"])
+
+
+def test_two_folders_with_the_same_last_two_path_parts_never_share_records(home, monkeypatch, capsys, one_thread):
+    """`p/models/bert` and `models/bert` would both file under `models-bert`, each sweep replacing the other's
+    records: the second is refused in one line naming the first and asking for another --out, writing nothing; a
+    copy of the first (the same files) reuses its records."""
+    first, out = write_encoder(home / "p" / "models" / "bert", "bert"), home / "evals-two"
+    sizes = [x for s in [*SIZES, "max_steps=1", "max_eval_examples=4"] for x in ("--set", s)]
+    code, _, err = run_command(monkeypatch, capsys, "sweep", first, "toy-pairs", "--out", out, *sizes,
+                               home=home / "home")
+    assert code == 0, err
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    other = write_encoder(home / "models" / "bert", "bert", hidden_act="relu")  # other files, the same two parts
+    code, stdout, err = run_command(monkeypatch, capsys, "sweep", other, "toy-pairs", "--out", out, *sizes,
+                                    home=home / "home")
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{out / 'models-bert'} holds the records of {first.resolve()}" in err and "pass another --out" in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+    copy = shutil.copytree(first, home / "copy" / "models" / "bert")
+    code, _, err = run_command(monkeypatch, capsys, "sweep", copy, "toy-pairs", "--out", out, *sizes,
+                               home=home / "home")
+    assert code == 0 and "1 already recorded, 0 to do" in err, err
 
 
 def test_the_body_computes_what_transformers_computes(home):

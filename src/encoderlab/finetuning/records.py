@@ -8,9 +8,10 @@ are run again, and the old records stay where they were.
 
 A record belongs to the weights it was made from: each names the SHA-256 of its checkpoint's `model.safetensors`
 (`weights_sha256`; for a transformers folder, of every file that decides its outputs, listed under `model_files`:
-runs/encoders.py `encoder_identity`), and nothing is used unchecked. A record is used (reused by a sweep, counted by a summary or a
-report) only when it reads, has the fields of a record, is the record of its own place (task, fingerprint, protocol
-key, tag, LR and seed as its path says: not another run's copied over) and was made from these weights. Anything
+runs/encoders.py `encoder_identity`), and nothing is used unchecked. A record is used (reused by a sweep, counted
+by a summary or a report) only when it reads, has the fields of a record, is the record of its own place (task,
+fingerprint, protocol key, tag, LR and seed as its path says: not another run's copied over) and was made from these
+weights. One `OUT/<tag>` holds one model's records (`other_owner`: a sweep of another is refused). Anything
 else is run again by a sweep and named in its log, or left out of a report and named there. Every record is read
 through `finetuning/migrate_records.py` (records of earlier formats, in the current one) and written with its
 `format_version`.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from encoderlab.core.io import write_json
@@ -34,6 +36,26 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
     path = Path(checkpoint).resolve()
     parts = [path.parent.parent.name, path.name] if path.parent.name == "checkpoints" else [path.parent.name, path.name]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
+
+
+def other_owner(root: Path, tag: str, checkpoint: Path, identity: Callable[[], str]) -> Path | None:
+    """The model whose records fill `root/tag` when it is another: a model still at another place, with the same
+    last two path parts as `checkpoint` (so the same tag), whose records are of other weights than `identity()`
+    (called only then). None when the folder is free or holds the records of this model, of a copy of it (the same
+    weights elsewhere reuse them), or of a model since gone (a run pretrained again elsewhere, whose old records are
+    replaced). A record names its checkpoint as the sweep was given it: a relative one is read from here."""
+    here, named = checkpoint.resolve(), {}
+    for path in sorted((root / tag).glob("*/*/*/lr*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("checkpoint"), str):
+            named.setdefault(Path(record["checkpoint"]).resolve(), set()).add(record.get(WEIGHTS))
+    for there, made in named.items():
+        if there != here and there.exists() and made - {identity()}:
+            return there
+    return None
 
 
 def protocol_key(protocol: dict) -> str:

@@ -138,6 +138,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     resolve_encoder(checkpoint, unpack=False)  # a path that is no model is named first, whatever the tasks
     shared = check_specs(specs, prepared, protocol)
     path = resolve_encoder(checkpoint)  # a named encoder is fetched once the tasks are known
+    check_owner(out, path)
     model_cfg, weights, tokenizer = load_encoder(path)
     protocol = protocol.with_context(usable_positions(model_cfg))  # what `max_length: auto` is a fraction of
     check_lengths(protocol, [*specs, *([shared] if shared else [])], prepared, model_cfg, path)
@@ -163,6 +164,16 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         if note := protocol.dtype_note(device):
             log(note)  # once everything is checked: a run that goes ahead, slowly
         return sweep.run(workers, show_progress)
+
+
+def check_owner(out: Path, path: Path) -> None:
+    """Records are filed under the model's last two path parts (records.checkpoint_tag): another model with the
+    same two holds that folder, and each sweep would replace the other's records. Refused before any work."""
+    tag = records.checkpoint_tag(path)
+    if (owner := records.other_owner(out, tag, path, lambda: encoder_identity(path)[0])) is not None:
+        raise EncoderlabError(f"{out / tag} holds the records of {owner}, another model filed under the same name "
+                              "(a folder's last two path parts; a run's name and step): pass another --out for "
+                              f"{path.resolve()}")
 
 
 def load_encoder(path: Path):
@@ -366,7 +377,8 @@ class Sweep:
     def record(self, task: EvalTask, train: EvalTask, body: dict) -> dict:
         """The record of `task` for a run trained on `train` with this result body."""
         base, trivial = self.baselines[task.name], baselines.trivial_name(task)
-        return {"format_version": migrate_records.FORMAT, "checkpoint": str(self.checkpoint), "tag": self.tag,
+        return {"format_version": migrate_records.FORMAT, "tag": self.tag,
+                "checkpoint": str(self.checkpoint.resolve()),  # what records.other_owner reads, from any folder
                 records.WEIGHTS: self.digest, "task": task.name, "fingerprint": task.fingerprint,
                 "family": task.family, "metric": task.metric,
                 "scheme": task.scheme, "protocol": self.protocol.model_dump(mode="json"),
