@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 import encoderlab
@@ -198,8 +198,13 @@ def test_what_cannot_be_continued_is_refused_before_any_work(tmp_path, monkeypat
                                      intermediate_size=32)).save_pretrained(small)
     for tokenizer_file in ("tokenizer.json", "tokenizer_config.json"):
         (small / tokenizer_file).write_bytes((bert / tokenizer_file).read_bytes())
+    nan = write_masked_lm(tmp_path / "src-nan", "bert")  # diverged at once, blaming the LR, and the layout probe too
+    weights = load_file(nan / "model.safetensors")
+    weights["bert.encoder.layer.0.output.dense.weight"][0, 0] = float("nan")
+    save_file(weights, nan / "model.safetensors", metadata={"format": "pt"})
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cases |= {"hub id": ({"init": {"from_weights": "nobody/no-such-model"}}, "not a local folder, and HF_HUB_OFFLINE"),
+    cases |= {"nan": ({"init": {"from_weights": str(nan)}}, "bert.encoder.layer.0.output.dense.weight is not finite"),
+              "hub id": ({"init": {"from_weights": "nobody/no-such-model"}}, "not a local folder, and HF_HUB_OFFLINE"),
               "llama": ({"init": {"from_weights": str(llama)}}, "import it first .*init.from_weights=CKPT"),
               "gpt2": ({"init": {"from_weights": str(gpt2)}}, "model_type 'gpt2' is a decoder"),
               "bart": ({"init": {"from_weights": str(bart)}}, "model_type 'bart' is an encoder-decoder"),

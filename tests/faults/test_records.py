@@ -1,9 +1,10 @@
 """Results belong to the weights that made them, and nothing is counted unchecked, through the user's commands.
 
-Two runs with one name in two folders (other weights) swept into one `--out`: the second is evaluated, not given the
-first's records; the same weights copied to a third folder reuse them. A record overwritten by another LR's record
-and a 0-byte record are never counted: the sweep names them and runs them again, a study's "done" is false until
-they are, and a study report leaves them out and lists them.
+Two runs with one name in two folders (other weights) swept into one `--out`: the second is refused in one line
+naming the first, which owns the records' folder, and is evaluated into another `--out`; the same weights copied to a
+third folder reuse their records, and the records of a model that is gone are replaced. A record overwritten by
+another LR's record and a 0-byte record are never counted: the sweep names them and runs them again, a study's
+"done" is false until they are, and a study report leaves them out and lists them.
 """
 from __future__ import annotations
 
@@ -49,16 +50,26 @@ def sweep(run, task, out, monkeypatch, capsys) -> tuple[dict, str]:
 def test_one_run_name_in_two_folders_is_two_models(models, tmp_path, monkeypatch, capsys):
     task, out = models / "task" / "task.yaml", tmp_path / "evals"
     first, _ = sweep(models / "a" / "mlm", task, out, monkeypatch, capsys)
-    second, log = sweep(models / "b" / "mlm", task, out, monkeypatch, capsys)  # the same tag: mlm-step-0000006
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    code, _, err = run_command(monkeypatch, capsys, "sweep", models / "b" / "mlm", task, "--out", out, *GRID)
+    owner = (models / "a" / "mlm" / "checkpoints" / "step-0000006").resolve()  # the same tag: mlm-step-0000006
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{out / first['tag']} holds the records of {owner}, another model filed under the same name" in err
+    assert "pass another --out" in err and {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+    second, _ = sweep(models / "b" / "mlm", task, tmp_path / "evals-b", monkeypatch, capsys)
     assert first["tag"] == second["tag"] and first[records.WEIGHTS] != second[records.WEIGHTS]
-    assert second["runs_done_this_time"] == 4, "the other model's records were reused"
-    assert "4 record(s) not used" in log and "was made from other weights" in log
+    assert second["runs_done_this_time"] == 4
+    shutil.copytree(models / "b" / "mlm", tmp_path / "c" / "mlm")  # the same weights in another folder
+    again, _ = sweep(tmp_path / "c" / "mlm", task, tmp_path / "evals-b", monkeypatch, capsys)
+    assert again["runs_done_this_time"] == 0 and again["tasks"] == second["tasks"]
+    for path in files:  # the first model gone (pretrained again elsewhere): its records are replaced, said so
+        if path.name.startswith("lr"):
+            path.write_text(json.dumps({**json.loads(path.read_text()), "checkpoint": str(tmp_path / "gone")}))
+    third, log = sweep(models / "b" / "mlm", task, out, monkeypatch, capsys)
+    assert third["runs_done_this_time"] == 4 and "4 record(s) not used" in log and "was made from other weights" in log
     recs = records.load_all(out, second["tag"])
     assert len(recs) == 4 and {r[records.WEIGHTS] for r in recs} == {weights_digest(models / "b" / "mlm" /
                                                                                     "checkpoints" / "step-0000006")}
-    shutil.copytree(models / "b" / "mlm", tmp_path / "c" / "mlm")  # the same weights in another folder
-    again, _ = sweep(tmp_path / "c" / "mlm", task, out, monkeypatch, capsys)
-    assert again["runs_done_this_time"] == 0 and again["tasks"] == second["tasks"]
 
 
 def test_a_foreign_or_empty_record_is_never_counted(models, tmp_path, monkeypatch, capsys):

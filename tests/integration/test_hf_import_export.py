@@ -236,6 +236,11 @@ def test_refusals_name_what_differs(tmp_path, raw_tokenizer, one_thread, monkeyp
     small = llama(raw_tokenizer, vocab_size=200)  # the tokenizer has 290 ids
     refused(hf_folder(tmp_path / "small", small, raw_tokenizer), "290 token ids but the embedding matrix only 200 rows")
     refused(hf_folder(tmp_path / "no-tokenizer", llama(raw_tokenizer), None), "has no tokenizer")
+    infinite = llama(raw_tokenizer)
+    with torch.no_grad():
+        infinite.model.layers[1].mlp.down_proj.weight[0, 0] = float("inf")
+    refused(hf_folder(tmp_path / "infinite", infinite, raw_tokenizer),
+            f"{tmp_path / 'infinite'}: weight model.layers.1.mlp.down_proj.weight is not finite")
 
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
     monkeypatch.setitem(sys.modules, "gguf", None)  # as if not installed: `import gguf` raises ImportError

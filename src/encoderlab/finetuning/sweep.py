@@ -43,7 +43,7 @@ from encoderlab.finetuning.training import backbone_state, finetune, planned_ste
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
-    encoder_digest,
+    encoder_identity,
     is_continued,
     is_transformers_folder,
     load_continued_encoder,
@@ -139,6 +139,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     resolve_encoder(checkpoint, unpack=False)  # a path that is no model is named first, whatever the tasks
     shared = check_specs(specs, prepared, protocol)
     path = resolve_encoder(checkpoint)  # a named encoder is fetched once the tasks are known
+    check_owner(out, path)
     model_cfg, weights, tokenizer = load_encoder(path)
     if is_transformers_folder(path) and (note := code_not_run(path)):
         log(note)
@@ -166,6 +167,16 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         if note := protocol.dtype_note(device):
             log(note)  # once everything is checked: a run that goes ahead, slowly
         return sweep.run(workers, show_progress)
+
+
+def check_owner(out: Path, path: Path) -> None:
+    """Records are filed under the model's last two path parts (records.checkpoint_tag): another model with the
+    same two holds that folder, and each sweep would replace the other's records. Refused before any work."""
+    tag = records.checkpoint_tag(path)
+    if (owner := records.other_owner(out, tag, path, lambda: encoder_identity(path)[0])) is not None:
+        raise EncoderlabError(f"{out / tag} holds the records of {owner}, another model filed under the same name "
+                              "(a folder's last two path parts; a run's name and step): pass another --out for "
+                              f"{path.resolve()}")
 
 
 def load_encoder(path: Path):
@@ -238,7 +249,8 @@ class Sweep:
     def __post_init__(self) -> None:
         self.tag = records.checkpoint_tag(self.checkpoint)
         self.key = records.protocol_key(self.protocol.model_dump(mode="json"))
-        self.digest = encoder_digest(self.checkpoint)  # its records' identity: the same weights, wherever
+        # its records' identity: the same weights (a transformers folder: weights, config, tokenizer), wherever
+        self.digest, self.files = encoder_identity(self.checkpoint)
         self.units = training_units(self.tasks, self.trainer)  # what trains: a task, or one TrainedOnce
         self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
         self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}
@@ -299,7 +311,8 @@ class Sweep:
         if others := records.other_versions(self.out, self.tag, self.key, task.name, task.fingerprint):
             self.log(f"{task.name}: its data or definition changed since the records in {others[-1]}: running again")
         paths = [self.path(task, lr, seed) for lr in self.protocol.lrs for seed in self.protocol.seeds]
-        if unused := [f"{path}: {why}" for path in paths if (why := records.usable(path, self.digest)[1])]:
+        whys = [(path, records.usable(path, self.digest, self.files)[1]) for path in paths]
+        if unused := [f"{path}: {why}" for path, why in whys if why]:
             more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
             self.log(f"{task.name}: {len(unused)} record(s) not used, their runs are done again: {unused[0]}{more}")
 
@@ -368,7 +381,8 @@ class Sweep:
     def record(self, task: EvalTask, train: EvalTask, body: dict) -> dict:
         """The record of `task` for a run trained on `train` with this result body."""
         base, trivial = self.baselines[task.name], baselines.trivial_name(task)
-        return {"format_version": migrate_records.FORMAT, "checkpoint": str(self.checkpoint), "tag": self.tag,
+        return {"format_version": migrate_records.FORMAT, "tag": self.tag,
+                "checkpoint": str(self.checkpoint.resolve()),  # what records.other_owner reads, from any folder
                 records.WEIGHTS: self.digest, "task": task.name, "fingerprint": task.fingerprint,
                 "family": task.family, "metric": task.metric,
                 "scheme": task.scheme, "protocol": self.protocol.model_dump(mode="json"),
@@ -379,7 +393,7 @@ class Sweep:
                 "examples": {s: task.scored_examples(s) for s in ("validation", "test")},  # what a score averages
                 "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
                 "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
-                "data_split": task.data_split,
+                "data_split": task.data_split, **({records.MODEL_FILES: self.files} if self.files else {}),
                 "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
 
     def about(self) -> dict:

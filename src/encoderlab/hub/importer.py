@@ -41,7 +41,7 @@ from encoderlab.hub.source import (
 )
 from encoderlab.hub.slmodel import SL_MODEL, remote_code_note, tokenizer_folder
 from encoderlab.model.config import ModelConfig
-from encoderlab.runs.checkpoint import save_weights_only, weight_mismatches
+from encoderlab.runs.checkpoint import refuse_non_finite, save_weights_only, weight_mismatches
 from encoderlab.runs.encoders import require_tokenizer
 
 # ---- the architecture (hub/families.py maps the config and the weights) ------------------------------------
@@ -128,6 +128,7 @@ def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], 
             state = folder_weights(folder)
             if config.model_type == SL_MODEL:  # its tokenizer alone: transformers would read the config.json too
                 tok_dir = tokenizer_folder(folder, config.mask_token_id)
+        refuse_non_finite(state, where)  # before any weight is renamed or written
         source_dtype = ("GGUF, dequantised to float32 by transformers" if gguf
                         else str(next(iter(state.values())).dtype).replace("torch.", ""))
         weights, started = our_weights(state, config, fields, where, notes, head, seed)

@@ -235,8 +235,9 @@ def run_mteb(model: str | Path, tasks: list[str], out: str | Path, *, force: boo
 
 
 def weights_of(model: Model) -> str | None:
-    """The SHA-256 of the model's weights, as its fine-tuning records name them (a study's MTEB job is done for
-    these weights only); None for weights not held in safetensors files."""
+    """The SHA-256 of the model's weights (a transformers folder's: of its weights, config and tokenizer files), as
+    its fine-tuning records name them (a study's MTEB job is done for these only); None for weights not held in
+    safetensors files."""
     from encoderlab.runs.encoders import encoder_digest, resolve_encoder
 
     try:

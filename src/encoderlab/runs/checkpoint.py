@@ -278,12 +278,24 @@ def check_weights_fit(path: Path, expected: dict) -> None:
         raise EncoderlabError(f"checkpoint {path} does not fit the configured model: {problems}")
 
 
+def refuse_non_finite(weights, where: Path | str) -> None:
+    """Refuse weights holding a NaN or an infinity, naming the first such tensor: one reaches every output, so a
+    fine-tuning run would fail as if its LR were too high and a pretraining run stop as diverged. One pass of
+    `isfinite` per tensor, a fraction of a forward pass, wherever weights are read from files."""
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise EncoderlabError(f"{where}: weight {name} is not finite (it holds NaN or infinite values): the "
+                                  "model is damaged or diverged; give weights that are all finite numbers")
+
+
 def read_weights(path: Path, expected: dict) -> dict[str, torch.Tensor]:
-    """The checkpoint's full weights, once verified and checked against `expected` (a state dict, possibly of
-    sharded tensors)."""
+    """The checkpoint's full weights, once verified, checked against `expected` (a state dict, possibly of sharded
+    tensors) and finite."""
     verify(path, (WEIGHTS,))
     check_weights_fit(path, expected)
-    return load_file(str(path / WEIGHTS))
+    weights = load_file(str(path / WEIGHTS))
+    refuse_non_finite(weights, path)
+    return weights
 
 
 def load_weights(path: Path, model: torch.nn.Module) -> None:

@@ -5,7 +5,8 @@ its sha256-pinned wheel).
 A transformers folder is read as data: config.json's `model_type` picks transformers' own class, a folder that asks
 for its own code (`auto_map`, in config.json or tokenizer_config.json) is refused, weights come from safetensors
 only, and every weight of the body must be in them (a missing one would be trained from a random start and scored
-as the model's). Its records are filed under the SHA-256 of its weights (`encoder_digest`), as a checkpoint's are.
+as the model's). Its records are filed under the SHA-256 of every file that decides its outputs: weights,
+config.json and tokenizer files (`encoder_identity`); a checkpoint's under that of its weights.
 The families encoderlab's own backbone computes exactly (Llama, Mistral, Qwen2/3, EuroBERT, the paper's sl_model)
 are imported instead (`encoderlab import-hf`), which runs them bidirectionally and opens pretraining to them.
 """
@@ -164,15 +165,32 @@ def weights_files(folder: Path) -> list[Path]:
     raise EncoderlabError(f"{folder} holds no {SINGLE} or {INDEX}{hint}")
 
 
-def encoder_digest(path: Path) -> str:
-    """What a result made from `path` is filed under: a checkpoint's weights digest, or the SHA-256 of a
-    transformers folder's safetensors file (of its shards' digests in name order, when sharded)."""
+# Besides its weights, the files of a transformers folder that decide what it computes: the architecture and every
+# tokenizer file (a README or model card decides nothing; an encoder never reads a chat template).
+IDENTITY_FILES = ("config.json", INDEX, *(name for name in TOKENIZER_FILES if not name.startswith("chat_template")))
+
+
+def model_files(path: Path) -> dict[str, str] | None:
+    """{file name: SHA-256} of every file that decides a transformers folder's outputs (weights, config.json,
+    tokenizer files); None for an encoderlab checkpoint, whose manifest is verified wherever it is read."""
     if not is_transformers_folder(path):
-        return ckpt.weights_digest(path)
-    files = weights_files(path)
-    if len(files) == 1:
-        return sha256_of(files[0])
-    return hashlib.sha256("".join(f"{f.name}:{sha256_of(f)}\n" for f in files).encode()).hexdigest()
+        return None
+    files = [*weights_files(path), *(path / name for name in IDENTITY_FILES if (path / name).is_file())]
+    return {f.name: sha256_of(f) for f in files}
+
+
+def encoder_identity(path: Path) -> tuple[str, dict[str, str] | None]:
+    """(what a result made from `path` is filed under, `model_files`): a checkpoint's weights digest, as it always
+    was; for a transformers folder the SHA-256 of its `model_files` (name and digest, in name order), so that a
+    folder whose config.json or tokenizer is edited in place is another model."""
+    files = model_files(path)
+    if files is None:
+        return ckpt.weights_digest(path), None
+    return hashlib.sha256("".join(f"{n}:{files[n]}\n" for n in sorted(files)).encode()).hexdigest(), files
+
+
+def encoder_digest(path: Path) -> str:
+    return encoder_identity(path)[0]
 
 
 def read_folder(auto_class, folder: Path, cfg):
@@ -198,6 +216,8 @@ def read_folder(auto_class, folder: Path, cfg):
         key, stored, wanted = sorted(info["mismatched_keys"], key=str)[0][:3]  # a set in transformers 5
         raise EncoderlabError(f"{folder}: {key} is {tuple(stored)} in its files but {tuple(wanted)} in the "
                               f"{cfg.model_type} its config.json describes ({len(info['mismatched_keys'])} such)")
+    # fine-tuning, scoring and continued pretraining read here; buffers are the class's own (a mask may be -inf)
+    ckpt.refuse_non_finite(dict(model.named_parameters()), folder)
     return model, info
 
 
@@ -270,6 +290,7 @@ def masked_lm(path: Path):
     ckpt.verify(path, (ckpt.WEIGHTS,))
     model = AutoModelForMaskedLM.from_config(cfg.hf_config(), trust_remote_code=False).float().eval()
     weights = load_file(str(path / ckpt.WEIGHTS))
+    ckpt.refuse_non_finite(weights, path)
     if problems := ckpt.weight_mismatches(weights, model.state_dict()):
         raise EncoderlabError(f"{path}: its weights do not fit the {cfg.model_type} of its config.json: {problems}")
     model.load_state_dict(weights)
