@@ -107,3 +107,12 @@ def test_only_a_paper_dataset_takes_a_local_path(tmp_path):
         task_identity(folder(tmp_path) + "=/etc")
     assert split_spec("squad=/data/squad") == ("squad", "/data/squad")
     assert split_spec("conll-ner") == ("conll-ner", "")
+
+
+def test_a_task_file_may_name_its_data_anywhere(tmp_path):
+    """The user's own file naming its data explicitly: `..` and absolute paths are read (relative: from its folder)."""
+    folder(tmp_path / "data")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "up.yaml").write_text(FILES.replace("train.csv", "../data/train.csv"))
+    (tmp_path / "tasks" / "abs.yaml").write_text(FILES.replace("train.csv", str(tmp_path / "data/train.csv")))
+    assert task_identity(str(tmp_path / "tasks/up.yaml"))[1] == task_identity(str(tmp_path / "tasks/abs.yaml"))[1]
