@@ -225,6 +225,26 @@ def test_the_sweep_table_says_which_baseline_and_that_predictions_are_constant(c
     assert "not in the records" not in printed  # every baseline is there: no note about missing ones
 
 
+def test_seeds_that_each_predict_another_constant_have_an_interval(capsys, monkeypatch):
+    """One seed predicting one class (52) and the next the other (48) vary: the table printed "undefined (zero
+    variance)" beside a summary with std 2.83 and ci95 25.41, and the warning named two classes as one constant."""
+    from encoderlab.cli.console import out
+    from encoderlab.cli.sweep_table import render_sweep
+
+    monkeypatch.setattr(out, "width", 300)  # no cell wrapped
+    runs = [record(0, 52.0, constant_predictions={"test": "class 'pos'"}),
+            record(1, 48.0, constant_predictions={"test": "class 'neg'"})]
+    summary = summarize(runs)
+    [entry] = summary["tasks"].values()
+    assert entry["ci95"] == 25.412 and entry["constant"] == "differing by run: class 'neg'; class 'pos'"
+    render_sweep({**summary, "tag": "t", "protocol_key": "k", "summary_file": "s.json", "runs_done_this_time": 2,
+                  "seconds_this_time": 1.0, "protocol": {"name": "p", "max_steps": 1, "batch_size": 1,
+                                                          "lrs": [1e-3], "seeds": [0, 1], "selection_split": "v"}})
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "± 25.41" in printed and "zero variance" not in printed
+    assert "qa: predicts a constant (differing by run: class 'neg'; class 'pos')" in printed
+
+
 def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, tmp_path):
     from types import SimpleNamespace
 

@@ -63,3 +63,56 @@ def test_a_paper_task_read_from_the_hub_is_known_by_its_dataset_id():
     assert all(default_hub_id(name) for name in paper_tasks())
     assert task_identity("record")[1] == paper_fingerprint("record", "hgissbkh/record")
     assert task_identity("record")[1] != paper_fingerprint("record", "super_glue")
+
+
+def offline_folder(root, name="rt"):
+    """An offline task's folder anywhere on disk: what a name that is a path would have found."""
+    (root / name).mkdir(parents=True)
+    (root / name / "task.json").write_text('{"name": "rt", "family": "classification"}')
+    for split in ("train", "validation", "test"):
+        (root / name / f"{split}.jsonl").write_text('{"text": "a", "label": "pos"}\n')
+    return root / name
+
+
+def test_a_task_is_a_task_file_or_a_plain_name_never_a_path(tmp_path, monkeypatch):
+    """A task name becomes a folder (read under the offline root, written under --out): an absolute or `..` path
+    there read a folder elsewhere and wrote its records outside --out. Refused by every entry point, before work."""
+    import pytest
+
+    from encoderlab.core.errors import DataError, EncoderlabError
+    from encoderlab.hub.mteb_eval import check_task
+    from encoderlab.tasks import expand_specs, load_task, task_family, trains_on_its_own
+
+    monkeypatch.chdir(offline_folder(tmp_path / "a" / "tasks").parent)
+    for spec in (str(tmp_path / "a/tasks/rt"), "../tasks/rt", "./rt", "rt/", "summary.json"):
+        for check in (lambda s: expand_specs([s]), task_identity, task_family, load_task, trains_on_its_own):
+            with pytest.raises(DataError, match="neither a task file .* nor a task name"):
+                check(spec)
+    for spec in (str(tmp_path / "a/tasks/rt"), "../tasks/rt", "./rt", ".."):
+        with pytest.raises(EncoderlabError, match="not a path"):
+            check_task(spec, tmp_path / "a" / "tasks")
+
+
+def test_only_a_paper_dataset_takes_a_local_path(tmp_path):
+    """`conll-ner=/etc` scored the bundled conll-ner under that name, the path dropped unread."""
+    import pytest
+
+    from encoderlab.core.errors import DataError
+    from encoderlab.tasks import expand_specs, split_spec
+
+    for spec in ("conll-ner=/etc", "rt-polarity=data"):
+        with pytest.raises(DataError, match="is not one of the paper's datasets, the only tasks that take =PATH"):
+            expand_specs([spec])
+    with pytest.raises(DataError, match="a task file takes no =PATH"):
+        task_identity(folder(tmp_path) + "=/etc")
+    assert split_spec("squad=/data/squad") == ("squad", "/data/squad")
+    assert split_spec("conll-ner") == ("conll-ner", "")
+
+
+def test_a_task_file_may_name_its_data_anywhere(tmp_path):
+    """The user's own file naming its data explicitly: `..` and absolute paths are read (relative: from its folder)."""
+    folder(tmp_path / "data")
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "up.yaml").write_text(FILES.replace("train.csv", "../data/train.csv"))
+    (tmp_path / "tasks" / "abs.yaml").write_text(FILES.replace("train.csv", str(tmp_path / "data/train.csv")))
+    assert task_identity(str(tmp_path / "tasks/up.yaml"))[1] == task_identity(str(tmp_path / "tasks/abs.yaml"))[1]

@@ -266,6 +266,37 @@ def test_squad_json_loader_and_hold_out(tmp_path):
         load_squad_json(str(tmp_path / "broken.json"), str(tmp_path / "dev.json"))
 
 
+def test_squad_files_out_of_schema_say_where_and_what_is_expected(tmp_path):
+    """A top-level list said "missing list indices must be integers or slices, not str"."""
+    qa = {"id": "a", "question": "Where?", "answers": [{"text": "x", "answer_start": 0}]}
+    cases = [([{"title": "t"}], "the top level is a list, not an object"),
+             ({"data": [{"title": "t"}]}, r"data\[0\] has no 'paragraphs' \(keys: title\)"),
+             ({"data": [{"paragraphs": [{"context": 3, "qas": []}]}]}, r"data\[0\]\.paragraphs\[0\]\.context is a "
+                                                                      "number, not a string"),
+             ({"data": [{"paragraphs": [{"context": "x", "qas": [{**qa, "answers": {"text": "x"}}]}]}]},
+              r"data\[0\]\.paragraphs\[0\]\.qas\[0\]\.answers is an object, not a list")]
+    (tmp_path / "dev.json").write_text(json.dumps({"data": [{"paragraphs": [{"context": "x", "qas": [qa]}]}]}))
+    for doc, where in cases:
+        (tmp_path / "train.json").write_text(json.dumps(doc))
+        with pytest.raises(DataError, match=rf"train\.json: not in the SQuAD schema: {where}; expected an object "
+                                            r'\{"data": \[article, \.\.\.\]\}, each article'):
+            load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"))
+
+
+def test_a_holdout_that_takes_the_only_article_says_so(tmp_path):
+    """Without a test file, whole articles are held out of train: one article left "the train split is missing or
+    empty", which named neither the holdout nor what to do."""
+    context = "Ada wrote in Oslo."
+    one = {"data": [{"title": "only", "paragraphs": [{"context": context, "qas": [
+        {"id": f"q{i}", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 13}]} for i in range(30)]}]}]}
+    (tmp_path / "train.json").write_text(json.dumps(one))
+    (tmp_path / "dev.json").write_text(json.dumps(one))
+    with pytest.raises(DataError, match=r"train\.json holds 1 article\(s\) \(30 questions\); without a test file, .*"
+                                        r"as whole articles .* left none to train on: add a test file \(`test:`\) or "
+                                        "more articles"):
+        load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"))
+
+
 def test_record_rows_become_spans():
     passage = "Obama met Merkel in Berlin. @highlight\nMerkel said Berlin is ready."
     row = {"passage": passage, "query": "@placeholder welcomed the visit.", "answers": ["Merkel", "Berlin"],

@@ -253,6 +253,23 @@ def test_beir_folder_dev_split_and_file_named_in_errors(tmp_path):
         loaders.load_beir(folder)
 
 
+@pytest.mark.parametrize("file, kind", [("corpus.jsonl", "document"), ("queries.jsonl", "query")])
+def test_beir_folder_refuses_an_id_given_twice_naming_both_lines(tmp_path, file, kind):
+    """A second row under an _id replaced the first unsaid; `1` and `"1"` are one id, as qrels name ids as text."""
+    folder = tmp_path / "beir"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text('{"_id": "a", "text": "alpha"}\n{"_id": 1, "text": "one"}\n')
+    (folder / "queries.jsonl").write_text('{"_id": "q", "text": "what"}\n{"_id": 1, "text": "one"}\n')
+    (folder / "qrels" / "test.tsv").write_text("q\ta\t1\n1\t1\t1\n")
+    task = loaders.load_beir(folder)  # an integer id is its text
+    assert task.query_ids == ["1", "q"] and task.doc_ids == ["a", "1"]
+    with (folder / file).open("a") as f:
+        f.write('\n{"_id": "1", "text": "another"}\n')
+    with pytest.raises(DataError, match=rf"{file}:4: the _id '1' occurs twice in the file \(also on line 2\): "
+                                        f"give each {kind} one id"):
+        loaders.load_beir(folder)
+
+
 @pytest.mark.parametrize("only", ["dev", "test"])
 def test_beir_folder_with_one_evaluation_split_halves_its_queries(tmp_path, only):
     folder = tmp_path / "beir"

@@ -159,6 +159,20 @@ def test_config_errors_name_the_key():
         apply_overrides({}, ["train.steps"])
 
 
+def test_a_check_across_keys_says_which_value_came_from_set():
+    """`--set train.global_batch=4` over a file's micro_batch 8 said `x.yaml: train: micro_batch 8 must divide
+    global_batch 4`, as if the file held 4."""
+    data = {"train": {"steps": 1, "global_batch": 4, "micro_batch": 8}, "optim": {"lr": 1e-3}}
+    sets = ["optim.lr=1e-3", "train.global_batch=8", "train.global_batch = 4", "train.steps=1"]
+    with pytest.raises(ConfigError, match=r"^x\.yaml: train: micro_batch 8 must divide global_batch 4 \(got .*\) "
+                                          r"\(train\.global_batch=4 from --set\)$"):
+        validate(PretrainConfig, data, "x.yaml", sets)
+    with pytest.raises(ConfigError, match=r"\(train\.micro_batch=8, train\.global_batch=4 from --set\)$"):
+        validate(PretrainConfig, data, "x.yaml", ["train.micro_batch=8", "train.global_batch=4"])
+    with pytest.raises(ConfigError, match=r"global_batch 4 \(got .*\}\)$"):  # both from the file: nothing added
+        validate(PretrainConfig, data, "x.yaml", ["optim.lr=1e-3"])
+
+
 def test_set_updates_a_section_and_replaces_it_only_when_told():
     base = {"lr_schedule": {"kind": "wsd", "warmup_steps": 25, "decay_steps": 50}, "train": {"steps": 250}}
     merged = apply_overrides(copy.deepcopy(base), ["lr_schedule={warmup_steps: 1}"])

@@ -7,8 +7,8 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # `:a:` in a name is no emoji
+out = Console(highlight=False, soft_wrap=True, emoji=False, width=None if sys.stdout.isatty() else 160)
 
 
 def log(message: str) -> None:

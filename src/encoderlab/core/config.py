@@ -1,6 +1,7 @@
 """Typed configuration: YAML files, dotted overrides, and errors that name the key, the value and what is allowed."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
@@ -192,7 +193,8 @@ def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[st
     loc = [str(p) for p in error["loc"]]
     message = error["msg"].removeprefix("Value error, ")
     if not loc:  # a check across keys: its message names them; blame the override it names, else the file
-        return f"{_named(overrides, message, where)}: {message}"
+        source = _named(overrides, message, where)
+        return f"{source}: {message}{_set_values(overrides, loc, message) if source == where else ''}"
     key = ".".join(loc)
     source = _blamed(overrides, loc, where)
     if error["type"] == "extra_forbidden":
@@ -200,7 +202,21 @@ def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[st
         hint = f" (allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})" if allowed else ""
         return f"{source}: {key}: unknown key{hint}"
     shown = "" if error["type"] == "missing" else f" (got {error.get('input')!r})"
-    return f"{source}: {key}: {message}{shown}"
+    return f"{source}: {key}: {message}{shown}{_set_values(overrides, loc, message) if source == where else ''}"
+
+
+def _set_values(overrides: list[str], loc: list[str], message: str) -> str:
+    """A check across the keys of a section, blamed on the file, whose message names a key that an override set:
+    ' (train.global_batch=4 from --set)', so that the value is not taken for the file's; else ''."""
+    section = "".join(f"{part}." for part in loc)
+    named = {}
+    for override in overrides:  # the last one given for a key wins, as in apply_overrides
+        key = _override_key(override)
+        leaf = key.removeprefix(section) if key.startswith(section) else None
+        if (leaf and re.search(rf"(?<![\w.]){re.escape(leaf)}(?![\w])", message)) or re.search(
+                rf"(?<![\w.]){re.escape(key)}(?![\w])", message):
+            named[key] = f"{key}={override.partition('=')[2].strip()}"
+    return f" ({', '.join(named.values())} from --set)" if named else ""
 
 
 def _blamed(overrides: list[str], loc: list[str], where: str) -> str:

@@ -332,6 +332,11 @@ def lone_surrogate(line: str, value) -> str | None:
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
     """The objects of a JSON Lines file (blank lines skipped); a line that is not JSON or UTF-8, or lacks a
     `required` key, fails naming the file and the line."""
+    return (row for _, row in numbered_jsonl(path, required))
+
+
+def numbered_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of each object of a JSON Lines file, as `read_jsonl` reads them."""
     for line_no, line in enumerate(utf8_lines(path), start=1):
         if not line.strip():
             continue
@@ -347,4 +352,4 @@ def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[dict]:
         missing = [key for key in required if key not in row]
         if missing:
             raise DataError(f"{path}:{line_no}: missing {', '.join(missing)} (keys: {', '.join(row)})")
-        yield row
+        yield line_no, row

@@ -135,10 +135,12 @@ def check_scored(summary: dict) -> None:
 
 def ci_text(t: dict) -> str:
     """A task summary's 95% CI as tables and cards print it: the half-width; "undefined (one seed)"; "undefined
-    (zero variance)" where every seed scored the same (a model that predicts a constant among them)."""
+    (zero variance)" where every seed scored the same. Read from the scores alone: runs that each predict a constant
+    may still differ (one class in one run, another in the next), and their interval is printed, the constant
+    being said by the summary's warning."""
     if t.get("seeds") == 1:
         return ONE["seeds"]
-    if t.get("seeds", 0) > 1 and (t.get("constant") or t.get("std_over_seeds") == 0):
+    if t.get("seeds", 0) > 1 and t.get("std_over_seeds") == 0:
         return "undefined (zero variance)"
     return "n/a" if t.get("ci95") is None else f"± {t['ci95']:.2f}"
 

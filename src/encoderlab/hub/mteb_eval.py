@@ -111,7 +111,9 @@ def allowed_families() -> list[str]:
 
 def check_task(name: str, root: Path) -> Any:
     """The family record of an offline task MTEB can score, or the MTEB task of that name (its data not loaded);
-    refused in one line: an offline task of another family, an unknown name, an MTEB task without the Hub."""
+    refused in one line: an offline task of another family, an unknown name, an MTEB task without the Hub, a path."""
+    if name in ("", ".", "..") or any(c in name for c in "/\\\0"):  # root/NAME would be a folder elsewhere
+        raise EncoderlabError(f"task {name!r}: give an offline task or an MTEB task by its name, not a path")
     if (root / name / "task.json").exists():
         record = registry.family(task_family(name, root=root))
         if record.mteb is None:

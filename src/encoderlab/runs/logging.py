@@ -158,7 +158,7 @@ class Progress:
         self.enabled = bool(enabled) and total > start
         self.say = enabled if callable(enabled) else None
         self.every_s, self.last = (HEARTBEAT_S if self.say else 0.0), -math.inf
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
         self.clock, self.t0 = clock, clock()
         self.pulse = Beat(clock=clock)  # a line between updates (`beat`) when none was said for HEARTBEAT_S
         self.bar = None

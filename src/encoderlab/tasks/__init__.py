@@ -16,7 +16,7 @@ from encoderlab.data.offline.taskfiles import read_task, task_names
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks import registry
 from encoderlab.tasks.registry import Family
-from encoderlab.tasks.taskfile import offline_fingerprint, paper_fingerprint, read_task_file
+from encoderlab.tasks.taskfile import name_problem, offline_fingerprint, paper_fingerprint, read_task_file
 
 
 def paper_tasks() -> dict[str, str]:
@@ -41,7 +41,31 @@ def expand_specs(specs: list[str]) -> list[str]:
     if "offline" in specs and not offline:
         raise DataError(f"task 'offline': no offline task is prepared under {offline_root()}; run `encoderlab data "
                         "prepare offline` first")
-    return [name for spec in specs for name in (offline if spec == "offline" else [spec])]
+    out = [name for spec in specs for name in (offline if spec == "offline" else [spec])]
+    for spec in out:
+        split_spec(spec)
+    return out
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    """(name, source) of a task spec, refused in one line unless it is a task file (.yaml, .yml), a plain task name,
+    or a paper dataset with its local copy (`squad=DIR`): a name becomes a folder (offline tasks are read from
+    `offline_root()/NAME`, records are written under `--out/.../NAME`), so a path there would read or write
+    elsewhere, and a `=PATH` after anything but a paper dataset would be dropped unread."""
+    name, eq, source = spec.partition("=")
+    if name.endswith((".yaml", ".yml")) or registry.paper_family(name) is not None:
+        if eq and registry.paper_family(name) is None:
+            raise DataError(f"task {spec!r}: a task file takes no =PATH (it names its own files); =PATH gives a local "
+                            f"copy of one of the paper's datasets only ({', '.join(paper_tasks())}), e.g. squad=DIR")
+        return name, source
+    if eq:
+        raise DataError(f"task {spec!r}: {name!r} is not one of the paper's datasets, the only tasks that take =PATH "
+                        f"(a local copy: {', '.join(paper_tasks())}); give an offline task by its name alone, or "
+                        "your own data as a task file (.yaml)")
+    if problem := name_problem(name):
+        raise DataError(f"task {spec!r}: neither a task file (.yaml, .yml) nor a task name ({problem}); give an "
+                        "offline task or a paper dataset by its name, or your own data through a task file")
+    return name, source
 
 
 def load_task(spec: str, *, root: Path | None = None, holdout: str = "encoderlab") -> EvalTask:
@@ -60,7 +84,7 @@ def trains_on_its_own(spec: str) -> bool:
     """Whether `spec` is a user's own task file naming a folder (retrieval's BEIR layout) that has train qrels: it
     trains on them by default. The protocol's `retrieval.train_on` names a task of encoderlab's
     suites, which a user's own set should neither need prepared nor be trained on in place of its own pairs."""
-    name = spec.partition("=")[0]
+    name = split_spec(spec)[0]
     return name.endswith((".yaml", ".yml")) and read_task_file(Path(name)).trains_on_own_qrels
 
 
@@ -78,7 +102,7 @@ def default_hub_id(name: str) -> str:
 
 def task_family(spec: str, *, root: Path | None = None) -> str:
     """The family of the task a spec names, read from its definition (no data is loaded or hashed)."""
-    name = spec.partition("=")[0]
+    name = split_spec(spec)[0]
     if (owner := registry.paper_family(name)) is not None:
         return owner.name
     if name.endswith((".yaml", ".yml")):
@@ -109,7 +133,7 @@ def _offline(root: Path, name: str) -> tuple[Path, Family]:
 def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab"
              ) -> tuple[str, str, Callable[[str], EvalTask]]:
     """(name, fingerprint, the loader that makes the task given its fingerprint)."""
-    name, _, source = spec.partition("=")
+    name, source = split_spec(spec)
     if (owner := registry.paper_family(name)) is not None and owner.load_paper is not None:
         fingerprint = paper_fingerprint(name, source or owner.paper[name], owner.train_pairs.get(name))
         return name, fingerprint, lambda fp: owner.load_paper(name, source or None, holdout,  # type: ignore[misc]

@@ -240,12 +240,14 @@ def strongest(named: dict[str, float]) -> tuple[str, float] | None:
 
 
 def constant_of(kept: list[dict]) -> str | None:
-    """What every kept run predicted on test when each predicted one thing (the descriptions, `; `-joined), else
-    None; also None when a kept run's record is from before predictions were checked (unknown is not constant)."""
+    """What every kept run predicted on test when each predicted one thing, else None; also None when a kept run's
+    record is from before predictions were checked (unknown is not constant). Runs that each predict another thing
+    read "differing by run: " and the descriptions, `; `-joined: their scores differ, and are not learned either."""
     seen = [r.get("constant_predictions") for r in kept]
     if not kept or any(not isinstance(c, dict) or not isinstance(c.get("test"), str) for c in seen):
         return None
-    return "; ".join(sorted({c["test"] for c in seen}))
+    kinds = sorted({c["test"] for c in seen})
+    return kinds[0] if len(kinds) == 1 else "differing by run: " + "; ".join(kinds)
 
 
 def warning(entry: dict) -> str | None:

@@ -116,24 +116,53 @@ def _row(qid, context: str, question: str, texts: list[str], starts: list[int], 
             "answers": {"text": list(texts), "answer_start": list(starts)}, "title": title}
 
 
+SQUAD_SCHEMA = ('an object {"data": [article, ...]}, each article {"title", "paragraphs": [paragraph, ...]}, each '
+                'paragraph {"context", "qas": [{"id", "question", "answers": [{"text", "answer_start"}, ...]}, ...]}')
+JSON_KINDS = {dict: "an object", list: "a list", str: "a string", bool: "true or false", int: "a number",
+              float: "a number", type(None): "null"}
+
+
+class _NotSquad(Exception):
+    """Where and how a SQuAD file's content leaves the schema (`_read_squad_json` names its file)."""
+
+
+def _field(obj, key: str, where: str, kind: type | None = list):
+    """`obj[key]`, of `kind` (None: any), or _NotSquad saying what `where` holds instead."""
+    if not isinstance(obj, dict):
+        raise _NotSquad(f"{where} is {JSON_KINDS.get(type(obj), type(obj).__name__)}, not an object")
+    if key not in obj:
+        raise _NotSquad(f"{where} has no {key!r} (keys: {', '.join(map(str, obj)) or 'none'})")
+    if kind is not None and not isinstance(obj[key], kind):
+        raise _NotSquad(f"{where}.{key} is {JSON_KINDS.get(type(obj[key]), '?')}, not {JSON_KINDS[kind]}")
+    return obj[key]
+
+
+def _squad_rows(doc) -> list[dict]:
+    rows = []
+    for i, article in enumerate(_field(doc, "data", "the top level")):
+        for j, para in enumerate(_field(article, "paragraphs", f"data[{i}]")):
+            where = f"data[{i}].paragraphs[{j}]"
+            context = _field(para, "context", where, str)
+            for k, qa in enumerate(_field(para, "qas", where)):
+                at = f"{where}.qas[{k}]"
+                qid, question = _field(qa, "id", at, None), _field(qa, "question", at, str)
+                answers = [] if qa.get("is_impossible") else _field(qa, "answers", at)
+                spans = [(_field(a, "text", f"{at}.answers[{m}]", str), _field(a, "answer_start", f"{at}.answers[{m}]",
+                                                                            None)) for m, a in enumerate(answers)]
+                rows.append(_row(qid, context, question, [t for t, _ in spans], [s for _, s in spans],
+                                 article.get("title", "")))
+    return rows
+
+
 def _read_squad_json(path: str) -> list[dict]:
     try:
-        data = json.loads(utf8_text(Path(path)))
-        rows = []
-        for article in data["data"]:
-            for para in article["paragraphs"]:
-                for qa in para["qas"]:
-                    answers = [] if qa.get("is_impossible") else qa["answers"]
-                    rows.append(_row(qa["id"], para["context"], qa["question"], [a["text"] for a in answers],
-                                     [a["answer_start"] for a in answers], article.get("title", "")))
+        return _squad_rows(json.loads(utf8_text(Path(path))))
     except FileNotFoundError as e:
         raise DataError(f"SQuAD file not found: {resolved(path)}") from e
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e})") from e
-    except (KeyError, TypeError) as e:
-        raise DataError(f"{path}: not in the SQuAD schema (data -> paragraphs -> context, qas -> id, question, "
-                        f"answers -> text, answer_start); missing {e}") from e
-    return rows
+    except _NotSquad as e:
+        raise DataError(f"{path}: not in the SQuAD schema: {e}; expected {SQUAD_SCHEMA}") from None
 
 
 def load_squad_json(train: str, validation: str, test: str | None = None, *, name: str | None = None,
@@ -143,10 +172,16 @@ def load_squad_json(train: str, validation: str, test: str | None = None, *, nam
     rows = {"train": _read_squad_json(train), "validation": _read_squad_json(validation)}
     if test is not None:
         rows["test"] = _read_squad_json(test)
-    else:
-        rows["test"] = rows["validation"]
-        rows["train"], rows["validation"] = split_validation(rows["train"], holdout, hold_out_articles)
     stem = Path(train).stem
     name = name or (Path(train).parent.name if stem in ("train", "training") else stem)
+    if test is None:
+        rows["test"] = rows["validation"]
+        given = rows["train"]
+        rows["train"], rows["validation"] = split_validation(given, holdout, hold_out_articles)
+        if given and not rows["train"]:
+            raise DataError(f"QA task {name!r}: {train} holds {len({_group(r) for r in given})} article(s) "
+                            f"({len(given)} questions); without a test file, {validation} is the test set and "
+                            "validation is held out of train as whole articles (5%, at least one), which left "
+                            f"none to train on: add a test file (`test:`) or more articles to {train}")
     unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)
     return QATask(name, rows, allow_unanswerable=unanswerable, fingerprint=fingerprint)

@@ -4,11 +4,12 @@ so an offline machine fails in seconds with one line saying which local layout t
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
 from encoderlab.core.errors import DataError
-from encoderlab.core.io import read_jsonl, text_lines
+from encoderlab.core.io import numbered_jsonl, text_lines
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.tasks.common import check_hub
 from encoderlab.tasks.retrieval import RetrievalTask, Split
@@ -191,11 +192,24 @@ def _read_beir(folder: Path) -> tuple[dict, dict, dict, dict]:
             files[split] = found[0]
     if len(files) == 2:
         raise DataError(f"{folder}/qrels holds none of train.tsv, dev.tsv (or validation.tsv), test.tsv")
-    corpus = {str(r["_id"]): {"title": r.get("title") or "", "text": r.get("text") or ""}
-              for r in read_jsonl(files["corpus"], ("_id", "text"))}
-    queries = {str(r["_id"]): r["text"] for r in read_jsonl(files["queries"], ("_id", "text"))}
+    corpus = {i: {"title": r.get("title") or "", "text": r.get("text") or ""} for i, r in _by_id(files["corpus"])}
+    queries = {i: r["text"] for i, r in _by_id(files["queries"])}
     qrels = {split: _qrels_tsv(path) for split, path in files.items() if split not in ("corpus", "queries")}
     return corpus, queries, qrels, files
+
+
+def _by_id(path: Path) -> Iterator[tuple[str, dict]]:
+    """(id as text, row) of each row of a BEIR corpus or queries file; an id given twice (`1` and `"1"` are one id:
+    qrels name ids as text) is refused naming both lines, since keeping either row would silently drop the other."""
+    first: dict[str, int] = {}
+    for line_no, row in numbered_jsonl(path, ("_id", "text")):
+        key = str(row["_id"])
+        if key in first:
+            raise DataError(f"{path}:{line_no}: the _id {key!r} occurs twice in the file (also on line "
+                            f"{first[key]}): give each {'document' if path.name.startswith('corpus') else 'query'} "
+                            "one id")
+        first[key] = line_no
+        yield key, row
 
 
 def load_offline_retrieval(root: Path, name: str, *, fingerprint: str = "") -> RetrievalTask:
