@@ -77,6 +77,11 @@ READABLE = {"Sequence[str] | str": "a text or a list of texts",
 def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: tuple, kwargs: dict) -> str:
     """'sweep: argument tasks=None: takes a list of paths ...' from pydantic's errors about one call."""
     where = errors[0]["loc"][0]
+    unknown = [e["loc"][0] for e in errors if e["type"] == "unexpected_keyword_argument"]
+    if unknown:
+        takes = ", ".join(p.name for p in params if p.name != "self")
+        given = ", ".join(f"{name}={kwargs.get(name)!r:.40}" for name in unknown)
+        return f"{fn.__qualname__}: unexpected argument{'s' * (len(unknown) > 1)} {given}: it takes {takes}"
     if errors[0]["type"] == "unexpected_positional_argument":
         shown = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         return f"{fn.__qualname__}: takes {shown} positional argument{'s' * (shown != 1)}, {len(args)} given"

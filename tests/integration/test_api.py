@@ -38,6 +38,13 @@ def enc(checkpoint):
     (lambda e, c: encoderlab.sweep(c, ["offline", "t.yaml"]), "task 'offline': no offline task is prepared"),
     (lambda e, c: encoderlab.pretrain("x.yaml", {"data.path": object()}), "overrides['data.path']: object is not"),
     (lambda e, c: encoderlab.pretrain("x.yaml", "train.steps=3"), "overrides='train.steps=3': takes a mapping"),
+    (lambda e, c: e.embed(["a"], device="cpu"),
+     "Encoder.embed: unexpected argument device='cpu': it takes texts, batch_size, max_length, normalize"),
+    (lambda e, c: e.embed(["a"], show_progress_bar=False, device="cpu"),
+     "unexpected arguments show_progress_bar=False, device='cpu': it takes texts,"),
+    (lambda e, c: encoderlab.sweep(c, ["t.yaml"], bogus=1), "sweep: unexpected argument bogus=1: it takes checkpoint,"),
+    (lambda e, c: encoderlab.pretrain("x.yaml", steps=3),
+     "pretrain: unexpected argument steps=3: it takes config, overrides, resume, log, show_progress"),
 ])
 def test_bad_arguments_are_one_line(enc, checkpoint, call, says):
     with pytest.raises(EncoderlabError) as caught:
