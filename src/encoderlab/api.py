@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field, ValidationError, validate_call
 from torch import Tensor
 
 from encoderlab.core.config import booleans_in, load_config, validate
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import CALLER, EncoderlabError
 from encoderlab.core.io import CONFIGS, check_writable, task_cache
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL, load_protocol, one_run
@@ -43,12 +43,15 @@ def checked(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         refuse_booleans_for_numbers(fn, args, kwargs)
+        caller = CALLER.set("api")  # a refusal names `force=True`, not `--force` (core/errors.py `option`)
         try:
             return validated(*args, **kwargs)
         except ValidationError as exc:
             if exc.title not in (fn.__name__, fn.__qualname__):  # raised inside the function, not by its arguments
                 raise
             raise EncoderlabError(_argument_problem(fn, params, exc.errors(), args, kwargs)) from None
+        finally:
+            CALLER.reset(caller)
     return call
 
 

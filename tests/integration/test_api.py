@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import train_tiny
+from conftest import TINY_MODEL, train_tiny
 
 import encoderlab
 from encoderlab.core.errors import EncoderlabError
@@ -50,6 +50,38 @@ def test_bad_arguments_are_one_line(enc, checkpoint, call, says):
     with pytest.raises(EncoderlabError) as caught:
         call(enc, checkpoint)
     assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_options_are_named_as_the_caller_gives_them():
+    from encoderlab.core.errors import CALLER, option, option_name
+
+    said = lambda: [option("force"), option("out", Path("a b")), option("workers", 1), option_name("save-models"),
+                    option("set", "name=...", "init.branch_from=PATH")]
+    assert said() == ["--force", "--out a b", "--workers 1", "--save-models",
+                      "--set name=... --set init.branch_from=PATH"]
+    token = CALLER.set("api")
+    try:
+        assert said() == ["force=True", "out='a b'", "workers=1", "save_models",
+                          'overrides={"name": ..., "init.branch_from": PATH}']
+    finally:
+        CALLER.reset(token)
+
+
+def test_refusals_name_the_api_arguments_not_the_options(checkpoint, packed_dir, tmp_path):
+    (tmp_path / "out" / "kept").mkdir(parents=True)
+    with pytest.raises(EncoderlabError, match=r"^out='.*/out' exists and is not empty: pass force=True to replace it$"):
+        encoderlab.export(checkpoint, tmp_path / "out", log=lambda m: None)
+    with pytest.raises(EncoderlabError, match=r"^engine='batched' trains a task's runs together in one process: use "
+                                              r"it with workers=1, or engine='sequential'/auto"):
+        encoderlab.sweep(checkpoint, ["t.yaml"], engine="batched", workers=2, log=lambda m: None)
+    again = {"name": checkpoint.name, "out_dir": str(checkpoint.parent), "data": {"path": str(packed_dir)},
+             "model": TINY_MODEL, "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
+             "train": {"steps": 2, "global_batch": 4, "dtype": "fp32", "eval_batches": 1, "tensorboard": False}}
+    with pytest.raises(EncoderlabError, match=r"already holds a run \(last checkpoint step-\d+\): pass resume=True "
+                                              r'to continue it or choose another name \(overrides=\{"name": \.\.\.\}\)$'):
+        encoderlab.pretrain(again, log=lambda m: None)
+    from encoderlab.core.errors import CALLER
+    assert CALLER.get() == "cli"  # the command line's spelling again once the API call returned
 
 
 def test_override_values_may_be_paths_and_numpy_numbers():
