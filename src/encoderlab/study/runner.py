@@ -11,7 +11,6 @@ cores / workers threads. On a multi-GPU machine, run one `study run --job ...` p
 """
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import EvalJob, MtebJob, PretrainJob, RandomInitJob, jobs_of
 from encoderlab.study.plan import Plan, build_plan, expand_tasks
-from encoderlab.study.scheduler import JobStates, Job, run_jobs
+from encoderlab.study.scheduler import JobStates, Job, progress, run_jobs
 
 __all__ = ["execute", "run_study", "check_succeeded"]
 
@@ -39,8 +38,8 @@ def execute(job: Job, log: Callable[[str], None] | None = None,
 
 
 def _run_in_worker(job: Job) -> dict:
-    # its sweep's heartbeat on stderr, the study's console, from whichever process runs it (a spawned worker shares it)
-    return execute(job, progress=lambda m: print(f"· {m}", file=sys.stderr, flush=True))
+    # its heartbeat (a pretraining run's step, a sweep's runs) goes to the study's log, from whichever process runs it
+    return execute(job, progress=progress)
 
 
 # ------------------------------------------------------------------------------------------------ the scheduler
@@ -139,7 +138,7 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
         log(note)
     started = time.perf_counter()
     (plan.root / "status").mkdir(parents=True, exist_ok=True)
-    for job, result, error in run_jobs(states, workers, _run_in_worker):
+    for job, result, error in run_jobs(states, workers, _run_in_worker, say=log):
         if error is None:
             states.finish(job)
             status_file(plan, job.id).unlink(missing_ok=True)
