@@ -84,6 +84,19 @@ def test_refusals_name_the_api_arguments_not_the_options(checkpoint, packed_dir,
     assert CALLER.get() == "cli"  # the command line's spelling again once the API call returned
 
 
+def test_finetune_and_sweep_save_models_as_their_commands_do(checkpoint, classification_task, tmp_path):
+    """`finetune(save=)` and `sweep(save_models=, models=)` are the commands' `--save` and `--save-models --models`."""
+    task, quiet = classification_task(tmp_path / "task"), {"log": lambda m: None, "out": tmp_path / "evals"}
+    small = {"max_steps": 2, "batch_size": 4, "max_length": 32, "dtype": "fp32", "classification_head": "dense_gelu",
+             "lrs": [1e-3], "seeds": [0]}
+    encoderlab.finetune(checkpoint, task, lr=1e-3, overrides=small, save=tmp_path / "kept", **quiet)
+    assert (tmp_path / "kept" / "config.json").is_file()
+    encoderlab.sweep(checkpoint, task, overrides=small, save_models="all", models=tmp_path / "models", **quiet)
+    assert len(list((tmp_path / "models").rglob("config.json"))) == 1
+    with pytest.raises(EncoderlabError, match=r"^save_models='best': give one of none, chosen, all$"):
+        encoderlab.sweep(checkpoint, task, save_models="best", **quiet)
+
+
 def test_override_values_may_be_paths_and_numpy_numbers():
     import numpy as np
 
