@@ -26,7 +26,7 @@ from encoderlab.study.jobs import EvalJob, MtebJob, PretrainJob, RandomInitJob, 
 from encoderlab.study.plan import Plan, build_plan, expand_tasks
 from encoderlab.study.scheduler import JobStates, Job, progress, run_jobs
 
-__all__ = ["execute", "run_study", "check_succeeded"]
+__all__ = ["execute", "run_study", "check_runnable", "check_succeeded"]
 
 
 def execute(job: Job, log: Callable[[str], None] | None = None,
@@ -75,8 +75,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     The pipeline: the jobs and what is done (`JobStates`) -> `run_jobs` yields each job as it ends -> record it.
     One process runs a study at a time (the study folder's lock): another one would take the first one's running
     jobs for failed ones. `--job`s share it, each job's own folders locking themselves."""
-    if only is None and (job_id is None or job_id.startswith(("eval:", "mteb:"))):
-        check_tasks(plan)
+    check_runnable(plan, only, job_id)
     created = not plan.root.exists()
     try:
         with run_lock(plan.root, f"study {plan.spec.name}", shared=job_id is not None):
@@ -85,6 +84,13 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         if created:
             drop_if_only_lock(plan.root)  # a refused new study leaves no folder behind
         raise
+
+
+def check_runnable(plan: Plan, only: str | None = None, job_id: str | None = None) -> None:
+    """What `study run` checks of a plan before any work, and `study plan` and `--dry-run` with it: the tasks of
+    the evaluations it will run (`check_tasks`)."""
+    if only is None and (job_id is None or job_id.startswith(("eval:", "mteb:"))):
+        check_tasks(plan)
 
 
 def check_tasks(plan: Plan) -> None:
