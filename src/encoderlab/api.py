@@ -189,7 +189,7 @@ def sweep(checkpoint: PathLike, tasks: Sequence[PathLike] | PathLike, *, protoco
 def _sweep(checkpoint, tasks, *, protocol, overrides: list[str], out, engine, workers, keep: tuple, log,
            show_progress: bool) -> dict:
     from encoderlab.finetuning.aggregate import check_scored
-    from encoderlab.finetuning.model_saving import keeper
+    from encoderlab.hub.finetuned import keeper
     from encoderlab.finetuning.sweep import run_sweep
     from encoderlab.tasks import expand_specs
 

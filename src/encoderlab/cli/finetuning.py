@@ -16,7 +16,7 @@ SAVE_MODELS_HELP = ("none | chosen | all: save fine-tuned models under --models:
 
 def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = False):
     """The `ModelSaver` of `--save` (exact: one run's folder) or `--save-models MODE --models FOLDER`; None: nothing."""
-    from encoderlab.finetuning.model_saving import keeper as saver
+    from encoderlab.hub.finetuned import keeper as saver
 
     return saver(mode, folder, checkpoint, exact=exact, log=log)
 

@@ -11,7 +11,6 @@ sequentially, saving each with the scores that model itself reached.
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol as Interface
 
 from torch import nn
@@ -24,18 +23,6 @@ from encoderlab.tasks import task_family, task_identity
 
 MODES = ("none", "chosen", "all")
 
-
-def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = False, log=lambda m: None):
-    """The `ModelSaver` of `finetune --save FOLDER` (exact: one run's folder) or `sweep --save-models MODE --models
-    FOLDER`, saying what it saved to `log`; None: nothing is saved."""
-    if mode not in MODES:
-        raise EncoderlabError(f"{option('save-models', mode, quote=True)}: give one of {', '.join(MODES)}")
-    if mode == "none" or folder is None:
-        return None
-    from encoderlab.hub.finetuned import SavedModels
-    from encoderlab.runs.encoders import resolve_encoder
-
-    return SavedModels(mode, Path(folder), resolve_encoder(checkpoint, unpack=False), exact=exact, log=log)
 
 
 class ModelSaver(Interface):
