@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field, ValidationError, validate_call
 from torch import Tensor
 
 from encoderlab.core.config import booleans_in, load_config, validate
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import CALLER, EncoderlabError
 from encoderlab.core.io import CONFIGS, check_writable, task_cache
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL, load_protocol, one_run
@@ -43,12 +43,15 @@ def checked(fn):
     @functools.wraps(fn)
     def call(*args, **kwargs):
         refuse_booleans_for_numbers(fn, args, kwargs)
+        caller = CALLER.set("api")  # a refusal names `force=True`, not `--force` (core/errors.py `option`)
         try:
             return validated(*args, **kwargs)
         except ValidationError as exc:
             if exc.title not in (fn.__name__, fn.__qualname__):  # raised inside the function, not by its arguments
                 raise
             raise EncoderlabError(_argument_problem(fn, params, exc.errors(), args, kwargs)) from None
+        finally:
+            CALLER.reset(caller)
     return call
 
 
@@ -77,6 +80,11 @@ READABLE = {"Sequence[str] | str": "a text or a list of texts",
 def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: tuple, kwargs: dict) -> str:
     """'sweep: argument tasks=None: takes a list of paths ...' from pydantic's errors about one call."""
     where = errors[0]["loc"][0]
+    unknown = [e["loc"][0] for e in errors if e["type"] == "unexpected_keyword_argument"]
+    if unknown:
+        takes = ", ".join(p.name for p in params if p.name != "self")
+        given = ", ".join(f"{name}={kwargs.get(name)!r:.40}" for name in unknown)
+        return f"{fn.__qualname__}: unexpected argument{'s' * (len(unknown) > 1)} {given}: it takes {takes}"
     if errors[0]["type"] == "unexpected_positional_argument":
         shown = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         return f"{fn.__qualname__}: takes {shown} positional argument{'s' * (shown != 1)}, {len(args)} given"
@@ -163,21 +171,34 @@ def pretrain(config: PathLike | Mapping, overrides: Overrides = (), *, resume: b
 @checked
 def sweep(checkpoint: PathLike, tasks: Sequence[PathLike] | PathLike, *, protocol: PathLike | None = None,
           overrides: Overrides = (), out: PathLike = "evals", engine: str = "auto", workers: Positive | str = 1,
-          log: Log = print, show_progress: bool = False) -> dict:
+          save_models: str = "none", models: PathLike = "models", log: Log = print,
+          show_progress: bool = False) -> dict:
     """Fine-tune a checkpoint on each task over the protocol's LR x seed grid and aggregate, as `encoderlab sweep`.
 
     `tasks`: offline task names (`"offline"` for all of them), paper datasets (`"sst2"`, `"squad=PATH"`, ...) or
     task YAML files. `protocol`: an evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with
     encoderlab). Runs already recorded under `out` for the same weights and task data are not trained again.
+    `workers`: 1 by default (the command's default is "auto"): worker processes are spawned, and a spawned process
+    imports the calling script again, so pass "auto" or N only under `if __name__ == "__main__":` or in a notebook.
+    `save_models` ("none", "chosen" or "all") saves fine-tuned models under `models`, as `--save-models`.
     Returns the summary: per task, the score with its interval beside the task's baselines."""
+    return _sweep(checkpoint, tasks, protocol=protocol, overrides=_overrides(overrides), out=out, engine=engine,
+                  workers=workers, keep=(save_models, models, False), log=log, show_progress=show_progress)
+
+
+def _sweep(checkpoint, tasks, *, protocol, overrides: list[str], out, engine, workers, keep: tuple, log,
+           show_progress: bool) -> dict:
     from encoderlab.finetuning.aggregate import check_scored
+    from encoderlab.hub.finetuned import keeper
     from encoderlab.finetuning.sweep import run_sweep
     from encoderlab.tasks import expand_specs
 
     specs = expand_specs([str(t) for t in ([tasks] if isinstance(tasks, str | Path) else tasks)])
     check_writable(Path(out), "out")
-    summary = run_sweep(checkpoint, specs, load_protocol(protocol, _overrides(overrides)), Path(out), log=log,
-                        show_progress=show_progress, cache_dir=task_cache(), engine=engine, workers=workers)
+    mode, folder, exact = keep
+    summary = run_sweep(checkpoint, specs, load_protocol(protocol, overrides), Path(out), log=log,
+                        show_progress=show_progress, cache_dir=task_cache(), engine=engine, workers=workers,
+                        keep=keeper(mode, folder, Path(checkpoint), exact=exact, log=log))
     check_scored(summary)  # a task of which no run scored raises, as the command exits 1
     return summary
 
@@ -185,12 +206,13 @@ def sweep(checkpoint: PathLike, tasks: Sequence[PathLike] | PathLike, *, protoco
 @checked
 def finetune(checkpoint: PathLike, task: PathLike, *, lr: float, seed: Annotated[int, Field(ge=0)] = 0,
              protocol: PathLike | None = None, overrides: Overrides = (), out: PathLike = "evals",
-             log: Log = print) -> dict:
+             save: PathLike | None = None, log: Log = print) -> dict:
     """One fine-tuning run at this LR and seed, with the protocol's other settings, as `encoderlab finetune`; writes
-    its record under `out` and returns the summary of that one run."""
+    its record under `out` and returns the summary of that one run. `save`: a folder to save the fine-tuned model
+    in (stock transformers classes load it), as `--save`."""
     the_run = one_run(lr, seed, "{}=")
-    return sweep(checkpoint, [str(task)], protocol=protocol, overrides=[*_overrides(overrides), *the_run], out=out,
-                 log=log)
+    return _sweep(checkpoint, [str(task)], protocol=protocol, overrides=[*_overrides(overrides), *the_run], out=out,
+                  engine="auto", workers=1, keep=("all", save, True), log=log, show_progress=False)
 
 
 @checked

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import train_tiny
+from conftest import TINY_MODEL, train_tiny
 
 import encoderlab
 from encoderlab.core.errors import EncoderlabError
@@ -38,11 +38,63 @@ def enc(checkpoint):
     (lambda e, c: encoderlab.sweep(c, ["offline", "t.yaml"]), "task 'offline': no offline task is prepared"),
     (lambda e, c: encoderlab.pretrain("x.yaml", {"data.path": object()}), "overrides['data.path']: object is not"),
     (lambda e, c: encoderlab.pretrain("x.yaml", "train.steps=3"), "overrides='train.steps=3': takes a mapping"),
+    (lambda e, c: e.embed(["a"], device="cpu"),
+     "Encoder.embed: unexpected argument device='cpu': it takes texts, batch_size, max_length, normalize"),
+    (lambda e, c: e.embed(["a"], show_progress_bar=False, device="cpu"),
+     "unexpected arguments show_progress_bar=False, device='cpu': it takes texts,"),
+    (lambda e, c: encoderlab.sweep(c, ["t.yaml"], bogus=1), "sweep: unexpected argument bogus=1: it takes checkpoint,"),
+    (lambda e, c: encoderlab.pretrain("x.yaml", steps=3),
+     "pretrain: unexpected argument steps=3: it takes config, overrides, resume, log, show_progress"),
 ])
 def test_bad_arguments_are_one_line(enc, checkpoint, call, says):
     with pytest.raises(EncoderlabError) as caught:
         call(enc, checkpoint)
     assert says in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_options_are_named_as_the_caller_gives_them():
+    from encoderlab.core.errors import CALLER, option, option_name
+
+    said = lambda: [option("force"), option("out", Path("a b")), option("workers", 1), option_name("save-models"),
+                    option("set", "name=...", "init.branch_from=PATH")]
+    assert said() == ["--force", "--out a b", "--workers 1", "--save-models",
+                      "--set name=... --set init.branch_from=PATH"]
+    token = CALLER.set("api")
+    try:
+        assert said() == ["force=True", "out='a b'", "workers=1", "save_models",
+                          'overrides={"name": ..., "init.branch_from": PATH}']
+    finally:
+        CALLER.reset(token)
+
+
+def test_refusals_name_the_api_arguments_not_the_options(checkpoint, packed_dir, tmp_path):
+    (tmp_path / "out" / "kept").mkdir(parents=True)
+    with pytest.raises(EncoderlabError, match=r"^out='.*/out' exists and is not empty: pass force=True to replace it$"):
+        encoderlab.export(checkpoint, tmp_path / "out", log=lambda m: None)
+    with pytest.raises(EncoderlabError, match=r"^engine='batched' trains a task's runs together in one process: use "
+                                              r"it with workers=1, or engine='sequential'/auto"):
+        encoderlab.sweep(checkpoint, ["t.yaml"], engine="batched", workers=2, log=lambda m: None)
+    again = {"name": checkpoint.name, "out_dir": str(checkpoint.parent), "data": {"path": str(packed_dir)},
+             "model": TINY_MODEL, "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
+             "train": {"steps": 2, "global_batch": 4, "dtype": "fp32", "eval_batches": 1, "tensorboard": False}}
+    with pytest.raises(EncoderlabError, match=r"already holds a run \(last checkpoint step-\d+\): pass resume=True "
+                                              r'to continue it or choose another name \(overrides=\{"name": \.\.\.\}\)$'):
+        encoderlab.pretrain(again, log=lambda m: None)
+    from encoderlab.core.errors import CALLER
+    assert CALLER.get() == "cli"  # the command line's spelling again once the API call returned
+
+
+def test_finetune_and_sweep_save_models_as_their_commands_do(checkpoint, classification_task, tmp_path):
+    """`finetune(save=)` and `sweep(save_models=, models=)` are the commands' `--save` and `--save-models --models`."""
+    task, quiet = classification_task(tmp_path / "task"), {"log": lambda m: None, "out": tmp_path / "evals"}
+    small = {"max_steps": 2, "batch_size": 4, "max_length": 32, "dtype": "fp32", "classification_head": "dense_gelu",
+             "lrs": [1e-3], "seeds": [0]}
+    encoderlab.finetune(checkpoint, task, lr=1e-3, overrides=small, save=tmp_path / "kept", **quiet)
+    assert (tmp_path / "kept" / "config.json").is_file()
+    encoderlab.sweep(checkpoint, task, overrides=small, save_models="all", models=tmp_path / "models", **quiet)
+    assert len(list((tmp_path / "models").rglob("config.json"))) == 1
+    with pytest.raises(EncoderlabError, match=r"^save_models='best': give one of none, chosen, all$"):
+        encoderlab.sweep(checkpoint, task, save_models="best", **quiet)
 
 
 def test_override_values_may_be_paths_and_numpy_numbers():

@@ -26,6 +26,28 @@ def test_the_page_has_examples_of_every_entry_point():
         assert callable(getattr(encoderlab, name)) and getattr(encoderlab, name).__doc__
 
 
+def test_the_table_shows_each_functions_own_arguments_and_defaults():
+    """Each `name(...)` of the page's table names arguments the function has, with its defaults (finetune's `save`
+    and sweep's `save_models` were missing, and sweep's `workers` default differs from the command's)."""
+    import ast
+    import inspect
+
+    import encoderlab
+
+    shown = re.findall(r"^\| `(\w+)\((.*?)\)`", DOC.read_text(), flags=re.M)
+    shown += re.findall(r" / `(\w+)\((.*?)\)`", DOC.read_text())
+    assert {name for name, _ in shown} >= {"finetune", "sweep", "run_study", "report_study", "mteb", "pretrain"}
+    for name, args in shown:
+        params = inspect.signature(getattr(encoderlab, name)).parameters
+        for arg in (a.strip() for a in args.split(",")):
+            key, _, default = arg.partition("=")
+            if key in ("*", "...") or not key:
+                continue
+            assert key in params, f"docs/api.md: {name}() has no argument {key}"
+            if default:
+                assert ast.literal_eval(default) == params[key].default, f"docs/api.md: {name}({key}={default})"
+
+
 def write_reviews(folder: Path) -> None:
     """reviews.yaml and its splits: short texts whose label is the sentiment word they hold."""
     rng = random.Random(0)

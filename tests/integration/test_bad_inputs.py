@@ -708,6 +708,20 @@ IO_CASES = [
          "a; list each task once", two(write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"), write(
              "study.yaml", "name: s\nout_dir: '{tmp}/studies'\ncheckpoints: {{a: '{ckpt}'}}\n"
                            "evaluation: {{protocol: p.yaml, tasks: [sst2, sst2]}}\n"))),
+    Case("study-plan-task-listed-twice", ("study", "plan", "{tmp}/study.yaml"), "study s: task 'sst2' is listed "
+         "twice for a; list each task once", two(write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"), write(
+             "study.yaml", "name: s\nout_dir: '{tmp}/studies'\ncheckpoints: {{a: '{ckpt}'}}\n"
+                           "evaluation: {{protocol: p.yaml, tasks: [sst2, sst2]}}\n"))),
+    Case("study-dry-run-task-unknown", ("study", "run", "{tmp}/study.yaml", "--dry-run"), "study s: evaluation task "
+         "'no-such-task': unknown task 'no-such-task'", two(write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"),
+                                                           write("study.yaml", "name: s\ncheckpoints: {{a: '{ckpt}'}}\n"
+                                                                 "evaluation: {{protocol: p.yaml, tasks: "
+                                                                 "[no-such-task]}}\n"))),
+    Case("study-plan-versus-itself", ("study", "plan", "{tmp}/study.yaml"), "study s: comparisons.0.versus: 'a' and "
+         "'a' name the same model, compared with itself; name two different models", two(
+             write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"),
+             write("study.yaml", "name: s\ncheckpoints: {{a: '{ckpt}'}}\nevaluation: {{protocol: p.yaml, tasks: "
+                                 "[sst2]}}\ncomparisons: [{{versus: [a, a]}}]\n"))),
     Case("study-models-without-pretrain", ("study", "plan", "{tmp}/study.yaml"),
          "pretrain and budget must be given: models train models from the base pretraining config",
          write("study.yaml", "name: s\nmodels: [{{sizes: [micro], objectives: [clm]}}]\ncheckpoints: {{a: '{ckpt}'}}\n"

@@ -76,3 +76,35 @@ def test_the_readme_is_a_product_page():
     timed = [line for line in lines if TIMED.search(line.replace("`", "")) and "docs/benchmarks.md" not in line]
     assert timed == [], timed
     assert any("docs/benchmarks.md" in line for line in lines)
+
+
+DOCS = [*sorted((SRC.parents[1] / "docs").glob("*.md")), README]
+# "`study/results.py` `task_scores`": a name in a module, as the docs point a reader to code
+NAMED_IN_FILE = re.compile(r"`((?:\w+/)+\w+\.py)` `(\w+)`")
+
+
+def missing_names(docs: list[Path], roots: list[Path]) -> list[str]:
+    """Each `path.py` `NAME` of the docs whose file (under one of `roots`) neither defines nor imports NAME."""
+    found = []
+    for doc in docs:
+        for path, name in NAMED_IN_FILE.findall(doc.read_text(encoding="utf-8")):
+            file = next((root / path for root in roots if (root / path).is_file()), None)
+            defined = re.compile(rf"^\s*(?:async\s+)?(?:def|class)\s+{name}\b|^\s*{name}\s*(?::[^=\n]*)?="
+                                 rf"|^\s*from\s+\S+\s+import\s+.*\b{name}\b", re.M)
+            if file is None or not defined.search(file.read_text(encoding="utf-8")):
+                found.append(f"{doc.name}: `{path}` `{name}`" + (" (no such file)" if file is None else ""))
+    return found
+
+
+def test_the_code_the_docs_name_exists():
+    """docs/extending.md named `study/results.py` `CATEGORIES`, which no file defines."""
+    assert missing_names(DOCS, [SRC, SRC.parents[1]]) == []
+
+
+def test_a_name_no_file_defines_is_found(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "m.py").write_text("from x import used\nKNOWN = 1\n\ndef run():\n    pass\n")
+    (tmp_path / "d.md").write_text("`pkg/m.py` `KNOWN`, `pkg/m.py` `run`, `pkg/m.py` `used`, `pkg/m.py` `GONE`, "
+                                   "`pkg/n.py` `run`\n")
+    assert missing_names([tmp_path / "d.md"], [tmp_path]) == ["d.md: `pkg/m.py` `GONE`",
+                                                             "d.md: `pkg/n.py` `run` (no such file)"]

@@ -133,3 +133,27 @@ def test_a_job_that_can_never_run_fails_by_name(tmp_path):
         states.finish(job) if error is None else states.fail(job, error)
     assert list(states.failed) == ["pretrain:b"] and states.skipped == {"eval:b"} and not states.pending
     assert states.failed["pretrain:b"].startswith("it never became ready to run: it waits for pretrain:gone@")
+
+
+class Talker(Stub):
+    """A job that says how it goes, as a pretraining run's steps and a sweep's heartbeat do."""
+
+    def execute(self, log, progress) -> dict:
+        progress("step 1/2")
+        progress("step 2/2")
+        return {"seconds": 0.0}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_jobs_progress_goes_to_the_studys_log_and_nowhere_else(workers, capfd):
+    """A job's heartbeat was printed on stderr from wherever it ran: `run_study(..., log=lambda m: None)` was not
+    silent. It goes to the study's log now, from this process or from a spawned worker."""
+    from encoderlab.study.runner import _run_in_worker
+
+    said: list[str] = []
+    states = JobStates([Talker("pretrain:a"), Talker("eval:a", ["pretrain:a"])], done=set())
+    for job, _, error in run_jobs(states, workers, _run_in_worker, say=said.append):
+        assert error is None
+        states.finish(job)
+    assert said == [f"{job}: step {i}/2" for job in ("pretrain:a", "eval:a") for i in (1, 2)]
+    assert capfd.readouterr() == ("", "")

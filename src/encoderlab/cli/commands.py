@@ -339,7 +339,7 @@ def sweep(
                                             "trial step, sequential on a CPU. Each record names its engine."),
     workers: str = typer.Option("auto", help="CPU: spread the runs over this many processes, each with its share "
                                              "of the threads (same records); auto: one per thread, as memory "
-                                             "allows (1 on a GPU)."),
+                                             "allows (1 on a GPU and with --engine batched)."),
     save_models: str = typer.Option("none", help=SAVE_MODELS_HELP),
     models: Path = typer.Option(Path("models"), "--models", help="Where --save-models saves them (TAG/RUN/)."),
 ) -> None:

@@ -16,16 +16,9 @@ SAVE_MODELS_HELP = ("none | chosen | all: save fine-tuned models under --models:
 
 def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = False):
     """The `ModelSaver` of `--save` (exact: one run's folder) or `--save-models MODE --models FOLDER`; None: nothing."""
-    from encoderlab.finetuning.model_saving import MODES
+    from encoderlab.hub.finetuned import keeper as saver
 
-    if mode not in MODES:
-        raise EncoderlabError(f"--save-models {mode!r}: give one of {', '.join(MODES)}")
-    if mode == "none" or folder is None:
-        return None
-    from encoderlab.hub.finetuned import SavedModels
-    from encoderlab.runs.encoders import resolve_encoder
-
-    return SavedModels(mode, folder, resolve_encoder(checkpoint, unpack=False), exact=exact, log=log)
+    return saver(mode, folder, checkpoint, exact=exact, log=log)
 
 
 def workers_option(value: str) -> int | str:

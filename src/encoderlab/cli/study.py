@@ -79,6 +79,7 @@ def plan_cmd(
     from encoderlab.core.errors import EncoderlabError
     from encoderlab.study.jobs import jobs_of
     from encoderlab.study.plan import build_plan
+    from encoderlab.study.runner import check_runnable
     from encoderlab.study.runner import write_configs as write
     from encoderlab.study.spec import load_study
 
@@ -86,6 +87,7 @@ def plan_cmd(
         raise EncoderlabError(f"--mfu {mfu:g}: give a fraction of the GPU's peak, above 0 and at most 1 (0.4 is 40%)")
     spec, base = load_study(study)
     plan = build_plan(spec, base)
+    check_runnable(plan)  # what `study run` refuses, `study plan` refuses too
     summary = plan.summary(gpu, mfu)
     if write_configs:
         write(plan, jobs_of(plan))
@@ -107,7 +109,7 @@ def run_cmd(
     """Run a study's pretraining and evaluation jobs in dependency order; resumable, a failure skips dependents."""
     from encoderlab.core.errors import EncoderlabError
     from encoderlab.study.plan import build_plan
-    from encoderlab.study.runner import check_succeeded, run_study
+    from encoderlab.study.runner import check_runnable, check_succeeded, run_study
     from encoderlab.study.spec import load_study
 
     if only not in (None, "pretrain"):
@@ -117,6 +119,7 @@ def run_cmd(
     spec, base = load_study(study)
     plan = build_plan(spec, base)
     if dry_run:
+        check_runnable(plan, only, job)
         render_plan(plan.summary())
         return
     result = run_study(plan, base, workers=workers, log=log, only=only, job_id=job)

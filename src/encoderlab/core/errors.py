@@ -5,6 +5,37 @@ says what is wrong, where, and what is allowed. The CLI prints such errors in on
 exception is a bug and keeps its traceback.
 """
 
+from contextvars import ContextVar
+
+# Who is calling: "cli" (the command line) or "api" (encoderlab.api's functions set it while they run), so that a
+# refusal names an option as that caller gives it (`option`).
+CALLER: ContextVar[str] = ContextVar("encoderlab_caller", default="cli")
+# The command line's options whose Python API argument has another name than the option's with _ for -
+API_NAMES = {"set": "overrides", "as": "kind"}
+
+
+def option(name: str, *values: object, quote: bool = False) -> str:
+    """An option in a message, as the caller gives it: `--force`, `--out DIR`, `--set name=... --set k=v` on the
+    command line; `force=True`, `out='DIR'`, `overrides={"name": ..., "k": v}` from the Python API. `name` is the
+    command line's option without its dashes; a `set` value is "key=value", its value shown as given. `quote`: the
+    command line's value quoted too (`--head 'random'`)."""
+    if CALLER.get() == "cli":
+        shown = [repr(value) if quote else value for value in values]
+        return " ".join(f"--{name} {value}" for value in shown) if values else f"--{name}"
+    arg = option_name(name)
+    if name == "set":
+        pairs = (str(value).partition("=") for value in values)
+        return f"{arg}={{" + ", ".join(f'"{key}": {value}' for key, _, value in pairs) + "}"
+    if not values:
+        return f"{arg}=True"
+    value = values[0]
+    return f"{arg}={str(value)!r}" if not isinstance(value, int | float) else f"{arg}={value}"
+
+
+def option_name(name: str) -> str:
+    """The option alone, as the caller names it: `--out` on the command line, `out` from the Python API."""
+    return f"--{name}" if CALLER.get() == "cli" else API_NAMES.get(name, name.replace("-", "_"))
+
 
 class EncoderlabError(Exception):
     """An error caused by input or environment that the user can fix."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option_name
 from encoderlab.tasks import registry
 
 LIMIT_ENV = "ENCODERLAB_MEMORY_LIMIT_GB"  # a limit of your own (a shared machine, a job's allocation); tests force one
@@ -131,4 +131,4 @@ def check_memory(tasks, protocol, model_cfg, device: torch.device, workers: int,
                 + (f", {size(asked)} beyond what this process holds," if asked != need else ",")
                 + f" more than the {size(limit)} {source}; nothing was run: lower its length or batch in the protocol, "
                 f"e.g. task_overrides: {{{task.name}: {{max_length: {max(16, est.length // 4)}, batch_size: "
-                f"{max(1, own.batch_size // 4)}}}}}" + (", or fewer --workers" if workers > 1 else ""))
+                f"{max(1, own.batch_size // 4)}}}}}" + (f", or fewer {option_name('workers')}" if workers > 1 else ""))

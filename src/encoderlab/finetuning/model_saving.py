@@ -15,13 +15,14 @@ from typing import Protocol as Interface
 
 from torch import nn
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.training import finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.tasks import task_family, task_identity
 
 MODES = ("none", "chosen", "all")
+
 
 
 class ModelSaver(Interface):
@@ -43,11 +44,13 @@ def check_saver(keep: ModelSaver | None, engine: str, workers: int | str) -> Non
     if keep is None or keep.mode != "all":
         return
     if engine == "batched":
-        raise EncoderlabError("--engine batched cannot save each run (models are saved from the sequential engine): "
-                              "drop --engine, or save only the chosen runs (--save-models chosen)")
+        raise EncoderlabError(f"{option('engine', 'batched')} cannot save each run (models are saved from the "
+                              f"sequential engine): drop {option_name('engine')}, or save only the chosen runs "
+                              f"({option('save-models', 'chosen')})")
     if workers != "auto" and workers != 1:
-        raise EncoderlabError(f"--workers {workers} cannot save each run (models are saved from runs trained in this "
-                              "process): use --workers 1, or save only the chosen runs (--save-models chosen)")
+        raise EncoderlabError(f"{option('workers', workers)} cannot save each run (models are saved from runs trained "
+                              f"in this process): use {option('workers', 1)}, or save only the chosen runs "
+                              f"({option('save-models', 'chosen')})")
 
 
 def chosen_runs(members: list[str], tasks: dict) -> list[tuple[float, int]]:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import write_json
 from encoderlab.core.process import run_lock
 from encoderlab.data.tokenizer import code_not_run
@@ -213,10 +213,12 @@ def check_execution(engine: str, workers: int | str, device: torch.device) -> No
         raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
     if workers != "auto" and workers > 1 and device.type != "cpu":
         raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched "
-                              "engine trains a task's runs together instead (--engine auto or batched, --workers 1)")
+                              f"engine trains a task's runs together instead ({option('engine', 'auto')} or "
+                              f"batched, {option('workers', 1)})")
     if workers != "auto" and workers > 1 and engine == "batched":
-        raise EncoderlabError("--engine batched trains a task's runs together in one process: use it with "
-                              "--workers 1, or --engine sequential/auto with several workers")
+        raise EncoderlabError(f"{option('engine', 'batched')} trains a task's runs together in one process: use it "
+                              f"with {option('workers', 1)}, or {option('engine', 'sequential')}/auto with several "
+                              "workers")
 
 
 class Outcome(NamedTuple):

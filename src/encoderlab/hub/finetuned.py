@@ -31,7 +31,7 @@ from pathlib import Path
 from tokenizers.processors import TemplateProcessing
 from torch import nn
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import atomic_dir, check_writable, folder_name
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.finetuning.protocol import Protocol
@@ -171,3 +171,16 @@ class SavedModels:
                                                    indent=2, default=str) + "\n")
         self.log(f"saved {unit.name} lr={identity['lr']:g} seed={identity['seed']} as {stock.cls} -> {out}")
 
+
+def keeper(mode: str, folder: Path | None, checkpoint: Path, *, exact: bool = False, log=lambda m: None):
+    """The `ModelSaver` of `finetune --save FOLDER` (exact: one run's folder) or `sweep --save-models MODE --models
+    FOLDER`, saying what it saved to `log`; None: nothing is saved."""
+    from encoderlab.finetuning.model_saving import MODES
+
+    if mode not in MODES:
+        raise EncoderlabError(f"{option('save-models', mode, quote=True)}: give one of {', '.join(MODES)}")
+    if mode == "none" or folder is None:
+        return None
+    from encoderlab.runs.encoders import resolve_encoder
+
+    return SavedModels(mode, Path(folder), resolve_encoder(checkpoint, unpack=False), exact=exact, log=log)

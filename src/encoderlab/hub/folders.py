@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.core.io import check_writable
 from encoderlab.runs.checkpoint import LATEST, WEIGHTS
 
@@ -44,13 +44,15 @@ def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) ->
     one unless asked (the output is written whole beside it, then renamed over it), never one holding `keep`, the
     input, nor a run folder or checkpoint (`never_written_into`), nor a symbolic link (the rename would replace the
     link, not fill the folder it leads to)."""
-    check_writable(out, "--out", replaced=True)
+    named = option("out", out)
+    check_writable(out, option_name("out"), replaced=True)
     if out.is_symlink() and out.exists():
-        raise EncoderlabError(f"--out {out} is a symbolic link (to {os.readlink(out)}): give the folder it leads to, "
+        raise EncoderlabError(f"{named} is a symbolic link (to {os.readlink(out)}): give the folder it leads to, "
                               "or a new folder")
     if keep.resolve().is_relative_to(out.resolve()):
-        raise EncoderlabError(f"--out {out} holds the input {keep}: writing there would replace it")
+        raise EncoderlabError(f"{named} holds the input {keep}: writing there would replace it")
     if out.is_dir() and (what := never_written_into(out, imports)):
-        raise EncoderlabError(f"--out {out} is {what}: it is never replaced, even with --force; give another folder")
+        raise EncoderlabError(f"{named} is {what}: it is never replaced, even with {option('force')}; give another "
+                              "folder")
     if out.is_dir() and any(out.iterdir()) and not force:
-        raise EncoderlabError(f"--out {out} exists and is not empty: pass --force to replace it")
+        raise EncoderlabError(f"{named} exists and is not empty: pass {option('force')} to replace it")

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.data.tokenizer import MANIFEST, TextTokenizer, code_not_run, load_tokenizer
 from encoderlab.hub.families import HEADS, architecture_fields, our_weights
 from encoderlab.hub.folders import UnsupportedModelError, prepare_out
@@ -146,8 +146,8 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
     `head`, `head_seed`: how the LM head of a body saved without one starts (hub/families.py `lm_head`)."""
     began = time.perf_counter()
     if head not in (None, *HEADS):
-        raise EncoderlabError(f"--head {head!r}: choose fresh (a new untied head, the default) or tied (the "
-                              "embedding), for a source saved without its LM head")
+        raise EncoderlabError(f"{option('head', head, quote=True)}: choose fresh (a new untied head, the default) or "
+                              "tied (the embedding), for a source saved without its LM head")
     folder, gguf = resolve_source(src, home=home)
     where = folder / gguf if gguf else folder
     prepare_out(out, force, keep=where, imports=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.core.errors import Failed
+from encoderlab.core.errors import Failed, option
 from encoderlab.pretraining import distributed
 from encoderlab.runs import checkpoint
 from encoderlab.runs.logging import read_metrics
@@ -97,7 +97,7 @@ def out_of_memory(exc: BaseException, run_dir: Path, step: int, micro: int, loca
     without changing the run (both free on --resume): a micro-batch at most half as large that divides this rank's
     batch (gradient accumulation: the same numbers), activation checkpointing."""
     found = checkpoint.latest(run_dir)
-    kept = (f"its last checkpoint, {found.name}, is kept: pass --resume with the new setting" if found else
+    kept = (f"its last checkpoint, {found.name}, is kept: pass {option('resume')} with the new setting" if found else
             "it saved no checkpoint, so the next start begins it again")
     asked = re.search(r"tried to allocate ([\d.]+) ?([KMG]iB)?", str(exc), re.IGNORECASE)
     cause = (f"it asked for {asked[1]} {asked[2]}" if asked and asked[2] else

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.core.errors import EncoderlabError, is_out_of_memory
+from encoderlab.core.errors import EncoderlabError, is_out_of_memory, option
 from encoderlab.core.io import check_writable, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
 from encoderlab.core.seeds import STEP_DRAWS, derive_seed
@@ -135,8 +135,8 @@ class Trainer:
         if not resume:
             if found is not None or same_run.has_run(self.run_dir):
                 last = f" (last checkpoint {found.name})" if found else ""
-                raise EncoderlabError(f"{self.run_dir} already holds a run{last}: pass --resume to continue it or "
-                                      "choose another name (--set name=...)")
+                raise EncoderlabError(f"{self.run_dir} already holds a run{last}: pass {option('resume')} to continue "
+                                      f"it or choose another name ({option('set', 'name=...')})")
             return None, False
         if extend and found is None:
             raise EncoderlabError(f"cannot extend {self.run_dir}: it has no checkpoint to continue from")

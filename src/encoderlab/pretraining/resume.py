@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from encoderlab.core.config import read_yaml
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import atomic_file
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.objectives import phase_at
@@ -75,7 +75,8 @@ def saved_config(run_dir: Path) -> tuple[Path, PretrainConfig] | None:
         return file, PretrainConfig.model_validate(migrate_checkpoint.run_config(read_yaml(file.read_text())))
     except (OSError, ValueError, yaml.YAMLError):  # pydantic's ValidationError is a ValueError
         raise EncoderlabError(f"{file} is damaged or not a pretraining config, so this run cannot be compared with "
-                              "the one it continues: restore the file, or start a new run (--set name=...)") from None
+                              "the one it continues: restore the file, or start a new run "
+                              f"({option('set', 'name=...')})") from None
 
 
 def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: str, extend: bool,
@@ -102,7 +103,7 @@ def check_same_run(cfg: PretrainConfig, state: dict | None, data_fingerprint: st
         longer = new["train.steps"] > (old.get("train.steps") or new["train.steps"])
         hint = ("; to train it further, pass --extend" if extending == changed and longer and not extend else
                 f"; continue it with its own settings ({found[0] if found else 'its checkpoint'}), or start a new "
-                "run (--set name=...)")
+                f"run ({option('set', 'name=...')})")
         diffs = _describe_changes(old, new, changed).replace(
             "data.path: ", "data.path (other content than the run trained on): ")
         raise EncoderlabError(f"cannot resume {run_dir} with a different configuration: {diffs}{hint}")
@@ -178,8 +179,8 @@ def _check_past(cfg: PretrainConfig, state: dict, before: PretrainConfig | None)
 def _branch_hint(run_dir: Path) -> str:
     stable = [p for p in sorted((run_dir / "checkpoints").glob("step-*")) if checkpoint._reason(p) == "stable"]
     where = f"its stable checkpoint {stable[-1]}" if stable else "a checkpoint of it taken before its LR decayed"
-    return (f"branch a new run from {where} with --set init.branch_from=PATH --set name=NEW_NAME and a schedule "
-            "whose decay starts later")
+    return (f"branch a new run from {where} with {option('set', 'init.branch_from=PATH', 'name=NEW_NAME')} and a "
+            "schedule whose decay starts later")
 
 
 def record_config(cfg: PretrainConfig, extended_at: int | None) -> None:

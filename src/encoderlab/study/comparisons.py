@@ -72,6 +72,9 @@ def check_comparisons(plan) -> None:
             allowed = sorted(evaluations)
             wrong = [m for m in c.models if label_of(m, evaluations) is None]
             what = "no evaluated model (an evaluation label, or RUN@STEP at an evaluated step)"
+            if not wrong and len({label_of(m, evaluations) for m in c.models}) < len(c.models):
+                raise ConfigError(f"{where}: {' and '.join(map(repr, c.models))} name the same model, compared "
+                                  "with itself; name two different models")
         if wrong:
             shown = ", ".join(allowed[:8]) + (", ..." if len(allowed) > 8 else "")
             raise ConfigError(f"{where}: {', '.join(map(repr, wrong))} names {what} (allowed: {shown or 'none'})")

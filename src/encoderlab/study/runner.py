@@ -11,7 +11,6 @@ cores / workers threads. On a multi-GPU machine, run one `study run --job ...` p
 """
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,9 +24,9 @@ from encoderlab.study.existing import import_checkpoints
 from encoderlab.study.imported import prepare_imports
 from encoderlab.study.jobs import EvalJob, MtebJob, PretrainJob, RandomInitJob, jobs_of
 from encoderlab.study.plan import Plan, build_plan, expand_tasks
-from encoderlab.study.scheduler import JobStates, Job, run_jobs
+from encoderlab.study.scheduler import JobStates, Job, progress, run_jobs
 
-__all__ = ["execute", "run_study", "check_succeeded"]
+__all__ = ["execute", "run_study", "check_runnable", "check_succeeded"]
 
 
 def execute(job: Job, log: Callable[[str], None] | None = None,
@@ -39,8 +38,8 @@ def execute(job: Job, log: Callable[[str], None] | None = None,
 
 
 def _run_in_worker(job: Job) -> dict:
-    # its sweep's heartbeat on stderr, the study's console, from whichever process runs it (a spawned worker shares it)
-    return execute(job, progress=lambda m: print(f"· {m}", file=sys.stderr, flush=True))
+    # its heartbeat (a pretraining run's step, a sweep's runs) goes to the study's log, from whichever process runs it
+    return execute(job, progress=progress)
 
 
 # ------------------------------------------------------------------------------------------------ the scheduler
@@ -76,8 +75,7 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
     The pipeline: the jobs and what is done (`JobStates`) -> `run_jobs` yields each job as it ends -> record it.
     One process runs a study at a time (the study folder's lock): another one would take the first one's running
     jobs for failed ones. `--job`s share it, each job's own folders locking themselves."""
-    if only is None and (job_id is None or job_id.startswith(("eval:", "mteb:"))):
-        check_tasks(plan)
+    check_runnable(plan, only, job_id)
     created = not plan.root.exists()
     try:
         with run_lock(plan.root, f"study {plan.spec.name}", shared=job_id is not None):
@@ -86,6 +84,13 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         if created:
             drop_if_only_lock(plan.root)  # a refused new study leaves no folder behind
         raise
+
+
+def check_runnable(plan: Plan, only: str | None = None, job_id: str | None = None) -> None:
+    """What `study run` checks of a plan before any work, and `study plan` and `--dry-run` with it: the tasks of
+    the evaluations it will run (`check_tasks`)."""
+    if only is None and (job_id is None or job_id.startswith(("eval:", "mteb:"))):
+        check_tasks(plan)
 
 
 def check_tasks(plan: Plan) -> None:
@@ -139,7 +144,7 @@ def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str],
         log(note)
     started = time.perf_counter()
     (plan.root / "status").mkdir(parents=True, exist_ok=True)
-    for job, result, error in run_jobs(states, workers, _run_in_worker):
+    for job, result, error in run_jobs(states, workers, _run_in_worker, say=log):
         if error is None:
             states.finish(job)
             status_file(plan, job.id).unlink(missing_ok=True)

@@ -40,8 +40,22 @@ class Job:
         raise NotImplementedError
 
 
-def _init_worker(threads: int, parent: int) -> None:
+# Where a running job's progress lines go (`progress`): the study's `say`, in this process; in a spawned worker, the
+# queue that `run_jobs` reads between its waits and hands to `say`.
+_say: Callable[[str], None] | None = None
+
+
+def progress(message: str) -> None:
+    """A running job's progress line, said through the `say` that `run_jobs` was given, in whichever process the job
+    runs (nowhere outside `run_jobs`)."""
+    if _say is not None:
+        _say(message)
+
+
+def _init_worker(threads: int, parent: int, lines) -> None:
+    global _say
     start_worker(parent)  # a killed study leaves no worker writing into its folders
+    _say = lines.put
     import torch
 
     torch.set_num_threads(threads)
@@ -98,17 +112,29 @@ class _InProcess(Executor):
         return future
 
 
-def run_jobs(states: JobStates, workers: int, run: Callable) -> Iterator[tuple[Job, dict | None, str | None]]:
+def run_jobs(states: JobStates, workers: int, run: Callable,
+             say: Callable[[str], None] = lambda m: None) -> Iterator[tuple[Job, dict | None, str | None]]:
     """Runs `run(job)` for the jobs `states` has ready until none is; yields (job, result, error) as each job
     ends. The caller records each in `states` before asking for the next, so what is ready follows. `run` is a
-    module-level function (it travels to spawned workers)."""
+    module-level function (it travels to spawned workers); what a job tells `progress` goes to `say`, here."""
+    global _say
     workers = max(1, workers)
+    lines = get_context("spawn").SimpleQueue() if workers > 1 else None
+    before, _say = _say, say if workers <= 1 else None
+    try:
+        yield from _schedule(states, workers, run, lines, say)
+    finally:
+        _say = before
+
+
+def _schedule(states: JobStates, workers: int, run: Callable, lines, say: Callable[[str], None]):
     while True:
         pool = _InProcess() if workers <= 1 else ProcessPoolExecutor(
             workers, mp_context=get_context("spawn"), initializer=_init_worker,
-            initargs=(max(1, (os.cpu_count() or 1) // workers), os.getpid()))
+            initargs=(max(1, (os.cpu_count() or 1) // workers), os.getpid(), lines))
         with pool:
-            broke = yield from _drive(pool, states, workers, run)
+            broke = yield from _drive(pool, states, workers, run, lambda: _said(lines, say))
+        _said(lines, say)
         if not broke:
             for job in list(states.pending):  # never left neither done nor failed (the caller fails its dependents)
                 if job in states.pending:
@@ -116,8 +142,15 @@ def run_jobs(states: JobStates, workers: int, run: Callable) -> Iterator[tuple[J
             return
 
 
-def _drive(pool: Executor, states: JobStates, workers: int, run: Callable):
-    """Feed one pool until nothing is ready (returns False) or the pool breaks (True)."""
+def _said(lines, say: Callable[[str], None]) -> None:
+    """The progress lines the workers queued so far, handed to `say`."""
+    while lines is not None and not lines.empty():
+        say(lines.get())
+
+
+def _drive(pool: Executor, states: JobStates, workers: int, run: Callable, said: Callable[[], None]):
+    """Feed one pool until nothing is ready (returns False) or the pool breaks (True); between waits, `said` hands on
+    what the workers said."""
     running: dict[Future, Job] = {}
     while True:
         busy = {j.id for j in running.values()}
@@ -131,6 +164,7 @@ def _drive(pool: Executor, states: JobStates, workers: int, run: Callable):
             return False
         # a timeout, so branches start when their checkpoint appears, not only when a job ends
         finished, _ = wait(running, timeout=2.0, return_when=FIRST_COMPLETED)
+        said()
         broke = any(isinstance(f.exception(), BrokenProcessPool) for f in finished)
         for future in list(running) if broke else finished:  # a broken pool fails every job it held
             job, exc = running.pop(future), future.exception() if future.done() else BrokenProcessPool()
