@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_command
 
 from encoderlab.core.config import load_yaml
 from encoderlab.pretraining import objectives
@@ -87,3 +88,13 @@ def test_single_model_presets_agree_with_the_study():
             assert preset["train"][key] == study["train"][key], (path.name, key)
         if run.init:  # CPT: from the decayed model of the study's run of that name
             assert Path(preset["init"]["from_weights"]).name == run.init, path.name
+
+
+def test_a_study_plans_before_the_offline_data_is_prepared(monkeypatch, capsys, tmp_path):
+    """`study plan` runs `study run`'s checks of the tasks, but takes offline task names on trust while none is
+    prepared: a plan is what one reads before deciding to prepare or run anything (cpt-smollm2.yaml gives its
+    data_shape and evaluates offline tasks)."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_command(monkeypatch, capsys, "study", "plan", STUDY.parent / "cpt-smollm2.yaml", home=tmp_path / "home")
+    assert code == 0, err
+    assert "evaluation" in out and not (tmp_path / "home" / "data").exists()

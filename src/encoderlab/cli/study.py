@@ -87,7 +87,7 @@ def plan_cmd(
         raise EncoderlabError(f"--mfu {mfu:g}: give a fraction of the GPU's peak, above 0 and at most 1 (0.4 is 40%)")
     spec, base = load_study(study)
     plan = build_plan(spec, base)
-    check_runnable(plan)  # what `study run` refuses, `study plan` refuses too
+    check_runnable(plan, planning=True)  # what `study run` refuses, `study plan` refuses too
     summary = plan.summary(gpu, mfu)
     if write_configs:
         write(plan, jobs_of(plan))

@@ -86,18 +86,22 @@ def run_study(plan: Plan, base_dir: Path, *, workers: int = 1, log: Callable[[st
         raise
 
 
-def check_runnable(plan: Plan, only: str | None = None, job_id: str | None = None) -> None:
+def check_runnable(plan: Plan, only: str | None = None, job_id: str | None = None, *,
+                   planning: bool = False) -> None:
     """What `study run` checks of a plan before any work, and `study plan` and `--dry-run` with it: the tasks of
-    the evaluations it will run (`check_tasks`)."""
+    the evaluations it will run (`check_tasks`). `planning`: a plan may come before `data prepare offline`, so
+    plain task names are taken on trust while no offline task is prepared."""
     if only is None and (job_id is None or job_id.startswith(("eval:", "mteb:"))):
-        check_tasks(plan)
+        check_tasks(plan, planning=planning)
 
 
-def check_tasks(plan: Plan) -> None:
+def check_tasks(plan: Plan, planning: bool = False) -> None:
     """Every task the study evaluates names one, once per model, before anything runs: an unknown one failed only
     its evaluation jobs, after the pretraining they waited for."""
     from encoderlab.finetuning.shared_training import check_trainer_spec, trainer_spec
-    from encoderlab.tasks import task_family, task_identity
+    from encoderlab.tasks import offline_task_names, split_spec, task_family, task_identity
+
+    unprepared = planning and not offline_task_names()
 
     known: set[str] = set()
     for evaluation in plan.evaluations:
@@ -107,6 +111,8 @@ def check_tasks(plan: Plan) -> None:
                                   "list each task once")
         for task in (t for t in tasks if t not in known):
             try:
+                if unprepared and not task.endswith((".yaml", ".yml")) and not split_spec(task)[1]:
+                    continue  # a plain name or a paper dataset: known once the data is prepared
                 task_identity(task)
             except EncoderlabError as e:
                 raise EncoderlabError(f"study {plan.spec.name}: evaluation task {task!r}: {e}") from None
