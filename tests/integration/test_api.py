@@ -55,8 +55,9 @@ def test_bad_arguments_are_one_line(enc, checkpoint, call, says):
 def test_options_are_named_as_the_caller_gives_them():
     from encoderlab.core.errors import CALLER, option, option_name
 
-    said = lambda: [option("force"), option("out", Path("a b")), option("workers", 1), option_name("save-models"),
-                    option("set", "name=...", "init.branch_from=PATH")]
+    def said() -> list[str]:
+        return [option("force"), option("out", Path("a b")), option("workers", 1), option_name("save-models"),
+                option("set", "name=...", "init.branch_from=PATH")]
     assert said() == ["--force", "--out a b", "--workers 1", "--save-models",
                       "--set name=... --set init.branch_from=PATH"]
     token = CALLER.set("api")
@@ -77,8 +78,9 @@ def test_refusals_name_the_api_arguments_not_the_options(checkpoint, packed_dir,
     again = {"name": checkpoint.name, "out_dir": str(checkpoint.parent), "data": {"path": str(packed_dir)},
              "model": TINY_MODEL, "lr_schedule": {"kind": "wsd", "warmup_steps": 1, "decay_steps": 1},
              "train": {"steps": 2, "global_batch": 4, "dtype": "fp32", "eval_batches": 1, "tensorboard": False}}
-    with pytest.raises(EncoderlabError, match=r"already holds a run \(last checkpoint step-\d+\): pass resume=True "
-                                              r'to continue it or choose another name \(overrides=\{"name": \.\.\.\}\)$'):
+    says = (r"already holds a run \(last checkpoint step-\d+\): pass resume=True to continue it or choose another "
+            r'name \(overrides=\{"name": \.\.\.\}\)$')
+    with pytest.raises(EncoderlabError, match=says):
         encoderlab.pretrain(again, log=lambda m: None)
     from encoderlab.core.errors import CALLER
     assert CALLER.get() == "cli"  # the command line's spelling again once the API call returned

@@ -95,6 +95,7 @@ def test_a_study_plans_before_the_offline_data_is_prepared(monkeypatch, capsys, 
     prepared: a plan is what one reads before deciding to prepare or run anything (cpt-smollm2.yaml gives its
     data_shape and evaluates offline tasks)."""
     monkeypatch.chdir(tmp_path)
-    code, out, err = run_command(monkeypatch, capsys, "study", "plan", STUDY.parent / "cpt-smollm2.yaml", home=tmp_path / "home")
+    study = STUDY.parent / "cpt-smollm2.yaml"
+    code, out, err = run_command(monkeypatch, capsys, "study", "plan", study, home=tmp_path / "home")
     assert code == 0, err
     assert "evaluation" in out and not (tmp_path / "home" / "data").exists()

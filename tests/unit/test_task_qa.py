@@ -288,7 +288,8 @@ def test_a_holdout_that_takes_the_only_article_says_so(tmp_path):
     empty", which named neither the holdout nor what to do."""
     context = "Ada wrote in Oslo."
     one = {"data": [{"title": "only", "paragraphs": [{"context": context, "qas": [
-        {"id": f"q{i}", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 13}]} for i in range(30)]}]}]}
+        {"id": f"q{i}", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 13}]}
+        for i in range(30)]}]}]}
     (tmp_path / "train.json").write_text(json.dumps(one))
     (tmp_path / "dev.json").write_text(json.dumps(one))
     with pytest.raises(DataError, match=r"train\.json holds 1 article\(s\) \(30 questions\); without a test file, .*"
