@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from test_task_retrieval import backbone, make_data, tok  # noqa: F401 - tok is a fixture
 
+from encoderlab.core.errors import DataError
 from encoderlab.tasks import retrieval_loaders as loaders
 from encoderlab.tasks import bi_encoder as B
 from encoderlab.tasks import retrieval as R
@@ -172,3 +173,21 @@ def test_mldr_still_reads_shitao_mldr_when_named(hub):
     task = loaders.load_hub_retrieval("mldr", "Shitao/MLDR")
     assert task.judged_splits == ["test", "train", "validation"] and len(task.doc_ids) == 10
     assert task.qrels["train"] == {f"train-{i}": {f"doc-train-{i}": 1} for i in range(3)}
+
+
+@pytest.mark.parametrize("kind, hub_id, config, key", [("nq", "BeIR/nq", "corpus", "_id"),
+                                                       ("nq", "BeIR/nq", "queries", "_id"),
+                                                       ("mldr", "hgissbkh/mldr-en", "corpus", "docid")])
+def test_a_hub_corpus_or_query_set_giving_an_id_twice_is_refused(hub, monkeypatch, kind, hub_id, config, key):
+    """As for a local BEIR folder: a dict of the rows kept the last of two and dropped the other silently."""
+    load = datasets.load_dataset
+
+    def doubled(path, name=None, split=None, **kwargs):
+        rows = load(path, name, split, **kwargs)
+        if path == hub_id and name == config:
+            return datasets.Dataset.from_list([*rows, rows[1]])
+        return rows
+
+    monkeypatch.setattr(datasets, "load_dataset", doubled)
+    with pytest.raises(DataError, match=rf"{hub_id}: row \d+: the {key} '.+' occurs twice \(also row 1\)"):
+        loaders.load_hub_retrieval(kind)

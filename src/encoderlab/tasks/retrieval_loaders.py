@@ -87,9 +87,10 @@ def _hub_retrieval(kind: str, hub_id: str) -> tuple[dict, dict, dict]:
 
         if kind == "mldr":
             return _hub_mldr(datasets, hub_id)
-        corpus = {str(r["_id"]): {"title": r["title"], "text": r["text"]}
-                  for r in datasets.load_dataset(hub_id, "corpus", split="corpus")}
-        queries = {str(r["_id"]): r["text"] for r in datasets.load_dataset(hub_id, "queries", split="queries")}
+        corpus = {i: {"title": r["title"], "text": r["text"]}
+                  for i, r in _hub_by_id(datasets.load_dataset(hub_id, "corpus", split="corpus"), "_id", hub_id)}
+        queries = {i: r["text"] for i, r in _hub_by_id(datasets.load_dataset(hub_id, "queries", split="queries"),
+                                                         "_id", hub_id)}
         qrels = {}
         for split, rows in datasets.load_dataset(f"{hub_id}-qrels").items():
             if split == "train" and kind in HUB_TRAIN_PAIRS:  # the authors train on their own pairs instead
@@ -97,21 +98,35 @@ def _hub_retrieval(kind: str, hub_id: str) -> tuple[dict, dict, dict]:
             for r in rows:
                 qrels.setdefault("validation" if split == "dev" else split, {}).setdefault(
                     str(r["query-id"]), {})[str(r["corpus-id"])] = int(r["score"])
+    except DataError:
+        raise
     except Exception as e:
         raise _unreachable(kind, hub_id, f"{type(e).__name__}: {e}") from e
     return corpus, queries, qrels
 
 
+def _hub_by_id(rows, key: str, hub_id: str) -> Iterator[tuple[str, dict]]:
+    """(id as text, row) of a Hub corpus or queries split, refusing an id given twice as `_by_id` does for a
+    local folder: a dict built from the rows would keep the last and drop the other without a word."""
+    first: dict[str, int] = {}
+    for row_no, row in enumerate(rows):
+        if (ident := str(row[key])) in first:
+            raise DataError(f"{hub_id}: row {row_no}: the {key} {ident!r} occurs twice (also row {first[ident]}): "
+                            "a corpus or query set must give each entry one id")
+        first[ident] = row_no
+        yield ident, row
+
+
 def _hub_mldr(datasets, hub_id: str) -> tuple[dict, dict, dict]:
     """MLDR's corpus {docid, text} and query rows {query_id, query, positive_passages: [{docid}]}."""
     corpus_config, queries_config, splits = MLDR_SCHEMAS.get(hub_id, MLDR_SCHEMAS[HUB_IDS["mldr"]])
-    corpus = {r["docid"]: {"title": "", "text": r["text"]}
-              for r in datasets.load_dataset(hub_id, corpus_config, split="corpus")}
+    corpus = {i: {"title": "", "text": r["text"]}
+              for i, r in _hub_by_id(datasets.load_dataset(hub_id, corpus_config, split="corpus"), "docid", hub_id)}
     queries, qrels = {}, {}
     for split, hub_split in splits.items():
         for r in datasets.load_dataset(hub_id, queries_config, split=hub_split):
             queries[r["query_id"]] = r["query"]
-            qrels.setdefault(split, {})[r["query_id"]] = {p["docid"]: 1 for p in r["positive_passages"]}
+            qrels.setdefault(split, {})[r["query_id"]] = {str(p["docid"]): 1 for p in r["positive_passages"]}
     return corpus, queries, qrels
 
 
