@@ -134,6 +134,17 @@ def test_a_manifest_cut_short_is_refused_not_trusted(run, left):
         checkpoint.load_model(ckpt)
 
 
+@pytest.mark.parametrize("outside", ["../../config.yaml", "/etc/hostname", "tokenizer/../../../x"])
+def test_a_manifest_naming_a_file_outside_the_checkpoint_is_refused(run, outside):
+    """Its writer lists files below the checkpoint only: a `..` or an absolute path would have the checks hash and
+    compare a file elsewhere (the manifest is the checkpoint's, a user's file names it)."""
+    ckpt = run / "checkpoints" / "step-0000004"
+    listed = json.loads((ckpt / checkpoint.MANIFEST).read_text())["files"]
+    (ckpt / checkpoint.MANIFEST).write_text(json.dumps({"files": {**listed, outside: {"size": 1, "sha256": "0"}}}))
+    with pytest.raises(EncoderlabError, match=r"checksums\.json is damaged"):
+        checkpoint.load_model(ckpt)
+
+
 def test_a_file_beside_the_checkpoints_own_is_left_alone(run):
     ckpt = run / "checkpoints" / "step-0000004"
     (ckpt / ".DS_Store").write_bytes(b"\0")  # a desktop's, or an export written into a subfolder

@@ -21,7 +21,7 @@ import json
 import os
 import re
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import torch
@@ -167,14 +167,20 @@ def _written_before_manifests(path: Path) -> bool:
 
 
 def _listed(path: Path) -> dict[str, dict]:
-    """The manifest's entries; ValueError when it does not read as one."""
+    """The manifest's entries; ValueError when it does not read as one. Its writer lists files below the checkpoint
+    only: an absolute path or a `..` would have the checks read files elsewhere."""
     try:
         files = json.loads((path / MANIFEST).read_text())["files"]
-        if all(isinstance(e["size"], int) and isinstance(e["sha256"], str) for e in files.values()):
+        if all(isinstance(e["size"], int) and isinstance(e["sha256"], str) and _below(rel) for rel, e in files.items()):
             return files
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
     raise ValueError(path / MANIFEST)
+
+
+def _below(rel: str) -> bool:
+    parts = PurePosixPath(rel).parts
+    return bool(parts) and not rel.startswith(("/", "\\")) and ".." not in parts and ":" not in parts[0]
 
 
 def _problem(file: Path, entry: dict) -> str:
