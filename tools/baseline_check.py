@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 VOLATILE = {"created", "finished", "started", "seconds", "time", "duration", "wall_seconds", "host", "timestamp",
-            "train_seconds", "eval_seconds", "elapsed", "date", "path", "checkpoint", "out", "encoderlab_version",
-            "format_version"}  # a format version says how a record is written, not what it holds
+            "train_seconds", "eval_seconds", "elapsed", "date", "path", "checkpoint", "records_root", "out",
+            "encoderlab_version", "format_version"}  # a format version says how a record is written, not what it holds
 ROOT = Path(__file__).resolve().parents[1]
 
 

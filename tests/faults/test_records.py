@@ -56,6 +56,9 @@ def test_one_run_name_in_two_folders_is_two_models(models, tmp_path, monkeypatch
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert f"{out / first['tag']} holds the records of {owner}, another model filed under the same name" in err
     assert "pass another --out" in err and {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files
+    shutil.copytree(out, tmp_path / "copied")  # records copied with a project: the original's, replaced here
+    moved, _ = sweep(models / "b" / "mlm", task, tmp_path / "copied", monkeypatch, capsys)
+    assert moved["runs_done_this_time"] == 4
     second, _ = sweep(models / "b" / "mlm", task, tmp_path / "evals-b", monkeypatch, capsys)
     assert first["tag"] == second["tag"] and first[records.WEIGHTS] != second[records.WEIGHTS]
     assert second["runs_done_this_time"] == 4

@@ -167,6 +167,11 @@ def test_two_folders_with_the_same_last_two_path_parts_never_share_records(home,
     code, _, err = run_command(monkeypatch, capsys, "sweep", copy, "toy-pairs", "--out", out, *sizes,
                                home=home / "home")
     assert code == 0 and "1 already recorded, 0 to do" in err, err
+    for record in out.rglob("lr*.json"):  # as made before records covered config.json: another digest, same model
+        record.write_text(json.dumps({**json.loads(record.read_text()), "weights_sha256": "0" * 64}))
+    code, _, err = run_command(monkeypatch, capsys, "sweep", copy, "toy-pairs", "--out", out, *sizes,
+                               home=home / "home")
+    assert code == 0 and "0 already recorded, 1 to do" in err, err  # run again, not refused as another model
 
 
 def test_the_body_computes_what_transformers_computes(home):

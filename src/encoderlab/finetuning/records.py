@@ -38,23 +38,28 @@ def checkpoint_tag(checkpoint: str | Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
 
 
-def other_owner(root: Path, tag: str, checkpoint: Path, identity: Callable[[], str]) -> Path | None:
+def other_owner(root: Path, tag: str, checkpoint: Path, identity: Callable[[Path], str]) -> Path | None:
     """The model whose records fill `root/tag` when it is another: a model still at another place, with the same
-    last two path parts as `checkpoint` (so the same tag), whose records are of other weights than `identity()`
-    (called only then). None when the folder is free or holds the records of this model, of a copy of it (the same
-    weights elsewhere reuse them), or of a model since gone (a run pretrained again elsewhere, whose old records are
-    replaced). A record names its checkpoint as the sweep was given it: a relative one is read from here."""
-    here, named = checkpoint.resolve(), {}
+    last two path parts as `checkpoint` (so the same tag), that is not this model (`identity(path)`, called only
+    then, differs). None when the folder is free or holds the records of this model, of a copy of it (the same
+    model elsewhere reuses them), of a model since gone (a run pretrained again elsewhere: its old records are
+    replaced), or records written into another folder and copied here (a copied project: they name the original's
+    models, which this folder's sweeps replace, as they did before records named their folder)."""
+    here, named = checkpoint.resolve(), set()
     for path in sorted((root / tag).glob("*/*/*/lr*.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and isinstance(record.get("checkpoint"), str):
-            named.setdefault(Path(record["checkpoint"]).resolve(), set()).add(record.get(WEIGHTS))
-    for there, made in named.items():
-        if there != here and there.exists() and made - {identity()}:
-            return there
+        if (isinstance(record, dict) and isinstance(record.get("checkpoint"), str)
+                and record.get("records_root") == str(root.resolve())):
+            named.add(Path(record["checkpoint"]))
+    mine = None
+    for there in sorted(named):
+        if there != here and there.exists():
+            mine = mine or identity(here)
+            if identity(there) != mine:
+                return there
     return None
 
 

@@ -173,7 +173,7 @@ def check_owner(out: Path, path: Path) -> None:
     """Records are filed under the model's last two path parts (records.checkpoint_tag): another model with the
     same two holds that folder, and each sweep would replace the other's records. Refused before any work."""
     tag = records.checkpoint_tag(path)
-    if (owner := records.other_owner(out, tag, path, lambda: encoder_identity(path)[0])) is not None:
+    if (owner := records.other_owner(out, tag, path, lambda p: encoder_identity(p)[0])) is not None:
         raise EncoderlabError(f"{out / tag} holds the records of {owner}, another model filed under the same name "
                               "(a folder's last two path parts; a run's name and step): pass another --out for "
                               f"{path.resolve()}")
@@ -385,6 +385,7 @@ class Sweep:
         base, trivial = self.baselines[task.name], baselines.trivial_name(task)
         return {"format_version": migrate_records.FORMAT, "tag": self.tag,
                 "checkpoint": str(self.checkpoint.resolve()),  # what records.other_owner reads, from any folder
+                "records_root": str(self.out.resolve()),  # records copied with a project are not its own models'
                 records.WEIGHTS: self.digest, "task": task.name, "fingerprint": task.fingerprint,
                 "family": task.family, "metric": task.metric,
                 "scheme": task.scheme, "protocol": self.protocol.model_dump(mode="json"),
