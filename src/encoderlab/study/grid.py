@@ -199,8 +199,10 @@ def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
                 "max_tokens": meta.get("max_tokens")}
     except Exception:
         if spec.data_shape is None:
+            how = ("`encoderlab data prepare offline`" if cfg.data.path == "offline" else
+                   "`encoderlab data prepare` into that folder")
             raise ConfigError(f"the data {cfg.data.path!r} is not prepared and the study gives no data_shape "
-                              "(vocab_size, seq_len) to plan with: prepare the data or add data_shape") from None
+                              f"(vocab_size, seq_len) to plan with: prepare it ({how}) or add data_shape") from None
         return {"from": "data_shape", "path": cfg.data.path, "vocab_size": spec.data_shape.vocab_size,
                 "seq_len": spec.data_shape.seq_len}
 
