@@ -88,6 +88,9 @@ def test_a_task_is_a_task_file_or_a_plain_name_never_a_path(tmp_path, monkeypatc
         for check in (lambda s: expand_specs([s]), task_identity, task_family, load_task, trains_on_its_own):
             with pytest.raises(DataError, match="neither a task file .* nor a task name"):
                 check(spec)
+    for spec in ("./rt", "rt/"):  # what a shell completes inside the tasks folder: the name is offered
+        with pytest.raises(DataError, match=r"by its name \(by name: 'rt'\)"):
+            task_identity(spec)
     for spec in (str(tmp_path / "a/tasks/rt"), "../tasks/rt", "./rt", ".."):
         with pytest.raises(EncoderlabError, match="not a path"):
             check_task(spec, tmp_path / "a" / "tasks")

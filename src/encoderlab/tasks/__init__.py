@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import encoderlab_home
@@ -63,8 +63,10 @@ def split_spec(spec: str) -> tuple[str, str]:
                         f"(a local copy: {', '.join(paper_tasks())}); give an offline task by its name alone, or "
                         "your own data as a task file (.yaml)")
     if problem := name_problem(name):
+        last = PurePath(name).name  # `./rt-polarity`, `rt-polarity/`: what a shell completes inside the tasks folder
+        hint = f" (by name: {last!r})" if last and last != name and not name_problem(last) else ""
         raise DataError(f"task {spec!r}: neither a task file (.yaml, .yml) nor a task name ({problem}); give an "
-                        "offline task or a paper dataset by its name, or your own data through a task file")
+                        f"offline task or a paper dataset by its name{hint}, or your own data through a task file")
     return name, source
 
 
