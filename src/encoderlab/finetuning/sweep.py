@@ -18,25 +18,23 @@ from typing import NamedTuple
 
 import torch
 
-from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import write_json
 from encoderlab.core.process import run_lock
 from encoderlab.data.tokenizer import code_not_run
 from encoderlab.finetuning import migrate_records, records
 from encoderlab.finetuning.aggregate import summarize
 from encoderlab.finetuning.batched import finetune_grid
-from encoderlab.finetuning.engines import ENGINES, choose_engine
+from encoderlab.finetuning.engines import choose_engine
 from encoderlab.finetuning.heartbeat import Heartbeat
 from encoderlab.finetuning.memory import check_memory
 from encoderlab.finetuning.model_saving import ModelSaver, check_saver, check_tasks, save_chosen, save_run
 from encoderlab.finetuning.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.sweep_checks import check_execution, check_lengths, check_owner, check_specs
 from encoderlab.finetuning.shared_training import (
     Unit,
     check_trainer,
-    check_trainer_spec,
     trained_by,
-    trainer_spec,
     training_units,
 )
 from encoderlab.finetuning.training import backbone_state, finetune, planned_steps
@@ -53,7 +51,7 @@ from encoderlab.runs.encoders import (
 )
 from encoderlab.runs.logging import Progress, Wandb, require_wandb
 from encoderlab.runs.optim import default_device
-from encoderlab.tasks import baselines, task_family, task_identity
+from encoderlab.tasks import baselines
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks.build import build_tasks
 
@@ -92,20 +90,6 @@ def halved(task: EvalTask) -> str:
 def truncation(task: EvalTask) -> str:
     """`12 of train, 0 of validation, 3 of test examples`: what prepare() cut at max_length, said, never silent."""
     return ", ".join(f"{n:,} of {part}" for part, n in task.truncated.items()) + f" {task.truncation_unit}"
-
-
-def check_specs(specs: list[str], prepared: dict, protocol: Protocol) -> str | None:
-    """Refuse, before the checkpoint loads, a task given twice (its records' lock would be taken twice), a bad task
-    file or missing data file, and a `retrieval.train_on` that names no task; returns that trainer's spec, if any."""
-    if twice := [s for i, s in enumerate(specs) if s in specs[:i]]:
-        raise EncoderlabError(f"task {twice[0]!r} is given twice; name each task once")
-    for spec in specs:
-        if spec not in prepared:
-            task_identity(spec)
-    shared = trainer_spec(protocol, specs, lambda s: prepared[s].family if s in prepared else task_family(s))
-    if shared and shared not in prepared:
-        check_trainer_spec(shared)
-    return shared
 
 
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
@@ -169,16 +153,6 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
         return sweep.run(workers, show_progress)
 
 
-def check_owner(out: Path, path: Path) -> None:
-    """Records are filed under the model's last two path parts (records.checkpoint_tag): another model with the
-    same two holds that folder, and each sweep would replace the other's records. Refused before any work."""
-    tag = records.checkpoint_tag(path)
-    if (owner := records.other_owner(out, tag, path, lambda p: encoder_identity(p)[0])) is not None:
-        raise EncoderlabError(f"{out / tag} holds the records of {owner}, another model filed under the same name "
-                              "(a folder's last two path parts; a run's name and step): pass another --out for "
-                              f"{path.resolve()}")
-
-
 def load_encoder(path: Path):
     """(config, the body's weights, tokenizer) of an encoderlab checkpoint or a transformers encoder folder."""
     if is_transformers_folder(path):
@@ -187,38 +161,6 @@ def load_encoder(path: Path):
         return load_continued_encoder(path)
     model, model_cfg, tokenizer = ckpt.load_model(path)
     return model_cfg, backbone_state(model.state_dict()), tokenizer
-
-
-def check_lengths(protocol: Protocol, specs: list[str], prepared: dict, model_cfg, path: Path) -> None:
-    """The model's positions bound its inputs, a longer `max_length` is refused before any work: a transformers
-    encoder's learned ones, and encoderlab's backbone's `max_position_embeddings` (an imported model's context,
-    which pretraining holds its windows to as well)."""
-    limit = usable_positions(model_cfg)
-    whose = (f"this {model_cfg.model_type} model takes at most" if not isinstance(model_cfg, ModelConfig) else
-             "this model's positions (model_config.json max_position_embeddings) stop at")
-    for spec in specs:
-        task = prepared.get(spec)
-        family, name = (task.family, task.name) if task else (task_family(spec), task_identity(spec)[0])
-        length = protocol.for_task(name).length_for(family)
-        if length > limit:
-            raise EncoderlabError(f"{path}: the protocol gives {name} inputs of {length} tokens; {whose} "
-                                  f"{limit} (set max_length or "
-                                  f"max_length_by_family.{family} to {limit} or less)")
-
-
-def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
-    if engine not in ENGINES:
-        raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
-    if workers != "auto" and (not isinstance(workers, int) or workers < 1):
-        raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
-    if workers != "auto" and workers > 1 and device.type != "cpu":
-        raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched "
-                              f"engine trains a task's runs together instead ({option('engine', 'auto')} or "
-                              f"batched, {option('workers', 1)})")
-    if workers != "auto" and workers > 1 and engine == "batched":
-        raise EncoderlabError(f"{option('engine', 'batched')} trains a task's runs together in one process: use it "
-                              f"with {option('workers', 1)}, or {option('engine', 'sequential')}/auto with several "
-                              "workers")
 
 
 class Outcome(NamedTuple):
