@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from encoderlab.finetuning import records
-from encoderlab.tasks import task_identity, taskfile
+from encoderlab.tasks import task_identity
 
 FILES = "family: classification\ntrain: train.csv\nvalidation: train.csv\n"
 
@@ -26,9 +26,11 @@ def test_the_fingerprint_follows_definition_and_content_not_place(tmp_path):
 
 
 def test_each_file_is_hashed_once_until_it_changes(tmp_path, monkeypatch):
+    from encoderlab.core import io
+
     calls = []
-    real = taskfile.sha256_of
-    monkeypatch.setattr(taskfile, "sha256_of", lambda p: calls.append(p) or real(p))
+    real = io.sha256_of
+    monkeypatch.setattr(io, "sha256_of", lambda p: calls.append(p) or real(p))
     spec = folder(tmp_path)
     fingerprints = {task_identity(spec)[1] for _ in range(3)}
     assert len(calls) == 1 and len(fingerprints) == 1

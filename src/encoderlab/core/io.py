@@ -43,6 +43,19 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def file_digest(path: Path) -> str:
+    """SHA-256 of a file, computed once per process for a given path, size and modification time: a model's weights
+    are hashed once however many checks and records ask for its identity."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = sha256_of(path)
+    return _DIGESTS[key]
+
+
 # The causes of a failed write that the user fixes (space, quota, permissions, a file size limit), by errno.
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG)
 

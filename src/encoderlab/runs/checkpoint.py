@@ -29,7 +29,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from encoderlab.core.errors import EncoderlabError, resolved
-from encoderlab.core.io import atomic_dir, atomic_file, remove_leftovers, sha256_of, write_json
+from encoderlab.core.io import atomic_dir, atomic_file, file_digest, remove_leftovers, sha256_of, write_json
 from encoderlab.runs import migrate_checkpoint
 
 if TYPE_CHECKING:
@@ -134,14 +134,7 @@ def weights_digest(path: Path) -> str:
     files = _manifest(path)
     if files is not None and WEIGHTS in files:
         return files[WEIGHTS]["sha256"]
-    stat = (path / WEIGHTS).stat()
-    key = (str((path / WEIGHTS).resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _HASHED:
-        _HASHED[key] = sha256_of(path / WEIGHTS)
-    return _HASHED[key]
-
-
-_HASHED: dict[tuple, str] = {}
+    return file_digest(path / WEIGHTS)
 
 
 def _manifest(path: Path) -> dict[str, dict] | None:

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError, resolved
-from encoderlab.core.io import sha256_of
+from encoderlab.core.io import file_digest
 from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.folder_checks import check_encoder_kind, check_known_type, check_links, check_safetensors
@@ -176,7 +176,7 @@ def model_files(path: Path) -> dict[str, str] | None:
     if not is_transformers_folder(path):
         return None
     files = [*weights_files(path), *(path / name for name in IDENTITY_FILES if (path / name).is_file())]
-    return {f.name: sha256_of(f) for f in files}
+    return {f.name: file_digest(f) for f in files}
 
 
 def encoder_identity(path: Path) -> tuple[str, dict[str, str] | None]:

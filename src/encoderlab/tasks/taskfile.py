@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from encoderlab.core.config import load_yaml, validate
 from encoderlab.core.errors import DataError, resolved
-from encoderlab.core.io import sha256_of
+from encoderlab.core.io import file_digest
 from encoderlab.tasks.registry import family as family_record
 
 SAFE_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]*"
@@ -121,18 +121,6 @@ def read_task_file(path: Path) -> TaskFile:
 
 
 # ---------------------------------------------------------------------------------------- identity
-
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-
-
-def file_digest(path: Path) -> str:
-    """SHA-256 of a file, computed once per process for a given path, size and modification time."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = sha256_of(path)
-    return _DIGESTS[key]
-
 
 def folder_digests(folder: Path, names: list[str] | None = None) -> dict[str, str]:
     """{relative path: SHA-256} of `names` in a folder, or of every file under it (hidden ones left out)."""
