@@ -162,6 +162,32 @@ def test_bad_study_files_are_clear(tmp_path):
         plan_of(study)
 
 
+def test_a_file_that_is_not_a_study_is_named_so(tmp_path):
+    (tmp_path / "published.yaml").write_text("source: x\ncategories:\n  m: {SC: 80}\n")
+    with pytest.raises(ConfigError, match=r"published\.yaml is not a study file: .*this file holds source, "
+                       r"categories$"):
+        load_study(tmp_path / "published.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    with pytest.raises(ConfigError, match="empty.yaml is not a study file: .*this file holds nothing$"):
+        load_study(tmp_path / "empty.yaml")
+
+
+def test_a_study_finds_its_task_files_beside_it_not_in_the_working_folder(tmp_path, monkeypatch):
+    (tmp_path / "study").mkdir()
+    study = write_study(tmp_path / "study", "nowhere", task="tasks/mine.yaml",
+                        intermediate={"steps": [8]}, random_init=["micro"],
+                        evaluation={"protocol": "protocol.yaml", "tasks": ["tasks/mine.yaml", "squad=copies/squad",
+                                                                           "rt-polarity"],
+                                    "intermediate_tasks": ["tasks/mine.yaml"], "random_init_tasks": ["~/t.yml"]})
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    spec, base = load_study(study)
+    assert base == (tmp_path / "study").resolve()
+    assert spec.evaluation.tasks == [str(base / "tasks/mine.yaml"), f"squad={base / 'copies/squad'}", "rt-polarity"]
+    assert spec.evaluation.intermediate_tasks == [str(base / "tasks/mine.yaml")]
+    assert spec.evaluation.random_init_tasks == [str(Path("~/t.yml").expanduser())]
+
+
 # ------------------------------------------------------------------------------------------------ running
 
 

@@ -236,8 +236,28 @@ def load_study(path: str | Path) -> tuple[StudySpec, Path]:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path} is a folder: give a study file such as configs/studies/demo.yaml")
-    spec = validate(StudySpec, load_yaml(path), where=str(path))
-    return spec, path.resolve().parent
+    data = load_yaml(path)
+    if not {"name", "evaluation"} & set(data):  # e.g. the released-model list beside the studies
+        raise ConfigError(f"{path} is not a study file: a study names `name`, `evaluation` and the models it trains "
+                          f"or evaluates (docs/studies.md); this file holds {', '.join(map(str, data)) or 'nothing'}")
+    spec = validate(StudySpec, data, where=str(path))
+    base = path.resolve().parent
+    ev = spec.evaluation
+    for key in ("tasks", "intermediate_tasks", "random_init_tasks"):
+        if (tasks := getattr(ev, key)) is not None:
+            setattr(ev, key, [_task_from(base, task) for task in tasks])
+    return spec, base
+
+
+def _task_from(base: Path, task: str) -> str:
+    """A study's task file, or a paper dataset's local copy (`squad=DIR`), found relative to the study file as its
+    other paths are, not to wherever the command runs."""
+    name, eq, source = task.partition("=")
+    if name.endswith((".yaml", ".yml")) and not eq:
+        return str(resolve_path(base, name))
+    if eq and source:
+        return f"{name}={resolve_path(base, source)}"
+    return task
 
 
 def resolve_path(base: Path, value: str) -> Path:
