@@ -4,7 +4,7 @@ so an offline machine fails in seconds with one line saying which local layout t
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -87,10 +87,10 @@ def _hub_retrieval(kind: str, hub_id: str) -> tuple[dict, dict, dict]:
 
         if kind == "mldr":
             return _hub_mldr(datasets, hub_id)
-        corpus = {i: {"title": r["title"], "text": r["text"]}
-                  for i, r in _hub_by_id(datasets.load_dataset(hub_id, "corpus", split="corpus"), "_id", hub_id)}
-        queries = {i: r["text"] for i, r in _hub_by_id(datasets.load_dataset(hub_id, "queries", split="queries"),
-                                                         "_id", hub_id)}
+        corpus = _hub_by_id(datasets.load_dataset(hub_id, "corpus", split="corpus"), "_id", hub_id,
+                            lambda r: {"title": r["title"], "text": r["text"]})
+        queries = _hub_by_id(datasets.load_dataset(hub_id, "queries", split="queries"), "_id", hub_id,
+                             lambda r: r["text"])
         qrels = {}
         for split, rows in datasets.load_dataset(f"{hub_id}-qrels").items():
             if split == "train" and kind in HUB_TRAIN_PAIRS:  # the authors train on their own pairs instead
@@ -105,23 +105,25 @@ def _hub_retrieval(kind: str, hub_id: str) -> tuple[dict, dict, dict]:
     return corpus, queries, qrels
 
 
-def _hub_by_id(rows, key: str, hub_id: str) -> Iterator[tuple[str, dict]]:
-    """(id as text, row) of a Hub corpus or queries split, refusing an id given twice as `_by_id` does for a
-    local folder: a dict built from the rows would keep the last and drop the other without a word."""
-    first: dict[str, int] = {}
+def _hub_by_id(rows, key: str, hub_id: str, value: Callable[[dict], object]) -> dict[str, object]:
+    """{id as text: value(row)} of a Hub corpus or queries split, refusing an id given twice as `_by_id` does for a
+    local folder: a dict built from the rows would keep the last and drop the other without a word. The rows are read
+    again only to name the first of a pair, so a corpus of millions holds one dict, not a second of row numbers."""
+    out: dict[str, object] = {}
     for row_no, row in enumerate(rows):
-        if (ident := str(row[key])) in first:
-            raise DataError(f"{hub_id}: row {row_no}: the {key} {ident!r} occurs twice (also row {first[ident]}): "
+        if (ident := str(row[key])) in out:
+            first = next(n for n, r in enumerate(rows) if str(r[key]) == ident)
+            raise DataError(f"{hub_id}: row {row_no}: the {key} {ident!r} occurs twice (also row {first}): "
                             "a corpus or query set must give each entry one id")
-        first[ident] = row_no
-        yield ident, row
+        out[ident] = value(row)
+    return out
 
 
 def _hub_mldr(datasets, hub_id: str) -> tuple[dict, dict, dict]:
     """MLDR's corpus {docid, text} and query rows {query_id, query, positive_passages: [{docid}]}."""
     corpus_config, queries_config, splits = MLDR_SCHEMAS.get(hub_id, MLDR_SCHEMAS[HUB_IDS["mldr"]])
-    corpus = {i: {"title": "", "text": r["text"]}
-              for i, r in _hub_by_id(datasets.load_dataset(hub_id, corpus_config, split="corpus"), "docid", hub_id)}
+    corpus = _hub_by_id(datasets.load_dataset(hub_id, corpus_config, split="corpus"), "docid", hub_id,
+                        lambda r: {"title": "", "text": r["text"]})
     queries, qrels = {}, {}
     for split, hub_split in splits.items():
         for r in datasets.load_dataset(hub_id, queries_config, split=hub_split):
