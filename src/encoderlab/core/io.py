@@ -288,11 +288,15 @@ def write_json(path: Path, obj) -> None:
         tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
+def write_jsonl(path: Path, rows: Iterable[dict], digest=None) -> int:
+    """Write `rows` as JSON Lines, atomically; `digest` (a hashlib object), if given, is fed the file's bytes."""
     n = 0
-    with atomic_file(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+    with atomic_file(path) as tmp, open(tmp, "wb") as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            line = (json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8")
+            f.write(line)
+            if digest is not None:
+                digest.update(line)
             n += 1
     return n
 

@@ -213,13 +213,15 @@ def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:
             chars += len(d.text)
             yield corpus_row(d)
 
+    digest = hashlib.sha256()  # the corpus's content: the packed cache keys on it, not only on counts
     with atomic_dir(out / "corpus") as tmp:
-        n = write_jsonl(tmp / "documents.jsonl", rows())
+        n = write_jsonl(tmp / "documents.jsonl", rows(), digest)
         if n == 0:
             raise DataError(f"no document with text found in {source} (empty files, or empty column "
                             f"{opts.text_column!r}?)")
         write_json(tmp / "manifest.json", {"source": source, "documents": n, "words": words, "characters": chars,
-                                           "documents_by_source": dict(sorted(counts.items()))})
+                                           "documents_by_source": dict(sorted(counts.items())),
+                                           "sha256": digest.hexdigest()})
 
 
 def corpus_row(d: Document) -> dict:

@@ -1,0 +1,43 @@
+"""`data prepare`'s cache: the packed shards are reused only when the corpus's content is the same."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from encoderlab.data.prepare import PrepareOptions, prepare
+from encoderlab.data.tokenizer import load_tokenizer
+
+WORDS = "the cat sat on a mat while dogs ran through green fields of grass".split()
+
+
+def _corpus(path, first: str) -> None:
+    paragraphs = [first] + [" ".join(WORDS[(i + k) % len(WORDS)] for k in range(30)) for i in range(40)]
+    path.write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
+
+
+def _first_window(out) -> str:
+    tok = load_tokenizer(str(out / "packed" / "tokenizer"))
+    dtype = json.loads((out / "packed" / "meta.json").read_text())["dtype"]
+    ids = np.fromfile(out / "packed" / "train-00000.tokens.bin", dtype=dtype)[:12]
+    return tok.tokenizer.decode(ids.tolist())
+
+
+def test_a_same_size_edit_of_the_source_is_packed_again(tmp_path):
+    """An edit that keeps the counts of documents, words and characters (GRASS for grass) once left the old
+    shards "up to date": the cache now keys on the corpus's SHA-256."""
+    src, out, said = tmp_path / "corpus.txt", tmp_path / "d", []
+    opts = PrepareOptions(tokenizer=None, vocab_size=300, seq_len=16, val_fraction=0.0)
+    _corpus(src, "green grass grows here")
+    prepare(str(src), out, opts, log=said.append)
+    assert "green grass" in _first_window(out)
+    prepare(str(src), out, opts, log=said.append)
+    assert said[-1].startswith("packed shards up to date")  # the same text: nothing packed again
+    _corpus(src, "GREEN GRASS grows here")
+    prepare(str(src), out, opts, log=said.append)
+    assert not said[-1].startswith("packed shards up to date")
+    assert "GREEN GRASS" in _first_window(out)
+    manifest = json.loads((out / "corpus" / "manifest.json").read_text())
+
+    assert manifest["sha256"] == hashlib.sha256((out / "corpus" / "documents.jsonl").read_bytes()).hexdigest()
