@@ -41,3 +41,28 @@ def test_a_same_size_edit_of_the_source_is_packed_again(tmp_path):
     manifest = json.loads((out / "corpus" / "manifest.json").read_text())
 
     assert manifest["sha256"] == hashlib.sha256((out / "corpus" / "documents.jsonl").read_bytes()).hexdigest()
+
+
+def _vocab_folder(folder, words: list[str]) -> None:
+    """A BERT tokenizer folder as many are saved: vocab.txt and a config, no tokenizer.json."""
+    folder.mkdir(exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizer",
+                                                              "do_lower_case": True}))
+
+
+def test_a_changed_tokenizer_folder_without_tokenizer_json_is_packed_again(tmp_path):
+    """The cache keyed a --tokenizer folder on its tokenizer.json alone ("no tokenizer.json" for a vocab.txt
+    folder): another vocabulary in the same folder left the shards of the old one "up to date"."""
+    src, out, tok, said = tmp_path / "corpus.txt", tmp_path / "d", tmp_path / "tok", []
+    _corpus(src, "green grass grows here")
+    _vocab_folder(tok, WORDS + ["grows", "here"])
+    opts = PrepareOptions(tokenizer=str(tok), seq_len=16, val_fraction=0.0)
+    prepare(str(src), out, opts, log=said.append)
+    prepare(str(src), out, opts, log=said.append)
+    assert said[-1].startswith("packed shards up to date")
+    _vocab_folder(tok, list(reversed(WORDS)) + ["grows", "here"])  # the same words, other ids
+    prepare(str(src), out, opts, log=said.append)
+    assert not said[-1].startswith("packed shards up to date")
+    packed = load_tokenizer(str(out / "packed" / "tokenizer")).tokenizer
+    assert packed.token_to_id("the") == load_tokenizer(str(tok)).tokenizer.token_to_id("the")

@@ -112,6 +112,7 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
     timings: dict[str, float] = {}
     start = time.perf_counter()
     packed = _packed_index(source, out, opts)
+    given = load_tokenizer(opts.tokenizer) if opts.tokenizer else None  # before the text; part of the fingerprint
     suite = None
     if source == OFFLINE:
         suite = _offline_text(out, opts, log)
@@ -119,13 +120,13 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
         _local_text(source, out, opts, log)
     timings["text"] = time.perf_counter() - start
     corpus_file = out / "corpus" / "documents.jsonl"
-    fingerprint = _fingerprint(out / "corpus" / "manifest.json", opts)
+    fingerprint = _fingerprint(out / "corpus" / "manifest.json", opts, given)
     t0 = time.perf_counter()
     meta = packed if packed is not None and packed.get("inputs") == fingerprint else None
     if meta is not None:
         log(f"packed shards up to date in {out / 'packed'}")
     else:
-        tok = _tokenizer(corpus_file, opts, log)
+        tok = _tokenizer(corpus_file, opts, log, given)
         timings["tokenizer"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         log(f"packing into windows of {opts.seq_len} tokens (held out for validation: {opts.val_fraction:.1%})")
@@ -240,9 +241,9 @@ def _documents(corpus_file: Path) -> Iterator[Document]:
                        own)
 
 
-def _tokenizer(corpus_file: Path, opts: PrepareOptions, log) -> TextTokenizer:
-    if opts.tokenizer:
-        tok = load_tokenizer(opts.tokenizer)
+def _tokenizer(corpus_file: Path, opts: PrepareOptions, log, given: TextTokenizer | None) -> TextTokenizer:
+    if given is not None:
+        tok = given
         log(f"tokenizer {opts.tokenizer}: {tok.vocab_size} tokens"
             + (f", of which {', '.join(tok.added_tokens)} added by encoderlab (the source model's vocabulary lacks "
                f"{'it' if len(tok.added_tokens) == 1 else 'them'})" if tok.added_tokens else ""))
@@ -258,14 +259,14 @@ def _tokenizer(corpus_file: Path, opts: PrepareOptions, log) -> TextTokenizer:
     return train_bpe(texts(), opts.vocab_size)
 
 
-def _fingerprint(manifest: Path, opts: PrepareOptions) -> str:
+def _fingerprint(manifest: Path, opts: PrepareOptions, given: TextTokenizer | None) -> str:
     """Identifies what the packed shards were made from; a change in any of it repacks."""
     parts = [manifest.read_text(), str(opts.vocab_size), str(opts.seq_len), str(opts.val_fraction),
              str(opts.tokenizer), str(opts.tokenizer_max_documents), str(packing.PACKING)]
     if opts.max_tokens is not None:  # only then, so data prepared before the budget existed stays up to date
         parts.append(f"max_tokens={opts.max_tokens}")
-    if opts.tokenizer:  # the same path may hold another tokenizer tomorrow: key on its content
-        given = Path(opts.tokenizer)
-        file = given if given.is_file() else given / "tokenizer.json"
-        parts.append(hashlib.sha1(file.read_bytes()).hexdigest() if file.exists() else "no tokenizer.json")
+    if given is not None:  # the same path may hold another tokenizer tomorrow: key on its content as loaded, a
+        # folder's vocab.txt (no tokenizer.json) and special tokens included
+        parts += [given.tokenizer.to_str(), json.dumps(given.info(), sort_keys=True),
+                  json.dumps(given.hf_settings, sort_keys=True, default=str)]
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()
