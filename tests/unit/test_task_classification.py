@@ -281,6 +281,14 @@ def test_user_classification_maps_string_labels_and_holds_out(tmp_path):
             load_user_classification(str(tmp_path / "train.csv"), str(tmp_path / name), None, "body", "sentiment")
 
 
+
+def test_user_labels_1_and_1_0_are_one_class(tmp_path):
+    """JSON labels written 1 on some rows and 1.0 on others were four classes of a binary task, silently."""
+    rows = [{"t": f"text {i}", "y": float(i % 2) if i < 10 else i % 2} for i in range(20)]
+    write_jsonl(tmp_path / "f.jsonl", rows)
+    task = load_user_classification(str(tmp_path / "f.jsonl"), str(tmp_path / "f.jsonl"), None, "t", "y")
+    assert task.labels == ["0", "1"] and task.gold["test"] == [i % 2 for i in range(20)]
+
 def test_shared_helpers_are_deterministic():
     rest, held = common.holdout([{"i": i} for i in range(100)])
     assert len(held) == 5 and len(rest) == 95 and (rest, held) == common.holdout([{"i": i} for i in range(100)])

@@ -283,7 +283,10 @@ def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None,
 
 
 def label_name(v: Any) -> str:
-    """A label as a class name: JSON null and blanks are empty, 1 and "1" the same class."""
+    """A label as a class name: JSON null and blanks are empty; 1, 1.0 and "1" the same class (a JSON writer may
+    give one column's numbers as 1 on some rows and 1.0 on others)."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
     return "" if v is None else str(v).strip()
 
 
