@@ -745,6 +745,13 @@ IO_CASES = [
          two(write("model/config.json", '{{"model_type": "llama"}}'), write("r/checkpoints/step-0000001/import.json",
              "{{}}"), write("r/checkpoints/step-0000001/model.safetensors", "x"),
              write("r/checkpoints/step-0000001/state.json", "{{}}"))),
+    Case("export-force-over-prepared-data", ("export", "{ckpt}", "--out", "{tmp}/d", "--force"),
+         "--out {tmp}/d is a prepared dataset (it holds packed/ or corpus/): runs read it (and resume from it), so it "
+         "is never replaced, even with --force", write("d/packed/meta.json", "{{}}")),
+    Case("import-hf-force-over-packed-shards", ("import-hf", "{tmp}/model", "--out", "{tmp}/d/packed", "--force"),
+         "--out {tmp}/d/packed is a prepared dataset's packed shards (meta.json, *.tokens.bin)", two(
+             write("model/config.json", '{{"model_type": "llama"}}'), two(write("d/packed/meta.json", "{{}}"),
+                                                                           write("d/packed/train.tokens.bin", "x")))),
     Case("export-force-out-a-symlink", ("export", "{ckpt}", "--out", "{tmp}/hf", "--force"),
          "--out {tmp}/hf is a symbolic link (to {tmp}/real): give the folder it leads to",
          two(write("real/keep.txt", "x"), lambda tmp, ctx: (tmp / "hf").symlink_to(tmp / "real"))),

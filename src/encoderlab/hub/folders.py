@@ -28,6 +28,15 @@ def never_written_into(out: Path, imports: bool = False) -> str | None:
     return f"an encoderlab checkpoint (it holds {WEIGHTS} and state.json)"
 
 
+def prepared_data(out: Path) -> str | None:
+    """What `out` is when `data prepare` made it: a prepared dataset (corpus/, packed/) or its packed shards."""
+    if (out / "packed" / "meta.json").is_file() or (out / "corpus" / "manifest.json").is_file():
+        return "a prepared dataset (it holds packed/ or corpus/)"
+    if (out / "meta.json").is_file() and any(out.glob("*.tokens.bin")):
+        return "a prepared dataset's packed shards (meta.json, *.tokens.bin)"
+    return None
+
+
 def check_data_out(out: Path, what: str) -> None:
     """Refuse a `data prepare` output that is a run folder or checkpoint, or lies inside one (a folder above it holds
     LATEST, or is a checkpoint): its corpus/ and packed/ would go among the run's files."""
@@ -54,5 +63,8 @@ def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) ->
     if out.is_dir() and (what := never_written_into(out, imports)):
         raise EncoderlabError(f"{named} is {what}: it is never replaced, even with {option('force')}; give another "
                               "folder")
+    if out.is_dir() and (what := prepared_data(out)):
+        raise EncoderlabError(f"{named} is {what}: runs read it (and resume from it), so it is never replaced, even "
+                              f"with {option('force')}; give another folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise EncoderlabError(f"{named} exists and is not empty: pass {option('force')} to replace it")
