@@ -339,9 +339,8 @@ class Encoder:
         folder)."""
         from transformers import AutoTokenizer
 
-        from encoderlab.hub import sentence
         from encoderlab.hub.card import training_info
-        from encoderlab.hub.exporter import check_request, export_target, frame_tokenizer, hf_model
+        from encoderlab.hub.exporter import CLASSES, check_request, export_target, frame_tokenizer, hf_model
         from encoderlab.runs import checkpoint as ckpt
         from encoderlab.runs.encoders import is_continued, is_transformers_folder
 
@@ -352,9 +351,10 @@ class Encoder:
             raise EncoderlabError(f"to_transformers: {self.path} is a continued transformers model: its checkpoint "
                                   "loads in AutoModelForMaskedLM as it is (export(..., kind='masked-lm') writes it "
                                   "with its tokenizer)")
-        if kind == sentence.KIND:
-            raise EncoderlabError("to_transformers: use export(..., kind='sentence-transformers') and load the folder "
-                                  "with SentenceTransformer")
+        if kind not in CLASSES:
+            raise EncoderlabError(f"to_transformers: kind={kind!r} is not a transformers model of this checkpoint; "
+                                  f"choose {', '.join(CLASSES)} (a sentence-transformers model: export(..., "
+                                  "kind='sentence-transformers') and load the folder with SentenceTransformer)")
         check_request(kind, attention, named="{}=")
         info = training_info(self.path, ckpt.load_state(self.path))
         target = export_target(kind, attention, self.config, info)

@@ -52,6 +52,17 @@ def test_bad_arguments_are_one_line(enc, checkpoint, call, says):
     assert says in str(caught.value) and "\n" not in str(caught.value)
 
 
+def test_a_bad_override_is_blamed_on_the_overrides_argument():
+    from encoderlab.core.config import ConfigError
+    from encoderlab.core.io import CONFIGS
+
+    for given, says in (({"train.stepz": 3}, 'overrides={"train.stepz": 3}: train.stepz: unknown key'),
+                        ({"train.steps": "abc"}, 'overrides={"train.steps": "abc"}: train.steps: Input should be')):
+        with pytest.raises(ConfigError) as caught:
+            encoderlab.pretrain(CONFIGS / "pretrain" / "cpu-study.yaml", given)
+        assert str(caught.value).startswith(says) and "--set" not in str(caught.value)
+
+
 def test_options_are_named_as_the_caller_gives_them():
     from encoderlab.core.errors import CALLER, option, option_name
 
@@ -140,8 +151,12 @@ def test_to_transformers_computes_the_same_hidden_states(enc):
     assert enc.tokenize(texts)["input_ids"].tolist() == ours["input_ids"].tolist()  # its own tokenizer unchanged
     with pytest.raises(EncoderlabError, match=r"^Encoder\.embed: argument batch_size=True: takes a number, not a "):
         enc.embed(texts, batch_size=True)  # pydantic would read it as 1
-    with pytest.raises(EncoderlabError, match=r"^kind='gpt2' is not an export format"):  # named as Python gives it
+    with pytest.raises(EncoderlabError, match=r"^to_transformers: kind='gpt2' is not a transformers model of this "
+                       r"checkpoint; choose llama, mistral, qwen2, qwen3, eurobert \("):  # named as Python gives it
         enc.to_transformers("gpt2")
+    with pytest.raises(EncoderlabError, match=r"kind='sentence-transformers' is not .* export\(\.\.\., "
+                       "kind='sentence-transformers'\) and load the folder"):
+        enc.to_transformers("sentence-transformers")
     with pytest.raises(EncoderlabError, match=r"^attention=causal: kind=eurobert is a bidirectional encoder"):
         enc.to_transformers("eurobert", attention="causal")
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from encoderlab.core.errors import EncoderlabError, resolved
+from encoderlab.core.errors import EncoderlabError, option, option_name, resolved
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -216,13 +216,13 @@ def _set_values(overrides: list[str], loc: list[str], message: str) -> str:
         if (leaf and re.search(rf"(?<![\w.]){re.escape(leaf)}(?![\w])", message)) or re.search(
                 rf"(?<![\w.]){re.escape(key)}(?![\w])", message):
             named[key] = f"{key}={override.partition('=')[2].strip()}"
-    return f" ({', '.join(named.values())} from --set)" if named else ""
+    return f" ({', '.join(named.values())} from {option_name('set')})" if named else ""
 
 
 def _blamed(overrides: list[str], loc: list[str], where: str) -> str:
     """The override that set the bad key: the most specific one, the last given (it wins); else the file."""
     matching = [o for o in overrides if _override_key(o) in _prefixes(loc)]
-    return f"--set {max(reversed(matching), key=lambda o: len(_override_key(o)))}" if matching else where
+    return option("set", max(reversed(matching), key=lambda o: len(_override_key(o)))) if matching else where
 
 
 def _named(overrides: list[str], message: str, where: str) -> str:
@@ -233,7 +233,7 @@ def _named(overrides: list[str], message: str, where: str) -> str:
         starts = [n for n in range(len(parts), 0, -1) if message.startswith(".".join(parts[:n]))]
         return 100 * starts[0] if starts else int(".".join(parts) in message)
     best = max(reversed(overrides), key=score, default=None)
-    return f"--set {best}" if best is not None and score(best) else where
+    return option("set", best) if best is not None and score(best) else where
 
 
 def _override_key(override: str) -> str:
