@@ -155,7 +155,7 @@ def test_to_transformers_computes_the_same_hidden_states(enc):
                        r"checkpoint; choose llama, mistral, qwen2, qwen3, eurobert \("):  # named as Python gives it
         enc.to_transformers("gpt2")
     with pytest.raises(EncoderlabError, match=r"kind='sentence-transformers' is not .* export\(\.\.\., "
-                       "kind='sentence-transformers'\) and load the folder"):
+                       r"kind='sentence-transformers'\) and load the folder"):
         enc.to_transformers("sentence-transformers")
     with pytest.raises(EncoderlabError, match=r"^attention=causal: kind=eurobert is a bidirectional encoder"):
         enc.to_transformers("eurobert", attention="causal")
