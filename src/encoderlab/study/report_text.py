@@ -163,7 +163,9 @@ def _failed_and_missing(res, proto: dict) -> str:
              + [f"- {lb}: no evaluation records yet" for lb in res.evaluations if not res.tasks.get(lb)]
              + [f"- {lb} / {t.task}: {t.runs} of {grid} runs recorded, the others missing (`study run` does them)"
                 for lb, t in tasks if t.runs < grid]
-             + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused])
+             + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused]
+             + [f"- {what}: records of a task the study file no longer evaluates there (not counted)"
+                for what in getattr(res, "not_planned", [])])
     return "## Failed and missing runs\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 
