@@ -146,6 +146,10 @@ def test_bad_study_files_are_clear(tmp_path):
     study = write_study(tmp_path, "nowhere", intermediate={"steps": [50]})
     with pytest.raises(ConfigError, match="intermediate"):
         plan_of(study)
+    study = write_study(tmp_path, "nowhere", intermediate={"steps": [8, 16, 18, 20]})  # decay: steps 16-20
+    with pytest.raises(ConfigError, match=r"intermediate.steps \[18\] fall inside micro-clm-20's LR decay \(steps "
+                       r"16-20\): .*give steps up to 16"):
+        plan_of(study)
     study = write_study(tmp_path, "nowhere", pretrain="no-such.yaml")
     with pytest.raises(ConfigError, match=r"^study s: pretrain: config file not found: .*no-such\.yaml$"):
         plan_of(study)
