@@ -99,7 +99,7 @@ def compose(report) -> str:
                                    else "Final models" if res.runs else "Models"),
              reference_section(report),
              "## Per-dataset scores\n", report.dataset_tables(list(res.evaluations)), coverage_section(res),
-             mteb_section(res.root, finals)]
+             mteb_section(res.root, finals, plan.get("spec", {}).get("evaluation", {}).get("mteb"))]
     parts += _figures_and_arms(report, finals, cites)
     parts += [text for text in [_failed_and_missing(res, proto)] if text]
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
