@@ -712,6 +712,12 @@ IO_CASES = [
          "twice for a; list each task once", two(write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"), write(
              "study.yaml", "name: s\nout_dir: '{tmp}/studies'\ncheckpoints: {{a: '{ckpt}'}}\n"
                            "evaluation: {{protocol: p.yaml, tasks: [sst2, sst2]}}\n"))),
+    Case("study-task-named-twice", ("study", "plan", "{tmp}/study.yaml"), "and '{tmp}/sub/../t.yaml' of a are both "
+         "named 't', and a task's records are filed under its name", two(
+             task_files(CLS, train_csv=CSV), write("sub/keep.txt", "x"),
+             write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"),
+             write("study.yaml", "name: s\nout_dir: '{tmp}/studies'\ncheckpoints: {{a: '{ckpt}'}}\n"
+                                 "evaluation: {{protocol: p.yaml, tasks: [t.yaml, sub/../t.yaml]}}\n"))),
     Case("study-dry-run-task-unknown", ("study", "run", "{tmp}/study.yaml", "--dry-run"), "study s: evaluation task "
          "'no-such-task': unknown task 'no-such-task'", two(write("p.yaml", "name: p\nlrs: [1.0e-3]\nseeds: [0]\n"),
                                                            write("study.yaml", "name: s\ncheckpoints: {{a: '{ckpt}'}}\n"

@@ -190,6 +190,18 @@ def test_a_study_scores_its_models_with_mteb_and_reports_them(setup, packed_dir,
     assert "| micro-mlm40-2 |" in section and "| *BM25 (full text)* |" in section
     assert run_study(plan, base, log=lambda m: None)["done_now"] == 0  # done for these weights
 
+    def study_with(mteb_tasks):  # the study file changed: another `evaluation.mteb`, or none
+        body = yaml.safe_load((tmp_path / "study.yaml").read_text())
+        body["evaluation"]["mteb"] = mteb_tasks
+        (tmp_path / "study.yaml").write_text(yaml.safe_dump(body))
+        return build_plan(*load_study(tmp_path / "study.yaml"))
+
+    assert run_study(study_with(["tiny-sc"]), base, log=lambda m: None)["done_now"] == 2  # not the old list's
+    section = write_report(plan.root).read_text().split("## MTEB (frozen embeddings)")[1]
+    assert "| model | tiny-sc (accuracy) |" in section and "tiny-ir" not in section
+    run_study(study_with(None), base, log=lambda m: None)
+    assert "## MTEB" not in write_report(plan.root).read_text()  # its summaries kept, not reported
+
 
 @pytest.mark.parametrize("how, says", [
     ("missing-weight", "weights of the bert body are not in its files"),

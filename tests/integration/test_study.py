@@ -146,6 +146,10 @@ def test_bad_study_files_are_clear(tmp_path):
     study = write_study(tmp_path, "nowhere", intermediate={"steps": [50]})
     with pytest.raises(ConfigError, match="intermediate"):
         plan_of(study)
+    study = write_study(tmp_path, "nowhere", intermediate={"steps": [8, 16, 18, 20]})  # decay: steps 16-20
+    with pytest.raises(ConfigError, match=r"intermediate.steps \[18\] fall inside micro-clm-20's LR decay \(steps "
+                       r"16-20\): .*give steps up to 16"):
+        plan_of(study)
     study = write_study(tmp_path, "nowhere", pretrain="no-such.yaml")
     with pytest.raises(ConfigError, match=r"^study s: pretrain: config file not found: .*no-such\.yaml$"):
         plan_of(study)
@@ -335,6 +339,8 @@ def fake_records(plan, base) -> None:
     from encoderlab.core.io import write_json
 
     rec = plan.record(base)
+    for e in rec["evaluations"]:
+        e["tasks"] = list(FAMILIES)  # what the records below are of (the report counts a plan's tasks only)
     plan.root.mkdir(parents=True)
     write_json(plan.root / "plan.json", rec)
     key = records.protocol_key(rec["protocol"])

@@ -130,3 +130,23 @@ def test_a_study_refuses_a_transformers_folder_it_cannot_evaluate_when_planned(t
     spec, base = load_study(write_study(tmp_path, task_yaml, {"odd": str(folder)}))
     with pytest.raises(ConfigError, match=r"checkpoints.odd: .*holds no model.safetensors"):
         build_plan(spec, base)
+
+
+def test_a_task_dropped_from_the_study_file_leaves_the_report(tmp_path, two_runs, task_yaml, one_thread):  # noqa: F811
+    """The records of a task the study no longer lists stay on disk, but its scores leave every table and mean."""
+    other = tmp_path / "other.yaml"
+    other.write_text(task_yaml.read_text())  # the same data under another name: its own records
+    study = write_study(tmp_path, task_yaml, {"a": str(two_runs[0])})
+    both = yaml.safe_load(study.read_text())
+    both["evaluation"]["tasks"].append(str(other))
+    study.write_text(yaml.safe_dump(both))
+    plan = build_plan(*load_study(study))
+    assert not run_study(plan, plan.root.parent, log=lambda m: None)["failed"]
+    assert {task for _, task, *_ in scores(plan.root)} == {"task", "other"}
+    study = write_study(tmp_path, task_yaml, {"a": str(two_runs[0])})  # `other` dropped
+    spec, base = load_study(study)
+    assert run_study(build_plan(spec, base), base, log=lambda m: None)["done_now"] == 0
+    text = write_report(plan.root).read_text()
+    datasets = (plan.root / "report" / "datasets.csv").read_text()
+    assert "task" in datasets and "other" not in datasets
+    assert "- a / other: records of a task the study file no longer evaluates there (not counted)" in text

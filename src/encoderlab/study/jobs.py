@@ -172,12 +172,16 @@ class MtebJob(Job):
     out: Path
 
     def is_done(self) -> bool:
+        """Done for these weights and these tasks: a study file that names other `evaluation.mteb` tasks since has
+        them scored, not the old ones' scores kept under the new list."""
         import json
 
         try:
             weights = encoder_digest(self.checkpoint)
-            return json.loads((self.out / "summary.json").read_text(encoding="utf-8")).get("weights") == weights
-        except (OSError, ValueError, AttributeError, EncoderlabError):
+            summary = json.loads((self.out / "summary.json").read_text(encoding="utf-8"))
+            scored = [row["task"] for row in summary["tasks"]]
+            return summary.get("weights") == weights and scored == list(dict.fromkeys(self.tasks))
+        except (OSError, ValueError, AttributeError, KeyError, TypeError, EncoderlabError):
             return False
 
     def execute(self, log: Say, progress: Say | None) -> dict:

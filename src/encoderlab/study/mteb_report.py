@@ -20,9 +20,12 @@ def summaries(root: Path, labels: list[str]) -> dict[str, dict]:
     return found
 
 
-def mteb_section(root: Path, labels: list[str]) -> str:
-    """'' when the study ran no MTEB job to the end."""
+def mteb_section(root: Path, labels: list[str], asked: list[str] | None = None) -> str:
+    """'' when the study ran no MTEB job to the end. `asked`: the plan's `evaluation.mteb` tasks, the only ones shown
+    (a summary of a task list the study file gave before keeps its folder, not its place here); None: none asked."""
     done = summaries(root, labels)
+    done = {label: dict(s, tasks=[r for r in s["tasks"] if r["task"] in (asked or [])]) for label, s in done.items()}
+    done = {label: s for label, s in done.items() if s["tasks"]}
     if not done:
         return ""
     tasks: dict[str, str] = {}  # task -> its main metric, in the order first seen

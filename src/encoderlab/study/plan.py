@@ -314,6 +314,7 @@ def _evaluations(spec: StudySpec, runs: dict[str, PretrainRun], full: dict[tuple
         if inter is None or (inter.sizes is not None and size not in inter.sizes) or (
                 inter.objectives is not None and obj not in inter.objectives):
             continue
+        _refuse_decayed(spec, runs[name], inter.steps)
         for step in sorted(inter.steps):
             if step >= runs[name].steps:
                 continue
@@ -327,6 +328,16 @@ def _evaluations(spec: StudySpec, runs: dict[str, PretrainRun], full: dict[tuple
     out += [Evaluation(f"{name}-imported", f"{name}-imported", 0, "imported", None, name, ev.tasks)
             for name in spec.imported]
     return out
+
+
+def _refuse_decayed(spec: StudySpec, run: PretrainRun, steps: list[int]) -> None:
+    """An intermediate checkpoint is the run's undecayed state (the report and the paper's data-efficiency finding read
+    it so): a step inside the LR decay would be a half-decayed model under that name."""
+    decayed = sorted(s for s in steps if 0 < run.stable_end < s < run.steps)
+    if decayed:
+        raise ConfigError(f"study {spec.name}: intermediate.steps {decayed} fall inside {run.name}'s LR decay (steps "
+                          f"{run.stable_end}-{run.steps}): an intermediate checkpoint is a stable-phase (undecayed) "
+                          f"state; give steps up to {run.stable_end}, the decay start")
 
 
 def expand_tasks(tasks: list[str]) -> list[str]:

@@ -99,7 +99,7 @@ def compose(report) -> str:
                                    else "Final models" if res.runs else "Models"),
              reference_section(report),
              "## Per-dataset scores\n", report.dataset_tables(list(res.evaluations)), coverage_section(res),
-             mteb_section(res.root, finals)]
+             mteb_section(res.root, finals, plan.get("spec", {}).get("evaluation", {}).get("mteb"))]
     parts += _figures_and_arms(report, finals, cites)
     parts += [text for text in [_failed_and_missing(res, proto)] if text]
     parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
@@ -163,7 +163,9 @@ def _failed_and_missing(res, proto: dict) -> str:
              + [f"- {lb}: no evaluation records yet" for lb in res.evaluations if not res.tasks.get(lb)]
              + [f"- {lb} / {t.task}: {t.runs} of {grid} runs recorded, the others missing (`study run` does them)"
                 for lb, t in tasks if t.runs < grid]
-             + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused])
+             + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused]
+             + [f"- {what}: records of a task the study file no longer evaluates there (not counted)"
+                for what in getattr(res, "not_planned", [])])
     return "## Failed and missing runs\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 

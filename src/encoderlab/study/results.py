@@ -114,10 +114,14 @@ class StudyResults:
         self.runs = {r["name"]: r for r in self.plan["runs"]}
         self.tasks: dict[str, dict[str, TaskScore]] = {}
         self.unused: list[str] = []  # record files not counted, and why (listed by the report, never averaged in)
+        self.not_planned: list[str] = []  # LABEL / TASK of records of a task the evaluation no longer has
         for label, e in self.evaluations.items():
             weights = _weights(e.get("checkpoint"))
             found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, weights)
             recs, self.unused = records.current(found), self.unused + unused
+            if (planned := planned_names(e.get("tasks"))) is not None:  # not a task the study file no longer has
+                self.not_planned += sorted({f"{label} / {r['task']}" for r in recs if r["task"] not in planned})
+                recs = [r for r in recs if r["task"] in planned]
             by_task: dict[str, list[dict]] = {}
             for r in recs:
                 by_task.setdefault(r["task"], []).append(r)
@@ -150,6 +154,26 @@ class StudyResults:
 
     def losses(self, run: str) -> list[dict]:
         return read_metrics(self.root / "pretrain" / run / "metrics.jsonl")
+
+
+def planned_names(specs: list[str] | None) -> set[str] | None:
+    """The names an evaluation's records are filed under, from the tasks its plan gives (a task dropped from the study
+    file since keeps its records on disk, never its place in the report); None where they cannot all be told here
+    (a plan without its task list, a task file since moved, the offline suite not prepared on this machine)."""
+    from encoderlab.tasks import offline_task_names, split_spec
+    from encoderlab.tasks.taskfile import read_task_file
+
+    offline = offline_task_names() if specs and "offline" in specs else []
+    if specs is None or ("offline" in specs and not offline):
+        return None
+    names = set(offline)
+    try:
+        for spec in (s for s in specs if s != "offline"):
+            name = split_spec(spec)[0]
+            names.add(read_task_file(Path(name)).name if name.endswith((".yaml", ".yml")) else name)
+    except (OSError, EncoderlabError):
+        return None
+    return names
 
 
 def _weights(checkpoint: str | None) -> str | None:

@@ -103,7 +103,7 @@ def check_tasks(plan: Plan, planning: bool = False) -> None:
 
     unprepared = planning and not offline_task_names()
 
-    known: set[str] = set()
+    known: dict[str, str] = {}  # spec -> the name its records are filed under
     for evaluation in plan.evaluations:
         tasks = expand_tasks(evaluation.tasks)
         if twice := [t for i, t in enumerate(tasks) if t in tasks[:i]]:
@@ -112,11 +112,12 @@ def check_tasks(plan: Plan, planning: bool = False) -> None:
         for task in (t for t in tasks if t not in known):
             try:
                 if unprepared and not task.endswith((".yaml", ".yml")) and not split_spec(task)[1]:
+                    known[task] = split_spec(task)[0]
                     continue  # a plain name or a paper dataset: known once the data is prepared
-                task_identity(task)
+                known[task] = task_identity(task)[0]
             except EncoderlabError as e:
                 raise EncoderlabError(f"study {plan.spec.name}: evaluation task {task!r}: {e}") from None
-            known.add(task)
+        _refuse_shared_names(plan, evaluation.label, [(t, known[t]) for t in tasks])
     if shared := trainer_spec(plan.protocol, sorted(known), task_family):
         check_trainer_spec(shared)
     if plan.spec.evaluation.mteb:
@@ -126,6 +127,18 @@ def check_tasks(plan: Plan, planning: bool = False) -> None:
             check_mteb(plan.spec.evaluation.mteb)
         except EncoderlabError as e:
             raise EncoderlabError(f"study {plan.spec.name}: evaluation.mteb: {e}") from None
+
+
+def _refuse_shared_names(plan: Plan, label: str, named: list[tuple[str, str]]) -> None:
+    """Two task specs of one model with the same name (a task file named like an offline task, one file by two
+    paths): their records share a folder, and the report would keep one and silently drop the other."""
+    first: dict[str, str] = {}
+    for task, name in named:
+        if name in first:
+            raise EncoderlabError(f"study {plan.spec.name}: tasks {first[name]!r} and {task!r} of {label} are both "
+                                  f"named {name!r}, and a task's records are filed under its name: list it once, or "
+                                  "give a task file another `name:`")
+        first[name] = task
 
 
 def _run_study(plan: Plan, base_dir: Path, *, workers: int, log: Callable[[str], None], only: str | None,
