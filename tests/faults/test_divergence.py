@@ -197,7 +197,7 @@ def test_an_edited_study_file_is_refused_naming_what_changed(tmp_path, packed_di
     assert command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain")[0] == 0
     before = snapshot(tmp_path / "studies")
     write_study(tmp_path, packed_dir, task, 1e-3)
-    for job in ([], ["--job", "pretrain:tiny-clm-4"]):
+    for job in ([], ["--job", "pretrain:tiny-clm-4"], ["--dry-run"]):  # a dry run says what the run would say
         code, errors, _ = command(monkeypatch, capsys, "study", "run", study, *job)
         assert code == 2 and errors == [
             f"error: study s: the study file now gives other settings than those its runs in {tmp_path / 'studies/s'} "

@@ -143,10 +143,12 @@ def test_bad_study_files_are_clear(tmp_path):
     study = write_study(tmp_path, "nowhere", models=[{"sizes": ["micro"], "objectives": ["mlm140"]}])
     with pytest.raises(ConfigError, match="mlm140"):
         plan_of(study)
-    study = write_study(tmp_path, "nowhere", intermediate={"steps": [50]})
-    with pytest.raises(ConfigError, match="intermediate"):
-        plan_of(study)
-    study = write_study(tmp_path, "nowhere", intermediate={"steps": [8, 16, 18, 20]})  # decay: steps 16-20
+    for steps in ([50], [20]):  # the budget's step is the final model, which an intermediate used to drop silently
+        study = write_study(tmp_path, "nowhere", intermediate={"steps": steps})
+        with pytest.raises(ConfigError, match=rf"intermediate\.steps \[{steps[0]}\] must lie between 0 and the "
+                           r"budget \(20\), both excluded"):
+            plan_of(study)
+    study = write_study(tmp_path, "nowhere", intermediate={"steps": [8, 16, 18]})  # decay: steps 16-20
     with pytest.raises(ConfigError, match=r"intermediate.steps \[18\] fall inside micro-clm-20's LR decay \(steps "
                        r"16-20\): .*give steps up to 16"):
         plan_of(study)
@@ -398,6 +400,25 @@ def test_report_renders_every_section_from_records(tmp_path):
     cats = (out / "categories.csv").read_text().splitlines()
     assert cats[0] == "model,SC,TC,QA,IR" and len(cats) == 1 + len([e for e in plan.evaluations
                                                                        if e.kind in ("final", "random")])
+
+
+def test_the_data_efficiency_figure_has_a_panel_for_each_category_with_lines(tmp_path, monkeypatch):
+    """A last category with no dataset at every step drew an empty panel, and the legend went on it: no legend, and
+    matplotlib's "No artists with labels" warning on stderr."""
+    import warnings
+
+    from encoderlab.study.report import Report
+
+    study = write_study(tmp_path, "nowhere", intermediate={"steps": [4, 8]}, random_init=["micro"])
+    plan, base = plan_of(study)
+    fake_records(plan, base)
+    points = Report.efficiency_points
+    monkeypatch.setattr(Report, "efficiency_points", lambda self, cat: {} if cat == "IR" else points(self, cat))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_report(plan.root)
+    rows = (plan.root / "report" / "data_efficiency.csv").read_text().splitlines()[1:]
+    assert {row.split(",")[1] for row in rows} == {"SC", "TC", "QA"}
 
 
 def test_report_of_a_folder_that_is_not_a_study(tmp_path):

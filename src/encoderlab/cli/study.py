@@ -109,7 +109,8 @@ def run_cmd(
     """Run a study's pretraining and evaluation jobs in dependency order; resumable, a failure skips dependents."""
     from encoderlab.core.errors import EncoderlabError
     from encoderlab.study.plan import build_plan
-    from encoderlab.study.runner import check_runnable, check_succeeded, run_study
+    from encoderlab.study.jobs import jobs_of
+    from encoderlab.study.runner import check_runnable, check_succeeded, refuse_changed, run_study
     from encoderlab.study.spec import load_study
 
     if only not in (None, "pretrain"):
@@ -120,6 +121,7 @@ def run_cmd(
     plan = build_plan(spec, base)
     if dry_run:
         check_runnable(plan, only, job)
+        refuse_changed(plan, jobs_of(plan))
         render_plan(plan.summary())
         return
     result = run_study(plan, base, workers=workers, log=log, only=only, job_id=job)

@@ -162,11 +162,15 @@ class Report:
         if not full:
             return None, ""
         plt = self._plt()
-        cats = [c for c in registry.categories() if any(c in s for s in self.res.categories.values())]
-        fig, axes = plt.subplots(1, len(cats), figsize=(4 * len(cats), 3.4), squeeze=False)
+        series = {c: self.efficiency_points(c) for c in registry.categories()
+                  if any(c in s for s in self.res.categories.values())}
+        cats = [c for c, lines in series.items() if lines]  # a category no dataset of which ran at every step: no panel
+        if not cats:
+            return None, ""
+        fig, axes = plt.subplots(1, len(cats), figsize=(max(4 * len(cats), 7), 3.4), squeeze=False)
         rows, noisy = [], []
         for ax, cat in zip(axes[0], cats):
-            lines = self.efficiency_points(cat)
+            lines = series[cat]
             for name, points in lines.items():
                 ax.errorbar([p[0] for p in points], [p[2].mean for p in points],
                             yerr=_bounded_bars([p[2] for p in points]), marker="o", capsize=3, label=name,
@@ -181,7 +185,11 @@ class Report:
             ax.set_xlabel("global pretraining step")
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("score (mean ± 95% CI over seeds)")
-        axes[0][-1].legend(fontsize=7)
+        shown: dict = {}  # every line once, from whichever category has it (the last may have none)
+        for ax in axes[0]:
+            for handle, label in zip(*ax.get_legend_handles_labels()):
+                shown.setdefault(label, handle)
+        axes[0][-1].legend(list(shown.values()), list(shown), fontsize=7)
         fig.suptitle("Data efficiency: fine-tuned score vs pretraining steps (datasets evaluated at every step)")
         fig.tight_layout()
         fig.savefig(self.out / "data_efficiency.png", dpi=110)

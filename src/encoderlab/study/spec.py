@@ -212,9 +212,10 @@ class StudySpec(_Section):
         if trains and missing:
             raise ValueError(f"{' and '.join(missing)} must be given: {', '.join(trains)} train models from the "
                              "base pretraining config (only `checkpoints` needs neither)")
-        late = [s for s in (self.intermediate.steps if self.intermediate else []) if not 0 < s <= self.budget]
-        if late:
-            raise ValueError(f"intermediate_steps {late} must be within (0, budget={self.budget}]")
+        late = [s for s in (self.intermediate.steps if self.intermediate else []) if not 0 < s < self.budget]
+        if late:  # the budget's own step is the final, decayed model, evaluated as such
+            raise ValueError(f"intermediate.steps {late} must lie between 0 and the budget ({self.budget}), both "
+                             "excluded: the budget's last step is the final model")
         from encoderlab.model.presets import preset_names
 
         for section, name in [*(("imported", n) for n in self.imported), *(("checkpoints", n) for n in
