@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -128,6 +129,29 @@ def test_join_refuses_a_missing_or_damaged_shard_naming_it(corpus, tmp_path):
     (out / "parts" / "shard-0-of-2.json").unlink()
     with pytest.raises(DataError, match=r"shard 0/2 is not complete .*--shard 0/2"):
         prepare(str(corpus / "src"), out, _opts(corpus, join=2), log=lambda _: None)
+
+
+def test_an_edited_source_file_is_tokenised_again_not_joined_stale(corpus, tmp_path):
+    """Parts were matched on the source's path, never its files: an edited file was joined as it was before."""
+    src = tmp_path / "src"
+    shutil.copytree(corpus / "src", src)
+    (tmp_path / "c").mkdir()
+    shutil.copy(corpus / "tokenizer.json", tmp_path / "c" / "tokenizer.json")
+    shutil.copytree(src, tmp_path / "c" / "src")
+    out = tmp_path / "d"
+    _sharded(tmp_path / "c", out, 2)
+    edited = tmp_path / "c" / "src" / "part2.parquet"  # unit 2: shard 0/2
+    table = pq.read_table(edited).to_pylist()
+    table[0]["text"] = table[0]["text"].upper()  # the same length
+    pq.write_table(pa.table({"text": [r["text"] for r in table]}), edited)
+    with pytest.raises(DataError, match=r"part 2 of shard 0/2: part2\.parquet changed since the part was tokenised "
+                       r"\(size or modification time\): run .*--shard 0/2` again"):
+        prepare(str(tmp_path / "c" / "src"), out, _opts(tmp_path / "c", join=2), log=lambda _: None)
+    redone = prepare(str(tmp_path / "c" / "src"), out, _opts(tmp_path / "c", shard=(0, 2)), log=lambda _: None)
+    assert (redone["parts_written"], redone["parts_skipped"]) == (1, 2)  # that file's part alone
+    prepare(str(tmp_path / "c" / "src"), out, _opts(tmp_path / "c", join=2), log=lambda _: None)
+    prepare(str(tmp_path / "c" / "src"), tmp_path / "one", _opts(tmp_path / "c"), log=lambda _: None)
+    _same_packed(tmp_path / "one" / "packed", out / "packed")
 
 
 # Runs the command line with the third part stalled after its first batch is written (temporary files half done).

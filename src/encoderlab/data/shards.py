@@ -91,15 +91,16 @@ def prepare_shard(source: str, out: Path, opts, log: Callable[[str], None]) -> d
     folder = out / "parts"
     folder.mkdir(parents=True, exist_ok=True)
     dtype = packing.token_dtype(tok.vocab_size)
+    files = sources.file_states(source)
     done = skipped = units = 0
     for unit, read in enumerate(_units(source, text_options, hub)):
         units += 1
         if unit % n != i:
             continue
-        if not opts.force and _part_complete(folder, unit, key):
+        if not opts.force and _part_complete(folder, unit, key, _read_from(files, unit)):
             skipped += 1
             continue
-        manifest = _write_part(folder, unit, read(), tok, dtype, key)
+        manifest = _write_part(folder, unit, read(), tok, dtype, key, _read_from(files, unit))
         done += 1
         log(f"shard {i}/{n}: part {unit} ({manifest['documents']:,} documents, {manifest['tokens']:,} tokens)")
     write_json(_shard_file(folder, i, n), {"shard": i, "of": n, "inputs": key, "units": units,
@@ -108,11 +109,28 @@ def prepare_shard(source: str, out: Path, opts, log: Callable[[str], None]) -> d
             "parts_written": done, "parts_skipped": skipped, "parts": str(folder)}
 
 
-def _part_complete(folder: Path, unit: int, key: str) -> bool:
-    """A part with a readable manifest of the same inputs whose files have the recorded sizes and SHA-256."""
+def _read_from(files: list[dict] | None, unit: int) -> list[dict]:
+    """The source files a unit is read from, as `sources.file_states` gives them: a unit is a file of a source with
+    several, a block of the one file otherwise; none for a hub dataset."""
+    if files is None:
+        return []
+    if len(files) == 1:
+        return files
+    return [files[unit] if unit < len(files) else {"file": f"file {unit} of the source (gone since)"}]
+
+
+def _stale_source(manifest: dict, read_from: list[dict]) -> bool:
+    """Whether the files a part was tokenised from have changed since (size or modification time). Parts written
+    before these were recorded have no record, and are taken as they are."""
+    return "source_files" in manifest and manifest["source_files"] != read_from
+
+
+def _part_complete(folder: Path, unit: int, key: str, read_from: list[dict]) -> bool:
+    """A part with a readable manifest of the same inputs whose files have the recorded sizes and SHA-256, read from
+    source files that have not changed since."""
     try:
         manifest = json.loads(_part(folder, unit, "json").read_text())
-        return manifest["inputs"] == key and all(
+        return manifest["inputs"] == key and not _stale_source(manifest, read_from) and all(
             (path := _part(folder, unit, kind)).stat().st_size == rec["bytes"] and sha256_of(path) == rec["sha256"]
             for kind, rec in manifest["files"].items())
     except (OSError, ValueError, KeyError, TypeError):
@@ -120,7 +138,7 @@ def _part_complete(folder: Path, unit: int, key: str) -> bool:
 
 
 def _write_part(folder: Path, unit: int, docs: Iterator[Document], tok: TextTokenizer, dtype: np.dtype,
-                key: str) -> dict:
+                key: str, read_from: list[dict]) -> dict:
     """Stream the unit's tokens and rows to temporary files (hashed as written), rename them, then the manifest."""
     for stale in folder.glob(f".part-{unit:06d}.*"):  # left by a killed run
         stale.unlink()
@@ -146,7 +164,7 @@ def _write_part(folder: Path, unit: int, docs: Iterator[Document], tok: TextToke
         files[kind] = {"bytes": path.stat().st_size, "sha256": hashes[kind].hexdigest()}
         os.replace(path, _part(folder, unit, kind))
     manifest = {"format": PARTS_FORMAT, "unit": unit, "inputs": key, "dtype": dtype.name, **stats,
-                "documents_by_source": dict(sorted(counts.items())), "files": files}
+                "documents_by_source": dict(sorted(counts.items())), "files": files, "source_files": read_from}
     write_json(_part(folder, unit, "json"), manifest)
     return manifest
 
@@ -158,7 +176,7 @@ def join(source: str, out: Path, opts, log: Callable[[str], None]) -> tuple[dict
     key = inputs_key(source, tok, opts.text_options())
     folder = out / "parts"
     command = f"encoderlab data prepare {source} --out {out} --tokenizer {opts.tokenizer}"
-    manifests = _check_parts(folder, key, n, command)
+    manifests = _check_parts(folder, key, n, command, sources.file_states(source))
     corpus = {"source": source, "parts": len(manifests),
               **{k: sum(m[k] for m in manifests) for k in ("documents", "words", "characters")},
               "documents_by_source": dict(sorted(sum((Counter(m["documents_by_source"]) for m in manifests),
@@ -193,7 +211,7 @@ def join(source: str, out: Path, opts, log: Callable[[str], None]) -> tuple[dict
     return corpus, meta
 
 
-def _check_parts(folder: Path, key: str, n: int, command: str) -> list[dict]:
+def _check_parts(folder: Path, key: str, n: int, command: str, source_files: list[dict] | None) -> list[dict]:
     """Every shard's record and every part's manifest and file sizes, before anything is written."""
     units = None
     for i in range(n):
@@ -221,6 +239,10 @@ def _check_parts(folder: Path, key: str, n: int, command: str) -> list[dict]:
                             f"({_part(folder, unit, 'json')}): {again}") from None
         if manifest.get("inputs") != key:
             raise DataError(f"part {unit} of shard {unit % n}/{n} was tokenised from other inputs: {again}")
+        if _stale_source(manifest, read_from := _read_from(source_files, unit)):
+            changed = ", ".join(f["file"] for f in read_from if f not in manifest["source_files"]) or "its source"
+            raise DataError(f"part {unit} of shard {unit % n}/{n}: {changed} changed since the part was tokenised "
+                            f"(size or modification time): {again}")
         for kind, rec in files.items():
             path = _part(folder, unit, kind)
             found = path.stat().st_size if path.is_file() else None

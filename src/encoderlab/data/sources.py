@@ -92,6 +92,15 @@ def documents_by_file(spec: str, *, text_column: str = "text", txt_unit: TxtUnit
     return [lambda f=f: _iter_local([f], text_column, txt_unit, on_invalid_utf8) for f in files]
 
 
+def file_states(spec: str) -> list[dict] | None:
+    """Each file of a local spec as {file, bytes, mtime_ns}, in reading order: what a sharded part records of the
+    files it read, so that an edited source is seen; None for a hub id."""
+    files = _resolve(spec)
+    if files is None:
+        return None
+    return [{"file": f.name, "bytes": (st := f.path.stat()).st_size, "mtime_ns": st.st_mtime_ns} for f in files]
+
+
 def describe_spec(spec: str) -> str:
     """One line for summaries, e.g. "3 local files (.jsonl)"; raises DataError as `iter_documents` would."""
     files = _resolve(spec)
