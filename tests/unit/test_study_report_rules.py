@@ -141,3 +141,35 @@ def test_the_report_says_what_truncation_cut_and_which_answers_it_lost(tmp_path)
     # records from before the sweep kept these counts read as such, never as "nothing cut"
     old = write_report(write_study(tmp_path / "old", {CLM: flat(40.0)})).read_text()
     assert "| rt-polarity | - | - | not recorded | not recorded |" in old
+
+
+def test_a_baseline_that_differs_by_tokenizer_is_given_per_model():
+    """TF-IDF + LR reads the text each model's tokenizer keeps within max_length: the notes gave the first model's
+    value as the category's, beside gaps measured from each model's own."""
+    from encoderlab.study.intervals import CategoryScore, Spread
+    from encoderlab.study.standing import lexical_lines
+
+    def score(mean: float, lexical: float) -> CategoryScore:
+        return CategoryScore(mean, 1.0, Spread(((1.0, 2),)), 1, lexical=lexical, lexical_names="TF-IDF + LR")
+
+    differ = lexical_lines({"a": {"SC": score(50.0, 70.0)}, "b": {"SC": score(67.5, 71.67)}}, ["SC"])
+    assert differ == ["- SC, strongest baseline TF-IDF + LR (per model's tokenizer): no model beats it: a -20.00 "
+                      "(above it on 0 of 1 datasets; it is 70.00 for this model), b -4.17 (above it on 0 of 1 "
+                      "datasets; it is 71.67 for this model)"]
+    same = lexical_lines({"a": {"SC": score(50.0, 70.0)}, "b": {"SC": score(75.0, 70.0)}}, ["SC"])
+    assert same == ["- SC, strongest baseline TF-IDF + LR (70.00): a -20.00 (above it on 0 of 1 datasets), b +5.00 "
+                    "(above it on 0 of 1 datasets)"]
+
+
+def test_a_dataset_tables_baseline_row_names_the_models_of_each_value():
+    from types import SimpleNamespace
+
+    from encoderlab.study.report import Report
+
+    report = Report.__new__(Report)
+    entry = {"a": {"tfidf": 70.0, "majority": 50.0}, "b": {"tfidf": 70.0, "majority": 50.0},
+             "c": {"tfidf": 71.666, "majority": 50.0}}
+    report.res = SimpleNamespace(tasks={lb: {"t": SimpleNamespace(summary={"baselines": values})}
+                                        for lb, values in entry.items()})
+    assert report._baseline_cell(["a", "b", "c"], "t", "tfidf") == "70.00 (a, b); 71.67 (c)"
+    assert report._baseline_cell(["a", "b", "c"], "t", "majority") == "50.00"

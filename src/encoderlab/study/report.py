@@ -86,8 +86,7 @@ class Report:
             first = {t: next(self.res.tasks[lb][t] for lb in labels if t in self.res.tasks[lb]) for t in names}
             entries = [s.summary or {} for s in first.values()]
             for b in baselines.columns(entries[0].get("family", ""), entries):
-                rows.append([f"*baseline: {baselines.LABELS[b]}*"]
-                            + [baselines.cell(first[t].summary or {}, b) for t in names])
+                rows.append([f"*baseline: {baselines.LABELS[b]}*"] + [self._baseline_cell(labels, t, b) for t in names])
             metric = {t: first[t].metric for t in names}
             missing = missing or any("-" in row[1:] for row in rows if str(row[0]).startswith("*baseline"))
             parts.append(f"#### {cat}\n\n" + _table(["model"] + [f"{t} ({metric[t]})" for t in names], rows))
@@ -100,6 +99,17 @@ class Report:
             "italics); a model whose every kept run predicts one thing on test is said to predict a constant, its " \
             f"score no evidence of learning.{note} {self.basis()} CSV: " \
             "`datasets.csv` (`baseline`: the trivial one)\n"
+
+    def _baseline_cell(self, labels: list[str], task: str, baseline: str) -> str:
+        """One baseline on one dataset; where it differs between the models (it reads the text each model's tokenizer
+        keeps within max_length), each value with the models it is for."""
+        models: dict[str, list[str]] = {}
+        for lb in labels:
+            if (score := self.res.tasks.get(lb, {}).get(task)) is not None:
+                models.setdefault(baselines.cell(score.summary or {}, baseline), []).append(lb)
+        if len(models) == 1:
+            return next(iter(models))
+        return "; ".join(f"{value} ({', '.join(lbs)})" for value, lbs in models.items())
 
     def sanity_section(self) -> str:
         """Every pretrained final model against the random-init baseline of its size (study/sanity.py)."""

@@ -39,10 +39,13 @@ def lexical_lines(scores: dict[str, dict[str, CategoryScore]], cats: list[str]) 
         if not have:
             continue
         first = next(iter(have.values()))
+        each = len({round(c.lexical, 2) for c in have.values()}) > 1  # a baseline on each model's truncated text
         gaps = ", ".join(f"{lb} {c.mean - c.lexical:+.2f} (above it on {c.above_lexical} of {c.datasets} "
-                         f"datasets)" for lb, c in have.items())
+                         f"datasets{f'; it is {c.lexical:.2f} for this model' if each else ''})"
+                         for lb, c in have.items())
         none = "no model beats it: " if all(c.mean <= c.lexical for c in have.values()) else ""
-        out.append(f"- {cat}, strongest baseline {first.lexical_names} ({first.lexical:.2f}): {none}{gaps}")
+        value = "per model's tokenizer" if each else f"{first.lexical:.2f}"
+        out.append(f"- {cat}, strongest baseline {first.lexical_names} ({value}): {none}{gaps}")
     return out
 
 
