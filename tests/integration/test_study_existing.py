@@ -150,3 +150,21 @@ def test_a_task_dropped_from_the_study_file_leaves_the_report(tmp_path, two_runs
     datasets = (plan.root / "report" / "datasets.csv").read_text()
     assert "task" in datasets and "other" not in datasets
     assert "- a / other: records of a task the study file no longer evaluates there (not counted)" in text
+
+
+def test_records_of_a_tasks_old_data_leave_the_report(tmp_path, two_runs, task_yaml, one_thread):  # noqa: F811
+    """A task file's data edited since its runs: the report showed the old data's scores as the task's."""
+    study = write_study(tmp_path, task_yaml, {"a": str(two_runs[0])})
+    plan = build_plan(*load_study(study))
+    assert not run_study(plan, plan.root.parent, log=lambda m: None)["failed"]
+    assert "| a |" in write_report(plan.root).read_text()
+    test = tmp_path / "test.jsonl"
+    rows = test.read_text().splitlines()
+    test.write_text("\n".join(rows[1:] + rows[:1]) + "\n")  # the same examples in another order: other data
+    text = write_report(plan.root).read_text()
+    assert "- a / task: records of other data than the task's files hold now (not counted; `study run` does them " \
+           "again)" in text
+    assert "task" not in (plan.root / "report" / "datasets.csv").read_text().split("\n", 1)[1]
+    spec, base = load_study(study)
+    assert run_study(build_plan(spec, base), base, log=lambda m: None)["done_now"] == 1
+    assert "records of other data" not in write_report(plan.root).read_text()

@@ -92,6 +92,16 @@ def truncation(task: EvalTask) -> str:
     return ", ".join(f"{n:,} of {part}" for part, n in task.truncated.items()) + f" {task.truncation_unit}"
 
 
+def _forget_changed(prepared: dict[str, EvalTask]) -> None:
+    """Drop the tasks a process prepared earlier whose data has changed since (a study run again in the same Python
+    process after a task file was edited): their runs would score the old data again, and a study's job, finding no
+    records of the new data, would never be done."""
+    from encoderlab.tasks import task_identity
+
+    for spec in [s for s, task in prepared.items() if task_identity(s)[1] != task.fingerprint]:
+        del prepared[spec]
+
+
 def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out: Path, *,
               device: torch.device | None = None, log: Callable[[str], None] = print, show_progress: bool = True,
               cache_dir: Path | None = None, prepared: dict[str, EvalTask] | None = None, engine: str = "auto",
@@ -120,6 +130,7 @@ def run_sweep(checkpoint: str | Path, specs: list[str], protocol: Protocol, out:
     check_saver(keep, engine, workers)
     require_wandb(protocol.wandb, "wandb")
     prepared = {} if prepared is None else prepared
+    _forget_changed(prepared)
     resolve_encoder(checkpoint, unpack=False)  # a path that is no model is named first, whatever the tasks
     shared = check_specs(specs, prepared, protocol)
     path = resolve_encoder(checkpoint)  # a named encoder is fetched once the tasks are known
@@ -339,7 +350,7 @@ class Sweep:
                 "baseline": {s: base[s][trivial] for s in base}, "baselines": base, "device": str(self.device),
                 "trained_on": {"task": train.name, "fingerprint": train.fingerprint},
                 "data_split": task.data_split, **({records.MODEL_FILES: self.files} if self.files else {}),
-                "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"), **body}
+                "finished": datetime.now(timezone.utc).isoformat(timespec="microseconds"), **body}
 
     def about(self) -> dict:
         return {"checkpoint": str(self.checkpoint), "tag": self.tag, records.WEIGHTS: self.digest,

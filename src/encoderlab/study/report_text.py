@@ -165,7 +165,9 @@ def _failed_and_missing(res, proto: dict) -> str:
                 for lb, t in tasks if t.runs < grid]
              + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused]
              + [f"- {what}: records of a task the study file no longer evaluates there (not counted)"
-                for what in getattr(res, "not_planned", [])])
+                for what in res.not_planned]
+             + [f"- {what}: records of other data than the task's files hold now (not counted; `study run` does "
+                "them again)" for what in res.other_data])
     return "## Failed and missing runs\n\n" + "\n".join(lines) + "\n" if lines else ""
 
 

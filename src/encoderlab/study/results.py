@@ -115,19 +115,30 @@ class StudyResults:
         self.tasks: dict[str, dict[str, TaskScore]] = {}
         self.unused: list[str] = []  # record files not counted, and why (listed by the report, never averaged in)
         self.not_planned: list[str] = []  # LABEL / TASK of records of a task the evaluation no longer has
+        self.other_data: list[str] = []  # LABEL / TASK of records of other data than the task's files hold now
+        self._known: dict[tuple, dict | None] = {}
         for label, e in self.evaluations.items():
             weights = _weights(e.get("checkpoint"))
             found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, weights)
             recs, self.unused = records.current(found), self.unused + unused
-            if (planned := planned_names(e.get("tasks"))) is not None:  # not a task the study file no longer has
+            if (planned := self._planned(e.get("tasks"))) is not None:  # of the tasks and data the study has now
                 self.not_planned += sorted({f"{label} / {r['task']}" for r in recs if r["task"] not in planned})
-                recs = [r for r in recs if r["task"] in planned]
+                old = {r["task"] for r in recs if r["task"] in planned
+                       and planned[r["task"]] not in (None, r.get("fingerprint"))}
+                recs = [r for r in recs if r["task"] in planned and planned[r["task"]] in (None, r.get("fingerprint"))]
+                self.other_data += [f"{label} / {t}" for t in sorted(old - {r["task"] for r in recs})]  # none redone
             by_task: dict[str, list[dict]] = {}
             for r in recs:
                 by_task.setdefault(r["task"], []).append(r)
             self.tasks[label] = {t: task_scores(rs, self.lr_choice, metric) for t, rs in sorted(by_task.items())}
         self.categories = {label: category_scores(ts) for label, ts in self.tasks.items()}
         self.unfinished = unfinished_jobs(self.root / "status")
+
+    def _planned(self, specs: list[str] | None) -> dict[str, str | None] | None:
+        key = tuple(specs) if specs is not None else None
+        if key not in self._known:
+            self._known[key] = planned_tasks(specs)
+        return self._known[key]
 
     def versus(self, a: str, b: str) -> list[Comparison]:
         """a - b per category, on the datasets both were evaluated on (a baseline may have run fewer tasks)."""
@@ -156,24 +167,28 @@ class StudyResults:
         return read_metrics(self.root / "pretrain" / run / "metrics.jsonl")
 
 
-def planned_names(specs: list[str] | None) -> set[str] | None:
-    """The names an evaluation's records are filed under, from the tasks its plan gives (a task dropped from the study
-    file since keeps its records on disk, never its place in the report); None where they cannot all be told here
-    (a plan without its task list, a task file since moved, the offline suite not prepared on this machine)."""
-    from encoderlab.tasks import offline_task_names, split_spec
-    from encoderlab.tasks.taskfile import read_task_file
+def planned_tasks(specs: list[str] | None) -> dict[str, str | None] | None:
+    """{name: fingerprint} of the tasks an evaluation's plan gives, the names its records are filed under (a task
+    dropped from the study file since keeps its records on disk, never its place in the report) and the data they
+    must be of (None where it cannot be told here: an offline task not prepared on this machine); None where the
+    names cannot all be told (a plan without its task list, a task file since moved, no offline suite prepared)."""
+    from encoderlab.tasks import offline_task_names, split_spec, task_identity
 
     offline = offline_task_names() if specs and "offline" in specs else []
     if specs is None or ("offline" in specs and not offline):
         return None
-    names = set(offline)
-    try:
-        for spec in (s for s in specs if s != "offline"):
-            name = split_spec(spec)[0]
-            names.add(read_task_file(Path(name)).name if name.endswith((".yaml", ".yml")) else name)
-    except (OSError, EncoderlabError):
-        return None
-    return names
+    found: dict[str, str | None] = {}
+    for spec in [*offline, *(s for s in specs if s != "offline")]:
+        try:
+            name, fingerprint = task_identity(spec)
+        except EncoderlabError:
+            if split_spec(spec)[0].endswith((".yaml", ".yml")):
+                return None  # a task file gone: its name is not known here
+            name, fingerprint = split_spec(spec)[0], None
+        except OSError:
+            return None
+        found[name] = fingerprint
+    return found
 
 
 def _weights(checkpoint: str | None) -> str | None:
