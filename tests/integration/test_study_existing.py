@@ -168,3 +168,25 @@ def test_records_of_a_tasks_old_data_leave_the_report(tmp_path, two_runs, task_y
     spec, base = load_study(study)
     assert run_study(build_plan(spec, base), base, log=lambda m: None)["done_now"] == 1
     assert "records of other data" not in write_report(plan.root).read_text()
+
+
+def test_records_of_a_tasks_restored_data_count_again(tmp_path, two_runs, task_yaml, one_thread):  # noqa: F811
+    """A task file's data edited, run again, then restored byte for byte: its first records are of the data there
+    now and count again, though the edited data's records were made last."""
+    study = write_study(tmp_path, task_yaml, {"a": str(two_runs[0])})
+    plan = build_plan(*load_study(study))
+    assert not run_study(plan, plan.root.parent, log=lambda m: None)["failed"]
+    write_report(plan.root)
+    datasets = (plan.root / "report" / "datasets.csv").read_text()
+    test = tmp_path / "test.jsonl"
+    original = test.read_bytes()
+    rows = test.read_text().splitlines()
+    test.write_text("\n".join(rows[1:] + rows[:1]) + "\n")  # other data, run: its records are the newest
+    spec, base = load_study(study)
+    assert run_study(build_plan(spec, base), base, log=lambda m: None)["done_now"] == 1
+    test.write_bytes(original)
+    spec, base = load_study(study)
+    assert run_study(build_plan(spec, base), base, log=lambda m: None)["done_now"] == 0  # its records are found
+    text = write_report(plan.root).read_text()
+    assert "records of other data" not in text
+    assert (plan.root / "report" / "datasets.csv").read_text() == datasets

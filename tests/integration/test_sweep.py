@@ -378,3 +378,23 @@ def test_inputs_longer_than_an_encoderlab_models_positions_are_refused(tmp_path,
         run_sweep(short, [str(task_yaml)], protocol(max_length=80), tmp_path / "evals", show_progress=False,
                   log=lambda m: None)
     assert not (tmp_path / "evals").exists()
+
+
+def test_summary_json_holds_a_restored_tasks_first_records(tmp_path, tiny_checkpoint, task_yaml):
+    """Data edited, swept, then restored byte for byte: summary.json holds the records of the data there now, not
+    those made last (of the edited data)."""
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    proto, train = protocol(max_steps=2, lrs=[1e-3], seeds=[0, 1]), task_yaml.with_name("train.jsonl")
+
+    def sweep() -> dict:
+        done = run_sweep(tiny_checkpoint, [str(task_yaml)], proto, out, **quiet)
+        return done["runs_done_this_time"], json.loads(next(out.rglob("summary.json")).read_text())["tasks"]
+
+    done, first = sweep()
+    original = train.read_bytes()
+    rows = train.read_text().splitlines()
+    train.write_text("\n".join(rows[1:] + rows[:1]) + "\n")
+    done, edited = sweep()
+    assert done == 2 and edited != first
+    train.write_bytes(original)
+    assert sweep() == (0, first)

@@ -191,12 +191,15 @@ def load_all(root: Path, tag: str = "*", key: str = "*", weights: str | None = N
     return scan(root, tag, key, weights)[0]
 
 
-def current(recs: list[dict]) -> list[dict]:
-    """Per task name, the records of the fingerprint recorded last: the old records of a task whose data changed
-    stay on disk, but only its newest version is reported."""
+def current(recs: list[dict], fingerprints: dict[str, str | None] | None = None) -> list[dict]:
+    """Per task name, the records of its data now (`fingerprints`: {task: the fingerprint of the data its files
+    hold now}, where known) or, where that is not known, of the fingerprint recorded last: the old records of a task
+    whose data changed stay on disk, but only one version is reported. The data now decides before the newest
+    records do: a task whose data was edited, run, and restored counts the records of the restored data again."""
+    known = {t: f for t, f in (fingerprints or {}).items() if f is not None}
     newest: dict[str, tuple[str, str | None]] = {}
     for r in recs:
         stamp = (r.get("finished", ""), r.get("fingerprint"))
         if r["task"] not in newest or stamp[0] > newest[r["task"]][0]:
             newest[r["task"]] = stamp  # type: ignore[assignment]
-    return [r for r in recs if r.get("fingerprint") == newest[r["task"]][1]]
+    return [r for r in recs if r.get("fingerprint") == known.get(r["task"], newest[r["task"]][1])]

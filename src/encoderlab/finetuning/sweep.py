@@ -365,7 +365,8 @@ class Sweep:
         about = self.about()
         choice = self.protocol.lr_choice
         file = self.out / self.tag / self.key / "summary.json"
-        write_json(file, {**summarize(records.current(found), choice), **about})
+        now = {t.name: t.fingerprint for t in self.tasks}  # this sweep's tasks by their data now, not the newest
+        write_json(file, {**summarize(records.current(found, now), choice), **about})
         summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours], choice)
         if self.tracker is not None:
             self.tracker.summarize({f"{name}/{key}": t[key] for name, t in summary["tasks"].items()

@@ -120,13 +120,15 @@ class StudyResults:
         for label, e in self.evaluations.items():
             weights = _weights(e.get("checkpoint"))
             found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, weights)
-            recs, self.unused = records.current(found), self.unused + unused
-            if (planned := self._planned(e.get("tasks"))) is not None:  # of the tasks and data the study has now
-                self.not_planned += sorted({f"{label} / {r['task']}" for r in recs if r["task"] not in planned})
-                old = {r["task"] for r in recs if r["task"] in planned
-                       and planned[r["task"]] not in (None, r.get("fingerprint"))}
-                recs = [r for r in recs if r["task"] in planned and planned[r["task"]] in (None, r.get("fingerprint"))]
-                self.other_data += [f"{label} / {t}" for t in sorted(old - {r["task"] for r in recs})]  # none redone
+            self.unused += unused
+            if (planned := self._planned(e.get("tasks"))) is None:  # the study's tasks cannot be told here
+                recs = records.current(found)
+            else:  # of the tasks and data the study has now
+                self.not_planned += sorted({f"{label} / {r['task']}" for r in found if r["task"] not in planned})
+                ours = [r for r in found if r["task"] in planned]
+                recs = records.current(ours, planned)  # the records of the data there now, whenever they were made
+                missing = {r["task"] for r in ours} - {r["task"] for r in recs}  # only records of other data
+                self.other_data += [f"{label} / {t}" for t in sorted(missing)]
             by_task: dict[str, list[dict]] = {}
             for r in recs:
                 by_task.setdefault(r["task"], []).append(r)
