@@ -398,3 +398,34 @@ def test_summary_json_holds_a_restored_tasks_first_records(tmp_path, tiny_checkp
     assert done == 2 and edited != first
     train.write_bytes(original)
     assert sweep() == (0, first)
+
+
+def test_a_prepared_task_whose_files_are_gone_is_dropped(tmp_path, tiny_checkpoint, task_yaml):
+    """A process's prepared tasks (a study run again in one process) hold one whose data was deleted since: a sweep
+    of the others goes on, and one of it is refused where every sweep's tasks are checked, in the line a fresh
+    process says, not from inside the check of what the process prepared."""
+    import traceback
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    for name in ("train.jsonl", "dev.jsonl", "test.jsonl"):
+        (gone / name).write_bytes((tmp_path / name).read_bytes())
+    (gone / "gone.yaml").write_text(task_yaml.read_text())
+    out, quiet, proto = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}, protocol(
+        max_steps=2, lrs=[1e-3], seeds=[0])
+    specs, prepared = [str(task_yaml), str(gone / "gone.yaml")], {}
+    assert run_sweep(tiny_checkpoint, specs, proto, out, prepared=prepared, **quiet)["runs_done_this_time"] == 2
+    stale = dict(prepared)
+    for deleted in (gone / "train.jsonl", gone / "gone.yaml"):
+        deleted.unlink()
+        prepared = dict(stale)
+        assert run_sweep(tiny_checkpoint, specs[:1], proto, out, prepared=prepared, **quiet)["runs_done_this_time"] == 0
+        assert list(prepared) == specs[:1]
+        said = []
+        for held in ({}, dict(stale)):
+            with pytest.raises(EncoderlabError) as refused:
+                run_sweep(tiny_checkpoint, specs[1:], proto, out, prepared=held, **quiet)
+            frames = [f.name for f in traceback.extract_tb(refused.value.__traceback__)]
+            assert "check_specs" in frames and "_forget_changed" not in frames
+            said.append(str(refused.value))
+        assert said[0] == said[1] and str(deleted) in said[0]

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import torch
 
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
 from encoderlab.core.process import run_lock
 from encoderlab.data.tokenizer import code_not_run
@@ -95,10 +96,17 @@ def truncation(task: EvalTask) -> str:
 def _forget_changed(prepared: dict[str, EvalTask]) -> None:
     """Drop the tasks a process prepared earlier whose data has changed since (a study run again in the same Python
     process after a task file was edited): their runs would score the old data again, and a study's job, finding no
-    records of the new data, would never be done."""
+    records of the new data, would never be done. A task whose files are gone since (or unreadable) is dropped as
+    well: a sweep that asks for it is refused where every sweep's tasks are checked (`check_specs`), in one line."""
     from encoderlab.tasks import task_identity
 
-    for spec in [s for s, task in prepared.items() if task_identity(s)[1] != task.fingerprint]:
+    def changed(spec: str, task: EvalTask) -> bool:
+        try:
+            return task_identity(spec)[1] != task.fingerprint
+        except (EncoderlabError, OSError):
+            return True
+
+    for spec in [s for s, task in prepared.items() if changed(s, task)]:
         del prepared[spec]
 
 
