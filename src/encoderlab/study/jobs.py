@@ -173,14 +173,15 @@ class MtebJob(Job):
 
     def is_done(self) -> bool:
         """Done for these weights and these tasks: a study file that names other `evaluation.mteb` tasks since has
-        them scored, not the old ones' scores kept under the new list."""
+        them scored, not the old ones' scores kept under the new list. The tasks are compared as a set: the same
+        tasks in another order are the same scores."""
         import json
 
         try:
             weights = encoder_digest(self.checkpoint)
             summary = json.loads((self.out / "summary.json").read_text(encoding="utf-8"))
             scored = [row["task"] for row in summary["tasks"]]
-            return summary.get("weights") == weights and scored == list(dict.fromkeys(self.tasks))
+            return summary.get("weights") == weights and set(scored) == set(self.tasks)
         except (OSError, ValueError, AttributeError, KeyError, TypeError, EncoderlabError):
             return False
 
