@@ -190,3 +190,30 @@ def test_records_of_a_tasks_restored_data_count_again(tmp_path, two_runs, task_y
     text = write_report(plan.root).read_text()
     assert "records of other data" not in text
     assert (plan.root / "report" / "datasets.csv").read_text() == datasets
+
+
+def test_a_moved_study_reports_what_it_reported_before(tmp_path, tmp_path_factory, synthetic, two_runs,  # noqa: F811
+                                                       task_yaml, one_thread):  # noqa: F811
+    """`mv studies/existing studies/existing-old`: the study's own copy of an imported model moved with it, and its
+    records are checked against that copy, not against whatever model is at the old place now (the study run again
+    there with another model), which hid them from the moved study's report."""
+    import shutil
+
+    from test_study_imported import llama_dir
+
+    hf = llama_dir.__wrapped__(tmp_path_factory, synthetic)
+    plan = build_plan(*load_study(write_study(tmp_path, task_yaml, {"hf": str(hf), "a": str(two_runs[0])})))
+    assert not run_study(plan, plan.root.parent, log=lambda m: None)["failed"]
+
+    def report(root: Path) -> list[str]:
+        text = write_report(root).read_text().split("\n")
+        return [*text[:2], *text[3:]] + [(root / "report" / f).read_text() for f in ("datasets.csv", "categories.csv")]
+
+    before = report(plan.root)
+    assert {row.split(",")[0] for row in before[-2].splitlines()[1:]} == {"a", "hf"}  # the import has its scores
+    moved = plan.root.with_name("existing-old")
+    shutil.move(plan.root, moved)
+    assert report(moved) == before
+    (plan.root / "checkpoints").mkdir(parents=True)  # another model where the study's copy was
+    shutil.copytree(two_runs[1] / "checkpoints" / "step-0000002", plan.root / "checkpoints" / "hf")
+    assert report(moved) == before

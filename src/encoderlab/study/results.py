@@ -117,8 +117,9 @@ class StudyResults:
         self.not_planned: list[str] = []  # LABEL / TASK of records of a task the evaluation no longer has
         self.other_data: list[str] = []  # LABEL / TASK of records of other data than the task's files hold now
         self._known: dict[tuple, dict | None] = {}
+        planned_in = (self.plan.get("summary") or {}).get("folder")  # where the study was when plan.json was written
         for label, e in self.evaluations.items():
-            weights = _weights(e.get("checkpoint"))
+            weights = _weights(_moved_with(e.get("checkpoint"), planned_in, self.root))
             found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, weights)
             self.unused += unused
             if (planned := self._planned(e.get("tasks"))) is None:  # the study's tasks cannot be told here
@@ -191,6 +192,20 @@ def planned_tasks(specs: list[str] | None) -> dict[str, str | None] | None:
             return None
         found[name] = fingerprint
     return found
+
+
+def _moved_with(checkpoint: str | None, planned_in: str | None, root: Path) -> str | None:
+    """Where an evaluation's checkpoint is now: one inside the study folder (a pretrained or random-init model, an
+    import: the study's own copy) moved with it, under the folder `root` is now; plan.json names it under the folder
+    the study was planned in (`planned_in`). A checkpoint outside the study (`checkpoints:`) stays where it is named.
+    Read at its old place, a moved study's records would be checked against whatever model is there now."""
+    if checkpoint is None or not planned_in:
+        return checkpoint
+    try:
+        inside = Path(checkpoint).relative_to(planned_in)
+    except ValueError:
+        return checkpoint
+    return str(root.absolute() / inside)
 
 
 def _weights(checkpoint: str | None) -> str | None:
