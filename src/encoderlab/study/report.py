@@ -70,7 +70,7 @@ class Report:
 
     def dataset_tables(self, labels: list[str]) -> str:
         tasks = self.res.task_names()
-        parts, csv_rows, missing = [], [], False
+        parts, csv_rows, missing, per_model = [], [], False, False
         for cat in registry.categories():
             names = [t for t in tasks if any(t in self.res.tasks[lb] and self.res.tasks[lb][t].category == cat
                                              for lb in labels)]
@@ -88,12 +88,15 @@ class Report:
             for b in baselines.columns(entries[0].get("family", ""), entries):
                 rows.append([f"*baseline: {baselines.LABELS[b]}*"] + [self._baseline_cell(labels, t, b) for t in names])
             metric = {t: first[t].metric for t in names}
-            missing = missing or any("-" in row[1:] for row in rows if str(row[0]).startswith("*baseline"))
+            cells = [cell for row in rows if str(row[0]).startswith("*baseline") for cell in row[1:]]
+            missing = missing or "-" in cells
+            per_model = per_model or any(_per_model_dash(cell) for cell in cells)
             parts.append(f"#### {cat}\n\n" + _table(["model"] + [f"{t} ({metric[t]})" for t in names], rows))
         _csv(self.out / "datasets.csv", ["model", "task", "test", "ci95", "best_lr", "std_seeds", "std_lrs",
                                          "baseline", "failed_runs", "strongest_baseline", "strongest_baseline_value",
                                          "vs_strongest_baseline", "constant_predictions"], csv_rows)
-        note = f" Baselines on test: {baselines.MISSING}." if missing else ""
+        note = f" Baselines on test: {baselines.MISSING}." if missing or per_model else ""
+        note += f" {PER_MODEL_DASH}" if per_model else ""
         return "\n\n".join(parts) + f"\n\nTest score ± 95% CI over seeds, the LR kept and the difference from " \
             "the task's strongest baseline in brackets (which one is named; the family's baselines are the rows in " \
             "italics); a model whose every kept run predicts one thing on test is said to predict a constant, its " \
@@ -290,6 +293,15 @@ def _lrs(lr_by_seed: dict[int, float]) -> str:
     """'lr 5e-05', or 'lrs 5e-05/5e-05/0.0001' in seed order when the seeds kept different LRs."""
     lrs = [lr_by_seed[s] for s in sorted(lr_by_seed)]
     return f"lr {lrs[0]:g}" if len(set(lrs)) == 1 else "lrs " + "/".join(f"{lr:g}" for lr in lrs)
+
+
+PER_MODEL_DASH = ("A baseline given per model (\"70.00 (a); - (b)\": it reads the text each model's tokenizer keeps "
+                  "within max_length) has \"-\" for a model whose records hold no such baseline.")
+
+
+def _per_model_dash(cell: str) -> bool:
+    """Whether a baseline cell given per model (`Report._baseline_cell`) has a model without that baseline."""
+    return any(part.startswith("- (") for part in cell.split("; "))
 
 
 def _score_cell(ts) -> str:
