@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 from encoderlab.core.io import atomic_dir
@@ -203,7 +204,8 @@ class Report:
             for handle, label in zip(*ax.get_legend_handles_labels()):
                 shown.setdefault(label, handle)
         axes[0][-1].legend(list(shown.values()), list(shown), fontsize=7)
-        fig.suptitle("Data efficiency: fine-tuned score vs pretraining steps (datasets evaluated at every step)")
+        fig.suptitle(_wrap_title(fig, "Data efficiency: fine-tuned score vs pretraining steps (datasets evaluated at "
+                                      "every step)", plt.rcParams["figure.titlesize"]))
         fig.tight_layout()
         fig.savefig(self.out / "data_efficiency.png", dpi=110)
         plt.close(fig)
@@ -241,7 +243,8 @@ class Report:
             ax.axvline(0, color="grey", lw=0.8)
             ax.set_title(cat)
             ax.set_xlabel("centred score")
-        fig.suptitle("Fine-tuning stability: every LR x seed run, centred per model and dataset")
+        fig.suptitle(_wrap_title(fig, "Fine-tuning stability: every LR x seed run, centred per model and dataset",
+                                 plt.rcParams["figure.titlesize"]))
         fig.tight_layout()
         fig.savefig(self.out / "stability.png", dpi=110)
         plt.close(fig)
@@ -280,13 +283,27 @@ class Report:
         cpt = any(r.get("init") or r.get("imported") for r in self.res.runs.values())
         ax.set_xlabel("global step (continued pretraining after its source's steps)" if cpt else "step")
         ax.set_ylabel("training loss")
-        ax.set_title("Pretraining loss per run and objective (CLM and MLM losses are not comparable)")
+        ax.set_title(_wrap_title(fig, "Pretraining loss per run and objective (CLM and MLM losses are not comparable)",
+                                 plt.rcParams["axes.titlesize"]))
         ax.legend(fontsize=6, ncol=2)
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(self.out / "pretraining_loss.png", dpi=110)
         plt.close(fig)
         return "pretraining_loss.png"
+
+
+TITLE_EM = 0.6  # the mean width of a title's characters in ems, in matplotlib's default font, rounded up
+
+
+def _wrap_title(fig, text: str, size) -> str:
+    """`text` on as many lines as it needs to fit the figure's width at font `size` (points or a name such as
+    "large"): a figure is as wide as its panels, and one panel is narrower than a one-line title."""
+    from matplotlib.font_manager import FontProperties
+
+    points = FontProperties(size=size).get_size_in_points()
+    chars = int(0.95 * fig.get_figwidth() * 72 / (points * TITLE_EM))
+    return textwrap.fill(text, max(chars, 20))
 
 
 def _lrs(lr_by_seed: dict[int, float]) -> str:
