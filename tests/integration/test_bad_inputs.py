@@ -758,6 +758,14 @@ IO_CASES = [
          "--out {tmp}/d/packed is a prepared dataset's packed shards (meta.json, *.tokens.bin)", two(
              write("model/config.json", '{{"model_type": "llama"}}'), two(write("d/packed/meta.json", "{{}}"),
                                                                            write("d/packed/train.tokens.bin", "x")))),
+    Case("export-force-over-sharded-parts", ("export", "{ckpt}", "--out", "{tmp}/d", "--force"),
+         "--out {tmp}/d is a sharded preparation (it holds parts/): `--join` packs its tokenised parts and `--shard` "
+         "resumes from them, so it is never replaced, even with --force",
+         two(write("d/parts/part-000000.json", "{{}}"), write("d/parts/shard-0-of-2.json", "{{}}"))),
+    Case("import-hf-force-over-the-parts-folder", ("import-hf", "{tmp}/model", "--out", "{tmp}/d/parts", "--force"),
+         "--out {tmp}/d/parts is a sharded preparation's parts (part-*, shard-*-of-*.json): `--join` packs them and "
+         "`--shard` resumes from them, so it is never replaced, even with --force",
+         two(write("model/config.json", '{{"model_type": "llama"}}'), write("d/parts/part-000003.tokens.bin", "x"))),
     Case("export-force-out-a-symlink", ("export", "{ckpt}", "--out", "{tmp}/hf", "--force"),
          "--out {tmp}/hf is a symbolic link (to {tmp}/real): give the folder it leads to",
          two(write("real/keep.txt", "x"), lambda tmp, ctx: (tmp / "hf").symlink_to(tmp / "real"))),

@@ -154,6 +154,27 @@ def test_an_edited_source_file_is_tokenised_again_not_joined_stale(corpus, tmp_p
     _same_packed(tmp_path / "one" / "packed", out / "packed")
 
 
+def test_a_join_without_its_source_takes_the_parts_as_tokenised_and_says_so(corpus, tmp_path, monkeypatch):
+    """The parts hold the text: a source moved or deleted after tokenising is joined unchecked, saying so in one
+    line. It was refused as "no such file or directory", or, given as a relative path (which then looks like a hub
+    id), as changed since it was tokenised."""
+    monkeypatch.chdir(tmp_path)
+    prepare(str(corpus / "src"), tmp_path / "one", _opts(corpus), log=lambda _: None)
+    for source in ("src", str(tmp_path / "src")):
+        shutil.copytree(corpus / "src", tmp_path / "src")
+        out = tmp_path / f"d{len(source)}"
+        for i in range(2):
+            prepare(source, out, _opts(corpus, shard=(i, 2)), log=lambda _: None)
+        shutil.rmtree(tmp_path / "src")
+        logs: list[str] = []
+        summary = prepare(source, out, _opts(corpus, join=2), log=logs.append)
+        assert summary["corpus"]["documents"] == 395
+        assert [line for line in logs if "not there" in line] == [
+            f"{source} is not there (moved or deleted since it was tokenised): the parts are taken as they were "
+            "tokenised, unchecked for changes to it"]
+        _same_packed(tmp_path / "one" / "packed", out / "packed")
+
+
 # Runs the command line with the third part stalled after its first batch is written (temporary files half done).
 STALL_THIRD_PART = """
 import sys, time

@@ -185,6 +185,7 @@ def test_a_study_finds_its_task_files_beside_it_not_in_the_working_folder(tmp_pa
                         evaluation={"protocol": "protocol.yaml", "tasks": ["tasks/mine.yaml", "squad=copies/squad",
                                                                            "rt-polarity"],
                                     "intermediate_tasks": ["tasks/mine.yaml"], "random_init_tasks": ["~/t.yml"]})
+    (tmp_path / "study" / "copies" / "squad").mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     spec, base = load_study(study)
@@ -192,6 +193,20 @@ def test_a_study_finds_its_task_files_beside_it_not_in_the_working_folder(tmp_pa
     assert spec.evaluation.tasks == [str(base / "tasks/mine.yaml"), f"squad={base / 'copies/squad'}", "rt-polarity"]
     assert spec.evaluation.intermediate_tasks == [str(base / "tasks/mine.yaml")]
     assert spec.evaluation.random_init_tasks == [str(Path("~/t.yml").expanduser())]
+
+
+def test_a_study_passes_a_paper_datasets_hub_id_on_as_written(tmp_path, monkeypatch):
+    """`squad_v2=rajpurkar/squad_v2` is a Hub id, not a folder beside the study file; a source written as a path,
+    or one that exists beside the study file, is a local copy (the rule the loaders use)."""
+    (tmp_path / "study" / "copies" / "qed").mkdir(parents=True)
+    tasks = ["squad_v2=rajpurkar/squad_v2", "squad=rajpurkar/squad:plain_text", "qed=copies/qed", "record=./r",
+             "nq=../nq", "msmarco=/data/msmarco"]
+    study = write_study(tmp_path / "study", "nowhere", evaluation={"protocol": "protocol.yaml", "tasks": tasks})
+    monkeypatch.chdir(tmp_path)
+    spec, base = load_study(study)
+    assert spec.evaluation.tasks == ["squad_v2=rajpurkar/squad_v2", "squad=rajpurkar/squad:plain_text",
+                                     f"qed={base / 'copies/qed'}", f"record={base / 'r'}", f"nq={base / '../nq'}",
+                                     "msmarco=/data/msmarco"]
 
 
 # ------------------------------------------------------------------------------------------------ running

@@ -173,3 +173,27 @@ def test_a_dataset_tables_baseline_row_names_the_models_of_each_value():
                                         for lb, values in entry.items()})
     assert report._baseline_cell(["a", "b", "c"], "t", "tfidf") == "70.00 (a, b); 71.67 (c)"
     assert report._baseline_cell(["a", "b", "c"], "t", "majority") == "50.00"
+
+
+def test_a_per_model_baseline_cell_with_a_dash_is_explained_under_the_table(tmp_path):
+    """Where TF-IDF + LR differs by tokenizer, a model whose records hold no such baseline shows "-" inside the
+    per-model cell ("70.00 (CLM); - (MLM)"): the note saying what "-" means was given for whole "-" cells only."""
+    import json
+
+    from encoderlab.study.report import Report
+
+    root = write_study(tmp_path, {CLM: flat(40.0), MLM: flat(45.0)}, tasks={CLM: ["rt-polarity"],
+                                                                            MLM: ["rt-polarity"]})
+    for path in (root / "evals").rglob("*.json"):
+        record = json.loads(path.read_text())
+        if record.get("tag") == f"tag-{CLM}":
+            record["baselines"] = {"test": {"tfidf_logreg": {"score": 70.0}, "tfidf_logreg_full_text": {"score": 72.0}}}
+            path.write_text(json.dumps(record))
+    report = Report(root)
+    report.out = tmp_path / "out"
+    report.out.mkdir()
+    tables = report.dataset_tables([CLM, MLM])
+    row = next(line for line in tables.splitlines() if line.startswith("| *baseline: TF-IDF + LR*"))
+    assert row == f"| *baseline: TF-IDF + LR* | 70.00 ({CLM}); - ({MLM}) |"
+    assert tables.count('"-": not in the records') == 1
+    assert tables.count('has "-" for a model whose records hold no such baseline') == 1  # once, under the tables

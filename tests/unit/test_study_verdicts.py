@@ -200,3 +200,36 @@ def test_a_stability_test_without_a_p_value_is_inconclusive():
     text = _stability_finding(res, "clm", "mlm")
     assert "| SC | 28.87 | 28.87 | undefined (equal deviations) |" in text
     assert "| inconclusive at this scale |" in text and "| opposite |" not in text
+
+
+def test_every_figure_title_fits_its_figure(tmp_path, monkeypatch):
+    """A study of one category draws one narrow panel: the data-efficiency and stability titles, one line each,
+    ran past both edges of the figure. They are wrapped to the figure's width (study/report.py `_wrap_title`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    one = ["rt-polarity"]
+    labels = (RANDOM, CLM, MLM, CPT, f"{CLM}-8")
+    root = write_study(tmp_path, {RANDOM: flat(30.0), CLM: flat(40.0), MLM: flat(45.0), CPT: flat(42.0),
+                                  f"{CLM}-8": flat(35.0)}, tasks=dict.fromkeys(labels, one))
+    for run, objective in ((CLM, "clm"), (MLM, "mlm40"), (CPT, "mlm40")):
+        (root / "pretrain" / run).mkdir(parents=True)
+        (root / "pretrain" / run / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": s, f"{objective}/loss": 5 - s / 10}) + "\n" for s in range(1, 21)))
+    drawn, close = [], plt.close
+    monkeypatch.setattr(plt, "close", drawn.append)  # keep each figure to measure
+    report = Report(root)
+    report.out = tmp_path / "out"
+    report.out.mkdir()
+    assert report.efficiency_figure()[0] and report.stability_figure([CLM, MLM, CPT])[0] and report.loss_figure()
+    assert len(drawn) == 3
+    for fig in drawn:
+        renderer = fig.canvas.get_renderer()
+        titles = [fig._suptitle] if fig._suptitle else []
+        titles += [ax.title for ax in fig.axes if ax.get_title()]
+        for title in titles:
+            box = title.get_window_extent(renderer)
+            assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (title.get_text(), box, fig.bbox.width)
+        close(fig)

@@ -176,7 +176,11 @@ def join(source: str, out: Path, opts, log: Callable[[str], None]) -> tuple[dict
     key = inputs_key(source, tok, opts.text_options())
     folder = out / "parts"
     command = f"encoderlab data prepare {source} --out {out} --tokenizer {opts.tokenizer}"
-    manifests = _check_parts(folder, key, n, command, sources.file_states(source))
+    source_files = _source_files(source)
+    manifests = _check_parts(folder, key, n, command, source_files)
+    if source_files is None and any(m.get("source_files") for m in manifests):
+        log(f"{source} is not there (moved or deleted since it was tokenised): the parts are taken as they were "
+            "tokenised, unchecked for changes to it")
     corpus = {"source": source, "parts": len(manifests),
               **{k: sum(m[k] for m in manifests) for k in ("documents", "words", "characters")},
               "documents_by_source": dict(sorted(sum((Counter(m["documents_by_source"]) for m in manifests),
@@ -211,8 +215,18 @@ def join(source: str, out: Path, opts, log: Callable[[str], None]) -> tuple[dict
     return corpus, meta
 
 
+def _source_files(source: str) -> list[dict] | None:
+    """The source's files as `sources.file_states` gives them; None for a hub id, or for a local source that is no
+    longer there: the parts hold its text, so the join needs it only to see whether it changed, which it cannot."""
+    try:
+        return sources.file_states(source)
+    except (DataError, OSError):  # no such file or folder, a glob matching nothing, a file gone while read
+        return None
+
+
 def _check_parts(folder: Path, key: str, n: int, command: str, source_files: list[dict] | None) -> list[dict]:
-    """Every shard's record and every part's manifest and file sizes, before anything is written."""
+    """Every shard's record and every part's manifest and file sizes, before anything is written. A part is checked
+    against its source's files when they are there (`source_files` not None)."""
     units = None
     for i in range(n):
         again = f"run `{command} --shard {i}/{n}`"
@@ -239,7 +253,7 @@ def _check_parts(folder: Path, key: str, n: int, command: str, source_files: lis
                             f"({_part(folder, unit, 'json')}): {again}") from None
         if manifest.get("inputs") != key:
             raise DataError(f"part {unit} of shard {unit % n}/{n} was tokenised from other inputs: {again}")
-        if _stale_source(manifest, read_from := _read_from(source_files, unit)):
+        if source_files is not None and _stale_source(manifest, read_from := _read_from(source_files, unit)):
             changed = ", ".join(f["file"] for f in read_from if f not in manifest["source_files"]) or "its source"
             raise DataError(f"part {unit} of shard {unit % n}/{n}: {changed} changed since the part was tokenised "
                             f"(size or modification time): {again}")

@@ -29,12 +29,26 @@ def never_written_into(out: Path, imports: bool = False) -> str | None:
 
 
 def prepared_data(out: Path) -> str | None:
-    """What `out` is when `data prepare` made it: a prepared dataset (corpus/, packed/) or its packed shards."""
+    """What `out` is when `data prepare` made it, and what reads it: a prepared dataset (corpus/, packed/), its packed
+    shards, a sharded preparation (parts/, before or after `--join`) or its parts (hours of tokenising each)."""
     if (out / "packed" / "meta.json").is_file() or (out / "corpus" / "manifest.json").is_file():
-        return "a prepared dataset (it holds packed/ or corpus/)"
+        return "a prepared dataset (it holds packed/ or corpus/): runs read it (and resume from it)"
     if (out / "meta.json").is_file() and any(out.glob("*.tokens.bin")):
-        return "a prepared dataset's packed shards (meta.json, *.tokens.bin)"
+        return "a prepared dataset's packed shards (meta.json, *.tokens.bin): runs read it (and resume from it)"
+    if _sharded_parts(out / "parts"):
+        return ("a sharded preparation (it holds parts/): `--join` packs its tokenised parts and `--shard` resumes "
+                "from them")
+    if _sharded_parts(out):
+        return ("a sharded preparation's parts (part-*, shard-*-of-*.json): `--join` packs them and `--shard` "
+                "resumes from them")
     return None
+
+
+def _sharded_parts(folder: Path) -> bool:
+    """Whether `folder` holds what `data prepare --shard` writes (data/shards.py: `part-UUUUUU.*` and the shards'
+    `shard-I-of-N.json`), a part whole or half-written."""
+    return folder.is_dir() and any(p.name.startswith("part-") or (p.name.startswith("shard-") and
+                                                                  p.name.endswith(".json")) for p in folder.iterdir())
 
 
 def check_data_out(out: Path, what: str) -> None:
@@ -64,7 +78,7 @@ def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) ->
         raise EncoderlabError(f"{named} is {what}: it is never replaced, even with {option('force')}; give another "
                               "folder")
     if out.is_dir() and (what := prepared_data(out)):
-        raise EncoderlabError(f"{named} is {what}: runs read it (and resume from it), so it is never replaced, even "
-                              f"with {option('force')}; give another folder")
+        raise EncoderlabError(f"{named} is {what}, so it is never replaced, even with {option('force')}; give "
+                              "another folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise EncoderlabError(f"{named} exists and is not empty: pass {option('force')} to replace it")

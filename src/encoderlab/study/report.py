@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 from encoderlab.core.io import atomic_dir
@@ -70,7 +71,7 @@ class Report:
 
     def dataset_tables(self, labels: list[str]) -> str:
         tasks = self.res.task_names()
-        parts, csv_rows, missing = [], [], False
+        parts, csv_rows, missing, per_model = [], [], False, False
         for cat in registry.categories():
             names = [t for t in tasks if any(t in self.res.tasks[lb] and self.res.tasks[lb][t].category == cat
                                              for lb in labels)]
@@ -88,12 +89,15 @@ class Report:
             for b in baselines.columns(entries[0].get("family", ""), entries):
                 rows.append([f"*baseline: {baselines.LABELS[b]}*"] + [self._baseline_cell(labels, t, b) for t in names])
             metric = {t: first[t].metric for t in names}
-            missing = missing or any("-" in row[1:] for row in rows if str(row[0]).startswith("*baseline"))
+            cells = [cell for row in rows if str(row[0]).startswith("*baseline") for cell in row[1:]]
+            missing = missing or "-" in cells
+            per_model = per_model or any(_per_model_dash(cell) for cell in cells)
             parts.append(f"#### {cat}\n\n" + _table(["model"] + [f"{t} ({metric[t]})" for t in names], rows))
         _csv(self.out / "datasets.csv", ["model", "task", "test", "ci95", "best_lr", "std_seeds", "std_lrs",
                                          "baseline", "failed_runs", "strongest_baseline", "strongest_baseline_value",
                                          "vs_strongest_baseline", "constant_predictions"], csv_rows)
-        note = f" Baselines on test: {baselines.MISSING}." if missing else ""
+        note = f" Baselines on test: {baselines.MISSING}." if missing or per_model else ""
+        note += f" {PER_MODEL_DASH}" if per_model else ""
         return "\n\n".join(parts) + f"\n\nTest score ± 95% CI over seeds, the LR kept and the difference from " \
             "the task's strongest baseline in brackets (which one is named; the family's baselines are the rows in " \
             "italics); a model whose every kept run predicts one thing on test is said to predict a constant, its " \
@@ -200,7 +204,8 @@ class Report:
             for handle, label in zip(*ax.get_legend_handles_labels()):
                 shown.setdefault(label, handle)
         axes[0][-1].legend(list(shown.values()), list(shown), fontsize=7)
-        fig.suptitle("Data efficiency: fine-tuned score vs pretraining steps (datasets evaluated at every step)")
+        fig.suptitle(_wrap_title(fig, "Data efficiency: fine-tuned score vs pretraining steps (datasets evaluated at "
+                                      "every step)", plt.rcParams["figure.titlesize"]))
         fig.tight_layout()
         fig.savefig(self.out / "data_efficiency.png", dpi=110)
         plt.close(fig)
@@ -238,7 +243,8 @@ class Report:
             ax.axvline(0, color="grey", lw=0.8)
             ax.set_title(cat)
             ax.set_xlabel("centred score")
-        fig.suptitle("Fine-tuning stability: every LR x seed run, centred per model and dataset")
+        fig.suptitle(_wrap_title(fig, "Fine-tuning stability: every LR x seed run, centred per model and dataset",
+                                 plt.rcParams["figure.titlesize"]))
         fig.tight_layout()
         fig.savefig(self.out / "stability.png", dpi=110)
         plt.close(fig)
@@ -277,7 +283,8 @@ class Report:
         cpt = any(r.get("init") or r.get("imported") for r in self.res.runs.values())
         ax.set_xlabel("global step (continued pretraining after its source's steps)" if cpt else "step")
         ax.set_ylabel("training loss")
-        ax.set_title("Pretraining loss per run and objective (CLM and MLM losses are not comparable)")
+        ax.set_title(_wrap_title(fig, "Pretraining loss per run and objective (CLM and MLM losses are not comparable)",
+                                 plt.rcParams["axes.titlesize"]))
         ax.legend(fontsize=6, ncol=2)
         ax.grid(alpha=0.3)
         fig.tight_layout()
@@ -286,10 +293,32 @@ class Report:
         return "pretraining_loss.png"
 
 
+TITLE_EM = 0.6  # the mean width of a title's characters in ems, in matplotlib's default font, rounded up
+
+
+def _wrap_title(fig, text: str, size) -> str:
+    """`text` on as many lines as it needs to fit the figure's width at font `size` (points or a name such as
+    "large"): a figure is as wide as its panels, and one panel is narrower than a one-line title."""
+    from matplotlib.font_manager import FontProperties
+
+    points = FontProperties(size=size).get_size_in_points()
+    chars = int(0.95 * fig.get_figwidth() * 72 / (points * TITLE_EM))
+    return textwrap.fill(text, max(chars, 20))
+
+
 def _lrs(lr_by_seed: dict[int, float]) -> str:
     """'lr 5e-05', or 'lrs 5e-05/5e-05/0.0001' in seed order when the seeds kept different LRs."""
     lrs = [lr_by_seed[s] for s in sorted(lr_by_seed)]
     return f"lr {lrs[0]:g}" if len(set(lrs)) == 1 else "lrs " + "/".join(f"{lr:g}" for lr in lrs)
+
+
+PER_MODEL_DASH = ("A baseline given per model (\"70.00 (a); - (b)\": it reads the text each model's tokenizer keeps "
+                  "within max_length) has \"-\" for a model whose records hold no such baseline.")
+
+
+def _per_model_dash(cell: str) -> bool:
+    """Whether a baseline cell given per model (`Report._baseline_cell`) has a model without that baseline."""
+    return any(part.startswith("- (") for part in cell.split("; "))
 
 
 def _score_cell(ts) -> str:

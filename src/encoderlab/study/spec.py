@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from encoderlab.core.config import ConfigError, load_yaml, validate
 from encoderlab.core.io import folder_name
+from encoderlab.tasks import is_local_source
 
 
 class _Section(BaseModel):
@@ -252,11 +253,12 @@ def load_study(path: str | Path) -> tuple[StudySpec, Path]:
 
 def _task_from(base: Path, task: str) -> str:
     """A study's task file, or a paper dataset's local copy (`squad=DIR`), found relative to the study file as its
-    other paths are, not to wherever the command runs."""
+    other paths are, not to wherever the command runs. A Hub id (`squad_v2=rajpurkar/squad_v2`) is no path: it is
+    passed on as written (tasks `is_local_source`, the rule the loaders use)."""
     name, eq, source = task.partition("=")
     if name.endswith((".yaml", ".yml")) and not eq:
         return str(resolve_path(base, name))
-    if eq and source:
+    if eq and source and is_local_source(source, base):
         return f"{name}={resolve_path(base, source)}"
     return task
 

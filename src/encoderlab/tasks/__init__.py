@@ -70,6 +70,20 @@ def split_spec(spec: str) -> tuple[str, str]:
     return name, source
 
 
+PATH_PREFIXES = ("/", "./", "../", "~", ".\\", "..\\")  # written as a path, whether or not it exists yet
+
+
+def is_local_source(source: str, base: Path | None = None) -> bool:
+    """Whether a paper dataset's `=SOURCE` names a local copy rather than a Hub id (`rajpurkar/squad_v2`). The loaders
+    read it as a local copy when it exists, else from the Hub; a study file, whose paths are relative to its folder
+    (`base`), asks the same of that folder, and takes a source written as a path (`./x`, `../x`, `/x`, `~/x`) as one
+    even before it exists, so that the loader names the missing folder."""
+    if source.startswith(PATH_PREFIXES) or source in (".", ".."):
+        return True
+    path = Path(source).expanduser()
+    return (base / path if base is not None else path).exists()
+
+
 def load_task(spec: str, *, root: Path | None = None, holdout: str = "encoderlab") -> EvalTask:
     """The task a spec names, made with its identity: `task.name` and `task.fingerprint` (records are kept by both)
     and, for a user's retrieval set, `task.own_train_split`. `holdout`: how a task whose test labels are hidden draws
