@@ -80,21 +80,23 @@ def setup(request, tmp_path_factory):
     return request.param, root, model, packed_with(model, root / "packed")
 
 
-def run(job: dict) -> dict:
-    """One job in a fresh fork server (tests/faults/killer.py): its answer."""
-    proc = subprocess.run([sys.executable, str(KILLER)], input=json.dumps(job) + "\n", capture_output=True, text=True,
-                          timeout=600)
-    assert proc.stdout.strip(), proc.stderr[-3000:]
-    return json.loads(proc.stdout.splitlines()[0])
+def run(*jobs: dict) -> list[dict]:
+    """The jobs, one after the other, in one fresh fork server (tests/faults/killer.py): their answers."""
+    proc = subprocess.run([sys.executable, str(KILLER)], input="".join(json.dumps(j) + "\n" for j in jobs),
+                          capture_output=True, text=True, timeout=600)
+    answers = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert len(answers) == len(jobs), proc.stderr[-3000:]
+    return answers
 
 
 def test_a_killed_continued_run_resumes_to_the_uninterrupted_weights(setup):
     model_type, root, model, packed = setup
-    assert run({"config": config(root, packed, model, "whole"), "resume": False, "kill": None})["code"] == 0
     killed = config(root, packed, model, "killed")
-    answer = run({"config": killed, "resume": False, "kill": {"at": "weights", "nth": 3, "when": "mid"}})
-    assert answer["signal"] == signal.SIGKILL
-    assert run({"config": killed, "resume": True, "kill": None})["code"] == 0
+    whole, kill, resumed = run({"config": config(root, packed, model, "whole"), "resume": False, "kill": None},
+                               {"config": killed, "resume": False, "kill": {"at": "weights", "nth": 3, "when": "mid"}},
+                               {"config": killed, "resume": True, "kill": None})
+    assert whole["code"] == 0 and resumed["code"] == 0, (whole, resumed)
+    assert kill["signal"] == signal.SIGKILL, kill
     final = checkpoint.checkpoint_name(STEPS)
     a, b = (load_file(str(root / r / "checkpoints" / final / checkpoint.WEIGHTS)) for r in ("whole", "killed"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"{model_type}: resumed weights differ"
