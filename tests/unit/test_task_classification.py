@@ -289,6 +289,18 @@ def test_user_labels_1_and_1_0_are_one_class(tmp_path):
     task = load_user_classification(str(tmp_path / "f.jsonl"), str(tmp_path / "f.jsonl"), None, "t", "y")
     assert task.labels == ["0", "1"] and task.gold["test"] == [i % 2 for i in range(20)]
 
+
+def test_csv_labels_1_and_1_0_are_one_class_as_in_jsonl(tmp_path):
+    """A CSV column with "1" on some rows and "1.0" on others made two classes where the same JSONL made one."""
+    labels = [(1, "1"), (1.0, "1.0"), (-2.0, "-2.00"), (-2, "-2"), (3.0, " 3.0 "), (3, "3"), (0.0, "-0.0")]
+    write_jsonl(tmp_path / "f.jsonl", [{"t": f"text {i}", "y": number} for i, (number, _) in enumerate(labels)])
+    (tmp_path / "f.csv").write_text("t,y\n" + "".join(f"text {i},{text}\n" for i, (_, text) in enumerate(labels)))
+    tasks = [load_user_classification(*[str(tmp_path / f)] * 3, "t", "y") for f in ("f.jsonl", "f.csv")]
+    assert tasks[0].labels == tasks[1].labels == ["-2", "0", "1", "3"]
+    assert tasks[0].gold["test"] == tasks[1].gold["test"] == [2, 2, 0, 0, 3, 3, 1]
+    assert cls.label_name("1.5") == "1.5" and cls.label_name("1.") == "1" and cls.label_name("v1.0") == "v1.0"
+
+
 def test_shared_helpers_are_deterministic():
     rest, held = common.holdout([{"i": i} for i in range(100)])
     assert len(held) == 5 and len(rest) == 95 and (rest, held) == common.holdout([{"i": i} for i in range(100)])

@@ -282,12 +282,17 @@ def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None,
     return out
 
 
+INTEGER_DECIMAL = re.compile(r"(-?\d+)\.0*")  # "1.0", "-2.00", "3.": what a CSV writer makes of a float column
+
+
 def label_name(v: Any) -> str:
-    """A label as a class name: JSON null and blanks are empty; 1, 1.0 and "1" the same class (a JSON writer may
-    give one column's numbers as 1 on some rows and 1.0 on others)."""
+    """A label as a class name: JSON null and blanks are empty; 1, 1.0, "1" and "1.0" the same class (a JSON writer
+    may give one column's numbers as 1 on some rows and 1.0 on others, a CSV writer "1" and "1.0"), so that a CSV and
+    a JSONL file of the same rows make the same classes."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
-    return "" if v is None else str(v).strip()
+    name = "" if v is None else str(v).strip()
+    return str(int(m[1])) if (m := INTEGER_DECIMAL.fullmatch(name)) else name
 
 
 def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],
