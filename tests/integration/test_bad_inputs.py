@@ -263,6 +263,8 @@ TASK_CASES: list[Case] = [
     Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv ('nope.csv' read from the task "
          "file's folder, {tmp}) does not exist",
          task_files("family: classification\ntrain: nope.csv\nvalidation: nope.csv\n")),
+    Case("task-labels-numbers-and-names", SWEEP, "{tmp}/train.csv: column 'label' mixes numbers and names as labels "
+         "(row 3: '1'; row 1: 'pos')", task_files(CLS, train_csv="text,label\na,pos\nb,neg\nc,1\nd,neg\n")),
     Case("task-file-is-a-folder", SWEEP, "task file {tmp}/t.yaml: test: {tmp}/o2 ('o2' read from the task file's "
          "folder, {tmp}) is a folder; give a file",
          two(task_files(CLS + "test: o2\n", train_csv=CSV), lambda tmp, ctx: (tmp / "o2").mkdir())),

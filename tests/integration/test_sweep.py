@@ -136,7 +136,7 @@ def test_records_belong_to_the_definition_and_data_of_a_task(tmp_path, tiny_chec
     assert cut["unit"] == "examples" and 0 < cut["train"] <= 64 and set(cut) == {"train", "validation", "test", "unit"}
     said = (f"cut at 32 tokens: {cut['train']} of train, {cut['validation']} of validation, {cut['test']} of test "
             "examples")
-    assert any("bbc (classification, accuracy)" in line and said in line for line in logs), logs
+    assert any("bbc (classification, accuracy, 2 classes)" in line and said in line for line in logs), logs
 
 
 def test_bf16_runs(tmp_path, tiny_checkpoint, task_yaml):

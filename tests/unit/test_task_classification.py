@@ -301,6 +301,46 @@ def test_csv_labels_1_and_1_0_are_one_class_as_in_jsonl(tmp_path):
     assert cls.label_name("1.5") == "1.5" and cls.label_name("1.") == "1" and cls.label_name("v1.0") == "v1.0"
 
 
+def test_user_labels_mixing_numbers_and_names_are_refused(tmp_path):
+    """"pos", "neg" and one "1" in train (a wrong column, or a shifted row) were three classes, silently."""
+    (tmp_path / "train.csv").write_text("body,sentiment\ngood,pos\nbad,neg\nfine,1\nok,pos\n")
+    (tmp_path / "dev.csv").write_text("body,sentiment\nnice,pos\n")
+    with pytest.raises(DataError) as caught:
+        load_user_classification(str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"), None, "body", "sentiment")
+    said = str(caught.value)
+    assert said.startswith(f"{tmp_path / 'train.csv'}: column 'sentiment' mixes numbers and names")
+    assert "row 3: '1'" in said and "row 1: 'pos'" in said and "\n" not in said
+
+
+def test_train_classes_never_evaluated_are_noted(tmp_path):
+    """A train class that neither validation nor test has is legal (learned, never scored) but suspicious: said."""
+    (tmp_path / "train.csv").write_text("t,y\n" + "".join(f"x{i},{c}\n" for i, c in enumerate("abcdabcd")))
+    (tmp_path / "dev.csv").write_text("t,y\nu,a\nv,b\n")
+    (tmp_path / "test.csv").write_text("t,y\nw,b\n")
+    files = [str(tmp_path / f) for f in ("train.csv", "dev.csv", "test.csv")]
+    task = load_user_classification(*files, "t", "y", name="toy")
+    assert task.labels == ["a", "b", "c", "d"]
+    assert task.notes == (f"toy: train classes in neither validation nor test ({files[1]}, {files[2]}): ['c', 'd']; "
+                          "they are trained on but never tested (a split cut short, or another task's file?)",)
+    assert load_user_classification(files[0], files[0], None, "t", "y").notes == ()
+
+
+def test_the_sweep_says_a_task_files_classes_and_its_notes(tmp_path, tok):
+    from encoderlab.finetuning.protocol import Protocol
+    from encoderlab.finetuning.sweep import prepare_tasks
+
+    (tmp_path / "train.csv").write_text("t,y\n" + "".join(f"{w},{c}\n" for w, c in zip(WORDS, "abcd" * 9)))
+    (tmp_path / "dev.csv").write_text("t,y\ncat,a\ndog,b\n")
+    (tmp_path / "toy.yaml").write_text("family: classification\ntrain: train.csv\nvalidation: dev.csv\n"
+                                       "text_column: t\nlabel_column: y\n")
+    said: list[str] = []
+    prepare_tasks([str(tmp_path / "toy.yaml")], tok, Protocol(name="p", max_steps=2, lrs=[1e-3], seeds=[0],
+                                                                max_length=16, dtype="fp32"),
+                  cache_dir=None, log=said.append)
+    assert said[0].startswith("toy (classification, accuracy, 4 classes): ")
+    assert said[1].startswith("toy: train classes in neither validation nor test") and len(said) == 2
+
+
 def test_shared_helpers_are_deterministic():
     rest, held = common.holdout([{"i": i} for i in range(100)])
     assert len(held) == 5 and len(rest) == 95 and (rest, held) == common.holdout([{"i": i} for i in range(100)])

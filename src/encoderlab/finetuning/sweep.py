@@ -62,12 +62,15 @@ def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir:
     """Every task built whole (tasks/build.py: all loaded before any is prepared), each said as it is ready."""
     def said(task: EvalTask, seconds: float) -> None:
         own = protocol.for_task(task.name)
-        scheme = f" over {task.scheme} tags" if task.scheme else ""
-        log(f"{task.name} ({task.family}, {task.metric}{scheme}): {task.num_train_examples():,} {task.train_unit}, "
+        what = f" over {task.scheme} tags" if task.scheme else ""
+        what += f", {len(task.labels)} classes" if task.family == "classification" and task.labels else ""
+        log(f"{task.name} ({task.family}, {task.metric}{what}): {task.num_train_examples():,} {task.train_unit}, "
             f"{planned_steps(task, own)} steps per run, prepared in {seconds:.1f}s; "
             f"cut at {own.length_for(task.family)} tokens: {truncation(task)}{answers_lost(task)}{halved(task)}; "
             "baselines on test: "
             + ", ".join(f"{baselines.LABELS[b]} {s['score']:.2f}" for b, s in task.baseline_scores["test"].items()))
+        for note in task.notes:
+            log(note)
 
     return build_tasks(specs, protocol, tokenizer, cache_dir=cache_dir, each=said)
 

@@ -44,6 +44,9 @@ class EvalTask(ABC):
     # A user's own retrieval task (a task file) with train qrels: it trains on them whatever the protocol's
     # `retrieval.train_on` says (given to its constructor by its loader; finetuning/shared_training.py reads it)
     own_train_split: bool = False
+    # What its loader found legal but worth a word (a user's train class that no evaluation file has): the sweep's
+    # log says each line once the task is prepared (finetuning/sweep.py prepare_tasks)
+    notes: tuple[str, ...] = ()
     # Family extras, declared here so that no reader looks for them by name: tokens' tag scheme (iob1, iob2, bioes,
     # plain); how a retrieval task's validation and test were drawn where its source has one evaluation split
     scheme: str | None = None

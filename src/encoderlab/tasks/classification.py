@@ -283,6 +283,7 @@ def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None,
 
 
 INTEGER_DECIMAL = re.compile(r"(-?\d+)\.0*")  # "1.0", "-2.00", "3.": what a CSV writer makes of a float column
+NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def label_name(v: Any) -> str:
@@ -298,9 +299,10 @@ def label_name(v: Any) -> str:
 def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],
                              label_column: str, name: str | None = None,
                              holdout: str = "encoderlab", *, fingerprint: str = "") -> ClassificationTask:
-    """A user's CSV/TSV/JSONL files. Labels may be strings or ints: the distinct train labels, sorted (numerically
-    when all are integers), become classes 0..K-1. Without a test file, validation becomes the test set and 5% of
-    train (`holdout`: common.split_validation) the validation set."""
+    """A user's CSV/TSV/JSONL files. Labels may be strings or numbers, not both: the distinct train labels, sorted
+    (numerically when all are integers), become classes 0..K-1. Without a test file, validation becomes the test set
+    and 5% of train (`holdout`: common.split_validation) the validation set. A train class that no evaluation file
+    has is kept, and said (`task.notes`)."""
     fields = (text_column,) if isinstance(text_column, str) else tuple(text_column)
     files = {"train": train, "validation": validation, "test": test}
     raw = {s: read_table(f) for s, f in files.items() if f is not None}
@@ -313,21 +315,42 @@ def load_user_classification(train: str, validation: str, test: str | None, text
                 raise DataError(f"{files[split]}: row {i + 1} has an empty label (column {label_column!r}); every "
                                 "row needs one")
 
-    values = {label_name(r[label_column]) for r in raw["train"]}
-    numeric = all(re.fullmatch(r"-?\d+", v) for v in values)
-    names = sorted(values, key=(lambda v: (int(v), v)) if numeric else None)
+    names = _class_names(raw["train"], label_column, train)
     index = {v: i for i, v in enumerate(names)}
-    splits = {}
+    splits, evaluated = {}, set()
     for split, rows in raw.items():
-        unseen = sorted({label_name(r[label_column]) for r in rows} - values)
-        if unseen:
+        found = {label_name(r[label_column]) for r in rows}
+        if unseen := sorted(found - index.keys()):
             raise DataError(f"{files[split]}: labels in {split} not seen in train: {listed(unseen)}; train has "
                             f"{listed(names)} (column {label_column!r}: is it the label column?)")
+        evaluated |= found if split != "train" else set()
         splits[split] = [{"id": f"{split}-{i}", **{f: r[f] for f in fields},
                           "label": index[label_name(r[label_column])]} for i, r in enumerate(rows)]
     if test is None:
         splits["test"] = splits["validation"]
         splits["train"], splits["validation"] = split_validation(splits["train"], holdout)
     stem = Path(train).stem
-    return ClassificationTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, fields,
+    task = ClassificationTask(name or (Path(train).parent.name if stem == "train" else stem), splits, names, fields,
                               fingerprint=fingerprint)
+    if unscored := [n for n in names if n not in evaluated]:
+        # legal (a class the model may predict), but a class no file scores is mostly a split cut short or mixed up
+        task.notes = (f"{task.name}: train classes in neither validation nor test "
+                      f"({', '.join(f for f in (validation, test) if f)}): {listed(unscored)}; they are trained on "
+                      "but never tested (a split cut short, or another task's file?)",)
+    return task
+
+
+def _class_names(rows: list[dict], label_column: str, file: str) -> list[str]:
+    """The distinct labels of train, sorted (numerically when all are integers). A column of numbers and names
+    both is refused: it is almost always the wrong column, or a row whose fields shifted."""
+    first: dict[bool, str] = {}  # is a number -> where the first such label is
+    for i, row in enumerate(rows):
+        label = label_name(row[label_column])
+        first.setdefault(bool(NUMBER.fullmatch(label)), f"row {i + 1}: {label!r}")
+        if len(first) == 2:
+            raise DataError(f"{file}: column {label_column!r} mixes numbers and names as labels ({first[True]}; "
+                            f"{first[False]}): is it the label column, or is a row corrupt? Labels are all numbers "
+                            "or all names")
+    values = {label_name(r[label_column]) for r in rows}
+    numeric = all(re.fullmatch(r"-?\d+", v) for v in values)
+    return sorted(values, key=(lambda v: (int(v), v)) if numeric else None)
