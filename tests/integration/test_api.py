@@ -36,6 +36,9 @@ def enc(checkpoint):
     (lambda e, c: encoderlab.sweep(c, None), "sweep: argument tasks=None: takes a task or a list of tasks"),
     (lambda e, c: encoderlab.sweep(c, []), "no task given"),
     (lambda e, c: encoderlab.sweep(c, ["offline", "t.yaml"]), "task 'offline': no offline task is prepared"),
+    (lambda e, c: encoderlab.sweep(c, ["t.yaml"]), "task file not found: "),  # was "config file not found"
+    (lambda e, c: encoderlab.finetune(c, "sst2.yaml", lr=1e-3),
+     "sst2.yaml' read from the current folder); 'sst2', without .yaml, is the paper's dataset of that name"),
     (lambda e, c: encoderlab.pretrain("x.yaml", {"data.path": object()}), "overrides['data.path']: object is not"),
     (lambda e, c: encoderlab.pretrain("x.yaml", "train.steps=3"), "overrides='train.steps=3': takes a mapping"),
     (lambda e, c: e.embed(["a"], device="cpu"),

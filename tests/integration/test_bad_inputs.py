@@ -263,6 +263,10 @@ TASK_CASES: list[Case] = [
     Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv ('nope.csv' read from the task "
          "file's folder, {tmp}) does not exist",
          task_files("family: classification\ntrain: nope.csv\nvalidation: nope.csv\n")),
+    Case("task-file-not-found", ("sweep", "{ckpt}", "{tmp}/sst2.yaml", "--out", "{tmp}/o"),  # was "config file"
+         "task file not found: {tmp}/sst2.yaml; 'sst2', without .yaml, is the paper's dataset of that name"),
+    Case("finetune-task-file-not-found", ("finetune", "{ckpt}", "{tmp}/bbc.yaml", "--lr", "1e-3", "--out", "{tmp}/o"),
+         "error: task file not found: {tmp}/bbc.yaml"),
     Case("task-labels-numbers-and-names", SWEEP, "{tmp}/train.csv: column 'label' mixes numbers and names as labels "
          "(row 3: '1'; row 1: 'pos')", task_files(CLS, train_csv="text,label\na,pos\nb,neg\nc,1\nd,neg\n")),
     Case("task-file-is-a-folder", SWEEP, "task file {tmp}/t.yaml: test: {tmp}/o2 ('o2' read from the task file's "

@@ -121,3 +121,26 @@ def test_a_task_file_may_name_its_data_anywhere(tmp_path):
     (tmp_path / "tasks" / "up.yaml").write_text(FILES.replace("train.csv", "../data/train.csv"))
     (tmp_path / "tasks" / "abs.yaml").write_text(FILES.replace("train.csv", str(tmp_path / "data/train.csv")))
     assert task_identity(str(tmp_path / "tasks/up.yaml"))[1] == task_identity(str(tmp_path / "tasks/abs.yaml"))[1]
+
+
+def test_a_missing_task_file_is_said_as_one_and_a_built_in_name_is_offered(tmp_path, monkeypatch):
+    """`rt-polarity.yaml` for the offline task was refused as a missing "config file", with no word of the task."""
+    import pytest
+
+    from encoderlab.core.errors import DataError
+    from encoderlab.tasks import load_task, task_family, trains_on_its_own
+
+    offline_folder(tmp_path / "home" / "data" / "offline" / "tasks")
+    monkeypatch.setenv("ENCODERLAB_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder.yaml").mkdir()
+    for check in (task_identity, task_family, load_task, trains_on_its_own):
+        for spec, hint in (("rt.yaml", "; 'rt', without .yaml, is the offline task of that name"),
+                           ("sst2.yml", "; 'sst2', without .yml, is the paper's dataset of that name"),
+                           ("bbc.yaml", "")):
+            with pytest.raises(DataError) as caught:
+                check(spec)
+            assert str(caught.value) == (f"task file not found: {tmp_path / spec} ({spec!r} read from the current "
+                                         f"folder){hint}")
+        with pytest.raises(DataError, match=r"^task file folder\.yaml is a folder: give a task YAML file$"):
+            check("folder.yaml")

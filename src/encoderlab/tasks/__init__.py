@@ -16,7 +16,7 @@ from encoderlab.data.offline.taskfiles import read_task, task_names
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks import registry
 from encoderlab.tasks.registry import Family
-from encoderlab.tasks.taskfile import name_problem, offline_fingerprint, paper_fingerprint, read_task_file
+from encoderlab.tasks.taskfile import TaskFile, name_problem, offline_fingerprint, paper_fingerprint, read_task_file
 
 
 def paper_tasks() -> dict[str, str]:
@@ -101,7 +101,7 @@ def trains_on_its_own(spec: str) -> bool:
     trains on them by default. The protocol's `retrieval.train_on` names a task of encoderlab's
     suites, which a user's own set should neither need prepared nor be trained on in place of its own pairs."""
     name = split_spec(spec)[0]
-    return name.endswith((".yaml", ".yml")) and read_task_file(Path(name)).trains_on_own_qrels
+    return name.endswith((".yaml", ".yml")) and _task_file(name).trains_on_own_qrels
 
 
 def task_identity(spec: str, *, root: Path | None = None) -> tuple[str, str]:
@@ -122,11 +122,20 @@ def task_family(spec: str, *, root: Path | None = None) -> str:
     if (owner := registry.paper_family(name)) is not None:
         return owner.name
     if name.endswith((".yaml", ".yml")):
-        return read_task_file(Path(name)).family
+        return _task_file(name, root).family
     root = root or offline_root()
     if (root / name / "task.json").exists():
         return _offline(root, name)[1].name
     return _resolve(spec, root)[0]  # unknown: _resolve says so, in one line
+
+
+def _task_file(name: str, root: Path | None = None) -> TaskFile:
+    """A task file, refused when missing with a hint where its name without .yaml is a built-in task."""
+    def builtin(stem: str) -> str:
+        if registry.paper_family(stem) is not None:
+            return "the paper's dataset"
+        return "the offline task" if stem in offline_task_names(root) else ""
+    return read_task_file(Path(name), builtin)
 
 
 def _paper(name: str) -> Family:
@@ -155,7 +164,7 @@ def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab"
         return name, fingerprint, lambda fp: owner.load_paper(name, source or None, holdout,  # type: ignore[misc]
                                                               fingerprint=fp)
     if name.endswith((".yaml", ".yml")):
-        file = read_task_file(Path(name))
+        file = _task_file(name, root)
         return (file.name, file.fingerprint(),
                 lambda fp: registry.family(file.family).load_user(file, holdout, fingerprint=fp))
     root = root or offline_root()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,9 +96,17 @@ class TaskFile:
         return "folder" in self.files and (self.files["folder"] / "qrels" / "train.tsv").is_file()
 
 
-def read_task_file(path: Path) -> TaskFile:
-    """A task YAML, validated by its family's schema; every file it names must exist."""
+def read_task_file(path: Path, builtin: Callable[[str], str] = lambda name: "") -> TaskFile:
+    """A task YAML, validated by its family's schema; every file it names must exist. `builtin(name)`: what a name
+    is among the built-in tasks ("the offline task"), or "": a missing `rt-polarity.yaml` is mostly that task asked
+    for as a file, and the refusal says so."""
     where = f"task file {path}"
+    if not path.is_file():  # said as a task file, not as load_yaml's config file
+        if path.is_dir():
+            raise DataError(f"{where} is a folder: give a task YAML file")
+        known = builtin(path.stem)
+        hint = f"; {path.stem!r}, without {path.suffix}, is {known} of that name" if known else ""
+        raise DataError(f"task file not found: {resolved(path)}{hint}")
     data = load_yaml(path)
     if not isinstance(data.get("family"), str):
         raise DataError(f"{where}: family: missing or not a name; give one of the registered families")
