@@ -1,6 +1,7 @@
 """Typed configuration: YAML files, dotted overrides, and errors that name the key, the value and what is allowed."""
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from types import UnionType
@@ -196,11 +197,9 @@ def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[st
         source = _named(overrides, message, where)
         return f"{source}: {message}{_set_values(overrides, loc, message) if source == where else ''}"
     key = ".".join(loc)
-    source = _blamed(overrides, loc, where)
     if error["type"] == "extra_forbidden":
-        allowed = _allowed_keys(model, loc[:-1])
-        hint = f" (allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})" if allowed else ""
-        return f"{source}: {key}: unknown key{hint}"
+        return f"{_blamed(overrides, loc, where, unknown=True)}: {key}: unknown key{_unknown_hint(model, loc)}"
+    source = _blamed(overrides, loc, where)
     shown = "" if error["type"] == "missing" else f" (got {error.get('input')!r})"
     return f"{source}: {key}: {message}{shown}{_set_values(overrides, loc, message) if source == where else ''}"
 
@@ -219,9 +218,23 @@ def _set_values(overrides: list[str], loc: list[str], message: str) -> str:
     return f" ({', '.join(named.values())} from {option_name('set')})" if named else ""
 
 
-def _blamed(overrides: list[str], loc: list[str], where: str) -> str:
-    """The override that set the bad key: the most specific one, the last given (it wins); else the file."""
-    matching = [o for o in overrides if _override_key(o) in _prefixes(loc)]
+def _unknown_hint(model: type[BaseModel], loc: list[str]) -> str:
+    """What an unknown key's section takes, the closest name first when one is close (a typo: `trian`, `stpes`):
+    " (did you mean 'train.steps'?; allowed in train: ...)"; '' where the section is no model's (a free mapping)."""
+    allowed = _allowed_keys(model, loc[:-1])
+    if not allowed:
+        return ""
+    close = difflib.get_close_matches(loc[-1], allowed, n=1)
+    guess = f"did you mean {'.'.join([*loc[:-1], close[0]])!r}?; " if close else ""
+    return f" ({guess}allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})"
+
+
+def _blamed(overrides: list[str], loc: list[str], where: str, unknown: bool = False) -> str:
+    """The override that set the bad key: the most specific one, the last given (it wins); else the file. An
+    `unknown` key is also one that an override made by naming a key inside it: `--set trian.steps=20` made `trian`."""
+    inside = ".".join(loc) + "."
+    matching = [o for o in overrides if _override_key(o) in _prefixes(loc)
+                or (unknown and _override_key(o).startswith(inside))]
     return option("set", max(reversed(matching), key=lambda o: len(_override_key(o)))) if matching else where
 
 
