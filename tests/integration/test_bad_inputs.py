@@ -30,6 +30,7 @@ from encoderlab.pretraining.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_TINY = ROOT / "configs" / "pretrain" / "demo-tiny.yaml"
+SHIPPED = ROOT / "src" / "encoderlab" / "configs"  # where the configs shipped in the package are, links resolved
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,22 @@ CLI_CASES = [
          "--set optm.lr=1: optm: unknown key (did you mean 'optim'?; allowed: batch_order,"),
     Case("sweep-protocol-missing", ("sweep", "{ckpt}", "rt-polarity", "--protocol", "{tmp}/p.yaml", "--out", "{tmp}/e"),
          "config file not found"),
+    # A shipped config's path typed outside a clone, or its name: refused, pointing to the shipped file (not read)
+    Case("pretrain-shipped-config-elsewhere", ("pretrain", "{tmp}/configs/pretrain/demo-tiny.yaml"),
+         f"config file not found: {{tmp}}/configs/pretrain/demo-tiny.yaml; encoderlab ships "
+         f"configs/pretrain/demo-tiny.yaml: give its path, {SHIPPED}/pretrain/demo-tiny.yaml, or copy the shipped "
+         f"configs here to edit them (cp -r {SHIPPED} .)"),
+    Case("pretrain-shipped-config-by-name", ("pretrain", "demo-tiny", "--dry-run"),
+         f"encoderlab ships configs/pretrain/demo-tiny.yaml: give its path, {SHIPPED}/pretrain/demo-tiny.yaml,"),
+    Case("study-run-shipped-study-elsewhere", ("study", "run", "{tmp}/studies/demo.yaml"),
+         f"encoderlab ships configs/studies/demo.yaml: give its path, {SHIPPED}/studies/demo.yaml,"),
+    Case("study-copied-alone", ("study", "plan", "{tmp}/demo.yaml"), "study demo: pretrain: config file not found: "
+         "{tmp}/../pretrain/cpu-study.yaml; encoderlab ships configs/pretrain/cpu-study.yaml: give its path,",
+         write("demo.yaml", (ROOT / "configs" / "studies" / "demo.yaml").read_text().replace("{", "{{")
+               .replace("}", "}}"))),
+    Case("sweep-shipped-protocol-by-name", ("sweep", "{ckpt}", "rt-polarity", "--protocol", "demo", "--out",
+                                            "{tmp}/e"),
+         f"encoderlab ships configs/eval/demo.yaml: give its path, {SHIPPED}/eval/demo.yaml,"),
     Case("sweep-workers-zero", ("sweep", "{ckpt}", "rt-polarity", "--workers", "0", "--out", "{tmp}/e"),
          "--workers '0'"),
     Case("study-plan-mfu-over-one", ("study", "plan", str(ROOT / "configs" / "studies" / "demo.yaml"), "--gpu", "h100",

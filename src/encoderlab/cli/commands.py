@@ -133,7 +133,7 @@ def _load_pretrain_config(config: Path, overrides: list[str]):
     from encoderlab.core.config import load_config
     from encoderlab.pretraining.config import PretrainConfig
 
-    return load_config(PretrainConfig, config, overrides, str(config))
+    return load_config(PretrainConfig, config, overrides, str(config), shipped="pretrain")
 
 
 @app.command("pretrain")
