@@ -19,7 +19,8 @@ def test_the_next_command_names_a_config_that_exists_from_here(tmp_path, monkeyp
     mine = {"packed": "data/my corpus/packed"}
     assert _after_prepare("c.jsonl", tmp_path / "d", mine, None) == (
         f"encoderlab pretrain {shlex.quote(str(mini))} --set 'data.path=data/my corpus/packed'")
-    assert _after_prepare("offline", tmp_path / "d", mine, None).endswith("--set 'data.path=data/my corpus/packed'")
+    assert _after_prepare("offline", tmp_path / "d", mine, None) == (
+        f"encoderlab pretrain {shlex.quote(str(demo))} --set 'data.path=data/my corpus/packed'")
     (tmp_path / "configs" / "pretrain").mkdir(parents=True)  # a clone's root, or the configs copied here
     (tmp_path / "configs" / "pretrain" / "demo-tiny.yaml").write_text("")
     assert _after_prepare("offline", None, offline, None).startswith(

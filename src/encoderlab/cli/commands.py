@@ -80,11 +80,13 @@ def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | 
         n = s["shard"].partition("/")[2]
         join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n]
         return f"once all {n} shards have run, {shlex.join(join)}"
-    if source == "offline" and out_dir is None:  # the path the demo's configs name (data.path: offline)
-        return (f"{shlex.join(['encoderlab', 'pretrain', _shipped('pretrain/demo-tiny.yaml')])} (data.path: offline "
-                "is this data), or encoderlab demo (the demo study)")
-    return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/mini-mlm40.yaml"), "--set",
-                       f"data.path={s['packed']}"])
+    if source != "offline":
+        return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/mini-mlm40.yaml"), "--set",
+                           f"data.path={s['packed']}"])
+    pretrain = ["encoderlab", "pretrain", _shipped("pretrain/demo-tiny.yaml")]
+    if out_dir is not None:  # elsewhere than where `data.path: offline` (the demo configs') reads it
+        return shlex.join([*pretrain, "--set", f"data.path={s['packed']}"])
+    return f"{shlex.join(pretrain)} (data.path: offline is this data), or encoderlab demo (the demo study)"
 
 
 def _shipped(name: str) -> str:
