@@ -161,7 +161,7 @@ def pretrain(config: PathLike | Mapping, overrides: Overrides = (), *, resume: b
 
         cfg = validate(PretrainConfig, apply_overrides(dict(config), sets), "config", sets)
     else:
-        cfg = load_config(PretrainConfig, config, sets, str(config))
+        cfg = load_config(PretrainConfig, config, sets, str(config), shipped="pretrain")
     if resume and not has_run(cfg.run_dir):
         raise EncoderlabError(f"nothing to resume in {cfg.run_dir}: no run was started there; start it without "
                               "resume=True")

@@ -30,6 +30,7 @@ from encoderlab.pretraining.loop import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO_TINY = ROOT / "configs" / "pretrain" / "demo-tiny.yaml"
+SHIPPED = ROOT / "src" / "encoderlab" / "configs"  # where the configs shipped in the package are, links resolved
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ CLI_CASES = [
     Case("pretrain-missing-config", ("pretrain", "{tmp}/missing.yaml"), "config file not found"),
     Case("pretrain-unknown-key", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "train.stepz=3"),
          "train.stepz: unknown key"),
+    Case("pretrain-misspelled-section", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "trian.steps=20"),
+         "--set trian.steps=20: trian: unknown key (did you mean 'train'?; allowed: data, init, lr_schedule,"),
+    Case("pretrain-misspelled-key", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "train.stpes=20"),
+         "--set train.stpes=20: train.stpes: unknown key (did you mean 'train.steps'?; allowed in train: "),
     Case("pretrain-unknown-objective", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "objective=xlm"),
          "unknown objective 'xlm'", run_config()),
     Case("pretrain-warmup-past-end", ("pretrain", "{tmp}/run.yaml"), "warmup", run_config(lr_schedule__warmup_steps=9)),
@@ -97,7 +102,8 @@ CLI_CASES = [
     Case("pretrain-beta-of-one-or-more", ("pretrain", "{tmp}/run.yaml"), "optim.betas.0: Input should be less than 1",
          run_config(optim__betas=[1.5, 0.9])),
     Case("pretrain-model-field-unknown", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "model.hiden_size=64"),
-         "model (preset 'micro'): hiden_size: unknown key (allowed: attention_bias,", run_config()),
+         "model (preset 'micro'): hiden_size: unknown key (did you mean 'hidden_size'?; allowed: attention_bias,",
+         run_config()),
     Case("pretrain-model-heads-do-not-divide", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set",
                                                 "model.num_attention_heads=3"),
          "model (preset 'micro'): hidden_size=", run_config()),
@@ -198,9 +204,31 @@ CLI_CASES = [
     Case("pretrain-last-override-blamed", ("pretrain", str(DEMO_TINY), "--dry-run", "--set", "name=ok", "--set",
                                            "name=../x"), "--set name=../x: name: must be one folder name"),
     Case("sweep-unknown-protocol-key", ("sweep", "{ckpt}", "rt-polarity", "--set", "max_step=5", "--out", "{tmp}/e"),
-         "--set max_step=5: max_step: unknown key (allowed: "),
+         "--set max_step=5: max_step: unknown key (did you mean 'max_steps'?; allowed: "),
+    Case("sweep-misspelled-protocol-section", ("sweep", "{ckpt}", "rt-polarity", "--set", "optm.lr=1", "--out",
+                                               "{tmp}/e"),
+         "--set optm.lr=1: optm: unknown key (did you mean 'optim'?; allowed: batch_order,"),
+    Case("finetune-misspelled-protocol-section", ("finetune", "{ckpt}", "rt-polarity", "--lr", "1e-4", "--set",
+                                                  "optm.lr=1", "--out", "{tmp}/e"),
+         "--set optm.lr=1: optm: unknown key (did you mean 'optim'?; allowed: batch_order,"),
     Case("sweep-protocol-missing", ("sweep", "{ckpt}", "rt-polarity", "--protocol", "{tmp}/p.yaml", "--out", "{tmp}/e"),
          "config file not found"),
+    # A shipped config's path typed outside a clone, or its name: refused, pointing to the shipped file (not read)
+    Case("pretrain-shipped-config-elsewhere", ("pretrain", "{tmp}/configs/pretrain/demo-tiny.yaml"),
+         f"config file not found: {{tmp}}/configs/pretrain/demo-tiny.yaml; encoderlab ships "
+         f"configs/pretrain/demo-tiny.yaml: give its path, {SHIPPED}/pretrain/demo-tiny.yaml, or copy the shipped "
+         f"configs here to edit them (cp -r {SHIPPED} .)"),
+    Case("pretrain-shipped-config-by-name", ("pretrain", "demo-tiny", "--dry-run"),
+         f"encoderlab ships configs/pretrain/demo-tiny.yaml: give its path, {SHIPPED}/pretrain/demo-tiny.yaml,"),
+    Case("study-run-shipped-study-elsewhere", ("study", "run", "{tmp}/studies/demo.yaml"),
+         f"encoderlab ships configs/studies/demo.yaml: give its path, {SHIPPED}/studies/demo.yaml,"),
+    Case("study-copied-alone", ("study", "plan", "{tmp}/demo.yaml"), "study demo: pretrain: config file not found: "
+         "{tmp}/../pretrain/cpu-study.yaml; encoderlab ships configs/pretrain/cpu-study.yaml: give its path,",
+         write("demo.yaml", (ROOT / "configs" / "studies" / "demo.yaml").read_text().replace("{", "{{")
+               .replace("}", "}}"))),
+    Case("sweep-shipped-protocol-by-name", ("sweep", "{ckpt}", "rt-polarity", "--protocol", "demo", "--out",
+                                            "{tmp}/e"),
+         f"encoderlab ships configs/eval/demo.yaml: give its path, {SHIPPED}/eval/demo.yaml,"),
     Case("sweep-workers-zero", ("sweep", "{ckpt}", "rt-polarity", "--workers", "0", "--out", "{tmp}/e"),
          "--workers '0'"),
     Case("study-plan-mfu-over-one", ("study", "plan", str(ROOT / "configs" / "studies" / "demo.yaml"), "--gpu", "h100",

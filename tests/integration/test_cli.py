@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import run_command
 
+from encoderlab.core.io import CONFIGS
 
-def run_cli(*args: str, home: Path, check: bool = True) -> subprocess.CompletedProcess:
+
+def run_cli(*args: str, home: Path, check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "ENCODERLAB_HOME": str(home), "COLUMNS": "200"}
     proc = subprocess.run([sys.executable, "-m", "encoderlab.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=300)
+                          timeout=300, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
@@ -39,8 +41,10 @@ def test_prepare_local_jsonl_json_summary_and_cache(tmp_path, corpus_file):
     assert total > 0 and Path(summary["packed"], "meta.json").exists()
     again = run_cli(*args, home=tmp_path)
     assert "up to date" in again.stderr and json.loads(again.stdout)["splits"] == summary["splits"]
-    human = run_cli(*args[:-1], home=tmp_path).stdout
+    human = run_cli(*args[:-1], home=tmp_path, cwd=tmp_path).stdout
     assert "300 documents" in human and "windows x 32" in human
+    mini = CONFIGS / "pretrain" / "mini-mlm40.yaml"  # outside a clone: the shipped file, so that it runs as printed
+    assert human.splitlines()[-1] == f"next: encoderlab pretrain {mini} --set data.path={out / 'packed'}", human
     inspect = json.loads(run_cli("data", "inspect", summary["packed"], "--json", home=tmp_path).stdout)
     assert inspect["seq_len"] == 32 and inspect["documents"][0]["tokens"] > 0
 

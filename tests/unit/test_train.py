@@ -145,7 +145,8 @@ def test_one_schedule_for_pretraining_and_fine_tuning():
 
 
 def test_config_errors_name_the_key():
-    with pytest.raises(ConfigError, match=r"^x\.yaml: train\.stepz: unknown key \(allowed in train: .*global_batch"):
+    with pytest.raises(ConfigError, match=r"^x\.yaml: train\.stepz: unknown key \(did you mean 'train\.steps'\?; "
+                                          r"allowed in train: .*global_batch"):
         validate(PretrainConfig, {"train": {"steps": 1, "global_batch": 2, "stepz": 3}}, "x.yaml")
     with pytest.raises(ConfigError, match=r"^--set train\.stepz=3: train\.stepz: unknown key"):  # not the file's fault
         validate(PretrainConfig, {"train": {"steps": 1, "global_batch": 2, "stepz": 3}}, "x.yaml", ["train.stepz=3"])
@@ -726,3 +727,19 @@ def test_ctrl_c_while_a_checkpoint_is_written_stays_an_interrupt(tmp_path, packe
     with pytest.raises(KeyboardInterrupt):
         trainer.run()
     assert trainer.step == 2 and checkpoint.latest(tmp_path / "run") is None
+
+
+def test_a_misspelled_override_is_blamed_and_its_close_match_suggested():
+    """`--set trian.steps=20` made the section `trian`: the override is named as typed, not the file it overrode,
+    with the name it was close to and what the section takes."""
+    data = {"train": {"steps": 1, "global_batch": 2}}
+    with pytest.raises(ConfigError, match=r"^--set trian\.steps=20: trian: unknown key \(did you mean 'train'\?; "
+                                          r"allowed: data, init, .*train\)$"):
+        validate(PretrainConfig, apply_overrides(copy.deepcopy(data), ["trian.steps=20"]), "x.yaml", ["trian.steps=20"])
+    with pytest.raises(ConfigError, match=r"^--set train\.stpes=20: train\.stpes: unknown key \(did you mean "
+                                          r"'train\.steps'\?; allowed in train: .*steps"):
+        validate(PretrainConfig, apply_overrides(copy.deepcopy(data), ["train.stpes=20"]), "x.yaml", ["train.stpes=20"])
+    with pytest.raises(ConfigError, match=r"^x\.yaml: trian: unknown key \(did you mean 'train'\?; allowed: "):
+        validate(PretrainConfig, {**data, "trian": {"steps": 1}}, "x.yaml", ["train.steps=3"])  # the file's typo
+    with pytest.raises(ConfigError, match=r"^x\.yaml: zzz: unknown key \(allowed: data, "):  # nothing close: no guess
+        validate(PretrainConfig, {**data, "zzz": 1}, "x.yaml")

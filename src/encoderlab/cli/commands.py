@@ -65,7 +65,35 @@ def data_prepare(
                           max_tokens=parse_tokens(max_tokens) if max_tokens else None,
                           shard=parse_shard(shard) if shard else None, join=join, force=force)
     summary = prepare(source, out_dir, opts, log=log)
-    emit(summary, as_json, _render_shard if shard else _render_prepare)
+
+    def render(s: dict) -> None:
+        (_render_shard if shard else _render_prepare)(s)
+        out.print(f"next: {_after_prepare(source, out_dir, s, tokenizer)}")
+
+    emit(summary, as_json, render)
+
+
+def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None) -> str:
+    """The command to run next, as it can be pasted here: pretrain on the data (the README's path), or, after a
+    shard, the join that packs the shards' parts once all have run."""
+    if "shard" in s:
+        n = s["shard"].partition("/")[2]
+        join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n]
+        return f"once all {n} shards have run, {shlex.join(join)}"
+    if source != "offline":
+        return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/mini-mlm40.yaml"), "--set",
+                           f"data.path={s['packed']}"])
+    pretrain = ["encoderlab", "pretrain", _shipped("pretrain/demo-tiny.yaml")]
+    if out_dir is not None:  # elsewhere than where `data.path: offline` (the demo configs') reads it
+        return shlex.join([*pretrain, "--set", f"data.path={s['packed']}"])
+    return f"{shlex.join(pretrain)} (data.path: offline is this data), or encoderlab demo (the demo study)"
+
+
+def _shipped(name: str) -> str:
+    """A shipped config as a command run from here can name it: `configs/NAME` where that exists (a clone's root,
+    as the docs write it, or a copy of the configs), else its path in the package."""
+    local = Path("configs") / name
+    return str(local) if local.is_file() else str(CONFIGS / name)
 
 
 def _render_shard(s: dict) -> None:
@@ -133,7 +161,7 @@ def _load_pretrain_config(config: Path, overrides: list[str]):
     from encoderlab.core.config import load_config
     from encoderlab.pretraining.config import PretrainConfig
 
-    return load_config(PretrainConfig, config, overrides, str(config))
+    return load_config(PretrainConfig, config, overrides, str(config), shipped="pretrain")
 
 
 @app.command("pretrain")

@@ -1,7 +1,9 @@
 """Typed configuration: YAML files, dotted overrides, and errors that name the key, the value and what is allowed."""
 from __future__ import annotations
 
+import difflib
 import re
+import shlex
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
@@ -9,7 +11,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from encoderlab.core.errors import EncoderlabError, option, option_name, resolved
+from encoderlab.core.errors import CALLER, EncoderlabError, option, option_name, resolved
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -47,12 +49,13 @@ def read_yaml(text: str):
     return yaml.load(text, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
-def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = (), *, shipped: str | None = None) -> dict:
     """Load a YAML mapping; a top-level `base: other.yaml` (relative to this file) is loaded first and this file's
-    keys are merged over it, section by section."""
+    keys are merged over it, section by section. `shipped`: the folder of the configs shipped with encoderlab that
+    this file is one of the kind of ("pretrain", "eval", "studies"), for the refusal of a missing file."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"config file not found: {resolved(path)}")
+        raise ConfigError(f"config file not found: {resolved(path)}{_shipped_hint(path, shipped)}")
     if path.is_dir():
         raise ConfigError(f"{path} is a folder: give a YAML config file")
     if path.resolve() in _seen:
@@ -73,6 +76,41 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict:
     if base is None:
         return data
     return deep_merge(load_yaml(path.parent / base, (*_seen, path.resolve())), data)
+
+
+def shipped_config(path: str | Path, kind: str) -> Path | None:
+    """The config shipped with encoderlab (under `CONFIGS / kind`) that a missing `path` names: a path of the docs
+    (`configs/pretrain/demo-tiny.yaml`) read from a folder other than a clone's, or a shipped config's name
+    (`demo-tiny`, `paper/base.yaml`); of several of one name, the one whose path under `kind` the given path ends
+    with; else None."""
+    from encoderlab.core.io import CONFIGS
+
+    given = Path(path)
+    if given.suffix not in ("", ".yaml", ".yml"):
+        return None
+    folder = CONFIGS.resolve() / kind
+    named = [f for f in sorted(folder.rglob("*.yaml")) if f.stem == given.stem]
+    if len(named) > 1:  # the longer the tail of the given path a shipped path is, the surer the match
+        named = [f for f in named if given.with_suffix("").parts[-len(f.relative_to(folder).parts):]
+                 == f.relative_to(folder).with_suffix("").parts]
+    return named[0] if len(named) == 1 else None
+
+
+def _shipped_hint(path: Path, kind: str | None) -> str:
+    """'; encoderlab ships configs/KIND/NAME.yaml: give its path, ...' for a missing config that names a shipped one;
+    the shipped file is pointed to, never read in its place (the user named another file). Copying the folder, not
+    the file, keeps a study's and a preset's relative paths (`../pretrain/...`, `base:`) working."""
+    from encoderlab.core.io import CONFIGS
+
+    found = shipped_config(path, kind) if kind else None
+    if found is None:
+        return ""
+    root = CONFIGS.resolve()
+    name = found.relative_to(root).as_posix()
+    if CALLER.get() == "api":
+        return f'; encoderlab ships configs/{name}: give encoderlab.CONFIGS / "{name}" ({found})'
+    return (f"; encoderlab ships configs/{name}: give its path, {found}, or copy the shipped configs here to edit "
+            f"them (cp -r {shlex.quote(str(root))} .)")
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -183,9 +221,11 @@ def _kinds(annotation) -> list:
     return [] if annotation is type(None) else [annotation]
 
 
-def load_config(model: type[T], path: str | Path | None, overrides: list[str], default: str) -> T:
-    """A config file (or `default` settings when there is none) with `--set` overrides, validated."""
-    data = load_yaml(path) if path else {}
+def load_config(model: type[T], path: str | Path | None, overrides: list[str], default: str, *,
+                shipped: str | None = None) -> T:
+    """A config file (or `default` settings when there is none) with `--set` overrides, validated; `shipped`: the
+    folder of the shipped configs of its kind, named by the refusal of a missing file (`load_yaml`)."""
+    data = load_yaml(path, shipped=shipped) if path else {}
     return validate(model, apply_overrides(data, overrides), str(path or default), overrides)
 
 
@@ -196,11 +236,9 @@ def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[st
         source = _named(overrides, message, where)
         return f"{source}: {message}{_set_values(overrides, loc, message) if source == where else ''}"
     key = ".".join(loc)
-    source = _blamed(overrides, loc, where)
     if error["type"] == "extra_forbidden":
-        allowed = _allowed_keys(model, loc[:-1])
-        hint = f" (allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})" if allowed else ""
-        return f"{source}: {key}: unknown key{hint}"
+        return f"{_blamed(overrides, loc, where, unknown=True)}: {key}: unknown key{_unknown_hint(model, loc)}"
+    source = _blamed(overrides, loc, where)
     shown = "" if error["type"] == "missing" else f" (got {error.get('input')!r})"
     return f"{source}: {key}: {message}{shown}{_set_values(overrides, loc, message) if source == where else ''}"
 
@@ -219,9 +257,23 @@ def _set_values(overrides: list[str], loc: list[str], message: str) -> str:
     return f" ({', '.join(named.values())} from {option_name('set')})" if named else ""
 
 
-def _blamed(overrides: list[str], loc: list[str], where: str) -> str:
-    """The override that set the bad key: the most specific one, the last given (it wins); else the file."""
-    matching = [o for o in overrides if _override_key(o) in _prefixes(loc)]
+def _unknown_hint(model: type[BaseModel], loc: list[str]) -> str:
+    """What an unknown key's section takes, the closest name first when one is close (a typo: `trian`, `stpes`):
+    " (did you mean 'train.steps'?; allowed in train: ...)"; '' where the section is no model's (a free mapping)."""
+    allowed = _allowed_keys(model, loc[:-1])
+    if not allowed:
+        return ""
+    close = difflib.get_close_matches(loc[-1], allowed, n=1)
+    guess = f"did you mean {'.'.join([*loc[:-1], close[0]])!r}?; " if close else ""
+    return f" ({guess}allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})"
+
+
+def _blamed(overrides: list[str], loc: list[str], where: str, unknown: bool = False) -> str:
+    """The override that set the bad key: the most specific one, the last given (it wins); else the file. An
+    `unknown` key is also one that an override made by naming a key inside it: `--set trian.steps=20` made `trian`."""
+    inside = ".".join(loc) + "."
+    matching = [o for o in overrides if _override_key(o) in _prefixes(loc)
+                or (unknown and _override_key(o).startswith(inside))]
     return option("set", max(reversed(matching), key=lambda o: len(_override_key(o)))) if matching else where
 
 

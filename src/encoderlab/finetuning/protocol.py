@@ -277,7 +277,7 @@ def load_protocol(path, overrides: list[str]) -> Protocol:
     run under, from the command line or the API."""
     from encoderlab.core.config import load_config
 
-    return load_config(Protocol, path or DEFAULT_PROTOCOL, overrides, "the default protocol")
+    return load_config(Protocol, path or DEFAULT_PROTOCOL, overrides, "the default protocol", shipped="eval")
 
 
 def one_run(lr: float, seed: int, named: str) -> list[str]:

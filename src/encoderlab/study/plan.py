@@ -365,10 +365,16 @@ def load_protocol(spec: StudySpec, base_dir: Path):
                     where=str(path))
 
 
+# The folder of the shipped configs that each file a study names is one of: a study file copied out of configs/
+# alone names `../pretrain/...` that is not beside it, and the refusal points to the shipped one.
+SHIPPED_KINDS = {"pretrain": "pretrain", "evaluation.protocol": "eval", "paper_results": "studies"}
+
+
 def read_named(spec: StudySpec, base_dir: Path, key: str, value: str | None = None) -> dict:
     """The YAML file the study's `key` names (relative to the study file's folder); one that cannot be read is
     refused naming the study and the key as well as the file."""
     try:
-        return load_yaml(resolve_path(base_dir, value if value is not None else getattr(spec, key)))
+        return load_yaml(resolve_path(base_dir, value if value is not None else getattr(spec, key)),
+                         shipped=SHIPPED_KINDS.get(key))
     except ConfigError as e:
         raise ConfigError(f"study {spec.name}: {key}: {e}") from None

@@ -238,7 +238,7 @@ def load_study(path: str | Path) -> tuple[StudySpec, Path]:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path} is a folder: give a study file such as configs/studies/demo.yaml")
-    data = load_yaml(path)
+    data = load_yaml(path, shipped="studies")
     if not {"name", "evaluation"} & set(data):  # e.g. the released-model list beside the studies
         raise ConfigError(f"{path} is not a study file: a study names `name`, `evaluation` and the models it trains "
                           f"or evaluates (docs/studies.md); this file holds {', '.join(map(str, data)) or 'nothing'}")
