@@ -165,3 +165,38 @@ def test_the_package_exposes_the_api_and_nothing_else():
     assert [n for n in dir(encoderlab) if not n.startswith("__")] == sorted(encoderlab.API)
     assert encoderlab.pretrain.__module__ == "encoderlab.api"
     assert encoderlab.EncoderlabError is EncoderlabError  # what every function raises, caught from the package
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda e, c: encoderlab.pretrain("x.yaml", resume="yes"), "pretrain: argument resume='yes': takes True or False"),
+    (lambda e, c: encoderlab.pretrain("x.yaml", resume=1), "pretrain: argument resume=1: takes True or False"),
+    (lambda e, c: encoderlab.pretrain(b"x.yaml"), "pretrain: argument config=b'x.yaml': takes a path (str or Path) "),
+    (lambda e, c: encoderlab.load(b"path"), "load: argument checkpoint=b'path': takes a path (str or Path)"),
+    (lambda e, c: encoderlab.sweep(c, b"t.yaml"), "sweep: argument tasks=b't.yaml': takes a task or a list of tasks"),
+    (lambda e, c: encoderlab.sweep(c, [b"t.yaml"]), "sweep: argument tasks=[b't.yaml']: takes a task or a list of "),
+    (lambda e, c: encoderlab.finetune(c, "t.yaml", lr="1e-3"), "finetune: argument lr='1e-3': takes a number"),
+    (lambda e, c: encoderlab.prepare_data("c.txt", force="no"), "prepare_data: argument force='no': takes True or "),
+    (lambda e, c: encoderlab.mteb(c, b"tiny-ir", "m"), "mteb: argument tasks=b'tiny-ir': takes a text or a list of "),
+    (lambda e, c: e.embed(b"a text"), "Encoder.embed: argument texts=b'a text': takes a text or a list of texts"),
+    (lambda e, c: e.embed(["a"], normalize="no"), "Encoder.embed: argument normalize='no': takes True or False"),
+    (lambda e, c: e.embed(["a"], batch_size=2.0), "Encoder.embed: argument batch_size=2.0: takes a whole number"),
+])
+def test_loose_types_are_refused_not_converted(enc, checkpoint, call, says):
+    """pydantic's lax mode would read "yes" as True, b"path" as "path" and "1e-3" as 0.001: refused, naming the
+    argument and the type it takes."""
+    with pytest.raises(EncoderlabError) as caught:
+        call(enc, checkpoint)
+    assert str(caught.value).startswith(says) and "\n" not in str(caught.value), str(caught.value)
+
+
+def test_numpy_numbers_and_one_task_are_taken_as_documented(enc, checkpoint):
+    """A numpy number is the number it holds (a notebook's `np.arange`), and one task given alone is a list of one."""
+    import numpy as np
+
+    assert enc.embed(["a", "b"], batch_size=np.int64(1), normalize=np.bool_(False)).shape == (2, enc.config.hidden_size)
+    for alone, listed in (("none.yaml", ["none.yaml"]), (Path("none.yaml"), [Path("none.yaml")])):
+        with pytest.raises(EncoderlabError) as one:
+            encoderlab.sweep(checkpoint, alone, log=lambda m: None)
+        with pytest.raises(EncoderlabError) as many:
+            encoderlab.sweep(checkpoint, listed, log=lambda m: None)
+        assert str(one.value) == str(many.value) and "none.yaml" in str(one.value)
