@@ -267,7 +267,7 @@ def export(checkpoint: PathLike, out: PathLike, *, kind: str | None = None, atte
     from encoderlab.hub.exporter import export_checkpoint
 
     return export_checkpoint(checkpoint, Path(out), kind, attention=attention,
-                             evaluation=Path(evaluation) if evaluation else None, force=force, log=log)
+                             evaluation=Path(evaluation) if evaluation else None, force=force, log=log, named="{}=")
 
 
 @checked
