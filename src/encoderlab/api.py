@@ -36,12 +36,14 @@ Positive = Annotated[int, Field(ge=1)]
 
 def checked(fn):
     """Arguments checked against `fn`'s annotations before it runs: a wrong type or value is one `EncoderlabError`
-    naming the argument and what it takes, as the command line refuses a bad option."""
-    validated = validate_call(config=ConfigDict(arbitrary_types_allowed=True))(fn)
+    naming the argument and what it takes, as the command line refuses a bad option. Strictly: pydantic's lax mode
+    would read `resume="yes"` as True, `b"path"` as "path" and `lr="1e-3"` as 0.001, guesses a caller never sees."""
+    validated = validate_call(config=ConfigDict(arbitrary_types_allowed=True, strict=True))(fn)
     params = list(inspect.signature(fn).parameters.values())
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
+        args, kwargs = tuple(map(_python_scalar, args)), {k: _python_scalar(v) for k, v in kwargs.items()}
         refuse_booleans_for_numbers(fn, args, kwargs)
         caller = CALLER.set("api")  # a refusal names `force=True`, not `--force` (core/errors.py `option`)
         try:
@@ -70,11 +72,24 @@ def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:
             raise EncoderlabError(f"{fn.__qualname__}: argument {name}={value}: takes a number, not a boolean")
 
 
-# How a type alias of this module reads in an error message
+def _python_scalar(value: object) -> object:
+    """A numpy number or boolean as the Python one it holds (a notebook's `np.arange` gives them; strict checking
+    would refuse `batch_size=np.int64(32)`); anything else as it is."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+# How a type alias of this module reads in an error message (longest first: each replaces its text in turn)
 READABLE = {"Sequence[str] | str": "a text or a list of texts",
             "Sequence[PathLike] | PathLike": "a task or a list of tasks (names or paths)",
-            "PathLike": "a path (str or Path)", "Overrides": "a mapping or a list of 'key=value' strings",
-            "Positive": "a whole number, 1 or more"}
+            "PathLike | Mapping": "a path (str or Path) or a mapping", "PathLike": "a path (str or Path)",
+            "Overrides": "a mapping or a list of 'key=value' strings",
+            "Positive | str": "a whole number, 1 or more, or 'auto'", "Positive": "a whole number, 1 or more",
+            " | None": " or None"}
+# What pydantic's strict check of one plain type says, as an error line says it
+STRICT = {"bool_type": "takes True or False", "int_type": "takes a whole number", "float_type": "takes a number",
+          "string_type": "takes a text"}
 
 
 def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: tuple, kwargs: dict) -> str:
@@ -93,7 +108,8 @@ def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: t
     wants = str(param.annotation)
     for alias, text in READABLE.items():
         wants = wants.replace(alias, text)
-    wants = errors[0]["msg"].lower() if len(errors) == 1 else f"takes {wants}"
+    one = errors[0]
+    wants = (STRICT.get(one["type"]) or one["msg"].lower()) if len(errors) == 1 else f"takes {wants}"
     return f"{fn.__qualname__}: argument {param.name}={given!r:.80}: {wants}"
 
 
@@ -251,7 +267,7 @@ def export(checkpoint: PathLike, out: PathLike, *, kind: str | None = None, atte
     from encoderlab.hub.exporter import export_checkpoint
 
     return export_checkpoint(checkpoint, Path(out), kind, attention=attention,
-                             evaluation=Path(evaluation) if evaluation else None, force=force, log=log)
+                             evaluation=Path(evaluation) if evaluation else None, force=force, log=log, named="{}=")
 
 
 @checked

@@ -82,6 +82,27 @@ def test_options_are_named_as_the_caller_gives_them():
         CALLER.reset(token)
 
 
+def test_deeper_refusals_name_the_api_arguments(enc):
+    """Refusals made far below the entry point (an export kind that cannot hold the model, a fine-tuned model no
+    stock class computes, mteb's MODEL) read the caller from the context the API sets."""
+    from encoderlab.core.errors import CALLER, argument
+    from encoderlab.hub.hf import refusal
+    from encoderlab.tasks.registry import not_saved
+
+    normed = enc.config.model_copy(update={"qk_norm": True})
+    said = lambda: [refusal(normed, "eurobert"), not_saved(), argument("model", "m")]  # noqa: E731
+    assert said() == ["--as eurobert cannot hold this model's qk_norm=True: export it --as qwen3 (bidirectional "
+                      "Qwen3Model) or --as sentence-transformers",
+                      "nothing was run: leave --save / --save-models out to fine-tune and record it", "MODEL m"]
+    token = CALLER.set("api")
+    try:
+        assert said() == ["kind='eurobert' cannot hold this model's qk_norm=True: export it kind='qwen3' "
+                          "(bidirectional Qwen3Model) or kind='sentence-transformers'",
+                          "nothing was run: leave save / save_models out to fine-tune and record it", "model='m'"]
+    finally:
+        CALLER.reset(token)
+
+
 def test_refusals_name_the_api_arguments_not_the_options(checkpoint, packed_dir, tmp_path):
     (tmp_path / "out" / "kept").mkdir(parents=True)
     with pytest.raises(EncoderlabError, match=r"^out='.*/out' exists and is not empty: pass force=True to replace it$"):
@@ -160,7 +181,7 @@ def test_to_transformers_computes_the_same_hidden_states(enc):
     with pytest.raises(EncoderlabError, match=r"kind='sentence-transformers' is not .* export\(\.\.\., "
                        r"kind='sentence-transformers'\) and load the folder"):
         enc.to_transformers("sentence-transformers")
-    with pytest.raises(EncoderlabError, match=r"^attention=causal: kind=eurobert is a bidirectional encoder"):
+    with pytest.raises(EncoderlabError, match=r"^attention='causal': kind='eurobert' is a bidirectional encoder"):
         enc.to_transformers("eurobert", attention="causal")
 
 
@@ -168,3 +189,85 @@ def test_the_package_exposes_the_api_and_nothing_else():
     assert [n for n in dir(encoderlab) if not n.startswith("__")] == sorted(encoderlab.API)
     assert encoderlab.pretrain.__module__ == "encoderlab.api"
     assert encoderlab.EncoderlabError is EncoderlabError  # what every function raises, caught from the package
+
+
+def _junk(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "notes.txt").write_text("mine")
+    return folder
+
+
+def _jsonl(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "c.jsonl").write_text('{"body": "a b c"}\n')
+    return folder / "c.jsonl"
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda c, t: encoderlab.export(c, t / "e", kind="gpt"), "kind='gpt' is not an export format"),
+    (lambda c, t: encoderlab.export(c, t / "e", attention="up"), "attention='up': choose bidirectional or causal"),
+    (lambda c, t: encoderlab.export(c, t / "e", kind="eurobert", attention="causal"),
+     "attention='causal': kind='eurobert' is a bidirectional encoder; a causal export is kind='llama', mistral"),
+    (lambda c, t: encoderlab.export(c, t / "e", evaluation=t / "none.json"),
+     "evaluation='{t}/none.json': no such file or folder (give the summary.json that `encoderlab sweep` writes, or "
+     "its out folder)"),
+    (lambda c, t: encoderlab.sweep(c, ["t.yaml"], workers="many"),
+     "workers='many': give 'auto' or a whole number, 1 or more"),
+    (lambda c, t: encoderlab.sweep(c, ["t.yaml"], workers=0),
+     "sweep: argument workers=0: takes a whole number, 1 or more, or 'auto'"),
+    (lambda c, t: encoderlab.sweep(c, ["t.yaml"], engine="fast"), "engine='fast' is not one of auto, sequential, "),
+    (lambda c, t: encoderlab.finetune(c, "t.yaml", lr=1e-3, save=_junk(t / "kept")),
+     "save='{t}/kept' exists and holds something other than a saved fine-tuned model"),
+    (lambda c, t: encoderlab.prepare_data(_jsonl(t / "src"), t / "d", text_column="text"),
+     "has no column 'text' (it has: body); pass text_column with one"),
+])
+def test_shared_checks_name_the_api_arguments(checkpoint, tmp_path, call, says):
+    """A check the command line and the API share is told by its caller how to name what it refuses: `kind='gpt'`,
+    never `--as 'gpt'`, from Python."""
+    with pytest.raises(EncoderlabError) as caught:
+        call(checkpoint, tmp_path)
+    said = str(caught.value)
+    assert says.format(t=tmp_path) in said and " --" not in said and not said.startswith("--"), said
+
+
+def test_mteb_names_its_arguments(checkpoint, tmp_path):
+    pytest.importorskip("mteb", reason="the mteb extra is not installed (pip install 'encoderlab[mteb]')")
+    with pytest.raises(EncoderlabError, match=r"^model=.*/none' does not exist or is not a folder"):
+        encoderlab.mteb(tmp_path / "none", ["tiny-ir"], tmp_path / "m", log=lambda m: None)
+    with pytest.raises(EncoderlabError, match=r"^no task given: tasks names offline tasks"):
+        encoderlab.mteb(checkpoint, [], tmp_path / "m", log=lambda m: None)
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda e, c: encoderlab.pretrain("x.yaml", resume="yes"), "pretrain: argument resume='yes': takes True or False"),
+    (lambda e, c: encoderlab.pretrain("x.yaml", resume=1), "pretrain: argument resume=1: takes True or False"),
+    (lambda e, c: encoderlab.pretrain(b"x.yaml"), "pretrain: argument config=b'x.yaml': takes a path (str or Path) "),
+    (lambda e, c: encoderlab.load(b"path"), "load: argument checkpoint=b'path': takes a path (str or Path)"),
+    (lambda e, c: encoderlab.sweep(c, b"t.yaml"), "sweep: argument tasks=b't.yaml': takes a task or a list of tasks"),
+    (lambda e, c: encoderlab.sweep(c, [b"t.yaml"]), "sweep: argument tasks=[b't.yaml']: takes a task or a list of "),
+    (lambda e, c: encoderlab.finetune(c, "t.yaml", lr="1e-3"), "finetune: argument lr='1e-3': takes a number"),
+    (lambda e, c: encoderlab.prepare_data("c.txt", force="no"), "prepare_data: argument force='no': takes True or "),
+    (lambda e, c: encoderlab.mteb(c, b"tiny-ir", "m"), "mteb: argument tasks=b'tiny-ir': takes a text or a list of "),
+    (lambda e, c: e.embed(b"a text"), "Encoder.embed: argument texts=b'a text': takes a text or a list of texts"),
+    (lambda e, c: e.embed(["a"], normalize="no"), "Encoder.embed: argument normalize='no': takes True or False"),
+    (lambda e, c: e.embed(["a"], batch_size=2.0), "Encoder.embed: argument batch_size=2.0: takes a whole number"),
+])
+def test_loose_types_are_refused_not_converted(enc, checkpoint, call, says):
+    """pydantic's lax mode would read "yes" as True, b"path" as "path" and "1e-3" as 0.001: refused, naming the
+    argument and the type it takes."""
+    with pytest.raises(EncoderlabError) as caught:
+        call(enc, checkpoint)
+    assert str(caught.value).startswith(says) and "\n" not in str(caught.value), str(caught.value)
+
+
+def test_numpy_numbers_and_one_task_are_taken_as_documented(enc, checkpoint):
+    """A numpy number is the number it holds (a notebook's `np.arange`), and one task given alone is a list of one."""
+    import numpy as np
+
+    assert enc.embed(["a", "b"], batch_size=np.int64(1), normalize=np.bool_(False)).shape == (2, enc.config.hidden_size)
+    for alone, listed in (("none.yaml", ["none.yaml"]), (Path("none.yaml"), [Path("none.yaml")])):
+        with pytest.raises(EncoderlabError) as one:
+            encoderlab.sweep(checkpoint, alone, log=lambda m: None)
+        with pytest.raises(EncoderlabError) as many:
+            encoderlab.sweep(checkpoint, listed, log=lambda m: None)
+        assert str(one.value) == str(many.value) and "none.yaml" in str(one.value)

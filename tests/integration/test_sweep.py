@@ -286,7 +286,7 @@ def test_workers_are_refused_where_they_do_not_apply(tmp_path, tiny_checkpoint, 
     with pytest.raises(EncoderlabError, match="with --workers 1"):
         run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, engine="batched", workers=2,
                   log=lambda m: None)
-    with pytest.raises(EncoderlabError, match="workers must be 'auto' or a whole number"):
+    with pytest.raises(EncoderlabError, match="^--workers 0: give 'auto' or a whole number, 1 or more$"):
         run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path, workers=0, log=lambda m: None)
 
 

@@ -11,7 +11,7 @@ from contextvars import ContextVar
 # refusal names an option as that caller gives it (`option`).
 CALLER: ContextVar[str] = ContextVar("encoderlab_caller", default="cli")
 # The command line's options whose Python API argument has another name than the option's with _ for -
-API_NAMES = {"set": "overrides", "as": "kind"}
+API_NAMES = {"set": "overrides", "as": "kind", "eval": "evaluation"}
 
 
 def option(name: str, *values: object, quote: bool = False) -> str:
@@ -35,6 +35,20 @@ def option(name: str, *values: object, quote: bool = False) -> str:
 def option_name(name: str) -> str:
     """The option alone, as the caller names it: `--out` on the command line, `out` from the Python API."""
     return f"--{name}" if CALLER.get() == "cli" else API_NAMES.get(name, name.replace("-", "_"))
+
+
+def given(named: str, name: str, value: str, *, quote: bool = False) -> str:
+    """An option and its value for a check its caller tells how to name them (`named`: "--{} " on the command line,
+    "{}=" in Python; hub/exporter.py `check_request`): `--as llama` (`quote`: `--as 'gpt'`), or `kind='llama'`."""
+    if named.startswith("--"):
+        return named.format(name) + (repr(value) if quote else value)
+    return named.format(API_NAMES.get(name, name)) + repr(value)
+
+
+def argument(name: str, value: object) -> str:
+    """A positional argument in a message, as the caller gives it: `MODEL path` on the command line (its usage line's
+    name), `model='path'` from the Python API."""
+    return f"{name.upper()} {value}" if CALLER.get() == "cli" else f"{name}={str(value)!r}"
 
 
 class EncoderlabError(Exception):

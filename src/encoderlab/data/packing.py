@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, option_name
 from encoderlab.core.io import atomic_dir, read_json, sha256_of, write_json
 from encoderlab.data import migrate_packed
 from encoderlab.data.documents import Document
@@ -203,7 +203,7 @@ def no_validation_note(meta: dict) -> str | None:
     why = (f"its {held['documents']:,} held-out document(s) have {held.get('dropped_tail_tokens', 0):,} tokens, "
            f"fewer than one window of {meta['seq_len']}" if held.get("documents") else "no document was held out")
     return (f"no validation window: {why}; pretraining on this data reports no validation loss (raise "
-            f"--val-fraction from {meta['val_fraction']} to hold out more)")
+            f"{option_name('val-fraction')} from {meta['val_fraction']} to hold out more)")
 
 
 def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int, val_fraction: float,

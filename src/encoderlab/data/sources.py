@@ -21,7 +21,7 @@ from glob import glob
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, option_name
 from encoderlab.core.io import lone_surrogate
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
@@ -278,7 +278,7 @@ def _read_jsonl(
 
 def _no_column(where: str, column: str, available: Iterable[str]) -> DataError:
     names = ", ".join(itertools.islice(available, 30)) or "none"
-    return DataError(f"{where} has no column {column!r} (it has: {names}); pass --text-column with one")
+    return DataError(f"{where} has no column {column!r} (it has: {names}); pass {option_name('text-column')} with one")
 
 
 def _as_text(value: Any, where: str, column: str) -> str:
@@ -287,7 +287,7 @@ def _as_text(value: Any, where: str, column: str) -> str:
         return value or ""
     raise DataError(
         f"{where}: column {column!r} holds a {type(value).__name__}, not a string; "
-        "pass --text-column naming a text column"
+        f"pass {option_name('text-column')} naming a text column"
     )
 
 

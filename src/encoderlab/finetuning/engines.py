@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.finetuning.batched import Group
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.model.config import ModelConfig
@@ -30,10 +30,10 @@ def choose_engine(requested: str, task: EvalTask, model_cfg: ModelConfig, weight
     """"sequential" or "batched" for the runs of one task. "auto": batched on CUDA (one small run leaves most of
     the GPU idle) once one batched step of two runs has worked there; sequential anywhere else."""
     if requested not in ENGINES:
-        raise EncoderlabError(f"engine {requested!r} is not one of {', '.join(ENGINES)}")
+        raise EncoderlabError(f"{option('engine', requested, quote=True)} is not one of {', '.join(ENGINES)}")
     if requested == "batched" and device.type == "cpu" and len(runs) > 1:
         log(f"{task.name}: the batched engine, as asked, on a CPU: it is slower there than one run after another "
-            "(docs/benchmarks.md); --engine auto takes the sequential one")
+            f"(docs/benchmarks.md); {option('engine', 'auto')} takes the sequential one")
     if not isinstance(model_cfg, ModelConfig) and (requested == "batched" or
                                                    (requested == "auto" and device.type == "cuda" and len(runs) > 1)):
         log(f"{task.name}: the batched engine trains encoderlab's own backbone; this {model_cfg.model_type} model's "

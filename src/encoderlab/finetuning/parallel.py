@@ -19,7 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import torch
 
-from encoderlab.core.errors import Failed
+from encoderlab.core.errors import Failed, option_name
 from encoderlab.core.process import start_worker
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.training import finetune, planned_steps
@@ -142,4 +142,4 @@ def worker_died(processes: list[multiprocessing.process.BaseProcess], done: int)
         how, cause = f"pid {dead.pid}, exit code {dead.exitcode}", "it crashed, or ran out of memory"
     return (f"a fine-tuning worker process died ({how}): {cause}; the sweep stopped. The {done} run(s) finished "
             "before are recorded, and running the sweep again resumes from them (if memory ran out: fewer "
-            "--workers, or a smaller batch_size or max_length in the protocol)")
+            f"{option_name('workers')}, or a smaller batch_size or max_length in the protocol)")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.core.errors import EncoderlabError, option
+from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.finetuning import records
 from encoderlab.finetuning.engines import ENGINES
 from encoderlab.finetuning.protocol import Protocol
@@ -37,8 +37,8 @@ def check_owner(out: Path, path: Path) -> None:
     tag = records.checkpoint_tag(path)
     if (owner := records.other_owner(out, tag, path, lambda p: encoder_identity(p)[0])) is not None:
         raise EncoderlabError(f"{out / tag} holds the records of {owner}, another model filed under the same name "
-                              "(a folder's last two path parts; a run's name and step): pass another --out for "
-                              f"{path.resolve()}")
+                              "(a folder's last two path parts; a run's name and step): pass another "
+                              f"{option_name('out')} for {path.resolve()}")
 
 
 def check_lengths(protocol: Protocol, specs: list[str], prepared: dict, model_cfg, path: Path) -> None:
@@ -60,9 +60,9 @@ def check_lengths(protocol: Protocol, specs: list[str], prepared: dict, model_cf
 
 def check_execution(engine: str, workers: int | str, device: torch.device) -> None:
     if engine not in ENGINES:
-        raise EncoderlabError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+        raise EncoderlabError(f"{option('engine', engine, quote=True)} is not one of {', '.join(ENGINES)}")
     if workers != "auto" and (not isinstance(workers, int) or workers < 1):
-        raise EncoderlabError(f"workers must be 'auto' or a whole number, 1 or more, not {workers!r}")
+        raise EncoderlabError(f"{option('workers', workers, quote=True)}: give 'auto' or a whole number, 1 or more")
     if workers != "auto" and workers > 1 and device.type != "cpu":
         raise EncoderlabError(f"workers > 1 spreads runs over CPU processes; on {device.type} the batched "
                               f"engine trains a task's runs together instead ({option('engine', 'auto')} or "

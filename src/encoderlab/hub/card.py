@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from encoderlab.core.config import load_yaml
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.aggregate import ci_text
@@ -112,14 +112,14 @@ def weights_source(path: Path) -> tuple[str, str]:
 
 def _summary_files(tag: str, given: Path | None) -> list[Path]:
     if given is not None and not given.exists():
-        raise EncoderlabError(f"--eval {given}: no such file or folder (give the summary.json that `encoderlab sweep` "
-                              "writes, or its --out folder)")
+        raise EncoderlabError(f"{option('eval', given)}: no such file or folder (give the summary.json that "
+                              f"`encoderlab sweep` writes, or its {option_name('out')} folder)")
     if given is not None and given.is_file():
         return [given]
     root = given if given is not None else Path("evals")
     files = sorted((root / tag).glob("*/summary.json")) if root.is_dir() else []
     if given is not None and not files:
-        raise EncoderlabError(f"--eval {given}: no evaluation of this checkpoint under it (expected "
+        raise EncoderlabError(f"{option('eval', given)}: no evaluation of this checkpoint under it (expected "
                               f"{given / tag}/PROTOCOL/summary.json, as `encoderlab sweep CKPT --out {given}` "
                               "writes)")
     return files
@@ -138,8 +138,8 @@ def evaluation_summaries(path: Path, given: Path | None,
         summary = read_json(file, "give the summary.json that `encoderlab sweep` writes")
         if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
             if given is not None:
-                raise EncoderlabError(f"--eval {file} is not an evaluation summary (no 'tasks'): give the summary.json "
-                                      "that `encoderlab sweep` writes")
+                raise EncoderlabError(f"{option('eval', file)} is not an evaluation summary (no 'tasks'): give the "
+                                      "summary.json that `encoderlab sweep` writes")
             continue
         made = summary.get(WEIGHTS)
         if made != weights:
@@ -147,7 +147,7 @@ def evaluation_summaries(path: Path, given: Path | None,
                         f"names no {WEIGHTS} (its weights are unknown; `encoderlab sweep` writes it again)")
             theirs = f"{path} holds weights {weights[:12]} ({source})"
             if given is not None:
-                raise EncoderlabError(f"--eval {file} {measured}, but {theirs}: give the evaluation of these "
+                raise EncoderlabError(f"{option('eval', file)} {measured}, but {theirs}: give the evaluation of these "
                                       f"weights, or run `encoderlab sweep {path}`")
             log(f"left out of the card: {file} {measured}, but {theirs}")
             continue

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, given
 from encoderlab.core.io import atomic_dir
 from encoderlab.data.tokenizer import load_tokenizer
 from encoderlab.hub import sentence
@@ -23,11 +23,12 @@ KINDS = ("masked-lm", "model", sentence.KIND)
 
 
 def export_continued(path: Path, out: Path, kind: str | None, *, force: bool = False,
-                     log: Callable[[str], None] = lambda message: None) -> dict:
+                     log: Callable[[str], None] = lambda message: None, named: str = "--{} ") -> dict:
     kind = kind or "masked-lm"
     if kind not in KINDS:
-        raise EncoderlabError(f"--as {kind!r}: {path} is a continued transformers model; it exports as masked-lm "
-                              "(its own *ForMaskedLM class), model (the body, AutoModel) or sentence-transformers")
+        raise EncoderlabError(f"{given(named, 'as', kind, quote=True)}: {path} is a continued transformers model; it "
+                              "exports as masked-lm (its own *ForMaskedLM class), model (the body, AutoModel) or "
+                              "sentence-transformers")
     started = time.perf_counter()
     cfg = continued_config(path)
     model = masked_lm(path)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tokenizers.processors import TemplateProcessing
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, given
 from encoderlab.core.io import atomic_dir
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.hub import sentence
@@ -70,18 +70,16 @@ def own_family(cfg, info: dict) -> str:
 def check_request(kind: str, attention: str | None, named: str = "--{} ") -> None:
     """Refuse an export format or attention that does not exist, or a causal attention for an encoder format; the
     two are named as the caller's user gives them: `named` "--{} " (`--as`, `--attention`) or "{}=" in Python."""
-    as_ = named.format("as" if named.startswith("--") else "kind")
-    attention_ = named.format("attention")
     if kind not in KINDS:
-        raise EncoderlabError(f"{as_}{kind!r} is not an export format; choose llama, mistral, qwen2, qwen3 (the "
-                              "family's encoder or causal LM), eurobert (bidirectional, fill-mask) or "
-                              "sentence-transformers (embeddings)")
+        raise EncoderlabError(f"{given(named, 'as', kind, quote=True)} is not an export format; choose llama, "
+                              "mistral, qwen2, qwen3 (the family's encoder or causal LM), eurobert (bidirectional, "
+                              "fill-mask) or sentence-transformers (embeddings)")
     if attention not in (None, *ATTENTIONS):
-        raise EncoderlabError(f"{attention_}{attention!r}: choose bidirectional or causal (or leave it out: causal "
-                              "for a checkpoint last trained with clm, else bidirectional)")
+        raise EncoderlabError(f"{given(named, 'attention', attention, quote=True)}: choose bidirectional or causal (or "
+                              "leave it out: causal for a checkpoint last trained with clm, else bidirectional)")
     if kind in ("eurobert", sentence.KIND) and attention == "causal":
-        raise EncoderlabError(f"{attention_}causal: {as_}{kind} is a bidirectional encoder; a causal export is "
-                              f"{as_}llama, mistral, qwen2 or qwen3")
+        raise EncoderlabError(f"{given(named, 'attention', 'causal')}: {given(named, 'as', kind)} is a bidirectional "
+                              f"encoder; a causal export is {given(named, 'as', 'llama')}, mistral, qwen2 or qwen3")
 
 
 def export_target(kind: str, attention: str | None, cfg, info: dict) -> Target:
@@ -142,8 +140,9 @@ def hf_model(model, cfg, target: Target):
 
 def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, attention: str | None = None,
                       evaluation: Path | None = None, force: bool = False,
-                      log: Callable[[str], None] = lambda message: None) -> dict:
-    """Write the transformers folder `out` from a checkpoint (or a run folder's latest checkpoint)."""
+                      log: Callable[[str], None] = lambda message: None, named: str = "--{} ") -> dict:
+    """Write the transformers folder `out` from a checkpoint (or a run folder's latest checkpoint). `named`: how the
+    caller's user names `kind` and `attention` (`check_request`)."""
     from encoderlab.hub.continued_export import export_continued
     from encoderlab.runs.encoders import is_continued
     from encoderlab.runs import checkpoint as ckpt
@@ -151,10 +150,11 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, at
     path = ckpt.resolve(checkpoint)
     if is_continued(path):
         if attention == "causal":
-            raise EncoderlabError(f"--attention causal: {path} is a continued masked-LM model, which attends both ways")
-        return export_continued(path, out, kind, force=force, log=log)
+            raise EncoderlabError(f"{given(named, 'attention', 'causal')}: {path} is a continued masked-LM model, "
+                                  "which attends both ways")
+        return export_continued(path, out, kind, force=force, log=log, named=named)
     kind = kind or "eurobert"
-    check_request(kind, attention)
+    check_request(kind, attention, named)
     started = time.perf_counter()
     model, cfg, tok = ckpt.load_model(path)
     info = training_info(path, ckpt.load_state(path))

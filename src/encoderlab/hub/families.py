@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.hub.folders import UnsupportedModelError
 
 
@@ -128,8 +128,8 @@ def lm_head(out: dict[str, torch.Tensor], config, fields: dict, where: Path, not
     embed, tied = out["model.embed_tokens.weight"], bool(config.tie_word_embeddings)
     if head is not None and (tied or "lm_head.weight" in out):
         own = "tie_word_embeddings=True" if tied else "an lm_head.weight"
-        raise EncoderlabError(f"--head {head}: {where} has its own LM head ({own}); --head applies only to a body "
-                              "saved without one")
+        raise EncoderlabError(f"{option('head', head)}: {where} has its own LM head ({own}); {option_name('head')} "
+                              "applies only to a body saved without one")
     if tied:
         if "lm_head.weight" in out and not torch.equal(out["lm_head.weight"], embed):
             notes.append("a stored lm_head.weight differs from the embedding but tie_word_embeddings=True: "

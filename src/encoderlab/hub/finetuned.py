@@ -31,7 +31,7 @@ from pathlib import Path
 from tokenizers.processors import TemplateProcessing
 from torch import nn
 
-from encoderlab.core.errors import EncoderlabError, option
+from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.core.io import atomic_dir, check_writable, folder_name
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.finetuning.protocol import Protocol
@@ -110,11 +110,10 @@ class SavedModels:
     log: Callable[[str], None] = lambda message: None
 
     def __post_init__(self) -> None:
-        what = "--save" if self.exact else "--models"
-        check_writable(self.root, what, replaced=self.exact)
+        check_writable(self.root, option_name("save" if self.exact else "models"), replaced=self.exact)
         if self.exact and self.root.is_dir() and any(self.root.iterdir()) and not (self.root / MANIFEST).exists():
-            raise EncoderlabError(f"--save {self.root} exists and holds something other than a saved fine-tuned "
-                                  "model: give a new folder")
+            raise EncoderlabError(f"{option('save', self.root)} exists and holds something other than a saved "
+                                  "fine-tuned model: give a new folder")
 
     def folder(self, name: str, identity: dict) -> Path:
         if self.exact:

@@ -19,11 +19,11 @@ from torch import nn
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.model.transformers_body import TransformersBody, TransformersConfig
 from encoderlab.runs.encoders import UNUSED_MISSING
-from encoderlab.tasks.registry import Body, Export
+from encoderlab.tasks.registry import Body, Export, not_saved
 
 LABEL_KEYS = ("id2label", "label2id", "num_labels")  # the source folder's, replaced by the task's for a head
 MEASURED = "5.24"  # the transformers version the tests load these folders with
-NOT_SAVED = "nothing was run: leave --save / --save-models out to fine-tune and record it"
+
 TOLERANCE = 1e-4  # fp32: the same computation, up to kernel rounding
 
 
@@ -62,11 +62,11 @@ def body_keys(stock: Export, cfg: TransformersConfig, model: nn.Module) -> dict[
     if unfilled:
         raise EncoderlabError(f"{stock.cls} has {len(unfilled)} parameters that the trained body and head do not "
                               f"fill ({_listed(unfilled)}): it computes more than encoderlab's head (one Linear "
-                              f"over the last hidden states); {NOT_SAVED}")
+                              f"over the last hidden states); {not_saved()}")
     spare = [k for k in ours if prefix + k not in theirs and not k.startswith(UNUSED_MISSING)]
     if spare:
         raise EncoderlabError(f"{stock.cls} has no place for {len(spare)} weights of the trained body "
-                              f"({_listed(spare)}); {NOT_SAVED}")
+                              f"({_listed(spare)}); {not_saved()}")
     return {f"model.{k}": prefix + k for k in ours if prefix + k in theirs}
 
 

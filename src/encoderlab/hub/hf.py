@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from encoderlab.core.errors import option
 from encoderlab.model.config import ModelConfig
 
 HFKind = Literal["llama", "mistral", "qwen2", "qwen3", "eurobert"]
@@ -70,10 +71,11 @@ def refusal(cfg: ModelConfig, kind: str, asked: str | None = None) -> str | None
     if differences(cfg, other):  # e.g. q/k norms with Qwen2's biases: no class has both
         hint = "no export kind holds this combination"
     elif kind == "eurobert":  # the user asked for an encoder: name ones that hold the model
-        hint = f"export it --as {other} (bidirectional {ENCODERS[other]}) or --as sentence-transformers"
+        hint = (f"export it {option('as', other)} (bidirectional {ENCODERS[other]}) or "
+                f"{option('as', 'sentence-transformers')}")
     else:
-        hint = f"export it --as {other}"
-    return f"--as {asked or kind} cannot hold this model's {', '.join(problems)}: {hint}"
+        hint = f"export it {option('as', other)}"
+    return f"{option('as', asked or kind)} cannot hold this model's {', '.join(problems)}: {hint}"
 
 
 def hf_config_kwargs(cfg: ModelConfig) -> dict:

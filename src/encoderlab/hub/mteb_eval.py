@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, argument, option_name
 from encoderlab.core.io import atomic_dir, write_json
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import prepare_out
@@ -68,14 +68,14 @@ def model_kind(path: Path) -> Model:
     if not path.exists() and str(path) in NAMED:
         path = named_encoder(str(path))
     if not path.is_dir():
-        raise EncoderlabError(f"MODEL {path} does not exist or is not a folder: give an encoderlab checkpoint or run "
-                              "folder, a sentence-transformers folder, a transformers encoder folder or "
-                              f"{', '.join(NAMED)}")
+        raise EncoderlabError(f"{argument('model', path)} does not exist or is not a folder: give an encoderlab "
+                              "checkpoint or run folder, a sentence-transformers folder, a transformers encoder "
+                              f"folder or {', '.join(NAMED)}")
     if (path / "state.json").exists() or (path / "LATEST").exists():
         return Model(path, ENCODERLAB)
     if not (path / "config.json").exists():
-        raise EncoderlabError(f"MODEL {path} is not a model folder: it holds neither an encoderlab checkpoint "
-                              "(state.json) or run (LATEST) nor a transformers config.json")
+        raise EncoderlabError(f"{argument('model', path)} is not a model folder: it holds neither an encoderlab "
+                              "checkpoint (state.json) or run (LATEST) nor a transformers config.json")
     refuse_code_from(path)
     check_folder(path)
     modules = path / "modules.json"
@@ -187,12 +187,14 @@ def sentence_model(model: Model, scratch: Path, log: Log):
         st = SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
     except Exception as exc:  # transformers and sentence-transformers name the problem, not always the folder
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise EncoderlabError(f"MODEL {model.path}: sentence-transformers cannot load it: {first[:300]}") from None
+        raise EncoderlabError(f"{argument('model', model.path)}: sentence-transformers cannot load it: "
+                              f"{first[:300]}") from None
     tok = st.tokenizer
     if tok.pad_token is None:  # padding is masked out: EOS (or SEP) serves, as in encoderlab's fine-tuning
         tok.pad_token = tok.eos_token or tok.sep_token
     if tok.pad_token is None:
-        raise EncoderlabError(f"MODEL {model.path}: its tokenizer has no pad, EOS or SEP token to pad batches with")
+        raise EncoderlabError(f"{argument('model', model.path)}: its tokenizer has no pad, EOS or SEP token to pad "
+                              "batches with")
     return st
 
 
@@ -211,7 +213,8 @@ def run_mteb(model: str | Path, tasks: list[str], out: str | Path, *, force: boo
     """Run MTEB on `tasks` with `model`; write mteb's result files and summary.json into `out` (module docstring)."""
     check_installed()
     if not tasks:
-        raise EncoderlabError("no task given: --tasks names offline tasks (e.g. wiki-title, rt-polarity) or MTEB tasks")
+        raise EncoderlabError(f"no task given: {option_name('tasks')} names offline tasks (e.g. wiki-title, "
+                              "rt-polarity) or MTEB tasks")
     started, out, found = time.perf_counter(), Path(out), model_kind(Path(model))
     prepare_out(out, force, keep=found.path)
     root = offline_root()

@@ -46,7 +46,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint as recompute
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import atomic_dir
 from encoderlab.runs import checkpoint
 from encoderlab.runs import optim_state as optim_state_files
@@ -370,7 +370,7 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimiz
                 "stream, so a resume could not continue the same run)") if (path / "optimizer.pt").exists() else \
             f"holds weights only (no optimizer state in {DCP_DIR}/)"
         raise EncoderlabError(f"{path} {what}: it cannot be resumed or branched from; its weights still fine-tune and "
-                              f"export, and a new run continues them with --set init.from_weights={path}")
+                              f"export, and a new run continues them with {option('set', f'init.from_weights={path}')}")
     load_weights(path, model)
     # DCP reshards: the state dict names what this process holds, DCP reads exactly that from the files.
     optim_state = get_optimizer_state_dict(model, optimizer)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, resolve_data
 from encoderlab.model import attention
@@ -177,7 +177,7 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig
     require_wandb(cfg.train.wandb, "train.wandb")
     positions = usable_positions(mcfg)
     if meta["seq_len"] > positions:
-        fix = ("repack with --seq-len " + str(positions) if isinstance(mcfg, TransformersConfig) else
+        fix = (f"repack with {option('seq-len', positions)}" if isinstance(mcfg, TransformersConfig) else
                "raise model.max_position_embeddings or repack")
         raise EncoderlabError(f"the data's windows have {meta['seq_len']} tokens but the model's positions stop at "
                               f"{positions}: {fix}")

@@ -17,11 +17,17 @@ from functools import partial
 from types import MappingProxyType
 from typing import Any
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, option_name
 
 SPLIT_FILES = ("train.jsonl", "validation.jsonl", "test.jsonl")
 TRANSFORMERS = "transformers"
 SENTENCE_TRANSFORMERS = "sentence-transformers"
+
+
+def not_saved() -> str:
+    """The end of a refusal to save a fine-tuned model as a stock class, read at each refusal: the caller (command
+    line or Python API) names the options its own way."""
+    return f"nothing was run: leave {option_name('save')} / {option_name('save-models')} out to fine-tune and record it"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.tasks.baselines import tfidf_baselines
 from encoderlab.tasks.classification import (
     GLUE,
@@ -15,7 +15,7 @@ from encoderlab.tasks.classification import (
     load_user_classification,
 )
 from encoderlab.tasks.mteb_tasks import classification_task
-from encoderlab.tasks.registry import Body, Card, Export, Family, register, transformers_usage
+from encoderlab.tasks.registry import Body, Card, Export, Family, not_saved, register, transformers_usage
 from encoderlab.tasks.taskfile import SplitFiles, TaskFile
 
 
@@ -45,8 +45,8 @@ ENCODER_HEADS = {
 def encoder_refusal(body: Body) -> str:
     how = ENCODER_HEADS.get(body.kind, f"{body.prefix}ForSequenceClassification pools and projects its own way")
     return (f"encoderlab's classification head mean-pools the last hidden states (-> Linear, or -> Linear -> GELU "
-            f"-> Linear with dense_gelu), and no stock class computes that on a {body.kind} body: {how}; nothing "
-            "was run: leave --save / --save-models out to fine-tune and record it")
+            f"-> Linear with dense_gelu), and no stock class computes that on a {body.kind} body: {how}; "
+            f"{not_saved()}")
 
 
 def export(protocol, body: Body) -> Export:
@@ -58,11 +58,11 @@ def export(protocol, body: Body) -> Export:
         raise EncoderlabError(f"encoderlab's classification head mean-pools the tokens, and "
                               f"{body.prefix}ForSequenceClassification reads the last token: no stock class computes "
                               f"it on a body only a {body.kind} class holds (EuroBertForSequenceClassification "
-                              "does on a EuroBERT body, with --set classification_head=dense_gelu)")
+                              f"does on a EuroBERT body, with {option('set', 'classification_head=dense_gelu')})")
     if protocol.classification_head != "dense_gelu":
         raise EncoderlabError("classification_head: linear (mean pooling -> Linear) is no stock class's "
-                              "head; fine-tune with --set classification_head=dense_gelu (mean pooling -> Linear "
-                              "-> GELU -> Linear), which EuroBertForSequenceClassification computes")
+                              f"head; fine-tune with {option('set', 'classification_head=dense_gelu')} (mean "
+                              "pooling -> Linear -> GELU -> Linear), which EuroBertForSequenceClassification computes")
     return Export("EuroBertForSequenceClassification", body.kind,
                   {"0.weight": "dense.weight", "0.bias": "dense.bias", "2.weight": "classifier.weight",
                    "2.bias": "classifier.bias"}, {"classifier_pooling": "mean", **body.named_labels})

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.tasks.baselines import abstain_baseline
 from encoderlab.tasks.qa_loaders import HUB, load_hub_qa, load_offline_qa, load_squad_json
 from encoderlab.tasks.registry import Body, Card, Export, Family, register, transformers_usage
@@ -27,7 +27,7 @@ def export(protocol, body: Body) -> Export:
     config = {"num_labels": 2} if body.transformers else {"is_causal": False}  # an encoder attends both ways
     if protocol.qa.format == "tagging":
         raise EncoderlabError("qa.format: tagging (a 2-label token head) is no question-answering "
-                              f"class's head; fine-tune with --set qa.format=spans to save it as "
+                              f"class's head; fine-tune with {option('set', 'qa.format=spans')} to save it as "
                               f"{prefix}ForQuestionAnswering")
     return Export(f"{prefix}ForQuestionAnswering", kind,
                   {"proj.weight": "qa_outputs.weight", "proj.bias": "qa_outputs.bias"}, config)
