@@ -107,3 +107,24 @@ def test_a_key_1_folder_is_told_by_its_records_and_a_foreign_record_is_not_its_o
     assert records.find(evals, TAG, key, TASK, FP, 1e-3, 2, None).record is None
     assert "is another run's record: protocol key" in records.usable(moved, None)[1]
     assert json.loads(moved.read_text())["seed"] == 2
+
+
+def test_a_model_saved_under_key_1_is_its_run_and_not_trained_again(tmp_path):
+    """`--save-models`/`--save` under key algorithm 1 named the run by its key-1 key: the same run under key 2 finds
+    it saved; another run, or a key 1 of other settings, does not."""
+    from encoderlab.hub.finetuned import MANIFEST, SavedModels
+
+    old = protocol([0, 1])
+    identity = {records.WEIGHTS: "a" * 64, "protocol_key": records.protocol_key(old), "trained_on": FP, "lr": 1e-3,
+                "seed": 0}
+    saver = SavedModels("all", tmp_path / "models", tmp_path / "m" / "checkpoints" / "step-4")
+    folder = saver.folder(TASK, identity)
+    folder.mkdir(parents=True)
+    stored = {**identity, "protocol_key": migrate_protocol.key(old, 1)}
+    (folder / MANIFEST).write_text(json.dumps({"identity": stored, "records": {TASK: record([0, 1], 0, 30.0)}}))
+    assert saver.saved(TASK, identity)
+    assert not saver.saved(TASK, {**identity, records.WEIGHTS: "b" * 64})
+    assert not saver.saved(TASK, {**identity, "protocol_key": records.protocol_key({**old, "max_steps": 8})})
+    (folder / MANIFEST).write_text(json.dumps({"identity": {**stored, "protocol_key": "t-00000000"},
+                                               "records": {TASK: record([0, 1], 0, 30.0)}}))
+    assert not saver.saved(TASK, identity)

@@ -90,3 +90,23 @@ def _result(record: dict) -> str:
         return f"failed: {record.get('reason')}"
     scores = record["scores"]
     return f"validation {scores['validation']['score']:.4g}, test {scores['test']['score']:.4g}"
+
+
+def same_run(stored: dict, identity: dict, recs) -> bool:
+    """Whether a saved fine-tuned model's identity `stored` (finetuning/model_saving.py; written under key algorithm
+    1, its records `recs`) is the run of `identity`: the same but for the protocol key, which is key 1 of the protocol
+    its records hold, and that protocol's key 2 is `identity`'s. Such a model is kept, not trained again to be
+    saved under the new key."""
+    if not isinstance(stored, dict) or not isinstance(recs, dict) or stored.keys() != identity.keys():
+        return False
+    if any(stored[k] != identity[k] for k in identity if k != "protocol_key"):
+        return False
+    for record in recs.values():
+        try:
+            protocol = migrate_protocol.upgrade(record["protocol"], "a saved model's record")
+            if (migrate_protocol.key(protocol, 1) == stored["protocol_key"]
+                    and migrate_protocol.key(protocol) == identity["protocol_key"]):
+                return True
+        except (TypeError, KeyError, AttributeError, ValueError, EncoderlabError):
+            continue
+    return False
