@@ -221,7 +221,8 @@ def scan(root: Path, tag: str = "*", key: str = "*", weights: str | None = None,
          grid: Grid | None = None) -> tuple[list[dict], list[str]]:
     """The usable records under `root/tag/key` (made from `weights`, None: any; of `grid`'s runs, None: any), and
     `PATH: why` for every file there that is not used. A key given reads every folder of it (`folders`), one
-    record per run (`find`); `key="*"` lists every file of every folder as it is."""
+    record per run (`find`), and names only the files of `grid`'s runs; `key="*"` lists every file of every folder
+    as it is."""
     if key == "*":
         found, unused = [], []
         for path in sorted(root.glob(f"{tag}/{key}/*/*/lr*.json")):
@@ -233,18 +234,26 @@ def scan(root: Path, tag: str = "*", key: str = "*", weights: str | None = None,
         return in_grid(found, grid), unused
     found, unused = [], []
     for where in sorted(p for p in root.glob(tag) if p.is_dir()):
-        runs = {(p.parent.parent.name, p.parent.name, p.name) for f in folders(root, where.name, key)
-                for p in f.glob("*/*/lr*.json")}
-        for task, fingerprint, name in sorted(runs):
-            run = _run_of(name)
-            if run is None:  # not a record's name: the file is named, never counted
-                unused += [f"{p}: is not a record of a run (lr<LR>-seed<SEED>.json)"
-                           for f in folders(root, where.name, key) if (p := f / task / fingerprint / name).exists()]
-                continue
-            one = find(root, where.name, key, task, fingerprint, *run, weights)
+        kept, named = _scan_key(root, where.name, key, weights, grid)
+        found, unused = found + kept, unused + named
+    return found, unused
+
+
+def _scan_key(root: Path, tag: str, key: str, weights: str | None, grid: Grid | None) -> tuple[list[dict], list[str]]:
+    """`scan` of one tag's folders of `key`: each run of `grid` found once, by `find`."""
+    places = folders(root, tag, key)
+    found, unused = [], []
+    for task, fingerprint, name in sorted({(p.parent.parent.name, p.parent.name, p.name)
+                                           for f in places for p in f.glob("*/*/lr*.json")}):
+        run = _run_of(name)
+        if run is None:  # not a record's name: the file is named, never counted
+            unused += [f"{p}: is not a record of a run (lr<LR>-seed<SEED>.json)"
+                       for f in places if (p := f / task / fingerprint / name).exists()]
+        elif grid is None or in_grid([{"lr": run[0], "seed": run[1]}], grid):  # not another grid's run
+            one = find(root, tag, key, task, fingerprint, *run, weights)
             found += [one.record] if one.record is not None else []
             unused += one.unused + one.differing
-    return in_grid(found, grid), unused
+    return found, unused
 
 
 def _run_of(name: str) -> tuple[float, int] | None:
