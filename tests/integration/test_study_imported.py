@@ -192,6 +192,7 @@ def test_verdict_says_whether_cpt_beat_both_baselines(tmp_path, llama_dir, corpu
     families = {"rt-polarity": "classification", "conll-ner": "tokens", "wiki-cloze": "qa", "wiki-title": "retrieval"}
     for e in rec["evaluations"]:
         e["tasks"] = list(families)  # what the records below are of (the report counts a plan's tasks only)
+    rec["protocol"]["seeds"] = [0, 1, 2]  # the grid of the records below (the report counts a plan's grid only)
     plan.root.mkdir(parents=True)
     write_json(plan.root / "plan.json", rec)
     key = records.protocol_key(rec["protocol"])

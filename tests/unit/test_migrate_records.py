@@ -34,16 +34,24 @@ def test_format_versions_newer_than_the_code_or_not_whole_numbers_are_refused_na
 
 
 def test_protocol_keys_are_those_records_were_filed_under():
-    """Pinned: the keys the shipped protocols and a protocol of format 0 had before formats were versioned."""
-    for name, key in (("demo", "demo-3a19fd28"), ("small-study-authors", "small-study-authors-38299fb4")):
+    """Pinned, by key algorithm: 1, the keys the shipped protocols and a protocol of format 0 had before formats were
+    versioned, and before the grid left the key (folders on users' disks, finetuning/migrate_keys.py); 2, today's."""
+    assert migrate_protocol.KEY_ALGORITHM == 2
+    for name, key1, key2 in (("demo", "demo-3a19fd28", "demo-07a18fcd"),
+                             ("small-study-authors", "small-study-authors-38299fb4", "small-study-authors-980cba03")):
         protocol = load_protocol(CONFIGS / "eval" / f"{name}.yaml", []).model_dump(mode="json")
         assert protocol["format_version"] == migrate_protocol.FORMAT
-        assert records.protocol_key(protocol) == key
-    assert records.protocol_key(OLD_PROTOCOL) == "old-9c6b60c8"
-    assert records.protocol_key(migrate_protocol.upgrade(OLD_PROTOCOL, "r.json")) == "old-9c6b60c8"
+        assert migrate_protocol.key(protocol, 1) == key1 and records.protocol_key(protocol) == key2
+        assert records.protocol_key({**protocol, "lrs": [1e-3], "seeds": [7]}) == key2  # the grid is not hashed
+    assert migrate_protocol.key(OLD_PROTOCOL, 1) == "old-9c6b60c8"
+    assert records.protocol_key(OLD_PROTOCOL) == "old-2dd3a47f"
+    assert records.protocol_key(migrate_protocol.upgrade(OLD_PROTOCOL, "r.json")) == "old-2dd3a47f"
+    assert migrate_protocol.key(migrate_protocol.upgrade(OLD_PROTOCOL, "r.json"), 1) == "old-9c6b60c8"
     judged = {**OLD_PROTOCOL, "retrieval": {"train_on": None, "corpus": "judged", "relevance": "graded",
                                             "loss": "infonce"}}
-    assert records.protocol_key(migrate_protocol.upgrade(judged, "r.json")) == "old-fdae6d77"  # hashed: not the old
+    assert records.protocol_key(migrate_protocol.upgrade(judged, "r.json")) == "old-8efc2e7a"  # hashed: not the old
+    with pytest.raises(ValueError, match="key algorithm 3: this encoderlab knows 1 and 2"):
+        migrate_protocol.key(OLD_PROTOCOL, 3)
 
 
 def test_a_protocol_of_format_0_reads_at_the_values_it_ran_with():

@@ -4,7 +4,11 @@
 failed) is never redone, so a killed sweep started again does only what is left; the protocol key (its name and a
 hash of its settings) keeps runs made under different protocols apart, and the task's fingerprint (a hash of its
 definition and data files, tasks/taskfile.py) runs of a task whose data or definition changed: those
-are run again, and the old records stay where they were.
+are run again, and the old records stay where they were. The key leaves out the grid (key algorithm 2,
+finetuning/migrate_protocol.py): a record is one (LR, seed) run, so a grid grown by a seed or an LR runs only its new
+points, `finetune --lr --seed` finds the sweep's run, and every reader takes only the records of the grid it asks for
+(`in_grid`). The folders of key algorithm 1, one per grid, are read with their key-2 folder (`folders`, `find`:
+finetuning/migrate_keys.py).
 
 A record belongs to the weights it was made from: each names the SHA-256 of its checkpoint's `model.safetensors`
 (`weights_sha256`; for a transformers folder, of every file that decides its outputs, listed under `model_files`:
@@ -21,11 +25,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from encoderlab.core.io import write_json
-from encoderlab.finetuning import migrate_protocol, migrate_records
+from encoderlab.finetuning import migrate_keys, migrate_protocol, migrate_records
 
 WEIGHTS = "weights_sha256"  # the record's field: the SHA-256 of the weights file it was made from
 MODEL_FILES = "model_files"  # a transformers folder's record: {file: SHA-256} of what WEIGHTS is the digest of
@@ -72,6 +77,38 @@ def record_path(root: Path, tag: str, key: str, task: str, fingerprint: str, lr:
     return root / tag / key / task / fingerprint / f"lr{lr:g}-seed{seed}.json"
 
 
+def folders(root: Path, tag: str, key: str) -> list[Path]:
+    """Where the records of key `key` are: its folder, then the key-1 folders of the same settings (other grids)."""
+    return [root / tag / key, *migrate_keys.legacy_folders(root, tag, key)]
+
+
+class Found(NamedTuple):
+    """One run's record as `find` reads it: the one used (None: the run is not done) and where it is; `unused`:
+    `PATH: why` for its files that are not usable; `differing`: other usable records of it with other results."""
+    record: dict | None
+    path: Path | None
+    unused: list[str]
+    differing: list[str]
+
+
+def find(root: Path, tag: str, key: str, task: str, fingerprint: str, lr: float, seed: int, weights: str | None,
+         files: dict[str, str] | None = None) -> Found:
+    """The record of one run (`usable`, for `weights` and `files`) in any folder of `key` (`folders`); of several,
+    the one migrate_keys.py `choose`s."""
+    found, unused = [], []
+    for folder in folders(root, tag, key):
+        path = folder / task / fingerprint / f"lr{lr:g}-seed{seed}.json"
+        record, why = usable(path, weights, files)
+        if record is not None:
+            found.append((path, record))
+        elif why:
+            unused.append(f"{path}: {why}")
+    if not found:
+        return Found(None, None, unused, [])
+    (path, record), differing = migrate_keys.choose(found, key)
+    return Found(record, path, unused, differing)
+
+
 def recorded(root: Path, tag: str, key: str, scored: list[tuple[str, str]], trained_on: str, lr: float, seed: int,
              weights: str | None) -> list[dict] | None:
     """The one rule for "this run is done", for a sweep and for a study's jobs: every task it scores (`scored`: name,
@@ -80,7 +117,7 @@ def recorded(root: Path, tag: str, key: str, scored: list[tuple[str, str]], trai
     (in `scored`'s order), or None when the run is not done."""
     found = []
     for name, fingerprint in scored:
-        record, _ = usable(record_path(root, tag, key, name, fingerprint, lr, seed), weights)
+        record = find(root, tag, key, name, fingerprint, lr, seed, weights).record
         if record is None or record["trained_on"].get("fingerprint") != trained_on:
             return None
         found.append(record)
@@ -88,12 +125,13 @@ def recorded(root: Path, tag: str, key: str, scored: list[tuple[str, str]], trai
 
 
 def other_versions(root: Path, tag: str, key: str, task: str, fingerprint: str) -> list[Path]:
-    """Folders with records of the same task name under another fingerprint (or none: before fingerprints)."""
-    folder = root / tag / key / task
-    if not folder.is_dir() or any((folder / fingerprint).glob("lr*.json")):
+    """Folders with records of the same task name under another fingerprint (or none: before fingerprints), in
+    any folder of `key`."""
+    places = [f / task for f in folders(root, tag, key)]
+    if not any(p.is_dir() for p in places) or any(any((p / fingerprint).glob("lr*.json")) for p in places):
         return []
-    others = [p for p in sorted(folder.iterdir()) if p.is_dir() and any(p.glob("lr*.json"))]
-    return others + ([folder] if any(folder.glob("lr*.json")) else [])
+    others = [d for p in places if p.is_dir() for d in sorted(p.iterdir()) if d.is_dir() and any(d.glob("lr*.json"))]
+    return others + [p for p in places if any(p.glob("lr*.json"))]
 
 
 def usable(path: Path, weights: str | None, files: dict[str, str] | None = None) -> tuple[dict | None, str]:
@@ -142,6 +180,8 @@ def _not_its_place(record: dict, path: Path) -> str:
     task = path.parent.parent
     try:
         key = protocol_key(record["protocol"])
+        if task.parent.name == migrate_protocol.key(record["protocol"], 1):
+            key = task.parent.name  # filed by key algorithm 1 (finetuning/migrate_keys.py): its own place then
     except (TypeError, ValueError, AttributeError):
         key = "?"
     own = {"run": f"lr{record['lr']:g}-seed{record['seed']}.json", "fingerprint": record["fingerprint"],
@@ -174,21 +214,70 @@ def write(path: Path, record: dict) -> None:
     write_json(path, record)
 
 
-def scan(root: Path, tag: str = "*", key: str = "*", weights: str | None = None) -> tuple[list[dict], list[str]]:
-    """The usable records under `root/tag/key` (made from `weights`, None: any), and `PATH: why` for every file
-    there that is not used."""
+Grid = tuple[Sequence[float], Sequence[int]]  # a protocol's (lrs, seeds)
+
+
+def scan(root: Path, tag: str = "*", key: str = "*", weights: str | None = None, *,
+         grid: Grid | None = None) -> tuple[list[dict], list[str]]:
+    """The usable records under `root/tag/key` (made from `weights`, None: any; of `grid`'s runs, None: any), and
+    `PATH: why` for every file there that is not used. A key given reads every folder of it (`folders`), one
+    record per run (`find`), and names only the files of `grid`'s runs; `key="*"` lists every file of every folder
+    as it is."""
+    if key == "*":
+        found, unused = [], []
+        for path in sorted(root.glob(f"{tag}/{key}/*/*/lr*.json")):
+            record, why = usable(path, weights)
+            if record is not None:
+                found.append(record)
+            elif why:
+                unused.append(f"{path}: {why}")
+        return in_grid(found, grid), unused
     found, unused = [], []
-    for path in sorted(root.glob(f"{tag}/{key}/*/*/lr*.json")):
-        record, why = usable(path, weights)
-        if record is not None:
-            found.append(record)
-        elif why:
-            unused.append(f"{path}: {why}")
+    for where in sorted(p for p in root.glob(tag) if p.is_dir()):
+        kept, named = _scan_key(root, where.name, key, weights, grid)
+        found, unused = found + kept, unused + named
     return found, unused
 
 
-def load_all(root: Path, tag: str = "*", key: str = "*", weights: str | None = None) -> list[dict]:
-    return scan(root, tag, key, weights)[0]
+def _scan_key(root: Path, tag: str, key: str, weights: str | None, grid: Grid | None) -> tuple[list[dict], list[str]]:
+    """`scan` of one tag's folders of `key`: each run of `grid` found once, by `find`."""
+    places = folders(root, tag, key)
+    found, unused = [], []
+    for task, fingerprint, name in sorted({(p.parent.parent.name, p.parent.name, p.name)
+                                           for f in places for p in f.glob("*/*/lr*.json")}):
+        run = _run_of(name)
+        if run is None:  # not a record's name: the file is named, never counted
+            unused += [f"{p}: is not a record of a run (lr<LR>-seed<SEED>.json)"
+                       for f in places if (p := f / task / fingerprint / name).exists()]
+        elif grid is None or in_grid([{"lr": run[0], "seed": run[1]}], grid):  # not another grid's run
+            one = find(root, tag, key, task, fingerprint, *run, weights)
+            found += [one.record] if one.record is not None else []
+            unused += one.unused + one.differing
+    return found, unused
+
+
+def _run_of(name: str) -> tuple[float, int] | None:
+    """(lr, seed) of a record's file name, when it is one `record_path` writes."""
+    match = re.fullmatch(r"lr(.+)-seed(\d+)\.json", name)
+    try:
+        run = (float(match.group(1)), int(match.group(2))) if match else None
+    except ValueError:
+        return None
+    return run if run is not None and f"lr{run[0]:g}-seed{run[1]}.json" == name else None
+
+
+def in_grid(recs: list[dict], grid: Grid | None) -> list[dict]:
+    """The records of `grid`'s runs (None: all): a key holds every grid's runs of its settings, and a protocol's
+    scores, summaries and reports count only the LRs and seeds it asks for."""
+    if grid is None:
+        return recs
+    lrs, seeds = {f"{lr:g}" for lr in grid[0]}, set(grid[1])
+    return [r for r in recs if f"{r['lr']:g}" in lrs and r["seed"] in seeds]
+
+
+def load_all(root: Path, tag: str = "*", key: str = "*", weights: str | None = None, *,
+             grid: Grid | None = None) -> list[dict]:
+    return scan(root, tag, key, weights, grid=grid)[0]
 
 
 def current(recs: list[dict], fingerprints: dict[str, str | None] | None = None) -> list[dict]:

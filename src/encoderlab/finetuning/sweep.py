@@ -218,7 +218,7 @@ class Sweep:
         # its records' identity: the same weights (a transformers folder: weights, config, tokenizer), wherever
         self.digest, self.files = encoder_identity(self.checkpoint)
         self.units = training_units(self.tasks, self.trainer)  # what trains: a task, or one TrainedOnce
-        self.runs = [(u, lr, seed) for u in self.units for lr in self.protocol.lrs for seed in self.protocol.seeds]
+        self.runs = [(u, lr, seed) for u in self.units for lr, seed in self.grid()]
         self.baselines = {t.name: t.baseline_scores or baselines.every(t) for t in self.tasks}
         # counted once a sweep, not once a record: a QA split's gold positions take seconds at SQuAD's size
         self.lost = {t.name: t.answers_lost() for t in self.tasks}
@@ -273,14 +273,21 @@ class Sweep:
 
     def say_what_runs_again(self, task: EvalTask) -> None:
         """Why runs that left files are done again: the task changed, or a file of its grid is not a usable record
-        (`PATH: why`, the first one named)."""
+        (`PATH: why`, the first one named); and a run of its grid recorded twice with other results under older
+        grids (key algorithm 1), which record of it counts (finetuning/migrate_keys.py)."""
         if others := records.other_versions(self.out, self.tag, self.key, task.name, task.fingerprint):
             self.log(f"{task.name}: its data or definition changed since the records in {others[-1]}: running again")
-        paths = [self.path(task, lr, seed) for lr in self.protocol.lrs for seed in self.protocol.seeds]
-        whys = [(path, records.usable(path, self.digest, self.files)[1]) for path in paths]
-        if unused := [f"{path}: {why}" for path, why in whys if why]:
+        found = [records.find(self.out, self.tag, self.key, task.name, task.fingerprint, lr, seed, self.digest,
+                              self.files) for lr, seed in self.grid()]
+        if unused := [why for one in found if one.record is None for why in one.unused]:
             more = f" (and {len(unused) - 1} more)" if len(unused) > 1 else ""
             self.log(f"{task.name}: {len(unused)} record(s) not used, their runs are done again: {unused[0]}{more}")
+        for why in (why for one in found for why in one.differing):
+            self.log(f"{task.name}: {why}")
+
+    def grid(self) -> list[tuple[float, int]]:
+        """The protocol's (lr, seed) runs: the records this sweep counts, of all those its key holds."""
+        return [(lr, seed) for lr in self.protocol.lrs for seed in self.protocol.seeds]
 
     def execute(self, todo: list[tuple[EvalTask, float, int]], workers: int) -> Iterator[Outcome]:
         """The runs left to do, as they end: spread over worker processes, or task by task in this process."""
@@ -368,10 +375,12 @@ class Sweep:
                 "protocol_key": self.key, "protocol": self.protocol.model_dump(mode="json")}
 
     def summarize(self, *, runs_done: int, seconds: float) -> dict:
-        """This sweep's tasks, aggregated over every record of their grid (earlier sweeps' included); summary.json
-        holds every task recorded for this checkpoint and protocol (the newest version of each), so that a sweep of
-        some tasks does not drop the others from it."""
-        found = records.load_all(self.out, self.tag, self.key, self.digest)
+        """This sweep's tasks, aggregated over every record of their grid (earlier sweeps' included, of this grid or
+        a larger one: records of LRs and seeds it does not ask for are not counted); summary.json holds every task
+        recorded for this checkpoint and protocol (the newest version of each) under this sweep's grid, so that a
+        sweep of some tasks does not drop the others from it."""
+        grid = (self.protocol.lrs, self.protocol.seeds)
+        found = records.load_all(self.out, self.tag, self.key, self.digest, grid=grid)
         ours = {(t.name, t.fingerprint) for t in self.tasks}
         about = self.about()
         choice = self.protocol.lr_choice

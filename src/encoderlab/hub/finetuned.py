@@ -34,6 +34,7 @@ from torch import nn
 from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.core.io import atomic_dir, check_writable, folder_name
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
+from encoderlab.finetuning.migrate_keys import same_run
 from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.records import checkpoint_tag
 from encoderlab.hub import finetuned_transformers as encoders
@@ -130,7 +131,10 @@ class SavedModels:
     def saved(self, name: str, identity: dict) -> bool:
         file = self.folder(name, identity) / MANIFEST
         try:
-            return json.loads(file.read_text()).get("identity") == identity
+            manifest = json.loads(file.read_text())
+            # a model saved under key algorithm 1 is the same run (finetuning/migrate_keys.py)
+            return manifest.get("identity") == identity or same_run(manifest.get("identity"), identity,
+                                                                    manifest.get("records"))
         except (OSError, ValueError, AttributeError):  # none, or not one of ours: the run is trained and saved again
             return False
 

@@ -110,6 +110,8 @@ class StudyResults:
         self.metric = metric
         self.lr_choice = lr_choice or self.plan["protocol"]["lr_choice"]  # as the study's protocol says
         self.protocol_key = records.protocol_key(self.plan["protocol"])
+        # the key holds every grid's runs of the protocol's settings: the study counts its own LRs and seeds
+        self.grid = (self.plan["protocol"]["lrs"], self.plan["protocol"]["seeds"])
         self.evaluations = {e["label"]: e for e in self.plan["evaluations"]}
         self.runs = {r["name"]: r for r in self.plan["runs"]}
         self.tasks: dict[str, dict[str, TaskScore]] = {}
@@ -120,7 +122,7 @@ class StudyResults:
         planned_in = (self.plan.get("summary") or {}).get("folder")  # where the study was when plan.json was written
         for label, e in self.evaluations.items():
             weights = _weights(_moved_with(e.get("checkpoint"), planned_in, self.root))
-            found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, weights)
+            found, unused = records.scan(self.root / "evals", e["tag"], self.protocol_key, weights, grid=self.grid)
             self.unused += unused
             if (planned := self._planned(e.get("tasks"))) is None:  # the study's tasks cannot be told here
                 recs = records.current(found)
