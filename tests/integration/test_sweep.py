@@ -102,11 +102,14 @@ def test_a_grown_grid_runs_only_its_new_points_and_finetune_finds_the_sweeps_run
                                                                                    task_yaml):
     """Key algorithm 2: the grid is not in the protocol key. Seed 0's record, filed in the key-1 folder an older
     encoderlab made for the grid [0], is found; seeds [0, 1] run seed 1 alone; `finetune --lr --seed` of it runs
-    nothing; the grid [0] again counts seed 0 alone, in its summary and summary.json."""
+    nothing and leaves summary.json the grown grid's; the grid [0] again counts seed 0 alone in its summary, and
+    summary.json, of the larger grid the folder's records hold, stays that grid's."""
     import yaml
 
     from encoderlab import api
     from encoderlab.finetuning import migrate_protocol
+    from encoderlab.hub.card import evaluation_summaries
+    from encoderlab.runs import checkpoint as ckpt
 
     out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
     first = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0]), out, **quiet)
@@ -118,16 +121,24 @@ def test_a_grown_grid_runs_only_its_new_points_and_finetune_finds_the_sweeps_run
     (task,) = grown["tasks"].values()
     assert task["runs"] == 2 and task["seeds"] == 2 and sorted(old.rglob("lr*.json")) == [old / "task" / next(
         p.name for p in (old / "task").iterdir()) / "lr0.001-seed0.json"]  # the old folder kept as it was
+    said = []  # the export's card: the key-1 folder's summary is the current key's, shown once
+    cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out, said.append)
+    assert [c["protocol"] for c in cards] == [grown["protocol_key"]]
+    assert (old / "summary.json").is_file() and len(said) == 1 and str(old / "summary.json") in said[0]
     file = tmp_path / "protocol.yaml"
     file.write_text(yaml.safe_dump(protocol(lrs=[1e-3], seeds=[0, 1]).model_dump(mode="json")))
     one = api.finetune(tiny_checkpoint, task_yaml, lr=1e-3, seed=1, protocol=file, out=out, log=lambda m: None)
     assert one["protocol_key"] == grown["protocol_key"] and one["runs_done_this_time"] == 0
     assert one["tasks"]["task"]["test"] == round(task["test_by_seed"][1], 3)  # the sweep's run, rounded as a mean
+    written = json.loads((folder / "summary.json").read_text())
+    assert list(written["tasks"]["task"]["test_by_seed"]) == ["0", "1"] and written["protocol"]["seeds"] == [0, 1]
     back = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0]), out, **quiet)
     assert back["runs_done_this_time"] == 0 and back["tasks"]["task"]["runs"] == 1  # seed 1's record not counted
     assert back["tasks"]["task"]["test"] == first["tasks"]["task"]["test"]
-    written = json.loads((folder / "summary.json").read_text())
-    assert list(written["tasks"]["task"]["test_by_seed"]) == ["0"]
+    assert json.loads((folder / "summary.json").read_text()) == written
+    other = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[2]), out, **quiet)
+    assert other["runs_done_this_time"] == 1  # a grid that is not part of the held one replaces it
+    assert list(json.loads((folder / "summary.json").read_text())["tasks"]["task"]["test_by_seed"]) == ["2"]
 
 
 def test_records_belong_to_the_definition_and_data_of_a_task(tmp_path, tiny_checkpoint, task_yaml):

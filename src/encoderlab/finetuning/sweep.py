@@ -8,6 +8,7 @@ LRs (of the per-LR mean test score).
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing
@@ -386,10 +387,29 @@ class Sweep:
         choice = self.protocol.lr_choice
         file = self.out / self.tag / self.key / "summary.json"
         now = {t.name: t.fingerprint for t in self.tasks}  # this sweep's tasks by their data now, not the newest
-        write_json(file, {**summarize(records.current(found, now), choice), **about})
+        kept = summary_grid(file, grid)
+        in_file = found if kept == grid else records.load_all(self.out, self.tag, self.key, self.digest, grid=kept)
+        protocol = self.protocol.model_copy(update={"lrs": kept[0], "seeds": kept[1]})
+        write_json(file, {**summarize(records.current(in_file, now), choice), **about,
+                          "protocol": protocol.model_dump(mode="json")})
         summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours], choice)
         if self.tracker is not None:
             self.tracker.summarize({f"{name}/{key}": t[key] for name, t in summary["tasks"].items()
                                     for key in ("test", "ci95", "best_lr", "validation") if t.get(key) is not None})
         return {**summary, **about, "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1),
                 "summary_file": str(file)}
+
+
+def summary_grid(file: Path, grid: tuple[list, list]) -> tuple[list, list]:
+    """The grid summary.json is written under: this sweep's, or the larger one it already holds. One protocol's
+    grids share a folder (records of each LR and seed are reused by every grid that has them), so a sweep of part
+    of an earlier grid (`finetune`'s one run, a seed again) refreshes the earlier grid's summary instead of
+    replacing it with its own fewer runs; any other grid replaces it, as the newest sweep."""
+    try:
+        held = json.loads(file.read_text(encoding="utf-8"))["protocol"]
+        theirs = (list(held["lrs"]), list(held["seeds"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return grid  # none yet, or not one this code wrote: this sweep's grid
+    larger = set(grid[0]) <= set(theirs[0]) and set(grid[1]) <= set(theirs[1])
+    return theirs if larger else grid
+

@@ -154,8 +154,34 @@ def evaluation_summaries(path: Path, given: Path | None,
         # Named by its key (name and settings hash): two evaluations under one protocol name with other settings
         # (steps, LRs) are two entries that must not read as one protocol's conflicting scores
         key = summary.get("protocol_key") or (summary.get("protocol") or {}).get("name") or file.parent.name
-        found.append({"path": str(file), "protocol": key, "tasks": summary["tasks"]})
-    return found
+        found.append({"path": str(file), "protocol": key, "tasks": summary["tasks"],
+                      "current_key": current_key(summary.get("protocol"), file)})
+    return _without_superseded(found, log)
+
+
+def current_key(protocol, where: Path) -> str | None:
+    """The protocol key this code files a stored protocol's records under (None where it cannot tell)."""
+    from encoderlab.finetuning import migrate_protocol
+
+    try:
+        return migrate_protocol.key(migrate_protocol.upgrade(protocol, where))
+    except (EncoderlabError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def _without_superseded(found: list[dict], log: Callable[[str], None]) -> list[dict]:
+    """The summaries less those an earlier key algorithm filed apart whose protocol's folder under the current key
+    has a summary too: it counts their records with its own (finetuning/migrate_keys.py), so the card would show one
+    protocol twice."""
+    filed = {Path(f["path"]).parent.name for f in found}  # a summary's folder is the key it was filed under
+    out = []
+    for f in found:
+        key = f.pop("current_key")
+        if key is not None and key != Path(f["path"]).parent.name and key in filed:
+            log(f"left out of the card: {f['path']}, filed under an older protocol key; {key}'s summary holds its runs")
+            continue
+        out.append(f)
+    return out
 
 
 def _training_lines(info: dict) -> list[str]:
