@@ -341,6 +341,17 @@ def test_the_sweep_says_a_task_files_classes_and_its_notes(tmp_path, tok):
     assert said[1].startswith("toy: train classes in neither validation nor test") and len(said) == 2
 
 
+def test_csv_labels_with_a_plus_sign_are_the_number_without_it(tmp_path):
+    """A CSV's "+1" is the number 1, as its "1.0" is (JSON has no "+1"): "+1", "-1" and "1" made three classes of a
+    binary task, and "+1.0" a class of its own."""
+    labels = ["+1", "-1", "1", "+1.0", "-1.0", " +1 "]
+    (tmp_path / "f.csv").write_text("t,y\n" + "".join(f"text {i},{y}\n" for i, y in enumerate(labels)))
+    task = load_user_classification(*[str(tmp_path / "f.csv")] * 3, "t", "y")
+    assert task.labels == ["-1", "1"] and task.gold["test"] == [1, 0, 1, 1, 0, 1]
+    assert [cls.label_name(v) for v in ("+1.5", "+.5", "+x", "+", "+-1", "++1")] == [
+        "1.5", ".5", "+x", "+", "+-1", "++1"]
+
+
 def test_shared_helpers_are_deterministic():
     rest, held = common.holdout([{"i": i} for i in range(100)])
     assert len(held) == 5 and len(rest) == 95 and (rest, held) == common.holdout([{"i": i} for i in range(100)])

@@ -284,15 +284,17 @@ def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None,
 
 INTEGER_DECIMAL = re.compile(r"(-?\d+)\.0*")  # "1.0", "-2.00", "3.": what a CSV writer makes of a float column
 NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+PLUS_NUMBER = re.compile(r"\+(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")  # "+1": a CSV's +1/-1 labels (JSON has no "+")
 
 
 def label_name(v: Any) -> str:
-    """A label as a class name: JSON null and blanks are empty; 1, 1.0, "1" and "1.0" the same class (a JSON writer
-    may give one column's numbers as 1 on some rows and 1.0 on others, a CSV writer "1" and "1.0"), so that a CSV and
-    a JSONL file of the same rows make the same classes."""
+    """A label as a class name: JSON null and blanks are empty; 1, 1.0, "1", "1.0" and "+1" the same class (a JSON
+    writer may give one column's numbers as 1 on some rows and 1.0 on others, a CSV writer "1" and "1.0", or +1/-1),
+    so that a CSV and a JSONL file of the same rows make the same classes."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     name = "" if v is None else str(v).strip()
+    name = name[1:] if PLUS_NUMBER.fullmatch(name) else name  # "+1" is 1, as "1.0" is
     return str(int(m[1])) if (m := INTEGER_DECIMAL.fullmatch(name)) else name
 
 
