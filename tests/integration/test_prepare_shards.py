@@ -5,6 +5,7 @@ from __future__ import annotations
 import filecmp
 import json
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import run_command
 
 from encoderlab.core.errors import DataError
 from encoderlab.data import shards
@@ -214,3 +216,29 @@ def test_a_killed_shard_resumes_from_its_complete_parts(corpus, tmp_path):
     prepare(str(corpus / "src"), out, _opts(corpus, join=1), log=lambda _: None)
     _sharded(corpus, tmp_path / "whole", 1)
     _same_packed(tmp_path / "whole" / "packed", out / "packed")
+
+
+def test_the_join_a_shard_names_next_packs_as_the_shards_were_asked(corpus, tmp_path, monkeypatch, capsys):
+    """The `next:` line after a shard, pasted as it is: its join is given the shards' --text-column (without it the
+    join was refused, and told to run the shards again without it too) and their --seq-len and --val-fraction
+    (without them it packed windows of 512, silently)."""
+    texts = pq.read_table(corpus / "src" / "part0.parquet")["text"].to_pylist()
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"body": t}) + "\n" for t in texts))
+    monkeypatch.chdir(tmp_path)
+    given = ["data", "prepare", "c.jsonl", "--out", "o", "--tokenizer", corpus / "tokenizer.json",
+             "--text-column", "body", "--seq-len", SEQ, "--val-fraction", 0.1]
+    for i in range(2):
+        code, out, err = run_command(monkeypatch, capsys, *given, "--shard", f"{i}/2")
+        assert code == 0, err
+    prefix = "next: once all 2 shards have run, "
+    line = out.strip().splitlines()[-1]
+    assert line.startswith(prefix), out
+    join = shlex.split(line.removeprefix(prefix))[1:]
+    without = [a for i, a in enumerate(join) if "--text-column" not in join[max(i - 1, 0):i + 1]]
+    code, out, err = run_command(monkeypatch, capsys, *without)  # read as "text": its shards' parts are not its own
+    assert code == 2 and "give the join the --text-column, --txt-unit and --on-invalid-utf8 its shards were" in err
+    code, out, err = run_command(monkeypatch, capsys, *join)
+    assert code == 0, err
+    meta = read_meta(tmp_path / "o" / "packed")
+    assert (meta["seq_len"], meta["val_fraction"]) == (SEQ, 0.1)
+    assert meta["splits"]["train"]["documents"] + meta["splits"]["validation"]["documents"] == len(texts) - 1

@@ -68,17 +68,21 @@ def data_prepare(
 
     def render(s: dict) -> None:
         (_render_shard if shard else _render_prepare)(s)
-        out.print(f"next: {_after_prepare(source, out_dir, s, tokenizer)}")
+        # the join packs the shards' parts only if read as they were, and packs them as these options asked
+        again = opts.flags("text_column", "txt_unit", "on_invalid_utf8", "seq_len", "val_fraction")
+        out.print(f"next: {_after_prepare(source, out_dir, s, tokenizer, again)}")
 
     emit(summary, as_json, render)
 
 
-def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None) -> str:
+def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None,
+                   shard_flags: list[str] = ()) -> str:
     """The command to run next, as it can be pasted here: pretrain on the data (the README's path), or, after a
-    shard, the join that packs the shards' parts once all have run."""
+    shard, the join that packs the shards' parts once all have run (with `shard_flags`, the shard's own options)."""
     if "shard" in s:
         n = s["shard"].partition("/")[2]
-        join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n]
+        join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n,
+                *shard_flags]
         return f"once all {n} shards have run, {shlex.join(join)}"
     if source != "offline":
         return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/mini-mlm40.yaml"), "--set",

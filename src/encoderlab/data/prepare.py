@@ -46,6 +46,12 @@ class PrepareOptions:
     def text_options(self) -> dict:
         return {"text_column": self.text_column, "txt_unit": self.txt_unit, "on_invalid_utf8": self.on_invalid_utf8}
 
+    def flags(self, *fields: str) -> list[str]:
+        """These options where they are not the defaults, as the command line spells them (`--seq-len 64`): what a
+        command suggested to be pasted next must repeat of this one."""
+        return [part for field in fields if (value := getattr(self, field)) != getattr(PrepareOptions, field)
+                for part in (f"--{field.replace('_', '-')}", str(value))]
+
 
 def default_out(source: str) -> Path:
     name = OFFLINE if source == OFFLINE else Path(source.rstrip("/")).name.split(".")[0] or "dataset"

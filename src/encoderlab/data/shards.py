@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import shlex
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -175,7 +176,9 @@ def join(source: str, out: Path, opts, log: Callable[[str], None]) -> tuple[dict
     n, tok = opts.join, load_tokenizer(opts.tokenizer)
     key = inputs_key(source, tok, opts.text_options())
     folder = out / "parts"
-    command = f"encoderlab data prepare {source} --out {out} --tokenizer {opts.tokenizer}"
+    command = shlex.join(["encoderlab", "data", "prepare", source, "--out", str(out), "--tokenizer",
+                          str(opts.tokenizer), *opts.flags("text_column", "txt_unit", "on_invalid_utf8", "hf_config",
+                                                           "hf_split")])
     source_files = _source_files(source)
     manifests = _check_parts(folder, key, n, command, source_files)
     if source_files is None and any(m.get("source_files") for m in manifests):
@@ -237,7 +240,8 @@ def _check_parts(folder: Path, key: str, n: int, command: str, source_files: lis
                             f"unreadable): {again}") from None
         if record.get("inputs") != key:
             raise DataError(f"shard {i}/{n} was prepared from other inputs (source, text options or tokenizer): "
-                            f"{again}")
+                            "give the join the --text-column, --txt-unit and --on-invalid-utf8 its shards were "
+                            f"given, or {again}")
         if units is not None and record["units"] != units:
             raise DataError(f"shard {i}/{n} counted {record['units']} units of the source, shard 0/{n} {units}: "
                             f"the source changed between them; {again} and the others")
