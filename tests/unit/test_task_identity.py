@@ -1,6 +1,8 @@
 """The identity of a task: what its records are kept by (its name and a fingerprint of definition and data)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from encoderlab.finetuning import records
 from encoderlab.tasks import task_identity
 
@@ -23,6 +25,24 @@ def test_the_fingerprint_follows_definition_and_content_not_place(tmp_path):
     assert task_identity(folder(tmp_path / "e", FILES.replace("validation: train.csv", "validation: train.csv\n"
                                                               "test: train.csv")))[1] != first
     assert task_identity(folder(tmp_path / "f", csv="text,label\na,pos\nb,pos\n"))[1] != first
+
+
+def test_labels_read_otherwise_than_their_records_were_made_give_another_fingerprint(tmp_path):
+    """A CSV's "1.0" and "+1" were first read as classes beside "1": records of such files were made on other
+    classes and are not reused; a file whose every label reads as before keeps its fingerprint and its records."""
+    from encoderlab.core.io import file_digest
+    from encoderlab.tasks.taskfile import FILE_KEYS, fingerprint, read_task_file
+
+    def before(spec):  # the fingerprint as it was computed before the labels' reading entered it
+        file = read_task_file(Path(spec))
+        settings = file.settings.model_dump(exclude={"name", *FILE_KEYS})
+        return fingerprint({"task file": settings, "files": {r: file_digest(p) for r, p in file.files.items()}})
+
+    same = folder(tmp_path / "same", csv="text,label\na,1\nb,0\nc, 2 \n")
+    assert task_identity(same)[1] == before(same)
+    for i, labels in enumerate((("1", "1.0"), ("+1", "-1"), ("0.0", "1.0"))):
+        spec = folder(tmp_path / f"read{i}", csv="text,label\n" + "".join(f"t{j},{y}\n" for j, y in enumerate(labels)))
+        assert task_identity(spec)[1] != before(spec), labels
 
 
 def test_each_file_is_hashed_once_until_it_changes(tmp_path, monkeypatch):

@@ -298,6 +298,14 @@ def label_name(v: Any) -> str:
     return str(int(m[1])) if (m := INTEGER_DECIMAL.fullmatch(name)) else name
 
 
+def label_name_before(v: Any) -> str:
+    """A label's class name as encoderlab first read it (only JSON's 1.0 was 1): what tells whether a task file's
+    records were made under the current classes (tasks/families/classification.py `label_reading`)."""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return "" if v is None else str(v).strip()
+
+
 def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],
                              label_column: str, name: str | None = None,
                              holdout: str = "encoderlab", *, fingerprint: str = "") -> ClassificationTask:

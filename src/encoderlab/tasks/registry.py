@@ -109,6 +109,9 @@ class Family:
     load_paper: Callable[..., Any] | None = None  # (dataset, local copy or None, holdout, *, fingerprint)
     train_pairs: Mapping[str, str] = field(default_factory=dict)  # paper dataset -> Hub id of its training pairs
     check_file: Callable[[Any, str], None] | None = None  # (settings, where): refuses a task file, one line
+    # (task file) -> what its fingerprint adds for how the family reads its data, where that reading changed since
+    # records were made (tasks/taskfile.py `TaskFile.fingerprint`): {} wherever the reading is unchanged
+    reading: Callable[[Any], dict] | None = None
     # (setting getter of a task or record) -> the name of its trivial baseline, where not always baselines[0]
     trivial_baseline: Callable[[Callable[[str], Any]], str] | None = None
     split_baselines: Callable[[Any, str], dict] | None = None  # (task, split) -> {name: scores}: no fit, no text

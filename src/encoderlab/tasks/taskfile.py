@@ -88,7 +88,8 @@ class TaskFile:
     def fingerprint(self) -> str:
         settings = self.settings.model_dump(exclude={"name", *FILE_KEYS})
         data = {role: (folder_digests(p) if role == "folder" else file_digest(p)) for role, p in self.files.items()}
-        return fingerprint({"task file": settings, "files": data})
+        reading = family_record(self.family).reading
+        return fingerprint({"task file": settings, "files": data, **(reading(self) if reading else {})})
 
     @property
     def trains_on_own_qrels(self) -> bool:

@@ -1,15 +1,20 @@
 """Sequence classification (SC): one text or a pair, a label per example (tasks/classification.py is its task)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from encoderlab.core.errors import EncoderlabError, option
+from encoderlab.core.errors import DataError, EncoderlabError, option
+from encoderlab.core.io import file_digest
 from encoderlab.tasks.baselines import tfidf_baselines
+from encoderlab.tasks.common import read_table
 from encoderlab.tasks.classification import (
     GLUE,
     GLUE_HUB,
+    label_name,
+    label_name_before,
     load_glue,
     load_offline_classification,
     load_user_classification,
@@ -29,6 +34,26 @@ def load_user(file: TaskFile, holdout: str, *, fingerprint: str):
     settings, (train, validation, test) = file.settings, file.split_files()
     return load_user_classification(train, validation, test, settings.text_column,  # type: ignore[arg-type]
                                     settings.label_column, name=file.name, holdout=holdout, fingerprint=fingerprint)
+
+
+def label_reading(file: TaskFile) -> dict:
+    """`{"labels": 2}` where the current reading of a label (`label_name`) differs from the first one
+    (`label_name_before`: "1.0" and "+1" were classes of their own beside "1"), so that their records, of other
+    classes, are not reused; {} where every label reads as it did (their records stay theirs). A file that cannot
+    be read adds nothing: loading it says why."""
+    column, paths = file.settings.label_column, [p for p in file.split_files() if p]
+    try:
+        known = (column, *(file_digest(Path(p)) for p in paths))  # by content: each file is parsed once a process
+        if known not in _READING:
+            _READING[known] = {"labels": 2} if any(
+                label_name(row.get(column)) != label_name_before(row.get(column))
+                for path in paths for row in read_table(path)) else {}
+        return _READING[known]
+    except (DataError, OSError, ValueError):
+        return {}
+
+
+_READING: dict[tuple, dict] = {}
 
 
 # What a transformers encoder's own *ForSequenceClassification computes instead of encoderlab's head (transformers 5.24)
@@ -80,6 +105,6 @@ CLASSIFICATION = register(Family(
     lexical_baselines=tfidf_baselines, standard_metric="accuracy",
     baselines={"majority": "majority class", "tfidf_logreg": "TF-IDF + LR"},
     load_offline=load_offline_classification, paper=dict.fromkeys(GLUE, GLUE_HUB), load_paper=load_glue,
-    mteb=classification_task,
+    mteb=classification_task, reading=label_reading,
     # The authors' code: transformers' EuroBertForSequenceClassification head (mean pooling -> dense -> GELU -> linear).
     variants={"authors": {"classification_head": "dense_gelu"}}))
