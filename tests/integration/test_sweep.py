@@ -472,3 +472,25 @@ def test_a_prepared_task_whose_files_are_gone_is_dropped(tmp_path, tiny_checkpoi
             assert "check_specs" in frames and "_forget_changed" not in frames
             said.append(str(refused.value))
         assert said[0] == said[1] and str(deleted) in said[0]
+
+
+def test_a_run_of_a_key_1_sweeps_grid_refreshes_that_grids_summary_and_the_card_keeps_it(tmp_path, tiny_checkpoint,
+                                                                                         task_yaml):
+    """After upgrading: a sweep of seeds [0, 1] filed under key 1, then `finetune` of its seed 0 (or a sweep of
+    seeds [0]) writes the key-2 folder's first summary.json. It is the key-1 sweep's grid's, with both seeds, as it
+    would be had that sweep been made under key 2, so the card, which shows that summary in place of the key-1 one,
+    still reports two seeds, not one."""
+    from encoderlab.finetuning import migrate_protocol
+    from encoderlab.hub.card import evaluation_summaries
+    from encoderlab.runs import checkpoint as ckpt
+
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    swept = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0, 1]), out, **quiet)
+    folder = out / swept["tag"] / swept["protocol_key"]
+    folder.rename(folder.parent / migrate_protocol.key(swept["protocol"], 1))  # as key algorithm 1 filed it
+    one = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0]), out, **quiet)
+    assert one["runs_done_this_time"] == 0 and one["tasks"]["task"]["runs"] == 1  # its own grid, printed
+    written = json.loads((folder / "summary.json").read_text())
+    assert written["protocol"]["seeds"] == [0, 1] and written["tasks"]["task"]["runs"] == 2
+    cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out)
+    assert [(c["protocol"], c["tasks"]["task"]["runs"]) for c in cards] == [(swept["protocol_key"], 2)]
