@@ -494,3 +494,36 @@ def test_a_run_of_a_key_1_sweeps_grid_refreshes_that_grids_summary_and_the_card_
     assert written["protocol"]["seeds"] == [0, 1] and written["tasks"]["task"]["runs"] == 2
     cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out)
     assert [(c["protocol"], c["tasks"]["task"]["runs"]) for c in cards] == [(swept["protocol_key"], 2)]
+
+
+def test_the_card_keeps_a_key_1_summary_whose_grid_the_current_keys_does_not_hold(tmp_path, tiny_checkpoint,
+                                                                                   task_yaml):
+    """A sweep of LR 1e-3 filed under key 1, then `finetune` at another LR under key 2: the key-2 summary.json is
+    that one run's, which does not hold the sweep's runs, so the card shows both, each naming its grid, and leaves
+    out a key-1 summary only where the key-2 one holds its grid."""
+    from encoderlab import api
+    from encoderlab.finetuning import migrate_protocol
+    from encoderlab.hub.card import _evaluation_lines, evaluation_summaries
+    from encoderlab.runs import checkpoint as ckpt
+
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    swept = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0, 1]), out, **quiet)
+    folder = out / swept["tag"] / swept["protocol_key"]
+    old = folder.rename(folder.parent / migrate_protocol.key(swept["protocol"], 1))  # as key algorithm 1 filed it
+    summary = json.loads((old / "summary.json").read_text())
+    (old / "summary.json").write_text(json.dumps({**summary, "protocol_key": old.name}))  # as key 1 wrote it
+    file = tmp_path / "protocol.yaml"
+    file.write_text(json.dumps(protocol(lrs=[1e-3], seeds=[0, 1]).model_dump(mode="json")))
+    api.finetune(tiny_checkpoint, task_yaml, lr=3e-3, seed=0, protocol=file, out=out, log=lambda m: None)
+    said = []
+    cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out, said.append)
+    assert sorted((c["protocol"], c["tasks"]["task"]["runs"]) for c in cards) == sorted(
+        [(old.name, 2), (swept["protocol_key"], 1)]) and said == []
+    text = "\n".join(_evaluation_lines(cards))
+    assert f"Protocol `{old.name}`, LRs 0.001 x seeds 0, 1 (" in text
+    assert f"Protocol `{swept['protocol_key']}`, LRs 0.003 x seeds 0 (" in text
+    run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3, 3e-3], seeds=[0, 1]), out, **quiet)
+    cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out, said.append)
+    assert [(c["protocol"], c["tasks"]["task"]["runs"]) for c in cards] == [(swept["protocol_key"], 4)]
+    assert said == [f"left out of the card: {old / 'summary.json'}, filed under an older protocol key; "
+                    f"{swept['protocol_key']}'s summary holds its runs"]
