@@ -136,9 +136,12 @@ def test_a_grown_grid_runs_only_its_new_points_and_finetune_finds_the_sweeps_run
     assert back["runs_done_this_time"] == 0 and back["tasks"]["task"]["runs"] == 1  # seed 1's record not counted
     assert back["tasks"]["task"]["test"] == first["tasks"]["task"]["test"]
     assert json.loads((folder / "summary.json").read_text()) == written
-    other = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[2]), out, **quiet)
-    assert other["runs_done_this_time"] == 1  # a grid that is not part of the held one replaces it
-    assert list(json.loads((folder / "summary.json").read_text())["tasks"]["task"]["test_by_seed"]) == ["2"]
+    one = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[2]), out, **quiet)
+    assert one["runs_done_this_time"] == 1  # one run outside the held grid: the sweep's summary stays
+    assert json.loads((folder / "summary.json").read_text())["protocol"]["seeds"] == [0, 1]
+    other = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[2, 3]), out, **quiet)
+    assert other["runs_done_this_time"] == 1  # a grid of more than one run, not part of the held one, replaces it
+    assert list(json.loads((folder / "summary.json").read_text())["tasks"]["task"]["test_by_seed"]) == ["2", "3"]
 
 
 def test_records_belong_to_the_definition_and_data_of_a_task(tmp_path, tiny_checkpoint, task_yaml):
@@ -472,3 +475,58 @@ def test_a_prepared_task_whose_files_are_gone_is_dropped(tmp_path, tiny_checkpoi
             assert "check_specs" in frames and "_forget_changed" not in frames
             said.append(str(refused.value))
         assert said[0] == said[1] and str(deleted) in said[0]
+
+
+def test_a_run_of_a_key_1_sweeps_grid_refreshes_that_grids_summary_and_the_card_keeps_it(tmp_path, tiny_checkpoint,
+                                                                                         task_yaml):
+    """After upgrading: a sweep of seeds [0, 1] filed under key 1, then `finetune` of its seed 0 (or a sweep of
+    seeds [0]) writes the key-2 folder's first summary.json. It is the key-1 sweep's grid's, with both seeds, as it
+    would be had that sweep been made under key 2, so the card, which shows that summary in place of the key-1 one,
+    still reports two seeds, not one."""
+    from encoderlab.finetuning import migrate_protocol
+    from encoderlab.hub.card import evaluation_summaries
+    from encoderlab.runs import checkpoint as ckpt
+
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    swept = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0, 1]), out, **quiet)
+    folder = out / swept["tag"] / swept["protocol_key"]
+    folder.rename(folder.parent / migrate_protocol.key(swept["protocol"], 1))  # as key algorithm 1 filed it
+    one = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0]), out, **quiet)
+    assert one["runs_done_this_time"] == 0 and one["tasks"]["task"]["runs"] == 1  # its own grid, printed
+    written = json.loads((folder / "summary.json").read_text())
+    assert written["protocol"]["seeds"] == [0, 1] and written["tasks"]["task"]["runs"] == 2
+    cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out)
+    assert [(c["protocol"], c["tasks"]["task"]["runs"]) for c in cards] == [(swept["protocol_key"], 2)]
+
+
+def test_the_card_keeps_a_key_1_summary_whose_grid_the_current_keys_does_not_hold(tmp_path, tiny_checkpoint,
+                                                                                   task_yaml):
+    """A sweep of LR 1e-3 filed under key 1, then `finetune` at another LR under key 2: the key-2 summary.json is
+    that one run's, which does not hold the sweep's runs, so the card shows both, each naming its grid, and leaves
+    out a key-1 summary only where the key-2 one holds its grid."""
+    from encoderlab import api
+    from encoderlab.finetuning import migrate_protocol
+    from encoderlab.hub.card import _evaluation_lines, evaluation_summaries
+    from encoderlab.runs import checkpoint as ckpt
+
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    swept = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0, 1]), out, **quiet)
+    folder = out / swept["tag"] / swept["protocol_key"]
+    old = folder.rename(folder.parent / migrate_protocol.key(swept["protocol"], 1))  # as key algorithm 1 filed it
+    summary = json.loads((old / "summary.json").read_text())
+    (old / "summary.json").write_text(json.dumps({**summary, "protocol_key": old.name}))  # as key 1 wrote it
+    file = tmp_path / "protocol.yaml"
+    file.write_text(json.dumps(protocol(lrs=[1e-3], seeds=[0, 1]).model_dump(mode="json")))
+    api.finetune(tiny_checkpoint, task_yaml, lr=3e-3, seed=0, protocol=file, out=out, log=lambda m: None)
+    said = []
+    cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out, said.append)
+    assert sorted((c["protocol"], c["tasks"]["task"]["runs"]) for c in cards) == sorted(
+        [(old.name, 2), (swept["protocol_key"], 1)]) and said == []
+    text = "\n".join(_evaluation_lines(cards))
+    assert f"Protocol `{old.name}`, LRs 0.001 x seeds 0, 1 (" in text
+    assert f"Protocol `{swept['protocol_key']}`, LRs 0.003 x seeds 0 (" in text
+    run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3, 3e-3], seeds=[0, 1]), out, **quiet)
+    cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out, said.append)
+    assert [(c["protocol"], c["tasks"]["task"]["runs"]) for c in cards] == [(swept["protocol_key"], 4)]
+    assert said == [f"left out of the card: {old / 'summary.json'}, filed under an older protocol key; "
+                    f"{swept['protocol_key']}'s summary holds its runs"]

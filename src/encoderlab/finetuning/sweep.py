@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -387,7 +387,8 @@ class Sweep:
         choice = self.protocol.lr_choice
         file = self.out / self.tag / self.key / "summary.json"
         now = {t.name: t.fingerprint for t in self.tasks}  # this sweep's tasks by their data now, not the newest
-        kept = summary_grid(file, grid)
+        older = [f / "summary.json" for f in records.folders(self.out, self.tag, self.key)[1:]]
+        kept = summary_grid(file, grid, older)
         in_file = found if kept == grid else records.load_all(self.out, self.tag, self.key, self.digest, grid=kept)
         protocol = self.protocol.model_copy(update={"lrs": kept[0], "seeds": kept[1]})
         write_json(file, {**summarize(records.current(in_file, now), choice), **about,
@@ -400,16 +401,34 @@ class Sweep:
                 "summary_file": str(file)}
 
 
-def summary_grid(file: Path, grid: tuple[list, list]) -> tuple[list, list]:
+def summary_grid(file: Path, grid: tuple[list, list], older: Sequence[Path] = ()) -> tuple[list, list]:
     """The grid summary.json is written under: this sweep's, or the larger one it already holds. One protocol's
     grids share a folder (records of each LR and seed are reused by every grid that has them), so a sweep of part
     of an earlier grid (`finetune`'s one run, a seed again) refreshes the earlier grid's summary instead of
-    replacing it with its own fewer runs; any other grid replaces it, as the newest sweep."""
+    replacing it with its own fewer runs, and one run at another LR or seed does not replace it either; any other
+    grid replaces it, as the newest sweep. Before the folder has a
+    summary, the earlier sweeps are those of its key-1 folders (`older`: their summary.json files, one per grid;
+    finetuning/migrate_keys.py): the largest of their grids that holds this one, as if they were made under key 2."""
+    held = _held_grid(file)
+    if held is not None:  # a single run (`finetune`) never replaces a summary of more runs, inside its grid or not
+        return held if _holds(held, grid) or _runs(grid) == 1 < _runs(held) else grid
+    larger = [g for g in map(_held_grid, older) if g is not None and _holds(g, grid)]
+    return max(larger, key=_runs, default=grid)  # of equals, the first by folder name
+
+
+def _held_grid(file: Path) -> tuple[list, list] | None:
+    """The grid of the summary.json `file` (None: none there, or not one this code reads)."""
     try:
         held = json.loads(file.read_text(encoding="utf-8"))["protocol"]
-        theirs = (list(held["lrs"]), list(held["seeds"]))
+        grid = list(held["lrs"]), list(held["seeds"])
     except (OSError, ValueError, TypeError, KeyError):
-        return grid  # none yet, or not one this code wrote: this sweep's grid
-    larger = set(grid[0]) <= set(theirs[0]) and set(grid[1]) <= set(theirs[1])
-    return theirs if larger else grid
+        return None
+    return grid if all(isinstance(v, (int, float)) for v in [*grid[0], *grid[1]]) else None  # what `_holds` sets
 
+
+def _runs(grid: tuple[list, list]) -> int:
+    return len(grid[0]) * len(grid[1])
+
+
+def _holds(larger: tuple[list, list], grid: tuple[list, list]) -> bool:
+    return set(grid[0]) <= set(larger[0]) and set(grid[1]) <= set(larger[1])

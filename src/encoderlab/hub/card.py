@@ -155,8 +155,18 @@ def evaluation_summaries(path: Path, given: Path | None,
         # (steps, LRs) are two entries that must not read as one protocol's conflicting scores
         key = summary.get("protocol_key") or (summary.get("protocol") or {}).get("name") or file.parent.name
         found.append({"path": str(file), "protocol": key, "tasks": summary["tasks"],
+                      "grid": grid_of(summary.get("protocol")),
                       "current_key": current_key(summary.get("protocol"), file)})
     return _without_superseded(found, log)
+
+
+def grid_of(protocol) -> tuple[list, list] | None:
+    """A summary's (lrs, seeds), which its key no longer says (key algorithm 2); None where it names none."""
+    try:
+        grid = list(protocol["lrs"]), list(protocol["seeds"])
+    except (TypeError, KeyError):
+        return None
+    return grid if all(isinstance(v, (int, float)) for v in [*grid[0], *grid[1]]) else None
 
 
 def current_key(protocol, where: Path) -> str | None:
@@ -171,17 +181,22 @@ def current_key(protocol, where: Path) -> str | None:
 
 def _without_superseded(found: list[dict], log: Callable[[str], None]) -> list[dict]:
     """The summaries less those an earlier key algorithm filed apart whose protocol's folder under the current key
-    has a summary too: it counts their records with its own (finetuning/migrate_keys.py), so the card would show one
-    protocol twice."""
-    filed = {Path(f["path"]).parent.name for f in found}  # a summary's folder is the key it was filed under
+    has a summary of a grid holding theirs: it counts their records with its own (finetuning/migrate_keys.py), so
+    the card would show one protocol's runs twice. One of another grid (a `finetune` at another LR wrote it) does
+    not report theirs, and they stay, each entry naming its grid."""
+    grids = {Path(f["path"]).parent.name: f["grid"] for f in found}  # a summary's folder is the key it was filed under
     out = []
     for f in found:
         key = f.pop("current_key")
-        if key is not None and key != Path(f["path"]).parent.name and key in filed:
+        if key is not None and key != Path(f["path"]).parent.name and _holds(grids.get(key), f["grid"]):
             log(f"left out of the card: {f['path']}, filed under an older protocol key; {key}'s summary holds its runs")
             continue
         out.append(f)
     return out
+
+
+def _holds(larger: tuple[list, list] | None, grid: tuple[list, list] | None) -> bool:
+    return larger is not None and grid is not None and set(grid[0]) <= set(larger[0]) and set(grid[1]) <= set(larger[1])
 
 
 def _training_lines(info: dict) -> list[str]:
@@ -209,11 +224,11 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
         return ["Not evaluated."]
     lines = []
     for e in evaluations:
-        lines += [f"Protocol `{e['protocol']}` (`{e['path']}`): test score at the learning rate chosen on validation, "
-                  "mean over seeds with a 95% confidence interval, beside the task's strongest baseline (the best of "
-                  "its family's: majority class and TF-IDF + logistic regression, all \"O\", first span and always "
-                  "abstaining, random and BM25 rankings); \"-\": an evaluation from before that baseline was "
-                  "recorded.", "",
+        lines += [f"Protocol `{e['protocol']}`{_grid_text(e.get('grid'))} (`{e['path']}`): test score at the "
+                  "learning rate chosen on validation, mean over seeds with a 95% confidence interval, beside the "
+                  "task's strongest baseline (the best of its family's: majority class and TF-IDF + logistic "
+                  "regression, all \"O\", first span and always abstaining, random and BM25 rankings); \"-\": an "
+                  "evaluation from before that baseline was recorded.", "",
                   "| task | family | metric | test | 95% CI | best LR | seeds | test examples | strongest baseline | "
                   "vs baseline |", "|---|---|---|---|---|---|---|---|---|---|"]
         for name, t in e["tasks"].items():
@@ -226,6 +241,13 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
         lines += ["", *definition_lines(t.get("metric") for t in e["tasks"].values())]
         lines.append("")
     return lines
+
+
+def _grid_text(grid: tuple[list, list] | None) -> str:
+    """`, LRs 0.001, 0.003 x seeds 0, 1`: the runs an entry counts, which its key does not say (key algorithm 2)."""
+    if not grid:
+        return ""
+    return f", LRs {', '.join(f'{lr:g}' for lr in grid[0])} x seeds {', '.join(str(s) for s in grid[1])}"
 
 
 def definition_lines(metrics) -> list[str]:
