@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import tempfile
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -74,9 +75,12 @@ def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:
 
 def _python_scalar(value: object) -> object:
     """A numpy number or boolean as the Python one it holds (a notebook's `np.arange` gives them; strict checking
-    would refuse `batch_size=np.int64(32)`); anything else as it is."""
+    would refuse `batch_size=np.int64(32)`), any other os.PathLike of a text path (`zipfile.Path`, a library's
+    path class) as a Path; anything else as it is."""
     if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         return value.item()
+    if isinstance(value, os.PathLike) and not isinstance(value, Path) and isinstance(os.fspath(value), str):
+        return Path(os.fspath(value))
     return value
 
 

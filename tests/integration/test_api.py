@@ -271,3 +271,18 @@ def test_numpy_numbers_and_one_task_are_taken_as_documented(enc, checkpoint):
         with pytest.raises(EncoderlabError) as many:
             encoderlab.sweep(checkpoint, listed, log=lambda m: None)
         assert str(one.value) == str(many.value) and "none.yaml" in str(one.value)
+
+
+def test_a_path_like_object_is_a_path(checkpoint):
+    """Any os.PathLike of a text path is taken as the path it names (strict checking refused all but str and
+    Path); one of bytes is not."""
+    class Located:
+        def __init__(self, path):
+            self.path = path
+
+        def __fspath__(self):
+            return self.path
+
+    assert encoderlab.load(Located(str(checkpoint))).config == encoderlab.load(checkpoint).config
+    with pytest.raises(EncoderlabError, match="argument"):
+        encoderlab.load(Located(str(checkpoint).encode()))
