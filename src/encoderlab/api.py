@@ -271,7 +271,7 @@ def export(checkpoint: PathLike, out: PathLike, *, kind: str | None = None, atte
     from encoderlab.hub.exporter import export_checkpoint
 
     return export_checkpoint(checkpoint, Path(out), kind, attention=attention,
-                             evaluation=Path(evaluation) if evaluation else None, force=force, log=log, named="{}=")
+                             evaluation=Path(evaluation) if evaluation else None, force=force, log=log)
 
 
 @checked
@@ -375,7 +375,7 @@ class Encoder:
             raise EncoderlabError(f"to_transformers: kind={kind!r} is not a transformers model of this checkpoint; "
                                   f"choose {', '.join(CLASSES)} (a sentence-transformers model: export(..., "
                                   "kind='sentence-transformers') and load the folder with SentenceTransformer)")
-        check_request(kind, attention, named="{}=")
+        check_request(kind, attention)
         info = training_info(self.path, ckpt.load_state(self.path))
         target = export_target(kind, attention, self.config, info)
         tok = TextTokenizer(**{**vars(self.tokenizer), "tokenizer": type(self.tokenizer.tokenizer).from_str(

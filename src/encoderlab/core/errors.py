@@ -37,14 +37,6 @@ def option_name(name: str) -> str:
     return f"--{name}" if CALLER.get() == "cli" else API_NAMES.get(name, name.replace("-", "_"))
 
 
-def given(named: str, name: str, value: str, *, quote: bool = False) -> str:
-    """An option and its value for a check its caller tells how to name them (`named`: "--{} " on the command line,
-    "{}=" in Python; hub/exporter.py `check_request`): `--as llama` (`quote`: `--as 'gpt'`), or `kind='llama'`."""
-    if named.startswith("--"):
-        return named.format(name) + (repr(value) if quote else value)
-    return named.format(API_NAMES.get(name, name)) + repr(value)
-
-
 def argument(name: str, value: object) -> str:
     """A positional argument in a message, as the caller gives it: `MODEL path` on the command line (its usage line's
     name), `model='path'` from the Python API."""

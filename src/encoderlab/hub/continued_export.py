@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.core.errors import EncoderlabError, given
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import atomic_dir
 from encoderlab.data.tokenizer import load_tokenizer
 from encoderlab.hub import sentence
@@ -23,10 +23,10 @@ KINDS = ("masked-lm", "model", sentence.KIND)
 
 
 def export_continued(path: Path, out: Path, kind: str | None, *, force: bool = False,
-                     log: Callable[[str], None] = lambda message: None, named: str = "--{} ") -> dict:
+                     log: Callable[[str], None] = lambda message: None) -> dict:
     kind = kind or "masked-lm"
     if kind not in KINDS:
-        raise EncoderlabError(f"{given(named, 'as', kind, quote=True)}: {path} is a continued transformers model; it "
+        raise EncoderlabError(f"{option('as', kind, quote=True)}: {path} is a continued transformers model; it "
                               "exports as masked-lm (its own *ForMaskedLM class), model (the body, AutoModel) or "
                               "sentence-transformers")
     started = time.perf_counter()

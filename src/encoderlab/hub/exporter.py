@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tokenizers.processors import TemplateProcessing
 
-from encoderlab.core.errors import EncoderlabError, given
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import atomic_dir
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.hub import sentence
@@ -67,19 +67,19 @@ def own_family(cfg, info: dict) -> str:
     return "eurobert" if refusal(cfg, "eurobert") is None else family(cfg)
 
 
-def check_request(kind: str, attention: str | None, named: str = "--{} ") -> None:
+def check_request(kind: str, attention: str | None) -> None:
     """Refuse an export format or attention that does not exist, or a causal attention for an encoder format; the
-    two are named as the caller's user gives them: `named` "--{} " (`--as`, `--attention`) or "{}=" in Python."""
+    two are named as the caller's user gives them (`--as`, `--attention`; `kind=`, `attention=` in Python)."""
     if kind not in KINDS:
-        raise EncoderlabError(f"{given(named, 'as', kind, quote=True)} is not an export format; choose llama, "
+        raise EncoderlabError(f"{option('as', kind, quote=True)} is not an export format; choose llama, "
                               "mistral, qwen2, qwen3 (the family's encoder or causal LM), eurobert (bidirectional, "
                               "fill-mask) or sentence-transformers (embeddings)")
     if attention not in (None, *ATTENTIONS):
-        raise EncoderlabError(f"{given(named, 'attention', attention, quote=True)}: choose bidirectional or causal (or "
+        raise EncoderlabError(f"{option('attention', attention, quote=True)}: choose bidirectional or causal (or "
                               "leave it out: causal for a checkpoint last trained with clm, else bidirectional)")
     if kind in ("eurobert", sentence.KIND) and attention == "causal":
-        raise EncoderlabError(f"{given(named, 'attention', 'causal')}: {given(named, 'as', kind)} is a bidirectional "
-                              f"encoder; a causal export is {given(named, 'as', 'llama')}, mistral, qwen2 or qwen3")
+        raise EncoderlabError(f"{option('attention', 'causal')}: {option('as', kind)} is a bidirectional "
+                              f"encoder; a causal export is {option('as', 'llama')}, mistral, qwen2 or qwen3")
 
 
 def export_target(kind: str, attention: str | None, cfg, info: dict) -> Target:
@@ -140,9 +140,8 @@ def hf_model(model, cfg, target: Target):
 
 def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, attention: str | None = None,
                       evaluation: Path | None = None, force: bool = False,
-                      log: Callable[[str], None] = lambda message: None, named: str = "--{} ") -> dict:
-    """Write the transformers folder `out` from a checkpoint (or a run folder's latest checkpoint). `named`: how the
-    caller's user names `kind` and `attention` (`check_request`)."""
+                      log: Callable[[str], None] = lambda message: None) -> dict:
+    """Write the transformers folder `out` from a checkpoint (or a run folder's latest checkpoint)."""
     from encoderlab.hub.continued_export import export_continued
     from encoderlab.runs.encoders import is_continued
     from encoderlab.runs import checkpoint as ckpt
@@ -150,11 +149,11 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, at
     path = ckpt.resolve(checkpoint)
     if is_continued(path):
         if attention == "causal":
-            raise EncoderlabError(f"{given(named, 'attention', 'causal')}: {path} is a continued masked-LM model, "
+            raise EncoderlabError(f"{option('attention', 'causal')}: {path} is a continued masked-LM model, "
                                   "which attends both ways")
-        return export_continued(path, out, kind, force=force, log=log, named=named)
+        return export_continued(path, out, kind, force=force, log=log)
     kind = kind or "eurobert"
-    check_request(kind, attention, named)
+    check_request(kind, attention)
     started = time.perf_counter()
     model, cfg, tok = ckpt.load_model(path)
     info = training_info(path, ckpt.load_state(path))
