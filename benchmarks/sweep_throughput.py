@@ -29,7 +29,8 @@ import torch
 from encoderlab.core.config import load_yaml
 from encoderlab.core.process import keep_freed_memory, keep_freed_memory_env
 from encoderlab.finetuning.protocol import Protocol
-from encoderlab.finetuning.sweep import prepare_tasks, run_sweep
+from encoderlab.finetuning.sweep import run_sweep
+from encoderlab.finetuning.task_prep import prepare_tasks
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.tasks.base import EvalTask

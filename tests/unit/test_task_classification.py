@@ -327,7 +327,7 @@ def test_train_classes_never_evaluated_are_noted(tmp_path):
 
 def test_the_sweep_says_a_task_files_classes_and_its_notes(tmp_path, tok):
     from encoderlab.finetuning.protocol import Protocol
-    from encoderlab.finetuning.sweep import prepare_tasks
+    from encoderlab.finetuning.task_prep import prepare_tasks
 
     (tmp_path / "train.csv").write_text("t,y\n" + "".join(f"{w},{c}\n" for w, c in zip(WORDS, "abcd" * 9)))
     (tmp_path / "dev.csv").write_text("t,y\ncat,a\ndog,b\n")

@@ -11,7 +11,7 @@ from test_tokens_authors import hand_tokenizer
 
 from encoderlab.finetuning import batched
 from encoderlab.finetuning.protocol import Protocol
-from encoderlab.finetuning.sweep import prepare_tasks
+from encoderlab.finetuning.task_prep import prepare_tasks
 from encoderlab.finetuning.training import finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import Transformer

@@ -8,9 +8,8 @@ LRs (of the per-LR mean test score).
 """
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -32,6 +31,8 @@ from encoderlab.finetuning.memory import check_memory
 from encoderlab.finetuning.model_saving import ModelSaver, check_saver, check_tasks, save_chosen, save_run
 from encoderlab.finetuning.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.finetuning.protocol import Protocol
+from encoderlab.finetuning.summary_file import summary_grid
+from encoderlab.finetuning.task_prep import prepare_tasks
 from encoderlab.finetuning.sweep_checks import check_execution, check_lengths, check_owner, check_specs
 from encoderlab.finetuning.shared_training import (
     Unit,
@@ -39,7 +40,7 @@ from encoderlab.finetuning.shared_training import (
     trained_by,
     training_units,
 )
-from encoderlab.finetuning.training import backbone_state, finetune, planned_steps
+from encoderlab.finetuning.training import backbone_state, finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
@@ -55,46 +56,6 @@ from encoderlab.runs.logging import Progress, Wandb, require_wandb
 from encoderlab.runs.optim import default_device
 from encoderlab.tasks import baselines
 from encoderlab.tasks.base import EvalTask
-from encoderlab.tasks.build import build_tasks
-
-
-def prepare_tasks(specs: list[str], tokenizer, protocol: Protocol, *, cache_dir: Path | None,
-                  log: Callable[[str], None]) -> list[EvalTask]:
-    """Every task built whole (tasks/build.py: all loaded before any is prepared), each said as it is ready."""
-    def said(task: EvalTask, seconds: float) -> None:
-        own = protocol.for_task(task.name)
-        what = f" over {task.scheme} tags" if task.scheme else ""
-        what += f", {len(task.labels)} classes" if task.family == "classification" and task.labels else ""
-        log(f"{task.name} ({task.family}, {task.metric}{what}): {task.num_train_examples():,} {task.train_unit}, "
-            f"{planned_steps(task, own)} steps per run, prepared in {seconds:.1f}s; "
-            f"cut at {own.length_for(task.family)} tokens: {truncation(task)}{answers_lost(task)}{halved(task)}; "
-            "baselines on test: "
-            + ", ".join(f"{baselines.LABELS[b]} {s['score']:.2f}" for b, s in task.baseline_scores["test"].items()))
-        for note in task.notes:
-            log(note)
-
-    return build_tasks(specs, protocol, tokenizer, cache_dir=cache_dir, each=said)
-
-
-def answers_lost(task: EvalTask) -> str:
-    if (lost := task.answers_lost()) is None:
-        return ""
-    return "; answers cut off (labelled no answer): " + ", ".join(f"{n:,} of {s}" for s, n in lost.items())
-
-
-def halved(task: EvalTask) -> str:
-    """Retrieval with one evaluation split (tasks/retrieval_loaders.py evaluation_splits): where validation and test
-    came from."""
-    note = task.data_split
-    if not note:
-        return ""
-    return (f"; validation and test: {note['validation']} ({note['queries']['validation']:,}) and the other half "
-            f"({note['queries']['test']:,}), seed {note['seed']}")
-
-
-def truncation(task: EvalTask) -> str:
-    """`12 of train, 0 of validation, 3 of test examples`: what prepare() cut at max_length, said, never silent."""
-    return ", ".join(f"{n:,} of {part}" for part, n in task.truncated.items()) + f" {task.truncation_unit}"
 
 
 def _forget_changed(prepared: dict[str, EvalTask]) -> None:
@@ -381,7 +342,8 @@ class Sweep:
         recorded for this checkpoint and protocol (the newest version of each) under this sweep's grid, so that a
         sweep of some tasks does not drop the others from it."""
         grid = (self.protocol.lrs, self.protocol.seeds)
-        found = records.load_all(self.out, self.tag, self.key, self.digest, grid=grid)
+        every = records.load_all(self.out, self.tag, self.key, self.digest)  # of every grid: read once for both
+        found = records.in_grid(every, grid)
         ours = {(t.name, t.fingerprint) for t in self.tasks}
         about = self.about()
         choice = self.protocol.lr_choice
@@ -389,9 +351,8 @@ class Sweep:
         now = {t.name: t.fingerprint for t in self.tasks}  # this sweep's tasks by their data now, not the newest
         older = [f / "summary.json" for f in records.folders(self.out, self.tag, self.key)[1:]]
         kept = summary_grid(file, grid, older)
-        in_file = found if kept == grid else records.load_all(self.out, self.tag, self.key, self.digest, grid=kept)
         protocol = self.protocol.model_copy(update={"lrs": kept[0], "seeds": kept[1]})
-        write_json(file, {**summarize(records.current(in_file, now), choice), **about,
+        write_json(file, {**summarize(records.current(records.in_grid(every, kept), now), choice), **about,
                           "protocol": protocol.model_dump(mode="json")})
         summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours], choice)
         if self.tracker is not None:
@@ -400,35 +361,3 @@ class Sweep:
         return {**summary, **about, "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1),
                 "summary_file": str(file)}
 
-
-def summary_grid(file: Path, grid: tuple[list, list], older: Sequence[Path] = ()) -> tuple[list, list]:
-    """The grid summary.json is written under: this sweep's, or the larger one it already holds. One protocol's
-    grids share a folder (records of each LR and seed are reused by every grid that has them), so a sweep of part
-    of an earlier grid (`finetune`'s one run, a seed again) refreshes the earlier grid's summary instead of
-    replacing it with its own fewer runs, and one run at another LR or seed does not replace it either; any other
-    grid replaces it, as the newest sweep. Before the folder has a
-    summary, the earlier sweeps are those of its key-1 folders (`older`: their summary.json files, one per grid;
-    finetuning/migrate_keys.py): the largest of their grids that holds this one, as if they were made under key 2."""
-    held = _held_grid(file)
-    if held is not None:  # a single run (`finetune`) never replaces a summary of more runs, inside its grid or not
-        return held if _holds(held, grid) or _runs(grid) == 1 < _runs(held) else grid
-    larger = [g for g in map(_held_grid, older) if g is not None and _holds(g, grid)]
-    return max(larger, key=_runs, default=grid)  # of equals, the first by folder name
-
-
-def _held_grid(file: Path) -> tuple[list, list] | None:
-    """The grid of the summary.json `file` (None: none there, or not one this code reads)."""
-    try:
-        held = json.loads(file.read_text(encoding="utf-8"))["protocol"]
-        grid = list(held["lrs"]), list(held["seeds"])
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-    return grid if all(isinstance(v, (int, float)) for v in [*grid[0], *grid[1]]) else None  # what `_holds` sets
-
-
-def _runs(grid: tuple[list, list]) -> int:
-    return len(grid[0]) * len(grid[1])
-
-
-def _holds(larger: tuple[list, list], grid: tuple[list, list]) -> bool:
-    return set(grid[0]) <= set(larger[0]) and set(grid[1]) <= set(larger[1])
