@@ -137,9 +137,9 @@ def test_finetune_and_sweep_save_models_as_their_commands_do(checkpoint, classif
 def test_override_values_may_be_paths_and_numpy_numbers():
     import numpy as np
 
-    from encoderlab.api import _overrides
+    from encoderlab.core.arguments import set_strings
 
-    assert _overrides({"data.path": Path("/d/p"), "train.steps": np.int64(3), "optim.betas": (0.9, 0.95)}) == [
+    assert set_strings({"data.path": Path("/d/p"), "train.steps": np.int64(3), "optim.betas": (0.9, 0.95)}) == [
         'data.path="/d/p"', "train.steps=3", "optim.betas=[0.9, 0.95]"]
 
 

@@ -1,0 +1,130 @@
+"""The Python API's arguments (encoderlab/api.py): their types as the functions annotate them, and `checked`, which
+holds every call to its annotations strictly and says a wrong argument as the command line says a wrong option: one
+`EncoderlabError` naming the function, the argument and what it takes."""
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, ValidationError, validate_call
+
+from encoderlab.core.config import booleans_in
+from encoderlab.core.errors import CALLER, EncoderlabError
+
+Log = Callable[[str], None]
+Overrides = Sequence[str] | Mapping[str, object]
+PathLike = str | Path
+Positive = Annotated[int, Field(ge=1)]
+
+
+def checked(fn):
+    """Arguments checked against `fn`'s annotations before it runs: a wrong type or value is one `EncoderlabError`
+    naming the argument and what it takes, as the command line refuses a bad option. Strictly: pydantic's lax mode
+    would read `resume="yes"` as True, `b"path"` as "path" and `lr="1e-3"` as 0.001, guesses a caller never sees."""
+    validated = validate_call(config=ConfigDict(arbitrary_types_allowed=True, strict=True))(fn)
+    params = list(inspect.signature(fn).parameters.values())
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        args, kwargs = tuple(map(_python_scalar, args)), {k: _python_scalar(v) for k, v in kwargs.items()}
+        refuse_booleans_for_numbers(fn, args, kwargs)
+        caller = CALLER.set("api")  # a refusal names `force=True`, not `--force` (core/errors.py `option`)
+        try:
+            return validated(*args, **kwargs)
+        except ValidationError as exc:
+            if exc.title not in (fn.__name__, fn.__qualname__):  # raised inside the function, not by its arguments
+                raise
+            raise EncoderlabError(_argument_problem(fn, params, exc.errors(), args, kwargs)) from None
+        finally:
+            CALLER.reset(caller)
+    return call
+
+
+def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:
+    """pydantic reads True as 1 where a number goes (`seed=True` would train seed 1): refused, naming the argument.
+    The annotations are read only for a call that has a boolean (`embed` is called once a batch)."""
+    if not any(isinstance(value, bool) for value in (*args, *kwargs.values())):
+        return
+    hints = typing.get_type_hints(fn, include_extras=True)
+    try:
+        given = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+    except TypeError:  # arguments that fit no call: pydantic's check names them
+        return
+    for name, value in given.items():
+        if isinstance(value, bool) and name in hints and booleans_in(hints[name], value, [name]):
+            raise EncoderlabError(f"{fn.__qualname__}: argument {name}={value}: takes a number, not a boolean")
+
+
+def _python_scalar(value: object) -> object:
+    """A numpy number or boolean as the Python one it holds (a notebook's `np.arange` gives them; strict checking
+    would refuse `batch_size=np.int64(32)`), any other os.PathLike of a text path (`zipfile.Path`, a library's
+    path class) as a Path; anything else as it is."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, os.PathLike) and not isinstance(value, Path) and isinstance(os.fspath(value), str):
+        return Path(os.fspath(value))
+    return value
+
+
+# How a type alias of this module reads in an error message (longest first: each replaces its text in turn)
+READABLE = {"Sequence[str] | str": "a text or a list of texts",
+            "Sequence[PathLike] | PathLike": "a task or a list of tasks (names or paths)",
+            "PathLike | Mapping": "a path (str or Path) or a mapping", "PathLike": "a path (str or Path)",
+            "Overrides": "a mapping or a list of 'key=value' strings",
+            "Positive | str": "a whole number, 1 or more, or 'auto'", "Positive": "a whole number, 1 or more",
+            " | None": " or None"}
+# What pydantic's strict check of one plain type says, as an error line says it
+STRICT = {"bool_type": "takes True or False", "int_type": "takes a whole number", "float_type": "takes a number",
+          "string_type": "takes a text"}
+
+
+def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: tuple, kwargs: dict) -> str:
+    """'sweep: argument tasks=None: takes a list of paths ...' from pydantic's errors about one call."""
+    where = errors[0]["loc"][0]
+    unknown = [e["loc"][0] for e in errors if e["type"] == "unexpected_keyword_argument"]
+    if unknown:
+        takes = ", ".join(p.name for p in params if p.name != "self")
+        given = ", ".join(f"{name}={kwargs.get(name)!r:.40}" for name in unknown)
+        return f"{fn.__qualname__}: unexpected argument{'s' * (len(unknown) > 1)} {given}: it takes {takes}"
+    if errors[0]["type"] == "unexpected_positional_argument":
+        shown = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        return f"{fn.__qualname__}: takes {shown} positional argument{'s' * (shown != 1)}, {len(args)} given"
+    param = params[where] if isinstance(where, int) else next(p for p in params if p.name == where)
+    given = args[where] if isinstance(where, int) else kwargs.get(where)
+    wants = str(param.annotation)
+    for alias, text in READABLE.items():
+        wants = wants.replace(alias, text)
+    one = errors[0]
+    wants = (STRICT.get(one["type"]) or one["msg"].lower()) if len(errors) == 1 else f"takes {wants}"
+    return f"{fn.__qualname__}: argument {param.name}={given!r:.80}: {wants}"
+
+
+def _plain(value: object) -> object:
+    """A value as YAML reads it: paths as text, numpy scalars as numbers, tuples as lists."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value.item() if hasattr(value, "item") and callable(value.item) else value
+
+
+def set_strings(given: Overrides) -> list[str]:
+    """`{"train.steps": 100}` or `["train.steps=100"]` -> the `--set` strings (values as JSON, which YAML reads)."""
+    if not isinstance(given, Mapping):
+        return list(given)
+    sets = []
+    for key, value in given.items():
+        try:
+            sets.append(f"{key}={json.dumps(_plain(value))}")
+        except (TypeError, ValueError):
+            raise EncoderlabError(f"overrides[{key!r}]: {type(value).__name__} is not a config value (give text, "
+                                  "numbers, booleans, lists or mappings)") from None
+    return sets
