@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from encoderlab.cli.commands import _after_prepare
+from encoderlab.cli.data import _after_prepare
 from encoderlab.core.io import CONFIGS
 
 
