@@ -20,6 +20,7 @@ from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.aggregate import ci_text
+from encoderlab.finetuning.summary_file import grid_of, holds
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs.encoders import is_transformers_folder
@@ -160,15 +161,6 @@ def evaluation_summaries(path: Path, given: Path | None,
     return _without_superseded(found, log)
 
 
-def grid_of(protocol) -> tuple[list, list] | None:
-    """A summary's (lrs, seeds), which its key no longer says (key algorithm 2); None where it names none."""
-    try:
-        grid = list(protocol["lrs"]), list(protocol["seeds"])
-    except (TypeError, KeyError):
-        return None
-    return grid if all(isinstance(v, (int, float)) for v in [*grid[0], *grid[1]]) else None
-
-
 def current_key(protocol, where: Path) -> str | None:
     """The protocol key this code files a stored protocol's records under (None where it cannot tell)."""
     from encoderlab.finetuning import migrate_protocol
@@ -188,15 +180,12 @@ def _without_superseded(found: list[dict], log: Callable[[str], None]) -> list[d
     out = []
     for f in found:
         key = f.pop("current_key")
-        if key is not None and key != Path(f["path"]).parent.name and _holds(grids.get(key), f["grid"]):
+        if key is not None and key != Path(f["path"]).parent.name and holds(grids.get(key), f["grid"]):
             log(f"left out of the card: {f['path']}, filed under an older protocol key; {key}'s summary holds its runs")
             continue
         out.append(f)
     return out
 
-
-def _holds(larger: tuple[list, list] | None, grid: tuple[list, list] | None) -> bool:
-    return larger is not None and grid is not None and set(grid[0]) <= set(larger[0]) and set(grid[1]) <= set(larger[1])
 
 
 def _training_lines(info: dict) -> list[str]:

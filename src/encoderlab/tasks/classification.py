@@ -287,23 +287,21 @@ NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 PLUS_NUMBER = re.compile(r"\+(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")  # "+1": a CSV's +1/-1 labels (JSON has no "+")
 
 
-def label_name(v: Any) -> str:
-    """A label as a class name: JSON null and blanks are empty; 1, 1.0, "1", "1.0" and "+1" the same class (a JSON
-    writer may give one column's numbers as 1 on some rows and 1.0 on others, a CSV writer "1" and "1.0", or +1/-1),
-    so that a CSV and a JSONL file of the same rows make the same classes."""
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    name = "" if v is None else str(v).strip()
-    name = name[1:] if PLUS_NUMBER.fullmatch(name) else name  # "+1" is 1, as "1.0" is
-    return str(int(m[1])) if (m := INTEGER_DECIMAL.fullmatch(name)) else name
-
-
 def label_name_before(v: Any) -> str:
     """A label's class name as encoderlab first read it (only JSON's 1.0 was 1): what tells whether a task file's
     records were made under the current classes (tasks/families/classification.py `label_reading`)."""
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return "" if v is None else str(v).strip()
+
+
+def label_name(v: Any) -> str:
+    """A label as a class name: JSON null and blanks are empty; 1, 1.0, "1", "1.0" and "+1" the same class (a JSON
+    writer may give one column's numbers as 1 on some rows and 1.0 on others, a CSV writer "1" and "1.0", or +1/-1),
+    so that a CSV and a JSONL file of the same rows make the same classes."""
+    name = label_name_before(v)
+    name = name[1:] if PLUS_NUMBER.fullmatch(name) else name  # "+1" is 1, as "1.0" is
+    return str(int(m[1])) if (m := INTEGER_DECIMAL.fullmatch(name)) else name
 
 
 def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],
@@ -353,14 +351,14 @@ def load_user_classification(train: str, validation: str, test: str | None, text
 def _class_names(rows: list[dict], label_column: str, file: str) -> list[str]:
     """The distinct labels of train, sorted (numerically when all are integers). A column of numbers and names
     both is refused: it is almost always the wrong column, or a row whose fields shifted."""
+    labels = [label_name(row[label_column]) for row in rows]
     first: dict[bool, str] = {}  # is a number -> where the first such label is
-    for i, row in enumerate(rows):
-        label = label_name(row[label_column])
+    for i, label in enumerate(labels):
         first.setdefault(bool(NUMBER.fullmatch(label)), f"row {i + 1}: {label!r}")
         if len(first) == 2:
             raise DataError(f"{file}: column {label_column!r} mixes numbers and names as labels ({first[True]}; "
                             f"{first[False]}): is it the label column, or is a row corrupt? Labels are all numbers "
                             "or all names")
-    values = {label_name(r[label_column]) for r in rows}
+    values = set(labels)
     numeric = all(re.fullmatch(r"-?\d+", v) for v in values)
     return sorted(values, key=(lambda v: (int(v), v)) if numeric else None)
