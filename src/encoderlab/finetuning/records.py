@@ -92,11 +92,11 @@ class Found(NamedTuple):
 
 
 def find(root: Path, tag: str, key: str, task: str, fingerprint: str, lr: float, seed: int, weights: str | None,
-         files: dict[str, str] | None = None) -> Found:
-    """The record of one run (`usable`, for `weights` and `files`) in any folder of `key` (`folders`); of several,
-    the one migrate_keys.py `choose`s."""
+         files: dict[str, str] | None = None, places: list[Path] | None = None) -> Found:
+    """The record of one run (`usable`, for `weights` and `files`) in any folder of `key` (`folders`, or `places`
+    where the caller has listed them for many runs); of several, the one migrate_keys.py `choose`s."""
     found, unused = [], []
-    for folder in folders(root, tag, key):
+    for folder in places if places is not None else folders(root, tag, key):
         path = folder / task / fingerprint / f"lr{lr:g}-seed{seed}.json"
         record, why = usable(path, weights, files)
         if record is not None:
@@ -250,7 +250,7 @@ def _scan_key(root: Path, tag: str, key: str, weights: str | None, grid: Grid | 
             unused += [f"{p}: is not a record of a run (lr<LR>-seed<SEED>.json)"
                        for f in places if (p := f / task / fingerprint / name).exists()]
         elif grid is None or in_grid([{"lr": run[0], "seed": run[1]}], grid):  # not another grid's run
-            one = find(root, tag, key, task, fingerprint, *run, weights)
+            one = find(root, tag, key, task, fingerprint, *run, weights, places=places)
             found += [one.record] if one.record is not None else []
             unused += one.unused + one.differing
     return found, unused
