@@ -16,8 +16,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import shlex
 import os
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
