@@ -131,14 +131,15 @@ def test_a_grown_grid_runs_only_its_new_points_and_finetune_finds_the_sweeps_run
     assert one["protocol_key"] == grown["protocol_key"] and one["runs_done_this_time"] == 0
     assert one["tasks"]["task"]["test"] == round(task["test_by_seed"][1], 3)  # the sweep's run, rounded as a mean
     written = json.loads((folder / "summary.json").read_text())
-    assert list(written["tasks"]["task"]["test_by_seed"]) == ["0", "1"] and written["protocol"]["seeds"] == [0, 1]
+    assert list(written["tasks"]["task"]["test_by_seed"]) == ["0", "1"]
+    assert written["tasks"]["task"]["grid"]["seeds"] == [0, 1] and written["protocol"]["seeds"] == [1]  # the run's
     back = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0]), out, **quiet)
     assert back["runs_done_this_time"] == 0 and back["tasks"]["task"]["runs"] == 1  # seed 1's record not counted
     assert back["tasks"]["task"]["test"] == first["tasks"]["task"]["test"]
-    assert json.loads((folder / "summary.json").read_text()) == written
+    assert json.loads((folder / "summary.json").read_text())["tasks"] == written["tasks"]
     one = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[2]), out, **quiet)
     assert one["runs_done_this_time"] == 1  # one run outside the held grid: the sweep's summary stays
-    assert json.loads((folder / "summary.json").read_text())["protocol"]["seeds"] == [0, 1]
+    assert json.loads((folder / "summary.json").read_text())["tasks"]["task"]["grid"]["seeds"] == [0, 1]
     other = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[2, 3]), out, **quiet)
     assert other["runs_done_this_time"] == 1  # a grid of more than one run, not part of the held one, replaces it
     assert list(json.loads((folder / "summary.json").read_text())["tasks"]["task"]["test_by_seed"]) == ["2", "3"]
@@ -490,11 +491,15 @@ def test_a_run_of_a_key_1_sweeps_grid_refreshes_that_grids_summary_and_the_card_
     out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
     swept = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0, 1]), out, **quiet)
     folder = out / swept["tag"] / swept["protocol_key"]
-    folder.rename(folder.parent / migrate_protocol.key(swept["protocol"], 1))  # as key algorithm 1 filed it
+    old = folder.rename(folder.parent / migrate_protocol.key(swept["protocol"], 1))  # as key algorithm 1 filed it
+    summary = json.loads((old / "summary.json").read_text())
+    for entry in summary["tasks"].values():
+        entry.pop("grid")  # as key 1's encoderlab wrote it: its protocol's grid is every task's
+    (old / "summary.json").write_text(json.dumps(summary))
     one = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3], seeds=[0]), out, **quiet)
     assert one["runs_done_this_time"] == 0 and one["tasks"]["task"]["runs"] == 1  # its own grid, printed
     written = json.loads((folder / "summary.json").read_text())
-    assert written["protocol"]["seeds"] == [0, 1] and written["tasks"]["task"]["runs"] == 2
+    assert written["tasks"]["task"]["grid"]["seeds"] == [0, 1] and written["tasks"]["task"]["runs"] == 2
     cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out)
     assert [(c["protocol"], c["tasks"]["task"]["runs"]) for c in cards] == [(swept["protocol_key"], 2)]
 
@@ -530,3 +535,80 @@ def test_the_card_keeps_a_key_1_summary_whose_grid_the_current_keys_does_not_hol
     assert [(c["protocol"], c["tasks"]["task"]["runs"]) for c in cards] == [(swept["protocol_key"], 4)]
     assert said == [f"left out of the card: {old / 'summary.json'}, filed under an older protocol key; "
                     f"{swept['protocol_key']}'s summary holds its runs"]
+
+
+def _grid(seeds: list[int]) -> dict:
+    return {"lrs": [1e-3], "seeds": seeds}
+
+
+@pytest.mark.parametrize("sweeps", [[("task", [0, 1]), ("other", [0, 1, 2])], [("other", [0, 1, 2]), ("task", [0, 1])],
+                                    [("task", [0, 1, 2]), ("other", [2, 3])]])
+def test_summary_json_counts_each_task_under_its_own_grid(tmp_path, tiny_checkpoint, task_yaml, sweeps):
+    """Two tasks of one checkpoint and protocol swept over other seeds share the protocol's folder and its
+    summary.json: each task's entry is aggregated under, and names, the grid it was swept with, whichever came last
+    (a task is not reported under the other's grid: fewer seeds of a larger grid, or one seed of a grid elsewhere).
+    A `finetune` run of the task afterwards, inside its grid or not, leaves its grid and the other task's as they
+    are; the top-level `protocol` is the last sweep's (that run's)."""
+    from encoderlab import api
+
+    specs = {"task": task_yaml, "other": task_yaml.with_name("other.yaml")}
+    specs["other"].write_text(task_yaml.read_text())
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    for name, seeds in sweeps:
+        run_sweep(tiny_checkpoint, [str(specs[name])], protocol(max_steps=2, lrs=[1e-3], seeds=seeds), out, **quiet)
+    grids = dict(sweeps)
+    file = next(out.rglob("summary.json"))
+    written = json.loads(file.read_text())
+    assert {name: t["seeds"] for name, t in written["tasks"].items()} == {n: len(s) for n, s in grids.items()}
+    assert {name: t["grid"] for name, t in written["tasks"].items()} == {n: _grid(s) for n, s in grids.items()}
+    assert written["protocol"]["seeds"] == sweeps[-1][1]
+    settings = tmp_path / "protocol.yaml"
+    settings.write_text(json.dumps(protocol(max_steps=2, lrs=[1e-3], seeds=[0]).model_dump(mode="json")))
+    for seed in (0, 5):  # a run of its grid (reused), then one outside every grid
+        api.finetune(tiny_checkpoint, task_yaml, lr=1e-3, seed=seed, protocol=settings, out=out, log=lambda m: None)
+        again = json.loads(file.read_text())
+        assert {name: t["grid"] for name, t in again["tasks"].items()} == {n: _grid(s) for n, s in grids.items()}
+        assert again["tasks"]["task"]["test_by_seed"] == written["tasks"]["task"]["test_by_seed"]
+        assert again["tasks"]["other"] == written["tasks"]["other"] and again["protocol"]["seeds"] == [seed]
+
+
+def test_a_summary_json_without_task_grids_is_read_under_its_protocols_grid(tmp_path, tiny_checkpoint, task_yaml):
+    """A summary.json written before its entries named their grid: its top-level protocol's grid is every task's,
+    for the card and for the next sweep, which keeps it as that task's grid when another task is swept."""
+    from encoderlab.hub.card import _evaluation_lines, evaluation_summaries
+    from encoderlab.runs import checkpoint as ckpt
+
+    other = task_yaml.with_name("other.yaml")
+    other.write_text(task_yaml.read_text())
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    first = run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(max_steps=2, lrs=[1e-3], seeds=[0, 1]), out, **quiet)
+    file = out / first["tag"] / first["protocol_key"] / "summary.json"
+    written = json.loads(file.read_text())
+    for entry in written["tasks"].values():
+        entry.pop("grid", None)  # as the previous encoderlab wrote it
+    file.write_text(json.dumps(written))
+    (card,) = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out)
+    assert card["grids"] == {"task": ([1e-3], [0, 1])}
+    assert f"Protocol `{first['protocol_key']}`, LRs 0.001 x seeds 0, 1 (" in "\n".join(_evaluation_lines([card]))
+    run_sweep(tiny_checkpoint, [str(other)], protocol(max_steps=2, lrs=[1e-3], seeds=[0, 1, 2]), out, **quiet)
+    tasks = json.loads(file.read_text())["tasks"]
+    assert {name: t["seeds"] for name, t in tasks.items()} == {"task": 2, "other": 3}
+    assert {name: t["grid"] for name, t in tasks.items()} == {"task": _grid([0, 1]), "other": _grid([0, 1, 2])}
+    assert tasks["task"]["test_by_seed"] == written["tasks"]["task"]["test_by_seed"]
+
+
+def test_the_card_names_each_tasks_grid_where_they_differ(tmp_path, tiny_checkpoint, task_yaml):
+    """One summary.json of two tasks swept over other seeds: the card's entry names no one grid but each task's."""
+    from encoderlab.hub.card import _evaluation_lines, evaluation_summaries
+    from encoderlab.runs import checkpoint as ckpt
+
+    other = task_yaml.with_name("other.yaml")
+    other.write_text(task_yaml.read_text())
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(max_steps=2, lrs=[1e-3], seeds=[0, 1]), out, **quiet)
+    done = run_sweep(tiny_checkpoint, [str(other)], protocol(max_steps=2, lrs=[1e-3], seeds=[0, 1, 2]), out, **quiet)
+    (card,) = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out)
+    assert card["grid"] is None and card["grids"] == {"other": ([1e-3], [0, 1, 2]), "task": ([1e-3], [0, 1])}
+    text = "\n".join(_evaluation_lines([card]))
+    assert f"Protocol `{done['protocol_key']}`, each task's own grid (" in text
+    assert "Runs counted per task: `other` LRs 0.001 x seeds 0, 1, 2; `task` LRs 0.001 x seeds 0, 1." in text

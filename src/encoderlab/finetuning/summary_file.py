@@ -1,37 +1,69 @@
-"""The sweep's summary.json, one per protocol folder (finetuning/sweep.py `Sweep.summarize`): the grid it is written
-under. A protocol's grids share its folder (key algorithm 2, finetuning/migrate_protocol.py), so the summary of one
-grid must not be lost to a sweep of part of it."""
+"""The sweep's summary.json, one per protocol folder (finetuning/sweep.py `Sweep.summarize`): the grid each task in
+it is written under. A protocol's grids share its folder (key algorithm 2, finetuning/migrate_protocol.py), and so
+its tasks share the file: each task is counted under its own grid, named in its entry (`grid`), so that neither the
+summary of one grid is lost to a sweep of part of it nor one task's to a sweep of another over other seeds.
+
+A summary.json written before its entries named their grid counts every task under its top-level protocol's grid
+(`task_grids`), as it was written."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+Grid = tuple[list, list]  # (lrs, seeds)
 
-def summary_grid(file: Path, grid: tuple[list, list], older: Sequence[Path] = ()) -> tuple[list, list]:
-    """The grid summary.json is written under: this sweep's, or the larger one it already holds. One protocol's
-    grids share a folder (records of each LR and seed are reused by every grid that has them), so a sweep of part
-    of an earlier grid (`finetune`'s one run, a seed again) refreshes the earlier grid's summary instead of
-    replacing it with its own fewer runs, and one run at another LR or seed does not replace it either; any other
-    grid replaces it, as the newest sweep. Before the folder has a summary, the earlier sweeps are those of its
-    key-1 folders (`older`: their summary.json files, one per grid; finetuning/migrate_keys.py): the largest of
-    their grids that holds this one, as if they were made under key 2."""
-    held = _held_grid(file)
+
+def summary_grids(file: Path, grid: Grid, swept: Iterable[str], recorded: Iterable[str],
+                  older: Sequence[Path] = ()) -> dict[str, Grid]:
+    """The grid each `recorded` task is written under in summary.json: a task this sweep has (`swept`) by
+    `task_grid`; any other keeps the grid the file holds for it or, where the file has none, the largest its key-1
+    folders' summaries (`older`) hold for it, else this sweep's (as every task was written before)."""
+    held, earlier = held_grids(file), [held_grids(f) for f in older]
+    swept = set(swept)
+    grids = {}
+    for task in recorded:
+        theirs = [g[task] for g in earlier if g.get(task) is not None]
+        if task in swept:
+            grids[task] = task_grid(held.get(task), grid, theirs)
+        else:
+            grids[task] = held.get(task) or max(theirs, key=_runs, default=grid)
+    return grids
+
+
+def task_grid(held: Grid | None, grid: Grid, older: Sequence[Grid] = ()) -> Grid:
+    """The grid a task this sweep has is written under: this sweep's, or the larger one the file already holds for
+    it (`held`). One protocol's grids share a folder (records of each LR and seed are reused by every grid that has
+    them), so a sweep of part of an earlier grid (`finetune`'s one run, a seed again) refreshes the earlier grid's
+    summary instead of replacing it with its own fewer runs, and one run at another LR or seed does not replace it
+    either; any other grid replaces it, as the newest sweep. Before the file holds the task, the earlier sweeps are
+    those of the folder's key-1 folders (`older`: the task's grid in each of their summary.json files, one per grid;
+    finetuning/migrate_keys.py): the largest that holds this one, as if they were made under key 2."""
     if held is not None:  # a single run (`finetune`) never replaces a summary of more runs, inside its grid or not
         return held if holds(held, grid) or _runs(grid) == 1 < _runs(held) else grid
-    larger = [g for g in map(_held_grid, older) if g is not None and holds(g, grid)]
+    larger = [g for g in older if holds(g, grid)]
     return max(larger, key=_runs, default=grid)  # of equals, the first by folder name
 
 
-def _held_grid(file: Path) -> tuple[list, list] | None:
-    """The grid of the summary.json `file` (None: none there, or not one this code reads)."""
+def held_grids(file: Path) -> dict[str, Grid | None]:
+    """Each task's grid in the summary.json `file` ({}: none there, or not one this code reads)."""
     try:
-        return grid_of(json.loads(file.read_text(encoding="utf-8"))["protocol"])
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
+        return task_grids(json.loads(file.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return {}
 
 
-def grid_of(protocol) -> tuple[list, list] | None:
+def task_grids(summary) -> dict[str, Grid | None]:
+    """Each task's grid in a stored summary: its entry's `grid` or, for a summary written before entries named it,
+    its top-level protocol's, which was every task's. None where it names no grid this code reads."""
+    tasks = summary.get("tasks") if isinstance(summary, dict) else None
+    if not isinstance(tasks, dict):
+        return {}
+    every = grid_of(summary.get("protocol"))
+    return {name: grid_of(t["grid"]) if isinstance(t, dict) and "grid" in t else every for name, t in tasks.items()}
+
+
+def grid_of(protocol) -> Grid | None:
     """A stored protocol's (lrs, seeds); None where it names none of numbers (what `holds` compares)."""
     try:
         grid = list(protocol["lrs"]), list(protocol["seeds"])
@@ -40,10 +72,21 @@ def grid_of(protocol) -> tuple[list, list] | None:
     return grid if all(isinstance(v, (int, float)) for v in [*grid[0], *grid[1]]) else None
 
 
-def _runs(grid: tuple[list, list]) -> int:
+def common_grid(grids: Iterable[Grid | None]) -> Grid | None:
+    """The grid every task of a summary has (None: they differ, or there is none)."""
+    distinct = {(tuple(g[0]), tuple(g[1])) if g else None for g in grids}
+    return next(((list(g[0]), list(g[1])) for g in distinct if g), None) if len(distinct) == 1 else None
+
+
+def _runs(grid: Grid) -> int:
     return len(grid[0]) * len(grid[1])
 
 
-def holds(larger: tuple[list, list] | None, grid: tuple[list, list] | None) -> bool:
+def holds(larger: Grid | None, grid: Grid | None) -> bool:
     """Whether every run of `grid` is one of `larger`'s (False where either is unknown)."""
     return larger is not None and grid is not None and set(grid[0]) <= set(larger[0]) and set(grid[1]) <= set(larger[1])
+
+
+def holds_tasks(larger: dict[str, Grid | None] | None, grids: dict[str, Grid | None]) -> bool:
+    """Whether a summary of task grids `larger` holds every task of `grids` with every run of its grid."""
+    return larger is not None and all(holds(larger.get(task), grid) for task, grid in grids.items())

@@ -31,7 +31,7 @@ from encoderlab.finetuning.memory import check_memory
 from encoderlab.finetuning.model_saving import ModelSaver, check_saver, check_tasks, save_chosen, save_run
 from encoderlab.finetuning.parallel import auto_workers, run_parallel, threads_per_worker
 from encoderlab.finetuning.protocol import Protocol
-from encoderlab.finetuning.summary_file import summary_grid
+from encoderlab.finetuning.summary_file import summary_grids
 from encoderlab.finetuning.task_prep import prepare_tasks
 from encoderlab.finetuning.sweep_checks import check_execution, check_lengths, check_owner, check_specs
 from encoderlab.finetuning.shared_training import (
@@ -339,25 +339,35 @@ class Sweep:
     def summarize(self, *, runs_done: int, seconds: float) -> dict:
         """This sweep's tasks, aggregated over every record of their grid (earlier sweeps' included, of this grid or
         a larger one: records of LRs and seeds it does not ask for are not counted); summary.json holds every task
-        recorded for this checkpoint and protocol (the newest version of each) under this sweep's grid, so that a
-        sweep of some tasks does not drop the others from it."""
+        recorded for this checkpoint and protocol (the newest version of each), each under its own grid
+        (`write_summary`), so that a sweep of some tasks does not drop the others from it."""
         grid = (self.protocol.lrs, self.protocol.seeds)
         every = records.load_all(self.out, self.tag, self.key, self.digest)  # of every grid: read once for both
         found = records.in_grid(every, grid)
         ours = {(t.name, t.fingerprint) for t in self.tasks}
         about = self.about()
         choice = self.protocol.lr_choice
-        file = self.out / self.tag / self.key / "summary.json"
-        now = {t.name: t.fingerprint for t in self.tasks}  # this sweep's tasks by their data now, not the newest
-        older = [f / "summary.json" for f in records.folders(self.out, self.tag, self.key)[1:]]
-        kept = summary_grid(file, grid, older)
-        protocol = self.protocol.model_copy(update={"lrs": kept[0], "seeds": kept[1]})
-        write_json(file, {**summarize(records.current(records.in_grid(every, kept), now), choice), **about,
-                          "protocol": protocol.model_dump(mode="json")})
+        file = self.write_summary(every)
         summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours], choice)
         if self.tracker is not None:
             self.tracker.summarize({f"{name}/{key}": t[key] for name, t in summary["tasks"].items()
                                     for key in ("test", "ci95", "best_lr", "validation") if t.get(key) is not None})
         return {**summary, **about, "runs_done_this_time": runs_done, "seconds_this_time": round(seconds, 1),
                 "summary_file": str(file)}
+
+    def write_summary(self, every: list[dict]) -> Path:
+        """summary.json of the folder's records (`every`, of every grid): each task aggregated under its grid
+        (finetuning/summary_file.py `summary_grids`), named in its entry; `protocol` is this sweep's, its grid as
+        asked."""
+        file = self.out / self.tag / self.key / "summary.json"
+        now = {t.name: t.fingerprint for t in self.tasks}  # this sweep's tasks by their data now, not the newest
+        older = [f / "summary.json" for f in records.folders(self.out, self.tag, self.key)[1:]]
+        names = sorted({r["task"] for r in every})
+        grids = summary_grids(file, (self.protocol.lrs, self.protocol.seeds), now, names, older)
+        kept = [r for name in names for r in records.in_grid([r for r in every if r["task"] == name], grids[name])]
+        summary = summarize(records.current(kept, now), self.protocol.lr_choice)
+        for name, entry in summary["tasks"].items():
+            entry["grid"] = {"lrs": list(grids[name][0]), "seeds": list(grids[name][1])}
+        write_json(file, {**summary, **self.about()})
+        return file
 

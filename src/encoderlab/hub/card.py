@@ -20,7 +20,7 @@ from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.aggregate import ci_text
-from encoderlab.finetuning.summary_file import grid_of, holds
+from encoderlab.finetuning.summary_file import common_grid, holds_tasks, task_grids
 from encoderlab.hub.hf import Target
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs.encoders import is_transformers_folder
@@ -155,8 +155,9 @@ def evaluation_summaries(path: Path, given: Path | None,
         # Named by its key (name and settings hash): two evaluations under one protocol name with other settings
         # (steps, LRs) are two entries that must not read as one protocol's conflicting scores
         key = summary.get("protocol_key") or (summary.get("protocol") or {}).get("name") or file.parent.name
-        found.append({"path": str(file), "protocol": key, "tasks": summary["tasks"],
-                      "grid": grid_of(summary.get("protocol")),
+        grids = task_grids(summary)
+        found.append({"path": str(file), "protocol": key, "tasks": summary["tasks"], "grids": grids,
+                      "grid": common_grid(grids.values()),
                       "current_key": current_key(summary.get("protocol"), file)})
     return _without_superseded(found, log)
 
@@ -173,19 +174,18 @@ def current_key(protocol, where: Path) -> str | None:
 
 def _without_superseded(found: list[dict], log: Callable[[str], None]) -> list[dict]:
     """The summaries less those an earlier key algorithm filed apart whose protocol's folder under the current key
-    has a summary of a grid holding theirs: it counts their records with its own (finetuning/migrate_keys.py), so
-    the card would show one protocol's runs twice. One of another grid (a `finetune` at another LR wrote it) does
-    not report theirs, and they stay, each entry naming its grid."""
-    grids = {Path(f["path"]).parent.name: f["grid"] for f in found}  # a summary's folder is the key it was filed under
+    has a summary holding each of their tasks under a grid holding its own: it counts their records with its own
+    (finetuning/migrate_keys.py), so the card would show one protocol's runs twice. One of another grid (a
+    `finetune` at another LR wrote it) does not report theirs, and they stay, each entry naming its grid."""
+    grids = {Path(f["path"]).parent.name: f["grids"] for f in found}  # a summary's folder is the key it was filed under
     out = []
     for f in found:
         key = f.pop("current_key")
-        if key is not None and key != Path(f["path"]).parent.name and holds(grids.get(key), f["grid"]):
+        if key is not None and key != Path(f["path"]).parent.name and holds_tasks(grids.get(key), f["grids"]):
             log(f"left out of the card: {f['path']}, filed under an older protocol key; {key}'s summary holds its runs")
             continue
         out.append(f)
     return out
-
 
 
 def _training_lines(info: dict) -> list[str]:
@@ -213,7 +213,7 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
         return ["Not evaluated."]
     lines = []
     for e in evaluations:
-        lines += [f"Protocol `{e['protocol']}`{_grid_text(e.get('grid'))} (`{e['path']}`): test score at the "
+        lines += [f"Protocol `{e['protocol']}`{_grid_text(e)} (`{e['path']}`): test score at the "
                   "learning rate chosen on validation, mean over seeds with a 95% confidence interval, beside the "
                   "task's strongest baseline (the best of its family's: majority class and TF-IDF + logistic "
                   "regression, all \"O\", first span and always abstaining, random and BM25 rankings); \"-\": an "
@@ -227,16 +227,30 @@ def _evaluation_lines(evaluations: list[dict]) -> list[str]:
             lines.append(f"| {name} | {t.get('family')} | {t.get('metric')} | {t['test']:.2f} | {ci_text(t)} | "
                          f"{t.get('best_lr', 0):g} | {t.get('seeds', '')} | {t.get('test_examples') or '-'} | "
                          f"{strongest_text(t)} | {versus_text(t)} |")
-        lines += ["", *definition_lines(t.get("metric") for t in e["tasks"].values())]
+        lines += ["", *_task_grid_lines(e), *definition_lines(t.get("metric") for t in e["tasks"].values())]
         lines.append("")
     return lines
 
 
-def _grid_text(grid: tuple[list, list] | None) -> str:
-    """`, LRs 0.001, 0.003 x seeds 0, 1`: the runs an entry counts, which its key does not say (key algorithm 2)."""
-    if not grid:
-        return ""
-    return f", LRs {', '.join(f'{lr:g}' for lr in grid[0])} x seeds {', '.join(str(s) for s in grid[1])}"
+def _grid_text(e: dict) -> str:
+    """`, LRs 0.001, 0.003 x seeds 0, 1`: the runs an entry counts, which its key does not say (key algorithm 2);
+    where its tasks were swept over other grids, each task's is named below its table (`_task_grid_lines`)."""
+    return f", {_runs_text(e['grid'])}" if e.get("grid") else ", each task's own grid" if _per_task(e) else ""
+
+
+def _per_task(e: dict) -> bool:
+    return len({str(g) for g in (e.get("grids") or {}).values()}) > 1
+
+
+def _runs_text(grid: tuple[list, list]) -> str:
+    return f"LRs {', '.join(f'{lr:g}' for lr in grid[0])} x seeds {', '.join(str(s) for s in grid[1])}"
+
+
+def _task_grid_lines(e: dict) -> list[str]:
+    """Each task's grid, where an entry's tasks were swept over different ones (summary.json holds each under its
+    own)."""
+    named = [f"`{task}` {_runs_text(g) if g else 'grid unknown'}" for task, g in (e.get("grids") or {}).items()]
+    return [f"Runs counted per task: {'; '.join(named)}.", ""] if _per_task(e) else []
 
 
 def definition_lines(metrics) -> list[str]:

@@ -1,0 +1,41 @@
+"""summary.json's grid per task (finetuning/summary_file.py): the rules of one grid, applied to each task alone, and
+the summaries written before entries named their grid read under their protocol's."""
+from __future__ import annotations
+
+import json
+
+from encoderlab.finetuning.summary_file import summary_grids, task_grids
+
+TWO, THREE, ONE = ([1e-3], [0, 1]), ([1e-3], [0, 1, 2]), ([1e-3], [0])
+
+
+def summary(protocol: tuple[list, list], **grids: tuple[list, list] | None) -> dict:
+    """A summary.json of these tasks: each with its own grid where given, none (as written before) where None."""
+    return {"protocol": {"name": "t", "lrs": protocol[0], "seeds": protocol[1]},
+            "tasks": {t: {"seeds": 1, **({"grid": {"lrs": g[0], "seeds": g[1]}} if g else {})}
+                      for t, g in grids.items()}}
+
+
+def test_a_summary_without_task_grids_gives_every_task_its_protocols_grid():
+    assert task_grids(summary(THREE, a=None, b=TWO)) == {"a": THREE, "b": TWO}
+    assert task_grids({"tasks": []}) == {} and task_grids(None) == {}
+
+
+def test_each_task_keeps_its_own_held_grid(tmp_path):
+    """A sweep of `b` over three seeds: `a`, not swept, keeps its two; `b`'s grid is the sweep's; a sweep of one run
+    of `a` (`finetune`) keeps `a`'s held grid, inside it or not."""
+    file = tmp_path / "summary.json"
+    file.write_text(json.dumps(summary(TWO, a=TWO)))
+    assert summary_grids(file, THREE, ["b"], ["a", "b"]) == {"a": TWO, "b": THREE}
+    file.write_text(json.dumps(summary(THREE, a=TWO, b=THREE)))
+    for run in (ONE, ([1e-3], [5])):
+        assert summary_grids(file, run, ["a"], ["a", "b"]) == {"a": TWO, "b": THREE}
+
+
+def test_a_key_1_summary_gives_its_grid_only_to_the_tasks_it_holds(tmp_path):
+    """Before the key-2 summary holds a task, a key-1 folder's summary of it (written before task grids) is its
+    earlier sweep; one of other tasks is not: a new task's one run is its own grid, not another task's sweep's."""
+    file, old = tmp_path / "summary.json", tmp_path / "old.json"
+    old.write_text(json.dumps(summary(TWO, b=None)))
+    assert summary_grids(file, ONE, ["a"], ["a", "b"], [old]) == {"a": ONE, "b": TWO}
+    assert summary_grids(file, ONE, ["b"], ["b"], [old]) == {"b": TWO}
