@@ -208,7 +208,7 @@ def booleans_for_numbers(model: type[BaseModel], data, loc: tuple[str, ...] = ()
 
 def booleans_in(annotation, value, loc: list[str]) -> list[tuple[list[str], bool]]:
     """`booleans_for_numbers` for one value of type `annotation` at `loc`."""
-    kinds = _kinds(annotation)
+    kinds = annotation_kinds(annotation)
     if isinstance(value, bool):
         return [(loc, value)] if takes_number_not_bool(kinds) else []
     for kind in kinds:
@@ -232,12 +232,12 @@ def takes_number_not_bool(kinds: list) -> bool:
                                            for k in words)
 
 
-def _kinds(annotation) -> list:
+def annotation_kinds(annotation) -> list:
     """The types an annotation allows, None left out: `int | None` -> [int]; Annotated[int, Gt(0)] -> [int]."""
     if get_origin(annotation) is Annotated:
-        return _kinds(get_args(annotation)[0])
+        return annotation_kinds(get_args(annotation)[0])
     if get_origin(annotation) in (Union, UnionType):
-        return [k for a in get_args(annotation) for k in _kinds(a)]
+        return [k for a in get_args(annotation) for k in annotation_kinds(a)]
     return [] if annotation is type(None) else [annotation]
 
 
