@@ -191,6 +191,49 @@ def test_numpy_arrays_in_overrides_are_lists():
                                  "array or a number)")
 
 
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda c: encoderlab.sweep("nope", ["rt-polarity"]), "checkpoint='nope': {t}/nope ('nope' read from the "
+     "current folder) is neither an encoderlab checkpoint"),
+    (lambda c: encoderlab.finetune(Path("nope"), "rt-polarity", lr=1e-3), "checkpoint='nope': {t}/nope "),
+    (lambda c: encoderlab.finetune(c, "none.yaml", lr=1e-3), "task='none.yaml': task file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.sweep(c, "none.yaml"), "tasks='none.yaml': task file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.sweep(c, ["sst2", Path("none.yaml")]),
+     "tasks[1]='none.yaml': task file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.sweep(c, ["rt-polarity"], protocol="none.yaml"),
+     "protocol='none.yaml': config file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.load("./nope"), "checkpoint='./nope': {t}/nope ('nope' read from the current folder)"),
+    (lambda c: encoderlab.export("nope", "out"), "checkpoint='nope': {t}/nope ('nope' read from the current folder) "
+     "is neither a checkpoint folder"),
+    (lambda c: encoderlab.import_hf("nope", "out"), "source='nope': nope: no such file or folder"),
+    (lambda c: encoderlab.prepare_data("none.txt", "d"), "source='none.txt': no such file or directory: none.txt"),
+    (lambda c: encoderlab.prepare_data("offline", "d", tokenizer="none.json"),
+     "tokenizer='none.json': tokenizer not found: {t}/none.json"),
+    (lambda c: encoderlab.pretrain("none.yaml"), "config='none.yaml': config file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.run_study("none.yaml"), "study='none.yaml': config file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.report_study("none"), "folder='none': none is not a study folder (no plan.json)"),
+])
+def test_a_missing_path_is_named_by_its_argument(checkpoint, tmp_path, monkeypatch, call, says):
+    """A refusal of a path that is not there named the path and not the argument that gave it (`sweep(checkpoint=
+    'nope')` said only where it looked), where the API's other refusals name their argument."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EncoderlabError) as caught:
+        call(checkpoint)
+    assert str(caught.value).startswith(says.format(t=tmp_path)), str(caught.value)
+
+
+def test_a_missing_path_no_argument_gave_is_not_named_as_one(tmp_path, monkeypatch):
+    """Only a path an argument gave is named by it: a config's path, and the command line, say the path alone."""
+    from encoderlab.core.errors import given_as
+
+    monkeypatch.chdir(tmp_path)
+    config = {"name": "nope", "out_dir": "runs", "data": {"path": "nope"}, "train": {"steps": 9, "global_batch": 2},
+              "lr_schedule": {"warmup_steps": 1, "decay_steps": 1}}
+    with pytest.raises(EncoderlabError) as caught:
+        encoderlab.pretrain(config, log=lambda m: None)
+    assert "nope" in str(caught.value) and "config=" not in str(caught.value) and "='nope'" not in str(caught.value)
+    assert given_as("nope") == ""  # outside an API call: the command line's refusals are as they were
+
+
 def test_tokenize_frames_and_embed_is_the_retrieval_embedding(enc):
     from encoderlab.tasks.base import mean_pool
 
@@ -318,7 +361,9 @@ def test_numpy_numbers_and_one_task_are_taken_as_documented(enc, checkpoint):
             encoderlab.sweep(checkpoint, alone, log=lambda m: None)
         with pytest.raises(EncoderlabError) as many:
             encoderlab.sweep(checkpoint, listed, log=lambda m: None)
-        assert str(one.value) == str(many.value) and "none.yaml" in str(one.value)
+        said = [str(e.value).partition(": ") for e in (one, many)]  # named as given: tasks='none.yaml', tasks[0]=...
+        assert said[0][2] == said[1][2] and "none.yaml" in said[0][2], said
+        assert (said[0][0], said[1][0]) == ("tasks='none.yaml'", "tasks[0]='none.yaml'")
 
 
 def test_a_path_like_object_is_a_path(checkpoint):

@@ -15,7 +15,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 
 from encoderlab.core.config import annotation_kinds, booleans_in
-from encoderlab.core.errors import CALLER, EncoderlabError
+from encoderlab.core.errors import CALLER, PATH_ARGUMENTS, EncoderlabError
 
 Log = Callable[[str], None]
 Overrides = Sequence[str] | Mapping[str, object]
@@ -36,6 +36,7 @@ def checked(fn):
         refuse_booleans_for_numbers(fn, args, kwargs)
         args, kwargs = whole_numbers(fn, args, kwargs)
         caller = CALLER.set("api")  # a refusal names `force=True`, not `--force` (core/errors.py `option`)
+        paths = PATH_ARGUMENTS.set(path_arguments(params, args, kwargs))  # and a missing path its argument
         try:
             return validated(*args, **kwargs)
         except ValidationError as exc:
@@ -43,8 +44,25 @@ def checked(fn):
                 raise
             raise EncoderlabError(_argument_problem(fn, params, exc.errors(), args, kwargs)) from None
         finally:
+            PATH_ARGUMENTS.reset(paths)
             CALLER.reset(caller)
     return call
+
+
+def path_arguments(params: list[inspect.Parameter], args: tuple, kwargs: dict) -> dict[str, tuple[str, object]]:
+    """{a path argument's value as a path: (how the argument is named, the value as given)} of one call: `checkpoint`
+    for a path, `tasks[1]` for one of a list of paths; the first of a value wins (core/errors.py `given_as`). Only
+    the arguments annotated as paths are read (`embed`'s texts are no paths, and many)."""
+    paths = {p.name for p in params if "PathLike" in str(p.annotation)}
+    named = [*zip((p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), args),
+             *kwargs.items()]
+    found: dict[str, tuple[str, object]] = {}
+    for name, value in ((n, v) for n, v in named if n in paths):
+        many = isinstance(value, list | tuple)
+        for i, one in enumerate(value if many else [value]):
+            if isinstance(one, str | Path) and str(one):
+                found.setdefault(str(Path(one)), (f"{name}[{i}]" if many else name, one))
+    return found
 
 
 def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from encoderlab.core.errors import CALLER, EncoderlabError, option, option_name, resolved
+from encoderlab.core.errors import CALLER, EncoderlabError, given_as, option, option_name, resolved
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -55,7 +55,7 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = (), *, shipped: str | 
     this file is one of the kind of ("pretrain", "eval", "studies"), for the refusal of a missing file."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"config file not found: {resolved(path)}{_shipped_hint(path, shipped)}")
+        raise ConfigError(f"{given_as(path)}config file not found: {resolved(path)}{_shipped_hint(path, shipped)}")
     if path.is_dir():
         raise ConfigError(f"{path} is a folder: give a YAML config file")
     if path.resolve() in _seen:
