@@ -9,6 +9,7 @@ import torch
 from conftest import TINY_MODEL, train_tiny
 
 import encoderlab
+from encoderlab.core.arguments import Positive, checked, whole_numbers
 from encoderlab.core.errors import EncoderlabError
 
 
@@ -143,6 +144,96 @@ def test_override_values_may_be_paths_and_numpy_numbers():
         'data.path="/d/p"', "train.steps=3", "optim.betas=[0.9, 0.95]"]
 
 
+def takes(vocab: int, *, docs: Positive | None = None, workers: Positive | str = 1, lr: float = 0.1):
+    return vocab, docs, workers, lr
+
+
+def test_a_whole_float_is_the_int_it_holds_for_every_int_argument(tmp_path):
+    """`prepare_data(max_documents=1e6)` was refused where `overrides={"train.steps": 1e3}` was taken: a float that is
+    a whole number counts as that int wherever an argument takes a whole number; 1.5 is still refused."""
+    import inspect
+
+    from encoderlab import api
+
+    assert [(v, type(v)) for v in checked(takes)(8e3, docs=1e6, workers=2.0, lr=1.0)] == [
+        (8000, int), (1_000_000, int), (2, int), (1.0, float)]
+    for bad, says in (({"docs": 1.5}, "takes: argument docs=1.5: takes a whole number"),
+                      ({"workers": float("inf")}, "takes: argument workers=inf: takes a whole number")):
+        with pytest.raises(EncoderlabError) as caught:
+            checked(takes)(1, **bad)
+        assert str(caught.value).startswith(says) and "\n" not in str(caught.value), str(caught.value)
+    with pytest.raises(EncoderlabError, match=r"^prepare_data: argument max_documents=1.5: takes a whole number"):
+        encoderlab.prepare_data(tmp_path / "none.txt", tmp_path / "d", max_documents=1.5)
+    with pytest.raises(EncoderlabError) as caught:  # taken: refused for the missing corpus, not for the numbers
+        encoderlab.prepare_data(tmp_path / "none.txt", tmp_path / "d", max_documents=1e6, vocab_size=8192.0)
+    assert "max_documents" not in str(caught.value) and "vocab_size" not in str(caught.value), str(caught.value)
+    functions = [*(getattr(api, name) for name in api.__all__), api.Encoder.tokenize, api.Encoder.embed]
+    ints = {f"{fn.__name__}.{name}" for fn in functions if hasattr(fn, "__wrapped__")
+            for name in inspect.signature(fn).parameters if type(whole_numbers(fn, (), {name: 2.0})[1][name]) is int}
+    assert ints == {"prepare_data.vocab_size", "prepare_data.seq_len", "prepare_data.max_documents", "sweep.workers",
+                    "finetune.seed", "run_study.workers", "import_hf.head_seed", "mteb.batch_size",
+                    "tokenize.max_length", "embed.batch_size", "embed.max_length"}
+
+
+def test_numpy_arrays_in_overrides_are_lists():
+    """A 1-d numpy array (`optim.betas=np.array([0.9, 0.95])`) was refused naming its type: it is the list it holds,
+    a 0-d one the number; an array of more dimensions is refused in one line naming the key."""
+    import numpy as np
+
+    from encoderlab.core.arguments import set_strings
+
+    assert set_strings({"optim.betas": np.array([0.9, 0.95]), "train.steps": np.array(3), "x": np.float32(0.5),
+                        "optim": {"betas": np.array([0.8, 0.9])}, "lrs": [np.float64(1e-3)]}) == [
+        "optim.betas=[0.9, 0.95]", "train.steps=3", "x=0.5", 'optim={"betas": [0.8, 0.9]}', "lrs=[0.001]"]
+    with pytest.raises(EncoderlabError) as caught:
+        set_strings({"optim": {"betas": np.zeros((2, 2))}})
+    assert str(caught.value) == ("overrides['optim']['betas']: a 2-d array is not a config value (give a list, a 1-d "
+                                 "array or a number)")
+
+
+@pytest.mark.parametrize(("call", "says"), [
+    (lambda c: encoderlab.sweep("nope", ["rt-polarity"]), "checkpoint='nope': {t}/nope ('nope' read from the "
+     "current folder) is neither an encoderlab checkpoint"),
+    (lambda c: encoderlab.finetune(Path("nope"), "rt-polarity", lr=1e-3), "checkpoint='nope': {t}/nope "),
+    (lambda c: encoderlab.finetune(c, "none.yaml", lr=1e-3), "task='none.yaml': task file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.sweep(c, "none.yaml"), "tasks='none.yaml': task file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.sweep(c, ["sst2", Path("none.yaml")]),
+     "tasks[1]='none.yaml': task file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.sweep(c, ["rt-polarity"], protocol="none.yaml"),
+     "protocol='none.yaml': config file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.load("./nope"), "checkpoint='./nope': {t}/nope ('nope' read from the current folder)"),
+    (lambda c: encoderlab.export("nope", "out"), "checkpoint='nope': {t}/nope ('nope' read from the current folder) "
+     "is neither a checkpoint folder"),
+    (lambda c: encoderlab.import_hf("nope", "out"), "source='nope': nope: no such file or folder"),
+    (lambda c: encoderlab.prepare_data("none.txt", "d"), "source='none.txt': no such file or directory: none.txt"),
+    (lambda c: encoderlab.prepare_data("offline", "d", tokenizer="none.json"),
+     "tokenizer='none.json': tokenizer not found: {t}/none.json"),
+    (lambda c: encoderlab.pretrain("none.yaml"), "config='none.yaml': config file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.run_study("none.yaml"), "study='none.yaml': config file not found: {t}/none.yaml"),
+    (lambda c: encoderlab.report_study("none"), "folder='none': none is not a study folder (no plan.json)"),
+])
+def test_a_missing_path_is_named_by_its_argument(checkpoint, tmp_path, monkeypatch, call, says):
+    """A refusal of a path that is not there named the path and not the argument that gave it (`sweep(checkpoint=
+    'nope')` said only where it looked), where the API's other refusals name their argument."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EncoderlabError) as caught:
+        call(checkpoint)
+    assert str(caught.value).startswith(says.format(t=tmp_path)), str(caught.value)
+
+
+def test_a_missing_path_no_argument_gave_is_not_named_as_one(tmp_path, monkeypatch):
+    """Only a path an argument gave is named by it: a config's path, and the command line, say the path alone."""
+    from encoderlab.core.errors import given_as
+
+    monkeypatch.chdir(tmp_path)
+    config = {"name": "nope", "out_dir": "runs", "data": {"path": "nope"}, "train": {"steps": 9, "global_batch": 2},
+              "lr_schedule": {"warmup_steps": 1, "decay_steps": 1}}
+    with pytest.raises(EncoderlabError) as caught:
+        encoderlab.pretrain(config, log=lambda m: None)
+    assert "nope" in str(caught.value) and "config=" not in str(caught.value) and "='nope'" not in str(caught.value)
+    assert given_as("nope") == ""  # outside an API call: the command line's refusals are as they were
+
+
 def test_tokenize_frames_and_embed_is_the_retrieval_embedding(enc):
     from encoderlab.tasks.base import mean_pool
 
@@ -250,7 +341,7 @@ def test_mteb_names_its_arguments(checkpoint, tmp_path):
     (lambda e, c: encoderlab.mteb(c, b"tiny-ir", "m"), "mteb: argument tasks=b'tiny-ir': takes a text or a list of "),
     (lambda e, c: e.embed(b"a text"), "Encoder.embed: argument texts=b'a text': takes a text or a list of texts"),
     (lambda e, c: e.embed(["a"], normalize="no"), "Encoder.embed: argument normalize='no': takes True or False"),
-    (lambda e, c: e.embed(["a"], batch_size=2.0), "Encoder.embed: argument batch_size=2.0: takes a whole number"),
+    (lambda e, c: e.embed(["a"], batch_size=2.5), "Encoder.embed: argument batch_size=2.5: takes a whole number"),
 ])
 def test_loose_types_are_refused_not_converted(enc, checkpoint, call, says):
     """pydantic's lax mode would read "yes" as True, b"path" as "path" and "1e-3" as 0.001: refused, naming the
@@ -270,7 +361,9 @@ def test_numpy_numbers_and_one_task_are_taken_as_documented(enc, checkpoint):
             encoderlab.sweep(checkpoint, alone, log=lambda m: None)
         with pytest.raises(EncoderlabError) as many:
             encoderlab.sweep(checkpoint, listed, log=lambda m: None)
-        assert str(one.value) == str(many.value) and "none.yaml" in str(one.value)
+        said = [str(e.value).partition(": ") for e in (one, many)]  # named as given: tasks='none.yaml', tasks[0]=...
+        assert said[0][2] == said[1][2] and "none.yaml" in said[0][2], said
+        assert (said[0][0], said[1][0]) == ("tasks='none.yaml'", "tasks[0]='none.yaml'")
 
 
 def test_a_path_like_object_is_a_path(checkpoint):

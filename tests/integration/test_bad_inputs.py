@@ -102,7 +102,8 @@ CLI_CASES = [
     Case("pretrain-beta-of-one-or-more", ("pretrain", "{tmp}/run.yaml"), "optim.betas.0: Input should be less than 1",
          run_config(optim__betas=[1.5, 0.9])),
     Case("pretrain-model-field-unknown", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "model.hiden_size=64"),
-         "model (preset 'micro'): hiden_size: unknown key (did you mean 'hidden_size'?; allowed: attention_bias,",
+         "--set model.hiden_size=64: model.hiden_size: unknown key (did you mean 'model.hidden_size'?; allowed in "
+         "model: attention_bias,",
          run_config()),
     Case("pretrain-model-heads-do-not-divide", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set",
                                                 "model.num_attention_heads=3"),

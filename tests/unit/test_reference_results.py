@@ -215,6 +215,17 @@ def test_the_report_shows_the_authors_runs_beside_the_study_model_of_the_same_na
         reference_section(Report(root, reference=tmp_path / "runs"))
 
 
+def test_a_missing_reference_folder_is_named_as_its_caller_gives_it(tmp_path):
+    """`report_study(folder, reference=...)` was refused naming the command line's `--reference`."""
+    import encoderlab
+
+    root = study(tmp_path, "per_seed")
+    with pytest.raises(EncoderlabError, match=r"^--reference .*/none: no such folder \(give the authors' results/"):
+        reference_section(Report(root, reference=tmp_path / "none"))
+    with pytest.raises(EncoderlabError, match=r"^reference='.*/none': no such folder \(give the authors' results/"):
+        encoderlab.report_study(root, reference=tmp_path / "none")
+
+
 def test_every_table_says_its_metric_and_lr_rule(tmp_path):
     root = study(tmp_path, "mean_over_seeds")
     report = Report(root, metric="standard")

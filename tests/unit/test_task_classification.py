@@ -352,6 +352,27 @@ def test_csv_labels_with_a_plus_sign_are_the_number_without_it(tmp_path):
         "1.5", ".5", "+x", "+", "+-1", "++1"]
 
 
+def test_a_label_is_one_class_in_a_jsonl_train_file_and_a_csv_test_file(tmp_path):
+    """JSON's number 1e2 was class "100" but a CSV's text "1e2" stayed "1e2", JSON's true "True" but a CSV's "true"
+    "true": a JSONL train file's classes refused the same labels in a CSV test file as unseen."""
+    numbers = [1e2, 15.0, 0, 100, -3], ["1e2", "1.5e1", "-0", "+1E+2", "-3e0"], ["-3", "0", "15", "100"]
+    for train, test, classes in (numbers, ([True, False, True], ["true", "FALSE", "True"], ["false", "true"])):
+        write_jsonl(tmp_path / "train.jsonl", [{"t": f"text {i}", "y": y} for i, y in enumerate(train)])
+        (tmp_path / "test.csv").write_text("t,y\n" + "".join(f"text {i},{y}\n" for i, y in enumerate(test)))
+        task = load_user_classification(str(tmp_path / "train.jsonl"), str(tmp_path / "train.jsonl"),
+                                        str(tmp_path / "test.csv"), "t", "y")
+        assert task.labels == classes and task.gold["test"] == task.gold["train"], test
+
+
+def test_a_number_in_exponent_form_is_its_class_only_where_whole():
+    """A whole number is the class of its integer however it is written; other texts stay as written."""
+    names = [cls.label_name(v) for v in ("1e2", "-1.5e1", "+2.0E1", "1e-2", "1.25e1", "0e5", "1e400", "e5", "1e",
+                                         "12345678901234567891e0", "-0", "007", "TRUE", "tRuE", " false ", 1e2,
+                                         True, False, -0.0, "x1e2")]
+    assert names == ["100", "-15", "20", "1e-2", "1.25e1", "0", "1e400", "e5", "1e", "12345678901234567891", "0",
+                     "007", "true", "tRuE", "false", "100", "true", "false", "0", "x1e2"]
+
+
 def test_shared_helpers_are_deterministic():
     rest, held = common.holdout([{"i": i} for i in range(100)])
     assert len(held) == 5 and len(rest) == 95 and (rest, held) == common.holdout([{"i": i} for i in range(100)])

@@ -45,6 +45,29 @@ def test_labels_read_otherwise_than_their_records_were_made_give_another_fingerp
         assert task_identity(spec)[1] != before(spec), labels
 
 
+def test_labels_read_otherwise_since_the_second_reading_give_another_fingerprint_again(tmp_path):
+    """The second reading made "1.0" and "+1" the class 1 and marked such files `{"labels": 2}`; the third makes "1e2"
+    the class 100 and "True" the class true. A file each of whose labels reads as under the first or the second
+    reading keeps the fingerprint it had; one with a label read otherwise now gets another one."""
+    from encoderlab.core.io import file_digest
+    from encoderlab.tasks.taskfile import FILE_KEYS, fingerprint, read_task_file
+
+    def under(spec, reading):  # the fingerprint as computed under an earlier reading of the labels
+        file = read_task_file(Path(spec))
+        settings = file.settings.model_dump(exclude={"name", *FILE_KEYS})
+        files = {r: file_digest(p) for r, p in file.files.items()}
+        return fingerprint({"task file": settings, "files": files, **reading})
+
+    def spec(name, labels):
+        return folder(tmp_path / name, csv="text,label\n" + "".join(f"t{j},{y}\n" for j, y in enumerate(labels)))
+
+    first, second = spec("first", ["1", "0"]), spec("second", ["1.0", "+1", "0"])
+    assert task_identity(first)[1] == under(first, {}) and task_identity(second)[1] == under(second, {"labels": 2})
+    for i, labels in enumerate((["1e2", "1"], ["1e2", "1.0"], ["True", "False"], ["true", "FALSE"], ["-0", "1"])):
+        third = spec(f"third{i}", labels)
+        assert task_identity(third)[1] not in (under(third, {}), under(third, {"labels": 2})), labels
+
+
 def test_each_file_is_hashed_once_until_it_changes(tmp_path, monkeypatch):
     from encoderlab.core import io
 

@@ -743,3 +743,34 @@ def test_a_misspelled_override_is_blamed_and_its_close_match_suggested():
         validate(PretrainConfig, {**data, "trian": {"steps": 1}}, "x.yaml", ["train.steps=3"])  # the file's typo
     with pytest.raises(ConfigError, match=r"^x\.yaml: zzz: unknown key \(allowed: data, "):  # nothing close: no guess
         validate(PretrainConfig, {**data, "zzz": 1}, "x.yaml")
+
+
+def test_a_misspelled_model_key_is_blamed_on_its_override_not_on_the_preset():
+    """`--set model.hiden_size=64` passed the config (the model section takes the fields of its preset) and was
+    refused once the preset was built, as `model (preset 'tiny'): hiden_size: ...`: the override is named, as for
+    any other section, with what the model section takes."""
+    data = {"model": {"preset": "tiny"}, "train": {"steps": 10_000, "global_batch": 2}}
+    with pytest.raises(ConfigError, match=r"^--set model\.hiden_size=64: model\.hiden_size: unknown key \(did you "
+                                          r"mean 'model\.hidden_size'\?; allowed in model: attention_bias, .*preset, "):
+        validate(PretrainConfig, apply_overrides(copy.deepcopy(data), ["model.hiden_size=64"]), "x.yaml",
+                 ["model.hiden_size=64"])
+    with pytest.raises(ConfigError, match=r"^x\.yaml: model\.hiden_size: unknown key \(did you mean"):
+        validate(PretrainConfig, {**data, "model": {"hiden_size": 64}}, "x.yaml")  # the file's typo
+    assert validate(PretrainConfig, {**data, "model": {"hidden_size": 64}}, "x.yaml").model.model_extra == {
+        "hidden_size": 64}
+
+
+def test_a_top_level_key_that_one_section_takes_is_suggested_there():
+    """`--set lr=1e-3` said only what the top level takes: `lr` is a key of one section, `optim`. A key of two
+    sections (`seed`: data's and train's) has no one guess."""
+    def refused(override):
+        validate(PretrainConfig, apply_overrides({"train": {"steps": 1, "global_batch": 2}}, [override]), "x.yaml",
+                 [override])
+
+    with pytest.raises(ConfigError, match=r"^--set lr=1e-3: lr: unknown key \(did you mean 'optim\.lr'\?; allowed: "):
+        refused("lr=1e-3")
+    with pytest.raises(ConfigError, match=r"^--set hidden_size=8: hidden_size: unknown key \(did you mean "
+                                          r"'model\.hidden_size'\?; "):
+        refused("hidden_size=8")
+    with pytest.raises(ConfigError, match=r"^--set seed=1: seed: unknown key \(allowed: data, "):
+        refused("seed=1")

@@ -14,8 +14,8 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, ValidationError, validate_call
 
-from encoderlab.core.config import booleans_in
-from encoderlab.core.errors import CALLER, EncoderlabError
+from encoderlab.core.config import annotation_kinds, booleans_in
+from encoderlab.core.errors import CALLER, PATH_ARGUMENTS, EncoderlabError
 
 Log = Callable[[str], None]
 Overrides = Sequence[str] | Mapping[str, object]
@@ -34,7 +34,9 @@ def checked(fn):
     def call(*args, **kwargs):
         args, kwargs = tuple(map(_python_scalar, args)), {k: _python_scalar(v) for k, v in kwargs.items()}
         refuse_booleans_for_numbers(fn, args, kwargs)
+        args, kwargs = whole_numbers(fn, args, kwargs)
         caller = CALLER.set("api")  # a refusal names `force=True`, not `--force` (core/errors.py `option`)
+        paths = PATH_ARGUMENTS.set(path_arguments(params, args, kwargs))  # and a missing path its argument
         try:
             return validated(*args, **kwargs)
         except ValidationError as exc:
@@ -42,8 +44,25 @@ def checked(fn):
                 raise
             raise EncoderlabError(_argument_problem(fn, params, exc.errors(), args, kwargs)) from None
         finally:
+            PATH_ARGUMENTS.reset(paths)
             CALLER.reset(caller)
     return call
+
+
+def path_arguments(params: list[inspect.Parameter], args: tuple, kwargs: dict) -> dict[str, tuple[str, object]]:
+    """{a path argument's value as a path: (how the argument is named, the value as given)} of one call: `checkpoint`
+    for a path, `tasks[1]` for one of a list of paths; the first of a value wins (core/errors.py `given_as`). Only
+    the arguments annotated as paths are read (`embed`'s texts are no paths, and many)."""
+    paths = {p.name for p in params if "PathLike" in str(p.annotation)}
+    named = [*zip((p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), args),
+             *kwargs.items()]
+    found: dict[str, tuple[str, object]] = {}
+    for name, value in ((n, v) for n, v in named if n in paths):
+        many = isinstance(value, list | tuple)
+        for i, one in enumerate(value if many else [value]):
+            if isinstance(one, str | Path) and str(one):
+                found.setdefault(str(Path(one)), (f"{name}[{i}]" if many else name, one))
+    return found
 
 
 def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:
@@ -59,6 +78,26 @@ def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:
     for name, value in given.items():
         if isinstance(value, bool) and name in hints and booleans_in(hints[name], value, [name]):
             raise EncoderlabError(f"{fn.__qualname__}: argument {name}={value}: takes a number, not a boolean")
+
+
+def whole_numbers(fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A float that is a whole number (`max_documents=1e6`, `batch_size=32.0`) given where an argument takes a whole
+    number and no other number, as the int it is: `overrides={"train.steps": 1e3}` is taken so (a config's key reads
+    1000.0 as 1000), and an argument is not stricter than the config. 1.5, inf and nan stay floats, which the check
+    refuses. The annotations are read only for a call that has a float (`embed` is called once a batch)."""
+    if not any(type(value) is float for value in (*args, *kwargs.values())):
+        return args, kwargs
+    hints = typing.get_type_hints(fn, include_extras=True)
+    positional = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def whole(name: str | None, value: object) -> object:
+        if type(value) is not float or not value.is_integer() or name not in hints:
+            return value
+        kinds = annotation_kinds(hints[name])
+        return int(value) if int in kinds and float not in kinds else value
+    return (tuple(whole(positional[i] if i < len(positional) else None, v) for i, v in enumerate(args)),
+            {name: whole(name, value) for name, value in kwargs.items()})
 
 
 def _python_scalar(value: object) -> object:
@@ -105,15 +144,23 @@ def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: t
     return f"{fn.__qualname__}: argument {param.name}={given!r:.80}: {wants}"
 
 
-def _plain(value: object) -> object:
-    """A value as YAML reads it: paths as text, numpy scalars as numbers, tuples as lists."""
+def plain(value: object, where: str) -> object:
+    """A value as YAML reads it: paths as text, tuples as lists, a numpy number (or a 0-d array or tensor) as the
+    Python number, a 1-d numpy array or tensor as the list it holds (`optim.betas=np.array([0.9, 0.95])`). An array
+    of more dimensions is refused naming `where` (`overrides['optim.betas']`): no config key takes a table."""
     if isinstance(value, Path):
         return str(value)
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v, f"{where}[{str(k)!r}]") for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value.item() if hasattr(value, "item") and callable(value.item) else value
+        return [plain(v, where) for v in value]
+    dims, as_list = getattr(value, "ndim", None), getattr(value, "tolist", None)
+    if isinstance(dims, int) and callable(as_list):
+        if dims > 1:
+            raise EncoderlabError(f"{where}: a {dims}-d array is not a config value (give a list, a 1-d array or a "
+                                  "number)")
+        return plain(as_list(), where)
+    return value
 
 
 def set_strings(given: Overrides) -> list[str]:
@@ -123,7 +170,7 @@ def set_strings(given: Overrides) -> list[str]:
     sets = []
     for key, value in given.items():
         try:
-            sets.append(f"{key}={json.dumps(_plain(value))}")
+            sets.append(f"{key}={json.dumps(plain(value, f'overrides[{key!r}]'))}")
         except (TypeError, ValueError):
             raise EncoderlabError(f"overrides[{key!r}]: {type(value).__name__} is not a config value (give text, "
                                   "numbers, booleans, lists or mappings)") from None

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from encoderlab.core.errors import CALLER, EncoderlabError, option, option_name, resolved
+from encoderlab.core.errors import CALLER, EncoderlabError, given_as, option, option_name, resolved
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -55,7 +55,7 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = (), *, shipped: str | 
     this file is one of the kind of ("pretrain", "eval", "studies"), for the refusal of a missing file."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"config file not found: {resolved(path)}{_shipped_hint(path, shipped)}")
+        raise ConfigError(f"{given_as(path)}config file not found: {resolved(path)}{_shipped_hint(path, shipped)}")
     if path.is_dir():
         raise ConfigError(f"{path} is a folder: give a YAML config file")
     if path.resolve() in _seen:
@@ -169,11 +169,31 @@ def validate(model: type[T], data: dict[str, Any], where: str, overrides: list[s
         raise ConfigError("; ".join(f"{_blamed(overrides, loc, where)}: {'.'.join(loc)}: takes a number, not "
                                     f"{str(value).lower()}" for loc, value in found)
                           + " (YAML reads yes/no/true/false/on/off as booleans)")
+    problems = [f"{_blamed(overrides, loc, where, unknown=True)}: {'.'.join(loc)}: unknown key"
+                f"{_unknown_hint(model, loc)}" for loc in unknown_extras(model, data)]
     try:
-        return model.model_validate(data)
+        validated = model.model_validate(data)
     except ValidationError as exc:
-        problems = [_problem(model, e, where, overrides) for e in exc.errors()]
-        raise ConfigError("; ".join(dict.fromkeys(problems))) from None
+        problems += [_problem(model, e, where, overrides) for e in exc.errors()]
+    if problems:
+        raise ConfigError("; ".join(dict.fromkeys(problems)))
+    return validated
+
+
+def unknown_extras(model: type[BaseModel], data, loc: tuple[str, ...] = ()) -> list[list[str]]:
+    """The key path of every key that a section taking keys beyond its fields (`extra="allow"` and a classmethod
+    `extra_keys`: the model section, a preset's fields) does not take: pydantic lets any through, and they were
+    refused only later, blamed on what read them (`model (preset 'tiny')`) rather than on the file or override."""
+    if not isinstance(data, dict):
+        return []
+    extra = getattr(model, "extra_keys", None)
+    found = [[*loc, key] for key in data if isinstance(key, str) and extra is not None
+             and key not in model.model_fields and key not in extra()]
+    for key, value in data.items():
+        field = model.model_fields.get(key) if isinstance(key, str) else None
+        if field is not None and isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            found += unknown_extras(field.annotation, value, (*loc, key))
+    return found
 
 
 def booleans_for_numbers(model: type[BaseModel], data, loc: tuple[str, ...] = ()) -> list[tuple[list[str], bool]]:
@@ -188,7 +208,7 @@ def booleans_for_numbers(model: type[BaseModel], data, loc: tuple[str, ...] = ()
 
 def booleans_in(annotation, value, loc: list[str]) -> list[tuple[list[str], bool]]:
     """`booleans_for_numbers` for one value of type `annotation` at `loc`."""
-    kinds = _kinds(annotation)
+    kinds = annotation_kinds(annotation)
     if isinstance(value, bool):
         return [(loc, value)] if takes_number_not_bool(kinds) else []
     for kind in kinds:
@@ -212,12 +232,12 @@ def takes_number_not_bool(kinds: list) -> bool:
                                            for k in words)
 
 
-def _kinds(annotation) -> list:
+def annotation_kinds(annotation) -> list:
     """The types an annotation allows, None left out: `int | None` -> [int]; Annotated[int, Gt(0)] -> [int]."""
     if get_origin(annotation) is Annotated:
-        return _kinds(get_args(annotation)[0])
+        return annotation_kinds(get_args(annotation)[0])
     if get_origin(annotation) in (Union, UnionType):
-        return [k for a in get_args(annotation) for k in _kinds(a)]
+        return [k for a in get_args(annotation) for k in annotation_kinds(a)]
     return [] if annotation is type(None) else [annotation]
 
 
@@ -263,8 +283,10 @@ def _unknown_hint(model: type[BaseModel], loc: list[str]) -> str:
     allowed = _allowed_keys(model, loc[:-1])
     if not allowed:
         return ""
-    close = difflib.get_close_matches(loc[-1], allowed, n=1)
-    guess = f"did you mean {'.'.join([*loc[:-1], close[0]])!r}?; " if close else ""
+    # a key of exactly one section of this one (`lr` -> `optim.lr`), else a close name here (`trian` -> `train`)
+    inside = [section for section in allowed if loc[-1] in _allowed_keys(model, [*loc[:-1], section])]
+    close = inside if len(inside) == 1 else difflib.get_close_matches(loc[-1], allowed, n=1)
+    guess = f"did you mean {'.'.join([*loc[:-1], close[0], *loc[-1:] * (len(inside) == 1)])!r}?; " if close else ""
     return f" ({guess}allowed{' in ' + '.'.join(loc[:-1]) if loc[:-1] else ''}: {', '.join(allowed)})"
 
 
@@ -297,11 +319,13 @@ def _prefixes(loc: list[str]) -> set[str]:
 
 
 def _allowed_keys(model: type[BaseModel], path: list[str]) -> list[str]:
-    """The keys a section takes, following the model's nested sections; none when the path leaves them."""
+    """The keys a section takes (its `extra_keys` too: `unknown_extras`), following the model's nested sections;
+    none when the path leaves them."""
     for part in path:
         field = model.model_fields.get(part)
         annotation = getattr(field, "annotation", None)
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return []
         model = annotation
-    return sorted(model.model_fields)
+    extra = getattr(model, "extra_keys", None)
+    return sorted({*model.model_fields, *(extra() if extra else ())})

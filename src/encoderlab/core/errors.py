@@ -12,6 +12,10 @@ from contextvars import ContextVar
 CALLER: ContextVar[str] = ContextVar("encoderlab_caller", default="cli")
 # The command line's options whose Python API argument has another name than the option's with _ for -
 API_NAMES = {"set": "overrides", "as": "kind", "eval": "evaluation"}
+# The text and path arguments of the Python API call in progress (`core/arguments.py` `checked` sets them), by
+# their value as a path, so that a path refused far below the call names the argument that gave it (`given_as`).
+PATH_ARGUMENTS: ContextVar[dict[str, tuple[str, object]] | None] = ContextVar("encoderlab_path_arguments",
+                                                                              default=None)
 
 
 def option(name: str, *values: object, quote: bool = False) -> str:
@@ -41,6 +45,19 @@ def argument(name: str, value: object) -> str:
     """A positional argument in a message, as the caller gives it: `MODEL path` on the command line (its usage line's
     name), `model='path'` from the Python API."""
     return f"{name.upper()} {value}" if CALLER.get() == "cli" else f"{name}={str(value)!r}"
+
+
+def given_as(path) -> str:
+    """`checkpoint='nope': ` where the Python API call in progress was given `path` as an argument, to begin the
+    refusal of a path that is not there (`sweep(checkpoint='nope')` names the argument, as its other refusals do);
+    '' on the command line, whose refusal begins with the path itself, and for a path that no argument gave (a
+    config's or a task file's)."""
+    from pathlib import Path
+
+    if CALLER.get() != "api" or (found := (PATH_ARGUMENTS.get() or {}).get(str(Path(path)))) is None:
+        return ""
+    name, value = found
+    return f"{name}={str(value)!r}: "
 
 
 class EncoderlabError(Exception):

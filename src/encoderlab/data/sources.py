@@ -21,7 +21,7 @@ from glob import glob
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from encoderlab.core.errors import DataError, option_name
+from encoderlab.core.errors import DataError, given_as, option_name
 from encoderlab.core.io import lone_surrogate
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
@@ -140,12 +140,12 @@ def _resolve(spec: str) -> list[_LocalFile] | None:
         root = Path(*itertools.takewhile(lambda part: not _GLOB_CHARS.search(part), path.parts))
         matches = [Path(m) for m in glob(str(path), recursive=True)]
         if not matches:
-            raise DataError(f"no such file or directory: {spec} (the pattern matched nothing)")
+            raise DataError(f"{given_as(spec)}no such file or directory: {spec} (the pattern matched nothing)")
         found = itertools.chain.from_iterable(_walk(m) if m.is_dir() else [m] for m in matches)
         return _files_below(root, found, f"pattern {spec}")
     if _HUB_ID.fullmatch(spec) and not _FILE_LIKE.search(spec):
         return None
-    raise DataError(f"no such file or directory: {spec}")
+    raise DataError(f"{given_as(spec)}no such file or directory: {spec}")
 
 
 def _walk(root: Path) -> Iterator[Path]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from encoderlab.core.errors import DataError, resolved
+from encoderlab.core.errors import DataError, given_as, resolved
 
 SPECIAL_TOKENS = ("<bos>", "<eos>", "<pad>", "<mask>")
 MANIFEST = "encoderlab_tokenizer.json"
@@ -123,7 +123,7 @@ def load_tokenizer(path: str | Path, *, as_transformers: bool = False) -> TextTo
     added from `add_bos_token`), and an import must encode as the source model's users do."""
     path = Path(path)
     if not path.exists():
-        raise DataError(f"tokenizer not found: {resolved(path)} "
+        raise DataError(f"{given_as(path)}tokenizer not found: {resolved(path)} "
                         "(give a tokenizer.json file or a folder containing one)")
     folder = path if path.is_dir() else path.parent
     config = _read_special_config(folder)

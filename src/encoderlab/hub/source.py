@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 import torch
 from safetensors.torch import load_file
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, given_as
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import UnsupportedModelError
@@ -59,9 +59,9 @@ def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | N
     if not path.exists() and (repo := hub_repo(src)) is not None:
         path = download(repo)
     if not path.exists():
-        raise EncoderlabError(f"{src}: no such file or folder (give a Hugging Face model folder with config.json, "
-                              "a .gguf file, 'smollm2', a Hub id or a released checkpoint's name such as "
-                              "610m-clm-42k)")
+        raise EncoderlabError(f"{given_as(src)}{src}: no such file or folder (give a Hugging Face model folder "
+                              "with config.json, a .gguf file, 'smollm2', a Hub id or a released checkpoint's name "
+                              "such as 610m-clm-42k)")
     if path.is_file():
         if path.suffix.lower() == ".gguf":
             return path.parent, path.name

@@ -49,6 +49,13 @@ class ModelSection(BaseModel):
             raise ValueError(f"unknown model preset {name!r}; available: {', '.join(preset_names())}")
         return name
 
+    @classmethod
+    def extra_keys(cls) -> list[str]:
+        """The keys beside `preset` (core/config.py `unknown_extras`): the fields of the model config it replaces."""
+        from encoderlab.model.config import ModelConfig
+
+        return sorted(ModelConfig.model_fields)
+
 
 class OptimSection(AdamWSection):
     lr: LearningRate = 5e-4

@@ -28,7 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from encoderlab.core.errors import EncoderlabError, resolved
+from encoderlab.core.errors import EncoderlabError, given_as, resolved
 from encoderlab.core.io import atomic_dir, atomic_file, file_digest, remove_leftovers, sha256_of, write_json
 from encoderlab.runs import migrate_checkpoint
 
@@ -252,7 +252,7 @@ def resolve(path: str | Path) -> Path:
         found = latest(path)
         assert found is not None
         return found
-    raise EncoderlabError(f"{resolved(path)} is neither a checkpoint folder"
+    raise EncoderlabError(f"{given_as(path)}{resolved(path)} is neither a checkpoint folder"
                           f" (with state.json) nor a run folder (with {LATEST})")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from encoderlab.core.errors import EncoderlabError, resolved
+from encoderlab.core.errors import EncoderlabError, given_as, resolved
 from encoderlab.core.io import file_digest
 from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 from encoderlab.runs import checkpoint as ckpt
@@ -99,9 +99,9 @@ def resolve_encoder(path: str | Path, *, unpack: bool = True) -> Path:
         return ckpt.resolve(path)
     if not path.exists() and (repo := hub_repo(str(path))):
         return download(repo)  # config, safetensors and tokenizer files only; offline, one line
-    raise EncoderlabError(f"{resolved(path)} is neither an encoderlab checkpoint (state.json), a run folder "
-                          f"({ckpt.LATEST}), a transformers model folder (config.json), a Hub id (owner/name) nor a "
-                          f"named encoder ({', '.join(NAMED)})")
+    raise EncoderlabError(f"{given_as(path)}{resolved(path)} is neither an encoderlab checkpoint (state.json), a run "
+                          f"folder ({ckpt.LATEST}), a transformers model folder (config.json), a Hub id (owner/name) "
+                          f"nor a named encoder ({', '.join(NAMED)})")
 
 
 def transformers_config(folder: Path, *, own_backbone: bool = False):

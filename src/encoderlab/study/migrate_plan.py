@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from encoderlab.core import formats
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, given_as
 from encoderlab.core.io import read_json
 from encoderlab.finetuning import migrate_protocol
 
@@ -26,7 +26,7 @@ def read(root: Path) -> dict:
     is not a plan, or its format is newer than this code's."""
     path = root / FILE
     if not path.exists():
-        raise EncoderlabError(f"{root} is not a study folder (no {FILE}): give the folder that "
+        raise EncoderlabError(f"{given_as(root)}{root} is not a study folder (no {FILE}): give the folder that "
                               "`encoderlab study run` printed, e.g. studies/demo")
     plan = read_json(path, RUN_AGAIN)
     if not isinstance(plan, dict) or not {"protocol", "evaluations", "runs"} <= plan.keys() \

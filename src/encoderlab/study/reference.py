@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.study.results import CategoryScore, TaskScore, category_scores, task_scores
 from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.tasks import registry
@@ -147,10 +147,10 @@ def reference_section(report) -> str:
         return ""
     res, root = report.res, Path(report.reference)
     if not root.is_dir():
-        raise EncoderlabError(f"--reference {root}: no such folder (give the authors' results/ folder)")
+        raise EncoderlabError(f"{option('reference', root)}: no such folder (give the authors' results/ folder)")
     if next(root.glob("*/*/*/*/results.json"), None) is None:
-        raise EncoderlabError(f"--reference {root}: no MODEL/TASK/DATASET/RUN/results.json in it (give the authors' "
-                              "results/ folder)")
+        raise EncoderlabError(f"{option('reference', root)}: no MODEL/TASK/DATASET/RUN/results.json in it (give the "
+                              "authors' results/ folder)")
     pairs = [(m.split("=", 1)[0], m.split("=", 1)[1]) if "=" in m else (m if m in res.evaluations else None, m)
              for m in report.reference_models]
     pairs = pairs or [(lb, lb) for lb in res.evaluations if (root / lb).is_dir()]

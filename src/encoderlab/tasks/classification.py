@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,7 @@ from encoderlab.tasks.common import (
     split_validation,
     unpack_lists,
 )
+from encoderlab.tasks.label_names import NUMBER, label_name
 from encoderlab.tasks.metrics import accuracy, macro_f1
 
 # ---------------------------------------------------------------------------------------- the task
@@ -280,28 +281,6 @@ def load_glue(task: Literal["sst2", "mnli", "qqp"], source: str | None = None,
                              fields, fingerprint=fingerprint)
     out.dropped = {split: len(part) - len(kept(part)) for split, part in rows.items()}
     return out
-
-
-INTEGER_DECIMAL = re.compile(r"(-?\d+)\.0*")  # "1.0", "-2.00", "3.": what a CSV writer makes of a float column
-NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
-PLUS_NUMBER = re.compile(r"\+(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")  # "+1": a CSV's +1/-1 labels (JSON has no "+")
-
-
-def label_name_before(v: Any) -> str:
-    """A label's class name as encoderlab first read it (only JSON's 1.0 was 1): what tells whether a task file's
-    records were made under the current classes (tasks/families/classification.py `label_reading`)."""
-    if isinstance(v, float) and v.is_integer():
-        return str(int(v))
-    return "" if v is None else str(v).strip()
-
-
-def label_name(v: Any) -> str:
-    """A label as a class name: JSON null and blanks are empty; 1, 1.0, "1", "1.0" and "+1" the same class (a JSON
-    writer may give one column's numbers as 1 on some rows and 1.0 on others, a CSV writer "1" and "1.0", or +1/-1),
-    so that a CSV and a JSONL file of the same rows make the same classes."""
-    name = label_name_before(v)
-    name = name[1:] if PLUS_NUMBER.fullmatch(name) else name  # "+1" is 1, as "1.0" is
-    return str(int(m[1])) if (m := INTEGER_DECIMAL.fullmatch(name)) else name
 
 
 def load_user_classification(train: str, validation: str, test: str | None, text_column: str | list[str],

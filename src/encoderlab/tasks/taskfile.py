@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from encoderlab.core.config import load_yaml, validate
-from encoderlab.core.errors import DataError, resolved
+from encoderlab.core.errors import DataError, given_as, resolved
 from encoderlab.core.io import file_digest
 from encoderlab.tasks.registry import family as family_record
 
@@ -107,7 +107,7 @@ def read_task_file(path: Path, builtin: Callable[[str], str] = lambda name: "") 
             raise DataError(f"{where} is a folder: give a task YAML file")
         known = builtin(path.stem)
         hint = f"; {path.stem!r}, without {path.suffix}, is {known} of that name" if known else ""
-        raise DataError(f"task file not found: {resolved(path)}{hint}")
+        raise DataError(f"{given_as(path)}task file not found: {resolved(path)}{hint}")
     data = load_yaml(path)
     if not isinstance(data.get("family"), str):
         raise DataError(f"{where}: family: missing or not a name; give one of the registered families")

@@ -13,12 +13,11 @@ from encoderlab.tasks.common import read_table
 from encoderlab.tasks.classification import (
     GLUE,
     GLUE_HUB,
-    label_name,
-    label_name_before,
     load_glue,
     load_offline_classification,
     load_user_classification,
 )
+from encoderlab.tasks.label_names import READINGS
 from encoderlab.tasks.mteb_tasks import classification_task
 from encoderlab.tasks.registry import Body, Card, Export, Family, not_saved, register, transformers_usage
 from encoderlab.tasks.taskfile import SplitFiles, TaskFile
@@ -37,17 +36,24 @@ def load_user(file: TaskFile, holdout: str, *, fingerprint: str):
 
 
 def label_reading(file: TaskFile) -> dict:
-    """`{"labels": 2}` where the current reading of a label (`label_name`) differs from the first one
-    (`label_name_before`: "1.0" and "+1" were classes of their own beside "1"), so that their records, of other
-    classes, are not reused; {} where every label reads as it did (their records stay theirs). A file that cannot
-    be read adds nothing: loading it says why."""
+    """{} where every label reads as encoderlab first read it; else `{"labels": N}`, N the oldest of its readings
+    (`label_names.READINGS`, 1 the first) that reads every label as today's does: records were made under that
+    reading and are of today's classes (a file marked 2, whose "1.0" the second reading made class 1, keeps its
+    records where no label reads otherwise today), while a file with a label no earlier reading reads as today
+    ("1e2" is class 100, "True" class true since the third) gets a fingerprint of its own. A file that cannot be
+    read adds nothing: loading it says why."""
     column, paths = file.settings.label_column, [p for p in file.split_files() if p]
     try:
         known = (column, *(file_digest(Path(p)) for p in paths))  # by content: each file is parsed once a process
         if known not in _READING:
-            _READING[known] = {"labels": 2} if any(
-                label_name(row.get(column)) != label_name_before(row.get(column))
-                for path in paths for row in read_table(path)) else {}
+            today, earlier = READINGS[-1], list(enumerate(READINGS[:-1], start=1))
+            for row in (row for path in paths for row in read_table(path)):
+                label = row.get(column)
+                earlier = [(n, reading) for n, reading in earlier if reading(label) == today(label)]
+                if not earlier:
+                    break
+            oldest = earlier[0][0] if earlier else len(READINGS)
+            _READING[known] = {} if oldest == 1 else {"labels": oldest}
         return _READING[known]
     except (DataError, OSError, ValueError):
         return {}
