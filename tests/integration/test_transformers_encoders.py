@@ -73,6 +73,9 @@ def broken(folder: Path, how: str) -> Path:
     elif how == "wider-ffn":  # config.json says 48, the weights are 64 wide
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 48}))
+    elif how == "fewer-layers":  # config.json says 1 layer, the weights hold 2: the second would be dropped unread
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
     elif how == "dangling-tokenizer":
         (folder / "tokenizer.json").unlink()
         (folder / "tokenizer.json").symlink_to(folder / "gone.json")
@@ -333,6 +336,8 @@ def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(hom
     ("no-tokenizer", "has no tokenizer"),
     ("small-vocab", "its tokenizer gives ids up to 37, but the model has 20 embeddings"),
     ("wider-ffn", "intermediate.dense.bias is (64,) in its files but (48,) in the bert its config.json describes"),
+    ("fewer-layers", "weights in its files are no part of the bert its config.json describes (first: "
+                     "encoder.layer.1."),
     ("shard-outside", "names a shard that is not a file of this folder: ../"),
     ("dangling-tokenizer", "tokenizer.json is a broken symbolic link (to "),
     ("cut-weights", "model.safetensors cannot be read as weights (SafetensorError: "),
