@@ -125,6 +125,11 @@ CLI_CASES = [
     Case("pretrain-config-a-list", ("pretrain", "{tmp}/list.yaml"), "mapping", write("list.yaml", "- a\n- b\n")),
     Case("pretrain-base-loop", ("pretrain", "{tmp}/loop.yaml"), "includes itself",
          write("loop.yaml", "base: loop.yaml\n")),
+    Case("pretrain-base-not-a-path", ("pretrain", "{tmp}/run.yaml"), "{tmp}/run.yaml: base: 3: takes the path of "
+         "a YAML config", write("run.yaml", "base: 3\n")),
+    Case("pretrain-base-missing", ("pretrain", "{tmp}/sub/run.yaml"), "{tmp}/sub/run.yaml: base: other.yaml: config "
+         "file not found: {tmp}/sub/other.yaml ('other.yaml' read from the folder of {tmp}/sub/run.yaml)",
+         write("sub/run.yaml", "base: other.yaml\n")),
     Case("pretrain-no-data", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "data.path={tmp}/nodata"),
          "no packed dataset at", run_config()),
     Case("pretrain-micro-batch", ("pretrain", "{tmp}/run.yaml", "--set", "train.micro_batch=3"),
