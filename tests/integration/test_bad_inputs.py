@@ -291,6 +291,9 @@ TASK_CASES: list[Case] = [
          task_files(CLS, train_csv='text,label\nfine,pos\n"open,neg\n' + "x" * 200_000 + ",pos\nb,neg\n")),
     Case("task-csv-row-of-three-fields", SWEEP, "{tmp}/train.csv:4: 3 field(s) where the header has 2",
          task_files(CLS, train_csv="text,label\nfine,pos\nbad,neg\nreally, good,pos\n")),
+    Case("task-csv-column-named-twice", SWEEP, "{tmp}/train.csv:1: column 'label' is named twice in the header "
+         "(only the last would be read): rename one",
+         task_files(CLS, train_csv="text,label,label\nfine,pos,1\nbad,neg,0\n")),
     Case("task-csv-header-only", SWEEP, "{tmp}/train.csv: no rows (an empty file, or a header only)",
          task_files(CLS, train_csv="text,label\n")),
     Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv ('nope.csv' read from the task "
