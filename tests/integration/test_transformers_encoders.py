@@ -420,3 +420,21 @@ def test_the_api_loads_a_transformers_folder_and_embeds_as_mean_pooling_does(hom
     torch.testing.assert_close(got, (hidden * mask).sum(1) / mask.sum(1), rtol=1e-5, atol=1e-6)
     with pytest.raises(encoderlab.EncoderlabError, match="is a transformers folder already"):
         encoderlab.load(folder).to_transformers()
+
+
+def test_a_sentencepiece_tokenizer_without_its_package_is_named_in_one_line(home, monkeypatch, capsys, caplog):
+    """An older XLM-R or CamemBERT save holds its tokenizer as sentencepiece.bpe.model alone: transformers needs the
+    sentencepiece package to read it, and without it logged five lines and failed naming `tiktoken`."""
+    import sys
+
+    folder = write_encoder(home / "spm-only", "bert")
+    (folder / "tokenizer.json").unlink()
+    (folder / "sentencepiece.bpe.model").write_bytes(b"\x00not read here" * 8)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "XLMRobertaTokenizer"}))
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # not installed
+    with caplog.at_level("WARNING"):
+        says = _refused(monkeypatch, capsys, home, folder)
+    assert ("holds no tokenizer.json, and its sentencepiece.bpe.model is read by the sentencepiece package, which is "
+            "not installed: pip install sentencepiece") in says
+    assert not [r for r in caplog.records if r.name.startswith("transformers")]
