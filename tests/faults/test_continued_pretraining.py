@@ -266,3 +266,32 @@ def test_weights_and_tokenizers_that_do_not_belong_are_refused(tmp_path, one_thr
         Trainer(validate(PretrainConfig, config(tmp_path, packed, cased, "cased", steps=6), "test"),
                 show_progress=False, log=lambda line: None)
     assert not (tmp_path / "extra").exists() and not (tmp_path / "cased").exists()
+
+
+def test_the_export_card_carries_the_sweeps_of_its_weights_and_refuses_others(tmp_path, one_thread):
+    """`--eval` (the API's `evaluation`) is read for a continued model as for encoderlab's own: the card shows the
+    scores measured on these weights beside their baseline; a summary of other weights, or a path that is not there,
+    is refused before anything is written."""
+    from encoderlab.finetuning.records import checkpoint_tag
+
+    bert = write_masked_lm(tmp_path / "bert", "bert")
+    cfg = validate(PretrainConfig, config(tmp_path, packed_with(bert, tmp_path / "packed"), bert, "cpt", steps=2,
+                                          save_every=0), "test")
+    Trainer(cfg, show_progress=False, log=lambda line: None).run()
+    saved = checkpoint.latest(tmp_path / "cpt")
+    score = {"family": "classification", "metric": "accuracy", "test": 71.5, "ci95": 2.0, "best_lr": 1e-4,
+             "seeds": 3, "test_examples": 40, "strongest_baseline": {"name": "majority", "value": 60.0}}
+    summary = tmp_path / "evals" / checkpoint_tag(saved) / "p" / "summary.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text(json.dumps({"tasks": {"mine": score}, "weights_sha256": checkpoint.weights_digest(saved)}))
+    done = export_checkpoint(saved, tmp_path / "out", None, evaluation=tmp_path / "evals")
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert done["evaluations"] == [str(summary)]
+    assert "| mine | classification | accuracy | 71.50 | ± 2.00 |" in card and "model-index" in card
+    assert "license: unknown" in card
+    with pytest.raises(EncoderlabError, match="no such file or folder"):
+        export_checkpoint(saved, tmp_path / "none", None, evaluation=tmp_path / "nowhere")
+    summary.write_text(json.dumps({"tasks": {"mine": score}, "weights_sha256": "0" * 64}))
+    with pytest.raises(EncoderlabError, match="was measured on weights 000000000000"):
+        export_checkpoint(saved, tmp_path / "other", None, evaluation=summary)
+    assert not (tmp_path / "none").exists() and not (tmp_path / "other").exists()

@@ -126,6 +126,11 @@ CLI_CASES = [
     Case("pretrain-config-a-list", ("pretrain", "{tmp}/list.yaml"), "mapping", write("list.yaml", "- a\n- b\n")),
     Case("pretrain-base-loop", ("pretrain", "{tmp}/loop.yaml"), "includes itself",
          write("loop.yaml", "base: loop.yaml\n")),
+    Case("pretrain-base-not-a-path", ("pretrain", "{tmp}/run.yaml"), "{tmp}/run.yaml: base: 3: takes the path of "
+         "a YAML config", write("run.yaml", "base: 3\n")),
+    Case("pretrain-base-missing", ("pretrain", "{tmp}/sub/run.yaml"), "{tmp}/sub/run.yaml: base: other.yaml: config "
+         "file not found: {tmp}/sub/other.yaml ('other.yaml' read from the folder of {tmp}/sub/run.yaml)",
+         write("sub/run.yaml", "base: other.yaml\n")),
     Case("pretrain-no-data", ("pretrain", "{tmp}/run.yaml", "--dry-run", "--set", "data.path={tmp}/nodata"),
          "no packed dataset at", run_config()),
     Case("pretrain-micro-batch", ("pretrain", "{tmp}/run.yaml", "--set", "train.micro_batch=3"),
@@ -287,6 +292,9 @@ TASK_CASES: list[Case] = [
          task_files(CLS, train_csv='text,label\nfine,pos\n"open,neg\n' + "x" * 200_000 + ",pos\nb,neg\n")),
     Case("task-csv-row-of-three-fields", SWEEP, "{tmp}/train.csv:4: 3 field(s) where the header has 2",
          task_files(CLS, train_csv="text,label\nfine,pos\nbad,neg\nreally, good,pos\n")),
+    Case("task-csv-column-named-twice", SWEEP, "{tmp}/train.csv:1: column 'label' is named twice in the header "
+         "(only the last would be read): rename one",
+         task_files(CLS, train_csv="text,label,label\nfine,pos,1\nbad,neg,0\n")),
     Case("task-csv-header-only", SWEEP, "{tmp}/train.csv: no rows (an empty file, or a header only)",
          task_files(CLS, train_csv="text,label\n")),
     Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv ('nope.csv' read from the task "

@@ -511,7 +511,7 @@ def test_the_card_keeps_a_key_1_summary_whose_grid_the_current_keys_does_not_hol
     out a key-1 summary only where the key-2 one holds its grid."""
     from encoderlab import api
     from encoderlab.finetuning import migrate_protocol
-    from encoderlab.hub.card import _evaluation_lines, evaluation_summaries
+    from encoderlab.hub.card import evaluation_lines, evaluation_summaries
     from encoderlab.runs import checkpoint as ckpt
 
     out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
@@ -527,7 +527,7 @@ def test_the_card_keeps_a_key_1_summary_whose_grid_the_current_keys_does_not_hol
     cards = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out, said.append)
     assert sorted((c["protocol"], c["tasks"]["task"]["runs"]) for c in cards) == sorted(
         [(old.name, 2), (swept["protocol_key"], 1)]) and said == []
-    text = "\n".join(_evaluation_lines(cards))
+    text = "\n".join(evaluation_lines(cards))
     assert f"Protocol `{old.name}`, LRs 0.001 x seeds 0, 1 (" in text
     assert f"Protocol `{swept['protocol_key']}`, LRs 0.003 x seeds 0 (" in text
     run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(lrs=[1e-3, 3e-3], seeds=[0, 1]), out, **quiet)

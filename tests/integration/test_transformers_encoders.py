@@ -73,6 +73,9 @@ def broken(folder: Path, how: str) -> Path:
     elif how == "wider-ffn":  # config.json says 48, the weights are 64 wide
         config = json.loads((folder / "config.json").read_text())
         (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 48}))
+    elif how == "fewer-layers":  # config.json says 1 layer, the weights hold 2: the second would be dropped unread
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1}))
     elif how == "dangling-tokenizer":
         (folder / "tokenizer.json").unlink()
         (folder / "tokenizer.json").symlink_to(folder / "gone.json")
@@ -333,6 +336,8 @@ def test_a_tokenizer_that_pads_or_truncates_by_itself_encodes_the_text_alone(hom
     ("no-tokenizer", "has no tokenizer"),
     ("small-vocab", "its tokenizer gives ids up to 37, but the model has 20 embeddings"),
     ("wider-ffn", "intermediate.dense.bias is (64,) in its files but (48,) in the bert its config.json describes"),
+    ("fewer-layers", "weights in its files are no part of the bert its config.json describes (first: "
+                     "encoder.layer.1."),
     ("shard-outside", "names a shard that is not a file of this folder: ../"),
     ("dangling-tokenizer", "tokenizer.json is a broken symbolic link (to "),
     ("cut-weights", "model.safetensors cannot be read as weights (SafetensorError: "),
@@ -415,3 +420,21 @@ def test_the_api_loads_a_transformers_folder_and_embeds_as_mean_pooling_does(hom
     torch.testing.assert_close(got, (hidden * mask).sum(1) / mask.sum(1), rtol=1e-5, atol=1e-6)
     with pytest.raises(encoderlab.EncoderlabError, match="is a transformers folder already"):
         encoderlab.load(folder).to_transformers()
+
+
+def test_a_sentencepiece_tokenizer_without_its_package_is_named_in_one_line(home, monkeypatch, capsys, caplog):
+    """An older XLM-R or CamemBERT save holds its tokenizer as sentencepiece.bpe.model alone: transformers needs the
+    sentencepiece package to read it, and without it logged five lines and failed naming `tiktoken`."""
+    import sys
+
+    folder = write_encoder(home / "spm-only", "bert")
+    (folder / "tokenizer.json").unlink()
+    (folder / "sentencepiece.bpe.model").write_bytes(b"\x00not read here" * 8)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "XLMRobertaTokenizer"}))
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # not installed
+    with caplog.at_level("WARNING"):
+        says = _refused(monkeypatch, capsys, home, folder)
+    assert ("holds no tokenizer.json, and its sentencepiece.bpe.model is read by the sentencepiece package, which is "
+            "not installed: pip install sentencepiece") in says
+    assert not [r for r in caplog.records if r.name.startswith("transformers")]

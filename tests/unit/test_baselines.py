@@ -298,7 +298,7 @@ def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():
 
 
 def test_the_model_card_shows_the_strongest_baseline_and_names_a_constant_model():
-    from encoderlab.hub.card import _evaluation_lines, _model_index
+    from encoderlab.hub.card import evaluation_lines, model_index
 
     learned = {"family": "retrieval", "metric": "ndcg@10", "test": 95.0, "ci95": 1.0, "best_lr": 1e-4, "seeds": 3,
                "std_over_seeds": 0.8, "test_examples": 300, "strongest_baseline": {"name": "bm25", "value": 93.4},
@@ -307,12 +307,12 @@ def test_the_model_card_shows_the_strongest_baseline_and_names_a_constant_model(
                 "std_over_seeds": 0.0, "constant": "no answer", "warning": "predicts a constant (no answer)",
                 "strongest_baseline": {"name": "always_abstain", "value": 32.0}}
     evaluation = [{"protocol": "p", "path": "summary.json", "tasks": {"wikihow": learned, "squad2": abstains}}]
-    card = "\n".join(_evaluation_lines(evaluation))
+    card = "\n".join(evaluation_lines(evaluation))
     assert "| wikihow | retrieval | ndcg@10 | 95.00 | ± 1.00 | 0.0001 | 3 | 300 | BM25 93.40 | +1.60 vs BM25 |" in card
     assert ("| squad2 | qa | f1 | 32.00 | undefined (zero variance) | 0.0001 | 3 | - | always abstain 32.00 | "
             "predicts a constant (no answer) |") in card
     assert "- `f1`: SQuAD word-overlap F1" in card and "- `ndcg@10`: NDCG@10 with linear gains" in card  # defined
-    names = [r["metrics"][0]["name"] for r in _model_index("m", evaluation)[0]["results"]]
+    names = [r["metrics"][0]["name"] for r in model_index("m", evaluation)[0]["results"]]
     assert names[0].endswith("; strongest baseline BM25 93.40)")
     assert names[1].endswith("; strongest baseline always abstain 32.00; predicts a constant (no answer))")
 

@@ -75,6 +75,11 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = (), *, shipped: str | 
     base = data.pop("base", None)
     if base is None:
         return data
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: base: {base!r}: takes the path of a YAML config, relative to this file's folder")
+    if not (path.parent / base).exists():  # named as written, with the file that wrote it, not as a path given here
+        raise ConfigError(f"{path}: base: {base}: config file not found: "
+                          f"{resolved(path.parent / base, base, f'the folder of {path}')}")
     return deep_merge(load_yaml(path.parent / base, (*_seen, path.resolve())), data)
 
 

@@ -19,6 +19,7 @@ from encoderlab.core.errors import DataError, given_as, resolved
 
 SPECIAL_TOKENS = ("<bos>", "<eos>", "<pad>", "<mask>")
 MANIFEST = "encoderlab_tokenizer.json"
+SENTENCEPIECE_FILES = ("sentencepiece.bpe.model", "spm.model", "tokenizer.model")
 # Names used by common tokenizers for each role, most specific first (Llama-3, Llama-2, GPT-2, BERT, EuroBERT...).
 _ROLE_CANDIDATES = {
     "bos": ("<bos>", "<|begin_of_text|>", "<s>", "<|endoftext|>", "[CLS]", "<|im_start|>"),
@@ -231,16 +232,35 @@ def _wants_code(name: str, config: dict) -> str | None:
 
 def _from_transformers(folder: Path) -> Tokenizer:
     from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     refuse_code_from(folder)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # what is wrong is said in one line below, not in transformers' paragraphs
     try:
         hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, trust_remote_code=False)
     except Exception as exc:
-        what = "holds no tokenizer.json and " if not (folder / "tokenizer.json").exists() else ""
-        raise DataError(f"{folder}: {what}transformers could not load its tokenizer ({_first_line(exc)})") from None
+        raise DataError(f"{folder}: {_unreadable(folder, exc)}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
     if not getattr(hf, "is_fast", False):
         raise DataError(f"{folder}: only fast (tokenizers-backed) tokenizers are supported")
     return hf.backend_tokenizer
+
+
+def _unreadable(folder: Path, exc: Exception) -> str:
+    """Why transformers could not build a folder's tokenizer. A sentencepiece model alone (older XLM-R, CamemBERT
+    saves) needs the sentencepiece package, without which transformers falls back to reading it as a tiktoken file
+    and names the wrong package."""
+    import importlib.util
+
+    if (folder / "tokenizer.json").exists():
+        return f"transformers could not load its tokenizer ({_first_line(exc)})"
+    spm = next((n for n in SENTENCEPIECE_FILES if (folder / n).is_file()), None)
+    if spm is not None and importlib.util.find_spec("sentencepiece") is None:
+        return (f"holds no tokenizer.json, and its {spm} is read by the sentencepiece package, which is not "
+                "installed: pip install sentencepiece (or save the tokenizer with a tokenizer.json)")
+    return f"holds no tokenizer.json and transformers could not load its tokenizer ({_first_line(exc)})"
 
 
 def _first_line(exc: Exception) -> str:

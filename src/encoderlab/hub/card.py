@@ -208,7 +208,7 @@ def _training_lines(info: dict) -> list[str]:
     return lines or ["- unknown: the checkpoint carries no training metadata"]
 
 
-def _evaluation_lines(evaluations: list[dict]) -> list[str]:
+def evaluation_lines(evaluations: list[dict]) -> list[str]:
     if not evaluations:
         return ["Not evaluated."]
     lines = []
@@ -303,7 +303,7 @@ def _usage(target: Target, mask: str, name: str) -> list[str]:
             "print(tok.decode(out[0]))", "```"]
 
 
-def _model_index(name: str, evaluations: list[dict]) -> list[dict]:
+def model_index(name: str, evaluations: list[dict]) -> list[dict]:
     results = [{"task": {"type": registry.family(t["family"]).card.hub_task, "name": t["family"]},
                 "dataset": {"name": task, "type": task},
                 "metrics": [{"type": t.get("metric"), "value": round(t["test"], 2),
@@ -327,7 +327,7 @@ def _front_matter(target: Target, info: dict, evaluations: list[dict], name: str
     meta = {"library_name": library, "pipeline_tag": task, "tags": ["encoderlab", kind],
             "license": info.get("license") or "unknown"}
     meta.update({k: info[k] for k in ("base_model", "datasets") if info.get(k)})
-    index = _model_index(name, evaluations)
+    index = model_index(name, evaluations)
     if index:
         meta["model-index"] = index
     return ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---"]
@@ -384,7 +384,7 @@ def model_card(target: Target, cfg: ModelConfig, tok: TextTokenizer, info: dict,
         f"{cfg.num_key_value_heads} | {cfg.vocab_size:,} | {cfg.max_position_embeddings:,} | {cfg.rope_theta:g} | "
         f"{'yes' if cfg.tie_word_embeddings else 'no'} |", "",
         "## Training", "", *_training_lines(info), "",
-        "## Evaluation", "", *_evaluation_lines(evaluations), "",
+        "## Evaluation", "", *evaluation_lines(evaluations), "",
         "## Tokenizer", "", f"{tok.origin}; special tokens: {special}. "
         + ("It adds no special token to an input" if framing == "text" else f"It frames every input as `{framing}`")
         + (", as the source model's tokenizer does" if info.get("reason") == "imported" else

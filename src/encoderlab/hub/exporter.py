@@ -151,7 +151,7 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, at
         if attention == "causal":
             raise EncoderlabError(f"{option('attention', 'causal')}: {path} is a continued masked-LM model, "
                                   "which attends both ways")
-        return export_continued(path, out, kind, force=force, log=log)
+        return export_continued(path, out, kind, evaluation=evaluation, force=force, log=log)
     kind = kind or "eurobert"
     check_request(kind, attention)
     started = time.perf_counter()

@@ -231,7 +231,21 @@ def load_body(folder: Path, cfg):
     if missing:
         raise EncoderlabError(f"{folder}: {len(missing)} weights of the {cfg.model_type} body are not in its files "
                               f"(first: {missing[0]}); they would start random and be scored as the model's")
+    if unused := unused_body_weights(model, info["unexpected_keys"]):
+        raise EncoderlabError(f"{folder}: {len(unused)} weights in its files are no part of the {cfg.model_type} its "
+                              f"config.json describes (first: {unused[0]}): the files and the config are of "
+                              "different models")
     return model
+
+
+def unused_body_weights(body, unexpected) -> list[str]:
+    """The names transformers read from the files but left out of `body` that belong to a body (under its
+    `base_model_prefix` or one of its modules): a config.json with fewer layers than the weights would otherwise
+    score the model cut short. A masked-LM head (`cls.`, `lm_head.`, ...) is not the body's and is left unread."""
+    prefix, own = body.base_model_prefix + ".", {name for name, _ in body.named_children()}
+    buffers = {name for name, _ in body.named_buffers()}
+    return sorted(k for k in unexpected if k.removeprefix(prefix) not in buffers
+                  and (k.startswith(prefix) or k.split(".", 1)[0] in own))
 
 
 def load_transformers_encoder(folder: Path):

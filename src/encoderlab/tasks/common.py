@@ -142,6 +142,10 @@ def _read_csv(path: Path) -> list[dict]:
     rows = []
     try:
         header = reader.fieldnames or []
+        if twice := next((name for i, name in enumerate(header) if name in header[:i]), None):
+            # DictReader keeps the last of two fields of one name: which one a task reads would be silent
+            raise DataError(f"{path}:{reader.line_num}: column {twice!r} is named twice in the header (only the last "
+                            "would be read): rename one")
         start = reader.line_num + 1  # the line a row starts on (a quoted field may span lines)
         for row in reader:
             # DictReader puts a row's extra fields under None and gives its missing ones None: a shifted column
