@@ -575,7 +575,7 @@ def test_summary_json_counts_each_task_under_its_own_grid(tmp_path, tiny_checkpo
 def test_a_summary_json_without_task_grids_is_read_under_its_protocols_grid(tmp_path, tiny_checkpoint, task_yaml):
     """A summary.json written before its entries named their grid: its top-level protocol's grid is every task's,
     for the card and for the next sweep, which keeps it as that task's grid when another task is swept."""
-    from encoderlab.hub.card import _evaluation_lines, evaluation_summaries
+    from encoderlab.hub.card import evaluation_lines, evaluation_summaries
     from encoderlab.runs import checkpoint as ckpt
 
     other = task_yaml.with_name("other.yaml")
@@ -589,7 +589,7 @@ def test_a_summary_json_without_task_grids_is_read_under_its_protocols_grid(tmp_
     file.write_text(json.dumps(written))
     (card,) = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out)
     assert card["grids"] == {"task": ([1e-3], [0, 1])}
-    assert f"Protocol `{first['protocol_key']}`, LRs 0.001 x seeds 0, 1 (" in "\n".join(_evaluation_lines([card]))
+    assert f"Protocol `{first['protocol_key']}`, LRs 0.001 x seeds 0, 1 (" in "\n".join(evaluation_lines([card]))
     run_sweep(tiny_checkpoint, [str(other)], protocol(max_steps=2, lrs=[1e-3], seeds=[0, 1, 2]), out, **quiet)
     tasks = json.loads(file.read_text())["tasks"]
     assert {name: t["seeds"] for name, t in tasks.items()} == {"task": 2, "other": 3}
@@ -599,7 +599,7 @@ def test_a_summary_json_without_task_grids_is_read_under_its_protocols_grid(tmp_
 
 def test_the_card_names_each_tasks_grid_where_they_differ(tmp_path, tiny_checkpoint, task_yaml):
     """One summary.json of two tasks swept over other seeds: the card's entry names no one grid but each task's."""
-    from encoderlab.hub.card import _evaluation_lines, evaluation_summaries
+    from encoderlab.hub.card import evaluation_lines, evaluation_summaries
     from encoderlab.runs import checkpoint as ckpt
 
     other = task_yaml.with_name("other.yaml")
@@ -609,6 +609,6 @@ def test_the_card_names_each_tasks_grid_where_they_differ(tmp_path, tiny_checkpo
     done = run_sweep(tiny_checkpoint, [str(other)], protocol(max_steps=2, lrs=[1e-3], seeds=[0, 1, 2]), out, **quiet)
     (card,) = evaluation_summaries(ckpt.resolve(tiny_checkpoint), out)
     assert card["grid"] is None and card["grids"] == {"other": ([1e-3], [0, 1, 2]), "task": ([1e-3], [0, 1])}
-    text = "\n".join(_evaluation_lines([card]))
+    text = "\n".join(evaluation_lines([card]))
     assert f"Protocol `{done['protocol_key']}`, each task's own grid (" in text
     assert "Runs counted per task: `other` LRs 0.001 x seeds 0, 1, 2; `task` LRs 0.001 x seeds 0, 1." in text
