@@ -1,10 +1,16 @@
 """Models from outside encoderlab given where they do not belong, or in a layout of their own: tiny random
 transformers encoders (test_transformers_encoders.write_encoder) given to import-hf are sent to the commands that
-read them as they are, in one line."""
+read them as they are, in one line; a sentence-transformers folder of the older layout (the model in 0_Transformer/)
+is read from the module its modules.json names."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
-from test_transformers_encoders import write_encoder
+import torch
+from test_authors_protocol import write_tasks
+from test_transformers_encoders import SIZES, write_encoder
 
 from conftest import run_command
 
@@ -34,3 +40,84 @@ def test_import_hf_sends_a_named_encoder_to_finetune_without_fetching_it(tmp_pat
     monkeypatch.setattr(wheels, "fetch", lambda *a, **k: pytest.fail("the wheel is fetched"))
     err = _one_line(monkeypatch, capsys, "import-hf", "minilm-l6", "--out", tmp_path / "out")
     assert "minilm-l6: the named encoder minilm-l6 needs no import" in err and "finetune/sweep minilm-l6" in err
+
+
+def old_layout(folder: Path, module: str = "0_Transformer") -> Path:
+    """A sentence-transformers folder as older versions saved one: modules.json and 1_Pooling/ at the top, the
+    transformers model (config.json, weights, tokenizer) in `module`/."""
+    write_encoder(folder / module, "bert")
+    (folder / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": module, "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                 "pooling_mode_mean_tokens": True}))
+    return folder
+
+
+def test_a_sentence_transformers_folder_of_the_older_layout_is_read_from_its_transformer_module(
+        tmp_path, monkeypatch, capsys, one_thread):
+    """The newer layout keeps the model at the top, where every command reads it; the older one keeps it in
+    0_Transformer/, which modules.json names: the top folder is read as that module, as sentence-transformers reads
+    it (fine-tuning and the API read the body; MTEB loads the whole folder, pooling included)."""
+    import encoderlab
+    from encoderlab.runs.encoders import encoder_digest, resolve_encoder
+
+    home = tmp_path / "home"
+    write_tasks(home / "data" / "offline" / "tasks")
+    top = old_layout(tmp_path / "st-old")
+    module = top / "0_Transformer"
+    assert resolve_encoder(top) == module
+    texts = ["the cat sat on a mat", "zanzibar quetzal"]
+    assert torch.equal(encoderlab.load(top).embed(texts), encoderlab.load(module).embed(texts))
+    code, _, err = run_command(monkeypatch, capsys, "finetune", top, "toy-pairs", "--lr", "1e-3", "--out",
+                               tmp_path / "evals", *(x for s in SIZES for x in ("--set", s)), home=home)
+    assert code == 0, err
+    assert "needs no import" in _one_line(monkeypatch, capsys, "import-hf", top, "--out", tmp_path / "out")
+    pytest.importorskip("mteb")
+    from encoderlab.hub.mteb_eval import SENTENCE_TRANSFORMERS, model_kind, weights_of
+
+    found = model_kind(top)
+    assert (found.path, found.kind) == (top, SENTENCE_TRANSFORMERS)  # its pooling is the folder's own
+    assert weights_of(found) == encoder_digest(module)  # a study's MTEB job is done for the module's files
+
+
+@pytest.mark.parametrize("how, says", [
+    ("outside", "modules.json puts the Transformer module in ../elsewhere, which is not a folder of"),
+    ("no-config", "modules.json puts the Transformer module in 0_Transformer, which is not a folder of"),
+    ("no-module", "holds no config.json, and its modules.json names no sentence-transformers Transformer module"),
+    ("not-a-list", "modules.json: not the module list sentence-transformers writes"),
+])
+def test_a_module_list_that_leads_to_no_model_is_refused_in_one_line(tmp_path, monkeypatch, capsys, how, says):
+    top = old_layout(tmp_path / "st-old")
+    modules = json.loads((top / "modules.json").read_text())
+    if how == "outside":
+        write_encoder(tmp_path / "elsewhere", "bert")
+        modules[0]["path"] = "../elsewhere"
+    elif how == "no-config":
+        (top / "0_Transformer" / "config.json").unlink()
+    elif how == "no-module":
+        modules = modules[1:]
+    (top / "modules.json").write_text(json.dumps(modules if how != "not-a-list" else {"0": modules[0]}))
+    for command in (("finetune", top, "toy-pairs", "--lr", "1e-3", "--out", tmp_path / "evals"),
+                    ("import-hf", top, "--out", tmp_path / "out")):
+        assert says in _one_line(monkeypatch, capsys, *command)
+    assert not (tmp_path / "evals").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_study_and_continued_pretraining_read_the_older_layout_from_its_module(tmp_path):
+    """`checkpoints: {NAME: FOLDER}` in a study and `init.from_weights: FOLDER` take what fine-tuning takes."""
+    from types import SimpleNamespace
+
+    from encoderlab.core.config import ConfigError
+    from encoderlab.pretraining.continued import transformers_source
+    from encoderlab.study.existing import locate
+
+    top = old_layout(tmp_path / "st-old")
+    module = top / "0_Transformer"
+    spec = SimpleNamespace(name="s", checkpoints={"st": str(top)})
+    assert locate(spec, tmp_path, tmp_path / "study") == {"st": module.resolve()}
+    assert transformers_source(SimpleNamespace(init=SimpleNamespace(from_weights=str(top)))) == module
+    (module / "config.json").unlink()
+    with pytest.raises(ConfigError, match="checkpoints.st: .*puts the Transformer module in 0_Transformer"):
+        locate(spec, tmp_path, tmp_path / "study")

