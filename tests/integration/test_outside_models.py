@@ -121,3 +121,62 @@ def test_a_study_and_continued_pretraining_read_the_older_layout_from_its_module
     (module / "config.json").unlink()
     with pytest.raises(ConfigError, match="checkpoints.st: .*puts the Transformer module in 0_Transformer"):
         locate(spec, tmp_path, tmp_path / "study")
+
+
+# What transformers prints by itself: progress bars and the lines of its logger (a load report, notes).
+TRANSFORMERS_NOISE = ("Loading weights", "Writing model shards", "it/s]", "[transformers]", "LOAD REPORT", "UNEXPECTED")
+
+
+def test_fine_tuning_and_saving_a_transformers_folder_leave_transformers_quiet(tmp_path, monkeypatch, capfd,
+                                                                                 one_thread):
+    """stderr holds encoderlab's own lines: transformers' bars and log lines while a BERT folder is loaded and its
+    fine-tuned model saved (`--save`) are kept off it, and its settings are as they were afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    home = tmp_path / "home"
+    write_tasks(home / "data" / "offline" / "tasks")
+    folder = write_encoder(tmp_path / "bert", "bert")
+    before = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    code, _, err = run_command(monkeypatch, capfd, "finetune", folder, "toy-ir", "--lr", "1e-3", "--out",
+                               tmp_path / "evals", "--save", tmp_path / "kept",
+                               *(x for s in SIZES for x in ("--set", s)), home=home)
+    assert code == 0 and (tmp_path / "kept" / "model.safetensors").is_file(), err
+    assert "saved toy-ir" in err and not [n for n in TRANSFORMERS_NOISE if n in err], err
+    assert (hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()) == before
+
+
+def test_mteb_loads_a_folder_with_its_masked_lm_head_quietly(tmp_path, capfd):
+    """A BERT folder as it is published holds its masked-LM head and no pooler: sentence-transformers' load made
+    transformers print a bar and a 12-line load report of those weights, which fine-tuning's checks had judged."""
+    pytest.importorskip("mteb")
+    from transformers import AutoConfig, BertForMaskedLM
+
+    from encoderlab.hub.mteb_eval import model_kind, sentence_model
+
+    folder = write_encoder(tmp_path / "bert-mlm", "bert")
+    torch.manual_seed(0)
+    BertForMaskedLM(AutoConfig.from_pretrained(folder)).save_pretrained(folder)
+    found = model_kind(folder)
+    capfd.readouterr()
+    sentence_model(found, tmp_path, log=print)
+    err = capfd.readouterr().err
+    assert not [n for n in TRANSFORMERS_NOISE if n in err], err
+
+
+def test_quiet_transformers_keeps_its_errors_and_restores_its_settings(capfd):
+    from transformers.utils import logging as hf_logging
+
+    from encoderlab.core.quiet import quiet_transformers
+
+    logger = hf_logging.get_logger("transformers.modeling_utils")
+    hf_logging.set_verbosity_warning()
+    with quiet_transformers():
+        assert not hf_logging.is_progress_bar_enabled()
+        logger.warning("a note nobody needs")
+        logger.error("a real error")
+        with quiet_transformers():  # nested: the outer block's settings stay
+            pass
+        assert not hf_logging.is_progress_bar_enabled()
+    err = capfd.readouterr().err
+    assert "a real error" in err and "a note nobody needs" not in err
+    assert hf_logging.get_verbosity() == hf_logging.WARNING and hf_logging.is_progress_bar_enabled()

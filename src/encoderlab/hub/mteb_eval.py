@@ -29,6 +29,7 @@ from typing import Any
 
 from encoderlab.core.errors import EncoderlabError, argument, option_name
 from encoderlab.core.io import atomic_dir, write_json
+from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import prepare_out
 from encoderlab.tasks import load_task, offline_root, registry, task_family
@@ -185,7 +186,8 @@ def sentence_model(model: Model, scratch: Path, log: Log):
         folder = scratch / "sentence-transformers"
         export_checkpoint(model.path, folder, "sentence-transformers", log=log)
     try:
-        st = SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
+        with quiet_transformers():  # its body was checked as fine-tuning checks it (`check_folder`)
+            st = SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
     except Exception as exc:  # transformers and sentence-transformers name the problem, not always the folder
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise EncoderlabError(f"{argument('model', model.path)}: sentence-transformers cannot load it: "

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError, given_as, resolved
 from encoderlab.core.io import file_digest
+from encoderlab.core.quiet import quiet_transformers
 from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.folder_checks import check_encoder_kind, check_known_type, check_links, check_safetensors
@@ -222,22 +223,14 @@ def encoder_digest(path: Path) -> str:
 def read_folder(auto_class, folder: Path, cfg):
     """(`auto_class.from_pretrained` of the folder in fp32 from safetensors, its loading info), quietly (encoderlab
     says in one line what is wrong), or the one line naming a weight of another shape than config.json's."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     try:
-        model, info = auto_class.from_pretrained(str(folder), config=cfg.hf_config(), trust_remote_code=False,
-                                                 use_safetensors=True, dtype=torch.float32, output_loading_info=True,
-                                                 ignore_mismatched_sizes=True)
+        with quiet_transformers():
+            model, info = auto_class.from_pretrained(str(folder), config=cfg.hf_config(), trust_remote_code=False,
+                                                     use_safetensors=True, dtype=torch.float32,
+                                                     output_loading_info=True, ignore_mismatched_sizes=True)
     except Exception as exc:
         raise EncoderlabError(f"{folder}: transformers could not load its weights "
                               f"({' '.join(str(exc).split())[:300]})") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
     if info.get("mismatched_keys"):
         key, stored, wanted = sorted(info["mismatched_keys"], key=str)[0][:3]  # a set in transformers 5
         raise EncoderlabError(f"{folder}: {key} is {tuple(stored)} in its files but {tuple(wanted)} in the "
