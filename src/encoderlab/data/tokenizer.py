@@ -232,17 +232,15 @@ def _wants_code(name: str, config: dict) -> str | None:
 
 def _from_transformers(folder: Path) -> Tokenizer:
     from transformers import AutoTokenizer
-    from transformers.utils import logging as hf_logging
+
+    from encoderlab.core.quiet import quiet_transformers
 
     refuse_code_from(folder)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # what is wrong is said in one line below, not in transformers' paragraphs
     try:
-        hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, trust_remote_code=False)
+        with quiet_transformers():  # what is wrong is said in one line below, not in transformers' paragraphs
+            hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, trust_remote_code=False)
     except Exception as exc:
         raise DataError(f"{folder}: {_unreadable(folder, exc)}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
     if not getattr(hf, "is_fast", False):
         raise DataError(f"{folder}: only fast (tokenizers-backed) tokenizers are supported")
     return hf.backend_tokenizer

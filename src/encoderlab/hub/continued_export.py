@@ -13,6 +13,7 @@ import yaml
 
 from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import atomic_dir
+from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import load_tokenizer
 from encoderlab.hub import sentence
 from encoderlab.hub.card import evaluation_lines, evaluation_summaries, model_index, public, training_info
@@ -40,7 +41,8 @@ def export_continued(path: Path, out: Path, kind: str | None, *, evaluation: Pat
     prepare_out(out, force, keep=path)
     evaluations = evaluation_summaries(path, evaluation, log)  # of these weights only, as for encoderlab's own
     with atomic_dir(out) as tmp:
-        out_model.save_pretrained(str(tmp))
+        with quiet_transformers():
+            out_model.save_pretrained(str(tmp))
         tok.save(tmp, model_max_length=usable_positions(cfg))  # RoBERTa's first positions are its padding's
         card = _card(kind, type(out_model).__name__, cfg, info, out.name, evaluations)
         (tmp / "README.md").write_text(card, encoding="utf-8")

@@ -31,6 +31,7 @@ from tokenizers.processors import TemplateProcessing
 
 from encoderlab.core.errors import EncoderlabError, option
 from encoderlab.core.io import atomic_dir
+from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.hub import sentence
 from encoderlab.hub.card import evaluation_summaries, model_card, training_info
@@ -171,7 +172,8 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, at
     hf = hf_model(model, cfg, target)
     card = model_card(target, cfg, tok, info, evaluations, framing, note, out.name)
     with atomic_dir(out) as tmp:
-        hf.save_pretrained(str(tmp))  # safetensors: the only format transformers 5 writes (and 4.x's default)
+        with quiet_transformers():  # safetensors: the only format transformers 5 writes (and 4.x's default)
+            hf.save_pretrained(str(tmp))
         compatible_config(tmp)
         tok.save(tmp, model_max_length=cfg.max_position_embeddings)
         (tmp / "README.md").write_text(card, encoding="utf-8")

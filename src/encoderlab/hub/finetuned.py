@@ -33,6 +33,7 @@ from torch import nn
 
 from encoderlab.core.errors import EncoderlabError, option, option_name
 from encoderlab.core.io import atomic_dir, check_writable, folder_name
+from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import TextTokenizer, load_tokenizer
 from encoderlab.finetuning.migrate_keys import same_run
 from encoderlab.finetuning.protocol import Protocol
@@ -162,7 +163,8 @@ class SavedModels:
         card = finetuned_card(stock, unit.family, cfg, records, identity, out.name, tok,
                               {k: source.get(k) for k in ("base_model", "license", "transformers_folder")})
         with atomic_dir(out) as tmp:
-            hf.save_pretrained(str(tmp))
+            with quiet_transformers():  # the line below says what was saved where
+                hf.save_pretrained(str(tmp))
             compatible_config(tmp)
             tok.save(tmp, model_max_length=first["max_length"])
             (tmp / "README.md").write_text(card, encoding="utf-8")

@@ -29,6 +29,7 @@ from typing import Any
 
 from encoderlab.core.errors import EncoderlabError, argument, option_name
 from encoderlab.core.io import atomic_dir, write_json
+from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import prepare_out
 from encoderlab.tasks import load_task, offline_root, registry, task_family
@@ -63,7 +64,7 @@ def check_installed() -> None:
 def model_kind(path: Path) -> Model:
     """What MODEL is, refused in one line when it is none of the three or asks for code of its own. A named encoder
     (`minilm-l6`) is its unpacked folder."""
-    from encoderlab.runs.encoders import NAMED, named_encoder
+    from encoderlab.runs.encoders import NAMED, named_encoder, transformer_module
 
     if not path.exists() and str(path) in NAMED:
         path = named_encoder(str(path))
@@ -73,11 +74,12 @@ def model_kind(path: Path) -> Model:
                               f"folder or {', '.join(NAMED)}")
     if (path / "state.json").exists() or (path / "LATEST").exists():
         return Model(path, ENCODERLAB)
-    if not (path / "config.json").exists():
+    body = transformer_module(path) or path  # sentence-transformers' older layout: the model in 0_Transformer/
+    if not (body / "config.json").exists():
         raise EncoderlabError(f"{argument('model', path)} is not a model folder: it holds neither an encoderlab "
                               "checkpoint (state.json) or run (LATEST) nor a transformers config.json")
-    refuse_code_from(path)
-    check_folder(path)
+    refuse_code_from(body)
+    check_folder(body)
     modules = path / "modules.json"
     if not modules.exists():
         return Model(path, TRANSFORMERS)
@@ -184,7 +186,8 @@ def sentence_model(model: Model, scratch: Path, log: Log):
         folder = scratch / "sentence-transformers"
         export_checkpoint(model.path, folder, "sentence-transformers", log=log)
     try:
-        st = SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
+        with quiet_transformers():  # its body was checked as fine-tuning checks it (`check_folder`)
+            st = SentenceTransformer(str(folder), trust_remote_code=False, local_files_only=True)
     except Exception as exc:  # transformers and sentence-transformers name the problem, not always the folder
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise EncoderlabError(f"{argument('model', model.path)}: sentence-transformers cannot load it: "

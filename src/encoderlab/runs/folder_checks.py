@@ -34,6 +34,15 @@ def check_encoder_kind(raw: dict, folder: Path) -> None:
         raise EncoderlabError(f"{folder}: model_type {kind!r} is {why}; encoderlab takes {ACCEPTED}")
 
 
+def is_text_encoder(raw: dict) -> bool:
+    """Whether a config.json is of a model_type transformers knows and an encoder-only text model: what fine-tuning,
+    sweeps and MTEB read as it is, through transformers' own class."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    kind = raw.get("model_type")
+    return isinstance(kind, str) and kind in CONFIG_MAPPING_NAMES and _not_an_encoder(kind, raw) is None
+
+
 def _not_an_encoder(kind: str, raw: dict) -> str | None:
     import transformers
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING

@@ -21,6 +21,7 @@ from encoderlab.runs.encoders import (
     model_type,
     named_dir,
     named_encoder,
+    transformer_module,
     transformers_config,
 )
 from encoderlab.study.spec import StudySpec, resolve_path
@@ -53,6 +54,10 @@ def locate(spec: StudySpec, base_dir: Path, root: Path) -> dict[str, Path]:
             raise ConfigError(f"{where} not found (looked for {path}); give a checkpoint folder (with state.json), a "
                               "run folder (with LATEST), a transformers folder (with config.json), a .gguf file or "
                               f"a named encoder ({', '.join(NAMED)})")
+        try:
+            path = transformer_module(path) or path  # sentence-transformers' older layout: the model in a subfolder
+        except EncoderlabError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
         if _needs_import(path):
             out[name] = import_dir(root, name)
             continue
