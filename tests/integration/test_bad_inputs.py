@@ -160,6 +160,9 @@ CLI_CASES = [
          write("empty/notes.md", "hello")),
     Case("data-prepare-text-column", ("data", "prepare", "{tmp}/c.jsonl", "--text-column", "text", "--out", "{tmp}/o"),
          "no column 'text' (it has: body)", write("c.jsonl", '{{"body": "one two three"}}\n')),
+    Case("data-prepare-csv-text-column-named-twice", ("data", "prepare", "{tmp}/c.csv", "--out", "{tmp}/o"),
+         "{tmp}/c.csv: line 1: column 'text' is named twice in the header; column names must be unique: rename one",
+         write("c.csv", "text,text\none two,three four\n")),
     Case("data-prepare-seq-len-zero", ("data", "prepare", "offline", "--seq-len", "0", "--out", "{tmp}/o"),
          "seq_len=0 is too small"),
     Case("data-prepare-jsonl-lone-surrogate", ("data", "prepare", "{tmp}/c.jsonl", "--out", "{tmp}/o"),
@@ -292,8 +295,8 @@ TASK_CASES: list[Case] = [
          task_files(CLS, train_csv='text,label\nfine,pos\n"open,neg\n' + "x" * 200_000 + ",pos\nb,neg\n")),
     Case("task-csv-row-of-three-fields", SWEEP, "{tmp}/train.csv:4: 3 field(s) where the header has 2",
          task_files(CLS, train_csv="text,label\nfine,pos\nbad,neg\nreally, good,pos\n")),
-    Case("task-csv-column-named-twice", SWEEP, "{tmp}/train.csv:1: column 'label' is named twice in the header "
-         "(only the last would be read): rename one",
+    Case("task-csv-column-named-twice", SWEEP, "{tmp}/train.csv:1: column 'label' is named twice in the header; "
+         "column names must be unique: rename one",
          task_files(CLS, train_csv="text,label,label\nfine,pos,1\nbad,neg,0\n")),
     Case("task-csv-header-only", SWEEP, "{tmp}/train.csv: no rows (an empty file, or a header only)",
          task_files(CLS, train_csv="text,label\n")),
