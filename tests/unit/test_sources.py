@@ -337,6 +337,17 @@ def test_invalid_json_line_names_line_number(tmp_path: Path) -> None:
         list(iter_documents(str(f)))
 
 
+@pytest.mark.parametrize("line, key", [('{"text": "a first", "text": "b second"}', "text"),
+                                       ('{"text": "one", "meta": {"k": 1, "k": 2}}', "k")])
+def test_a_jsonl_key_given_twice_is_refused_naming_its_line(tmp_path: Path, line: str, key: str) -> None:
+    """json keeps the last of two values of one key: the corpus held "b second", silently."""
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"text": "fine"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=rf"c\.jsonl: line 2: the key '{key}' is given twice in one object; keys must "
+                                        "be unique in an object: remove or rename one"):
+        list(iter_documents(str(f)))
+
+
 def test_non_string_value_is_an_error(tmp_path: Path) -> None:
     f = write_jsonl(tmp_path / "c.jsonl", [{"text": "a"}, {"text": ["a", "list"]}])
     with pytest.raises(DataError, match=r"c\.jsonl: line 2: column 'text' holds a list, not a string"):

@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args
 
 from encoderlab.core.errors import DataError, given_as, option_name
 from encoderlab.core.io import lone_surrogate
+from encoderlab.core import unique_names
 from encoderlab.core.unique_names import check_header
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
@@ -261,7 +262,9 @@ def _read_jsonl(
         if line is None or not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = unique_names.loads(line)
+        except unique_names.RepeatedKey as e:
+            raise DataError(f"{path}: line {n}: {e}") from None
         except json.JSONDecodeError as e:
             raise DataError(
                 f"{path}: line {n}: not valid JSON ({e.msg}, column {e.colno}); .jsonl and .json files are "
