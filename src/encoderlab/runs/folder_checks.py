@@ -5,6 +5,7 @@ tokenizer file that is there, safetensors files that are whole. Each refusal is 
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError
@@ -32,6 +33,19 @@ def check_encoder_kind(raw: dict, folder: Path) -> None:
     kind = raw["model_type"]
     if why := _not_an_encoder(kind, raw):
         raise EncoderlabError(f"{folder}: model_type {kind!r} is {why}; encoderlab takes {ACCEPTED}")
+
+
+def is_text_encoder(folder: Path) -> bool:
+    """Whether the folder's config.json describes an encoder-only text model of a type transformers knows, as
+    `check_encoder_kind` judges it (False: unreadable, unknown, a decoder, an encoder-decoder)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    try:
+        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    kind = raw.get("model_type") if isinstance(raw, dict) else None
+    return isinstance(kind, str) and kind in CONFIG_MAPPING_NAMES and _not_an_encoder(kind, raw) is None
 
 
 def _not_an_encoder(kind: str, raw: dict) -> str | None:
