@@ -115,7 +115,7 @@ def _continue(model: str, kind: str | None, packed: str) -> str:
     from encoderlab.runs.encoders import OWN_BACKBONE
 
     if kind in OWN_BACKBONE:
-        ckpt = f"ckpts/{Path(model).name}"
+        ckpt = f"ckpts/{Path(model).resolve().name}"
         return (f"{shlex.join(['encoderlab', 'import-hf', model, '--out', ckpt])} (a {kind} model is continued on "
                 f"encoderlab's own backbone, from its import: pack the corpus with --tokenizer {ckpt}/tokenizer, "
                 f"then pretrain with init.from_weights: {ckpt}, docs/hf.md)")
