@@ -77,3 +77,9 @@ def test_a_decoder_continues_from_its_import(tmp_path, monkeypatch):
         "encoderlab import-hf smollm2 --out ckpts/smollm2 (a llama model is continued on encoderlab's own backbone, "
         "from its import: pack the corpus with --tokenizer ckpts/smollm2/tokenizer, then pretrain with "
         "init.from_weights: ckpts/smollm2, docs/hf.md)")
+
+
+def test_the_import_is_named_after_the_model_folder_given_as_the_current_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(_model_folder(tmp_path / "smollm2", "llama"))
+    assert _after_prepare("c.jsonl", None, {"packed": "p"}, "tokenizer.json").startswith(
+        "encoderlab import-hf . --out ckpts/smollm2 (")
