@@ -6,6 +6,7 @@ is refused before any work."""
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 import encoderlab
-from conftest import WORDS, synthetic_documents
+from conftest import WORDS, run_command, synthetic_documents
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.data.packing import pack
@@ -217,6 +218,22 @@ def test_what_cannot_be_continued_is_refused_before_any_work(tmp_path, monkeypat
         with pytest.raises(EncoderlabError, match=says):
             Trainer(validate(PretrainConfig, cfg, "test"), show_progress=False, log=lambda line: None)
         assert not (tmp_path / name.replace(" ", "-")).exists()
+
+
+def test_the_next_command_after_packing_with_a_models_tokenizer_continues_that_model(tmp_path, monkeypatch, capsys):
+    """`data prepare CORPUS --tokenizer MODEL` named a from-scratch config next, which `init.from_weights: MODEL`
+    refuses (its `model:` section): the command it prints now runs as printed, continuing MODEL."""
+    monkeypatch.chdir(tmp_path)
+    write_masked_lm(tmp_path / "bert", "bert")
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": d.text}) + "\n" for d in synthetic_documents(300)))
+    code, out, err = run_command(monkeypatch, capsys, "data", "prepare", "c.jsonl", "--tokenizer", "bert", "--out",
+                                 "d", "--seq-len", "64", home=tmp_path / "home")
+    assert code == 0, err
+    given = shlex.split(out.splitlines()[-1].removeprefix("next: "))
+    assert given[:2] == ["encoderlab", "pretrain"] and given[-2:] == ["--set", "init.from_weights=bert"], out
+    code, out, err = run_command(monkeypatch, capsys, *given[1:], "--dry-run", home=tmp_path / "home")
+    assert code == 0, err
+    assert "bert" in out and not (tmp_path / "runs").exists()
 
 
 def test_a_continued_run_continues_again_and_exports_at_its_usable_length(trained, tmp_path, one_thread):

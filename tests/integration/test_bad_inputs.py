@@ -160,6 +160,12 @@ CLI_CASES = [
          write("empty/notes.md", "hello")),
     Case("data-prepare-text-column", ("data", "prepare", "{tmp}/c.jsonl", "--text-column", "text", "--out", "{tmp}/o"),
          "no column 'text' (it has: body)", write("c.jsonl", '{{"body": "one two three"}}\n')),
+    Case("data-prepare-csv-text-column-named-twice", ("data", "prepare", "{tmp}/c.csv", "--out", "{tmp}/o"),
+         "{tmp}/c.csv: line 1: column 'text' is named twice in the header; column names must be unique: rename one",
+         write("c.csv", "text,text\none two,three four\n")),
+    Case("data-prepare-jsonl-key-twice", ("data", "prepare", "{tmp}/c.jsonl", "--out", "{tmp}/o"),
+         "{tmp}/c.jsonl: line 1: the key 'text' is given twice in one object; keys must be unique in an object",
+         write("c.jsonl", '{{"text": "one two", "text": "three four"}}\n')),
     Case("data-prepare-seq-len-zero", ("data", "prepare", "offline", "--seq-len", "0", "--out", "{tmp}/o"),
          "seq_len=0 is too small"),
     Case("data-prepare-jsonl-lone-surrogate", ("data", "prepare", "{tmp}/c.jsonl", "--out", "{tmp}/o"),
@@ -292,9 +298,16 @@ TASK_CASES: list[Case] = [
          task_files(CLS, train_csv='text,label\nfine,pos\n"open,neg\n' + "x" * 200_000 + ",pos\nb,neg\n")),
     Case("task-csv-row-of-three-fields", SWEEP, "{tmp}/train.csv:4: 3 field(s) where the header has 2",
          task_files(CLS, train_csv="text,label\nfine,pos\nbad,neg\nreally, good,pos\n")),
-    Case("task-csv-column-named-twice", SWEEP, "{tmp}/train.csv:1: column 'label' is named twice in the header "
-         "(only the last would be read): rename one",
+    Case("task-csv-column-named-twice", SWEEP, "{tmp}/train.csv:1: column 'label' is named twice in the header; "
+         "column names must be unique: rename one",
          task_files(CLS, train_csv="text,label,label\nfine,pos,1\nbad,neg,0\n")),
+    Case("task-jsonl-key-given-twice", SWEEP, "{tmp}/train.jsonl:2: the key 'label' is given twice in one object; "
+         "keys must be unique in an object: remove or rename one",
+         task_files(CLS.replace(".csv", ".jsonl"), train_jsonl='{{"text": "fine", "label": "pos"}}\n'
+                    '{{"text": "bad", "label": "pos", "label": "neg"}}\n{{"text": "dull", "label": "neg"}}\n')),
+    Case("task-squad-key-given-twice", SWEEP, "{tmp}/train.json:1: the object at column 83 gives the key 'id' twice",
+         task_files("family: qa\ntrain: train.json\nvalidation: train.json\n",
+                    train_json=SQUAD.replace('"id": "q0"', '"id": "q0", "id": "q9"'))),
     Case("task-csv-header-only", SWEEP, "{tmp}/train.csv: no rows (an empty file, or a header only)",
          task_files(CLS, train_csv="text,label\n")),
     Case("task-missing-file", SWEEP, "task file {tmp}/t.yaml: train: {tmp}/nope.csv ('nope.csv' read from the task "

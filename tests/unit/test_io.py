@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import DataError, EncoderlabError
 from encoderlab.core.io import (
     atomic_dir,
     atomic_file,
@@ -47,6 +47,14 @@ def test_a_bad_json_line_names_the_file_and_line(tmp_path):
     (tmp_path / "e.jsonl").write_text('{"a": 1}\n')
     with pytest.raises(Exception, match=r"e\.jsonl:1: missing b"):
         list(read_jsonl(tmp_path / "e.jsonl", required=("b",)))
+
+
+def test_a_json_line_that_gives_a_key_twice_names_the_file_line_and_key(tmp_path):
+    """A task file's row `{"text": ..., "label": "pos", "label": "neg"}` was read as "neg", silently."""
+    (tmp_path / "t.jsonl").write_text('{"text": "a", "label": "pos"}\n{"text": "b", "label": "pos", "label": "neg"}\n')
+    with pytest.raises(DataError, match=r"t\.jsonl:2: the key 'label' is given twice in one object; keys must be "
+                                        "unique in an object"):
+        list(read_jsonl(tmp_path / "t.jsonl"))
 
 
 @pytest.fixture(params=[0o022, 0o077], ids=["umask022", "umask077"])

@@ -32,3 +32,54 @@ def test_after_a_shard_the_join_is_next():
     assert _after_prepare("/src/*.parquet", None, shard, "tok.json") == (
         "once all 8 shards have run, encoderlab data prepare '/src/*.parquet' --out /data/out --tokenizer tok.json "
         "--join 8")
+
+
+def _model_folder(folder, model_type: str):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(f'{{"model_type": "{model_type}"}}')
+    (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
+def test_after_a_models_tokenizer_continued_pretraining_of_that_model_is_next(tmp_path, monkeypatch):
+    """It suggested a from-scratch model (mini-mlm40.yaml), whose `model:` section `init.from_weights` of a
+    transformers model refuses: data packed with a model's tokenizer is for continuing that model."""
+    monkeypatch.chdir(tmp_path)
+    cpt = shlex.quote(str(CONFIGS / "pretrain" / "cpt-encoder.yaml"))
+    _model_folder(tmp_path / "models" / "bert", "bert")
+    packed = {"packed": "data/mine/packed"}
+    for given, model in [("models/bert", "models/bert"), ("models/bert/tokenizer.json", "models/bert"),
+                         ("minilm-l6", "minilm-l6")]:
+        assert _after_prepare("c.jsonl", None, packed, given) == (
+            f"encoderlab pretrain {cpt} --set data.path=data/mine/packed --set init.from_weights={model}"), given
+    assert _after_prepare("offline", tmp_path / "d", packed, "minilm-l6").startswith(f"encoderlab pretrain {cpt} ")
+
+
+def test_a_tokenizer_of_nothing_to_continue_still_leads_to_a_model_from_scratch(tmp_path, monkeypatch):
+    """A tokenizer alone, or that of a model pretraining cannot continue (a GPT-2 decoder, a T5 encoder-decoder)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text("{}")
+    _model_folder(tmp_path / "gpt2", "gpt2")
+    _model_folder(tmp_path / "t5", "t5")
+    mini = shlex.quote(str(CONFIGS / "pretrain" / "mini-mlm40.yaml"))
+    for given in ("tok", "tok/tokenizer.json", "gpt2", "t5/tokenizer.json"):
+        assert _after_prepare("c.jsonl", None, {"packed": "p"}, given) == (
+            f"encoderlab pretrain {mini} --set data.path=p")
+
+
+def test_a_decoder_continues_from_its_import(tmp_path, monkeypatch):
+    """A Llama-family folder is continued on encoderlab's own backbone, which pretraining reaches only through an
+    import (`init.from_weights` of the folder itself is refused, naming import-hf)."""
+    monkeypatch.chdir(tmp_path)
+    _model_folder(tmp_path / "smollm2", "llama")
+    assert _after_prepare("c.jsonl", None, {"packed": "p"}, "smollm2") == (
+        "encoderlab import-hf smollm2 --out ckpts/smollm2 (a llama model is continued on encoderlab's own backbone, "
+        "from its import: pack the corpus with --tokenizer ckpts/smollm2/tokenizer, then pretrain with "
+        "init.from_weights: ckpts/smollm2, docs/hf.md)")
+
+
+def test_the_import_is_named_after_the_model_folder_given_as_the_current_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(_model_folder(tmp_path / "smollm2", "llama"))
+    assert _after_prepare("c.jsonl", None, {"packed": "p"}, "tokenizer.json").startswith(
+        "encoderlab import-hf . --out ckpts/smollm2 (")

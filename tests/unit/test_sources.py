@@ -295,6 +295,34 @@ def test_csv_missing_column_lists_header(tmp_path: Path) -> None:
         list(iter_documents(str(f)))
 
 
+@pytest.mark.parametrize("name, header", [("c.csv", "text,title,text"), ("c.tsv", "text\ttitle\ttext")])
+def test_a_text_column_named_twice_is_refused(tmp_path: Path, name: str, header: str) -> None:
+    """The reader took the first of the two columns, silently: which text the corpus held was a writer's accident."""
+    f = tmp_path / name
+    f.write_text(header + "\n" + header.replace("text", "words").replace("title", "t") + "\n", encoding="utf-8")
+    expected = (rf"{name}: line 1: column 'text' is named twice in the header; column names must be unique: "
+                "rename one")
+    with pytest.raises(DataError, match=expected):
+        list(iter_documents(str(f)))
+
+
+def test_a_column_named_twice_that_is_not_read_is_no_matter(tmp_path: Path) -> None:
+    f = tmp_path / "c.csv"  # a spreadsheet's export: two unnamed trailing columns
+    f.write_text("text,,\none two,,\n", encoding="utf-8")
+    assert texts(f) == ["one two"]
+
+
+def test_a_parquet_text_column_named_twice_is_refused(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    f = tmp_path / "c.parquet"  # pyarrow allows it, and read the first of the two
+    pq.write_table(pa.Table.from_arrays([pa.array(["first"]), pa.array(["second"])], names=["text", "text"]), f)
+    with pytest.raises(DataError, match="c.parquet: column 'text' is named twice in the header; column names must be "
+                                        "unique"):
+        list(iter_documents(str(f)))
+
+
 def test_parquet_missing_column_lists_columns(tmp_path: Path) -> None:
     f = write_parquet(tmp_path / "c.parquet", {"content": ["a"], "url": ["u"]})
     expected = r"c\.parquet has no column 'body' \(it has: content, url\); pass --text-column"
@@ -306,6 +334,17 @@ def test_invalid_json_line_names_line_number(tmp_path: Path) -> None:
     f = tmp_path / "c.jsonl"
     f.write_text('{"text": "a"}\n{"text": "b"\n', encoding="utf-8")
     with pytest.raises(DataError, match=r"c\.jsonl: line 2: not valid JSON"):
+        list(iter_documents(str(f)))
+
+
+@pytest.mark.parametrize("line, key", [('{"text": "a first", "text": "b second"}', "text"),
+                                       ('{"text": "one", "meta": {"k": 1, "k": 2}}', "k")])
+def test_a_jsonl_key_given_twice_is_refused_naming_its_line(tmp_path: Path, line: str, key: str) -> None:
+    """json keeps the last of two values of one key: the corpus held "b second", silently."""
+    f = tmp_path / "c.jsonl"
+    f.write_text('{"text": "fine"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=rf"c\.jsonl: line 2: the key '{key}' is given twice in one object; keys must "
+                                        "be unique in an object: remove or rename one"):
         list(iter_documents(str(f)))
 
 

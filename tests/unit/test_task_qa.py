@@ -283,6 +283,19 @@ def test_squad_files_out_of_schema_say_where_and_what_is_expected(tmp_path):
             load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"))
 
 
+def test_a_squad_key_given_twice_is_refused_naming_the_line(tmp_path):
+    """json kept the last `answers` of a question that gave two, silently."""
+    qa = {"id": "a", "question": "Where?", "answers": [{"text": "x", "answer_start": 0}]}
+    text = json.dumps({"data": [{"paragraphs": [{"context": "x", "qas": [qa]}]}]}, indent=1)
+    (tmp_path / "dev.json").write_text(text)
+    twice = text.replace('"id": "a",', '"id": "a", "answers": [],')
+    (tmp_path / "train.json").write_text(twice)
+    line = next(n for n, row in enumerate(twice.splitlines(), 1) if '"id": "a"' in row)
+    with pytest.raises(DataError, match=rf"train\.json:{line - 1}: the object at column 7 gives the key 'answers' "
+                                        "twice; keys must be unique in an object"):
+        load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"))
+
+
 def test_a_holdout_that_takes_the_only_article_says_so(tmp_path):
     """Without a test file, whole articles are held out of train: one article left "the train split is missing or
     empty", which named neither the holdout nor what to do."""

@@ -67,13 +67,16 @@ def data_prepare(
 
 def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None,
                    shard_flags: list[str] = ()) -> str:
-    """The command to run next, as it can be pasted here: pretrain on the data (the README's path), or, after a
-    shard, the join that packs the shards' parts once all have run (with `shard_flags`, the shard's own options)."""
+    """The command to run next, as it can be pasted here: pretrain on the data (the README's path), continue the
+    model whose tokenizer packed it, or, after a shard, the join that packs the shards' parts once all have run (with
+    `shard_flags`, the shard's own options)."""
     if "shard" in s:
         n = s["shard"].partition("/")[2]
         join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n,
                 *shard_flags]
         return f"once all {n} shards have run, {shlex.join(join)}"
+    if (model := _model_of(tokenizer)) is not None:
+        return _continue(*model, s["packed"])
     if source != "offline":
         return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/mini-mlm40.yaml"), "--set",
                            f"data.path={s['packed']}"])
@@ -81,6 +84,43 @@ def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | 
     if out_dir is not None:  # elsewhere than where `data.path: offline` (the demo configs') reads it
         return shlex.join([*pretrain, "--set", f"data.path={s['packed']}"])
     return f"{shlex.join(pretrain)} (data.path: offline is this data), or encoderlab demo (the demo study)"
+
+
+def _model_of(tokenizer: str | None) -> tuple[str, str | None] | None:
+    """(the model as `init.from_weights` names it, its model_type) where `--tokenizer` named a transformers model
+    that pretraining can continue: a named encoder (`minilm-l6`), a model folder or a file in one, of an encoder or
+    of a family encoderlab's backbone computes; else None (a tokenizer alone, or a decoder's or an encoder-decoder's
+    tokenizer: nothing to continue, the data is for a model of its own)."""
+    from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, is_transformers_folder, model_type
+    from encoderlab.runs.folder_checks import holds_text_encoder
+
+    if not tokenizer:
+        return None
+    path = Path(tokenizer)
+    if not path.exists():
+        return (tokenizer, None) if tokenizer in NAMED else None
+    folder = path if path.is_dir() else path.parent
+    if not is_transformers_folder(folder):
+        return None
+    kind = model_type(folder)
+    if kind not in OWN_BACKBONE and not holds_text_encoder(folder):
+        return None
+    return (tokenizer if folder == path else str(folder)), kind
+
+
+def _continue(model: str, kind: str | None, packed: str) -> str:
+    """Continued pretraining of `model` on the data: in transformers' own masked-LM class (`cpt-encoder.yaml`, whose
+    init.from_weights the model folder can be), or, for a family encoderlab's own backbone computes, from its import
+    (`init.from_weights` of the folder is refused there, and the import's tokenizer is the one to pack with)."""
+    from encoderlab.runs.encoders import OWN_BACKBONE
+
+    if kind in OWN_BACKBONE:
+        ckpt = f"ckpts/{Path(model).resolve().name}"
+        return (f"{shlex.join(['encoderlab', 'import-hf', model, '--out', ckpt])} (a {kind} model is continued on "
+                f"encoderlab's own backbone, from its import: pack the corpus with --tokenizer {ckpt}/tokenizer, "
+                f"then pretrain with init.from_weights: {ckpt}, docs/hf.md)")
+    return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/cpt-encoder.yaml"), "--set", f"data.path={packed}",
+                       "--set", f"init.from_weights={model}"])
 
 
 def _shipped(name: str) -> str:

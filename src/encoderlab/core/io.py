@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from encoderlab.core import unique_names
 from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed
 
 
@@ -358,7 +359,9 @@ def numbered_jsonl(path: Path, required: tuple[str, ...] = ()) -> Iterator[tuple
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = unique_names.loads(line)
+        except unique_names.RepeatedKey as e:
+            raise DataError(f"{path}:{line_no}: {e}") from None
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg}); JSON Lines expected, one object a "
                             "line") from e

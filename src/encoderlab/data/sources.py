@@ -23,6 +23,7 @@ from typing import Any, Literal, get_args
 
 from encoderlab.core.errors import DataError, given_as, option_name
 from encoderlab.core.io import lone_surrogate
+from encoderlab.core import unique_names
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
 
@@ -260,12 +261,12 @@ def _read_jsonl(
         if line is None or not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = unique_names.loads(line)
+        except unique_names.RepeatedKey as e:
+            raise DataError(f"{path}: line {n}: {e}") from None
         except json.JSONDecodeError as e:
-            raise DataError(
-                f"{path}: line {n}: not valid JSON ({e.msg}, column {e.colno}); .jsonl and .json files are "
-                "read as JSON Lines: one complete JSON object per line"
-            ) from None
+            raise DataError(f"{path}: line {n}: not valid JSON ({e.msg}, column {e.colno}); .jsonl and .json files "
+                            "are read as JSON Lines: one complete JSON object per line") from None
         if not isinstance(record, dict):
             raise DataError(f"{path}: line {n}: expected a JSON object, got a {type(record).__name__}")
         if problem := lone_surrogate(line, record):
@@ -318,6 +319,7 @@ def _read_csv(
         raise DataError(f"{path}: the file is empty; a header row naming the columns is required")
     if column not in header:
         raise _no_column(f"{path}: line 1: the header row", column, header)
+    unique_names.check_header(f"{path}: line 1", header, among=[column])  # another column may be (two unnamed)
     col, index, bad = header.index(column), 0, False
     # index = data row, from 0 after the header; blank lines are not rows
     for row in iter(next_row, None):
@@ -341,6 +343,7 @@ def _read_parquet(path: Path, column: str, dec: Decoder) -> Iterator[tuple[int, 
         pf = pq.ParquetFile(path)
         if column not in pf.schema_arrow.names:
             raise _no_column(str(path), column, pf.schema_arrow.names)
+        unique_names.check_header(str(path), pf.schema_arrow.names, among=[column])
         row = 0
         for batch in pf.iter_batches(batch_size=1024, columns=[column]):  # streaming: never the whole file
             for value in batch.column(0).to_pylist():

@@ -114,7 +114,10 @@ def train_bpe(texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2) 
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
     ids = [tok.token_to_id(t) for t in SPECIAL_TOKENS]
-    return TextTokenizer(tok, *ids, origin=f"trained byte-level BPE, vocab {vocab_size}")
+    # fewer than asked where the text has no more pairs seen `min_frequency` times: the origin says the size it has
+    reached = tok.get_vocab_size(with_added_tokens=True)
+    asked = f" ({vocab_size} asked)" if reached < vocab_size else ""
+    return TextTokenizer(tok, *ids, origin=f"trained byte-level BPE, vocab {reached}{asked}")
 
 
 def load_tokenizer(path: str | Path, *, as_transformers: bool = False) -> TextTokenizer:

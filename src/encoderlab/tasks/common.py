@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from encoderlab.core.errors import DataError, resolved
 from encoderlab.core.io import atomic_file, read_jsonl, utf8_lines
+from encoderlab.core.unique_names import check_header
 from encoderlab.data.hub_access import is_network_error, offline_variable, probe_hub
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.tasks.base import SPLITS
@@ -142,10 +143,7 @@ def _read_csv(path: Path) -> list[dict]:
     rows = []
     try:
         header = reader.fieldnames or []
-        if twice := next((name for i, name in enumerate(header) if name in header[:i]), None):
-            # DictReader keeps the last of two fields of one name: which one a task reads would be silent
-            raise DataError(f"{path}:{reader.line_num}: column {twice!r} is named twice in the header (only the last "
-                            "would be read): rename one")
+        check_header(f"{path}:{reader.line_num}", header)  # DictReader would keep the last of two, silently
         start = reader.line_num + 1  # the line a row starts on (a quoted field may span lines)
         for row in reader:
             # DictReader puts a row's extra fields under None and gives its missing ones None: a shifted column

@@ -9,6 +9,7 @@ from typing import Literal
 
 import numpy as np
 
+from encoderlab.core import unique_names
 from encoderlab.core.errors import DataError, resolved
 from encoderlab.core.io import read_jsonl, utf8_text
 from encoderlab.data.offline.taskfiles import read_task
@@ -156,7 +157,10 @@ def _squad_rows(doc) -> list[dict]:
 
 def _read_squad_json(path: str) -> list[dict]:
     try:
-        return _squad_rows(json.loads(utf8_text(Path(path))))
+        return _squad_rows(unique_names.loads(utf8_text(Path(path))))
+    except unique_names.RepeatedKey as e:
+        raise DataError(f"{path}:{e.line}: the object at column {e.column} gives the key {e.key!r} twice; "
+                        f"{unique_names.UNIQUE_KEYS}") from None
     except FileNotFoundError as e:
         raise DataError(f"SQuAD file not found: {resolved(path)}") from e
     except json.JSONDecodeError as e:
