@@ -61,7 +61,10 @@ def test_a_bad_override_is_blamed_on_the_overrides_argument():
     from encoderlab.core.io import CONFIGS
 
     for given, says in (({"train.stepz": 3}, 'overrides={"train.stepz": 3}: train.stepz: unknown key'),
-                        ({"train.steps": "abc"}, 'overrides={"train.steps": "abc"}: train.steps: Input should be')):
+                        ({"train.steps": "abc"}, 'overrides={"train.steps": "abc"}: train.steps: Input should be'),
+                        ({"model.num_attention_heads": 3}, 'overrides={"model.num_attention_heads": 3}: '
+                         "model.num_attention_heads: with preset 'micro', hidden_size=128 must be divisible by "
+                         "num_attention_heads=3")):
         with pytest.raises(ConfigError) as caught:
             encoderlab.pretrain(CONFIGS / "pretrain" / "cpu-study.yaml", given)
         assert str(caught.value).startswith(says) and "--set" not in str(caught.value)
