@@ -70,6 +70,34 @@ def test_a_bad_override_is_blamed_on_the_overrides_argument():
         assert str(caught.value).startswith(says) and "--set" not in str(caught.value)
 
 
+def test_overrides_given_as_strings_are_named_overrides_not_set(monkeypatch):
+    """`overrides=["optim.lr=[1"]` was refused as `--set value '[1' is not valid YAML`, and a schedule section merged
+    by a string override told the caller to replace it `with --set 'lr_schedule!=...'`: options of the command line
+    the caller never used."""
+    from encoderlab.core.config import ConfigError
+    from encoderlab.core.errors import CALLER
+    from encoderlab.core.io import CONFIGS
+    from encoderlab.pretraining import distributed
+
+    config = CONFIGS / "pretrain" / "cpu-study.yaml"
+    for given, says in ((["optim.lr=[1"], "overrides value '[1' is not valid YAML"),
+                        (["lr_schedule={kind: cosine, decay_steps: 3}"],
+                         'a mapping in overrides updates the file\'s section key by key: replace the whole section '
+                         'with overrides={"lr_schedule!": {kind: cosine, ...}}, or drop decay_steps')):
+        with pytest.raises(ConfigError) as caught:
+            encoderlab.pretrain(config, given)
+        assert says in str(caught.value) and "--set" not in str(caught.value)
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    token = CALLER.set("api")  # as during an API call (`checked`), here a pretrain under torchrun
+    try:
+        with pytest.raises(distributed.DistributedError) as caught:
+            distributed.init("none", torch.device("cpu"))
+    finally:
+        CALLER.reset(token)
+    assert str(caught.value).endswith('set overrides={"train.parallel": ddp} or fsdp2')
+
+
 def test_options_are_named_as_the_caller_gives_them():
     from encoderlab.core.errors import CALLER, option, option_name
 

@@ -158,7 +158,8 @@ def _parse_value(raw: str):
     try:
         value = read_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set value {raw!r} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        raise ConfigError(f"{option_name('set')} value {raw!r} is not valid YAML: "
+                          f"{getattr(exc, 'problem', None) or exc}") from None
     if isinstance(value, str):
         try:
             return float(value)  # YAML 1.1 reads "3e-4" as a string; users mean a number
