@@ -2,6 +2,7 @@
 and a loaded checkpoint computes what fine-tuning, retrieval and the transformers export compute."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -96,6 +97,24 @@ def test_overrides_given_as_strings_are_named_overrides_not_set(monkeypatch):
     finally:
         CALLER.reset(token)
     assert str(caught.value).endswith('set overrides={"train.parallel": ddp} or fsdp2')
+
+
+def test_a_command_to_run_first_is_named_as_the_api_function(tmp_path, packed_dir):
+    """A llama folder given to `load` or continued by `pretrain` was sent to `encoderlab import-hf ... --out CKPT`,
+    a command the Python caller is not running: the API names its own function."""
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(EncoderlabError) as caught:
+        encoderlab.load(folder)
+    assert f"import it first (encoderlab.import_hf('{folder}', out=CKPT)), then fine-tune CKPT" in str(caught.value)
+    run = {"name": "x", "out_dir": str(tmp_path / "runs"), "data": {"path": str(packed_dir)},
+           "init": {"from_weights": str(folder)},
+           "lr_schedule": {"warmup_steps": 1, "decay_steps": 1}, "train": {"steps": 2, "global_batch": 2}}
+    with pytest.raises(EncoderlabError) as caught:
+        encoderlab.pretrain(run, log=lambda m: None)
+    assert str(caught.value).endswith(f"import it first (encoderlab.import_hf('{folder}', out=CKPT)), then continue "
+                                      "it with init.from_weights=CKPT")
 
 
 def test_options_are_named_as_the_caller_gives_them():
@@ -319,6 +338,11 @@ def _junk(folder: Path) -> Path:
     return folder
 
 
+def _summary(folder: Path, fields: dict) -> Path:
+    (folder / "summary.json").write_text(json.dumps({"tasks": {}, **fields}))
+    return folder / "summary.json"
+
+
 def _jsonl(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "c.jsonl").write_text('{"body": "a b c"}\n')
@@ -331,8 +355,8 @@ def _jsonl(folder: Path) -> Path:
     (lambda c, t: encoderlab.export(c, t / "e", kind="eurobert", attention="causal"),
      "attention='causal': kind='eurobert' is a bidirectional encoder; a causal export is kind='llama', mistral"),
     (lambda c, t: encoderlab.export(c, t / "e", evaluation=t / "none.json"),
-     "evaluation='{t}/none.json': no such file or folder (give the summary.json that `encoderlab sweep` writes, or "
-     "its out folder)"),
+     "evaluation='{t}/none.json': no such file or folder (give the summary.json that `encoderlab.sweep(...)` "
+     "writes, or its out folder)"),
     (lambda c, t: encoderlab.sweep(c, ["t.yaml"], workers="many"),
      "workers='many': give 'auto' or a whole number, 1 or more"),
     (lambda c, t: encoderlab.sweep(c, ["t.yaml"], workers=0),
@@ -342,14 +366,25 @@ def _jsonl(folder: Path) -> Path:
      "save='{t}/kept' exists and holds something other than a saved fine-tuned model"),
     (lambda c, t: encoderlab.prepare_data(_jsonl(t / "src"), t / "d", text_column="text"),
      "has no column 'text' (it has: body); pass text_column with one"),
+    (lambda c, t: encoderlab.export(c, t / "e", evaluation=_junk(t / "evals")),
+     "(expected {t}/evals/" + "{tag}/PROTOCOL/summary.json, as `encoderlab.sweep(CKPT, TASKS, out='{t}/evals')` "
+     "writes)"),
+    (lambda c, t: encoderlab.export(c, t / "e", evaluation=_summary(t, {"weights_sha256": "0" * 64})),
+     "give the evaluation of these weights, or run `encoderlab.sweep('{c}', TASKS)`"),
+    (lambda c, t: encoderlab.export(c, t / "e", evaluation=_summary(t, {})),
+     "names no weights_sha256 (its weights are unknown; `encoderlab.sweep(...)` writes it again)"),
 ])
 def test_shared_checks_name_the_api_arguments(checkpoint, tmp_path, call, says):
     """A check the command line and the API share is told by its caller how to name what it refuses: `kind='gpt'`,
     never `--as 'gpt'`, from Python."""
+    from encoderlab.finetuning.records import checkpoint_tag
+    from encoderlab.runs.checkpoint import resolve
+
     with pytest.raises(EncoderlabError) as caught:
         call(checkpoint, tmp_path)
     said = str(caught.value)
-    assert says.format(t=tmp_path) in said and " --" not in said and not said.startswith("--"), said
+    says = says.format(t=tmp_path, c=resolve(checkpoint), tag=checkpoint_tag(resolve(checkpoint)))
+    assert says in said and " --" not in said and not said.startswith("--") and "encoderlab sweep" not in said, said
 
 
 def test_mteb_names_its_arguments(checkpoint, tmp_path):
