@@ -326,6 +326,21 @@ def test_to_transformers_computes_the_same_hidden_states(enc):
         enc.to_transformers("eurobert", attention="causal")
 
 
+def test_an_encoder_shows_itself_in_one_short_line(enc, tmp_path):
+    """repr(Encoder) was the dataclass's: the model's whole module tree, its config and its tokenizer, thousands of
+    characters in a notebook. It says what it is, as sentence-transformers' does: the folder, the model type, its
+    shape and size, and the device."""
+    from test_transformers_encoders import write_encoder
+
+    body = sum(p.numel() for p in enc.model.model.parameters())
+    assert repr(enc) == (f"Encoder(path='{enc.path}', model_type='encoderlab', layers=2, hidden_size=32, "
+                         f"parameters={body / 1e3:.1f}K, device='cpu')")
+    bert = encoderlab.load(write_encoder(tmp_path / "bert", "bert"))
+    body = sum(p.numel() for p in bert.model.model.parameters())
+    assert repr(bert) == (f"Encoder(path='{tmp_path / 'bert'}', model_type='bert', layers=2, hidden_size=32, "
+                          f"parameters={body / 1e3:.1f}K, device='cpu')")
+
+
 def test_the_package_exposes_the_api_and_nothing_else():
     assert [n for n in dir(encoderlab) if not n.startswith("__")] == sorted(encoderlab.API)
     assert encoderlab.pretrain.__module__ == "encoderlab.api"
