@@ -7,7 +7,12 @@ TORCH_VERSION ?= 2.13.0
 # Where torch comes from: pip's own index by default; e.g. https://download.pytorch.org/whl/cpu where PyPI's Linux
 # wheel is a CUDA build and the machine has no GPU.
 TORCH_INDEX ?=
-export ENCODERLAB_HOME ?= $(HOME)/.cache/encoderlab
+# An empty or blank ENCODERLAB_HOME counts as unset, as encoderlab reads it (core/io.py), so that make and the
+# command line pick the same folder; `override` covers `make demo ENCODERLAB_HOME=` too.
+ifeq ($(strip $(ENCODERLAB_HOME)),)
+override ENCODERLAB_HOME := $(HOME)/.cache/encoderlab
+endif
+export ENCODERLAB_HOME
 
 .PHONY: setup demo test test-all bench gpu-wheels gpu-check lint clean
 

@@ -190,6 +190,17 @@ class Encoder:
     config: ModelConfig
     tokenizer: TextTokenizer
 
+    def __repr__(self) -> str:
+        """One line, as sentence-transformers shows a model: the dataclass's would print the whole module tree and
+        tokenizer. `encoderlab` is the model type of encoderlab's own backbone; the parameters are the body's."""
+        weights = list(self.model.model.parameters())
+        count = sum(w.numel() for w in weights)
+        scale, unit = (1e9, "B") if count >= 1e9 else (1e6, "M") if count >= 1e6 else (1e3, "K")
+        kind = getattr(self.config, "model_type", "encoderlab")
+        device = str(weights[0].device) if weights else "cpu"
+        return (f"Encoder(path={str(self.path)!r}, model_type={kind!r}, layers={self.config.num_hidden_layers}, "
+                f"hidden_size={self.config.hidden_size}, parameters={count / scale:.1f}{unit}, device={device!r})")
+
     @checked
     def tokenize(self, texts: Sequence[str] | str, max_length: Positive | None = None) -> dict[str, Tensor]:
         """`input_ids` and `attention_mask` (B, T), right-padded: each text framed `<bos> text <eos>` as

@@ -2,6 +2,7 @@
 and a loaded checkpoint computes what fine-tuning, retrieval and the transformers export compute."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -61,10 +62,59 @@ def test_a_bad_override_is_blamed_on_the_overrides_argument():
     from encoderlab.core.io import CONFIGS
 
     for given, says in (({"train.stepz": 3}, 'overrides={"train.stepz": 3}: train.stepz: unknown key'),
-                        ({"train.steps": "abc"}, 'overrides={"train.steps": "abc"}: train.steps: Input should be')):
+                        ({"train.steps": "abc"}, 'overrides={"train.steps": "abc"}: train.steps: Input should be'),
+                        ({"model.num_attention_heads": 3}, 'overrides={"model.num_attention_heads": 3}: '
+                         "model.num_attention_heads: with preset 'micro', hidden_size=128 must be divisible by "
+                         "num_attention_heads=3")):
         with pytest.raises(ConfigError) as caught:
             encoderlab.pretrain(CONFIGS / "pretrain" / "cpu-study.yaml", given)
         assert str(caught.value).startswith(says) and "--set" not in str(caught.value)
+
+
+def test_overrides_given_as_strings_are_named_overrides_not_set(monkeypatch):
+    """`overrides=["optim.lr=[1"]` was refused as `--set value '[1' is not valid YAML`, and a schedule section merged
+    by a string override told the caller to replace it `with --set 'lr_schedule!=...'`: options of the command line
+    the caller never used."""
+    from encoderlab.core.config import ConfigError
+    from encoderlab.core.errors import CALLER
+    from encoderlab.core.io import CONFIGS
+    from encoderlab.pretraining import distributed
+
+    config = CONFIGS / "pretrain" / "cpu-study.yaml"
+    for given, says in ((["optim.lr=[1"], "overrides value '[1' is not valid YAML"),
+                        (["lr_schedule={kind: cosine, decay_steps: 3}"],
+                         'a mapping in overrides updates the file\'s section key by key: replace the whole section '
+                         'with overrides={"lr_schedule!": {kind: cosine, ...}}, or drop decay_steps')):
+        with pytest.raises(ConfigError) as caught:
+            encoderlab.pretrain(config, given)
+        assert says in str(caught.value) and "--set" not in str(caught.value)
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    token = CALLER.set("api")  # as during an API call (`checked`), here a pretrain under torchrun
+    try:
+        with pytest.raises(distributed.DistributedError) as caught:
+            distributed.init("none", torch.device("cpu"))
+    finally:
+        CALLER.reset(token)
+    assert str(caught.value).endswith('set overrides={"train.parallel": ddp} or fsdp2')
+
+
+def test_a_command_to_run_first_is_named_as_the_api_function(tmp_path, packed_dir):
+    """A llama folder given to `load` or continued by `pretrain` was sent to `encoderlab import-hf ... --out CKPT`,
+    a command the Python caller is not running: the API names its own function."""
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    with pytest.raises(EncoderlabError) as caught:
+        encoderlab.load(folder)
+    assert f"import it first (encoderlab.import_hf('{folder}', out=CKPT)), then fine-tune CKPT" in str(caught.value)
+    run = {"name": "x", "out_dir": str(tmp_path / "runs"), "data": {"path": str(packed_dir)},
+           "init": {"from_weights": str(folder)},
+           "lr_schedule": {"warmup_steps": 1, "decay_steps": 1}, "train": {"steps": 2, "global_batch": 2}}
+    with pytest.raises(EncoderlabError) as caught:
+        encoderlab.pretrain(run, log=lambda m: None)
+    assert str(caught.value).endswith(f"import it first (encoderlab.import_hf('{folder}', out=CKPT)), then continue "
+                                      "it with init.from_weights=CKPT")
 
 
 def test_options_are_named_as_the_caller_gives_them():
@@ -276,6 +326,21 @@ def test_to_transformers_computes_the_same_hidden_states(enc):
         enc.to_transformers("eurobert", attention="causal")
 
 
+def test_an_encoder_shows_itself_in_one_short_line(enc, tmp_path):
+    """repr(Encoder) was the dataclass's: the model's whole module tree, its config and its tokenizer, thousands of
+    characters in a notebook. It says what it is, as sentence-transformers' does: the folder, the model type, its
+    shape and size, and the device."""
+    from test_transformers_encoders import write_encoder
+
+    body = sum(p.numel() for p in enc.model.model.parameters())
+    assert repr(enc) == (f"Encoder(path='{enc.path}', model_type='encoderlab', layers=2, hidden_size=32, "
+                         f"parameters={body / 1e3:.1f}K, device='cpu')")
+    bert = encoderlab.load(write_encoder(tmp_path / "bert", "bert"))
+    body = sum(p.numel() for p in bert.model.model.parameters())
+    assert repr(bert) == (f"Encoder(path='{tmp_path / 'bert'}', model_type='bert', layers=2, hidden_size=32, "
+                          f"parameters={body / 1e3:.1f}K, device='cpu')")
+
+
 def test_the_package_exposes_the_api_and_nothing_else():
     assert [n for n in dir(encoderlab) if not n.startswith("__")] == sorted(encoderlab.API)
     assert encoderlab.pretrain.__module__ == "encoderlab.api"
@@ -286,6 +351,11 @@ def _junk(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "notes.txt").write_text("mine")
     return folder
+
+
+def _summary(folder: Path, fields: dict) -> Path:
+    (folder / "summary.json").write_text(json.dumps({"tasks": {}, **fields}))
+    return folder / "summary.json"
 
 
 def _jsonl(folder: Path) -> Path:
@@ -300,8 +370,8 @@ def _jsonl(folder: Path) -> Path:
     (lambda c, t: encoderlab.export(c, t / "e", kind="eurobert", attention="causal"),
      "attention='causal': kind='eurobert' is a bidirectional encoder; a causal export is kind='llama', mistral"),
     (lambda c, t: encoderlab.export(c, t / "e", evaluation=t / "none.json"),
-     "evaluation='{t}/none.json': no such file or folder (give the summary.json that `encoderlab sweep` writes, or "
-     "its out folder)"),
+     "evaluation='{t}/none.json': no such file or folder (give the summary.json that `encoderlab.sweep(...)` "
+     "writes, or its out folder)"),
     (lambda c, t: encoderlab.sweep(c, ["t.yaml"], workers="many"),
      "workers='many': give 'auto' or a whole number, 1 or more"),
     (lambda c, t: encoderlab.sweep(c, ["t.yaml"], workers=0),
@@ -311,14 +381,25 @@ def _jsonl(folder: Path) -> Path:
      "save='{t}/kept' exists and holds something other than a saved fine-tuned model"),
     (lambda c, t: encoderlab.prepare_data(_jsonl(t / "src"), t / "d", text_column="text"),
      "has no column 'text' (it has: body); pass text_column with one"),
+    (lambda c, t: encoderlab.export(c, t / "e", evaluation=_junk(t / "evals")),
+     "(expected {t}/evals/" + "{tag}/PROTOCOL/summary.json, as `encoderlab.sweep(CKPT, TASKS, out='{t}/evals')` "
+     "writes)"),
+    (lambda c, t: encoderlab.export(c, t / "e", evaluation=_summary(t, {"weights_sha256": "0" * 64})),
+     "give the evaluation of these weights, or run `encoderlab.sweep('{c}', TASKS)`"),
+    (lambda c, t: encoderlab.export(c, t / "e", evaluation=_summary(t, {})),
+     "names no weights_sha256 (its weights are unknown; `encoderlab.sweep(...)` writes it again)"),
 ])
 def test_shared_checks_name_the_api_arguments(checkpoint, tmp_path, call, says):
     """A check the command line and the API share is told by its caller how to name what it refuses: `kind='gpt'`,
     never `--as 'gpt'`, from Python."""
+    from encoderlab.finetuning.records import checkpoint_tag
+    from encoderlab.runs.checkpoint import resolve
+
     with pytest.raises(EncoderlabError) as caught:
         call(checkpoint, tmp_path)
     said = str(caught.value)
-    assert says.format(t=tmp_path) in said and " --" not in said and not said.startswith("--"), said
+    says = says.format(t=tmp_path, c=resolve(checkpoint), tag=checkpoint_tag(resolve(checkpoint)))
+    assert says in said and " --" not in said and not said.startswith("--") and "encoderlab sweep" not in said, said
 
 
 def test_mteb_names_its_arguments(checkpoint, tmp_path):

@@ -13,6 +13,8 @@ import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+import encoderlab
+
 from encoderlab.core.config import ConfigError
 from encoderlab.finetuning import records
 from encoderlab.study.imported import prepare_imports
@@ -134,8 +136,11 @@ def test_bad_imported_specs_are_clear(tmp_path, llama_dir, corpus_dir, task_yaml
         plan_of(study)
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
     study = write_study(tmp_path, "model.gguf", str(corpus_dir))  # relative to the study file
-    with pytest.raises(ConfigError, match=r"not imported yet.*give imported.tinyllama.shape"):
+    with pytest.raises(ConfigError, match=r"not imported yet.*give imported.tinyllama.shape.*import it first: "
+                                          r"encoderlab import-hf \S*model\.gguf --out "):
         plan_of(study)
+    with pytest.raises(ConfigError, match=r"import it first: encoderlab\.import_hf\('\S*model\.gguf', out='"):
+        encoderlab.run_study(study)  # the Python API names its own function, not the command
     study = write_study(tmp_path, "610m-clm-42k", str(corpus_dir))  # a released checkpoint: fetched when run
     with pytest.raises(ConfigError, match=r"not imported yet.*give imported.tinyllama.shape"):
         plan_of(study)

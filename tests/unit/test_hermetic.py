@@ -3,8 +3,12 @@ the user's, so a test that passes here does not lean on an offline suite or cach
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import tempfile
 from pathlib import Path
+
+import pytest
 
 from encoderlab.core.io import encoderlab_home
 
@@ -20,3 +24,20 @@ def test_ci_gives_make_test_an_empty_home_and_tmpdir():
     script = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     assert 'export ENCODERLAB_HOME="$scratch/home" TMPDIR="$scratch/tmp"' in script
     assert script.rstrip().endswith("make test")
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_home_variable_is_unset_not_the_current_folder(monkeypatch, value):
+    # As the XDG base-directory spec reads its variables: `ENCODERLAB_HOME= make demo` must not fill the cwd.
+    monkeypatch.setenv("ENCODERLAB_HOME", value)
+    assert encoderlab_home() == Path.home() / ".cache" / "encoderlab"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+@pytest.mark.parametrize("value", ["", "  ", "/somewhere/else"])
+def test_make_picks_the_home_the_command_line_picks(monkeypatch, value):
+    monkeypatch.setenv("ENCODERLAB_HOME", value)
+    root = Path(__file__).resolve().parents[2]
+    shown = subprocess.run(["make", "-s", "-C", str(root), "--eval", "print-home: ; @echo $$ENCODERLAB_HOME",
+                            "print-home"], capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(shown) == encoderlab_home()

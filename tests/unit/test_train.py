@@ -760,6 +760,35 @@ def test_a_misspelled_model_key_is_blamed_on_its_override_not_on_the_preset():
         "hidden_size": 64}
 
 
+def test_a_model_shape_across_keys_is_blamed_on_the_field_set_not_on_the_preset():
+    """`--set model.num_attention_heads=3` on preset tiny (hidden 256) was refused once the data was read, as
+    `model (preset 'tiny'): hidden_size=256 must be divisible by num_attention_heads=3`: the preset was blamed for
+    the user's value. The preset with the model fields set is checked with the config, so the refusal names the
+    override (or the file) that set the field."""
+    data = {"model": {"preset": "tiny"}, "train": {"steps": 10_000, "global_batch": 2}}
+
+    def refused(model: dict, sets: list[str] = ()) -> str:
+        with pytest.raises(ConfigError) as caught:
+            validate(PretrainConfig, apply_overrides(copy.deepcopy({**data, "model": model}), sets), "x.yaml", sets)
+        return str(caught.value)
+
+    assert re.fullmatch(r"--set model\.num_attention_heads=3: model\.num_attention_heads: with preset 'tiny', "
+                        r"hidden_size=256 must be divisible by num_attention_heads=3 \(allowed head counts for this "
+                        r"width: \[1, 2, 4, 8, 16, 32, 64, 128, 256\]\)",
+                        refused({"preset": "tiny"}, ["model.num_attention_heads=3"]))
+    both = refused({"preset": "tiny"}, ["model.hidden_size=250", "model.num_attention_heads=3"])
+    assert both.startswith("--set model.hidden_size=250: model.hidden_size: with preset 'tiny', hidden_size=250 ")
+    assert both.endswith(" (model.num_attention_heads=3 from --set)")
+    assert refused({"preset": "tiny", "num_attention_heads": 3}).startswith(
+        "x.yaml: model.num_attention_heads: with preset 'tiny', hidden_size=256 must be divisible")
+    assert refused({"vocab_size": 100, "mask_token_id": 100}) == (
+        "x.yaml: model.mask_token_id: with preset 'tiny', mask_token_id=100 is outside the vocabulary "
+        "(vocab_size=100)")
+    # without a vocabulary here, the special ids are checked against the data's, once it is read
+    assert validate(PretrainConfig, {**data, "model": {"mask_token_id": 9000}}, "x.yaml").model.model_extra == {
+        "mask_token_id": 9000}
+
+
 def test_a_top_level_key_that_one_section_takes_is_suggested_there():
     """`--set lr=1e-3` said only what the top level takes: `lr` is a key of one section, `optim`. A key of two
     sections (`seed`: data's and train's) has no one guess."""

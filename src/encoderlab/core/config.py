@@ -158,7 +158,8 @@ def _parse_value(raw: str):
     try:
         value = read_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set value {raw!r} is not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        raise ConfigError(f"{option_name('set')} value {raw!r} is not valid YAML: "
+                          f"{getattr(exc, 'problem', None) or exc}") from None
     if isinstance(value, str):
         try:
             return float(value)  # YAML 1.1 reads "3e-4" as a string; users mean a number
@@ -264,20 +265,28 @@ def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[st
     if error["type"] == "extra_forbidden":
         return f"{_blamed(overrides, loc, where, unknown=True)}: {key}: unknown key{_unknown_hint(model, loc)}"
     source = _blamed(overrides, loc, where)
-    shown = "" if error["type"] == "missing" else f" (got {error.get('input')!r})"
-    return f"{source}: {key}: {message}{shown}{_set_values(overrides, loc, message) if source == where else ''}"
+    given = error.get("input")
+    # a message that already says `key=value` (a check across keys placed at the key set: the model section's)
+    shown = "" if error["type"] == "missing" or f"{loc[-1]}={given}" in message else f" (got {given!r})"
+    if source == where:
+        return f"{source}: {key}: {message}{shown}{_set_values(overrides, loc, message)}"
+    # the other keys set by override that such a message names: `--set model.hidden_size=250` blamed, and heads too
+    others = _set_values([o for o in overrides if option("set", o) != source], loc[:-1], message, assigned=True)
+    return f"{source}: {key}: {message}{shown}{others}"
 
 
-def _set_values(overrides: list[str], loc: list[str], message: str) -> str:
+def _set_values(overrides: list[str], loc: list[str], message: str, assigned: bool = False) -> str:
     """A check across the keys of a section, blamed on the file, whose message names a key that an override set:
-    ' (train.global_batch=4 from --set)', so that the value is not taken for the file's; else ''."""
+    ' (train.global_batch=4 from --set)', so that the value is not taken for the file's; else ''. `assigned`: only
+    a key that the message names with its value (`num_attention_heads=3`)."""
     section = "".join(f"{part}." for part in loc)
+    end = "=" if assigned else r"(?![\w])"
     named = {}
     for override in overrides:  # the last one given for a key wins, as in apply_overrides
         key = _override_key(override)
         leaf = key.removeprefix(section) if key.startswith(section) else None
-        if (leaf and re.search(rf"(?<![\w.]){re.escape(leaf)}(?![\w])", message)) or re.search(
-                rf"(?<![\w.]){re.escape(key)}(?![\w])", message):
+        if (leaf and re.search(rf"(?<![\w.]){re.escape(leaf)}{end}", message)) or re.search(
+                rf"(?<![\w.]){re.escape(key)}{end}", message):
             named[key] = f"{key}={override.partition('=')[2].strip()}"
     return f" ({', '.join(named.values())} from {option_name('set')})" if named else ""
 

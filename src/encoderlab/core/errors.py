@@ -47,6 +47,13 @@ def argument(name: str, value: object) -> str:
     return f"{name.upper()} {value}" if CALLER.get() == "cli" else f"{name}={str(value)!r}"
 
 
+def command(cli: str, api: str) -> str:
+    """A command that a message tells the caller to run, as that caller runs it: `cli` on the command line
+    (`encoderlab import-hf SRC --out CKPT`), `api` from the Python API (`encoderlab.import_hf('SRC', out=CKPT)`), its
+    function in encoderlab.api."""
+    return cli if CALLER.get() == "cli" else api
+
+
 def given_as(path) -> str:
     """`checkpoint='nope': ` where the Python API call in progress was given `path` as an argument, to begin the
     refusal of a path that is not there (`sweep(checkpoint='nope')` names the argument, as its other refusals do);

@@ -23,7 +23,11 @@ from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed
 
 
 def encoderlab_home() -> Path:
-    return Path(os.environ.get("ENCODERLAB_HOME", Path.home() / ".cache" / "encoderlab")).expanduser()
+    """$ENCODERLAB_HOME, else ~/.cache/encoderlab. An empty or blank value counts as unset, as the XDG base-directory
+    spec reads its variables: `ENCODERLAB_HOME= make demo` would otherwise put data and wheels in the current folder.
+    The Makefile reads the variable the same way."""
+    value = os.environ.get("ENCODERLAB_HOME", "")
+    return Path(value).expanduser() if value.strip() else Path.home() / ".cache" / "encoderlab"
 
 
 def task_cache() -> Path:

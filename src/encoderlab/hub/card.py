@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from encoderlab.core.config import load_yaml
-from encoderlab.core.errors import EncoderlabError, option, option_name
+from encoderlab.core.errors import EncoderlabError, command, option, option_name
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.aggregate import ci_text
@@ -111,18 +111,23 @@ def weights_source(path: Path) -> tuple[str, str]:
     return ckpt.weights_digest(path), str(manifest if manifest.is_file() else path / ckpt.WEIGHTS)
 
 
+def _sweep(cli: str = "", api: str = "...") -> str:
+    """The sweep that writes a summary, as the caller runs it: `encoderlab sweep CLI`, or `encoderlab.sweep(API)`."""
+    return "`" + command(f"encoderlab sweep {cli}".rstrip(), f"encoderlab.sweep({api})") + "`"
+
+
 def _summary_files(tag: str, given: Path | None) -> list[Path]:
     if given is not None and not given.exists():
         raise EncoderlabError(f"{option('eval', given)}: no such file or folder (give the summary.json that "
-                              f"`encoderlab sweep` writes, or its {option_name('out')} folder)")
+                              f"{_sweep()} writes, or its {option_name('out')} folder)")
     if given is not None and given.is_file():
         return [given]
     root = given if given is not None else Path("evals")
     files = sorted((root / tag).glob("*/summary.json")) if root.is_dir() else []
     if given is not None and not files:
         raise EncoderlabError(f"{option('eval', given)}: no evaluation of this checkpoint under it (expected "
-                              f"{given / tag}/PROTOCOL/summary.json, as `encoderlab sweep CKPT --out {given}` "
-                              "writes)")
+                              f"{given / tag}/PROTOCOL/summary.json, as "
+                              f"{_sweep(f'CKPT TASKS --out {given}', f'CKPT, TASKS, out={str(given)!r}')} writes)")
     return files
 
 
@@ -136,20 +141,20 @@ def evaluation_summaries(path: Path, given: Path | None,
     weights, source = weights_source(path)
     found = []
     for file in _summary_files(checkpoint_tag(path), given):
-        summary = read_json(file, "give the summary.json that `encoderlab sweep` writes")
+        summary = read_json(file, f"give the summary.json that {_sweep()} writes")
         if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict):
             if given is not None:
                 raise EncoderlabError(f"{option('eval', file)} is not an evaluation summary (no 'tasks'): give the "
-                                      "summary.json that `encoderlab sweep` writes")
+                                      f"summary.json that {_sweep()} writes")
             continue
         made = summary.get(WEIGHTS)
         if made != weights:
             measured = (f"was measured on weights {str(made)[:12]} (its {WEIGHTS})" if made else
-                        f"names no {WEIGHTS} (its weights are unknown; `encoderlab sweep` writes it again)")
+                        f"names no {WEIGHTS} (its weights are unknown; {_sweep()} writes it again)")
             theirs = f"{path} holds weights {weights[:12]} ({source})"
             if given is not None:
                 raise EncoderlabError(f"{option('eval', file)} {measured}, but {theirs}: give the evaluation of these "
-                                      f"weights, or run `encoderlab sweep {path}`")
+                                      f"weights, or run {_sweep(f'{path} TASKS', f'{str(path)!r}, TASKS')}")
             log(f"left out of the card: {file} {measured}, but {theirs}")
             continue
         # Named by its key (name and settings hash): two evaluations under one protocol name with other settings

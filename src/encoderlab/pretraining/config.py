@@ -1,6 +1,7 @@
 """The configuration of one pretraining run: each component gets its own section."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -11,11 +12,13 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     PrivateAttr,
+    ValidationError,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import folder_name
@@ -55,6 +58,36 @@ class ModelSection(BaseModel):
         from encoderlab.model.config import ModelConfig
 
         return sorted(ModelConfig.model_fields)
+
+    @model_validator(mode="after")
+    def _fits_its_preset(self) -> ModelSection:
+        """The preset with the fields set here, checked as the model config is, before the data is read: a check
+        across keys (`hidden_size=256 must be divisible by num_attention_heads=3`) is refused at the field set here
+        that it names, so the file or override that set it is blamed, not the preset. The special ids are checked
+        against a vocabulary set here; else the vocabulary is the data's, checked once the data is read."""
+        from encoderlab.model.config import ModelConfig
+        from encoderlab.model.presets import PRESETS
+
+        given = {key: value for key, value in (self.model_extra or {}).items() if key in ModelConfig.model_fields}
+        fields = {**PRESETS[self.preset.lower()], **given}
+        if "vocab_size" not in given:
+            fields = {key: value for key, value in fields.items() if not key.endswith("_token_id")}
+        try:
+            ModelConfig.model_validate(fields)
+        except ValidationError as exc:
+            across = [e for e in exc.errors() if not e["loc"]]
+            if not (given and across):
+                raise  # a field's own error (its place names it), or the preset's alone
+            message = f"with preset {self.preset!r}, " + "; ".join(e["msg"].removeprefix("Value error, ")
+                                                                    for e in across)
+            named = [key for key in given if re.search(rf"(?<![\w.]){key}=", message)]
+            if not named:
+                raise ValueError(message) from None
+            field = min(named, key=lambda key: re.search(rf"(?<![\w.]){key}=", message).start())
+            raise ValidationError.from_exception_data("model", [{
+                "type": PydanticCustomError("model_shape", "{message}", {"message": message}),
+                "loc": (field,), "input": given[field]}]) from None
+        return self
 
 
 class OptimSection(AdamWSection):

@@ -23,6 +23,7 @@ from encoderlab.runs.encoders import (
     OWN_BACKBONE,
     UNUSED_MISSING,
     check_tokenizer,
+    import_command,
     is_continued,
     is_transformers_folder,
     model_type,
@@ -64,7 +65,7 @@ def continued_config(cfg, folder: Path) -> TransformersConfig:
                               "transformers model whose config.json is the architecture: remove the model section")
     if (kind := model_type(folder)) in OWN_BACKBONE:
         raise EncoderlabError(f"init.from_weights={cfg.init.from_weights}: a {kind} model is computed by encoderlab's "
-                              f"own backbone; import it first (encoderlab import-hf {folder} --out CKPT), then "
+                              f"own backbone; import it first ({import_command(folder)}), then "
                               "continue it with init.from_weights=CKPT")
     if is_continued(folder):
         ckpt.verify(folder, (ckpt.WEIGHTS, "tokenizer"))

@@ -103,7 +103,8 @@ def init(parallel: str, device: torch.device) -> tuple[World, torch.device]:
         if launched is not None and launched.size > 1:
             raise DistributedError(
                 f"launched by torchrun with WORLD_SIZE={launched.size} but train.parallel='none': every process "
-                "would train the whole batch and write the same run folder; set --set train.parallel=ddp or fsdp2")
+                f"would train the whole batch and write the same run folder; set {option('set', 'train.parallel=ddp')} "
+                "or fsdp2")
         return World(), device
     world = launched or World()
     if device.type == "cuda":

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from encoderlab.core.errors import EncoderlabError, given_as, resolved
+from encoderlab.core.errors import EncoderlabError, command, given_as, resolved
 from encoderlab.core.io import file_digest
 from encoderlab.core.quiet import quiet_transformers
 from encoderlab.model.transformers_body import TransformersConfig, count_parameters
@@ -36,6 +36,14 @@ VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "tokenizer.mode
 # Every file transformers may read for a tokenizer (what identifies it, and all an sl_model import copies of a folder).
 TOKENIZER_FILES = (*VOCABULARY_FILES, "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
                    "merges.txt", "chat_template.jinja", "chat_template.json")
+
+
+def import_command(source, out: Path | None = None) -> str:
+    """The import that a model of encoderlab's own backbone needs first, as the caller runs it: `encoderlab import-hf
+    SRC --out CKPT` on the command line, `encoderlab.import_hf('SRC', out=CKPT)` from the Python API; `out` None:
+    the placeholder CKPT."""
+    return command(f"encoderlab import-hf {source} --out {out or 'CKPT'}",
+                   f"encoderlab.import_hf({str(source)!r}, out={'CKPT' if out is None else repr(str(out))})")
 
 
 def is_transformers_folder(path: Path) -> bool:
@@ -149,7 +157,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
         raise EncoderlabError(f"{where} names no model_type: not a transformers model config")
     if model_type in OWN_BACKBONE and not own_backbone:
         raise EncoderlabError(f"{folder}: a {model_type} model is computed by encoderlab's own backbone; import it "
-                              f"first (encoderlab import-hf {folder} --out CKPT), then fine-tune CKPT")
+                              f"first ({import_command(folder)}), then fine-tune CKPT")
     check_known_type(model_type, where)
     if model_type not in OWN_BACKBONE:
         check_encoder_kind(raw, folder)

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from encoderlab.core.errors import option, option_name
+
 Decay = Literal["linear", "1-sqrt", "cosine", "constant"]
 WSD_DECAY_STEPS = 2000  # WSD's decay length when a config gives none
 
@@ -47,8 +49,9 @@ class LRSchedule(BaseModel):
         if self.kind != "wsd" and self.decay_steps is not None:
             raise ValueError(  # the file's decay_steps survives a `--set lr_schedule={kind: ...}`, which merges
                 f"kind {self.kind!r} has no decay, yet this lr_schedule holds decay_steps: {self.decay_steps}, which "
-                "applies to kind 'wsd' only (a --set mapping updates the file's section key by key: replace the "
-                f"whole section with --set 'lr_schedule!={{kind: {self.kind}, ...}}', or drop decay_steps)")
+                f"applies to kind 'wsd' only (a mapping in {option_name('set')} updates the file's section key by "
+                "key: replace the whole section with "
+                f"{option('set', f'lr_schedule!={{kind: {self.kind}, ...}}', quote=True)}, or drop decay_steps)")
         if self.kind == "wsd" and self.decay_steps is None:
             self.decay_steps = WSD_DECAY_STEPS
         return self

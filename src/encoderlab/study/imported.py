@@ -71,6 +71,7 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
     """NAME's ModelConfig fields: the import's model_config.json once imported; before, the spec's `shape`, else
     the source folder's config.json (vocab_size without a mask row the import may add)."""
     from encoderlab.model.config import ModelConfig
+    from encoderlab.runs.encoders import import_command
 
     if is_encoder(spec, base_dir, name):
         return {ENCODER: encoder_config(spec, base_dir, root, name)}
@@ -87,7 +88,7 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
     if shape is None:
         raise ConfigError(f"study {spec.name}: imported.{name} ({src}) is not imported yet, so its shapes are "
                           f"unknown: give imported.{name}.shape (its model_config.json fields) to plan before the "
-                          f"import, or import it first: encoderlab import-hf {src} --out {checkpoint_dir(root, name)}")
+                          f"import, or import it first: {import_command(src, checkpoint_dir(root, name))}")
     try:
         return ModelConfig(**shape).model_dump()
     except Exception as exc:
