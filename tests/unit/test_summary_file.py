@@ -7,6 +7,7 @@ import json
 from encoderlab.finetuning.summary_file import summary_grids, task_grids
 
 TWO, THREE, ONE = ([1e-3], [0, 1]), ([1e-3], [0, 1, 2]), ([1e-3], [0])
+EVERY = [(1e-3, seed) for seed in range(6)]  # the runs a task's data now has records of, where it has them all
 
 
 def summary(protocol: tuple[list, list], **grids: tuple[list, list] | None) -> dict:
@@ -26,10 +27,10 @@ def test_each_task_keeps_its_own_held_grid(tmp_path):
     of `a` (`finetune`) keeps `a`'s held grid, inside it or not."""
     file = tmp_path / "summary.json"
     file.write_text(json.dumps(summary(TWO, a=TWO)))
-    assert summary_grids(file, THREE, ["b"], ["a", "b"]) == {"a": TWO, "b": THREE}
+    assert summary_grids(file, THREE, {"b": EVERY}, ["a", "b"]) == {"a": TWO, "b": THREE}
     file.write_text(json.dumps(summary(THREE, a=TWO, b=THREE)))
     for run in (ONE, ([1e-3], [5])):
-        assert summary_grids(file, run, ["a"], ["a", "b"]) == {"a": TWO, "b": THREE}
+        assert summary_grids(file, run, {"a": EVERY}, ["a", "b"]) == {"a": TWO, "b": THREE}
 
 
 def test_a_key_1_summary_gives_its_grid_only_to_the_tasks_it_holds(tmp_path):
@@ -37,5 +38,20 @@ def test_a_key_1_summary_gives_its_grid_only_to_the_tasks_it_holds(tmp_path):
     earlier sweep; one of other tasks is not: a new task's one run is its own grid, not another task's sweep's."""
     file, old = tmp_path / "summary.json", tmp_path / "old.json"
     old.write_text(json.dumps(summary(TWO, b=None)))
-    assert summary_grids(file, ONE, ["a"], ["a", "b"], [old]) == {"a": ONE, "b": TWO}
-    assert summary_grids(file, ONE, ["b"], ["b"], [old]) == {"b": TWO}
+    assert summary_grids(file, ONE, {"a": EVERY}, ["a", "b"], [old]) == {"a": ONE, "b": TWO}
+    assert summary_grids(file, ONE, {"b": EVERY}, ["b"], [old]) == {"b": TWO}
+
+
+def test_a_grid_the_tasks_data_now_lacks_runs_of_is_not_kept(tmp_path):
+    """`a`'s data edited after its sweep of seeds [0, 1]: its runs of the old data are filed under the old
+    fingerprint, so a run of seed 0 (or 5) of the new data is written under its own grid, the held grid (or a key-1
+    summary's) not kept; where the new data has both seeds recorded (0.001 written as 1e-3 or 0.001), it is."""
+    file, old = tmp_path / "summary.json", tmp_path / "old.json"
+    file.write_text(json.dumps(summary(TWO, a=TWO, b=TWO)))
+    five = ([1e-3], [5])
+    assert summary_grids(file, ONE, {"a": [(1e-3, 0)]}, ["a", "b"]) == {"a": ONE, "b": TWO}
+    assert summary_grids(file, five, {"a": [(1e-3, 5), (1e-3, 0)]}, ["a", "b"]) == {"a": five, "b": TWO}
+    assert summary_grids(file, ONE, {"a": [(0.001, 0), (1e-3, 1)]}, ["a"]) == {"a": TWO}
+    old.write_text(json.dumps(summary(TWO, a=None)))
+    assert summary_grids(tmp_path / "none.json", ONE, {"a": [(1e-3, 0)]}, ["a"], [old]) == {"a": ONE}
+    assert summary_grids(tmp_path / "none.json", ONE, {"a": EVERY}, ["a"], [old]) == {"a": TWO}

@@ -3,46 +3,62 @@ it is written under. A protocol's grids share its folder (key algorithm 2, finet
 its tasks share the file: each task is counted under its own grid, named in its entry (`grid`), so that neither the
 summary of one grid is lost to a sweep of part of it nor one task's to a sweep of another over other seeds.
 
+A task's entry counts only the records of its data now (its fingerprint), so a grid is kept for it only where that
+data has a record of every run of the grid: one held from the task's data before an edit (whose runs are filed
+under the old fingerprint) would name runs the entry does not count.
+
 A summary.json written before its entries named their grid counts every task under its top-level protocol's grid
 (`task_grids`), as it was written."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
 Grid = tuple[list, list]  # (lrs, seeds)
+Runs = Collection[tuple[float, int]]  # (lr, seed) of the runs a task's data now has a record of
 
 
-def summary_grids(file: Path, grid: Grid, swept: Iterable[str], recorded: Iterable[str],
+def summary_grids(file: Path, grid: Grid, swept: Mapping[str, Runs], recorded: Iterable[str],
                   older: Sequence[Path] = ()) -> dict[str, Grid]:
-    """The grid each `recorded` task is written under in summary.json: a task this sweep has (`swept`) by
-    `task_grid`; any other keeps the grid the file holds for it or, where the file has none, the largest its key-1
-    folders' summaries (`older`) hold for it, else this sweep's (as every task was written before)."""
+    """The grid each `recorded` task is written under in summary.json: a task this sweep has (`swept`: each with
+    the runs recorded for its data now, this sweep's included) by `task_grid`; any other keeps the grid the file
+    holds for it or, where the file has none, the largest its key-1 folders' summaries (`older`) hold for it, else
+    this sweep's (as every task was written before)."""
     held, earlier = held_grids(file), [held_grids(f) for f in older]
-    swept = set(swept)
     grids = {}
     for task in recorded:
         theirs = [g[task] for g in earlier if g.get(task) is not None]
         if task in swept:
-            grids[task] = task_grid(held.get(task), grid, theirs)
+            grids[task] = task_grid(held.get(task), grid, theirs, swept[task])
         else:
             grids[task] = held.get(task) or max(theirs, key=_runs, default=grid)
     return grids
 
 
-def task_grid(held: Grid | None, grid: Grid, older: Sequence[Grid] = ()) -> Grid:
+def task_grid(held: Grid | None, grid: Grid, older: Sequence[Grid] = (), done: Runs | None = None) -> Grid:
     """The grid a task this sweep has is written under: this sweep's, or the larger one the file already holds for
     it (`held`). One protocol's grids share a folder (records of each LR and seed are reused by every grid that has
     them), so a sweep of part of an earlier grid (`finetune`'s one run, a seed again) refreshes the earlier grid's
     summary instead of replacing it with its own fewer runs, and one run at another LR or seed does not replace it
     either; any other grid replaces it, as the newest sweep. Before the file holds the task, the earlier sweeps are
     those of the folder's key-1 folders (`older`: the task's grid in each of their summary.json files, one per grid;
-    finetuning/migrate_keys.py): the largest that holds this one, as if they were made under key 2."""
+    finetuning/migrate_keys.py): the largest that holds this one, as if they were made under key 2. An earlier
+    grid is kept only where the task's data now has a record of each of its runs (`done`; None: not asked): one
+    held from its data before an edit is replaced, as another grid is."""
     if held is not None:  # a single run (`finetune`) never replaces a summary of more runs, inside its grid or not
-        return held if holds(held, grid) or _runs(grid) == 1 < _runs(held) else grid
-    larger = [g for g in older if holds(g, grid)]
+        kept = filled(held, done) and (holds(held, grid) or _runs(grid) == 1 < _runs(held))
+        return held if kept else grid
+    larger = [g for g in older if holds(g, grid) and filled(g, done)]
     return max(larger, key=_runs, default=grid)  # of equals, the first by folder name
+
+
+def filled(grid: Grid, done: Runs | None) -> bool:
+    """Whether each run of `grid` is one of `done` (LRs compared as records' file names write them)."""
+    if done is None:
+        return True
+    have = {(f"{lr:g}", seed) for lr, seed in done}
+    return all((f"{lr:g}", seed) in have for lr in grid[0] for seed in grid[1])
 
 
 def held_grids(file: Path) -> dict[str, Grid | None]:

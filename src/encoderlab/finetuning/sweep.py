@@ -357,13 +357,15 @@ class Sweep:
 
     def write_summary(self, every: list[dict]) -> Path:
         """summary.json of the folder's records (`every`, of every grid): each task aggregated under its grid
-        (finetuning/summary_file.py `summary_grids`), named in its entry; `protocol` is this sweep's, its grid as
-        asked."""
+        (finetuning/summary_file.py `summary_grids`: an earlier grid only where the task's data now has every run of
+        it), named in its entry; `protocol` is this sweep's, its grid as asked."""
         file = self.out / self.tag / self.key / "summary.json"
         now = {t.name: t.fingerprint for t in self.tasks}  # this sweep's tasks by their data now, not the newest
         older = [f / "summary.json" for f in records.folders(self.out, self.tag, self.key)[1:]]
         names = sorted({r["task"] for r in every})
-        grids = summary_grids(file, (self.protocol.lrs, self.protocol.seeds), now, names, older)
+        done = {name: [(r["lr"], r["seed"]) for r in every if (r["task"], r["fingerprint"]) == (name, fingerprint)]
+                for name, fingerprint in now.items()}  # a grid held from other data is not kept (summary_file.py)
+        grids = summary_grids(file, (self.protocol.lrs, self.protocol.seeds), done, names, older)
         kept = [r for name in names for r in records.in_grid([r for r in every if r["task"] == name], grids[name])]
         summary = summarize(records.current(kept, now), self.protocol.lr_choice)
         for name, entry in summary["tasks"].items():

@@ -32,7 +32,7 @@ from encoderlab.core.io import atomic_dir, write_json
 from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import prepare_out
-from encoderlab.tasks import load_task, offline_root, registry, task_family
+from encoderlab.tasks import load_task, offline_root, registry, task_family, unprepared_offline
 from encoderlab.tasks import baselines as task_baselines
 
 INSTALL = "pip install 'encoderlab[mteb]'"
@@ -122,6 +122,8 @@ def check_task(name: str, root: Path) -> Any:
             raise EncoderlabError(f"task {name!r} is a {record.name} task: MTEB scores offline tasks of the "
                                   f"{' and '.join(allowed_families())} families only")
         return record
+    if unprepared := unprepared_offline(name, root):  # before MTEB's own names, which are never the suite's
+        raise EncoderlabError(unprepared)
     import mteb
 
     try:

@@ -7,11 +7,13 @@
 """
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path, PurePath
 
 from encoderlab.core.errors import DataError
 from encoderlab.core.io import encoderlab_home
+from encoderlab.data.offline import SUITE_TASKS
 from encoderlab.data.offline.taskfiles import read_task, task_names
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks import registry
@@ -30,6 +32,17 @@ def offline_root() -> Path:
 
 def offline_task_names(root: Path | None = None) -> list[str]:
     return task_names(root or offline_root())
+
+
+def unprepared_offline(name: str, root: Path | None = None) -> str:
+    """Why `name` reads no task where it is one of the offline suite's tasks not prepared under `root` (none of the
+    suite yet, or a suite built without it): the command that prepares it; "" for any other name."""
+    root = root or offline_root()
+    if name not in SUITE_TASKS or (root / name / "task.json").exists():
+        return ""
+    out = "" if root == offline_root() else f" --out {root.parent}"  # prepare writes OUT/tasks/NAME
+    return (f"task {name!r} is one of the offline suite's tasks, not prepared under {root}: prepare the suite with "
+            f"`encoderlab data prepare offline{out}`")
 
 
 def expand_specs(specs: list[str]) -> list[str]:
@@ -134,7 +147,7 @@ def _task_file(name: str, root: Path | None = None) -> TaskFile:
     def builtin(stem: str) -> str:
         if registry.paper_family(stem) is not None:
             return "the paper's dataset"
-        return "the offline task" if stem in offline_task_names(root) else ""
+        return "the offline task" if stem in SUITE_TASKS or stem in offline_task_names(root) else ""
     return read_task_file(Path(name), builtin)
 
 
@@ -172,6 +185,11 @@ def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab"
         folder, record = _offline(root, name)
         return (name, offline_fingerprint(folder, record.data_files),
                 lambda fp: record.load_offline(root, name, fingerprint=fp))  # type: ignore[misc]
+    if unprepared := unprepared_offline(name, root):
+        raise DataError(unprepared)
     available = offline_task_names(root)
     hint = ("offline: " + ", ".join(available)) if available else "none offline (`encoderlab data prepare offline`)"
-    raise DataError(f"unknown task {spec!r}; known: {hint}; paper: {', '.join(paper_tasks())}; or a task YAML file")
+    close = difflib.get_close_matches(name, [*available, *SUITE_TASKS, *paper_tasks()], n=1)
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    raise DataError(f"unknown task {spec!r}{guess}; known: {hint}; paper: {', '.join(paper_tasks())}; or a task "
+                    "YAML file")
