@@ -54,6 +54,24 @@ def command(cli: str, api: str) -> str:
     return cli if CALLER.get() == "cli" else api
 
 
+def prepare_command(source: object = "SRC", out: object = None, *, force: bool = False,
+                    tokenizer: object = None) -> str:
+    """`encoderlab data prepare` as the caller runs it: `encoderlab data prepare SRC --out OUT --force` on the command
+    line, `encoderlab.prepare_data(SRC, out='OUT', force=True)` from the Python API. A value in capitals (`SRC`,
+    `FOLDER`) is a placeholder and stays bare; a path or a name is quoted in the API's form."""
+    import re
+
+    def shown(value: object) -> str:
+        return str(value) if re.fullmatch(r"[A-Z][A-Z_]*", str(value)) else repr(str(value))
+
+    options = [(name, value) for name, value in (("out", out), ("tokenizer", tokenizer)) if value is not None]
+    cli = " ".join(["encoderlab data prepare", str(source), *(f"--{name} {value}" for name, value in options),
+                    *(["--force"] if force else [])])
+    api = ", ".join([shown(source), *(f"{name}={shown(value)}" for name, value in options),
+                     *(["force=True"] if force else [])])
+    return command(cli, f"encoderlab.prepare_data({api})")
+
+
 def given_as(path) -> str:
     """`checkpoint='nope': ` where the Python API call in progress was given `path` as an argument, to begin the
     refusal of a path that is not there (`sweep(checkpoint='nope')` names the argument, as its other refusals do);

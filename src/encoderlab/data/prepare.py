@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.core.errors import DataError, option
+from encoderlab.core.errors import DataError, option, prepare_command
 from encoderlab.core.io import atomic_dir, encoderlab_home, read_jsonl, remove_leftovers, write_json, write_jsonl
 from encoderlab.core.process import run_lock
 from encoderlab.data import packing, shards, sources
@@ -184,7 +184,7 @@ def _packed_index(source: str, out: Path, opts: PrepareOptions) -> dict | None:
         return None
     if meta is not None:
         packing.check_shards(out / "packed", meta, hashes=True,
-                             fix=f"pack them again with `encoderlab data prepare {source} --out {out} --force`")
+                             fix=f"pack them again with `{prepare_command(source, out, force=True)}`")
     return meta
 
 

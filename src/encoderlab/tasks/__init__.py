@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path, PurePath
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, prepare_command
 from encoderlab.core.io import encoderlab_home
 from encoderlab.data.offline.taskfiles import read_task, task_names
 from encoderlab.tasks.base import EvalTask
@@ -39,8 +39,8 @@ def expand_specs(specs: list[str]) -> list[str]:
         raise DataError("no task given: name tasks, paper datasets, task YAML files or 'offline'")
     offline = offline_task_names() if "offline" in specs else []
     if "offline" in specs and not offline:
-        raise DataError(f"task 'offline': no offline task is prepared under {offline_root()}; run `encoderlab data "
-                        "prepare offline` first")
+        raise DataError(f"task 'offline': no offline task is prepared under {offline_root()}; run "
+                        f"`{prepare_command('offline')}` first")
     out = [name for spec in specs for name in (offline if spec == "offline" else [spec])]
     for spec in out:
         split_spec(spec)
@@ -173,5 +173,5 @@ def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab"
         return (name, offline_fingerprint(folder, record.data_files),
                 lambda fp: record.load_offline(root, name, fingerprint=fp))  # type: ignore[misc]
     available = offline_task_names(root)
-    hint = ("offline: " + ", ".join(available)) if available else "none offline (`encoderlab data prepare offline`)"
+    hint = ("offline: " + ", ".join(available)) if available else f"none offline (`{prepare_command('offline')}`)"
     raise DataError(f"unknown task {spec!r}; known: {hint}; paper: {', '.join(paper_tasks())}; or a task YAML file")
