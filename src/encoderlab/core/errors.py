@@ -2,9 +2,13 @@
 
 Anything the user can fix (a missing file, a wrong column, a bad value) raises `EncoderlabError` with a message that
 says what is wrong, where, and what is allowed. The CLI prints such errors in one line without a traceback; any other
-exception is a bug and keeps its traceback.
+exception is a bug and keeps its traceback. What is not wrong but should be known (the data gave a smaller
+vocabulary than asked) is a warning (`warn`).
 """
 
+import sys
+import warnings
+from collections.abc import Callable
 from contextvars import ContextVar
 
 # Who is calling: "cli" (the command line) or "api" (encoderlab.api's functions set it while they run), so that a
@@ -87,6 +91,24 @@ def given_as(path) -> str:
 
 class EncoderlabError(Exception):
     """An error caused by input or environment that the user can fix."""
+
+
+class EncoderlabWarning(UserWarning):
+    """Work done as asked, with something the caller should know (`warn`)."""
+
+
+def warn(message: str, log: Callable[[str], None], label: str = "warning") -> None:
+    """Say `message` where its caller looks for a warning: on the command line, a `warning: ...` line of the log
+    (stderr, beside the progress lines); from the Python API, an EncoderlabWarning through Python's `warnings`,
+    attributed to the caller's line (shown on stderr once per line by default; a script filters it or makes it an
+    error), since the API's log is a script's stdout by default. `label`: the line's first word on the command line."""
+    if CALLER.get() == "cli":
+        log(f"{label}: {message}")
+        return
+    frame, level = sys._getframe(1), 2  # 1 would be the line below, 2 the line that called `warn`
+    while frame is not None and str(frame.f_globals.get("__name__")).partition(".")[0] in ("encoderlab", "pydantic"):
+        frame, level = frame.f_back, level + 1  # up to the caller's line, past encoderlab and its argument checks
+    warnings.warn(message, EncoderlabWarning, stacklevel=level)
 
 
 class Failed(EncoderlabError):
