@@ -192,3 +192,19 @@ def test_quiet_transformers_keeps_its_errors_and_restores_its_settings():
         root.removeHandler(handler)
     assert "a real error" in seen.getvalue() and "a note nobody needs" not in seen.getvalue()
     assert hf_logging.get_verbosity() == hf_logging.WARNING and hf_logging.is_progress_bar_enabled()
+
+
+def test_data_is_packed_with_the_tokenizer_of_the_older_layout_for_its_continued_pretraining(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """`data prepare --tokenizer` takes a model folder as fine-tuning does: the older layout keeps its tokenizer in
+    0_Transformer/ beside the model, so the top folder was refused as holding no tokenizer (in transformers' words,
+    "Couldn't instantiate the backend tokenizer from one of: "). It packs with the module's tokenizer, and the next
+    step continues the folder as given, which init.from_weights reads."""
+    top = old_layout(tmp_path / "st-old")
+    (tmp_path / "c.txt").write_text("\n\n".join(f"the cat sat on a mat and dogs ran {i}" for i in range(300)))
+    code, out, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
+                                 "--tokenizer", top, "--seq-len", "16")
+    assert code == 0, err
+    assert out.strip().splitlines()[-1].endswith(f"--set data.path={tmp_path / 'd' / 'packed'} --set "
+                                                 f"init.from_weights={top}")
+    assert "cpt-encoder.yaml" in out
