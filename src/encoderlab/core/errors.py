@@ -141,12 +141,17 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)
 
 
+def short(value, width: int = 40) -> str:
+    """A value's repr for an error line, cut to `width` characters: a name or a text may be any length."""
+    return repr(value) if len(repr(value)) <= width else repr(value)[: width - 4] + "...'"
+
+
 def listed(values, most: int = 5, width: int = 40) -> str:
     """Values for an error line, kept to one readable line however many there are or however long each is (a text
     column given as a label column has thousands of paragraphs): the first `most`, each cut to `width` characters,
     and how many more."""
     values = list(values)
-    shown = [repr(v) if len(repr(v)) <= width else repr(v)[: width - 4] + "...'" for v in values[:most]]
+    shown = [short(v, width) for v in values[:most]]
     more = f" and {len(values) - most} more" if len(values) > most else ""
     return "[" + ", ".join(shown) + "]" + more
 

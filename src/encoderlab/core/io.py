@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from encoderlab.core import unique_names
-from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed
+from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed, short
 
 
 def encoderlab_home() -> Path:
@@ -298,7 +298,7 @@ def read_unique_json(path: Path):
     try:
         return unique_names.loads(text)
     except unique_names.RepeatedKey as e:
-        raise DataError(f"{path}:{e.line}: the object at column {e.column} gives the key {e.key!r} twice; "
+        raise DataError(f"{path}:{e.line}: the object at column {e.column} gives the key {short(e.key, 60)} twice; "
                         f"{unique_names.UNIQUE_KEYS}") from None
     except json.JSONDecodeError as e:
         raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None

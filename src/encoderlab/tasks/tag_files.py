@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from encoderlab.core.errors import DataError, listed
+from encoderlab.core.errors import DataError, listed, short
 from encoderlab.core.io import read_unique_json, text_lines
 from encoderlab.core.unique_names import repeated
 
@@ -39,5 +39,5 @@ def _tag_names(path: Path, data: Any) -> list[str]:
             raise DataError(f"{path}: tag {i} is {listed([tag])[1:-1]}, not a name: give each tag's name as text")
     names = [str(tag) for tag in data]
     if (twice := repeated(names)) is not None:
-        raise DataError(f"{path}: the tag {twice!r} is listed twice: each tag's name once, in id order")
+        raise DataError(f"{path}: the tag {short(twice, 60)} is listed twice: each tag's name once, in id order")
     return names
