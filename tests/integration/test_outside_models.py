@@ -5,6 +5,7 @@ is read from the module its modules.json names."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,10 +84,15 @@ def test_a_sentence_transformers_folder_of_the_older_layout_is_read_from_its_tra
 
 
 @pytest.mark.parametrize("how, says", [
-    ("outside", "modules.json puts the Transformer module in ../elsewhere, which is not a folder of"),
-    ("no-config", "modules.json puts the Transformer module in 0_Transformer, which is not a folder of"),
+    ("outside", "modules.json puts the Transformer module in ../elsewhere, outside {top} (it leads to "
+                "{tmp}/elsewhere)"),
+    ("linked-outside", "modules.json puts the Transformer module in 0_Transformer, outside {top} (it leads to "
+                       "{tmp}/elsewhere)"),
+    ("no-config", "modules.json puts the Transformer module in 0_Transformer, which holds no config.json"),
     ("no-module", "holds no config.json, and its modules.json names no sentence-transformers Transformer module"),
-    ("not-a-list", "modules.json: not the module list sentence-transformers writes"),
+    ("not-a-list", "modules.json: not the module list sentence-transformers writes (a list of objects"),
+    ("empty", "modules.json is empty"),
+    ("bom", "modules.json is not JSON (Unexpected UTF-8 BOM"),
 ])
 def test_a_module_list_that_leads_to_no_model_is_refused_in_one_line(tmp_path, monkeypatch, capsys, how, says):
     top = old_layout(tmp_path / "st-old")
@@ -96,12 +102,17 @@ def test_a_module_list_that_leads_to_no_model_is_refused_in_one_line(tmp_path, m
         modules[0]["path"] = "../elsewhere"
     elif how == "no-config":
         (top / "0_Transformer" / "config.json").unlink()
+    elif how == "linked-outside":  # a link is followed, as sentence-transformers follows it: it leads outside
+        write_encoder(tmp_path / "elsewhere", "bert")
+        shutil.rmtree(top / "0_Transformer")
+        (top / "0_Transformer").symlink_to(tmp_path / "elsewhere")
     elif how == "no-module":
         modules = modules[1:]
-    (top / "modules.json").write_text(json.dumps(modules if how != "not-a-list" else {"0": modules[0]}))
+    text = json.dumps(modules if how != "not-a-list" else {"0": modules[0]})
+    (top / "modules.json").write_text({"empty": "", "bom": "\ufeff" + text}.get(how, text))
     for command in (("finetune", top, "toy-pairs", "--lr", "1e-3", "--out", tmp_path / "evals"),
                     ("import-hf", top, "--out", tmp_path / "out")):
-        assert says in _one_line(monkeypatch, capsys, *command)
+        assert says.format(top=top, tmp=tmp_path) in _one_line(monkeypatch, capsys, *command)
     assert not (tmp_path / "evals").exists() and not (tmp_path / "out").exists()
 
 
