@@ -18,7 +18,7 @@ from torch import Tensor
 
 from encoderlab.core.arguments import Log, Overrides, PathLike, Positive, checked, set_strings
 from encoderlab.core.config import load_config, validate
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, EncoderlabWarning
 from encoderlab.core.io import CONFIGS, check_writable, task_cache
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL, load_protocol, one_run
@@ -306,5 +306,5 @@ def load(checkpoint: PathLike) -> Encoder:
     return Encoder(path, model.eval(), cfg, tok)
 
 
-__all__ = ["CONFIGS", "DEFAULT_PROTOCOL", "Encoder", "export", "finetune", "import_hf", "load", "mteb",
-           "prepare_data", "pretrain", "report_study", "run_study", "sweep"]
+__all__ = ["CONFIGS", "DEFAULT_PROTOCOL", "Encoder", "EncoderlabError", "EncoderlabWarning", "export", "finetune",
+           "import_hf", "load", "mteb", "prepare_data", "pretrain", "report_study", "run_study", "sweep"]

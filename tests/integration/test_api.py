@@ -280,7 +280,8 @@ def test_a_missing_path_no_argument_gave_is_not_named_as_one(tmp_path, monkeypat
               "lr_schedule": {"warmup_steps": 1, "decay_steps": 1}}
     with pytest.raises(EncoderlabError) as caught:
         encoderlab.pretrain(config, log=lambda m: None)
-    assert "nope" in str(caught.value) and "config=" not in str(caught.value) and "='nope'" not in str(caught.value)
+    said = str(caught.value)  # (its hint names `out='nope'`, the prepare_data argument that makes the data there)
+    assert "nope" in said and "config=" not in said and "='nope': " not in said
     assert given_as("nope") == ""  # outside an API call: the command line's refusals are as they were
 
 
@@ -324,6 +325,17 @@ def test_to_transformers_computes_the_same_hidden_states(enc):
         enc.to_transformers("sentence-transformers")
     with pytest.raises(EncoderlabError, match=r"^attention='causal': kind='eurobert' is a bidirectional encoder"):
         enc.to_transformers("eurobert", attention="causal")
+
+
+def test_an_export_notes_a_poor_fit_as_a_python_warning(checkpoint, tmp_path):
+    """An MLM-trained checkpoint exported as a causal Llama: the command line says `note: ...` on stderr; from
+    Python it was a line of `log` (stdout by default) and is an EncoderlabWarning at the caller's line, as the
+    API's other warnings are; the summary still holds it."""
+    said: list[str] = []
+    with pytest.warns(encoderlab.EncoderlabWarning, match="last trained with mlm") as caught:
+        summary = encoderlab.export(checkpoint, tmp_path / "llama", kind="llama", attention="causal", log=said.append)
+    assert "last trained with mlm" in summary["note"] and not [line for line in said if "last trained" in line]
+    assert [w.filename for w in caught] == [__file__]
 
 
 def test_an_encoder_shows_itself_in_one_short_line(enc, tmp_path):

@@ -5,6 +5,7 @@ is read from the module its modules.json names."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -83,10 +84,15 @@ def test_a_sentence_transformers_folder_of_the_older_layout_is_read_from_its_tra
 
 
 @pytest.mark.parametrize("how, says", [
-    ("outside", "modules.json puts the Transformer module in ../elsewhere, which is not a folder of"),
-    ("no-config", "modules.json puts the Transformer module in 0_Transformer, which is not a folder of"),
+    ("outside", "modules.json puts the Transformer module in ../elsewhere, outside {top} (it leads to "
+                "{tmp}/elsewhere)"),
+    ("linked-outside", "modules.json puts the Transformer module in 0_Transformer, outside {top} (it leads to "
+                       "{tmp}/elsewhere)"),
+    ("no-config", "modules.json puts the Transformer module in 0_Transformer, which holds no config.json"),
     ("no-module", "holds no config.json, and its modules.json names no sentence-transformers Transformer module"),
-    ("not-a-list", "modules.json: not the module list sentence-transformers writes"),
+    ("not-a-list", "modules.json: not the module list sentence-transformers writes (a list of objects"),
+    ("empty", "modules.json is empty"),
+    ("bom", "modules.json is not JSON (Unexpected UTF-8 BOM"),
 ])
 def test_a_module_list_that_leads_to_no_model_is_refused_in_one_line(tmp_path, monkeypatch, capsys, how, says):
     top = old_layout(tmp_path / "st-old")
@@ -96,12 +102,17 @@ def test_a_module_list_that_leads_to_no_model_is_refused_in_one_line(tmp_path, m
         modules[0]["path"] = "../elsewhere"
     elif how == "no-config":
         (top / "0_Transformer" / "config.json").unlink()
+    elif how == "linked-outside":  # a link is followed, as sentence-transformers follows it: it leads outside
+        write_encoder(tmp_path / "elsewhere", "bert")
+        shutil.rmtree(top / "0_Transformer")
+        (top / "0_Transformer").symlink_to(tmp_path / "elsewhere")
     elif how == "no-module":
         modules = modules[1:]
-    (top / "modules.json").write_text(json.dumps(modules if how != "not-a-list" else {"0": modules[0]}))
+    text = json.dumps(modules if how != "not-a-list" else {"0": modules[0]})
+    (top / "modules.json").write_text({"empty": "", "bom": "\ufeff" + text}.get(how, text))
     for command in (("finetune", top, "toy-pairs", "--lr", "1e-3", "--out", tmp_path / "evals"),
                     ("import-hf", top, "--out", tmp_path / "out")):
-        assert says in _one_line(monkeypatch, capsys, *command)
+        assert says.format(top=top, tmp=tmp_path) in _one_line(monkeypatch, capsys, *command)
     assert not (tmp_path / "evals").exists() and not (tmp_path / "out").exists()
 
 
@@ -192,3 +203,19 @@ def test_quiet_transformers_keeps_its_errors_and_restores_its_settings():
         root.removeHandler(handler)
     assert "a real error" in seen.getvalue() and "a note nobody needs" not in seen.getvalue()
     assert hf_logging.get_verbosity() == hf_logging.WARNING and hf_logging.is_progress_bar_enabled()
+
+
+def test_data_is_packed_with_the_tokenizer_of_the_older_layout_for_its_continued_pretraining(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """`data prepare --tokenizer` takes a model folder as fine-tuning does: the older layout keeps its tokenizer in
+    0_Transformer/ beside the model, so the top folder was refused as holding no tokenizer (in transformers' words,
+    "Couldn't instantiate the backend tokenizer from one of: "). It packs with the module's tokenizer, and the next
+    step continues the folder as given, which init.from_weights reads."""
+    top = old_layout(tmp_path / "st-old")
+    (tmp_path / "c.txt").write_text("\n\n".join(f"the cat sat on a mat and dogs ran {i}" for i in range(300)))
+    code, out, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
+                                 "--tokenizer", top, "--seq-len", "16")
+    assert code == 0, err
+    assert out.strip().splitlines()[-1].endswith(f"--set data.path={tmp_path / 'd' / 'packed'} --set "
+                                                 f"init.from_weights={top}")
+    assert "cpt-encoder.yaml" in out

@@ -54,3 +54,29 @@ def test_a_vocabulary_reached_says_nothing(tmp_path):
     assert not [line for line in said if "warning" in line]
     record = json.loads((tmp_path / "d" / "packed" / "tokenizer" / "encoderlab_tokenizer.json").read_text())
     assert record["origin"] == "trained byte-level BPE, vocab 262"
+
+
+def test_from_the_python_api_the_warning_is_a_python_warning_not_a_log_line(tmp_path, capsys):
+    """`encoderlab.prepare_data` logs to stdout by default (`print`): the warning was one more progress line there,
+    where a script's output goes and `log=lambda m: None` silenced it. It is a Python warning (EncoderlabWarning, a
+    UserWarning, shown on stderr once per calling line, and filtered or raised as a script chooses), attributed to
+    the caller's line."""
+    import warnings
+
+    import pytest
+
+    import encoderlab
+
+    (tmp_path / "c.txt").write_text(TEXT)
+    said: list[str] = []
+    with pytest.warns(encoderlab.EncoderlabWarning) as caught:
+        summary = encoderlab.prepare_data(tmp_path / "c.txt", tmp_path / "d", seq_len=8, log=said.append)
+    [warning] = [w for w in caught if issubclass(w.category, encoderlab.EncoderlabWarning)]
+    assert str(warning.message).startswith(f"the corpus gave a byte-level BPE of {summary['vocab_size']} tokens, "
+                                           "not the 8192 asked (vocab_size=8192)")
+    assert warning.filename == __file__  # the caller's line, not encoderlab's
+    assert not [line for line in said if "warning" in line] and "warning" not in capsys.readouterr().out
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", encoderlab.EncoderlabWarning)  # as a script may choose
+        with pytest.raises(encoderlab.EncoderlabWarning):
+            encoderlab.prepare_data(tmp_path / "c.txt", tmp_path / "e", seq_len=8, log=said.append)

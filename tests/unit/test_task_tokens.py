@@ -323,6 +323,38 @@ def test_conll_like_from_a_local_folder(tmp_path, monkeypatch):
     assert load_conll_like("uner", str(tmp_path)).labels == NER
 
 
+@pytest.mark.parametrize("name, text, says", [
+    ("labels.json", '{"O": 0, "B-PER": 1, "O": 2}', "labels.json:1: the object at column 1 gives the key 'O' twice"),
+    ("labels.json", '["O", "B-PER",', "labels.json:1: not valid JSON (Expecting value, column 15)"),
+    ("labels.json", "", "labels.json is empty"),
+    ("labels.json", '{"O": 0, "B-PER": 2}', "labels.json: the ids of an object {tag: id} must be 0 to 1, each once"),
+    ("labels.json", '{"O": "0", "B-PER": 1}', "labels.json: the ids of an object {tag: id} must be 0 to 1, each once"),
+    ("labels.json", '["O", "B-PER", "O"]', "labels.json: the tag 'O' is listed twice"),
+    ("labels.json", '["O", {"B": 1}]', "labels.json: tag 2 is {'B': 1}, not a name"),
+    ("labels.json", '"O B-PER"', "labels.json: give a list of tag names in id order or an object {tag: id}"),
+    ("labels.txt", "O\nB-PER\nO\n", "labels.txt: the tag 'O' is listed twice"),
+    ("labels.txt", b"O\nB-\xe9\n", "labels.txt:2: not UTF-8 text"),
+])
+def test_a_tag_names_file_that_does_not_name_each_tag_once_is_refused(tmp_path, name, text, says):
+    """labels.json was read with json.loads as it came: a tag given twice took its last id silently, ids with a gap
+    shifted every tag after it, and a file that is not JSON was a traceback. Each is one line naming the file."""
+    from encoderlab.tasks.tag_files import tag_names_file
+
+    (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(DataError) as caught:
+        tag_names_file(tmp_path)
+    assert says in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+
+
+def test_tag_names_in_a_file_are_read_in_id_order(tmp_path):
+    from encoderlab.tasks.tag_files import tag_names_file
+
+    (tmp_path / "labels.json").write_text('\ufeff{"B-PER": 1, "O": 0, "I-PER": 2}')
+    assert tag_names_file(tmp_path) == ["O", "B-PER", "I-PER"]
+    (tmp_path / "labels.json").write_text('["O", "B-PER"]')
+    assert tag_names_file(tmp_path) == ["O", "B-PER"]
+
+
 def test_conll_like_without_a_local_copy_says_the_hub_is_unreachable(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(DataError, match="unreachable.*local copy in the same schema") as err:

@@ -789,6 +789,25 @@ def test_a_model_shape_across_keys_is_blamed_on_the_field_set_not_on_the_preset(
         "mask_token_id": 9000}
 
 
+def test_an_odd_head_width_is_blamed_on_the_field_set():
+    """The rotary check said `head_dim = 7 must be even`, a form the blame did not read as naming a key: the file
+    was blamed (`x.yaml: model: ...`), and a head width of hidden_size / num_attention_heads was called head_dim,
+    which the user never set. It names the fields it comes from, and the refusal the override that set one."""
+    data = {"model": {"preset": "tiny"}, "train": {"steps": 10_000, "global_batch": 2}}
+
+    def refused(sets: list[str]) -> str:
+        with pytest.raises(ConfigError) as caught:
+            validate(PretrainConfig, apply_overrides(copy.deepcopy(data), sets), "x.yaml", sets)
+        return str(caught.value)
+
+    assert refused(["model.head_dim=7"]) == (
+        "--set model.head_dim=7: model.head_dim: with preset 'tiny', head_dim=7 must be even for rotary embeddings")
+    assert refused(["model.hidden_size=36"]) == (
+        "--set model.hidden_size=36: model.hidden_size: with preset 'tiny', hidden_size=36 / num_attention_heads=4 "
+        "makes heads 9 wide, which must be even for rotary embeddings (head counts that give even heads at this "
+        "width: [1, 2, 3, 6, 9, 18]; or set head_dim)")
+
+
 def test_a_top_level_key_that_one_section_takes_is_suggested_there():
     """`--set lr=1e-3` said only what the top level takes: `lr` is a key of one section, `optim`. A key of two
     sections (`seed`: data's and train's) has no one guess."""

@@ -33,3 +33,28 @@ def test_repeated_names_only_those_asked_for():
     assert repeated(["text", "", "", "text"]) == ""
     assert repeated(["text", "", "", "text"], among=["text"]) == "text"
     assert repeated(["text", "", ""], among=["text"]) is None
+
+
+def test_a_long_name_given_twice_is_shown_cut_to_one_readable_line(tmp_path):
+    """A key or column of 200,000 characters given twice made a refusal of 200,000 characters: one line, but no
+    reader's. The name is cut as `listed` cuts values, in every reader's message."""
+    from encoderlab.core.errors import DataError
+    from encoderlab.core.io import read_jsonl, read_unique_json
+    from encoderlab.data.sources import iter_documents
+    from encoderlab.tasks.common import _read_csv
+    from encoderlab.tasks.qa_loaders import _read_squad_json
+
+    long = "k" * 200_000
+    (tmp_path / "rows.jsonl").write_text(f'{{"text": "a b", "{long}": 1, "{long}": 2}}\n')
+    (tmp_path / "rows.json").write_text(f'{{"{long}": 1, "{long}": 2}}')
+    (tmp_path / "rows.csv").write_text(f"{long},text,{long}\nx,y,z\n")
+    (tmp_path / "dup.csv").write_text(f"text,{long},text\nx,y,z\n")
+    calls = [lambda: list(read_jsonl(tmp_path / "rows.jsonl")), lambda: read_unique_json(tmp_path / "rows.json"),
+             lambda: _read_squad_json(str(tmp_path / "rows.json")),
+             lambda: list(iter_documents(str(tmp_path / "rows.jsonl"))), lambda: _read_csv(tmp_path / "rows.csv"),
+             lambda: list(iter_documents(str(tmp_path / "dup.csv")))]
+    for call in calls:
+        with pytest.raises(DataError) as caught:
+            call()
+        said = str(caught.value)
+        assert len(said) < 400 and "twice" in said, said[:300]

@@ -91,7 +91,7 @@ def _model_of(tokenizer: str | None) -> tuple[str, str | None] | None:
     that pretraining can continue: a named encoder (`minilm-l6`), a model folder or a file in one, of an encoder or
     of a family encoderlab's backbone computes; else None (a tokenizer alone, or a decoder's or an encoder-decoder's
     tokenizer: nothing to continue, the data is for a model of its own)."""
-    from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, is_transformers_folder, model_type
+    from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, is_transformers_folder, model_type, transformer_module
     from encoderlab.runs.folder_checks import holds_text_encoder
 
     if not tokenizer:
@@ -100,10 +100,11 @@ def _model_of(tokenizer: str | None) -> tuple[str, str | None] | None:
     if not path.exists():
         return (tokenizer, None) if tokenizer in NAMED else None
     folder = path if path.is_dir() else path.parent
-    if not is_transformers_folder(folder):
+    body = transformer_module(folder) or folder  # sentence-transformers' older layout: the model in 0_Transformer/
+    if not is_transformers_folder(body):
         return None
-    kind = model_type(folder)
-    if kind not in OWN_BACKBONE and not holds_text_encoder(folder):
+    kind = model_type(body)
+    if kind not in OWN_BACKBONE and not holds_text_encoder(body):
         return None
     return (tokenizer if folder == path else str(folder)), kind
 

@@ -2,9 +2,13 @@
 
 Anything the user can fix (a missing file, a wrong column, a bad value) raises `EncoderlabError` with a message that
 says what is wrong, where, and what is allowed. The CLI prints such errors in one line without a traceback; any other
-exception is a bug and keeps its traceback.
+exception is a bug and keeps its traceback. What is not wrong but should be known (the data gave a smaller
+vocabulary than asked) is a warning (`warn`).
 """
 
+import sys
+import warnings
+from collections.abc import Callable
 from contextvars import ContextVar
 
 # Who is calling: "cli" (the command line) or "api" (encoderlab.api's functions set it while they run), so that a
@@ -54,6 +58,24 @@ def command(cli: str, api: str) -> str:
     return cli if CALLER.get() == "cli" else api
 
 
+def prepare_command(source: object = "SRC", out: object = None, *, force: bool = False,
+                    tokenizer: object = None) -> str:
+    """`encoderlab data prepare` as the caller runs it: `encoderlab data prepare SRC --out OUT --force` on the command
+    line, `encoderlab.prepare_data(SRC, out='OUT', force=True)` from the Python API. A value in capitals (`SRC`,
+    `FOLDER`) is a placeholder and stays bare; a path or a name is quoted in the API's form."""
+    import re
+
+    def shown(value: object) -> str:
+        return str(value) if re.fullmatch(r"[A-Z][A-Z_]*", str(value)) else repr(str(value))
+
+    options = [(name, value) for name, value in (("out", out), ("tokenizer", tokenizer)) if value is not None]
+    cli = " ".join(["encoderlab data prepare", str(source), *(f"--{name} {value}" for name, value in options),
+                    *(["--force"] if force else [])])
+    api = ", ".join([shown(source), *(f"{name}={shown(value)}" for name, value in options),
+                     *(["force=True"] if force else [])])
+    return command(cli, f"encoderlab.prepare_data({api})")
+
+
 def given_as(path) -> str:
     """`checkpoint='nope': ` where the Python API call in progress was given `path` as an argument, to begin the
     refusal of a path that is not there (`sweep(checkpoint='nope')` names the argument, as its other refusals do);
@@ -69,6 +91,24 @@ def given_as(path) -> str:
 
 class EncoderlabError(Exception):
     """An error caused by input or environment that the user can fix."""
+
+
+class EncoderlabWarning(UserWarning):
+    """Work done as asked, with something the caller should know (`warn`)."""
+
+
+def warn(message: str, log: Callable[[str], None], label: str = "warning") -> None:
+    """Say `message` where its caller looks for a warning: on the command line, a `warning: ...` line of the log
+    (stderr, beside the progress lines); from the Python API, an EncoderlabWarning through Python's `warnings`,
+    attributed to the caller's line (shown on stderr once per line by default; a script filters it or makes it an
+    error), since the API's log is a script's stdout by default. `label`: the line's first word on the command line."""
+    if CALLER.get() == "cli":
+        log(f"{label}: {message}")
+        return
+    frame, level = sys._getframe(1), 2  # 1 would be the line below, 2 the line that called `warn`
+    while frame is not None and str(frame.f_globals.get("__name__")).partition(".")[0] in ("encoderlab", "pydantic"):
+        frame, level = frame.f_back, level + 1  # up to the caller's line, past encoderlab and its argument checks
+    warnings.warn(message, EncoderlabWarning, stacklevel=level)
 
 
 class Failed(EncoderlabError):
@@ -101,12 +141,17 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and ("out of memory" in text.lower() or "can't allocate memory" in text)
 
 
+def short(value, width: int = 40) -> str:
+    """A value's repr for an error line, cut to `width` characters: a name or a text may be any length."""
+    return repr(value) if len(repr(value)) <= width else repr(value)[: width - 4] + "...'"
+
+
 def listed(values, most: int = 5, width: int = 40) -> str:
     """Values for an error line, kept to one readable line however many there are or however long each is (a text
     column given as a label column has thousands of paragraphs): the first `most`, each cut to `width` characters,
     and how many more."""
     values = list(values)
-    shown = [repr(v) if len(repr(v)) <= width else repr(v)[: width - 4] + "...'" for v in values[:most]]
+    shown = [short(v, width) for v in values[:most]]
     more = f" and {len(values) - most} more" if len(values) > most else ""
     return "[" + ", ".join(shown) + "]" + more
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from encoderlab.core import unique_names
-from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed
+from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed, short
 
 
 def encoderlab_home() -> Path:
@@ -286,6 +286,22 @@ def read_json(path: Path, fix: str):
     except ValueError as e:
         why = "is empty" if not text.strip() else f"is not JSON ({e})"
     raise DataError(f"{path} {why}: {fix}")
+
+
+def read_unique_json(path: Path):
+    """The JSON value of a file a user wrote (`utf8_text`: a byte order mark is no text), refused in one line naming
+    the file and where it is wrong when it is empty, not JSON, or gives a key twice in one object (which json would
+    read as its last value)."""
+    text = utf8_text(path)
+    if not text.strip():
+        raise DataError(f"{path} is empty: JSON expected")
+    try:
+        return unique_names.loads(text)
+    except unique_names.RepeatedKey as e:
+        raise DataError(f"{path}:{e.line}: the object at column {e.column} gives the key {short(e.key, 60)} twice; "
+                        f"{unique_names.UNIQUE_KEYS}") from None
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno})") from None
 
 
 def write_json(path: Path, obj) -> None:

@@ -14,7 +14,7 @@ import json.scanner
 from collections.abc import Iterable
 from typing import Any
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, short
 
 UNIQUE_COLUMNS = "column names must be unique: rename one"
 UNIQUE_KEYS = "keys must be unique in an object: remove or rename one"
@@ -36,14 +36,14 @@ def check_header(where: str, header: Iterable[Any], among: Iterable[Any] | None 
     """Refuse a header that names a column twice (only the columns in `among`, when given: those a reader reads);
     `where` is the file and line as the caller's other messages give them."""
     if (twice := repeated(header, among)) is not None:
-        raise DataError(f"{where}: column {twice!r} is named twice in the header; {UNIQUE_COLUMNS}")
+        raise DataError(f"{where}: column {short(twice, 60)} is named twice in the header; {UNIQUE_COLUMNS}")
 
 
 class RepeatedKey(ValueError):
     """An object of the text gives `key` twice; `line` and `column` (1-based) are where that object starts."""
 
     def __init__(self, key: str, line: int = 1, column: int = 1) -> None:
-        super().__init__(f"the key {key!r} is given twice in one object; {UNIQUE_KEYS}")
+        super().__init__(f"the key {short(key, 60)} is given twice in one object; {UNIQUE_KEYS}")
         self.key, self.line, self.column = key, line, column
 
 

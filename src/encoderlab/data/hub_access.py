@@ -7,7 +7,7 @@ import os
 import socket
 from urllib.parse import urlsplit
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, command, prepare_command
 
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
@@ -22,8 +22,8 @@ def _hub_unreachable(spec: str, reason: str) -> DataError:
     reason = " ".join(reason.split())[:200]  # one line, whatever the library put in its message
     return DataError(
         f"{spec!r} is not a local path and the Hugging Face Hub cannot be reached ({reason}); download the "
-        "dataset on a machine with access and pass its local .parquet/.jsonl files (or their folder) as "
-        "PATH, or run `encoderlab data prepare offline`"
+        f"dataset on a machine with access and pass its local .parquet/.jsonl files (or their folder) as "
+        f"{command('PATH', 'source')}, or run `{prepare_command('offline')}`"
     )
 
 

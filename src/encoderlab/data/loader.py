@@ -14,11 +14,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoderlab.core.errors import DataError, EncoderlabError, Failed, resolved
+from encoderlab.core.errors import DataError, EncoderlabError, Failed, prepare_command, resolved
 from encoderlab.core.io import encoderlab_home
 from encoderlab.data.packing import check_shards, read_meta
 
-PREPARE_AGAIN = "prepare the data again (`encoderlab data prepare SOURCE --out FOLDER --force`)"
+
+def prepare_again() -> str:
+    """The fix of damaged packed data, as the caller runs it (command line or Python API)."""
+    return f"prepare the data again (`{prepare_command('SOURCE', 'FOLDER', force=True)}`)"
 
 
 def resolve_data(path: str) -> Path:
@@ -28,7 +31,7 @@ def resolve_data(path: str) -> Path:
         root = root / "packed"
     if not (root / "meta.json").exists():
         out = Path(path).parent if Path(path).name == "packed" else path  # prepare writes OUT/packed
-        hint = "encoderlab data prepare offline" if path == "offline" else f"encoderlab data prepare SRC --out {out}"
+        hint = prepare_command("offline") if path == "offline" else prepare_command("SRC", out)
         raise EncoderlabError(f"no packed dataset at {resolved(root)}: create it with `{hint}`")
     return root
 
@@ -41,7 +44,7 @@ class PackedDataset:
         self.meta = read_meta(self.root)
         # Sizes only (hashing every shard at each start would cost minutes on a large corpus; prepare hashes them):
         # a cut file fails here, not as an mmap error in the middle of training.
-        check_shards(self.root, self.meta, hashes=False, fix=PREPARE_AGAIN)
+        check_shards(self.root, self.meta, hashes=False, fix=prepare_again())
         if split not in self.meta["splits"]:
             raise DataError(f"{root} has no split {split!r}; it has {', '.join(self.meta['splits'])}")
         self.split = split
@@ -79,7 +82,7 @@ class PackedDataset:
             shard_name = self.meta["splits"][self.split]["shards"][int(shard[row])]["name"]
             # Found when read, so possibly after steps were taken: work that failed (exit 1), not a refusal
             raise Failed(f"{self.root / shard_name}.tokens.bin: window {int(indices[row])} holds token id {top}, "
-                         f"beyond the tokenizer's {self.vocab_size}: the shard is damaged; {PREPARE_AGAIN}")
+                         f"beyond the tokenizer's {self.vocab_size}: the shard is damaged; {prepare_again()}")
         return tokens, docs
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.core.errors import DataError, option_name
+from encoderlab.core.errors import DataError, option_name, prepare_command
 from encoderlab.core.io import atomic_dir, read_json, sha256_of, write_json
 from encoderlab.data import migrate_packed
 from encoderlab.data.documents import Document
@@ -279,7 +279,7 @@ def read_meta(root: Path) -> dict:
     """The index of the packed dataset at `root`, refused in one line when it is missing or does not read as one."""
     file = Path(root) / META
     if not file.exists():
-        raise DataError(f"{root} is not a packed dataset (no {META}); create one with `encoderlab data prepare`")
+        raise DataError(f"{root} is not a packed dataset (no {META}); create one with `{prepare_command()}`")
     meta = read_json(file, "prepare the data again")
     try:
         meta = migrate_packed.upgrade(meta, file)

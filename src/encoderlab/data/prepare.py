@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.core.errors import DataError, option
+from encoderlab.core.errors import DataError, option, prepare_command, warn
 from encoderlab.core.io import atomic_dir, encoderlab_home, read_jsonl, remove_leftovers, write_json, write_jsonl
 from encoderlab.core.process import run_lock
 from encoderlab.data import packing, shards, sources
@@ -184,7 +184,7 @@ def _packed_index(source: str, out: Path, opts: PrepareOptions) -> dict | None:
         return None
     if meta is not None:
         packing.check_shards(out / "packed", meta, hashes=True,
-                             fix=f"pack them again with `encoderlab data prepare {source} --out {out} --force`")
+                             fix=f"pack them again with `{prepare_command(source, out, force=True)}`")
     return meta
 
 
@@ -264,9 +264,9 @@ def _tokenizer(corpus_file: Path, opts: PrepareOptions, log, given: TextTokenize
 
     tok = train_bpe(texts(), opts.vocab_size)
     if tok.vocab_size < opts.vocab_size:  # the model's vocabulary is the tokenizer's (pretraining/setup.py)
-        log(f"warning: the corpus gave a byte-level BPE of {tok.vocab_size} tokens, not the {opts.vocab_size} asked "
-            f"({option('vocab-size', opts.vocab_size)}): its text has no more pairs seen twice to merge; the "
-            f"tokenizer and a model pretrained on this data have {tok.vocab_size} (add text for more)")
+        warn(f"the corpus gave a byte-level BPE of {tok.vocab_size} tokens, not the {opts.vocab_size} asked "
+             f"({option('vocab-size', opts.vocab_size)}): its text has no more pairs seen twice to merge; the "
+             f"tokenizer and a model pretrained on this data have {tok.vocab_size} (add text for more)", log)
     return tok
 
 

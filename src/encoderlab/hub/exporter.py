@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tokenizers.processors import TemplateProcessing
 
-from encoderlab.core.errors import EncoderlabError, option
+from encoderlab.core.errors import EncoderlabError, option, warn
 from encoderlab.core.io import atomic_dir
 from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import TextTokenizer
@@ -166,7 +166,7 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, at
     evaluations = evaluation_summaries(path, evaluation, log)
     note = objective_note(info.get("objective"), target)
     if note:
-        log(f"note: {note}")
+        warn(note, log, label="note")
     # a sentence encoder embeds text framed as the retrieval evaluation frames it, whatever the source did
     framing = frame_tokenizer(tok, target.causal, as_source=info.get("reason") == "imported" and kind != sentence.KIND)
     hf = hf_model(model, cfg, target)

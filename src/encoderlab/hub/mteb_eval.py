@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from encoderlab.core.errors import EncoderlabError, argument, option_name
+from encoderlab.core.errors import EncoderlabError, argument, command, option_name
 from encoderlab.core.io import atomic_dir, write_json
 from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import refuse_code_from
@@ -58,7 +58,8 @@ def check_installed() -> None:
     try:
         import mteb  # noqa: F401
     except ImportError:
-        raise EncoderlabError(f"encoderlab mteb needs the mteb package: {INSTALL}") from None
+        who = command("encoderlab mteb", "encoderlab.mteb")
+        raise EncoderlabError(f"{who} needs the mteb package: {INSTALL}") from None
 
 
 def model_kind(path: Path) -> Model:

@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 import torch
 from safetensors.torch import load_file
 
-from encoderlab.core.errors import EncoderlabError, given_as
+from encoderlab.core.errors import EncoderlabError, command, given_as
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import refuse_code_from
 from encoderlab.hub.folders import UnsupportedModelError
@@ -134,10 +134,12 @@ def read_config(folder: Path):
 def needs_no_import(source: str | Path, what: str) -> str:
     """The one line for an encoder fine-tuning reads as it is (a BERT, RoBERTa, DeBERTa, ModernBERT folder, a named
     encoder), given to import-hf, which is for the families encoderlab's own backbone computes."""
-    return (f"{source}: {what} needs no import: encoderlab fine-tunes and scores it as it is (encoderlab "
-            f"finetune/sweep {source} TASK ..., encoderlab mteb {source} --tasks ..., init.from_weights: {source} to "
-            "pretrain it further); import-hf is for the families encoderlab computes with its own backbone "
-            f"({', '.join(SUPPORTED)})")
+    uses = command(f"encoderlab finetune/sweep {source} TASK ..., encoderlab mteb {source} --tasks ...",
+                   f"encoderlab.finetune/sweep({str(source)!r}, TASK, ...), encoderlab.mteb({str(source)!r}, TASKS, "
+                   "OUT)")
+    return (f"{source}: {what} needs no import: encoderlab fine-tunes and scores it as it is ({uses}, "
+            f"init.from_weights: {source} to pretrain it further); {command('import-hf', 'import_hf')} is for the "
+            f"families encoderlab computes with its own backbone ({', '.join(SUPPORTED)})")
 
 
 def _weight_files(folder: Path) -> list[str]:

@@ -86,8 +86,13 @@ class ModelConfig(BaseModel):
                 f"num_attention_heads={nh} must be divisible by num_key_value_heads={nkv} "
                 f"(allowed KV head counts: {_divisors(nh)})"
             )
-        if self.head_size % 2:
-            raise ValueError(f"head_dim = {self.head_size} must be even for rotary embeddings")
+        if self.head_size % 2 and self.head_dim is not None:
+            raise ValueError(f"head_dim={self.head_dim} must be even for rotary embeddings")
+        if self.head_size % 2:  # each field named `key=value`, as the config's blame reads a message across keys
+            even = [n for n in _divisors(h) if (h // n) % 2 == 0]
+            raise ValueError(f"hidden_size={h} / num_attention_heads={nh} makes heads {self.head_size} wide, which "
+                             f"must be even for rotary embeddings (head counts that give even heads at this width: "
+                             f"{even}; or set head_dim)")
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "mask_token_id"):
             value = getattr(self, name)
             if value is not None and value >= self.vocab_size:

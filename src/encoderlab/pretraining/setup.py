@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from encoderlab.core.errors import EncoderlabError, option
+from encoderlab.core.errors import EncoderlabError, option, prepare_command
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, resolve_data
 from encoderlab.model import attention
@@ -154,8 +154,7 @@ def _same_vocabulary(data_tokenizer: Path, theirs, source: Path, tokenizer_dir: 
     data = Tokenizer.from_file(str(data_tokenizer))
     vocab = data.get_vocab(with_added_tokens=True)
     wrong = [(t, i) for t, i in theirs.get_vocab(with_added_tokens=True).items() if vocab.get(t) != i]
-    repack = (f"pack the text with the {whose} tokenizer (`encoderlab data prepare SRC --tokenizer "
-              f"{tokenizer_dir}`)")
+    repack = f"pack the text with the {whose} tokenizer (`{prepare_command('SRC', tokenizer=tokenizer_dir)}`)"
     where = f"init.from_weights {source}: the data ({data_tokenizer.parent.parent}) was packed with another tokenizer"
     if wrong:
         token, i = min(wrong, key=lambda w: w[1])

@@ -28,7 +28,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from encoderlab.core.errors import EncoderlabError, given_as, resolved
+from encoderlab.core.errors import EncoderlabError, command, given_as, resolved
 from encoderlab.core.io import atomic_dir, atomic_file, file_digest, remove_leftovers, sha256_of, write_json
 from encoderlab.runs import migrate_checkpoint
 
@@ -310,8 +310,9 @@ def load_model(path: str | Path):
 
     path = resolve(path)
     if (path / TRANSFORMERS_CONFIG).is_file():
+        export = command("encoderlab export --as masked-lm", "encoderlab.export(CKPT, OUT, kind='masked-lm')")
         raise EncoderlabError(f"{path} holds a continued transformers model (config.json): fine-tune or evaluate it "
-                              "as it is (sweep, study) or export it (encoderlab export --as masked-lm)")
+                              f"as it is (sweep, study) or export it ({export})")
     verify(path, ("model_config.json", "tokenizer"))  # and the weights, as load_weights reads them
     if not (path / "model_config.json").exists() or not (path / "tokenizer").exists():
         raise EncoderlabError(f"{path} lacks model_config.json or tokenizer/: it was written by an older encoderlab")

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from encoderlab.core.errors import EncoderlabError, command, given_as, resolved
-from encoderlab.core.io import file_digest
+from encoderlab.core.io import file_digest, read_json
 from encoderlab.core.quiet import quiet_transformers
 from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 from encoderlab.runs import checkpoint as ckpt
@@ -58,19 +58,24 @@ def transformer_module(path: Path) -> Path | None:
     modules = path / "modules.json"
     if (path / "config.json").exists() or not modules.is_file():
         return None
+    fix = "give the folder that holds the model's config.json"
+    listed = read_json(modules, fix)  # as sentence-transformers reads it: a byte order mark is not JSON
     try:
-        found = [m.get("path") for m in json.loads(modules.read_text(encoding="utf-8"))
-                 if str(m.get("type", "")).startswith("sentence_transformers.")
+        found = [m.get("path") for m in listed if str(m.get("type", "")).startswith("sentence_transformers.")
                  and str(m.get("type")).rsplit(".", 1)[-1] == "Transformer"]
-    except (OSError, ValueError, AttributeError, TypeError):
-        raise EncoderlabError(f"{modules}: not the module list sentence-transformers writes") from None
+    except (AttributeError, TypeError):
+        raise EncoderlabError(f"{modules}: not the module list sentence-transformers writes (a list of objects with "
+                              f"a path and a type): {fix}") from None
     if not found or not isinstance(found[0], str) or not found[0]:
         raise EncoderlabError(f"{path} holds no config.json, and its modules.json names no sentence-transformers "
-                              "Transformer module in a subfolder: give the folder that holds the model's config.json")
+                              f"Transformer module in a subfolder: {fix}")
     module = path / found[0]
-    if not module.resolve().is_relative_to(path.resolve()) or not (module / "config.json").is_file():
-        raise EncoderlabError(f"{modules} puts the Transformer module in {found[0]}, which is not a folder of "
-                              f"{path} holding a config.json: give the folder that holds the model's config.json")
+    if not module.resolve().is_relative_to(path.resolve()):  # `..`, an absolute path, or a link that leads out
+        raise EncoderlabError(f"{modules} puts the Transformer module in {found[0]}, outside {path} (it leads to "
+                              f"{module.resolve()}): {fix}")
+    if not (module / "config.json").is_file():
+        raise EncoderlabError(f"{modules} puts the Transformer module in {found[0]}, which holds no config.json: "
+                              f"{fix}")
     return module
 
 
@@ -86,9 +91,12 @@ def named_dir(name: str, home: Path | None = None) -> Path:
 
 def named_tokenizer(value: str | None) -> str | None:
     """`data prepare --tokenizer`'s value, a NAMED encoder's folder (unpacked) where it names one and no such path
-    exists: the data a continued run of `minilm-l6` needs is packed with `--tokenizer minilm-l6`."""
+    exists: the data a continued run of `minilm-l6` needs is packed with `--tokenizer minilm-l6`. A
+    sentence-transformers folder of the older layout is its Transformer module's, which holds the tokenizer."""
     if value and not Path(value).exists() and value in NAMED:
         return str(named_encoder(value))
+    if value and Path(value).is_dir() and (module := transformer_module(Path(value))) is not None:
+        return str(module)
     return value
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from encoderlab.core.config import ConfigError, deep_merge, validate
+from encoderlab.core.errors import prepare_command
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset, preset_names
 from encoderlab.pretraining import objectives
@@ -199,8 +201,9 @@ def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
                 "max_tokens": meta.get("max_tokens")}
     except Exception:
         if spec.data_shape is None:
-            how = ("`encoderlab data prepare offline`" if cfg.data.path == "offline" else
-                   "`encoderlab data prepare` into that folder")
+            given = Path(cfg.data.path)  # `data prepare` writes OUT/packed
+            how = (f"`{prepare_command('offline')}`" if cfg.data.path == "offline" else
+                   f"`{prepare_command('SRC', given.parent if given.name == 'packed' else given)}`")
             raise ConfigError(f"the data {cfg.data.path!r} is not prepared and the study gives no data_shape "
                               f"(vocab_size, seq_len) to plan with: prepare it ({how}) or add data_shape") from None
         return {"from": "data_shape", "path": cfg.data.path, "vocab_size": spec.data_shape.vocab_size,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from encoderlab.core.config import ConfigError
+from encoderlab.core.errors import prepare_command
 from encoderlab.core.io import write_json
 from encoderlab.study.spec import StudySpec, resolve_path
 
@@ -114,7 +115,7 @@ def corpus_file(data_path: str) -> Path:
     for folder in (root, root.parent):  # the folder `data prepare` wrote, or its packed/ child
         if (folder / "corpus" / "documents.jsonl").exists():
             return folder / "corpus" / "documents.jsonl"
-    hint = "encoderlab data prepare offline" if data_path == "offline" else f"encoderlab data prepare SRC --out {root}"
+    hint = prepare_command("offline") if data_path == "offline" else prepare_command("SRC", root)
     raise ConfigError(f"no text to pack with the imported tokenizers: {root} has no corpus/documents.jsonl (the "
                       f"base config's data.path must be a folder that `{hint}` wrote)")
 

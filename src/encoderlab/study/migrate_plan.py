@@ -12,13 +12,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from encoderlab.core import formats
-from encoderlab.core.errors import EncoderlabError, given_as
+from encoderlab.core.errors import EncoderlabError, command, given_as
 from encoderlab.core.io import read_json
 from encoderlab.finetuning import migrate_protocol
 
 FORMAT = 1
 FILE = "plan.json"
-RUN_AGAIN = "run the study again (`encoderlab study run STUDY_FILE`) to write it"
+
+
+def run_again() -> str:
+    """How a study folder gets its plan again, as the caller runs a study (command line or Python API)."""
+    again = command("encoderlab study run STUDY_FILE", "encoderlab.run_study(STUDY_FILE)")
+    return f"run the study again (`{again}`) to write it"
 
 
 def read(root: Path) -> dict:
@@ -27,11 +32,12 @@ def read(root: Path) -> dict:
     path = root / FILE
     if not path.exists():
         raise EncoderlabError(f"{given_as(root)}{root} is not a study folder (no {FILE}): give the folder that "
-                              "`encoderlab study run` printed, e.g. studies/demo")
-    plan = read_json(path, RUN_AGAIN)
+                              f"{command('`encoderlab study run` printed', '`encoderlab.run_study(...)` returned')}, "
+                              "e.g. studies/demo")
+    plan = read_json(path, run_again())
     if not isinstance(plan, dict) or not {"protocol", "evaluations", "runs"} <= plan.keys() \
             or not isinstance(plan["protocol"], dict):
-        raise EncoderlabError(f"{path} is not a study's plan (protocol, evaluations and runs expected): {RUN_AGAIN}")
+        raise EncoderlabError(f"{path} is not a study's plan (protocol, evaluations and runs expected): {run_again()}")
     plan = formats.upgrade(plan, path, [_from_unversioned])
     return {**plan, "protocol": migrate_protocol.upgrade(plan["protocol"], f"{path} (its protocol)")}
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.errors import EncoderlabError, command
 from encoderlab.core.io import atomic_file, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
 from encoderlab.pretraining.setup import resolve_device
@@ -217,8 +217,9 @@ def check_succeeded(result: dict, name: str) -> None:
         return
     failed = ", ".join(f"{job} (log: {result['logs'][job]})" for job in result["failed"])
     skipped = f"; {len(result['skipped'])} jobs that depend on them skipped" if result["skipped"] else ""
+    again = command("encoderlab study run", "encoderlab.run_study")
     raise Failed(f"study {name}: {len(result['failed'])} of {result['jobs']} jobs failed: {failed}{skipped}; "
-                 "`encoderlab study run` runs them again once the cause is fixed")
+                 f"`{again}` runs them again once the cause is fixed")
 
 
 def status_file(plan: Plan, job_id: str) -> Path:

@@ -11,7 +11,7 @@ import difflib
 from collections.abc import Callable
 from pathlib import Path, PurePath
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, prepare_command
 from encoderlab.core.io import encoderlab_home
 from encoderlab.data.offline import SUITE_TASKS
 from encoderlab.data.offline.taskfiles import read_task, task_names
@@ -40,9 +40,9 @@ def unprepared_offline(name: str, root: Path | None = None) -> str:
     root = root or offline_root()
     if name not in SUITE_TASKS or (root / name / "task.json").exists():
         return ""
-    out = "" if root == offline_root() else f" --out {root.parent}"  # prepare writes OUT/tasks/NAME
+    out = None if root == offline_root() else root.parent  # prepare writes OUT/tasks/NAME
     return (f"task {name!r} is one of the offline suite's tasks, not prepared under {root}: prepare the suite with "
-            f"`encoderlab data prepare offline{out}`")
+            f"`{prepare_command('offline', out)}`")
 
 
 def expand_specs(specs: list[str]) -> list[str]:
@@ -52,8 +52,8 @@ def expand_specs(specs: list[str]) -> list[str]:
         raise DataError("no task given: name tasks, paper datasets, task YAML files or 'offline'")
     offline = offline_task_names() if "offline" in specs else []
     if "offline" in specs and not offline:
-        raise DataError(f"task 'offline': no offline task is prepared under {offline_root()}; run `encoderlab data "
-                        "prepare offline` first")
+        raise DataError(f"task 'offline': no offline task is prepared under {offline_root()}; run "
+                        f"`{prepare_command('offline')}` first")
     out = [name for spec in specs for name in (offline if spec == "offline" else [spec])]
     for spec in out:
         split_spec(spec)
@@ -188,7 +188,7 @@ def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab"
     if unprepared := unprepared_offline(name, root):
         raise DataError(unprepared)
     available = offline_task_names(root)
-    hint = ("offline: " + ", ".join(available)) if available else "none offline (`encoderlab data prepare offline`)"
+    hint = ("offline: " + ", ".join(available)) if available else f"none offline (`{prepare_command('offline')}`)"
     close = difflib.get_close_matches(name, [*available, *SUITE_TASKS, *paper_tasks()], n=1)
     guess = f" (did you mean {close[0]!r}?)" if close else ""
     raise DataError(f"unknown task {spec!r}{guess}; known: {hint}; paper: {', '.join(paper_tasks())}; or a task "

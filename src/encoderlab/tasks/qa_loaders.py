@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 
 from encoderlab.core import unique_names
-from encoderlab.core.errors import DataError, resolved
+from encoderlab.core.errors import DataError, resolved, short
 from encoderlab.core.io import read_jsonl, utf8_text
 from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.tasks.base import SPLITS
@@ -159,7 +159,7 @@ def _read_squad_json(path: str) -> list[dict]:
     try:
         return _squad_rows(unique_names.loads(utf8_text(Path(path))))
     except unique_names.RepeatedKey as e:
-        raise DataError(f"{path}:{e.line}: the object at column {e.column} gives the key {e.key!r} twice; "
+        raise DataError(f"{path}:{e.line}: the object at column {e.column} gives the key {short(e.key, 60)} twice; "
                         f"{unique_names.UNIQUE_KEYS}") from None
     except FileNotFoundError as e:
         raise DataError(f"SQuAD file not found: {resolved(path)}") from e

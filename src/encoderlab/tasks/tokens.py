@@ -27,11 +27,10 @@ still finds those chunks' beginnings; refusing the task would be worse.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -43,6 +42,7 @@ from encoderlab.data.offline.taskfiles import read_task
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.model.transformer import Transformer
 from encoderlab.tasks.base import SPLITS, ListTask, constant, linear_head, pad
+from encoderlab.tasks.tag_files import tag_names_file
 from encoderlab.tasks.common import (
     cached,
     check_splits,
@@ -318,7 +318,7 @@ def load_conll_like(kind: Literal["conll2003", "ontonotes", "uner"], source: str
     tag_col = next((c for c in ("ner_tags", "tags", "ner") if c in cols), "ner_tags")  # hgissbkh/conll2003-en: ner
     word_col = "words" if "words" in cols and "tokens" not in cols else "tokens"  # and words
     feature = getattr(ds["train"].features.get(tag_col), "feature", None)
-    names = label_names or getattr(feature, "names", None) or (_labels_file(Path(source)) if source else None)
+    names = label_names or getattr(feature, "names", None) or (tag_names_file(Path(source)) if source else None)
     if not names:
         raise DataError(f"{kind} ({source or hub}): no tag names; pass label_names=[...] or put labels.json / "
                         "labels.txt next to the split files")
@@ -328,16 +328,6 @@ def load_conll_like(kind: Literal["conll2003", "ontonotes", "uner"], source: str
         splits[split] = [{"id": f"{split}-{i}", "tokens": list(t), "tags": list(y)}
                          for i, (t, y) in enumerate(zip(column(d, word_col, where), column(d, tag_col, where)))]
     return TokenTask(kind, splits, list(names), None, fingerprint=fingerprint)
-
-
-def _labels_file(folder: Path) -> list[str] | None:
-    for name in ("labels.json", "label.json"):
-        if (folder / name).exists():
-            data: Any = json.loads((folder / name).read_text())
-            return sorted(data, key=data.get) if isinstance(data, dict) else [str(x) for x in data]
-    if (folder / "labels.txt").exists():
-        return [line.strip() for line in (folder / "labels.txt").read_text().splitlines() if line.strip()]
-    return None
 
 
 def read_conll(path: str | Path, word_column: int = 0, tag_column: int = -1) -> list[tuple[list[str], list[str], int]]:

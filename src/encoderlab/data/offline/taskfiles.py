@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from encoderlab.core.errors import DataError
+from encoderlab.core.errors import DataError, prepare_command
 from encoderlab.core.io import atomic_dir, write_json, write_jsonl
 
 SPLITS = ("train", "validation", "test")
@@ -55,7 +55,7 @@ def read_task(root: Path, name: str, family: str | None = None,
     if folder is None:
         known = task_names(root) or task_names(root / "tasks")
         raise DataError(f"no offline task {name!r} under {root} (known: {', '.join(known) or 'none'}); build the "
-                        "offline suite with `encoderlab data prepare offline`")
+                        f"offline suite with `{prepare_command('offline')}`")
     meta = json.loads((folder / "task.json").read_text())
     if not isinstance(meta.get("family"), str) or (family is not None and meta["family"] != family):
         wanted = family or "a task family"
@@ -64,5 +64,5 @@ def read_task(root: Path, name: str, family: str | None = None,
     missing = [f for f in files_of(meta["family"]) if not (folder / f).exists()]
     if missing:
         raise DataError(f"offline task {name!r}: {folder} lacks {', '.join(missing)}; build the offline suite "
-                        "again with `encoderlab data prepare offline`")
+                        f"again with `{prepare_command('offline')}`")
     return folder, meta
