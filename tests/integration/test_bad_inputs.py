@@ -660,7 +660,7 @@ RESUME_CASES = [
     Case("pretrain-meta-json-missing", DRY_RUN, "no packed dataset at {tmp}/packed",
          own_data(lambda packed: (packed / "meta.json").unlink())),
     Case("pretrain-token-ids-beyond-vocab", (*DRY_RUN, "--set", "model.vocab_size=100"),
-         "but the model's vocabulary has 100 ids (model.vocab_size)", run_config()),
+         "--set model.vocab_size=100: model.vocab_size: the data's token ids go up to", run_config()),
     Case("prepare-truncated-shard", PREPARE, "packed shard {tmp}/d/packed/train-00000.tokens.bin has",
          prepared(cut_short)),
     Case("prepare-damaged-shard", PREPARE, "train-00000.docids.bin does not match its SHA-256 in meta.json",

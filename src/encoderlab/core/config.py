@@ -1,6 +1,7 @@
 """Typed configuration: YAML files, dotted overrides, and errors that name the key, the value and what is allowed."""
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import shlex
@@ -183,7 +184,30 @@ def validate(model: type[T], data: dict[str, Any], where: str, overrides: list[s
         problems += [_problem(model, e, where, overrides) for e in exc.errors()]
     if problems:
         raise ConfigError("; ".join(dict.fromkeys(problems)))
+    if GIVEN in model.__private_attributes__:
+        setattr(validated, GIVEN, Given(where, tuple(overrides)))
     return validated
+
+
+# The private attribute (a `Given`) in which a config whose model declares it keeps where its keys were given.
+GIVEN = "_given"
+
+
+@dataclasses.dataclass(frozen=True)
+class Given:
+    """Where a config's keys were given (`validate`'s file and overrides), kept for a check that can be made only
+    later, once the data is read (`blamed_later`). No part of the config's value: configs of the same settings are
+    equal wherever they were read from (a run's config.yaml read back equals the config that wrote it)."""
+
+    where: str | None = dataclasses.field(default=None, compare=False)
+    overrides: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+
+
+def blamed_later(config: BaseModel, loc: list[str]) -> str | None:
+    """What `validate` blames for the key at `loc` of a config it validated: the override that set it, else the file;
+    None for a config that `validate` did not read (one read back from a run folder)."""
+    given = getattr(config, GIVEN, None)
+    return _blamed(list(given.overrides), loc, given.where) if given and given.where is not None else None
 
 
 def unknown_extras(model: type[BaseModel], data, loc: tuple[str, ...] = ()) -> list[list[str]]:

@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from encoderlab.core.config import Given
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import folder_name
 from encoderlab.pretraining.objectives import Phase, Schedule
@@ -65,29 +66,42 @@ class ModelSection(BaseModel):
         across keys (`hidden_size=256 must be divisible by num_attention_heads=3`) is refused at the field set here
         that it names, so the file or override that set it is blamed, not the preset. The special ids are checked
         against a vocabulary set here; else the vocabulary is the data's, checked once the data is read."""
+        self.checked()
+        return self
+
+    def checked(self, tokenizer: dict | None = None):
+        """The `ModelConfig` of the preset, the data's vocabulary and special ids (`tokenizer`, the packed data's
+        meta entry; without it, the special ids only where a vocabulary is set here), then the fields set here. A
+        check across keys that fails is raised at the field set here that it names (a `model_shape` error), else
+        as pydantic raised it."""
         from encoderlab.model.config import ModelConfig
         from encoderlab.model.presets import PRESETS
 
         given = {key: value for key, value in (self.model_extra or {}).items() if key in ModelConfig.model_fields}
-        fields = {**PRESETS[self.preset.lower()], **given}
-        if "vocab_size" not in given:
+        fields = {**PRESETS[self.preset.lower()], **(token_ids(tokenizer) if tokenizer else {}), **given}
+        if tokenizer is None and "vocab_size" not in given:
             fields = {key: value for key, value in fields.items() if not key.endswith("_token_id")}
         try:
-            ModelConfig.model_validate(fields)
+            return ModelConfig.model_validate(fields)
         except ValidationError as exc:
             across = [e for e in exc.errors() if not e["loc"]]
             if not (given and across):
                 raise  # a field's own error (its place names it), or the preset's alone
-            message = f"with preset {self.preset!r}, " + "; ".join(e["msg"].removeprefix("Value error, ")
-                                                                    for e in across)
+            data = f" and the data's tokenizer ({tokenizer['vocab_size']} tokens)" if tokenizer else ""
+            message = f"with preset {self.preset!r}{data}, " + "; ".join(e["msg"].removeprefix("Value error, ")
+                                                                          for e in across)
             named = [key for key in given if re.search(rf"(?<![\w.]){key}=", message)]
-            if not named:
-                raise ValueError(message) from None
-            field = min(named, key=lambda key: re.search(rf"(?<![\w.]){key}=", message).start())
+            field = min(named, key=lambda key: re.search(rf"(?<![\w.]){key}=", message).start()) if named else None
             raise ValidationError.from_exception_data("model", [{
                 "type": PydanticCustomError("model_shape", "{message}", {"message": message}),
-                "loc": (field,), "input": given[field]}]) from None
-        return self
+                "loc": (field,) if field else (), "input": given.get(field)}]) from None
+
+
+def token_ids(tokenizer: dict) -> dict:
+    """The model config's vocabulary and special ids of a tokenizer as the packed data's meta.json records it."""
+    return {"vocab_size": tokenizer["vocab_size"], "bos_token_id": tokenizer["bos_id"],
+            "eos_token_id": tokenizer["eos_id"], "pad_token_id": tokenizer["pad_id"],
+            "mask_token_id": tokenizer["mask_id"]}
 
 
 class OptimSection(AdamWSection):
@@ -204,6 +218,9 @@ class PretrainConfig(_Section):
                                          description="e.g. 'mlm40', 'clm', or phases 'clm:25%,mlm40:75%'")
 
     _name_is_one_folder = field_validator("name")(folder_name)
+    # (file, overrides) that `validate` read it from: a model field that the data's ids do not fit is refused once
+    # the data is read, blamed on what set it (core/config.py `blamed_later`)
+    _given: Given = PrivateAttr(default_factory=Given)
 
     @model_validator(mode="after")
     def _steps_fit_the_run(self) -> PretrainConfig:

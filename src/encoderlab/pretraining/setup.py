@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from pydantic import ValidationError
 
+from encoderlab.core.config import ConfigError, blamed_later
 from encoderlab.core.errors import EncoderlabError, option, prepare_command
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, resolve_data
@@ -16,7 +18,7 @@ from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
 from encoderlab.pretraining import distributed, objectives
 from encoderlab.model.transformers_body import TransformersConfig
-from encoderlab.pretraining.config import PretrainConfig
+from encoderlab.pretraining.config import PretrainConfig, token_ids
 from encoderlab.pretraining.continued import continued_config, continued_model, transformers_source
 from encoderlab.pretraining.resume import check_continues
 from encoderlab.runs import checkpoint
@@ -27,14 +29,18 @@ from encoderlab.runs.optim import default_device
 
 def model_config(cfg: PretrainConfig, tokenizer: dict) -> ModelConfig | TransformersConfig:
     """The preset with the data's vocabulary, or the config.json of the transformers model `init.from_weights`
-    continues (`transformers_source`)."""
+    continues (`transformers_source`). A model field set that the data's ids do not fit (`model.vocab_size=2`, the
+    data's pad token being id 2) is blamed on the override or file that set it, not on the preset."""
     if (folder := transformers_source(cfg)) is not None:
         return continued_config(cfg, folder)
-    extra = dict(cfg.model.model_extra or {})
-    ids = {"vocab_size": tokenizer["vocab_size"], "bos_token_id": tokenizer["bos_id"],
-           "eos_token_id": tokenizer["eos_id"], "pad_token_id": tokenizer["pad_id"],
-           "mask_token_id": tokenizer["mask_id"]}
-    return preset(cfg.model.preset, **{**ids, **extra})
+    try:
+        cfg.model.checked(tokenizer)
+    except ValidationError as exc:
+        shape = [e for e in exc.errors() if e["type"] == "model_shape" and e["loc"]]
+        if shape and (source := blamed_later(cfg, ["model", *map(str, shape[0]["loc"])])) is not None:
+            raise ConfigError(f"{source}: model.{shape[0]['loc'][0]}: {shape[0]['msg']}") from None
+    # a field's own error, or the data's ids alone: one line naming the preset
+    return preset(cfg.model.preset, **{**token_ids(tokenizer), **dict(cfg.model.model_extra or {})})
 
 
 def initial_model(cfg: PretrainConfig, model_cfg: ModelConfig | TransformersConfig, backend,
@@ -197,9 +203,12 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig
                               f"init.from_weights has {mcfg.vocab_size} embeddings: the data's tokenizer is not this "
                               "model's (pack the data with the model's own tokenizer)")
     if top >= mcfg.vocab_size:
-        raise EncoderlabError(f"the data's token ids go up to {top} but the model's vocabulary has "
-                              f"{mcfg.vocab_size} ids (model.vocab_size): use at least {top + 1}, or data packed with "
-                              f"that vocabulary (its tokenizer has {meta['tokenizer']['vocab_size']} tokens)")
+        set_by = blamed_later(cfg, ["model", "vocab_size"]) if "vocab_size" in (cfg.model.model_extra or {}) else None
+        where = f"{set_by}: model.vocab_size: " if set_by else ""
+        raise EncoderlabError(f"{where}the data's token ids go up to {top} but the model's vocabulary has "
+                              f"{mcfg.vocab_size} ids{'' if set_by else ' (model.vocab_size)'}: use at least "
+                              f"{top + 1}, or data packed with that vocabulary (its tokenizer has "
+                              f"{meta['tokenizer']['vocab_size']} tokens)")
     global_batch, micro = cfg.train.sequences_per_step(meta["seq_len"]), cfg.train.micro_batch
     if global_batch % world_size:
         raise EncoderlabError(f"the global batch of {global_batch} sequences cannot be split evenly over "
