@@ -38,6 +38,7 @@ def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: P
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
     from encoderlab.hub.folders import check_data_out
     from encoderlab.runs.encoders import named_tokenizer
+    from encoderlab.runs.tokenizer_model import check_windows_fit
 
     out = Path(out) if out is not None else default_out(str(source))
     check_writable(out, "out")
@@ -45,6 +46,7 @@ def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: P
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction,
                           tokenizer=named_tokenizer(str(tokenizer) if tokenizer else None), text_column=text_column,
                           max_documents=max_documents, force=force)
+    check_windows_fit(opts.tokenizer, seq_len, str(tokenizer) if tokenizer else None)
     return prepare(str(source), out, opts, log=log)
 
 

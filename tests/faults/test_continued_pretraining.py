@@ -236,6 +236,36 @@ def test_the_next_command_after_packing_with_a_models_tokenizer_continues_that_m
     assert "bert" in out and not (tmp_path / "runs").exists()
 
 
+def test_windows_longer_than_the_models_positions_are_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """`data prepare CORPUS --tokenizer MODEL` packed the default 512-token windows for a model of 128 positions,
+    then named its continued pretraining next, which refused the data (`repack with --seq-len 128`): the windows
+    are refused up front, in one line naming the model's positions, before any text is read."""
+    monkeypatch.chdir(tmp_path)
+    write_masked_lm(tmp_path / "bert", "bert")
+    write_masked_lm(tmp_path / "roberta", "roberta")  # positions from its padding index + 1: 126 usable
+    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": d.text}) + "\n" for d in synthetic_documents(30)))
+    for model, usable, given in (("bert", 128, []), ("roberta", 126, ["--seq-len", "127"])):
+        code, out, err = run_command(monkeypatch, capsys, "data", "prepare", "c.jsonl", "--tokenizer", model,
+                                     "--out", "d", *given, home=tmp_path / "home")
+        seq_len = given[-1] if given else "512"
+        assert (code, out) == (2, ""), err
+        assert err == (f"error: --seq-len {seq_len}: the {model} model of --tokenizer {model} reads at most {usable} "
+                       f"tokens (its learned positions), so continuing it on windows of {seq_len} would be refused: "
+                       f"use --seq-len {usable} or less (for a new model with this vocabulary, copy its tokenizer "
+                       "files into a folder of their own and give that)\n")
+        assert not (tmp_path / "d").exists()
+    with pytest.raises(EncoderlabError, match=r"^seq_len=512: the bert model of tokenizer='bert' reads at most 128 "
+                                              r"tokens .* use seq_len=128 or less"):
+        encoderlab.prepare_data("c.jsonl", "d", tokenizer="bert", log=lambda line: None)
+    assert not (tmp_path / "d").exists()
+    code, _, err = run_command(monkeypatch, capsys, "data", "prepare", "c.jsonl", "--tokenizer", "bert/tokenizer.json",
+                               "--out", "d", "--shard", "0/1", home=tmp_path / "home")
+    assert code == 0, err  # a shard packs nothing: its join, which packs, is refused
+    code, _, err = run_command(monkeypatch, capsys, "data", "prepare", "c.jsonl", "--tokenizer", "bert/tokenizer.json",
+                               "--out", "d", "--join", "1", home=tmp_path / "home")
+    assert code == 2 and err.startswith("error: --seq-len 512: the bert model of --tokenizer bert/tokenizer.json "), err
+
+
 def test_a_continued_run_continues_again_and_exports_at_its_usable_length(trained, tmp_path, one_thread):
     model_type, root, model, trainer = trained
     again = config(tmp_path, trainer.cfg.data.path, root / "trained", "again", steps=6, save_every=0)

@@ -10,6 +10,7 @@ from rich.table import Table
 from encoderlab.cli.console import emit, log, out
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
+from encoderlab.runs.tokenizer_model import tokenizer_model
 
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
 
@@ -45,6 +46,7 @@ def data_prepare(
 
     from encoderlab.hub.folders import check_data_out
     from encoderlab.runs.encoders import named_tokenizer
+    from encoderlab.runs.tokenizer_model import check_windows_fit
 
     check_writable(out_dir or default_out(source), "--out" if out_dir else "the default --out")
     check_data_out(out_dir or default_out(source), "--out" if out_dir else "the default --out")
@@ -54,6 +56,8 @@ def data_prepare(
                           hf_config=hf_config, hf_split=hf_split, max_documents=max_documents,
                           max_tokens=parse_tokens(max_tokens) if max_tokens else None,
                           shard=parse_shard(shard) if shard else None, join=join, force=force)
+    if opts.shard is None:  # a shard packs nothing: its windows are the join's
+        check_windows_fit(opts.tokenizer, seq_len, tokenizer)
     summary = prepare(source, out_dir, opts, log=log)
 
     def render(s: dict) -> None:
@@ -75,8 +79,8 @@ def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | 
         join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n,
                 *shard_flags]
         return f"once all {n} shards have run, {shlex.join(join)}"
-    if (model := _model_of(tokenizer)) is not None:
-        return _continue(*model, s["packed"])
+    if (model := tokenizer_model(tokenizer)) is not None:
+        return _continue(model.name, model.kind, s["packed"])
     if source != "offline":
         return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/mini-mlm40.yaml"), "--set",
                            f"data.path={s['packed']}"])
@@ -84,29 +88,6 @@ def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | 
     if out_dir is not None:  # elsewhere than where `data.path: offline` (the demo configs') reads it
         return shlex.join([*pretrain, "--set", f"data.path={s['packed']}"])
     return f"{shlex.join(pretrain)} (data.path: offline is this data), or encoderlab demo (the demo study)"
-
-
-def _model_of(tokenizer: str | None) -> tuple[str, str | None] | None:
-    """(the model as `init.from_weights` names it, its model_type) where `--tokenizer` named a transformers model
-    that pretraining can continue: a named encoder (`minilm-l6`), a model folder or a file in one, of an encoder or
-    of a family encoderlab's backbone computes; else None (a tokenizer alone, or a decoder's or an encoder-decoder's
-    tokenizer: nothing to continue, the data is for a model of its own)."""
-    from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, is_transformers_folder, model_type, transformer_module
-    from encoderlab.runs.folder_checks import holds_text_encoder
-
-    if not tokenizer:
-        return None
-    path = Path(tokenizer)
-    if not path.exists():
-        return (tokenizer, None) if tokenizer in NAMED else None
-    folder = path if path.is_dir() else path.parent
-    body = transformer_module(folder) or folder  # sentence-transformers' older layout: the model in 0_Transformer/
-    if not is_transformers_folder(body):
-        return None
-    kind = model_type(body)
-    if kind not in OWN_BACKBONE and not holds_text_encoder(body):
-        return None
-    return (tokenizer if folder == path else str(folder)), kind
 
 
 def _continue(model: str, kind: str | None, packed: str) -> str:
