@@ -163,10 +163,15 @@ def data_inspect(
         pieces.append({"document": d, "tokens": len(ids), "text": tok.decode(ids, skip_special_tokens=False)})
     summary = {"root": str(packed), "seq_len": ds.seq_len, "windows": len(ds), "tokenizer": tok.info(),
                "window": window, "documents": pieces}
+    if "unknown_tokens" in ds.meta:  # a tokenizer with an unknown token, packed since it is counted
+        summary["unknown_tokens"] = ds.meta["unknown_tokens"]
 
     def render(s: dict) -> None:
         out.print(f"{s['root']}: {s['windows']:,} windows of {s['seq_len']} tokens, vocabulary "
                   f"{s['tokenizer']['vocab_size']:,} ({s['tokenizer']['origin']})")
+        if unknown := s.get("unknown_tokens"):
+            out.print(f"unknown tokens: {unknown['share']:.1%} ({unknown['token']!r}), {unknown['count']:,} of the "
+                      "packed tokens")
         for p in s["documents"]:
             out.print(f"[bold]document {p['document']}[/bold] ({p['tokens']} tokens): {p['text'][:300]!r}")
 

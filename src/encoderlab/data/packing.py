@@ -55,9 +55,11 @@ class _SplitWriter:
     Documents arrive in batches (flat tokens + lengths): a per-document Python loop would cost more than the
     tokenizer. Shard boundaries depend only on the stream, not on how it was batched."""
 
-    def __init__(self, folder: Path, split: str, seq_len: int, dtype: np.dtype, shard_windows: int):
+    def __init__(self, folder: Path, split: str, seq_len: int, dtype: np.dtype, shard_windows: int,
+                 unk_id: int | None = None):
         self.folder, self.split, self.seq_len, self.dtype = folder, split, seq_len, dtype
-        self.shard_windows = shard_windows
+        self.shard_windows, self.unk_id = shard_windows, unk_id
+        self.unknown = 0  # windows' tokens that are the tokenizer's unknown token (`unk_id`)
         self.tokens: list[np.ndarray] = []
         self.docs: list[np.ndarray] = []
         self.buffered = 0
@@ -93,6 +95,8 @@ class _SplitWriter:
             for kind, array in written.items():
                 array.tofile(self.folder / f"{name}.{kind}.bin")
             self.max_token_id = max(self.max_token_id, int(written["tokens"].max()))
+            if self.unk_id is not None:  # one pass over the shard in memory: free beside the tokenizer's time
+                self.unknown += int(np.count_nonzero(written["tokens"] == self.unk_id))
             self.shards.append({"name": name, "windows": n_windows,
                                 "sha256": {kind: hashlib.sha256(a.data).hexdigest() for kind, a in written.items()}})
         self.tokens, self.docs = [tokens[cut:]], [docs[cut:]]
@@ -126,9 +130,10 @@ class Packer:
     exactly `max_tokens` (the document at the cut is truncated, every later one dropped, whatever the split)."""
 
     def __init__(self, folder: Path, seq_len: int, dtype: np.dtype, val_fraction: float, shard_tokens: int,
-                 max_tokens: int | None = None):
+                 max_tokens: int | None = None, unk_id: int | None = None):
         shard_windows = max(1, shard_tokens // seq_len)
-        self.writers = {s: _SplitWriter(folder, s, seq_len, dtype, shard_windows) for s in ("train", "validation")}
+        self.writers = {s: _SplitWriter(folder, s, seq_len, dtype, shard_windows, unk_id)
+                        for s in ("train", "validation")}
         self.val_fraction, self.left = val_fraction, max_tokens
         self.documents = self.tokens = 0
 
@@ -181,7 +186,7 @@ def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, 
     check_shape(seq_len, val_fraction, max_tokens)
     dtype = token_dtype(tokenizer.vocab_size)
     with atomic_dir(out) as tmp:
-        packer = Packer(tmp, seq_len, dtype, val_fraction, shard_tokens, max_tokens)
+        packer = Packer(tmp, seq_len, dtype, val_fraction, shard_tokens, max_tokens, tokenizer.unk_id)
         for chunk in chunks(documents, chunk_documents):
             tokens, lengths = with_specials(tokenizer.encode_batch([d.text for d in chunk]), tokenizer.bos_id,
                                             tokenizer.eos_id, dtype)
@@ -206,6 +211,23 @@ def no_validation_note(meta: dict) -> str | None:
             f"{option_name('val-fraction')} from {meta['val_fraction']} to hold out more)")
 
 
+# A tokenizer made for the text leaves well under 0.1% of it unknown (BERT's WordPiece on English prose); one token in
+# a hundred lost is a tokenizer of another language, script or casing, or of too few tokens.
+UNKNOWN_WARNING = 0.01
+
+
+def unknown_note(meta: dict) -> str | None:
+    """What to say when more than `UNKNOWN_WARNING` of the packed tokens are the tokenizer's unknown token."""
+    unknown = meta.get("unknown_tokens")
+    if unknown is None or unknown["share"] <= UNKNOWN_WARNING:
+        return None
+    total = sum(s["tokens"] for s in meta["splits"].values())
+    return (f"{unknown['share']:.1%} of the packed tokens ({unknown['count']:,} of {total:,}) are the tokenizer's "
+            f"unknown token {unknown['token']!r}: that text is lost to the model; a tokenizer made for this text "
+            f"leaves well under {UNKNOWN_WARNING:.0%} (is it another language's or script's, of other casing, or of "
+            "too few tokens?)")
+
+
 def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int, val_fraction: float,
            max_tokens: int | None) -> dict:
     """Close the writers and write meta.json and the tokenizer into `folder`; an empty or short stream, or one
@@ -224,6 +246,10 @@ def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int,
             "max_token_id": packer.max_token_id()}
     if max_tokens is not None:
         meta["max_tokens"] = max_tokens
+    if tokenizer.unk_id is not None:  # beside `splits`, not in them: the data's fingerprint stays what it was
+        count, total = sum(w.unknown for w in packer.writers.values()), sum(s["tokens"] for s in splits.values())
+        meta["unknown_tokens"] = {"token": tokenizer.token(tokenizer.unk_id), "id": tokenizer.unk_id, "count": count,
+                                  "share": round(count / total, 6)}
     tokenizer.save(folder / TOKENIZER)
     meta["tokenizer_files"] = tokenizer_files(folder)
     write_json(folder / META, meta)

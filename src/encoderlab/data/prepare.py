@@ -106,6 +106,8 @@ def _check_sharding(source: str, opts: PrepareOptions) -> None:
 def _join(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], None]) -> dict:
     start = time.perf_counter()
     corpus, meta = shards.join(source, out, opts, log)
+    if note := packing.unknown_note(meta):
+        warn(note, log)
     summary = _summary(source, out, corpus, str(out / "parts"), meta,
                        {"join": time.perf_counter() - start, "total": time.perf_counter() - start})
     write_json(out / "summary.json", summary)
@@ -143,6 +145,8 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
         timings["pack"] = time.perf_counter() - t0
         if note := packing.no_validation_note(meta):
             log(note)
+    if note := packing.unknown_note(meta):  # up to date or not: the data is read so, said at every prepare
+        warn(note, log)
     timings["total"] = time.perf_counter() - start
     summary = _summary(source, out, json.loads((out / "corpus" / "manifest.json").read_text()), str(corpus_file),
                        meta, timings)
@@ -169,8 +173,9 @@ def _summary(source: str, out: Path, corpus: dict, corpus_file: str, meta: dict,
         "splits": {s: {k: v for k, v in d.items() if k != "shards"} for s, d in meta["splits"].items()},
         "seconds": {k: round(v, 1) for k, v in timings.items()},
     }
-    if "max_tokens" in meta:
-        summary["max_tokens"] = meta["max_tokens"]
+    for key in ("max_tokens", "unknown_tokens"):
+        if key in meta:
+            summary[key] = meta[key]
     return summary
 
 

@@ -8,6 +8,7 @@ plain text, never as the special id. What `transformers` needs beyond `tokenizer
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,16 @@ class TextTokenizer:
         tokenizer whose ids leave gaps has more ids than tokens, and counting tokens would cut its largest ids off
         (beyond 16 bits they would not even fit the packed dtype)."""
         return max(self.tokenizer.get_vocab(with_added_tokens=True).values(), default=-1) + 1
+
+    @functools.cached_property
+    def unk_id(self) -> int | None:
+        """The id of the token the model gives text it has no token for (WordPiece's `[UNK]`, a Unigram's `<unk>`);
+        None where there is none: a byte-level BPE spells any text in bytes."""
+        model = json.loads(self.tokenizer.to_str())["model"]
+        if model.get("unk_id") is not None:  # Unigram names it by id
+            return int(model["unk_id"])
+        token = model.get("unk_token")
+        return self.tokenizer.token_to_id(token) if token else None
 
     @property
     def special_ids(self) -> list[int]:
