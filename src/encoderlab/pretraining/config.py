@@ -32,6 +32,8 @@ from encoderlab.runs.schedule import LRSchedule
 if TYPE_CHECKING:
     import torch
 
+    from encoderlab.model.config import ModelConfig
+
 
 class DataSection(_Section):
     path: str = Field("offline", description="packed dataset folder, or 'offline' for the prepared offline suite")
@@ -69,7 +71,7 @@ class ModelSection(BaseModel):
         self.checked()
         return self
 
-    def checked(self, tokenizer: dict | None = None):
+    def checked(self, tokenizer: dict | None = None) -> ModelConfig:
         """The `ModelConfig` of the preset, the data's vocabulary and special ids (`tokenizer`, the packed data's
         meta entry; without it, the special ids only where a vocabulary is set here), then the fields set here. A
         check across keys that fails is raised at the field set here that it names (a `model_shape` error), else
@@ -94,7 +96,7 @@ class ModelSection(BaseModel):
             field = min(named, key=lambda key: re.search(rf"(?<![\w.]){key}=", message).start()) if named else None
             raise ValidationError.from_exception_data("model", [{
                 "type": PydanticCustomError("model_shape", "{message}", {"message": message}),
-                "loc": (field,) if field else (), "input": given.get(field)}]) from None
+                "loc": (field,) if field else (), "input": given[field] if field else given}]) from None
 
 
 def token_ids(tokenizer: dict) -> dict:
