@@ -83,6 +83,27 @@ def test_a_sentence_transformers_folder_of_the_older_layout_is_read_from_its_tra
     assert weights_of(found) == encoder_digest(module)  # a study's MTEB job is done for the module's files
 
 
+@pytest.mark.parametrize("given", ["st-old", "./st-old/"])
+def test_import_hf_names_an_older_layout_folder_as_given_not_its_module(tmp_path, monkeypatch, capsys, given):
+    """A BERT in 0_Transformer/ needs no import, and every command it is sent to reads the top folder: the commands
+    it suggests name the folder as the user gave it, not `st-old/0_Transformer`."""
+    import encoderlab
+    from encoderlab.core.errors import EncoderlabError
+
+    old_layout(tmp_path / "st-old")
+    monkeypatch.chdir(tmp_path)
+    err = _one_line(monkeypatch, capsys, "import-hf", given, "--out", "out")
+    assert err.startswith(f"error: {given}: a bert encoder needs no import: "), err
+    assert f"finetune/sweep {given} TASK ..., encoderlab mteb {given} --tasks" in err, err
+    assert f"init.from_weights: {given} to pretrain" in err and "0_Transformer" not in err, err
+    with pytest.raises(EncoderlabError) as caught:
+        encoderlab.import_hf(given, "out", log=lambda m: None)
+    said = str(caught.value)
+    assert said.startswith(f"{given}: a bert encoder needs no import") and "0_Transformer" not in said, said
+    assert f"encoderlab.finetune/sweep({given!r}, TASK, ...)" in said, said
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("how, says", [
     ("outside", "modules.json puts the Transformer module in ../elsewhere, outside {top} (it leads to "
                 "{tmp}/elsewhere)"),
@@ -114,6 +135,15 @@ def test_a_module_list_that_leads_to_no_model_is_refused_in_one_line(tmp_path, m
                     ("import-hf", top, "--out", tmp_path / "out")):
         assert says.format(top=top, tmp=tmp_path) in _one_line(monkeypatch, capsys, *command)
     assert not (tmp_path / "evals").exists() and not (tmp_path / "out").exists()
+    from types import SimpleNamespace
+
+    from encoderlab.core.errors import EncoderlabError
+    from encoderlab.pretraining.continued import transformers_source
+
+    with pytest.raises(EncoderlabError) as caught:  # continued pretraining blames the key, as its other refusals do
+        transformers_source(SimpleNamespace(init=SimpleNamespace(from_weights=str(top))))
+    said = str(caught.value)
+    assert said.startswith(f"init.from_weights={top}: ") and says.format(top=top, tmp=tmp_path) in said, said
 
 
 def test_a_study_and_continued_pretraining_read_the_older_layout_from_its_module(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from encoderlab.core.io import encoderlab_home
+from encoderlab.core.io import encoderlab_home, task_cache
 
 
 def test_the_home_is_the_suites_own():
@@ -31,6 +31,24 @@ def test_an_empty_home_variable_is_unset_not_the_current_folder(monkeypatch, val
     # As the XDG base-directory spec reads its variables: `ENCODERLAB_HOME= make demo` must not fill the cwd.
     monkeypatch.setenv("ENCODERLAB_HOME", value)
     assert encoderlab_home() == Path.home() / ".cache" / "encoderlab"
+
+
+@pytest.mark.parametrize(("value", "names"), [("cache", "cache"), ("./cache/", "cache"), ("a/../cache", "a/../cache")])
+def test_a_relative_home_is_the_absolute_folder_it_names_from_the_current_folder(tmp_path, monkeypatch, value,
+                                                                                  names):
+    """`ENCODERLAB_HOME=cache` is read against the current folder and used as that absolute folder, so that every
+    message and record names the folder (a relative one named `cache/data/offline/tasks`, a packed folder recorded
+    as `cache/...` is read against whatever folder a later command runs in). Nothing else is changed: `..` is kept,
+    as the file system reads it (`a` may be a link)."""
+    monkeypatch.setenv("ENCODERLAB_HOME", value)
+    monkeypatch.chdir(tmp_path)
+    assert encoderlab_home().is_absolute() and encoderlab_home() == tmp_path / names
+    assert task_cache() == tmp_path / names / "cache" / "tasks"
+
+
+def test_a_home_under_the_users_home_is_expanded(monkeypatch):
+    monkeypatch.setenv("ENCODERLAB_HOME", "~/elsewhere")
+    assert encoderlab_home() == Path.home() / "elsewhere"
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")

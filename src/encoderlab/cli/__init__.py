@@ -3,11 +3,14 @@ import sys
 
 from encoderlab.cli.commands import app
 from encoderlab.cli.console import err, error
+from encoderlab.cli.paths import refuse_empty_paths
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_failure
 from encoderlab.core.process import keep_freed_memory
 
 __all__ = ["app", "main"]
+
+refuse_empty_paths(app)  # every command, once all are registered (cli/paths.py)
 
 
 def main() -> None:

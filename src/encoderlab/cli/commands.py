@@ -10,6 +10,7 @@ from encoderlab.cli.console import emit, log, log_after, out
 from encoderlab.cli.data import data_app, render_prepare
 from encoderlab.cli.finetuning import SAVE_HELP, SAVE_MODELS_HELP, keeper, workers_option
 from encoderlab.cli.mteb import mteb_cmd
+from encoderlab.cli.paths import PathText
 from encoderlab.cli.study import study_app
 from encoderlab.cli.sweep_table import render_sweep as _render_sweep
 from encoderlab.core.config import SET_MERGES
@@ -151,9 +152,9 @@ def demo(
 
 @app.command("import-hf")
 def import_hf_cmd(
-    source: str = typer.Argument(..., help="A Hugging Face model folder (Llama, Mistral, Qwen2, Qwen3, EuroBERT, the "
-                                           "paper's sl_model), a .gguf file, or 'smollm2' (the pinned SmolLM2-135M "
-                                           "GGUF)."),
+    source: PathText = typer.Argument(..., help="A Hugging Face model folder (Llama, Mistral, Qwen2, Qwen3, "
+                                                "EuroBERT, the paper's sl_model), a .gguf file, or 'smollm2' (the "
+                                                "pinned SmolLM2-135M GGUF)."),
     out_dir: Path = typer.Option(..., "--out", help="The checkpoint folder to write."),
     force: bool = typer.Option(False, help="Replace --out if it exists and is not empty."),
     head: str | None = typer.Option(None, help="For a body saved without its LM head: fresh (a new untied head, "
@@ -222,7 +223,7 @@ MODEL_HELP = ("A checkpoint folder, a run folder (its latest checkpoint), a tran
 @app.command("sweep")
 def sweep(
     checkpoint: Path = typer.Argument(..., help=MODEL_HELP),
-    tasks: list[str] = typer.Argument(..., help="Task names ('offline' = every offline task), paper datasets "
+    tasks: list[PathText] = typer.Argument(..., help="Task names ('offline' = every offline task), paper datasets "
                                                 "(sst2, conll2003, squad=LOCAL_PATH, ...) or task YAML files."),
     protocol: Path | None = typer.Option(None, help=PROTOCOL_HELP),
     overrides: list[str] = typer.Option([], "--set", help="Override a protocol key, e.g. max_steps=300. " + SET_MERGES),
@@ -256,7 +257,8 @@ def sweep(
 @app.command("finetune")
 def finetune_cmd(
     checkpoint: Path = typer.Argument(..., help=MODEL_HELP),
-    task: str = typer.Argument(..., help="A task name, paper dataset or task YAML (see `encoderlab sweep --help`)."),
+    task: PathText = typer.Argument(..., help="A task name, paper dataset or task YAML (see `encoderlab sweep "
+                                              "--help`)."),
     lr: float = typer.Option(..., help="Peak learning rate."),
     seed: int = typer.Option(0, help="Seed of the head initialisation and data order."),
     protocol: Path | None = typer.Option(None, help=PROTOCOL_HELP),

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from encoderlab.cli.console import emit, log, out
+from encoderlab.cli.paths import PathText
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
 from encoderlab.runs.tokenizer_model import tokenizer_model
@@ -17,14 +18,15 @@ data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no
 
 @data_app.command("prepare")
 def data_prepare(
-    source: str = typer.Argument(..., help="'offline' (the bundled suite), a local file/folder/glob "
+    source: PathText = typer.Argument(..., help="'offline' (the bundled suite), a local file/folder/glob "
                                             "(.txt .jsonl .parquet .csv), or a Hugging Face dataset id."),
     out_dir: Path | None = typer.Option(None, "--out", help="Output folder (default: $ENCODERLAB_HOME/data/NAME)."),
     vocab_size: int = typer.Option(8192, help="Vocabulary of the byte-level BPE to train."),
     seq_len: int = typer.Option(512, help="Tokens per packed window."),
     val_fraction: float = typer.Option(0.005, help="Fraction of documents held out for validation loss."),
-    tokenizer: str | None = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder (or minilm-l6's) "
-                                                       "instead of training one (a mask token is added if missing)."),
+    tokenizer: PathText | None = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder (or "
+                                                            "minilm-l6's) instead of training one (a mask token is "
+                                                            "added if missing)."),
     text_column: str = typer.Option("text", help="Column holding the text (jsonl, csv, parquet, HF datasets)."),
     txt_unit: str = typer.Option("paragraph", help="What a document is in .txt files: file, paragraph or line."),
     on_invalid_utf8: str = typer.Option("error", help="Invalid UTF-8 bytes: error, replace or skip."),

@@ -8,7 +8,7 @@ import inspect
 import json
 import os
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -35,6 +35,7 @@ def checked(fn):
         args, kwargs = tuple(map(_python_scalar, args)), {k: _python_scalar(v) for k, v in kwargs.items()}
         refuse_booleans_for_numbers(fn, args, kwargs)
         args, kwargs = whole_numbers(fn, args, kwargs)
+        refuse_empty_paths(fn, params, args, kwargs)
         caller = CALLER.set("api")  # a refusal names `force=True`, not `--force` (core/errors.py `option`)
         paths = PATH_ARGUMENTS.set(path_arguments(params, args, kwargs))  # and a missing path its argument
         try:
@@ -49,20 +50,44 @@ def checked(fn):
     return call
 
 
-def path_arguments(params: list[inspect.Parameter], args: tuple, kwargs: dict) -> dict[str, tuple[str, object]]:
-    """{a path argument's value as a path: (how the argument is named, the value as given)} of one call: `checkpoint`
-    for a path, `tasks[1]` for one of a list of paths; the first of a value wins (core/errors.py `given_as`). Only
-    the arguments annotated as paths are read (`embed`'s texts are no paths, and many)."""
+def given_paths(params: list[inspect.Parameter], args: tuple, kwargs: dict) -> Iterator[tuple[str, str | Path]]:
+    """(how the argument is named, the value as given) for each path of one call: `checkpoint` for a path,
+    `tasks[1]` for one of a list of paths. Only the arguments annotated as paths are read (`embed`'s texts are no
+    paths, and many); a value of another type is left to the type check."""
     paths = {p.name for p in params if "PathLike" in str(p.annotation)}
     named = [*zip((p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)), args),
              *kwargs.items()]
-    found: dict[str, tuple[str, object]] = {}
     for name, value in ((n, v) for n, v in named if n in paths):
         many = isinstance(value, list | tuple)
         for i, one in enumerate(value if many else [value]):
-            if isinstance(one, str | Path) and str(one):
-                found.setdefault(str(Path(one)), (f"{name}[{i}]" if many else name, one))
+            if isinstance(one, str | Path):
+                yield f"{name}[{i}]" if many else name, one
+
+
+def path_arguments(params: list[inspect.Parameter], args: tuple, kwargs: dict) -> dict[str, tuple[str, object]]:
+    """{a path argument's value as a path: (how the argument is named, the value as given)} of one call; the first
+    of a value wins (core/errors.py `given_as`)."""
+    found: dict[str, tuple[str, object]] = {}
+    for name, one in given_paths(params, args, kwargs):
+        found.setdefault(str(Path(one)), (name, one))
     return found
+
+
+def empty_path(value: object) -> str | None:
+    """Why `value` names no path, for a refusal: an empty text is read as Path('') == Path('.'), the current folder,
+    which no caller means by saying nothing (`load('')` read it, `prepare_data(out='')` wrote into it), and one of
+    spaces alone is a slip of the same kind; None for a path. The command line refuses with it too (cli/paths.py)."""
+    if not isinstance(value, str | Path) or str(value).strip():
+        return None
+    kind = "an empty" if not str(value) else "a blank"
+    return f"{kind} path names no file or folder (give '.' for the current folder)"
+
+
+def refuse_empty_paths(fn, params: list[inspect.Parameter], args: tuple, kwargs: dict) -> None:
+    """An empty or blank path argument refused before the call, naming it: `load: argument checkpoint='': ...`."""
+    for name, value in given_paths(params, args, kwargs):
+        if (why := empty_path(value)) is not None:
+            raise EncoderlabError(f"{fn.__qualname__}: argument {name}={str(value)!r}: {why}")
 
 
 def refuse_booleans_for_numbers(fn, args: tuple, kwargs: dict) -> None:

@@ -25,9 +25,11 @@ from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed, shor
 def encoderlab_home() -> Path:
     """$ENCODERLAB_HOME, else ~/.cache/encoderlab. An empty or blank value counts as unset, as the XDG base-directory
     spec reads its variables: `ENCODERLAB_HOME= make demo` would otherwise put data and wheels in the current folder.
-    The Makefile reads the variable the same way."""
+    The Makefile reads the variable the same way. A relative value (`ENCODERLAB_HOME=cache`) is read against the
+    current folder and used as that absolute folder, so that messages and records (a prepared dataset's `packed`
+    path) name the folder, not a path that a later command run elsewhere reads as another one."""
     value = os.environ.get("ENCODERLAB_HOME", "")
-    return Path(value).expanduser() if value.strip() else Path.home() / ".cache" / "encoderlab"
+    return Path(value).expanduser().absolute() if value.strip() else Path.home() / ".cache" / "encoderlab"
 
 
 def task_cache() -> Path:

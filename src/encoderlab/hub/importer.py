@@ -112,9 +112,10 @@ def sl_model_notes(config, tok: TextTokenizer, where: Path, notes: list[str]) ->
 
 
 def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], log: Callable[[str], None],
-                 head: str | None, seed: int):
+                 head: str | None, seed: int, shown: str | Path):
     """(config, our architecture fields, our weights, how the head starts, tokenizer, added tokens, source dtype),
-    refusing an architecture that is not ours before reading any weights of a folder."""
+    refusing an architecture that is not ours before reading any weights of a folder. `shown`: the source as the
+    user named it (hub/source.py `read_config`)."""
     tok_dir = None
     try:
         if gguf:
@@ -122,7 +123,7 @@ def _read_source(folder: Path, gguf: str | None, where: Path, notes: list[str], 
             config, state, tok_dir = read_gguf(folder, gguf)
             fields = architecture_fields(config, where, notes)
         else:
-            config = read_config(folder)
+            config = read_config(folder, shown)
             fields = architecture_fields(config, where, notes)  # refuse before reading the weights
             log(f"reading {where}")
             state = folder_weights(folder)
@@ -152,8 +153,10 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
     where = folder / gguf if gguf else folder
     prepare_out(out, force, keep=where, imports=True)
     notes: list[str] = []
+    # An encoder that needs no import is named as given: its commands read SRC, not the 0_Transformer/ it holds
+    shown = src if Path(src).expanduser().exists() else folder
     config, fields, weights, started, tok, added, source_dtype = _read_source(folder, gguf, where, notes, log, head,
-                                                                              head_seed)
+                                                                              head_seed, shown)
     if config.model_type == SL_MODEL:
         sl_model_notes(config, tok, where, notes)
     elif not gguf and (note := code_not_run(folder)):

@@ -109,8 +109,10 @@ def require_gguf() -> None:
                               "(or pip install 'encoderlab[gguf]')")
 
 
-def read_config(folder: Path):
-    """The transformers config of a model folder, after checking its model_type and that a tokenizer is there."""
+def read_config(folder: Path, shown: str | Path | None = None):
+    """The transformers config of a model folder, after checking its model_type and that a tokenizer is there.
+    `shown`: the folder as the user named it, where that is not `folder` (import-hf's SRC, whose model may be in
+    0_Transformer/ of a sentence-transformers folder), for the commands a refusal suggests."""
     from transformers import AutoConfig
 
     config = read_json(folder / "config.json", "give the config.json a transformers model folder holds")
@@ -121,7 +123,7 @@ def read_config(folder: Path):
         return sl_config(config, folder)
     refuse_code_from(folder)  # first: a model type only code provides is named as such
     if model_type not in SUPPORTED and is_text_encoder(config):
-        raise UnsupportedModelError(needs_no_import(folder, f"a {model_type} encoder"))
+        raise UnsupportedModelError(needs_no_import(shown or folder, f"a {model_type} encoder"))
     check_model_type(model_type, folder)
     try:
         config = AutoConfig.from_pretrained(str(folder), trust_remote_code=False)

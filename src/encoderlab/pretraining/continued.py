@@ -44,7 +44,11 @@ def transformers_source(cfg) -> Path | None:
     if source is None:
         return None
     path = Path(source)
-    if is_transformers_folder(path) or transformer_module(path) or (not path.exists() and source in NAMED):
+    try:
+        module = transformer_module(path)  # sentence-transformers' older layout: the model in 0_Transformer/
+    except EncoderlabError as exc:  # a modules.json that leads to no model, blamed on the key like its other refusals
+        raise EncoderlabError(f"init.from_weights={source}: {exc}") from None
+    if is_transformers_folder(path) or module or (not path.exists() and source in NAMED):
         return resolve_encoder(path)
     if path.exists() and ((path / "state.json").exists() or (path / ckpt.LATEST).exists()):
         found = ckpt.resolve(path)
