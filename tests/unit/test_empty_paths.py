@@ -98,3 +98,71 @@ def test_every_path_parameter_of_the_command_line_is_checked():
              for info in commands(app) for param in inspect.signature(info.callback).parameters.values()
              if PATH_ANNOTATION.search(str(param.annotation))]
     assert len(found) >= 24 and all(parser is not None for *_, parser in found), found
+
+
+PRETRAIN = Path(encoderlab.__file__).parent / "configs" / "pretrain" / "demo-tiny.yaml"  # its own paths are good
+
+
+@pytest.mark.parametrize("key", ["data.path", "out_dir", "init.from_weights", "init.branch_from"])
+@pytest.mark.parametrize("value", ["''", "' '"])
+def test_an_override_that_empties_a_path_is_refused_naming_it(tmp_path, monkeypatch, capsys, key, value):
+    """`--set data.path=''` read the current folder as the packed data (its hint said `--out ` and nothing after),
+    `--set out_dir=''` put the run folder here, `--set init.from_weights=''` was taken for not set: each path of a
+    config is refused as an empty path argument is, blamed on the override that gave it."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_command(monkeypatch, capsys, "pretrain", PRETRAIN, "--set", f"{key}={value}",
+                                 home=tmp_path / "home")
+    kind = "an empty" if value == "''" else "a blank"
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: --set {key}={value}: {key}: {kind} {WHY}") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_config_file_with_an_empty_path_is_refused_naming_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "run.yaml"
+    config.write_text("train: {steps: 10, global_batch: 2}\nlr_schedule: {warmup_steps: 1, decay_steps: 1}\n"
+                      "init: {from_weights: ''}\n")
+    code, out, err = run_command(monkeypatch, capsys, "pretrain", config, home=tmp_path / "home")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: {config}: init.from_weights: an empty {WHY}") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == [config]
+
+
+@pytest.mark.parametrize(("entry", "key"), [
+    ("out_dir: ''", "out_dir"),
+    ("paper_results: ' '", "paper_results"),
+    ("checkpoints: {mine: ''}", "checkpoints.mine"),
+    ("imported: {dec: ''}", "imported.dec.source"),
+    ("evaluation: {protocol: '', tasks: [offline]}", "evaluation.protocol"),
+])
+def test_a_study_file_with_an_empty_path_is_refused_naming_the_key(tmp_path, monkeypatch, capsys, entry, key):
+    monkeypatch.chdir(tmp_path)
+    study = tmp_path / "study.yaml"
+    lines = {"name": "s", "checkpoints": "{base: ckpt}", "evaluation": "{protocol: demo, tasks: [offline]}"}
+    lines[entry.partition(":")[0]] = entry.partition(": ")[2]
+    if "imported" in lines:
+        lines |= {"pretrain": str(PRETRAIN), "budget": "10"}
+    study.write_text("".join(f"{k}: {v}\n" for k, v in lines.items()))
+    code, out, err = run_command(monkeypatch, capsys, "study", "plan", study, home=tmp_path / "home")
+    assert (code, out) == (2, "")
+    assert f": {key}: a" in err and WHY in err and err.count("\n") == 1, err
+    assert err.startswith(f"error: {study}: "), err
+    assert list(tmp_path.iterdir()) == [study]
+
+
+@pytest.mark.parametrize(("family", "files"), [
+    ("retrieval", "folder: ''"),
+    ("classification", "train: train.csv\nvalidation: ''"),
+])
+def test_a_task_file_with_an_empty_path_is_refused_naming_the_key(tmp_path, family, files):
+    """An empty `folder:` was the task file's own folder, which exists: the task read whatever lay beside it."""
+    from encoderlab.tasks.taskfile import read_task_file
+
+    (tmp_path / "train.csv").write_text("text,label\na,0\n")
+    task = tmp_path / "mine.yaml"
+    task.write_text(f"family: {family}\n{files}\n")
+    key = files.splitlines()[-1].partition(":")[0]
+    with pytest.raises(EncoderlabError) as caught:
+        read_task_file(task)
+    assert str(caught.value).startswith(f"task file {task}: {key}: an empty {WHY}"), caught.value

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, ValidationError, validate_call
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, validate_call
 
 from encoderlab.core.config import annotation_kinds, booleans_in
 from encoderlab.core.errors import CALLER, PATH_ARGUMENTS, EncoderlabError
@@ -81,6 +81,19 @@ def empty_path(value: object) -> str | None:
         return None
     kind = "an empty" if not str(value) else "a blank"
     return f"{kind} path names no file or folder (give '.' for the current folder)"
+
+
+def _names_a_path(value: str) -> str:
+    """A config's path refused as an empty path argument is: raised inside pydantic, so the refusal names the file
+    or the `--set` override that gave it (core/config.py `validate`)."""
+    if (why := empty_path(value)) is not None:
+        raise ValueError(why)
+    return value
+
+
+# A path-valued field of a config model (pretraining, study, task file): a file or folder, or what a path argument
+# also takes in its place ('offline', a Hub id). An empty one was the current folder, or the folder of the file.
+ConfigPath = Annotated[str, AfterValidator(_names_a_path)]
 
 
 def refuse_empty_paths(fn, params: list[inspect.Parameter], args: tuple, kwargs: dict) -> None:

@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from encoderlab.core.arguments import ConfigPath
 from encoderlab.core.config import Given
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import folder_name
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 
 
 class DataSection(_Section):
-    path: str = Field("offline", description="packed dataset folder, or 'offline' for the prepared offline suite")
+    path: ConfigPath = Field("offline", description="packed dataset folder, or 'offline' for the prepared offline "
+                             "suite")
     seed: Seed = 0
 
 
@@ -117,8 +119,8 @@ class InitSection(_Section):
     position) under this config's schedule and decay, as the paper's budgets and splits were trained;
     `from_weights` loads weights only and starts at step 0 (continued pretraining of a finished model)."""
 
-    branch_from: str | None = None
-    from_weights: str | None = None
+    branch_from: ConfigPath | None = None
+    from_weights: ConfigPath | None = None
 
     @model_validator(mode="after")
     def _one(self) -> InitSection:
@@ -208,7 +210,7 @@ ObjectiveSchedule = Annotated[Schedule, PlainValidator(_schedule), PlainSerializ
 
 class PretrainConfig(_Section):
     name: str = "run"
-    out_dir: str = Field("runs", description="the run folder is OUT_DIR/NAME")
+    out_dir: ConfigPath = Field("runs", description="the run folder is OUT_DIR/NAME")
     data: DataSection = DataSection()
     model: ModelSection = ModelSection()
     init: InitSection = InitSection()

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from encoderlab.core.arguments import ConfigPath
 from encoderlab.core.config import ConfigError, load_yaml, validate
 from encoderlab.core.io import folder_name
 from encoderlab.tasks import is_local_source
@@ -93,14 +94,14 @@ class CPT(_Section):
 class Imported(_Section):
     """A decoder imported with `encoderlab import-hf` before anything trains; its name is a size of the study."""
 
-    source: str = Field(..., description="import-hf SRC: a transformers folder, a .gguf file or 'smollm2'")
+    source: ConfigPath = Field(..., description="import-hf SRC: a transformers folder, a .gguf file or 'smollm2'")
     seq_len: int = Field(512, gt=0, description="windows of the pretraining text packed with its tokenizer")
     shape: dict | None = Field(None, description="its model_config.json fields, only to plan before the import "
                                "(a folder's config.json is read instead when there is one)")
 
 
 class EvaluationSection(_Section):
-    protocol: str = Field(..., description="an evaluation protocol YAML (configs/eval/), relative to the study")
+    protocol: ConfigPath = Field(..., description="an evaluation protocol YAML (configs/eval/), relative to the study")
     tasks: list[str] = Field(..., min_length=1, description="task names, 'offline', paper datasets or task YAMLs")
     intermediate_tasks: list[str] | None = Field(
         None, description="tasks for intermediate checkpoints (default: `tasks`)")
@@ -164,8 +165,8 @@ class DataShape(_Section):
 
 class StudySpec(_Section):
     name: str
-    out_dir: str = Field("studies", description="the study folder is OUT_DIR/NAME")
-    pretrain: str | None = Field(None, description="base pretraining config YAML, relative to the study file "
+    out_dir: ConfigPath = Field("studies", description="the study folder is OUT_DIR/NAME")
+    pretrain: ConfigPath | None = Field(None, description="base pretraining config YAML, relative to the study file "
                                  "(needed by every section that trains: all but `checkpoints`)")
     pretrain_overrides: dict = Field(default_factory=dict, description="merged over the base config")
     size_overrides: dict[str, dict] = Field(default_factory=dict, description="per size, merged over the base")
@@ -178,12 +179,12 @@ class StudySpec(_Section):
     random_init: list[str] = Field(default_factory=list, description="sizes evaluated from random weights")
     imported: dict[str, Imported] = Field(default_factory=dict, description="name -> import-hf SRC (or a mapping "
                                           "with source, seq_len, shape); each is also evaluated as it is")
-    checkpoints: dict[str, str] = Field(default_factory=dict, description="NAME: an existing model to evaluate "
+    checkpoints: dict[str, ConfigPath] = Field(default_factory=dict, description="NAME: an existing model to evaluate "
                                         "as it is, no pretraining: a checkpoint folder, a run folder (its latest "
                                         "checkpoint), or an import-hf SRC (a transformers folder, a .gguf file)")
     evaluation: EvaluationSection
     data_shape: DataShape | None = None
-    paper_results: str | None = Field(None, description="published numbers to print beside ours (YAML)")
+    paper_results: ConfigPath | None = Field(None, description="published numbers to print beside ours (YAML)")
     comparisons: list[ComparisonSpec] = Field(default_factory=list, description="the questions the report "
                                               "answers, one section each (docs/studies.md, Comparisons)")
     findings: Literal[FINDINGS] | None = Field(None, description="a named set of comparisons with its own wording: "

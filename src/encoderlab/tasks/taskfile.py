@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from encoderlab.core.arguments import ConfigPath
 from encoderlab.core.config import load_yaml, validate
 from encoderlab.core.errors import DataError, given_as, resolved
 from encoderlab.core.io import file_digest
@@ -57,9 +58,10 @@ class TaskFileSettings(BaseModel):
 
 class SplitFiles(TaskFileSettings):
     """A task file of split files: train, validation and, optionally, test."""
-    train: str
-    validation: str
-    test: str | None = Field(None, description="without it, validation is the test set and 5% of train validation")
+    train: ConfigPath
+    validation: ConfigPath
+    test: ConfigPath | None = Field(None, description="without it, validation is the test set and 5% of train "
+                                    "validation")
 
 
 FILE_KEYS = ("train", "validation", "test", "folder")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from encoderlab.core.arguments import ConfigPath
 from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.tasks.baselines import bm25_baselines
 from encoderlab.tasks.retrieval_loaders import (
@@ -20,7 +21,7 @@ from encoderlab.tasks.taskfile import TaskFile, TaskFileSettings
 
 class RetrievalFile(TaskFileSettings):
     family: Literal["retrieval"]
-    folder: str
+    folder: ConfigPath
 
 
 def load_user(file: TaskFile, holdout: str, *, fingerprint: str):
