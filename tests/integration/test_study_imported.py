@@ -250,3 +250,35 @@ def test_a_transformers_encoder_is_continued_as_it_is_in_a_study(tmp_path, corpu
     assert tags == {"imported-tinyllama", "tinyllama-imported-mlm40-2-step-0000002"}
     text = write_report(plan.root).read_text()
     assert "## Continued pretraining of imported models" in text and "tinyllama-imported-mlm40-2" in text
+
+
+@pytest.mark.parametrize(("model_type", "seq_len", "usable"), [("bert", None, 128), ("roberta", 127, 126)])
+def test_an_encoders_windows_longer_than_its_positions_are_refused_when_planned(
+        tmp_path, corpus_dir, task_yaml, monkeypatch, capsys, model_type, seq_len, usable):
+    """An imported encoder's text was packed at the entry's `seq_len` (512 by default) whatever the positions the
+    model reads, and its CPT job refused the windows after the packing (and after any job before it): `study plan`
+    and `study run` refuse them first, naming the entry, with nothing imported, packed or written."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+    from conftest import run_command
+    from test_continued_pretraining import write_masked_lm
+
+    monkeypatch.chdir(tmp_path)
+    model = write_masked_lm(tmp_path / model_type, model_type)  # 128 positions; RoBERTa's first is 2
+    path = write_study(tmp_path, str(model), str(corpus_dir), task=str(task_yaml), steps=2)
+    body = yaml.safe_load(path.read_text())
+    del body["models"]
+    body["imported"]["tinyllama"].pop("seq_len")
+    if seq_len is not None:
+        body["imported"]["tinyllama"]["seq_len"] = seq_len
+    path.write_text(yaml.safe_dump(body))
+    given = seq_len or 512
+    says = (f"study cpt: imported.tinyllama.seq_len={given}{' (the default)' * (seq_len is None)}: the {model_type} "
+            f"model {model} reads at most {usable} tokens (its learned positions), so continuing it on windows of "
+            f"{given} would be refused: give imported.tinyllama.seq_len: {usable} or less")
+    with pytest.raises(ConfigError) as caught:
+        plan_of(path)
+    assert str(caught.value) == says
+    for command in ("plan", "run"):
+        code, out, err = run_command(monkeypatch, capsys, "study", command, path, home=tmp_path / "home")
+        assert (code, out, err) == (2, "", f"error: {says}\n")
+    assert not (tmp_path / "studies").exists()

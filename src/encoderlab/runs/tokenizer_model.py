@@ -43,21 +43,33 @@ def check_windows_fit(tokenizer: str | None, seq_len: int, given: str | None) ->
     learned positions), which its continued pretraining would refuse once the corpus is packed. `tokenizer`: the
     option resolved (a named encoder's unpacked folder); `given`: as the caller gave it. A family encoderlab's own
     backbone computes is left alone: a run raises its `model.max_position_embeddings` (rotary positions)."""
-    from encoderlab.model.transformers_body import TransformersConfig
-    from encoderlab.runs.encoders import OWN_BACKBONE, usable_positions
+    from encoderlab.runs.encoders import OWN_BACKBONE
 
     model = tokenizer_model(tokenizer)
     if model is None or model.folder is None or model.kind in OWN_BACKBONE:
         return
     try:
         config = json.loads((model.folder / "config.json").read_text(encoding="utf-8"))
-        positions = usable_positions(TransformersConfig(config=config, parameters=0))
-    except Exception:  # noqa: BLE001 (a config transformers cannot build is refused, naming why, when it is continued)
+    except (OSError, ValueError):  # refused, naming why, when the model is continued
         return
-    if seq_len <= positions:
+    positions = learned_positions(config)
+    if positions is None or seq_len <= positions:
         return
     raise EncoderlabError(
         f"{option('seq-len', seq_len)}: the {model.kind} model of {option('tokenizer', given or tokenizer)} reads at "
         f"most {positions} tokens (its learned positions), so continuing it on windows of {seq_len} would be refused: "
         f"use {option('seq-len', positions)} or less (for a new model with this vocabulary, copy its tokenizer files "
         "into a folder of their own and give that)")
+
+
+def learned_positions(config: dict) -> int | None:
+    """The most tokens a transformers encoder of this config.json reads (its learned positions, less those before
+    its first); None where transformers cannot build the config, which is refused, naming why, when it is continued.
+    The windows packed to continue it must fit: `check_windows_fit` and a study's `imported` encoders check them."""
+    from encoderlab.model.transformers_body import TransformersConfig
+    from encoderlab.runs.encoders import usable_positions
+
+    try:
+        return usable_positions(TransformersConfig(config=config, parameters=0))
+    except Exception:  # noqa: BLE001 (any error of transformers' config classes)
+        return None

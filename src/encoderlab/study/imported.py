@@ -75,7 +75,9 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
     from encoderlab.runs.encoders import import_command
 
     if is_encoder(spec, base_dir, name):
-        return {ENCODER: encoder_config(spec, base_dir, root, name)}
+        config = encoder_config(spec, base_dir, root, name)
+        check_windows_fit(spec, name, config)
+        return {ENCODER: config}
     done = checkpoint_dir(root, name) / "model_config.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -94,6 +96,23 @@ def architecture(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict
         return ModelConfig(**shape).model_dump()
     except Exception as exc:
         raise ConfigError(f"study {spec.name}: imported.{name}.shape is not a valid model: {exc}") from None
+
+
+def check_windows_fit(spec: StudySpec, name: str, config: dict) -> None:
+    """An encoder's text is packed into windows of its entry's `seq_len` (`prepare_imports`), which its continued
+    pretraining refuses when they are longer than the positions it reads: refused when the study is planned, before
+    any import, packing or job (`runs/tokenizer_model.py` checks `data prepare --tokenizer` the same way)."""
+    from encoderlab.runs.tokenizer_model import learned_positions
+
+    entry = spec.imported[name]
+    positions = learned_positions(config)
+    if positions is None or entry.seq_len <= positions:
+        return
+    default = "" if "seq_len" in entry.model_fields_set else " (the default)"
+    raise ConfigError(f"study {spec.name}: imported.{name}.seq_len={entry.seq_len}{default}: the "
+                      f"{config.get('model_type')} model {entry.source} reads at most {positions} tokens (its learned "
+                      f"positions), so continuing it on windows of {entry.seq_len} would be refused: give "
+                      f"imported.{name}.seq_len: {positions} or less")
 
 
 def encoder_config(spec: StudySpec, base_dir: Path, root: Path, name: str) -> dict:
