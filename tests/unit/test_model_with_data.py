@@ -3,6 +3,8 @@ the model fields set): a field set that the data's ids do not fit is refused bla
 `overrides` or the file that set it, as the config's own shape checks do, never the preset."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import yaml
 
@@ -64,3 +66,34 @@ def test_a_vocabulary_set_below_the_data_ids_is_blamed_on_its_override(tmp_path,
     code, _, err = run_command(monkeypatch, capsys, "pretrain", write_config(tmp_path, packed_dir, vocab_size=top),
                                "--dry-run")
     assert err.startswith(f"error: {config}: model.vocab_size: the data's token ids go up to {top}")
+
+
+def test_a_batch_that_does_not_split_is_blamed_on_what_set_it(tmp_path, monkeypatch, capsys, packed_dir):
+    """The checks made once the data is read (check_compatible) named the field but not the override or file."""
+    config = write_config(tmp_path, packed_dir)
+    code, out, err = run_command(monkeypatch, capsys, "pretrain", config, "--set", "train.global_batch=null", "--set",
+                                 "train.global_batch_tokens=512", "--set", "train.micro_batch=3", "--dry-run")
+    assert (code, out, err) == (2, "", "error: --set train.micro_batch=3: train.micro_batch: train.micro_batch=3 does "
+                                       "not divide the global batch\n")
+    for key, value in {"RANK": "0", "WORLD_SIZE": "3", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(key, value)
+    code, _, err = run_command(monkeypatch, capsys, "pretrain", config, "--dry-run")
+    assert (code, err) == (2, f"error: {config}: train.global_batch: the global batch of 2 sequences cannot be split "
+                              "evenly over 3 processes: use a multiple of 3\n")
+
+
+def test_positions_set_below_the_data_windows_are_blamed_on_their_override(tmp_path, packed_dir):
+    settings = yaml.safe_load(open(write_config(tmp_path, packed_dir)))
+    with pytest.raises(EncoderlabError, match=r"^overrides=\{\"model\.max_position_embeddings\": 32\}: "
+                                              r"model\.max_position_embeddings: the data's windows have 64 tokens "
+                                              r"but the model's positions stop at 32"):
+        api.pretrain(settings, {"model.max_position_embeddings": 32})
+
+
+def test_a_section_set_by_a_key_inside_it_is_blamed_on_that_override(tmp_path, monkeypatch, capsys, packed_dir):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # wandb not installed: importing it fails
+    code, _, err = run_command(monkeypatch, capsys, "pretrain", write_config(tmp_path, packed_dir), "--set",
+                               "train.wandb.project=p", "--dry-run")
+    assert code == 2
+    assert err.startswith("error: --set train.wandb.project=p: train.wandb: {project: p} asks for Weights & Biases "
+                          "logging, but wandb is not installed")

@@ -203,11 +203,32 @@ class Given:
     overrides: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
 
-def blamed_later(config: BaseModel, loc: list[str]) -> str | None:
-    """What `validate` blames for the key at `loc` of a config it validated: the override that set it, else the file;
-    None for a config that `validate` did not read (one read back from a run folder)."""
+def blamed_later(config: BaseModel, loc: list[str], inside: bool = False) -> str | None:
+    """What `validate` blames for the key at `loc` of a config it validated: the override that set it (with `inside`,
+    one that set a key inside it too: `train.wandb.project=p` set `train.wandb`), else the file; None for a config
+    that `validate` did not read (one read back from a run folder)."""
     given = getattr(config, GIVEN, None)
-    return _blamed(list(given.overrides), loc, given.where) if given and given.where is not None else None
+    return _blamed(list(given.overrides), loc, given.where, inside) if given and given.where is not None else None
+
+
+def blamed_field(config: BaseModel, *keys: str) -> str:
+    """'SOURCE: KEY: ' for a refusal made once the data is read about the fields `keys` (dotted): the first of them
+    that an override set, else the first the file set (`blamed_later`); '' where none was set (a default or the
+    data's) or `validate` did not read the config, so that the message alone names what to change."""
+    given = getattr(config, GIVEN, None)
+    found = [(key, source) for key in keys if _was_set(config, key.split("."))
+             and (source := blamed_later(config, key.split("."), inside=True)) is not None]
+    key, source = next(((k, s) for k, s in found if s != given.where), found[0]) if found else ("", "")
+    return f"{source}: {key}: " if found else ""
+
+
+def _was_set(config: BaseModel, loc: list[str]) -> bool:
+    """Whether the key at `loc` was given (in the file or an override), not left to its default."""
+    section = config
+    for name in loc[:-1]:
+        section = getattr(section, name, None)
+    return isinstance(section, BaseModel) and (loc[-1] in section.model_fields_set
+                                               or loc[-1] in (section.model_extra or {}))
 
 
 def unknown_extras(model: type[BaseModel], data, loc: tuple[str, ...] = ()) -> list[list[str]]:

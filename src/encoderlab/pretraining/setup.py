@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from pydantic import ValidationError
 
-from encoderlab.core.config import ConfigError, blamed_later
+from encoderlab.core.config import ConfigError, blamed_field, blamed_later
 from encoderlab.core.errors import EncoderlabError, option, prepare_command
 from encoderlab.data import packing
 from encoderlab.data.loader import PackedDataset, resolve_data
@@ -178,43 +178,52 @@ def _same_vocabulary(data_tokenizer: Path, theirs, source: Path, tokenizer_dir: 
 
 def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, meta: dict, phases,
                      world_size: int = 1) -> None:
-    """Fail before any work when the data, the model and the objectives cannot go together (or W&B is missing)."""
-    require_wandb(cfg.train.wandb, "train.wandb")
+    """Fail before any work when the data, the model and the objectives cannot go together (or W&B is missing). A
+    refusal about a field set in the config names the override, the API's `overrides` or the file that set it."""
+    require_wandb(cfg.train.wandb, blamed_field(cfg, "train.wandb").removesuffix(": ") or "train.wandb")
     positions = usable_positions(mcfg)
     if meta["seq_len"] > positions:
         fix = (f"repack with {option('seq-len', positions)}" if isinstance(mcfg, TransformersConfig) else
                "raise model.max_position_embeddings or repack")
-        raise EncoderlabError(f"the data's windows have {meta['seq_len']} tokens but the model's positions stop at "
-                              f"{positions}: {fix}")
+        raise EncoderlabError(f"{blamed_field(cfg, 'model.max_position_embeddings')}the data's windows have "
+                              f"{meta['seq_len']} tokens but the model's positions stop at {positions}: {fix}")
     if isinstance(mcfg, TransformersConfig) and (causal := [o.name for p in phases for o in p.members if o.causal]):
-        raise EncoderlabError(f"objective {causal[0]}: the {mcfg.model_type} model of init.from_weights is a masked-LM "
-                              "model, which attends both ways; continue it with MLM phases only (e.g. 'mlm30')")
+        raise EncoderlabError(f"{blamed_field(cfg, 'objective')}objective {causal[0]}: the {mcfg.model_type} model of "
+                              "init.from_weights is a masked-LM model, which attends both ways; continue it with MLM "
+                              "phases only (e.g. 'mlm30')")
     uses_mlm = any(isinstance(o, objectives.MLM) for p in phases for o in p.members)
     mask_id = meta["tokenizer"].get("mask_id")
     if uses_mlm and mask_id is None:
         raise EncoderlabError("the schedule uses MLM but the data's tokenizer has no mask token: prepare the data "
                               "again (encoderlab adds a mask token to tokenizers that lack one)")
     if uses_mlm and mask_id >= mcfg.vocab_size:
-        raise EncoderlabError(f"the data's mask token is id {mask_id}, past the model's {mcfg.vocab_size} embeddings "
-                              "(its tokenizer has no mask token of its own): MLM would feed an id the model lacks")
+        raise EncoderlabError(f"{blamed_field(cfg, 'model.vocab_size')}the data's mask token is id {mask_id}, past the "
+                              f"model's {mcfg.vocab_size} embeddings (its tokenizer has no mask token of its own): MLM "
+                              "would feed an id the model lacks")
     top = packing.max_token_id(meta)
     if top >= mcfg.vocab_size and isinstance(mcfg, TransformersConfig):  # its config.json fixes the vocabulary
         raise EncoderlabError(f"the data's token ids go up to {top}, but the {mcfg.model_type} model of "
                               f"init.from_weights has {mcfg.vocab_size} embeddings: the data's tokenizer is not this "
                               "model's (pack the data with the model's own tokenizer)")
     if top >= mcfg.vocab_size:
-        set_by = blamed_later(cfg, ["model", "vocab_size"]) if "vocab_size" in (cfg.model.model_extra or {}) else None
-        where = f"{set_by}: model.vocab_size: " if set_by else ""
+        where = blamed_field(cfg, "model.vocab_size")
         raise EncoderlabError(f"{where}the data's token ids go up to {top} but the model's vocabulary has "
-                              f"{mcfg.vocab_size} ids{'' if set_by else ' (model.vocab_size)'}: use at least "
+                              f"{mcfg.vocab_size} ids{'' if where else ' (model.vocab_size)'}: use at least "
                               f"{top + 1}, or data packed with that vocabulary (its tokenizer has "
                               f"{meta['tokenizer']['vocab_size']} tokens)")
-    global_batch, micro = cfg.train.sequences_per_step(meta["seq_len"]), cfg.train.micro_batch
+    _check_batches(cfg, meta["seq_len"], world_size)
+
+
+def _check_batches(cfg: PretrainConfig, seq_len: int, world_size: int) -> None:
+    """The global batch splits evenly over the processes, and each process's share into micro-batches."""
+    global_batch, micro = cfg.train.sequences_per_step(seq_len), cfg.train.micro_batch
+    batch_keys = ("train.global_batch", "train.global_batch_tokens")
     if global_batch % world_size:
-        raise EncoderlabError(f"the global batch of {global_batch} sequences cannot be split evenly over "
-                              f"{world_size} processes: use a multiple of {world_size}")
+        raise EncoderlabError(f"{blamed_field(cfg, *batch_keys)}the global batch of {global_batch} sequences cannot "
+                              f"be split evenly over {world_size} processes: use a multiple of {world_size}")
     per_process = global_batch // world_size
     if micro and per_process % micro:
         what = ("the global batch" if world_size == 1 else
                 f"the {per_process} sequences of each of the {world_size} processes (global batch {global_batch})")
-        raise EncoderlabError(f"train.micro_batch={micro} does not divide {what}")
+        raise EncoderlabError(f"{blamed_field(cfg, 'train.micro_batch', *batch_keys)}train.micro_batch={micro} does "
+                              f"not divide {what}")
