@@ -311,8 +311,10 @@ def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[st
         return f"{_blamed(overrides, loc, where, unknown=True)}: {key}: unknown key{_unknown_hint(model, loc)}"
     source = _blamed(overrides, loc, where)
     given = error.get("input")
-    # a message that already says `key=value` (a check across keys placed at the key set: the model section's)
-    shown = "" if error["type"] == "missing" or f"{loc[-1]}={given}" in message else f" (got {given!r})"
+    # a message that already says `key=value` (a check across keys placed at the key set: the model section's), or a
+    # check across a section's keys, whose message names them (the section's whole mapping would bury it)
+    said = error["type"] == "missing" or isinstance(given, dict) or f"{loc[-1]}={given}" in message
+    shown = "" if said else f" (got {given!r})"
     if source == where:
         return f"{source}: {key}: {message}{shown}{_set_values(overrides, loc, message)}"
     # the other keys set by override that such a message names: `--set model.hidden_size=250` blamed, and heads too
