@@ -5,7 +5,6 @@ tokenizer file that is there, safetensors files that are whole. Each refusal is 
 from __future__ import annotations
 
 import inspect
-import json
 from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError
@@ -42,15 +41,6 @@ def is_text_encoder(raw: dict) -> bool:
 
     kind = raw.get("model_type")
     return isinstance(kind, str) and kind in CONFIG_MAPPING_NAMES and _not_an_encoder(kind, raw) is None
-
-
-def holds_text_encoder(folder: Path) -> bool:
-    """`is_text_encoder` of the folder's config.json (False where it is unreadable or not an object)."""
-    try:
-        raw = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(raw, dict) and is_text_encoder(raw)
 
 
 def _not_an_encoder(kind: str, raw: dict) -> str | None:

@@ -13,6 +13,7 @@ class TokenizerModel(NamedTuple):
     name: str  # the model as `init.from_weights` names it: the folder, or a named encoder's name (`minilm-l6`)
     kind: str | None  # its model_type (None: a named encoder not unpacked yet)
     folder: Path | None  # the folder of its config.json (None: a named encoder not unpacked yet)
+    config: dict | None = None  # its config.json, read once (None: a named encoder not unpacked yet)
 
 
 def tokenizer_model(tokenizer: str | None) -> TokenizerModel | None:
@@ -20,8 +21,8 @@ def tokenizer_model(tokenizer: str | None) -> TokenizerModel | None:
     (`minilm-l6`), a model folder or a file in one, of an encoder or of a family encoderlab's backbone computes; else
     None (a tokenizer alone, or a decoder's or an encoder-decoder's tokenizer: nothing to continue, the data is for
     a model of its own)."""
-    from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, is_transformers_folder, model_type, transformer_module
-    from encoderlab.runs.folder_checks import holds_text_encoder
+    from encoderlab.runs.encoders import NAMED, OWN_BACKBONE, is_transformers_folder, transformer_module
+    from encoderlab.runs.folder_checks import is_text_encoder
 
     if not tokenizer:
         return None
@@ -32,10 +33,14 @@ def tokenizer_model(tokenizer: str | None) -> TokenizerModel | None:
     body = transformer_module(folder) or folder  # sentence-transformers' older layout: the model in 0_Transformer/
     if not is_transformers_folder(body):
         return None
-    kind = model_type(body)
-    if kind not in OWN_BACKBONE and not holds_text_encoder(body):
+    try:
+        config = json.loads((body / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # refused, naming why, when the model is continued
         return None
-    return TokenizerModel(tokenizer if folder == path else str(folder), kind, body)
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(kind, str) or (kind not in OWN_BACKBONE and not is_text_encoder(config)):
+        return None
+    return TokenizerModel(tokenizer if folder == path else str(folder), kind, body, config)
 
 
 def check_windows_fit(tokenizer: str | None, seq_len: int, given: str | None) -> None:
@@ -46,13 +51,9 @@ def check_windows_fit(tokenizer: str | None, seq_len: int, given: str | None) ->
     from encoderlab.runs.encoders import OWN_BACKBONE
 
     model = tokenizer_model(tokenizer)
-    if model is None or model.folder is None or model.kind in OWN_BACKBONE:
+    if model is None or model.config is None or model.kind in OWN_BACKBONE:
         return
-    try:
-        config = json.loads((model.folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # refused, naming why, when the model is continued
-        return
-    positions = learned_positions(config)
+    positions = learned_positions(model.config)
     if positions is None or seq_len <= positions:
         return
     raise EncoderlabError(
