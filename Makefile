@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.encoderlab-installed
+BASE_STAMP := $(VENV)/.encoderlab-base
 TORCH_VERSION ?= 2.13.0
 # Where torch comes from: pip's own index by default; e.g. https://download.pytorch.org/whl/cpu where PyPI's Linux
 # wheel is a CUDA build and the machine has no GPU.
@@ -19,28 +20,32 @@ export ENCODERLAB_HOME
 setup: $(STAMP)
 
 # torch goes in first and pinned (with pip, which reads the machine's pip settings), so that encoderlab's
-# `torch>=2.6` is already met and pulls no other build. The rest installs with uv: 15 s against pip's 45 with an
-# empty cache (docs/benchmarks.md), bytecode compiled as pip does, so that no process compiles its imports. uv reads
-# its own settings (UV_INDEX_URL, uv.toml), not pip's: where packages come only through a pip.conf index or proxy,
-# `make setup INSTALLER=pip`. gguf (pure Python, with accelerate) is installed too: the SmolLM2
-# continued-pretraining study imports a GGUF.
+# `torch>=2.6` is already met and pulls no other build. The rest installs with uv, 2-3x faster than pip with an empty
+# cache (docs/benchmarks.md), bytecode compiled as pip does, so that no process compiles its imports. uv reads its own
+# settings (UV_INDEX_URL, uv.toml), not pip's: where packages come only through a pip.conf index or proxy, `make setup
+# INSTALLER=pip`. The demo needs encoderlab alone; the tests need the extras too (dev; gguf with accelerate: the
+# SmolLM2 continued-pretraining study imports a GGUF).
 INSTALLER ?= uv
-EXTRAS    := '.[dev,gguf]'
+ifeq ($(INSTALLER),uv)
+INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode
+else ifeq ($(INSTALLER),pip)
+INSTALL := $(BIN)/python -m pip install --quiet
+else
+$(error INSTALLER=$(INSTALLER): give uv (the default) or pip)
+endif
 
-$(STAMP): pyproject.toml
+$(BASE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-ifeq ($(INSTALLER),pip)
-	$(BIN)/python -m pip install --quiet -e $(EXTRAS)
-else ifeq ($(INSTALLER),uv)
-	$(BIN)/python -m pip install --quiet 'uv>=0.5'
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e $(EXTRAS)
-else
-	$(error INSTALLER=$(INSTALLER): give uv (the default) or pip)
-endif
-	touch $(STAMP)
+	$(if $(filter uv,$(INSTALLER)),$(BIN)/python -m pip install --quiet 'uv>=0.5')
+	$(INSTALL) -e .
+	touch $@
 
-demo: setup
+$(STAMP): $(BASE_STAMP)
+	$(INSTALL) -e '.[dev,gguf]'
+	touch $@
+
+demo: $(BASE_STAMP)
 	$(BIN)/encoderlab demo
 
 # As root, a read-only folder does not stop a writer (CAP_DAC_OVERRIDE), so the tests of unwritable outputs would
