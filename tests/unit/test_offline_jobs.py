@@ -154,3 +154,25 @@ def test_leaving_on_an_error_stops_the_second_process(tmp_path):
     with pytest.raises(KeyboardInterrupt), jobs.Jobs(tmp_path, parallel=True) as runner:
         raise KeyboardInterrupt
     assert not runner.process.is_alive() and runner.process.exitcode is not None
+
+
+def test_the_command_line_builds_with_two_processes_and_the_python_api_with_one(tmp_path, monkeypatch):
+    """A spawned process runs the calling script again: an API caller's script may lack a main guard."""
+    from encoderlab.core.errors import CALLER
+    from encoderlab.data import prepare
+
+    asked = []
+
+    def fake_build(out, log=print, parallel=False):
+        asked.append(parallel)
+        raise SystemExit  # what it was asked is all this test needs
+
+    monkeypatch.setattr(prepare.offline, "build_offline_suite", fake_build)
+    for caller in ("cli", "api"):
+        token = CALLER.set(caller)
+        try:
+            with pytest.raises(SystemExit):
+                prepare._offline_text(tmp_path, prepare.PrepareOptions(), lambda *_: None)
+        finally:
+            CALLER.reset(token)
+    assert asked == [True, False]
