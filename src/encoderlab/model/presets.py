@@ -15,7 +15,7 @@ vocabulary-sized matrices):
 The paper's size names count the body plus one vocabulary matrix (210m: 113M + 98.5M = 212M; 610m: 608M;
 1b: 1.19B).
 
-`micro` is the CPU studies' size: the demo (2 models and random init, 36 fine-tuning runs) in 11-21 minutes on 2
+`micro` is the CPU studies' size: the demo (2 models and random init, 36 fine-tuning runs) in 10.7-21 minutes on 2
 cores with bf16, the small study (6 models, 261 runs) in about 30 (docs/benchmarks.md).
 `tiny` is the 2-core CPU single-run demo: head_dim 64 like the paper sizes and GQA (2 KV heads) so that the demo runs
 the same code path as 610m/1b. `mini` is a laptop/GPU smoke size, GQA 2:1. Both have a small vocabulary because
