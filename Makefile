@@ -31,8 +31,11 @@ INSTALLER ?= uv
 PIP_TORCH = $(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 ifeq ($(INSTALLER),uv)
 INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode
+# A venv whose base was set up with INSTALLER=pip (`make demo INSTALLER=pip`, then `make test`) has no uv yet.
+GET_UV := test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet 'uv>=0.13'
 else ifeq ($(INSTALLER),pip)
 INSTALL := $(BIN)/python -m pip install --quiet
+GET_UV :=
 else
 $(error INSTALLER=$(INSTALLER): give uv (the default) or pip)
 endif
@@ -42,14 +45,17 @@ $(BASE_STAMP): pyproject.toml
 ifeq ($(INSTALLER),uv)
 	$(BIN)/python -m pip install --quiet 'uv>=0.13'
 	echo torch > $(VENV)/uv-excludes.txt
-	$(PIP_TORCH) --no-deps & torch=$$!; $(INSTALL) --excludes $(VENV)/uv-excludes.txt -e .; rest=$$?; \
-		wait $$torch && exit $$rest
+# A background job of a non-interactive shell ignores Ctrl-C: the trap stops pip, which would go on writing
+# torch into the venv after make has given up (and alongside the next `make setup`).
+	$(PIP_TORCH) --no-deps & torch=$$!; trap 'kill $$torch 2>/dev/null; exit 130' INT TERM; \
+		$(INSTALL) --excludes $(VENV)/uv-excludes.txt -e .; rest=$$?; wait $$torch && exit $$rest
 endif
 	$(if $(filter uv,$(INSTALLER)),,$(PIP_TORCH))
 	$(INSTALL) -e .
 	touch $@
 
 $(STAMP): $(BASE_STAMP)
+	$(GET_UV)
 	$(INSTALL) -e '.[dev,gguf]'
 	touch $@
 
