@@ -14,7 +14,7 @@ import pickle
 import signal
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
@@ -94,7 +94,6 @@ class Jobs:
             # Parts are written to the pipe by a thread: a pipe holds 64 KiB, and the other process reads a part only
             # when a job needs it (CoNLL after the Wikipedia jobs); this one must not wait for that.
             self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offline-jobs-send")
-            self.sent: list[Future] = []
 
     def __enter__(self) -> Jobs:
         return self
@@ -103,7 +102,7 @@ class Jobs:
         reads = {key for name in self.theirs for key in READS[name]} | {VERIFIED}
         if self.process is not None and reads & part.keys():
             data = pickle.dumps({key: part[key] for key in reads & part.keys()}, protocol=pickle.HIGHEST_PROTOCOL)
-            self.sent.append(self.sender.submit(self.conn.send_bytes, data))
+            self.sender.submit(self.conn.send_bytes, data)
 
     def verified(self) -> None:
         self.send({VERIFIED: True})
@@ -125,9 +124,9 @@ class Jobs:
 
     def _receive(self) -> dict[str, Result | Exception]:
         if self.received is None:
+            # Not once every part is sent: a job that fails makes the other process skip the jobs after it and never
+            # read their parts, whose send then waits on it while its results wait on this side.
             try:
-                for sent in self.sent:
-                    sent.result()
                 self.received = self.conn.recv()
             except (EOFError, BrokenPipeError):
                 self._lost()
