@@ -179,6 +179,16 @@ def test_a_second_process_that_dies_is_named_in_one_line(tmp_path):
     assert "\n" not in message
 
 
+def test_what_a_killed_second_process_was_writing_is_removed(tmp_path):
+    with pytest.raises(Failed), jobs.Jobs(tmp_path, parallel=True) as runner:
+        half_written = tmp_path / f".wiki-title.tmp-{runner.process.pid}-0a1b2c3d"  # as its atomic_dir names it
+        (half_written / "corpus.jsonl").parent.mkdir()
+        (half_written / "corpus.jsonl").write_text("{}")
+        runner.process.kill()
+        runner.results()
+    assert not half_written.exists()
+
+
 def test_leaving_on_an_error_stops_the_second_process(tmp_path):
     with pytest.raises(KeyboardInterrupt), jobs.Jobs(tmp_path, parallel=True) as runner:
         raise KeyboardInterrupt

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from encoderlab.core.errors import Failed
+from encoderlab.core.io import remove_dead_leftovers
 from encoderlab.core.process import die_with_parent
 from encoderlab.data.offline import ir, qa
 
@@ -148,6 +149,9 @@ class Jobs:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+        if self.process.exitcode != 0:  # killed (by hand, out of memory): its atomic_dir could not remove its folder
+            for name in self.theirs:
+                remove_dead_leftovers(self.root / name)
         self.sender.shutdown(wait=True)  # a write under way ends once the process is gone (BrokenPipeError)
         self.conn.close()
 
