@@ -22,13 +22,13 @@ def sentence(rng: random.Random, n: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
 
 
-def sources(review_sentences: int = 40) -> dict:
+def sources(review_sentences: int = 40, articles: int = 60) -> dict:
     """What build.py's readers return, made up: 60 articles, 60 IMDB reviews (of ~640 words: long enough for
     imdb-long), 20 RT snippets, 3 CoNLL documents per split, one play."""
     rng = random.Random(0)
     wiki = [{"title": f"Town {i}", "extract": f"Town {i} lies on the Vel River. {sentence(rng, 10)} {sentence(rng, 9)} "
              f"The Vel River floods Town {i} every spring.", "description": f"Place number {i}", "topic": "AB"[i % 2]}
-            for i in range(60)]
+            for i in range(articles)]
     imdb = [(f"Review {i}. " + " ".join(sentence(rng, rng.randint(12, 20)) for _ in range(review_sentences)), i % 2)
             for i in range(60)]
     rt = [(sentence(rng, 6), i % 2) for i in range(20)]
@@ -115,6 +115,35 @@ def test_nothing_is_written_before_every_pinned_file_is_verified(tmp_path, made_
     assert not (tmp_path / "out").exists()
 
 
+def test_a_failure_in_the_second_process_ends_the_build_while_parts_it_skips_are_unsent(tmp_path, made_up,
+                                                                                        monkeypatch):
+    """wiki-title fails when written (its folder cannot be put aside), after three jobs whose results fill the pipe
+    back: the process skips imdb-long and never reads the reviews (more than the pipe holds) sent for it."""
+    given, _ = made_up
+    given.update(sources(review_sentences=400, articles=3000))
+    Recorded = build.Jobs
+
+    class Blocked(Recorded):
+        def __init__(self, root, parallel):
+            super().__init__(root, parallel)
+            for name in ("wiki-title", f".wiki-title.old-{self.process.pid}"):  # a live writer's: left alone
+                (root / name / "file").parent.mkdir(parents=True)
+                (root / name / "file").write_text("in the way")
+
+    def hung(signum, frame):
+        raise RuntimeError("the build hung")  # not an OSError, which the build is to raise
+
+    monkeypatch.setattr(build, "Jobs", Blocked)
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(OSError, match="wiki-title"):
+            build.build_offline_suite(tmp_path / "out", log=lambda *_: None, parallel=True)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_the_first_failure_in_suite_order_is_raised_whichever_process_ran_it(tmp_path, monkeypatch):
     ran = []
 
@@ -148,6 +177,16 @@ def test_a_second_process_that_dies_is_named_in_one_line(tmp_path):
     message = str(info.value)
     assert f"(pid {runner.process.pid})" in message and f"killed by signal {int(signal.SIGKILL)}" in message
     assert "\n" not in message
+
+
+def test_what_a_killed_second_process_was_writing_is_removed(tmp_path):
+    with pytest.raises(Failed), jobs.Jobs(tmp_path, parallel=True) as runner:
+        half_written = tmp_path / f".wiki-title.tmp-{runner.process.pid}-0a1b2c3d"  # as its atomic_dir names it
+        (half_written / "corpus.jsonl").parent.mkdir()
+        (half_written / "corpus.jsonl").write_text("{}")
+        runner.process.kill()
+        runner.results()
+    assert not half_written.exists()
 
 
 def test_leaving_on_an_error_stops_the_second_process(tmp_path):

@@ -14,12 +14,13 @@ import pickle
 import signal
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from functools import partial
 from pathlib import Path
 
 from encoderlab.core.errors import Failed
+from encoderlab.core.io import remove_dead_leftovers
 from encoderlab.core.process import die_with_parent
 from encoderlab.data.offline import ir, qa
 
@@ -94,7 +95,6 @@ class Jobs:
             # Parts are written to the pipe by a thread: a pipe holds 64 KiB, and the other process reads a part only
             # when a job needs it (CoNLL after the Wikipedia jobs); this one must not wait for that.
             self.sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offline-jobs-send")
-            self.sent: list[Future] = []
 
     def __enter__(self) -> Jobs:
         return self
@@ -103,7 +103,7 @@ class Jobs:
         reads = {key for name in self.theirs for key in READS[name]} | {VERIFIED}
         if self.process is not None and reads & part.keys():
             data = pickle.dumps({key: part[key] for key in reads & part.keys()}, protocol=pickle.HIGHEST_PROTOCOL)
-            self.sent.append(self.sender.submit(self.conn.send_bytes, data))
+            self.sender.submit(self.conn.send_bytes, data)
 
     def verified(self) -> None:
         self.send({VERIFIED: True})
@@ -125,9 +125,9 @@ class Jobs:
 
     def _receive(self) -> dict[str, Result | Exception]:
         if self.received is None:
+            # Not once every part is sent: a job that fails makes the other process skip the jobs after it and never
+            # read their parts, whose send then waits on it while its results wait on this side.
             try:
-                for sent in self.sent:
-                    sent.result()
                 self.received = self.conn.recv()
             except (EOFError, BrokenPipeError):
                 self._lost()
@@ -149,6 +149,9 @@ class Jobs:
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+        if self.process.exitcode != 0:  # killed (by hand, out of memory): its atomic_dir could not remove its folder
+            for name in self.theirs:
+                remove_dead_leftovers(self.root / name)
         self.sender.shutdown(wait=True)  # a write under way ends once the process is gone (BrokenPipeError)
         self.conn.close()
 
