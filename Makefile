@@ -31,7 +31,8 @@ INSTALLER ?= uv
 PIP_TORCH = $(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 ifeq ($(INSTALLER),uv)
 INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode
-# A venv whose base was set up with INSTALLER=pip (`make demo INSTALLER=pip`, then `make test`) has no uv yet.
+# uv into the venv where it is not yet: a fresh one, or one whose base INSTALLER=pip set up (`make demo
+# INSTALLER=pip`, then `make test`).
 GET_UV := test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet 'uv>=0.13'
 else ifeq ($(INSTALLER),pip)
 INSTALL := $(BIN)/python -m pip install --quiet
@@ -43,14 +44,15 @@ endif
 $(BASE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 ifeq ($(INSTALLER),uv)
-	$(BIN)/python -m pip install --quiet 'uv>=0.13'
+	$(GET_UV)
 	echo torch > $(VENV)/uv-excludes.txt
 # A background job of a non-interactive shell ignores Ctrl-C: the trap stops pip, which would go on writing
 # torch into the venv after make has given up (and alongside the next `make setup`).
 	$(PIP_TORCH) --no-deps & torch=$$!; trap 'kill $$torch 2>/dev/null; exit 130' INT TERM; \
 		$(INSTALL) --excludes $(VENV)/uv-excludes.txt -e .; rest=$$?; wait $$torch && exit $$rest
+else
+	$(PIP_TORCH)
 endif
-	$(if $(filter uv,$(INSTALLER)),,$(PIP_TORCH))
 	$(INSTALL) -e .
 	touch $@
 
