@@ -37,6 +37,7 @@ import torch
 
 from encoderlab.core.process import keep_freed_memory
 from encoderlab.hub.hf import hf_config
+from encoderlab.model import attention
 from encoderlab.model.attention import for_pretraining
 from encoderlab.model.presets import preset
 from encoderlab.model.transformer import TransformerLM
@@ -91,6 +92,7 @@ class Shape:
     compile: bool = False  # the trainer's train.compile (each block); the baseline's decoder layers alike
     dtype: str = "bf16"  # bf16 autocast or fp32, both implementations
     mean_doc: int = 128  # mean document length of the packed windows (geometric): how much attention masks away
+    eager_up_to: int | None = None  # encoderlab's CPU attention form by length (None: model/attention.py's own)
 
 
 def parse_preset(text: str, default_seq_len: int) -> tuple[str, int]:
@@ -113,9 +115,11 @@ def build(impl: str, shape: Shape, device: torch.device, weights: dict | None = 
     objective, cfg, hf_cfg = configs(shape)
     if impl == "encoderlab":
         torch.manual_seed(0)
+        if shape.eager_up_to is not None:  # form_for reads it for every layout this process builds from here on
+            attention.EAGER_MAX_LEN = shape.eager_up_to
         # The trainer's default document attention (train.attention: auto): varlen on CPU, flex on CUDA.
-        attention = for_pretraining("auto", device, shape.seq_len, compile_kernel)
-        model = TransformerLM(cfg, attention)
+        backend = for_pretraining("auto", device, shape.seq_len, compile_kernel)
+        model = TransformerLM(cfg, backend)
         model.init_weights(0)
         if shape.compile:
             switches = SimpleNamespace(activation_checkpointing=False, compile=True, parallel="none", dtype=shape.dtype)
@@ -327,6 +331,10 @@ def main(argv=None) -> None:
     parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
                         help="keep: glibc keeps freed memory, as the encoderlab command sets it for itself and its "
                              "workers (both implementations gain); default: glibc's own setting")
+    parser.add_argument("--eager-up-to", type=int, default=None, metavar="TOKENS",
+                        help="encoderlab's CPU attention in the eager form up to TOKENS (a varlen bucket by its "
+                             "length), the flash kernel beyond; default: the library's choice (EAGER_MAX_LEN in "
+                             "model/attention.py). Measures a form before it is chosen: it changes the numerics")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="also profile STEPS steps of each implementation per shape: the top operators by time")
@@ -336,6 +344,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.mean_doc < 1:
         parser.error(f"--mean-doc {args.mean_doc}: a document has at least 1 token")
+    if args.eager_up_to is not None and args.eager_up_to < 0:
+        parser.error(f"--eager-up-to {args.eager_up_to}: a length in tokens, 0 or more (0: the flash kernel only)")
     malloc = ("keep" if keep_freed_memory() else "not set (not glibc, or set by the environment)"
               ) if args.malloc == "keep" else "default"
     if args.quick:
@@ -346,8 +356,8 @@ def main(argv=None) -> None:
                           "cpu" if args.device == "auto" else args.device)
     dtype = resolve_dtype(args.dtype, device.type)
     peak = peak_flops(device, reps=2 if args.quick else 20, dtype=dtype, n=256 if args.quick else None)
-    shapes = [Shape(name, o, args.batch, seq_len, args.compile, dtype, args.mean_doc) for name, seq_len in
-              (parse_preset(p, args.seq_len) for p in args.presets) for o in args.objectives]
+    shapes = [Shape(name, o, args.batch, seq_len, args.compile, dtype, args.mean_doc, args.eager_up_to)
+              for name, seq_len in (parse_preset(p, args.seq_len) for p in args.presets) for o in args.objectives]
     results = []
     for shape in shapes:
         result = bench(shape, args.reps, args.warmup, peak, device)
@@ -357,13 +367,14 @@ def main(argv=None) -> None:
         results.append(result)
         if args.profile:
             print(profile(shape, args.profile, args.profile_rows, device), flush=True)
+    eager = attention.EAGER_MAX_LEN if args.eager_up_to is None else args.eager_up_to
     if args.json:
         print(json.dumps({"dtype": dtype, "peak_tflops": float(f"{peak / 1e12:.4g}"), "device": str(device),
-                          "malloc": malloc, "results": results}, indent=2))
+                          "malloc": malloc, "eager_up_to": eager, "results": results}, indent=2))
         return
     print(f"{dtype} matmul peak measured: {peak / 1e12:.3g} TFLOP/s on {device}, {torch.get_num_threads()} threads, "
           f"batch {args.batch}, documents of ~{args.mean_doc} tokens, median of {args.reps} alternating steps; "
-          f"allocator: {malloc}")
+          f"allocator: {malloc}; encoderlab's CPU attention eager up to {eager} tokens, flash beyond")
     print(f"{'preset':<6} {'seq':>5} {'objective':<9} {'encoderlab tok/s':>17} {'MFU':>6} {'peak MiB':>9} "
           f"{'transformers tok/s':>19} {'MFU':>6} {'peak MiB':>9} {'ratio':>6}")
     for r in results:

@@ -14,6 +14,7 @@ import torch
 
 from conftest import TINY_MODEL
 from encoderlab.core.config import validate
+from encoderlab.model import attention
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.loop import Trainer
 
@@ -46,6 +47,18 @@ def test_pretrain_throughput_quick(capsys):
         for impl in pretrain_throughput.IMPLEMENTATIONS:
             assert row[impl]["tokens_per_s"] > 0 and row[impl]["mfu"] >= 0
         assert row["ratio"] > 0
+
+
+@pytest.mark.parametrize(("option", "form"), [([], "eager"), (["--eager-up-to", "0"], "flash")])
+def test_pretrain_throughput_eager_up_to_sets_encoderlab_s_attention_form(capsys, monkeypatch, option, form):
+    """--eager-up-to measures another form choice: 64-token windows run eager by default, flash when told."""
+    monkeypatch.setattr(attention, "EAGER_MAX_LEN", attention.EAGER_MAX_LEN)  # the script sets it for its process
+    forms = []
+    attend = attention.attend
+    monkeypatch.setattr(attention, "attend", lambda form, *args: forms.append(form) or attend(form, *args))
+    pretrain_throughput.main(["--quick", "--no-memory", "--json", "--device", "cpu", *option])
+    assert json.loads(capsys.readouterr().out)["eager_up_to"] == (int(option[1]) if option else attention.EAGER_MAX_LEN)
+    assert forms and set(forms) == {form}
 
 
 def test_the_baseline_trains_as_trainer_would(monkeypatch):
