@@ -30,19 +30,19 @@ def wordpiece(folder, words: list[str]):
 def test_a_tokenizer_that_reads_the_corpus_as_unknown_says_so(tmp_path, monkeypatch, capsys):
     (tmp_path / "c.txt").write_text(TEXT)
     code, out, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
-                                 "--tokenizer", wordpiece(tmp_path / "wp", []), "--seq-len", "8",
+                                 "--tokenizer", wordpiece(tmp_path / "wp", ["the"]), "--seq-len", "8",
                                  "--val-fraction", "0")
     assert code == 0, err
     meta = packing.read_meta(tmp_path / "d" / "packed")
     unknown = meta["unknown_tokens"]
-    total = meta["splits"]["train"]["tokens"]
+    total = unknown["text_tokens"]
     assert unknown["token"] == "[UNK]" and unknown["id"] == 1 and 0.5 < unknown["share"] < 1
     assert unknown["count"] == round(unknown["share"] * total)
     [line] = [line for line in err.splitlines() if "unknown token" in line]
-    assert line.endswith(f"warning: {unknown['share']:.1%} of the packed tokens ({unknown['count']:,} of "
-                         f"{total:,}) are the tokenizer's unknown token '[UNK]': that text is lost to the model; a "
-                         "tokenizer made for this text leaves well under 1% (is it another language's or script's, of "
-                         "other casing, or of too few tokens?)")
+    assert line.endswith(f"warning: {unknown['share']:.1%} of the text's tokens ({unknown['count']:,} of "
+                         f"{total:,}, BOS/EOS not counted) are the tokenizer's unknown token '[UNK]': that text is "
+                         "lost to the model; a tokenizer made for this text leaves well under 1% (is it another "
+                         "language's or script's, of other casing, or of too few tokens?)")
     assert "warning" not in out
     code, out, err = run_command(monkeypatch, capsys, "data", "inspect", tmp_path / "d" / "packed")
     assert code == 0, err
@@ -59,7 +59,7 @@ def test_a_tokenizer_that_covers_the_text_records_its_share_and_says_nothing(tmp
                                "--tokenizer", wordpiece(tmp_path / "wp", words), "--seq-len", "8")
     assert code == 0 and "unknown" not in err, err
     assert packing.read_meta(tmp_path / "d" / "packed")["unknown_tokens"] == {"token": "[UNK]", "id": 1, "count": 0,
-                                                                               "share": 0.0}
+                                                                               "text_tokens": 554, "share": 0.0}
 
 
 def test_a_byte_level_bpe_has_no_unknown_token(tmp_path, monkeypatch, capsys):
@@ -73,7 +73,7 @@ def test_a_byte_level_bpe_has_no_unknown_token(tmp_path, monkeypatch, capsys):
 def test_from_the_python_api_it_is_a_python_warning(tmp_path):
     (tmp_path / "c.txt").write_text(TEXT)
     said: list[str] = []
-    with pytest.warns(EncoderlabWarning, match=r"^\d+\.\d% of the packed tokens .* unknown token '\[UNK\]'"):
+    with pytest.warns(EncoderlabWarning, match=r"^\d+\.\d% of the text's tokens .* unknown token '\[UNK\]'"):
         summary = api.prepare_data(tmp_path / "c.txt", tmp_path / "d", tokenizer=wordpiece(tmp_path / "wp", []),
                                    seq_len=8, log=said.append)
     assert summary["unknown_tokens"]["token"] == "[UNK]" and summary["unknown_tokens"]["share"] > 0.5
@@ -94,3 +94,30 @@ def test_the_join_of_shards_counts_and_says_it_as_one_process_does(tmp_path, mon
         assert code == 0, err
     assert packing.read_meta(tmp_path / "d" / "packed")["unknown_tokens"] == whole["unknown_tokens"]
     assert "unknown token '[UNK]'" in err
+
+
+def test_the_share_counts_the_texts_own_tokens_not_the_framing_specials(tmp_path, monkeypatch, capsys):
+    # Every word unknown: the share is all of the text, however short its documents (BOS/EOS are not text).
+    (tmp_path / "c.txt").write_text(TEXT)
+    code, out, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
+                                 "--tokenizer", wordpiece(tmp_path / "wp", []), "--seq-len", "8",
+                                 "--val-fraction", "0", "--json")
+    assert code == 0, err
+    meta = packing.read_meta(tmp_path / "d" / "packed")
+    unknown = meta["unknown_tokens"]
+    assert unknown["share"] == 1.0 and unknown["count"] == unknown["text_tokens"]
+    assert unknown["text_tokens"] < meta["splits"]["train"]["tokens"]  # the windows also hold BOS/EOS
+    assert json.loads(out)["unknown_tokens"] == unknown
+    assert (f"100.0% of the text's tokens ({unknown['count']:,} of {unknown['text_tokens']:,}, BOS/EOS not counted) "
+            "are the tokenizer's unknown token '[UNK]'") in err
+    code, out, err = run_command(monkeypatch, capsys, "data", "inspect", tmp_path / "d" / "packed", "--json")
+    assert code == 0 and json.loads(out)["unknown_tokens"] == unknown, err
+    code, out, err = run_command(monkeypatch, capsys, "data", "inspect", tmp_path / "d" / "packed")
+    assert (f"unknown tokens: 100.0% ('[UNK]') of the text's tokens ({unknown['count']:,} of "
+            f"{unknown['text_tokens']:,}, BOS/EOS not counted)") in out
+
+
+def test_data_packed_before_text_tokens_were_counted_says_its_share_includes_bos_eos():
+    meta = {"unknown_tokens": {"token": "[UNK]", "id": 1, "count": 420, "share": 0.75}}
+    assert packing.unknown_note(meta).startswith("75.0% of the packed tokens (420, BOS/EOS included) are the "
+                                                 "tokenizer's unknown token '[UNK]'")

@@ -152,6 +152,7 @@ def data_inspect(
 ) -> None:
     """Show a packed dataset's metadata and decode one window, document by document."""
     from encoderlab.data.loader import PackedDataset
+    from encoderlab.data.packing import unknown_of
     from encoderlab.data.tokenizer import load_tokenizer
 
     ds = PackedDataset(packed)
@@ -172,8 +173,7 @@ def data_inspect(
         out.print(f"{s['root']}: {s['windows']:,} windows of {s['seq_len']} tokens, vocabulary "
                   f"{s['tokenizer']['vocab_size']:,} ({s['tokenizer']['origin']})")
         if unknown := s.get("unknown_tokens"):
-            out.print(f"unknown tokens: {unknown['share']:.1%} ({unknown['token']!r}), {unknown['count']:,} of the "
-                      "packed tokens")
+            out.print(f"unknown tokens: {unknown['share']:.1%} ({unknown['token']!r}) of {unknown_of(unknown)}")
         for p in s["documents"]:
             out.print(f"[bold]document {p['document']}[/bold] ({p['tokens']} tokens): {p['text'][:300]!r}")
 

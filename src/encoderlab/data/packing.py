@@ -56,10 +56,11 @@ class _SplitWriter:
     tokenizer. Shard boundaries depend only on the stream, not on how it was batched."""
 
     def __init__(self, folder: Path, split: str, seq_len: int, dtype: np.dtype, shard_windows: int,
-                 unk_id: int | None = None):
+                 unk_id: int | None = None, framing_ids: tuple[int, ...] = ()):
         self.folder, self.split, self.seq_len, self.dtype = folder, split, seq_len, dtype
-        self.shard_windows, self.unk_id = shard_windows, unk_id
+        self.shard_windows, self.unk_id, self.framing_ids = shard_windows, unk_id, np.array(framing_ids, dtype)
         self.unknown = 0  # windows' tokens that are the tokenizer's unknown token (`unk_id`)
+        self.text_tokens = 0  # windows' tokens that are the documents' own, not the BOS/EOS framing them
         self.tokens: list[np.ndarray] = []
         self.docs: list[np.ndarray] = []
         self.buffered = 0
@@ -97,6 +98,7 @@ class _SplitWriter:
             self.max_token_id = max(self.max_token_id, int(written["tokens"].max()))
             if self.unk_id is not None:  # one pass over the shard in memory: free beside the tokenizer's time
                 self.unknown += int(np.count_nonzero(written["tokens"] == self.unk_id))
+                self.text_tokens += cut - int(np.count_nonzero(np.isin(written["tokens"], self.framing_ids)))
             self.shards.append({"name": name, "windows": n_windows,
                                 "sha256": {kind: hashlib.sha256(a.data).hexdigest() for kind, a in written.items()}})
         self.tokens, self.docs = [tokens[cut:]], [docs[cut:]]
@@ -130,9 +132,11 @@ class Packer:
     exactly `max_tokens` (the document at the cut is truncated, every later one dropped, whatever the split)."""
 
     def __init__(self, folder: Path, seq_len: int, dtype: np.dtype, val_fraction: float, shard_tokens: int,
-                 max_tokens: int | None = None, unk_id: int | None = None):
+                 max_tokens: int | None = None, unk_id: int | None = None, framing_ids: tuple[int, ...] = ()):
+        """`unk_id`: the tokenizer's unknown token, counted in the windows beside the text's own tokens, which are
+        those that are not `framing_ids` (the BOS/EOS that `with_specials` adds; text never holds a special id)."""
         shard_windows = max(1, shard_tokens // seq_len)
-        self.writers = {s: _SplitWriter(folder, s, seq_len, dtype, shard_windows, unk_id)
+        self.writers = {s: _SplitWriter(folder, s, seq_len, dtype, shard_windows, unk_id, framing_ids)
                         for s in ("train", "validation")}
         self.val_fraction, self.left = val_fraction, max_tokens
         self.documents = self.tokens = 0
@@ -186,7 +190,8 @@ def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, 
     check_shape(seq_len, val_fraction, max_tokens)
     dtype = token_dtype(tokenizer.vocab_size)
     with atomic_dir(out) as tmp:
-        packer = Packer(tmp, seq_len, dtype, val_fraction, shard_tokens, max_tokens, tokenizer.unk_id)
+        packer = Packer(tmp, seq_len, dtype, val_fraction, shard_tokens, max_tokens, tokenizer.unk_id,
+                        (tokenizer.bos_id, tokenizer.eos_id))
         for chunk in chunks(documents, chunk_documents):
             tokens, lengths = with_specials(tokenizer.encode_batch([d.text for d in chunk]), tokenizer.bos_id,
                                             tokenizer.eos_id, dtype)
@@ -217,15 +222,22 @@ UNKNOWN_WARNING = 0.01
 
 
 def unknown_note(meta: dict) -> str | None:
-    """What to say when more than `UNKNOWN_WARNING` of the packed tokens are the tokenizer's unknown token."""
+    """What to say when more than `UNKNOWN_WARNING` of the text's packed tokens are the tokenizer's unknown token."""
     unknown = meta.get("unknown_tokens")
     if unknown is None or unknown["share"] <= UNKNOWN_WARNING:
         return None
-    total = sum(s["tokens"] for s in meta["splits"].values())
-    return (f"{unknown['share']:.1%} of the packed tokens ({unknown['count']:,} of {total:,}) are the tokenizer's "
+    return (f"{unknown['share']:.1%} of {unknown_of(unknown)} are the tokenizer's "
             f"unknown token {unknown['token']!r}: that text is lost to the model; a tokenizer made for this text "
             f"leaves well under {UNKNOWN_WARNING:.0%} (is it another language's or script's, of other casing, or of "
             "too few tokens?)")
+
+
+def unknown_of(unknown: dict) -> str:
+    """What the share of `unknown` (meta.json's `unknown_tokens`) is of, with its count: data packed before the
+    text's own tokens were counted has its share of every packed token, BOS/EOS included."""
+    if "text_tokens" in unknown:
+        return f"the text's tokens ({unknown['count']:,} of {unknown['text_tokens']:,}, BOS/EOS not counted)"
+    return f"the packed tokens ({unknown['count']:,}, BOS/EOS included)"
 
 
 def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int, val_fraction: float,
@@ -247,9 +259,10 @@ def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int,
     if max_tokens is not None:
         meta["max_tokens"] = max_tokens
     if tokenizer.unk_id is not None:  # beside `splits`, not in them: the data's fingerprint stays what it was
-        count, total = sum(w.unknown for w in packer.writers.values()), sum(s["tokens"] for s in splits.values())
+        # Of the text's own tokens: BOS/EOS are no text, and would hide the share in short documents
+        count, text = (sum(getattr(w, k) for w in packer.writers.values()) for k in ("unknown", "text_tokens"))
         meta["unknown_tokens"] = {"token": tokenizer.token(tokenizer.unk_id), "id": tokenizer.unk_id, "count": count,
-                                  "share": round(count / total, 6)}
+                                  "text_tokens": text, "share": round(count / text, 6) if text else 0.0}
     tokenizer.save(folder / TOKENIZER)
     meta["tokenizer_files"] = tokenizer_files(folder)
     write_json(folder / META, meta)

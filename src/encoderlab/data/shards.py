@@ -201,7 +201,8 @@ def join(source: str, out: Path, opts, log: Callable[[str], None]) -> tuple[dict
     log(f"joining {len(manifests)} parts ({corpus['documents']:,} documents) into windows of {opts.seq_len}")
     dtype = packing.token_dtype(tok.vocab_size)
     with atomic_dir(out / "packed") as tmp:
-        packer = packing.Packer(tmp, opts.seq_len, dtype, opts.val_fraction, 2**26, opts.max_tokens, tok.unk_id)
+        packer = packing.Packer(tmp, opts.seq_len, dtype, opts.val_fraction, 2**26, opts.max_tokens, tok.unk_id,
+                                (tok.bos_id, tok.eos_id))
         for unit, manifest in enumerate(manifests):
             shard_command = f"{command} --shard {unit % n}/{n}"
             for tokens, lengths, rows in _read_part(folder, unit, manifest, dtype, shard_command):
