@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from test_sweep import protocol, task_yaml, tiny_checkpoint  # noqa: F401 - fixtures
 
 from encoderlab import api
@@ -58,3 +59,32 @@ def test_a_grid_the_data_now_fills_is_kept_by_a_run_of_it(tmp_path, tiny_checkpo
     entry = json.loads((out / swept["tag"] / swept["protocol_key"] / "summary.json").read_text())["tasks"]["task"]
     assert entry["grid"] == {"lrs": [1e-3], "seeds": [0, 1]} and entry["runs"] == 2
     assert entry["test_by_seed"] == {str(s): t for s, t in swept["tasks"]["task"]["test_by_seed"].items()}
+
+
+def test_a_task_not_swept_and_not_in_the_file_is_written_under_the_runs_it_has(tmp_path, tiny_checkpoint,  # noqa: F811
+                                                                                task_yaml, monkeypatch):  # noqa: F811
+    """`task`'s sweep of LRs 1e-3, 3e-3 stopped (Ctrl-C) after its first run, before summary.json; a sweep of
+    `other` over LRs 1e-3, 5e-3 then writes the file: `task`, which it does not sweep, is counted under the LR and
+    seed it has a record of, not under `other`'s grid, whose 5e-3 it never ran."""
+    from encoderlab.finetuning import sweep as sweep_module
+
+    out, quiet = tmp_path / "evals", {"show_progress": False, "log": lambda m: None}
+    other = task_yaml.with_name("other.yaml")
+    other.write_text(task_yaml.read_text())
+    real, calls = sweep_module.finetune, []
+
+    def stopped_at_the_second_run(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "finetune", stopped_at_the_second_run)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(max_steps=2, lrs=[1e-3, 3e-3], seeds=[0]), out, **quiet)
+    monkeypatch.setattr(sweep_module, "finetune", real)
+    swept = run_sweep(tiny_checkpoint, [str(other)], protocol(max_steps=2, lrs=[1e-3, 5e-3], seeds=[0]), out, **quiet)
+    tasks = json.loads((out / swept["tag"] / swept["protocol_key"] / "summary.json").read_text())["tasks"]
+    assert tasks["other"]["grid"] == {"lrs": [1e-3, 5e-3], "seeds": [0]} and tasks["other"]["runs"] == 2
+    assert tasks["task"]["grid"] == {"lrs": [1e-3], "seeds": [0]} and tasks["task"]["runs"] == 1
+    assert tasks["task"]["validation_by_lr"].keys() == {"0.001"}

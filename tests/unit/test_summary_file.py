@@ -27,10 +27,10 @@ def test_each_task_keeps_its_own_held_grid(tmp_path):
     of `a` (`finetune`) keeps `a`'s held grid, inside it or not."""
     file = tmp_path / "summary.json"
     file.write_text(json.dumps(summary(TWO, a=TWO)))
-    assert summary_grids(file, THREE, {"b": EVERY}, ["a", "b"]) == {"a": TWO, "b": THREE}
+    assert summary_grids(file, THREE, {"b": EVERY}, {"a": EVERY, "b": EVERY}) == {"a": TWO, "b": THREE}
     file.write_text(json.dumps(summary(THREE, a=TWO, b=THREE)))
     for run in (ONE, ([1e-3], [5])):
-        assert summary_grids(file, run, {"a": EVERY}, ["a", "b"]) == {"a": TWO, "b": THREE}
+        assert summary_grids(file, run, {"a": EVERY}, {"a": EVERY, "b": EVERY}) == {"a": TWO, "b": THREE}
 
 
 def test_a_key_1_summary_gives_its_grid_only_to_the_tasks_it_holds(tmp_path):
@@ -38,8 +38,8 @@ def test_a_key_1_summary_gives_its_grid_only_to_the_tasks_it_holds(tmp_path):
     earlier sweep; one of other tasks is not: a new task's one run is its own grid, not another task's sweep's."""
     file, old = tmp_path / "summary.json", tmp_path / "old.json"
     old.write_text(json.dumps(summary(TWO, b=None)))
-    assert summary_grids(file, ONE, {"a": EVERY}, ["a", "b"], [old]) == {"a": ONE, "b": TWO}
-    assert summary_grids(file, ONE, {"b": EVERY}, ["b"], [old]) == {"b": TWO}
+    assert summary_grids(file, ONE, {"a": EVERY}, {"a": EVERY, "b": EVERY}, [old]) == {"a": ONE, "b": TWO}
+    assert summary_grids(file, ONE, {"b": EVERY}, {"b": EVERY}, [old]) == {"b": TWO}
 
 
 def test_a_grid_the_tasks_data_now_lacks_runs_of_is_not_kept(tmp_path):
@@ -49,9 +49,19 @@ def test_a_grid_the_tasks_data_now_lacks_runs_of_is_not_kept(tmp_path):
     file, old = tmp_path / "summary.json", tmp_path / "old.json"
     file.write_text(json.dumps(summary(TWO, a=TWO, b=TWO)))
     five = ([1e-3], [5])
-    assert summary_grids(file, ONE, {"a": [(1e-3, 0)]}, ["a", "b"]) == {"a": ONE, "b": TWO}
-    assert summary_grids(file, five, {"a": [(1e-3, 5), (1e-3, 0)]}, ["a", "b"]) == {"a": five, "b": TWO}
-    assert summary_grids(file, ONE, {"a": [(0.001, 0), (1e-3, 1)]}, ["a"]) == {"a": TWO}
+    assert summary_grids(file, ONE, {"a": [(1e-3, 0)]}, {"a": EVERY, "b": EVERY}) == {"a": ONE, "b": TWO}
+    assert summary_grids(file, five, {"a": [(1e-3, 5), (1e-3, 0)]}, {"a": EVERY, "b": EVERY}) == {"a": five, "b": TWO}
+    assert summary_grids(file, ONE, {"a": [(0.001, 0), (1e-3, 1)]}, {"a": EVERY}) == {"a": TWO}
     old.write_text(json.dumps(summary(TWO, a=None)))
-    assert summary_grids(tmp_path / "none.json", ONE, {"a": [(1e-3, 0)]}, ["a"], [old]) == {"a": ONE}
-    assert summary_grids(tmp_path / "none.json", ONE, {"a": EVERY}, ["a"], [old]) == {"a": TWO}
+    assert summary_grids(tmp_path / "none.json", ONE, {"a": [(1e-3, 0)]}, {"a": EVERY}, [old]) == {"a": ONE}
+    assert summary_grids(tmp_path / "none.json", ONE, {"a": EVERY}, {"a": EVERY}, [old]) == {"a": TWO}
+
+
+def test_a_task_not_swept_that_the_file_does_not_hold_is_written_under_the_runs_it_has(tmp_path):
+    """`a`'s sweep stopped before it wrote summary.json: a sweep of `b` writes `a` under the LRs and seeds `a` has
+    records of, not under `b`'s grid (it never ran 1e-2); a grid the file holds for `a` is still kept."""
+    file = tmp_path / "summary.json"
+    runs = {"a": [(1e-3, 0), (1e-3, 1)], "b": [(1e-3, 0), (1e-2, 0)]}
+    assert summary_grids(file, ([1e-3, 1e-2], [0]), {"b": runs["b"]}, runs) == {"a": TWO, "b": ([1e-3, 1e-2], [0])}
+    file.write_text(json.dumps(summary(THREE, a=THREE)))
+    assert summary_grids(file, ([1e-3, 1e-2], [0]), {"b": runs["b"]}, runs)["a"] == THREE

@@ -19,21 +19,28 @@ Grid = tuple[list, list]  # (lrs, seeds)
 Runs = Collection[tuple[float, int]]  # (lr, seed) of the runs a task's data now has a record of
 
 
-def summary_grids(file: Path, grid: Grid, swept: Mapping[str, Runs], recorded: Iterable[str],
+def summary_grids(file: Path, grid: Grid, swept: Mapping[str, Runs], recorded: Mapping[str, Runs],
                   older: Sequence[Path] = ()) -> dict[str, Grid]:
-    """The grid each `recorded` task is written under in summary.json: a task this sweep has (`swept`: each with
-    the runs recorded for its data now, this sweep's included) by `task_grid`; any other keeps the grid the file
-    holds for it or, where the file has none, the largest its key-1 folders' summaries (`older`) hold for it, else
-    this sweep's (as every task was written before)."""
+    """The grid each `recorded` task (each with the runs recorded for the version of its data the file counts) is
+    written under in summary.json: a task this sweep has (`swept`: each with the runs recorded for its data now,
+    this sweep's included) by `task_grid`; any other keeps the grid the file holds for it or, where the file has
+    none, the largest its key-1 folders' summaries (`older`) hold for it, else the LRs and seeds it has records of
+    (a sweep of it stopped before it wrote the file): this sweep's grid is not one it ran."""
     held, earlier = held_grids(file), [held_grids(f) for f in older]
     grids = {}
-    for task in recorded:
+    for task, runs in recorded.items():
         theirs = [g[task] for g in earlier if g.get(task) is not None]
         if task in swept:
             grids[task] = task_grid(held.get(task), grid, theirs, swept[task])
         else:
-            grids[task] = held.get(task) or max(theirs, key=_runs, default=grid)
+            grids[task] = held.get(task) or max(theirs, key=_runs, default=None) or grid_of_runs(runs)
     return grids
+
+
+def grid_of_runs(runs: Runs) -> Grid:
+    """The LRs and seeds of `runs` (a task whose runs are not every pair of them says so in its entry's
+    `incomplete_lrs`)."""
+    return sorted({lr for lr, _ in runs}), sorted({seed for _, seed in runs})
 
 
 def task_grid(held: Grid | None, grid: Grid, older: Sequence[Grid] = (), done: Runs | None = None) -> Grid:

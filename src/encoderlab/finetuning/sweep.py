@@ -365,7 +365,9 @@ class Sweep:
         names = sorted({r["task"] for r in every})
         done = {name: [(r["lr"], r["seed"]) for r in every if (r["task"], r["fingerprint"]) == (name, fingerprint)]
                 for name, fingerprint in now.items()}  # a grid held from other data is not kept (summary_file.py)
-        grids = summary_grids(file, (self.protocol.lrs, self.protocol.seeds), done, names, older)
+        counted = records.current(every, now)  # each task's records of the data counted, of every grid
+        recorded = {name: [(r["lr"], r["seed"]) for r in counted if r["task"] == name] for name in names}
+        grids = summary_grids(file, (self.protocol.lrs, self.protocol.seeds), done, recorded, older)
         kept = [r for name in names for r in records.in_grid([r for r in every if r["task"] == name], grids[name])]
         summary = summarize(records.current(kept, now), self.protocol.lr_choice)
         for name, entry in summary["tasks"].items():
