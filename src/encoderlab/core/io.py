@@ -15,7 +15,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from encoderlab.core import unique_names
@@ -242,7 +242,8 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
                 old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
                 os.replace(dest, old)
                 os.replace(tmp, dest)
-                old.unlink() if old.is_symlink() or not old.is_dir() else shutil.rmtree(old)
+                with suppress(OSError):  # the write succeeded: an old folder it cannot remove stays, a leftover
+                    old.unlink() if old.is_symlink() or not old.is_dir() else shutil.rmtree(old)
             else:
                 os.replace(tmp, dest)
         except BaseException:
