@@ -194,3 +194,22 @@ def test_an_old_folder_that_cannot_be_removed_does_not_fail_the_write_that_repla
     finally:
         for path in tmp_path.rglob("locked"):
             path.chmod(0o700)
+
+
+def test_a_full_disk_inside_a_temporary_copy_names_the_destination_not_the_copy(tmp_path, monkeypatch):
+    """OSError names the file it failed on: inside the temporary sibling (`.out.tmp-PID-XXXX/state.json`), a name
+    the user never gave and that is gone once the message is read."""
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(EncoderlabError) as failed, atomic_dir(tmp_path / "out") as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "state.json").write_text("{}")
+    assert str(failed.value) == (f"cannot write {tmp_path / 'out'}: {tmp_path / 'out' / 'sub' / 'state.json'}: No "
+                                 "space left on device; nothing was written there")
+    with pytest.raises(EncoderlabError) as failed:
+        write_json(tmp_path / "a.json", {})
+    assert str(failed.value) == f"cannot write {tmp_path / 'a.json'}: No space left on device; nothing was written " \
+                                "there"
+    assert list(tmp_path.iterdir()) == []
