@@ -242,3 +242,32 @@ def test_the_join_a_shard_names_next_packs_as_the_shards_were_asked(corpus, tmp_
     meta = read_meta(tmp_path / "o" / "packed")
     assert (meta["seq_len"], meta["val_fraction"]) == (SEQ, 0.1)
     assert meta["splits"]["train"]["documents"] + meta["splits"]["validation"]["documents"] == len(texts) - 1
+
+
+@pytest.mark.parametrize("shard", [False, True], ids=["first-prepare", "shard"])
+def test_ctrl_c_in_data_prepare_says_so_in_one_line_and_keeps_nothing_half_written(corpus, tmp_path, shard):
+    """Ctrl-C exited 130 without a word (typer turns the interrupt into a silent exit code), and a shard left its
+    half-written part's temporary files. Interrupted while writing (a first prepare: its packed shards; a shard: its
+    third part), it says what stopped and what is kept; a first prepare's folder is removed, a shard's complete
+    parts stay."""
+    out = tmp_path / "out"
+    args = [sys.executable, "-c", STALL_THIRD_PART.replace("len(calls) == 3", f"len(calls) == {3 if shard else 1}"),
+            "data", "prepare", str(corpus / "src"), "--out", str(out), "--tokenizer", str(corpus / "tokenizer.json"),
+            "--seq-len", str(SEQ), *(["--shard", "0/1"] if shard else [])]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    writing = out / "parts" / ".part-000002.*" if shard else out / ".packed.tmp-*"
+    deadline = time.monotonic() + 120
+    while not list(writing.parent.glob(writing.name)) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    said = f"interrupted: data prepare into {out} stopped; nothing half-written was kept"
+    kept = " (the parts it finished are kept: the same command goes on from them)"
+    assert stderr.strip().splitlines()[-1].endswith(said + (kept if shard else "")), stderr
+    if shard:
+        assert sorted(p.name for p in (out / "parts").iterdir()) == [
+            f"part-{i:06d}.{kind}" for i in range(2) for kind in ("documents.tsv", "json", "tokens.bin")]
+    else:
+        assert not out.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -171,3 +172,44 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
     path.write_bytes("\ufefftext,label\nfine \ufeff,pos\n".encode())  # as spreadsheet programs save UTF-8 CSV
     assert read_table(path) == [{"text": "fine \ufeff", "label": "pos"}]  # only the file's first bytes are the mark
     assert list(utf8_lines(path))[0] == "text,label\n"
+
+
+def test_an_old_folder_that_cannot_be_removed_does_not_fail_the_write_that_replaced_it(tmp_path, monkeypatch):
+    """The new folder is in place once renamed: the old one's removal failing said `cannot write DEST: ...; nothing
+    was written there`, false, with DEST holding the new content."""
+    dest = tmp_path / "out"
+    (dest / "locked").mkdir(parents=True)
+    (dest / "locked" / "old.txt").write_text("old")
+    (dest / "locked").chmod(0o500)  # its file cannot be removed, so neither can the old folder
+    if os.geteuid() == 0:  # root removes it anyway: the removal fails as it would for another user
+        def refused(path, *args, **kwargs):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+        monkeypatch.setattr(shutil, "rmtree", refused)
+    try:
+        with atomic_dir(dest) as tmp:
+            (tmp / "new.txt").write_text("new")
+        monkeypatch.undo()
+        assert sorted(p.name for p in dest.iterdir()) == ["new.txt"]
+    finally:
+        for path in tmp_path.rglob("locked"):
+            path.chmod(0o700)
+
+
+def test_a_full_disk_inside_a_temporary_copy_names_the_destination_not_the_copy(tmp_path, monkeypatch):
+    """OSError names the file it failed on: inside the temporary sibling (`.out.tmp-PID-XXXX/state.json`), a name
+    the user never gave and that is gone once the message is read."""
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(EncoderlabError) as failed, atomic_dir(tmp_path / "out") as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "state.json").write_text("{}")
+    assert str(failed.value) == (f"cannot write {tmp_path / 'out'}: {tmp_path / 'out' / 'sub' / 'state.json'}: No "
+                                 "space left on device; nothing was written there")
+    with pytest.raises(EncoderlabError) as failed:
+        write_json(tmp_path / "a.json", {})
+    assert str(failed.value) == f"cannot write {tmp_path / 'a.json'}: No space left on device; nothing was written " \
+                                "there"
+    assert list(tmp_path.iterdir()) == []

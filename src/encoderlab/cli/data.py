@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -60,7 +62,8 @@ def data_prepare(
                           shard=parse_shard(shard) if shard else None, join=join, force=force)
     if opts.shard is None:  # a shard packs nothing: its windows are the join's
         check_windows_fit(opts.tokenizer, seq_len, tokenizer)
-    summary = prepare(source, out_dir, opts, log=log)
+    with _interrupt_said(out_dir or default_out(source), opts.shard is not None):
+        summary = prepare(source, out_dir, opts, log=log)
 
     def render(s: dict) -> None:
         (_render_shard if shard else render_prepare)(s)
@@ -69,6 +72,20 @@ def data_prepare(
         out.print(f"next: {_after_prepare(source, out_dir, s, tokenizer, again)}")
 
     emit(summary, as_json, render)
+
+
+@contextmanager
+def _interrupt_said(out: Path, shard: bool) -> Iterator[None]:
+    """Ctrl-C: one line saying what stopped and what is kept, exit 130 (typer turns an interrupt into a silent 130).
+    Each step is written whole, so a step cut short leaves nothing; a first prepare removes the folders it made."""
+    kept = shard or out.exists()  # the steps (a shard: the parts) finished before, which the next run reuses
+    try:
+        yield
+    except KeyboardInterrupt:
+        log(f"interrupted: data prepare into {out} stopped; nothing half-written was kept" + (
+            f" (the {'parts' if shard else 'steps'} it finished are kept: the same command goes on from them)" if kept
+            else ""))
+        raise SystemExit(130) from None
 
 
 def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None,

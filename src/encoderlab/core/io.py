@@ -15,7 +15,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from encoderlab.core import unique_names
@@ -65,6 +65,8 @@ def file_digest(path: Path) -> str:
 
 # The causes of a failed write that the user fixes (space, quota, permissions, a file size limit), by errno.
 WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.EFBIG)
+# A temporary sibling (`atomic_dir`, `atomic_file`) is named as the destination it is written for, not as itself.
+_TEMPORARY = re.compile(r"/\.([^/]+)\.(?:tmp|old)-\d+(?:-[0-9a-f]+)?(?=/|$)")
 
 
 def write_failure(exc: BaseException) -> str | None:
@@ -75,7 +77,8 @@ def write_failure(exc: BaseException) -> str | None:
     while exc is not None and exc not in seen:
         seen.append(exc)
         if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
-            return f"{exc.filename}: {os.strerror(exc.errno)}" if exc.filename else os.strerror(exc.errno)
+            where = exc.filename and _TEMPORARY.sub(r"/\1", os.fsdecode(exc.filename))
+            return f"{where}: {os.strerror(exc.errno)}" if where else os.strerror(exc.errno)
         text = str(exc)
         for code in WRITE_ERRNOS:
             if f"os error {code})" in text or os.strerror(code) in text:
@@ -98,7 +101,7 @@ def writing(path: Path) -> Iterator[None]:
         cause = write_failure(exc)
         if cause is None:
             raise
-        raise WriteFailed(f"cannot write {path}: {cause}; nothing was written there") from exc
+        raise WriteFailed(f"cannot write {path}: {cause.removeprefix(f'{path}: ')}; nothing was written there") from exc
 
 
 def check_writable(path: Path, what: str, *, replaced: bool = False) -> None:
@@ -186,8 +189,7 @@ def umask() -> int:
         return int(next(line for line in Path("/proc/self/status").read_text().splitlines()
                         if line.startswith("Umask:")).split()[1], 8)
     except (OSError, StopIteration):
-        mask = os.umask(0o022)
-        os.umask(mask)
+        os.umask(mask := os.umask(0o022))
         return mask
 
 
@@ -242,7 +244,8 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
                 old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
                 os.replace(dest, old)
                 os.replace(tmp, dest)
-                old.unlink() if old.is_symlink() or not old.is_dir() else shutil.rmtree(old)
+                with suppress(OSError):  # the write succeeded: an old folder it cannot remove stays, a leftover
+                    old.unlink() if old.is_symlink() or not old.is_dir() else shutil.rmtree(old)
             else:
                 os.replace(tmp, dest)
         except BaseException:

@@ -147,19 +147,24 @@ def _write_part(folder: Path, unit: int, docs: Iterator[Document], tok: TextToke
     hashes = {kind: hashlib.sha256() for kind in _FILES}
     counts: Counter[str] = Counter()
     stats = {"documents": 0, "tokens": 0, "words": 0, "characters": 0}
-    with open(tmp["tokens"], "wb") as ft, open(tmp["documents"], "wb") as fd:
-        for chunk in packing.chunks(docs, 2048):
-            tokens, lengths = packing.with_specials(tok.encode_batch([d.text for d in chunk]), tok.bos_id,
-                                                    tok.eos_id, dtype)
-            rows = "".join(f"{d.id}\t{d.source}\t{k}\n" for d, k in zip(chunk, lengths.tolist())).encode()
-            for kind, data, f in (("tokens", tokens.data, ft), ("documents", rows, fd)):
-                f.write(data)
-                hashes[kind].update(data)
-            counts.update(d.source for d in chunk)
-            stats["documents"] += len(chunk)
-            stats["tokens"] += len(tokens)
-            stats["words"] += sum(len(d.text.split()) for d in chunk)
-            stats["characters"] += sum(len(d.text) for d in chunk)
+    try:
+        with open(tmp["tokens"], "wb") as ft, open(tmp["documents"], "wb") as fd:
+            for chunk in packing.chunks(docs, 2048):
+                tokens, lengths = packing.with_specials(tok.encode_batch([d.text for d in chunk]), tok.bos_id,
+                                                        tok.eos_id, dtype)
+                rows = "".join(f"{d.id}\t{d.source}\t{k}\n" for d, k in zip(chunk, lengths.tolist())).encode()
+                for kind, data, f in (("tokens", tokens.data, ft), ("documents", rows, fd)):
+                    f.write(data)
+                    hashes[kind].update(data)
+                counts.update(d.source for d in chunk)
+                stats["documents"] += len(chunk)
+                stats["tokens"] += len(tokens)
+                stats["words"] += sum(len(d.text.split()) for d in chunk)
+                stats["characters"] += sum(len(d.text) for d in chunk)
+    except BaseException:  # a failure or Ctrl-C: the half-written part goes (only a kill leaves it to the next run)
+        for path in tmp.values():
+            path.unlink(missing_ok=True)
+        raise
     files = {}
     for kind, path in tmp.items():
         files[kind] = {"bytes": path.stat().st_size, "sha256": hashes[kind].hexdigest()}
