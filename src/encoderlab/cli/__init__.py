@@ -35,6 +35,8 @@ def main() -> None:
             raise  # a bug keeps its traceback
         error(f"cannot write: {cause}")
         raise SystemExit(1) from None  # a write fails once work has started (errors.py WriteFailed)
+    if code == 130:  # Ctrl-C that no command said itself (typer returns it as a silent 130)
+        err.print("interrupted")
     raise SystemExit(code if type(code) is int else 0)  # an exit code (--help: 0, Ctrl-C: 130), or None
 
 

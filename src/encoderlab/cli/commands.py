@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from encoderlab.cli.console import emit, log, log_after, out
+from encoderlab.cli.console import STUDY_KEPT, emit, interrupt_said, log, log_after, out
 from encoderlab.cli.data import data_app, render_prepare
 from encoderlab.cli.finetuning import SAVE_HELP, SAVE_MODELS_HELP, keeper, workers_option
 from encoderlab.cli.mteb import mteb_cmd
@@ -140,7 +140,8 @@ def demo(
     from encoderlab.cli.study import render_plan
 
     render_plan(plan.summary())
-    result = run_study(plan, base, workers=workers or min(2, os.cpu_count() or 1), log=log)
+    with interrupt_said(STUDY_KEPT.format(plan.root)):
+        result = run_study(plan, base, workers=workers or min(2, os.cpu_count() or 1), log=log)
     report = write_report(plan.root)
     minutes = (time.perf_counter() - started) / 60
     for job, reason in result["failed"].items():
@@ -247,9 +248,11 @@ def sweep(
     check_writable(out_dir, "--out")
     specs = expand_specs(tasks)
     proto, told = _protocol(protocol, overrides)
-    summary = run_sweep(checkpoint, specs, proto, out_dir, log=log_after(told), show_progress=not as_json,
-                        cache_dir=task_cache(), engine=engine, workers=workers_option(workers),
-                        keep=keeper(save_models, models, checkpoint))
+    with interrupt_said(f"the sweep into {out_dir} stopped; the runs it finished are kept (each record is written "
+                        "whole): the same command goes on from them"):
+        summary = run_sweep(checkpoint, specs, proto, out_dir, log=log_after(told), show_progress=not as_json,
+                            cache_dir=task_cache(), engine=engine, workers=workers_option(workers),
+                            keep=keeper(save_models, models, checkpoint))
     emit(summary, as_json, _render_sweep)
     check_scored(summary)  # after the table, which shows each failure
 

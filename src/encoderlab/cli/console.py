@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.markup import escape
@@ -37,3 +39,17 @@ def emit(summary: dict, as_json: bool, render) -> None:
         sys.stdout.write(json.dumps(summary, indent=2) + "\n")
     else:
         render(summary)
+
+
+STUDY_KEPT = "the study in {} stopped; the jobs it finished are kept: the same command goes on from them"
+
+
+@contextmanager
+def interrupt_said(line: str) -> Iterator[None]:
+    """Ctrl-C inside the block: `line` (what stopped, what is kept) and exit code 130. Without it typer turns an
+    interrupt into a silent 130, and `main` can only say `interrupted`."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        log(f"interrupted: {line}")
+        raise SystemExit(130) from None

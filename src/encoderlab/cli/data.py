@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import shlex
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from encoderlab.cli.console import emit, log, out
+from encoderlab.cli.console import emit, interrupt_said, log, out
 from encoderlab.cli.paths import PathText
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
@@ -62,7 +60,7 @@ def data_prepare(
                           shard=parse_shard(shard) if shard else None, join=join, force=force)
     if opts.shard is None:  # a shard packs nothing: its windows are the join's
         check_windows_fit(opts.tokenizer, seq_len, tokenizer)
-    with _interrupt_said(out_dir or default_out(source), opts.shard is not None):
+    with interrupt_said(_interrupt_line(out_dir or default_out(source), opts.shard is not None)):
         summary = prepare(source, out_dir, opts, log=log)
 
     def render(s: dict) -> None:
@@ -74,18 +72,13 @@ def data_prepare(
     emit(summary, as_json, render)
 
 
-@contextmanager
-def _interrupt_said(out: Path, shard: bool) -> Iterator[None]:
-    """Ctrl-C: one line saying what stopped and what is kept, exit 130 (typer turns an interrupt into a silent 130).
-    Each step is written whole, so a step cut short leaves nothing; a first prepare removes the folders it made."""
-    kept = shard or out.exists()  # the steps (a shard: the parts) finished before, which the next run reuses
-    try:
-        yield
-    except KeyboardInterrupt:
-        log(f"interrupted: data prepare into {out} stopped; nothing half-written was kept" + (
-            f" (the {'parts' if shard else 'steps'} it finished are kept: the same command goes on from them)" if kept
-            else ""))
-        raise SystemExit(130) from None
+def _interrupt_line(out: Path, shard: bool) -> str:
+    """What Ctrl-C stopped and what it kept. Each step is written whole, so a step cut short leaves nothing; a first
+    prepare removes the folders it made; the steps (a shard: the parts) finished before are what the next run reuses."""
+    kept = shard or out.exists()
+    return f"data prepare into {out} stopped; nothing half-written was kept" + (
+        f" (the {'parts' if shard else 'steps'} it finished are kept: the same command goes on from them)" if kept
+        else "")
 
 
 def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None,

@@ -6,7 +6,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from encoderlab.cli.console import emit, log, out
+from encoderlab.cli.console import STUDY_KEPT, emit, interrupt_said, log, out
 
 study_app = typer.Typer(help="Plan, run and report a whole study (configs/studies/).", no_args_is_help=True)
 
@@ -124,7 +124,8 @@ def run_cmd(
         refuse_changed(plan, jobs_of(plan))
         render_plan(plan.summary())
         return
-    result = run_study(plan, base, workers=workers, log=log, only=only, job_id=job)
+    with interrupt_said(STUDY_KEPT.format(plan.root)):
+        result = run_study(plan, base, workers=workers, log=log, only=only, job_id=job)
 
     def render(result: dict) -> None:
         out.print(f"[bold]study {spec.name}[/bold]: {result['done']}/{result['jobs']} jobs done "
