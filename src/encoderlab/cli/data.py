@@ -25,8 +25,9 @@ def data_prepare(
     seq_len: int = typer.Option(512, help="Tokens per packed window."),
     val_fraction: float = typer.Option(0.005, help="Fraction of documents held out for validation loss."),
     tokenizer: PathText | None = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder (or "
-                                                            "minilm-l6's) instead of training one (a mask token is "
-                                                            "added if missing)."),
+                                                            "minilm-l6's, or an encoderlab checkpoint's or run's) "
+                                                            "instead of training one (a mask token is added if "
+                                                            "missing)."),
     text_column: str = typer.Option("text", help="Column holding the text (jsonl, csv, parquet, HF datasets)."),
     txt_unit: str = typer.Option("paragraph", help="What a document is in .txt files: file, paragraph or line."),
     on_invalid_utf8: str = typer.Option("error", help="Invalid UTF-8 bytes: error, replace or skip."),
