@@ -26,9 +26,12 @@ def test_a_checkpoints_tokenizer_packs_the_data(tmp_path, monkeypatch, capsys, r
     checkpoint = run_folder / "checkpoints" / "step-0000003"
     folder = {"run": run_folder, "checkpoint": checkpoint, "tokenizer": checkpoint / "tokenizer"}[given]
     (tmp_path / "c.txt").write_text(TEXT)
-    code, _, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
-                               "--tokenizer", folder, "--seq-len", "16", "--val-fraction", "0")
+    code, out, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
+                                 "--tokenizer", folder, "--seq-len", "16", "--val-fraction", "0")
     assert code == 0, err
+    if given != "tokenizer":  # the data is for continuing that model, as for a transformers model's tokenizer
+        assert out.rstrip().endswith(f"cpt-encoder.yaml --set data.path={tmp_path / 'd' / 'packed'} --set "
+                                     f"init.from_weights={folder}"), out
     assert f"tokenizer {checkpoint / 'tokenizer'}: " in err  # says which tokenizer it used
     packed = tmp_path / "d" / "packed" / "tokenizer" / "tokenizer.json"
     assert packed.read_bytes() == (checkpoint / "tokenizer" / "tokenizer.json").read_bytes()

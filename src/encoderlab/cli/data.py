@@ -75,13 +75,17 @@ def data_prepare(
 def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None,
                    shard_flags: list[str] = ()) -> str:
     """The command to run next, as it can be pasted here: pretrain on the data (the README's path), continue the
-    model whose tokenizer packed it, or, after a shard, the join that packs the shards' parts once all have run (with
-    `shard_flags`, the shard's own options)."""
+    model whose tokenizer packed it (a transformers model, an encoderlab checkpoint or run), or, after a shard, the
+    join that packs the shards' parts once all have run (with `shard_flags`, the shard's own options)."""
+    from encoderlab.runs.encoders import is_encoderlab_checkpoint
+
     if "shard" in s:
         n = s["shard"].partition("/")[2]
         join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n,
                 *shard_flags]
         return f"once all {n} shards have run, {shlex.join(join)}"
+    if tokenizer and is_encoderlab_checkpoint(tokenizer):  # its architecture and weights come from the checkpoint
+        return _continue(tokenizer, None, s["packed"])
     if (model := tokenizer_model(tokenizer)) is not None:
         return _continue(model.name, model.kind, s["packed"])
     if source != "offline":
