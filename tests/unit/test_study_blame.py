@@ -65,3 +65,11 @@ def test_a_key_the_pretraining_file_sets_is_still_blamed_on_it(tmp_path):
         build_plan(*load_study(file))
     assert "pretrain.yaml: model.num_attention_heads: " in str(info.value), str(info.value)
     assert "size_overrides" not in str(info.value)
+
+
+def test_a_check_across_keys_names_the_value_the_study_file_set(tmp_path):
+    file = study(tmp_path, size_overrides={"micro": {"train": {"micro_batch": 3}}})
+    with pytest.raises(ConfigError) as info:
+        build_plan(*load_study(file))
+    assert str(info.value).endswith("train: micro_batch 3 must divide global_batch 4 (train.micro_batch=3 from "
+                                    f"{file}: size_overrides.micro)"), str(info.value)

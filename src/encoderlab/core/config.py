@@ -324,8 +324,8 @@ def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[st
 
 def _set_values(overrides: list[str], loc: list[str], message: str, assigned: bool = False) -> str:
     """A check across the keys of a section, blamed on the file, whose message names a key that an override set:
-    ' (train.global_batch=4 from --set)', or from the file that set it (`_shown`), so that the value is not taken
-    for the file's; else ''. `assigned`: only a key that the message names with its value (`num_attention_heads=3`)."""
+    ' (train.global_batch=4 from --set)', or from the file and key that set it (`_shown`), so that the value is not
+    taken for the file's; else ''. `assigned`: only a key named with its value (`num_attention_heads=3`)."""
     section = "".join(f"{part}." for part in loc)
     end = "=" if assigned else r"(?![\w])"
     named = {}
@@ -334,7 +334,7 @@ def _set_values(overrides: list[str], loc: list[str], message: str, assigned: bo
         leaf = key.removeprefix(section) if key.startswith(section) else None
         if (leaf and re.search(rf"(?<![\w.]){re.escape(leaf)}{end}", message)) or re.search(
                 rf"(?<![\w.]){re.escape(key)}{end}", message):
-            named[key] = (f"{key}={override.partition('=')[2].strip()}", getattr(override, "file", None))
+            named[key] = (f"{key}={override.partition('=')[2].strip()}", getattr(override, "source", None))
     by_origin: dict[str, list[str]] = {}
     for text, origin in named.values():
         by_origin.setdefault(origin or option_name("set"), []).append(text)

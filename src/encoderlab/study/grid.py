@@ -188,17 +188,16 @@ def _cpt_keys(spec: StudySpec) -> dict:
 
 class StudySet(str):
     """A key of a run's pretraining config that the study file set, as `validate` takes an override ("key=value"),
-    with `source`, how a refusal names it (the study file and its section: `studies/s.yaml: size_overrides.micro`),
-    and `file`: a bad value is blamed there, not on the pretraining config file the study names. Made by `_set_in`;
-    a plain str subclass, so that a config that holds it pickles (a study's worker processes) and copies."""
+    with `source`, how a refusal names it (the study file and its section: `studies/s.yaml: size_overrides.micro`):
+    a bad value is blamed there, not on the pretraining config file the study names. Made by `_set_in`; a plain str
+    subclass, so that a config that holds it pickles (a study's worker processes) and copies."""
 
-    file: str
     source: str
 
 
 def _set_in(file: str, section: str, key: str, value: object) -> StudySet:
     made = StudySet(f"{key}={value}")
-    made.file, made.source = file, f"{file}: {section}"
+    made.source = f"{file}: {section}"
     return made
 
 
