@@ -28,6 +28,7 @@ setup: $(STAMP)
 # needs encoderlab alone; the tests need the extras too (dev; gguf with accelerate: the SmolLM2
 # continued-pretraining study imports a GGUF).
 INSTALLER ?= uv
+NON_INSTALLING_GOALS := clean gpu-check
 PIP_TORCH = $(BIN)/python -m pip install --quiet torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 ifeq ($(INSTALLER),uv)
 INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode
@@ -37,7 +38,9 @@ GET_UV := test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet 'uv>=0.13'
 else ifeq ($(INSTALLER),pip)
 INSTALL := $(BIN)/python -m pip install --quiet
 GET_UV :=
-else
+# clean and gpu-check install nothing (gpu-check uses the machine's own python3): a bogus INSTALLER is refused, as
+# the Makefile is read, only where some goal installs (no goal means setup).
+else ifneq ($(if $(MAKECMDGOALS),$(filter-out $(NON_INSTALLING_GOALS),$(MAKECMDGOALS)),setup),)
 $(error INSTALLER=$(INSTALLER): give uv (the default) or pip)
 endif
 

@@ -33,8 +33,9 @@ def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: P
 
     `source`: "offline" (the bundled suite: its tasks, corpus, tokenizer and packed windows), a local .txt, .jsonl,
     .parquet or .csv file, folder or glob, or a Hugging Face dataset id. A byte-level BPE of `vocab_size` is trained
-    unless `tokenizer` (a tokenizer.json or tokenizer folder, or `minilm-l6`) is given. Returns the summary; its
-    `packed` entry is the folder a pretraining config's `data.path` names. Done steps are reused unless `force`."""
+    unless `tokenizer` (a tokenizer.json or tokenizer folder, an encoderlab checkpoint or run, or `minilm-l6`) is
+    given. Returns the summary; its `packed` entry is the folder a pretraining config's `data.path` names. Done
+    steps are reused unless `force`."""
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
     from encoderlab.hub.folders import check_data_out
     from encoderlab.runs.encoders import named_tokenizer

@@ -59,3 +59,27 @@ def test_make_picks_the_home_the_command_line_picks(monkeypatch, value):
     shown = subprocess.run(["make", "-s", "-C", str(root), "--eval", "print-home: ; @echo $$ENCODERLAB_HOME",
                             "print-home"], capture_output=True, text=True, check=True).stdout.strip()
     assert Path(shown) == encoderlab_home()
+
+
+def _make_dry_run(*args: str) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(["make", "-n", "-C", str(root), *args], capture_output=True, text=True)
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+@pytest.mark.parametrize("goals", [["clean"], ["gpu-check"], ["clean", "gpu-check"]])
+def test_make_targets_that_install_nothing_ignore_the_installer(goals):
+    # `make clean INSTALLER=bogus` removes the venv whatever installed it: refusing it would leave no way to clean.
+    shown = _make_dry_run(*goals, "INSTALLER=bogus")
+    assert shown.returncode == 0, shown.stderr
+    assert "INSTALLER" not in shown.stderr
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs GNU make")
+@pytest.mark.parametrize("goals", [[], ["setup"], ["demo"], ["test"], ["lint"], ["clean", "setup"]])
+def test_make_refuses_an_unknown_installer_before_installing_anything(goals):
+    # Refused as the Makefile is read, so no recipe (not even `clean`'s in `make clean setup`) has run.
+    shown = _make_dry_run(*goals, "INSTALLER=bogus")
+    assert shown.returncode == 2
+    assert "INSTALLER=bogus: give uv (the default) or pip" in shown.stderr
+    assert "rm -rf" not in shown.stdout

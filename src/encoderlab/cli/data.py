@@ -25,8 +25,9 @@ def data_prepare(
     seq_len: int = typer.Option(512, help="Tokens per packed window."),
     val_fraction: float = typer.Option(0.005, help="Fraction of documents held out for validation loss."),
     tokenizer: PathText | None = typer.Option(None, help="Use this tokenizer.json / HF tokenizer folder (or "
-                                                            "minilm-l6's) instead of training one (a mask token is "
-                                                            "added if missing)."),
+                                                            "minilm-l6's, or an encoderlab checkpoint's or run's) "
+                                                            "instead of training one (a mask token is added if "
+                                                            "missing)."),
     text_column: str = typer.Option("text", help="Column holding the text (jsonl, csv, parquet, HF datasets)."),
     txt_unit: str = typer.Option("paragraph", help="What a document is in .txt files: file, paragraph or line."),
     on_invalid_utf8: str = typer.Option("error", help="Invalid UTF-8 bytes: error, replace or skip."),
@@ -84,13 +85,17 @@ def _interrupt_line(out: Path, shard: bool) -> str:
 def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None,
                    shard_flags: list[str] = ()) -> str:
     """The command to run next, as it can be pasted here: pretrain on the data (the README's path), continue the
-    model whose tokenizer packed it, or, after a shard, the join that packs the shards' parts once all have run (with
-    `shard_flags`, the shard's own options)."""
+    model whose tokenizer packed it (a transformers model, an encoderlab checkpoint or run), or, after a shard, the
+    join that packs the shards' parts once all have run (with `shard_flags`, the shard's own options)."""
+    from encoderlab.runs.encoders import is_encoderlab_checkpoint
+
     if "shard" in s:
         n = s["shard"].partition("/")[2]
         join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n,
                 *shard_flags]
         return f"once all {n} shards have run, {shlex.join(join)}"
+    if tokenizer and is_encoderlab_checkpoint(tokenizer):  # its architecture and weights come from the checkpoint
+        return _continue(tokenizer, None, s["packed"])
     if (model := tokenizer_model(tokenizer)) is not None:
         return _continue(model.name, model.kind, s["packed"])
     if source != "offline":

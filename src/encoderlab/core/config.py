@@ -318,14 +318,14 @@ def _problem(model: type[BaseModel], error: dict, where: str, overrides: list[st
     if source == where:
         return f"{source}: {key}: {message}{shown}{_set_values(overrides, loc, message)}"
     # the other keys set by override that such a message names: `--set model.hidden_size=250` blamed, and heads too
-    others = _set_values([o for o in overrides if option("set", o) != source], loc[:-1], message, assigned=True)
+    others = _set_values([o for o in overrides if _shown(o) != source], loc[:-1], message, assigned=True)
     return f"{source}: {key}: {message}{shown}{others}"
 
 
 def _set_values(overrides: list[str], loc: list[str], message: str, assigned: bool = False) -> str:
     """A check across the keys of a section, blamed on the file, whose message names a key that an override set:
-    ' (train.global_batch=4 from --set)', so that the value is not taken for the file's; else ''. `assigned`: only
-    a key that the message names with its value (`num_attention_heads=3`)."""
+    ' (train.global_batch=4 from --set)', or from the file and key that set it (`_shown`), so that the value is not
+    taken for the file's; else ''. `assigned`: only a key named with its value (`num_attention_heads=3`)."""
     section = "".join(f"{part}." for part in loc)
     end = "=" if assigned else r"(?![\w])"
     named = {}
@@ -334,8 +334,11 @@ def _set_values(overrides: list[str], loc: list[str], message: str, assigned: bo
         leaf = key.removeprefix(section) if key.startswith(section) else None
         if (leaf and re.search(rf"(?<![\w.]){re.escape(leaf)}{end}", message)) or re.search(
                 rf"(?<![\w.]){re.escape(key)}{end}", message):
-            named[key] = f"{key}={override.partition('=')[2].strip()}"
-    return f" ({', '.join(named.values())} from {option_name('set')})" if named else ""
+            named[key] = (f"{key}={override.partition('=')[2].strip()}", getattr(override, "source", None))
+    by_origin: dict[str, list[str]] = {}
+    for text, origin in named.values():
+        by_origin.setdefault(origin or option_name("set"), []).append(text)
+    return f" ({'; '.join(', '.join(t) + f' from {o}' for o, t in by_origin.items())})" if named else ""
 
 
 def _unknown_hint(model: type[BaseModel], loc: list[str]) -> str:
@@ -357,7 +360,12 @@ def _blamed(overrides: list[str], loc: list[str], where: str, unknown: bool = Fa
     inside = ".".join(loc) + "."
     matching = [o for o in overrides if _override_key(o) in _prefixes(loc)
                 or (unknown and _override_key(o).startswith(inside))]
-    return option("set", max(reversed(matching), key=lambda o: len(_override_key(o)))) if matching else where
+    return _shown(max(reversed(matching), key=lambda o: len(_override_key(o)))) if matching else where
+
+
+def _shown(override: str) -> str:
+    """An override as a refusal names it: `--set k=v`, or the file and key that set it (study/grid.py `StudySet`)."""
+    return getattr(override, "source", None) or option("set", override)
 
 
 def _named(overrides: list[str], message: str, where: str) -> str:
@@ -368,7 +376,7 @@ def _named(overrides: list[str], message: str, where: str) -> str:
         starts = [n for n in range(len(parts), 0, -1) if message.startswith(".".join(parts[:n]))]
         return 100 * starts[0] if starts else int(".".join(parts) in message)
     best = max(reversed(overrides), key=score, default=None)
-    return option("set", best) if best is not None and score(best) else where
+    return _shown(best) if best is not None and score(best) else where
 
 
 def _override_key(override: str) -> str:

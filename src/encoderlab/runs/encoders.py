@@ -89,12 +89,21 @@ def named_dir(name: str, home: Path | None = None) -> Path:
     return (home or encoderlab_home()) / "models" / name
 
 
+def is_encoderlab_checkpoint(value: str | Path) -> bool:
+    """Whether a path is an encoderlab checkpoint folder (state.json) or run folder (LATEST)."""
+    return (Path(value) / "state.json").is_file() or (Path(value) / ckpt.LATEST).exists()
+
+
 def named_tokenizer(value: str | None) -> str | None:
     """`data prepare --tokenizer`'s value, a NAMED encoder's folder (unpacked) where it names one and no such path
     exists: the data a continued run of `minilm-l6` needs is packed with `--tokenizer minilm-l6`. A
-    sentence-transformers folder of the older layout is its Transformer module's, which holds the tokenizer."""
+    sentence-transformers folder of the older layout is its Transformer module's, which holds the tokenizer. An
+    encoderlab checkpoint or run folder (its LATEST checkpoint) is its checkpoint's tokenizer/, as transformers'
+    AutoTokenizer takes a model folder."""
     if value and not Path(value).exists() and value in NAMED:
         return str(named_encoder(value))
+    if value and is_encoderlab_checkpoint(value):
+        return str(ckpt.resolve(value) / "tokenizer")
     if value and Path(value).is_dir() and (module := transformer_module(Path(value))) is not None:
         return str(module)
     return value

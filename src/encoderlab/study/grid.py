@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoderlab.core.config import ConfigError, deep_merge, validate
+from encoderlab.core.config import GIVEN, ConfigError, deep_merge, validate
 from encoderlab.core.errors import prepare_command
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset, preset_names
@@ -66,7 +66,9 @@ class Grid:
                               f"({', '.join(preset_names())}) and the imported models ({', '.join(shapes) or 'none'})")
         self.vocab, self.seq_len, self.data = 0, 0, {"from": "imported models' own data"}
         if study_sizes(spec) - set(shapes):  # imported sizes bring their own vocabulary and windows
-            cfg = validate(PretrainConfig, deep_merge(base, {"train": {"steps": spec.budget}}), where=spec.pretrain)
+            data = deep_merge(base, {"train": {"steps": spec.budget}})
+            cfg = validate(PretrainConfig, data, where=spec.pretrain,
+                           overrides=study_overrides(spec, None, False, data))
             self.data = _data_shape(spec, cfg)
             self.vocab, self.seq_len = self.data["vocab_size"], self.data["seq_len"]
         self.model_cfgs = {size: model_config(shapes[size]) if size in shapes else preset(size, vocab_size=self.vocab)
@@ -79,8 +81,8 @@ class Grid:
 
     def run_config(self, size: str, steps: int, cpt: bool = False) -> PretrainConfig:
         """A run's validated schedule and batch (for its decay start and tokens per step)."""
-        data = shared_config(self.spec, self.base, size, cpt)
-        return validate(PretrainConfig, deep_merge(data, {"train": {"steps": steps}}),
+        data = deep_merge(shared_config(self.spec, self.base, size, cpt), {"train": {"steps": steps}})
+        return validate(PretrainConfig, data, overrides=study_overrides(self.spec, size, cpt, data),
                         where=f"study {self.spec.name}: pretraining config of {size}{' CPT' if cpt else ''}")
 
     def add(self, name: str, size: str, kind: str, schedule: list[tuple[str, int]], steps: int,
@@ -177,8 +179,54 @@ def is_encoder(shape: dict | None) -> bool:
 def shared_config(spec: StudySpec, base: dict, size: str, cpt: bool) -> dict:
     """What every run of a size shares: the base recipe, that size's overrides, and CPT's own LR schedule."""
     data = deep_merge(base, spec.size_overrides.get(size, {}))
-    return deep_merge(data, {"lr_schedule": spec.cpt.lr_schedule, "optim": spec.cpt.optim}) if cpt and spec.cpt \
-        else data
+    return deep_merge(data, _cpt_keys(spec)) if cpt and spec.cpt else data
+
+
+def _cpt_keys(spec: StudySpec) -> dict:
+    return {"lr_schedule": spec.cpt.lr_schedule, "optim": spec.cpt.optim}
+
+
+class StudySet(str):
+    """A key of a run's pretraining config that the study file set, as `validate` takes an override ("key=value"),
+    with `source`, how a refusal names it (the study file and its section: `studies/s.yaml: size_overrides.micro`):
+    a bad value is blamed there, not on the pretraining config file the study names. Made by `_set_in`; a plain str
+    subclass, so that a config that holds it pickles (a study's worker processes) and copies."""
+
+    source: str
+
+
+def _set_in(file: str, section: str, key: str, value: object) -> StudySet:
+    made = StudySet(f"{key}={value}")
+    made.source = f"{file}: {section}"
+    return made
+
+
+def study_overrides(spec: StudySpec, size: str | None, cpt: bool, data: dict) -> list[str]:
+    """The keys of `data` (a run's pretraining config, or the base one for `size` None) that the study file set, in
+    the order they were merged (the last wins, as in `shared_config`), each as it still is in `data` (a key that the
+    plan set over it is not the study's). None where the spec was not read from a file."""
+    file = getattr(spec, GIVEN).where
+    sections = [("pretrain_overrides", spec.pretrain_overrides)]
+    if size is not None:
+        sections.append((f"size_overrides.{size}", spec.size_overrides.get(size, {})))
+        sections += [("cpt", _cpt_keys(spec))] if cpt and spec.cpt else []
+    return [_set_in(file, section, key, value) for section, keys in sections if file is not None
+            for key, value in _leaves(keys) if _at(data, key) == value]
+
+
+def _leaves(data: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """Each key of a nested mapping that holds a value (not a mapping), dotted: `model.num_attention_heads`."""
+    return [leaf for key, value in data.items() for leaf in (
+        _leaves(value, f"{prefix}{key}.") if isinstance(value, dict) and value else [(f"{prefix}{key}", value)])]
+
+
+def _at(data: dict, key: str) -> object:
+    for part in key.split("."):
+        data = data.get(part, _ABSENT) if isinstance(data, dict) else _ABSENT
+    return data
+
+
+_ABSENT = object()
 
 
 def stable_end(cfg: PretrainConfig, steps: int) -> int:

@@ -22,7 +22,7 @@ from encoderlab.study import imported as imp
 from encoderlab.study import migrate_plan
 from encoderlab.study.comparisons import check_comparisons
 from encoderlab.study.existing import locate
-from encoderlab.study.grid import Grid, PretrainRun, is_encoder, shared_config
+from encoderlab.study.grid import Grid, PretrainRun, is_encoder, shared_config, study_overrides
 from encoderlab.study.spec import StudySpec, resolve_path
 
 # Dense bf16 matrix-product peaks (vendor datasheets, TFLOP/s, without sparsity) for --gpu estimates.
@@ -235,13 +235,19 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     _check_labels(spec, evaluations)
     plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes, data=grid.data)
     check_comparisons(plan)  # a model name the study does not evaluate is refused before anything runs
-    plan.configs = {name: validate(PretrainConfig, plan.config(run), where=f"study {spec.name}, run {name}")
-                    for name, run in runs.items()}  # every config valid before anything runs; the jobs take them
+    plan.configs = {name: _run_config(plan, run) for name, run in runs.items()}  # valid before anything runs
     _check_published(spec, base_dir, evaluations)
     plan.protocol = protocol = load_protocol(spec, base_dir)
     plan.eval_runs = finetuning_runs(evaluations, protocol)
     plan.baseline_runs = finetuning_runs([e for e in evaluations if e.kind == "random"], protocol)
     return plan
+
+
+def _run_config(plan: Plan, run: PretrainRun) -> PretrainConfig:
+    """A run's pretraining config, validated; a key the study file set is blamed there (`study_overrides`)."""
+    data = plan.config(run)
+    return validate(PretrainConfig, data, where=f"study {plan.spec.name}, run {run.name}",
+                    overrides=study_overrides(plan.spec, run.size, run.kind == "cpt", data))
 
 
 def _check_labels(spec: StudySpec, evaluations: list[Evaluation]) -> None:

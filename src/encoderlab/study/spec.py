@@ -11,10 +11,10 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from encoderlab.core.arguments import ConfigPath
-from encoderlab.core.config import ConfigError, load_yaml, validate
+from encoderlab.core.config import ConfigError, Given, load_yaml, validate
 from encoderlab.core.io import folder_name
 from encoderlab.tasks import is_local_source
 
@@ -191,6 +191,9 @@ class StudySpec(_Section):
                                                "'paper', the paper's five findings")
 
     _name_is_one_folder = field_validator("name")(folder_name)
+    # the study file `validate` read it from: a key it sets in a run's pretraining config is blamed there
+    # (study/grid.py `study_overrides`), not on the pretraining config file
+    _given: Given = PrivateAttr(default_factory=Given)
 
     @field_validator("splits", mode="before")
     @classmethod

@@ -1,0 +1,49 @@
+"""`data prepare --tokenizer` of an encoderlab checkpoint or run folder packs with the tokenizer that checkpoint
+holds, as transformers' AutoTokenizer takes a model folder: the data is for continuing that model."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from conftest import WORDS, run_command, tiny_checkpoint
+
+from encoderlab.data import packing
+from encoderlab.runs.checkpoint import set_latest
+
+TEXT = "\n\n".join(" ".join(random.Random(i).choices(WORDS, k=30)) for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    checkpoint = tiny_checkpoint(run / "checkpoints" / "step-0000003")
+    set_latest(run, checkpoint)
+    return run
+
+
+@pytest.mark.parametrize("given", ["run", "checkpoint", "tokenizer"])
+def test_a_checkpoints_tokenizer_packs_the_data(tmp_path, monkeypatch, capsys, run_folder, given):
+    checkpoint = run_folder / "checkpoints" / "step-0000003"
+    folder = {"run": run_folder, "checkpoint": checkpoint, "tokenizer": checkpoint / "tokenizer"}[given]
+    (tmp_path / "c.txt").write_text(TEXT)
+    code, out, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
+                                 "--tokenizer", folder, "--seq-len", "16", "--val-fraction", "0")
+    assert code == 0, err
+    if given != "tokenizer":  # the data is for continuing that model, as for a transformers model's tokenizer
+        assert out.rstrip().endswith(f"cpt-encoder.yaml --set data.path={tmp_path / 'd' / 'packed'} --set "
+                                     f"init.from_weights={folder}"), out
+    assert f"tokenizer {checkpoint / 'tokenizer'}: " in err  # says which tokenizer it used
+    packed = tmp_path / "d" / "packed" / "tokenizer" / "tokenizer.json"
+    assert packed.read_bytes() == (checkpoint / "tokenizer" / "tokenizer.json").read_bytes()
+    assert packing.read_meta(tmp_path / "d" / "packed")["splits"]["train"]["tokens"] > 0
+
+
+def test_a_run_folder_whose_latest_is_gone_is_refused_naming_it(tmp_path, monkeypatch, capsys, run_folder):
+    (tmp_path / "c.txt").write_text(TEXT)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "run" / "LATEST").write_text("step-0000009\n")
+    code, _, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
+                               "--tokenizer", tmp_path / "run", "--seq-len", "16")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{tmp_path / 'run' / 'LATEST'} names step-0000009, which is missing" in err
+    assert not (tmp_path / "d").exists()
