@@ -155,6 +155,9 @@ def test_only_a_paper_dataset_takes_a_local_path(tmp_path):
         task_identity(folder(tmp_path) + "=/etc")
     assert split_spec("squad=/data/squad") == ("squad", "/data/squad")
     assert split_spec("conll-ner") == ("conll-ner", "")
+    for spec in ("squad=", "conll2003= "):  # read as the name alone, it was another dataset than the one meant
+        with pytest.raises(DataError, match=f"task '{spec}': nothing after '=': give the local copy"):
+            expand_specs([spec])
 
 
 def test_a_task_file_may_name_its_data_anywhere(tmp_path):

@@ -70,6 +70,9 @@ def split_spec(spec: str) -> tuple[str, str]:
         if eq and registry.paper_family(name) is None:
             raise DataError(f"task {spec!r}: a task file takes no =PATH (it names its own files); =PATH gives a local "
                             f"copy of one of the paper's datasets only ({', '.join(paper_tasks())}), e.g. squad=DIR")
+        if eq and not source.strip():  # `squad=` with the path left out would read as `squad`: another dataset
+            raise DataError(f"task {spec!r}: nothing after '=': give the local copy ({name}=DIR) or a Hub id, or the "
+                            f"name alone ({name})")
         return name, source
     if eq:
         raise DataError(f"task {spec!r}: {name!r} is not one of the paper's datasets, the only tasks that take =PATH "
