@@ -73,3 +73,13 @@ def test_a_check_across_keys_names_the_value_the_study_file_set(tmp_path):
         build_plan(*load_study(file))
     assert str(info.value).endswith("train: micro_batch 3 must divide global_batch 4 (train.micro_batch=3 from "
                                     f"{file}: size_overrides.micro)"), str(info.value)
+
+
+def test_a_budget_shorter_than_the_warmup_names_the_study_s_budget(tmp_path):
+    """The run's steps are the study's budget: the refusal is blamed on it, as on `--set train.steps=1` on the
+    command line, not on the pretraining file, which never set the steps."""
+    file = study(tmp_path, budget=1)
+    with pytest.raises(ConfigError) as info:
+        build_plan(*load_study(file))
+    assert str(info.value).startswith(f"{file}: budget: lr_schedule.warmup_steps=2 is longer than the run "
+                                      "(train.steps=1)"), str(info.value)

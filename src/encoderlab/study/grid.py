@@ -210,6 +210,9 @@ def study_overrides(spec: StudySpec, size: str | None, cpt: bool, data: dict) ->
     if size is not None:
         sections.append((f"size_overrides.{size}", spec.size_overrides.get(size, {})))
         sections += [("cpt", _cpt_keys(spec))] if cpt and spec.cpt else []
+    # A run of the full budget takes its steps from the study's `budget` (a split or an earlier checkpoint's are
+    # the plan's own arithmetic on it, named by the run)
+    sections.append(("budget", {"train": {"steps": spec.budget}}))
     return [_set_in(file, section, key, value) for section, keys in sections if file is not None
             for key, value in _leaves(keys) if _at(data, key) == value]
 
