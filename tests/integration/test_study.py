@@ -136,6 +136,24 @@ def test_the_plan_reads_the_prepared_size_and_says_so(tmp_path, packed_dir):
     assert prepared["epochs"] == float(f"{20 * 4 * 64 / meta['splits']['train']['tokens']:.3g}") > 0
 
 
+def test_size_overrides_of_a_size_the_study_does_not_train_are_refused(tmp_path):
+    """They were ignored without a word: a misspelt size (`mirco`) planned and ran with the base recipe."""
+    study = write_study(tmp_path, "nowhere", size_overrides={"mirco": {"optim": {"lr": 1e-3}}})
+    with pytest.raises(ConfigError, match=r"study.yaml: size_overrides\.mirco: the study trains no model of size "
+                                          r"'mirco' \(its sizes: micro\), so these overrides would be ignored$"):
+        load_study(study)
+
+
+def test_a_model_vocabulary_smaller_than_the_datas_is_refused_when_planned(tmp_path):
+    """It planned, then every pretraining job failed once it read the data and each random-init evaluation with an
+    IndexError (its embeddings fewer than the task's token ids)."""
+    study = write_study(tmp_path, "nowhere", size_overrides={"micro": {"model": {"vocab_size": 100}}},
+                        random_init=["micro"])
+    with pytest.raises(ConfigError, match=r"study.yaml: size_overrides\.micro: model\.vocab_size: 100 is fewer than "
+                                          r"the data's 320 tokens"):
+        plan_of(study)
+
+
 def test_bad_study_files_are_clear(tmp_path):
     study = write_study(tmp_path, "nowhere", models=[{"sizes": ["huge"], "objectives": ["mlm40"]}])
     with pytest.raises(ConfigError, match="unknown model size 'huge'"):

@@ -47,3 +47,21 @@ def test_a_run_folder_whose_latest_is_gone_is_refused_naming_it(tmp_path, monkey
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert f"{tmp_path / 'run' / 'LATEST'} names step-0000009, which is missing" in err
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("folder, said", [
+    ("empty", "is an empty folder: give a tokenizer.json or a folder holding a tokenizer"),
+    ("run", "is an encoderlab run without a LATEST checkpoint: give one of its checkpoint folders "
+            "(checkpoints/step-N, each holds its tokenizer/), or pretrain until one is saved")])
+def test_a_folder_without_a_tokenizer_is_refused_saying_what_it_is(tmp_path, monkeypatch, capsys, folder, said):
+    """transformers' own reason for these read `Couldn't instantiate the backend tokenizer from one of: ` and
+    called a run folder a model without a tokenizer.json."""
+    (tmp_path / "c.txt").write_text(TEXT)
+    (tmp_path / "f").mkdir()
+    if folder == "run":  # a run stopped before its first checkpoint
+        (tmp_path / "f" / "checkpoints").mkdir()
+        (tmp_path / "f" / "metrics.jsonl").write_text("")
+    code, _, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
+                               "--tokenizer", tmp_path / "f", "--seq-len", "16")
+    assert (code, err.strip().splitlines()) == (2, [f"error: {tmp_path / 'f'}: {said}"]), err
+    assert not (tmp_path / "d").exists()

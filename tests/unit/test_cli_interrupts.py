@@ -31,3 +31,46 @@ def test_ctrl_c_in_a_command_that_says_nothing_itself_is_still_said(tmp_path, mo
     code, out, err = run_command(monkeypatch, capsys, "finetune", tmp_path / "model", task, "--lr", "1e-3",
                                  "--out", tmp_path / "evals", home=tmp_path / "home")
     assert (code, out, err.splitlines()) == (130, "", ["interrupted"])
+
+
+def test_ctrl_c_in_a_forced_data_prepare_names_the_command_that_reuses_the_finished_steps(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """With --force the same command rebuilds every step again: the one that goes on from them is without it."""
+    from encoderlab.data import prepare as prepare_module
+
+    def pressed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(prepare_module, "prepare", pressed)
+    (tmp_path / "a.txt").write_text("some text\n\nmore text\n")
+    (tmp_path / "out").mkdir()
+    code, out, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "a.txt", "--out", tmp_path / "out",
+                                 "--force", home=tmp_path / "home")
+    assert code == 130 and out == ""
+    assert err.splitlines() == [f"· interrupted: data prepare into {tmp_path / 'out'} stopped; nothing half-written "
+                                "was kept (the steps it finished are kept: the same command without --force goes on "
+                                "from them)"]
+
+
+def test_ctrl_c_in_a_fresh_demo_names_the_command_that_goes_on_from_the_finished_jobs(tmp_path, monkeypatch, capsys):
+    """`demo --fresh` deletes the study's folder first: run again, it would delete the jobs it just finished."""
+    from types import SimpleNamespace
+
+    from encoderlab.cli import commands, study as study_cli
+    from encoderlab.data import prepare as prepare_module
+    from encoderlab.study import plan as plan_module, runner, spec as spec_module
+
+    def pressed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    root = tmp_path / "studies" / "demo"
+    monkeypatch.setattr(spec_module, "load_study", lambda path: ({}, {}))
+    monkeypatch.setattr(prepare_module, "prepare", lambda *a, **k: {})
+    monkeypatch.setattr(commands, "render_prepare", lambda s: None)
+    monkeypatch.setattr(plan_module, "build_plan", lambda spec, base: SimpleNamespace(root=root, summary=dict))
+    monkeypatch.setattr(study_cli, "render_plan", lambda s: None)
+    monkeypatch.setattr(runner, "run_study", pressed)
+    code, out, err = run_command(monkeypatch, capsys, "demo", "--fresh", home=tmp_path / "home")
+    assert code == 130 and out == ""
+    assert err.splitlines() == [f"· interrupted: the study in {root} stopped; the jobs it finished are kept: the same "
+                                "command without --fresh goes on from them"]

@@ -140,7 +140,8 @@ def demo(
     from encoderlab.cli.study import render_plan
 
     render_plan(plan.summary())
-    with interrupt_said(STUDY_KEPT.format(plan.root)):
+    # --fresh run again would delete the jobs this run finished
+    with interrupt_said(STUDY_KEPT.format(plan.root, " without --fresh" if fresh else "")):
         result = run_study(plan, base, workers=workers or min(2, os.cpu_count() or 1), log=log)
     report = write_report(plan.root)
     minutes = (time.perf_counter() - started) / 60

@@ -41,7 +41,7 @@ def emit(summary: dict, as_json: bool, render) -> None:
         render(summary)
 
 
-STUDY_KEPT = "the study in {} stopped; the jobs it finished are kept: the same command goes on from them"
+STUDY_KEPT = "the study in {} stopped; the jobs it finished are kept: the same command{} goes on from them"
 
 
 @contextmanager

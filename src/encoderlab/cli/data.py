@@ -61,7 +61,7 @@ def data_prepare(
                           shard=parse_shard(shard) if shard else None, join=join, force=force)
     if opts.shard is None:  # a shard packs nothing: its windows are the join's
         check_windows_fit(opts.tokenizer, seq_len, tokenizer)
-    with interrupt_said(_interrupt_line(out_dir or default_out(source), opts.shard is not None)):
+    with interrupt_said(_interrupt_line(out_dir or default_out(source), opts.shard is not None, force)):
         summary = prepare(source, out_dir, opts, log=log)
 
     def render(s: dict) -> None:
@@ -73,13 +73,14 @@ def data_prepare(
     emit(summary, as_json, render)
 
 
-def _interrupt_line(out: Path, shard: bool) -> str:
+def _interrupt_line(out: Path, shard: bool, force: bool) -> str:
     """What Ctrl-C stopped and what it kept. Each step is written whole, so a step cut short leaves nothing; a first
-    prepare removes the folders it made; the steps (a shard: the parts) finished before are what the next run reuses."""
+    prepare removes the folders it made; the steps (a shard: the parts) finished before are what the next run reuses,
+    which --force would rebuild."""
     kept = shard or out.exists()
+    again = "the same command without --force" if force else "the same command"
     return f"data prepare into {out} stopped; nothing half-written was kept" + (
-        f" (the {'parts' if shard else 'steps'} it finished are kept: the same command goes on from them)" if kept
-        else "")
+        f" (the {'parts' if shard else 'steps'} it finished are kept: {again} goes on from them)" if kept else "")
 
 
 def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | None,

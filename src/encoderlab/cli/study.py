@@ -124,7 +124,7 @@ def run_cmd(
         refuse_changed(plan, jobs_of(plan))
         render_plan(plan.summary())
         return
-    with interrupt_said(STUDY_KEPT.format(plan.root)):
+    with interrupt_said(STUDY_KEPT.format(plan.root, "")):
         result = run_study(plan, base, workers=workers, log=log, only=only, job_id=job)
 
     def render(result: dict) -> None:

@@ -266,6 +266,12 @@ def _unreadable(folder: Path, exc: Exception) -> str:
     and names the wrong package."""
     import importlib.util
 
+    # transformers' reason for these two is `Couldn't instantiate the backend tokenizer from one of: `
+    if not any(folder.iterdir()):
+        return "is an empty folder: give a tokenizer.json or a folder holding a tokenizer"
+    if (folder / "checkpoints").is_dir():  # a run with a LATEST was read as its checkpoint before this
+        return ("is an encoderlab run without a LATEST checkpoint: give one of its checkpoint folders "
+                "(checkpoints/step-N, each holds its tokenizer/), or pretrain until one is saved")
     if (folder / "tokenizer.json").exists():
         return f"transformers could not load its tokenizer ({_first_line(exc)})"
     spm = next((n for n in SENTENCEPIECE_FILES if (folder / n).is_file()), None)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from encoderlab.core.config import ConfigError, deep_merge, load_yaml, validate
+from encoderlab.core.config import ConfigError, blamed_field, deep_merge, load_yaml, validate
 from encoderlab.model.config import ModelConfig
 from encoderlab.pretraining import objectives
 from encoderlab.pretraining.config import PretrainConfig
@@ -246,8 +246,16 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
 def _run_config(plan: Plan, run: PretrainRun) -> PretrainConfig:
     """A run's pretraining config, validated; a key the study file set is blamed there (`study_overrides`)."""
     data = plan.config(run)
-    return validate(PretrainConfig, data, where=f"study {plan.spec.name}, run {run.name}",
-                    overrides=study_overrides(plan.spec, run.size, run.kind == "cpt", data))
+    cfg = validate(PretrainConfig, data, where=f"study {plan.spec.name}, run {run.name}",
+                   overrides=study_overrides(plan.spec, run.size, run.kind == "cpt", data))
+    vocab = plan.data.get("vocab_size")
+    own = getattr(cfg.model, "vocab_size", None)  # an imported size brings its own data
+    if vocab and own is not None and own < vocab and run.size not in plan.shapes:
+        # the run would fail once it reads the data, and a random-init evaluation index past its embeddings
+        raise ConfigError(f"{blamed_field(cfg, 'model.vocab_size')}{own} is fewer than the data's {vocab} tokens "
+                          f"({plan.data.get('path')}): drop model.vocab_size (the preset takes the data's) or use at "
+                          f"least {vocab}")
+    return cfg
 
 
 def _check_labels(spec: StudySpec, evaluations: list[Evaluation]) -> None:

@@ -228,6 +228,11 @@ class StudySpec(_Section):
             if name.lower() in preset_names() or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
                 raise ValueError(f"{section} name {name!r} must be a folder name (letters, digits, _ . -) that is "
                                  f"not a model preset ({', '.join(preset_names())})")
+        trained = {s for g in (*self.models, *self.splits) for s in g.sizes} | set(self.random_init) | set(
+            self.cpt.sizes if self.cpt else [])  # grid.py study_sizes, which imports this module
+        for size in self.size_overrides.keys() - trained:  # a misspelt size would run with the base recipe
+            raise ValueError(f"size_overrides.{size}: the study trains no model of size {size!r} (its sizes: "
+                             f"{', '.join(sorted(trained)) or 'none'}), so these overrides would be ignored")
         if self.cpt and "imported" in self.cpt.sources:
             unknown = [s for s in self.cpt.sizes if s not in self.imported]
             if unknown:
