@@ -317,9 +317,15 @@ def load_model(path: str | Path):
     if not (path / "model_config.json").exists() or not (path / "tokenizer").exists():
         raise EncoderlabError(f"{path} lacks model_config.json or tokenizer/: it was written by an older encoderlab")
     cfg = ModelConfig.model_validate(json.loads((path / "model_config.json").read_text()))
+    tokenizer = load_tokenizer(path / "tokenizer")
+    if tokenizer.vocab_size > cfg.vocab_size:
+        # its ids past the embeddings would fail deep in a fine-tuning run, or export a model that cannot read them
+        raise EncoderlabError(f"{path}: its tokenizer has {tokenizer.vocab_size} tokens but its model's vocab_size is "
+                              f"{cfg.vocab_size} (model_config.json): the model cannot read ids from "
+                              f"{cfg.vocab_size} up; pair the model with the tokenizer it was trained with")
     model = TransformerLM(cfg)
     load_weights(path, model)
-    return model, cfg, load_tokenizer(path / "tokenizer")
+    return model, cfg, tokenizer
 
 
 def prune(run_dir: Path, keep: int) -> None:
