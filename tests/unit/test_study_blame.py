@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from encoderlab.core.config import ConfigError
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.pretraining.setup import model_config
 from encoderlab.study.plan import build_plan
 from encoderlab.study.spec import load_study
@@ -83,3 +84,32 @@ def test_a_budget_shorter_than_the_warmup_names_the_study_s_budget(tmp_path):
         build_plan(*load_study(file))
     assert str(info.value).startswith(f"{file}: budget: lr_schedule.warmup_steps=2 is longer than the run "
                                       "(train.steps=1)"), str(info.value)
+
+
+@pytest.mark.parametrize(("keys", "said"), [
+    ({"pretrain_overrides": {"data": {"path": "/nonexistent"}}},
+     "pretrain_overrides: data.path: the data '/nonexistent' is not prepared"),
+    ({"size_overrides": {"micro": {"data": {"path": "/nonexistent"}}}},
+     "size_overrides.micro: data.path: no packed dataset at /nonexistent: create it with ")])
+def test_a_data_path_the_study_sets_that_is_not_prepared_is_blamed_on_the_study_file(tmp_path, packed_dir, keys,
+                                                                                     said):
+    """With the base data prepared (no data_shape), a size's own data.path is checked when planned too: it used to
+    be planned with the base data and refused only when its run started, unblamed."""
+    file = study(tmp_path, data_shape=None, **keys)
+    config = yaml.safe_load((tmp_path / "pretrain.yaml").read_text())
+    (tmp_path / "pretrain.yaml").write_text(yaml.safe_dump({**config, "data": {"path": str(packed_dir)}}))
+    with pytest.raises(EncoderlabError) as info:
+        build_plan(*load_study(file))
+    assert str(info.value).startswith(f"{file}: {said}"), str(info.value)
+
+
+def test_a_data_path_the_study_sets_is_blamed_on_it_when_its_run_starts(tmp_path):
+    """Planned from data_shape, the data may be prepared after the plan: a run that finds none names the study file."""
+    from encoderlab.pretraining.setup import run_data
+
+    file = study(tmp_path, pretrain_overrides={"data": {"path": str(tmp_path / "none")}})
+    [cfg] = build_plan(*load_study(file)).configs.values()
+    with pytest.raises(EncoderlabError) as info:  # as a worker process gets it too
+        run_data(pickle.loads(pickle.dumps(cfg)))
+    assert str(info.value).startswith(f"{file}: pretrain_overrides: data.path: no packed dataset at "
+                                      f"{tmp_path / 'none'}: create it with "), str(info.value)

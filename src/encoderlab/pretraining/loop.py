@@ -18,13 +18,14 @@ from encoderlab.core.io import check_writable, write_json
 from encoderlab.core.process import drop_if_only_lock, run_lock
 from encoderlab.core.seeds import STEP_DRAWS, derive_seed
 from encoderlab.data import packing
-from encoderlab.data.loader import PackedDataset, PackedLoader, resolve_data
+from encoderlab.data.loader import PackedDataset, PackedLoader
 from encoderlab.model import attention
 from encoderlab.pretraining import distributed, objectives
 from encoderlab.pretraining import resume as same_run
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.divergence import Watch, out_of_memory
-from encoderlab.pretraining.setup import check_compatible, check_source, initial_model, model_config, resolve_device
+from encoderlab.pretraining.setup import (check_compatible, check_source, initial_model, model_config, resolve_device,
+                                         run_data)
 from encoderlab.runs import checkpoint, optim
 from encoderlab.runs.logging import MetricsLog, Progress, describe_step, read_metrics
 
@@ -41,7 +42,7 @@ class Trainer:
         check_writable(self.run_dir, "the folder of a pretraining run")  # first: it is looked into below
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
-        data_root = resolve_data(cfg.data.path)
+        data_root = run_data(cfg)  # a missing one blamed on what set it
         self.train_data = PackedDataset(data_root, "train")
         self.val_data = PackedDataset(data_root, "validation")
         self.data_fingerprint = packing.fingerprint(self.train_data.meta)

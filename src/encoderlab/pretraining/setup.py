@@ -56,9 +56,18 @@ def initial_model(cfg: PretrainConfig, model_cfg: ModelConfig | TransformersConf
     return module
 
 
+def run_data(cfg: PretrainConfig) -> Path:
+    """The packed data of a run's `data.path`; a missing one is blamed on what set it (a study file's section, an
+    override), as the checks made once the data is read are."""
+    try:
+        return resolve_data(cfg.data.path)
+    except EncoderlabError as e:
+        raise EncoderlabError(f"{blamed_field(cfg, 'data.path')}{e}") from None
+
+
 def describe(cfg: PretrainConfig) -> dict:
     """The resolved run: what --dry-run prints and what is written beside the checkpoints."""
-    data = resolve_data(cfg.data.path)
+    data = run_data(cfg)
     meta = PackedDataset(data).meta  # its shards checked against the index: a cut file fails here, not mid-run
     mcfg = model_config(cfg, meta["tokenizer"])
     phases = cfg.phases

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from encoderlab.core.config import GIVEN, ConfigError, deep_merge, validate
+from encoderlab.core.config import GIVEN, ConfigError, blamed_field, deep_merge, validate
 from encoderlab.core.errors import prepare_command
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.presets import preset, preset_names
@@ -255,8 +255,9 @@ def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
             given = Path(cfg.data.path)  # `data prepare` writes OUT/packed
             how = (f"`{prepare_command('offline')}`" if cfg.data.path == "offline" else
                    f"`{prepare_command('SRC', given.parent if given.name == 'packed' else given)}`")
-            raise ConfigError(f"the data {cfg.data.path!r} is not prepared and the study gives no data_shape "
-                              f"(vocab_size, seq_len) to plan with: prepare it ({how}) or add data_shape") from None
+            raise ConfigError(f"{blamed_field(cfg, 'data.path')}the data {cfg.data.path!r} is not prepared and the "
+                              "study gives no data_shape (vocab_size, seq_len) to plan with: prepare it "
+                              f"({how}) or add data_shape") from None
         return {"from": "data_shape", "path": cfg.data.path, "vocab_size": spec.data_shape.vocab_size,
                 "seq_len": spec.data_shape.seq_len}
 

@@ -92,10 +92,10 @@ class RandomInitJob(Job):
     def execute(self, log: Say, progress: Say | None) -> dict:
         import shutil
 
-        from encoderlab.data.loader import PackedDataset, resolve_data
+        from encoderlab.data.loader import PackedDataset
         from encoderlab.model import attention
         from encoderlab.pretraining.resume import record_config
-        from encoderlab.pretraining.setup import initial_model, model_config
+        from encoderlab.pretraining.setup import initial_model, model_config, run_data
         from encoderlab.runs import checkpoint
 
         if self.config is None:
@@ -106,7 +106,7 @@ class RandomInitJob(Job):
             shutil.rmtree(run_dir)  # never finished (the checkpoint is the last thing written): start clean
         run_dir.mkdir(parents=True)
         record_config(self.config, None)  # config.yaml, as a run's: what refuse_changed compares the study file with
-        data = PackedDataset(resolve_data(self.config.data.path), "train")
+        data = PackedDataset(run_data(self.config), "train")
         model_cfg = model_config(self.config, data.meta["tokenizer"])
         model = initial_model(self.config, model_cfg, attention.for_inference())  # the trained runs' first weights
         checkpoint.save_weights_only(self.checkpoint, model.state_dict(), model_cfg, data.root / "tokenizer",

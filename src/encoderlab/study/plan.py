@@ -255,6 +255,9 @@ def _run_config(plan: Plan, run: PretrainRun) -> PretrainConfig:
         raise ConfigError(f"{blamed_field(cfg, 'model.vocab_size')}{own} is fewer than the data's {vocab} tokens "
                           f"({plan.data.get('path')}): drop model.vocab_size (the preset takes the data's) or use at "
                           f"least {vocab}")
+    if plan.data.get("from") == "prepared" and run.size not in plan.shapes:
+        from encoderlab.pretraining.setup import run_data
+        run_data(cfg)  # a size's own data.path (size_overrides): refused now, not when its run starts
     return cfg
 
 
