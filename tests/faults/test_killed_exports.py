@@ -9,7 +9,8 @@ from pathlib import Path
 
 from conftest import train_tiny
 
-from encoderlab.core.io import atomic_dir, remove_dead_leftovers
+from encoderlab.core.io import atomic_dir
+from encoderlab.core.leftovers import remove_dead_leftovers
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.importer import import_hf
 

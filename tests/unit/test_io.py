@@ -8,6 +8,7 @@ import os
 import shutil
 import stat
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,59 @@ def test_a_full_disk_inside_a_temporary_copy_names_the_destination_not_the_copy(
     assert str(failed.value) == f"cannot write {tmp_path / 'a.json'}: No space left on device; nothing was written " \
                                 "there"
     assert list(tmp_path.iterdir()) == []
+
+
+def stale_old(dest: Path) -> Path:
+    """What a write of `dest` by this process leaves when its old folder's removal failed."""
+    old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+    (old / "inner").mkdir(parents=True)
+    (old / "inner" / "old.txt").write_text("old")
+    return old
+
+
+def test_a_second_write_removes_the_old_folder_an_earlier_one_left(tmp_path):
+    """The rename of `dest` onto a folder that is not empty failed with ENOTEMPTY, a traceback."""
+    dest = tmp_path / "out"
+    dest.mkdir()
+    old = stale_old(dest)
+    with atomic_dir(dest) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert sorted(p.name for p in dest.iterdir()) == ["new.txt"]
+    assert not old.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_second_write_moves_the_old_folder_aside_under_its_own_name_when_the_left_one_stays(tmp_path, monkeypatch):
+    dest = tmp_path / "out"
+    dest.mkdir()
+    old = stale_old(dest)
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(shutil, "rmtree", refused)
+    for text in ("new", "newer"):
+        with atomic_dir(dest) as tmp:
+            (tmp / "new.txt").write_text(text)
+    monkeypatch.undo()
+    assert (dest / "new.txt").read_text() == "newer" and (old / "inner" / "old.txt").read_text() == "old"
+    aside = sorted(p.name for p in tmp_path.iterdir() if p != dest and p != old)
+    assert len(aside) == 2 and all(name.startswith(f"{old.name}-") for name in aside), aside
+
+
+def test_with_the_destination_missing_the_newest_old_folder_is_put_back(tmp_path):
+    """A dead writer's old folder whose removal failed, then its kill between the two renames of the next write:
+    the version put back is the one moved aside last, whatever the names' order."""
+    import subprocess
+    import sys
+
+    from encoderlab.core.leftovers import remove_dead_leftovers
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    dest = tmp_path / "out"
+    for name, text in ((f".out.old-{child.pid}", "stale"), (f".out.old-{child.pid}-ffffffff", "previous")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "v.txt").write_text(text)
+        time.sleep(0.05)  # a later change time, on any file system's clock
+    assert remove_dead_leftovers(dest) == [f".out.old-{child.pid}", f".out.old-{child.pid}-ffffffff"]
+    assert (dest / "v.txt").read_text() == "previous" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -126,14 +126,14 @@ def test_a_failure_in_the_second_process_ends_the_build_while_parts_it_skips_are
     class Blocked(Recorded):
         def __init__(self, root, parallel):
             super().__init__(root, parallel)
-            for name in ("wiki-title", f".wiki-title.old-{self.process.pid}"):  # a live writer's: left alone
-                (root / name / "file").parent.mkdir(parents=True)
-                (root / name / "file").write_text("in the way")
+            (root / "wiki-title" / "file").parent.mkdir(parents=True)  # an earlier version, to be put aside
+            (root / "wiki-title" / "file").write_text("in the way")
 
     def hung(signum, frame):
         raise RuntimeError("the build hung")  # not an OSError, which the build is to raise
 
     monkeypatch.setattr(build, "Jobs", Blocked)
+    monkeypatch.setattr(jobs, "_serve", serve_unmovable)
     previous = signal.signal(signal.SIGALRM, hung)
     signal.alarm(60)
     try:
@@ -142,6 +142,23 @@ def test_a_failure_in_the_second_process_ends_the_build_while_parts_it_skips_are
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def serve_unmovable(conn, root: Path, names, parent: int) -> None:
+    """The second process (spawned: it imports this module to find this function), where the file system refuses
+    to move wiki-title's folder aside, as it may (a mount point, an immutable folder, which root meets too)."""
+    import errno
+    import os
+
+    replace = os.replace
+
+    def refused(source, target, *args, **kwargs):
+        if Path(source).name == "wiki-title":
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(source))
+        return replace(source, target, *args, **kwargs)
+
+    os.replace = refused
+    jobs._serve(conn, root, names, parent)
 
 
 def test_the_first_failure_in_suite_order_is_raised_whichever_process_ran_it(tmp_path, monkeypatch):

@@ -4,7 +4,6 @@ where data and caches live. Who may write a folder, and for how long a process l
 from __future__ import annotations
 
 import errno
-import glob
 import hashlib
 import io
 import json
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from encoderlab.core import unique_names
 from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed, short
+from encoderlab.core.leftovers import aside_name, remove_dead_leftovers
 
 
 def encoderlab_home() -> Path:
@@ -193,37 +193,6 @@ def umask() -> int:
         return mask
 
 
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def remove_dead_leftovers(dest: Path) -> list[str]:
-    """Remove the temporary siblings of `dest` that a killed `atomic_dir` left (`.NAME.tmp-PID-*`, `.NAME.old-PID`)
-    once their writer PID no longer runs: a kill leaves a full-size copy that nothing else would remove. A live
-    writer's are left alone. An `.old-PID` folder with `dest` missing is the previous complete version (the kill
-    came between the two renames): it is put back. Returns the names handled."""
-    pattern = re.compile(rf"\.{re.escape(dest.name)}\.(tmp|old)-(\d+)(-[0-9a-f]+)?")
-    handled = []
-    for path in sorted(dest.parent.glob(f".{glob.escape(dest.name)}.*-*")):  # .old- before .tmp-
-        found = pattern.fullmatch(path.name)
-        if found is None or _running(int(found[2])):
-            continue
-        if found[1] == "old" and not os.path.lexists(dest):
-            os.replace(path, dest)
-        elif path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-        handled.append(path.name)
-    return handled
-
-
 @contextmanager
 def atomic_dir(dest: Path) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces `dest`, on error it is removed (and what killed
@@ -241,7 +210,7 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
             for path in [tmp, *tmp.rglob("*")]:
                 path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
             if os.path.lexists(dest):
-                old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+                old = aside_name(dest)
                 os.replace(dest, old)
                 os.replace(tmp, dest)
                 with suppress(OSError):  # the write succeeded: an old folder it cannot remove stays, a leftover
@@ -264,16 +233,6 @@ def atomic_file(path: Path) -> Iterator[Path]:
             os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def remove_leftovers(folder: Path) -> list[str]:
-    """Remove from `folder` what killed atomic writes left there (`.NAME.tmp-*` files and folders, `.NAME.old-*`
-    folders); call it holding the folder's lock, when no other writer can be using them. Returns the names."""
-    found = sorted(p for pattern in (".*.tmp-*", ".*.old-*") for p in Path(folder).glob(pattern))
-    for path in found:
-        shutil.rmtree(path, ignore_errors=True) if path.is_dir() and not path.is_symlink() else \
-            path.unlink(missing_ok=True)
-    return [p.name for p in found]
 
 
 def read_json(path: Path, fix: str):

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from encoderlab.core.errors import CALLER, DataError, option, prepare_command, warn
-from encoderlab.core.io import atomic_dir, encoderlab_home, read_jsonl, remove_leftovers, write_json, write_jsonl
+from encoderlab.core.io import atomic_dir, encoderlab_home, read_jsonl, write_json, write_jsonl
+from encoderlab.core.leftovers import remove_leftovers
 from encoderlab.core.process import run_lock
 from encoderlab.data import packing, shards, sources
 from encoderlab.data.documents import Document

@@ -29,7 +29,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from encoderlab.core.errors import EncoderlabError, command, given_as, resolved
-from encoderlab.core.io import atomic_dir, atomic_file, file_digest, remove_leftovers, sha256_of, write_json
+from encoderlab.core.io import atomic_dir, atomic_file, file_digest, sha256_of, write_json
+from encoderlab.core.leftovers import remove_leftovers
 from encoderlab.runs import migrate_checkpoint
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from encoderlab.core.errors import Failed
-from encoderlab.core.io import remove_dead_leftovers
+from encoderlab.core.leftovers import remove_dead_leftovers
 from encoderlab.core.process import die_with_parent
 from encoderlab.data.offline import ir, qa
 
