@@ -16,7 +16,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from encoderlab.core.arguments import Log, Overrides, PathLike, Positive, checked, set_strings
+from encoderlab.core.arguments import Log, Overrides, PathLike, Positive, TaskNames, checked, set_strings
 from encoderlab.core.config import load_config, validate
 from encoderlab.core.errors import EncoderlabError, EncoderlabWarning
 from encoderlab.core.io import CONFIGS, check_writable, task_cache
@@ -173,7 +173,7 @@ def import_hf(source: PathLike, out: PathLike, *, force: bool = False, head: str
 
 
 @checked
-def mteb(model: PathLike, tasks: Sequence[str] | str, out: PathLike, *, force: bool = False,
+def mteb(model: PathLike, tasks: TaskNames, out: PathLike, *, force: bool = False,
          batch_size: Positive = 32, log: Log = print) -> dict:
     """Score a model with the mteb library, frozen (docs/mteb.md), as `encoderlab mteb MODEL --tasks ... --out OUT`:
     `model` an encoderlab checkpoint or run folder, a sentence-transformers or a transformers folder; `tasks` offline

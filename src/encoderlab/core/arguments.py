@@ -20,6 +20,7 @@ from encoderlab.core.errors import CALLER, PATH_ARGUMENTS, EncoderlabError
 Log = Callable[[str], None]
 Overrides = Sequence[str] | Mapping[str, object]
 PathLike = str | Path
+TaskNames = Sequence[str] | str  # mteb's tasks: named so that a refusal says task names, not texts
 Positive = Annotated[int, Field(ge=1)]
 
 
@@ -150,7 +151,7 @@ def _python_scalar(value: object) -> object:
 
 
 # How a type alias of this module reads in an error message (longest first: each replaces its text in turn)
-READABLE = {"Sequence[str] | str": "a text or a list of texts",
+READABLE = {"TaskNames": "a task name or a list of task names", "Sequence[str] | str": "a text or a list of texts",
             "Sequence[PathLike] | PathLike": "a task or a list of tasks (names or paths)",
             "PathLike | Mapping": "a path (str or Path) or a mapping", "PathLike": "a path (str or Path)",
             "Overrides": "a mapping or a list of 'key=value' strings",
