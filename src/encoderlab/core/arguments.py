@@ -7,6 +7,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -168,7 +169,7 @@ def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: t
     unknown = [e["loc"][0] for e in errors if e["type"] == "unexpected_keyword_argument"]
     if unknown:
         takes = ", ".join(p.name for p in params if p.name != "self")
-        given = ", ".join(f"{name}={kwargs.get(name)!r:.40}" for name in unknown)
+        given = ", ".join(f"{name}={_shown(kwargs.get(name), 40)}" for name in unknown)
         return f"{fn.__qualname__}: unexpected argument{'s' * (len(unknown) > 1)} {given}: it takes {takes}"
     if errors[0]["type"] == "unexpected_positional_argument":
         shown = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
@@ -180,7 +181,12 @@ def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: t
         wants = wants.replace(alias, text)
     one = errors[0]
     wants = (STRICT.get(one["type"]) or one["msg"].lower()) if len(errors) == 1 else f"takes {wants}"
-    return f"{fn.__qualname__}: argument {param.name}={given!r:.80}: {wants}"
+    return f"{fn.__qualname__}: argument {param.name}={_shown(given, 80)}: {wants}"
+
+
+def _shown(value: object, width: int) -> str:
+    """A value's repr on one line, cut to `width`: a pandas Series or a 2-d array spans lines, a refusal does not."""
+    return re.sub(r"\s*\n\s*", " ", repr(value))[:width]
 
 
 def plain(value: object, where: str) -> object:
