@@ -142,14 +142,25 @@ def whole_numbers(fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def _python_scalar(value: object) -> object:
     """A numpy number or boolean as the Python one it holds (a notebook's `np.arange` gives them; strict checking
-    would refuse `batch_size=np.int64(32)`), any other os.PathLike of a text path (`zipfile.Path`, a library's
-    path class) as a Path; anything else as it is."""
+    would refuse `batch_size=np.int64(32)`), a 1-d numpy array or pandas Series of texts as their list, any other
+    os.PathLike of a text path (`zipfile.Path`, a library's path class) as a Path; anything else as it is."""
     if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         return value.item()
+    if _texts_array(value):
+        return [str(text) for text in value.tolist()]  # type: ignore[attr-defined]
     if isinstance(value, os.PathLike) and not isinstance(value, Path) and isinstance(os.fspath(value), str):
         return Path(os.fspath(value))
     return value
 
+
+
+def _texts_array(value: object) -> bool:
+    """Whether `value` is a 1-d numpy array or pandas Series of texts only (`embed(df["text"])`): the list of texts
+    it holds, as a numpy number is the Python one. An array of numbers or of more dimensions stays refused."""
+    if type(value).__module__.partition(".")[0] not in ("numpy", "pandas") or getattr(value, "ndim", None) != 1:
+        return False
+    items = value.tolist() if callable(getattr(value, "tolist", None)) else None  # type: ignore[attr-defined]
+    return isinstance(items, list) and all(isinstance(item, str) for item in items)
 
 # How a type alias of this module reads in an error message (longest first: each replaces its text in turn)
 READABLE = {"TaskNames": "a task name or a list of task names", "Sequence[str] | str": "a text or a list of texts",
