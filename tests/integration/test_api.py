@@ -107,7 +107,8 @@ def test_a_command_to_run_first_is_named_as_the_api_function(tmp_path, packed_di
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(EncoderlabError) as caught:
         encoderlab.load(folder)
-    assert f"import it first (encoderlab.import_hf('{folder}', out=CKPT)), then fine-tune CKPT" in str(caught.value)
+    assert (f"import it first (encoderlab.import_hf('{folder}', out=CKPT)), then give CKPT in its place"
+            in str(caught.value))
     run = {"name": "x", "out_dir": str(tmp_path / "runs"), "data": {"path": str(packed_dir)},
            "init": {"from_weights": str(folder)},
            "lr_schedule": {"warmup_steps": 1, "decay_steps": 1}, "train": {"steps": 2, "global_batch": 2}}
