@@ -16,7 +16,7 @@ import torch
 from pydantic import Field
 from torch import Tensor
 
-from encoderlab.core.arguments import Log, Overrides, PathLike, Positive, checked, set_strings
+from encoderlab.core.arguments import Log, Overrides, PathLike, Positive, TaskNames, checked, set_strings
 from encoderlab.core.config import load_config, validate
 from encoderlab.core.errors import EncoderlabError, EncoderlabWarning
 from encoderlab.core.io import CONFIGS, check_writable, task_cache
@@ -28,14 +28,16 @@ from encoderlab.model.transformer import TransformerLM
 @checked
 def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: Positive = 8192, seq_len: Positive = 512,
                  val_fraction: float = 0.005, tokenizer: PathLike | None = None, text_column: str = "text",
-                 max_documents: Positive | None = None, force: bool = False, log: Log = print) -> dict:
+                 txt_unit: str = "paragraph", max_documents: Positive | None = None, force: bool = False,
+                 log: Log = print) -> dict:
     """Tokenise and pack a corpus for pretraining, as `encoderlab data prepare`.
 
     `source`: "offline" (the bundled suite: its tasks, corpus, tokenizer and packed windows), a local .txt, .jsonl,
     .parquet or .csv file, folder or glob, or a Hugging Face dataset id. A byte-level BPE of `vocab_size` is trained
     unless `tokenizer` (a tokenizer.json or tokenizer folder, an encoderlab checkpoint or run, or `minilm-l6`) is
-    given. Returns the summary; its `packed` entry is the folder a pretraining config's `data.path` names. Done
-    steps are reused unless `force`."""
+    given. `txt_unit`: what a document is in a .txt file, "paragraph" (lines up to a blank line), "line" or "file".
+    Returns the summary; its `packed` entry is the folder a pretraining config's `data.path` names. Done steps are
+    reused unless `force`."""
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
     from encoderlab.hub.folders import check_data_out
     from encoderlab.runs.encoders import named_tokenizer
@@ -46,7 +48,7 @@ def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: P
     check_data_out(out, "out")
     opts = PrepareOptions(vocab_size=vocab_size, seq_len=seq_len, val_fraction=val_fraction,
                           tokenizer=named_tokenizer(str(tokenizer) if tokenizer else None), text_column=text_column,
-                          max_documents=max_documents, force=force)
+                          txt_unit=txt_unit, max_documents=max_documents, force=force)
     check_windows_fit(opts.tokenizer, seq_len, str(tokenizer) if tokenizer else None)
     return prepare(str(source), out, opts, log=log)
 
@@ -171,7 +173,7 @@ def import_hf(source: PathLike, out: PathLike, *, force: bool = False, head: str
 
 
 @checked
-def mteb(model: PathLike, tasks: Sequence[str] | str, out: PathLike, *, force: bool = False,
+def mteb(model: PathLike, tasks: TaskNames, out: PathLike, *, force: bool = False,
          batch_size: Positive = 32, log: Log = print) -> dict:
     """Score a model with the mteb library, frozen (docs/mteb.md), as `encoderlab mteb MODEL --tasks ... --out OUT`:
     `model` an encoderlab checkpoint or run folder, a sentence-transformers or a transformers folder; `tasks` offline

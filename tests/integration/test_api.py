@@ -107,7 +107,8 @@ def test_a_command_to_run_first_is_named_as_the_api_function(tmp_path, packed_di
     (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
     with pytest.raises(EncoderlabError) as caught:
         encoderlab.load(folder)
-    assert f"import it first (encoderlab.import_hf('{folder}', out=CKPT)), then fine-tune CKPT" in str(caught.value)
+    assert (f"import it first (encoderlab.import_hf('{folder}', out=CKPT)), then give CKPT in its place"
+            in str(caught.value))
     run = {"name": "x", "out_dir": str(tmp_path / "runs"), "data": {"path": str(packed_dir)},
            "init": {"from_weights": str(folder)},
            "lr_schedule": {"warmup_steps": 1, "decay_steps": 1}, "train": {"steps": 2, "global_batch": 2}}
@@ -431,7 +432,7 @@ def test_mteb_names_its_arguments(checkpoint, tmp_path):
     (lambda e, c: encoderlab.sweep(c, [b"t.yaml"]), "sweep: argument tasks=[b't.yaml']: takes a task or a list of "),
     (lambda e, c: encoderlab.finetune(c, "t.yaml", lr="1e-3"), "finetune: argument lr='1e-3': takes a number"),
     (lambda e, c: encoderlab.prepare_data("c.txt", force="no"), "prepare_data: argument force='no': takes True or "),
-    (lambda e, c: encoderlab.mteb(c, b"tiny-ir", "m"), "mteb: argument tasks=b'tiny-ir': takes a text or a list of "),
+    (lambda e, c: encoderlab.mteb(c, b"tiny-ir", "m"), "mteb: argument tasks=b'tiny-ir': takes a task name or a list "),
     (lambda e, c: e.embed(b"a text"), "Encoder.embed: argument texts=b'a text': takes a text or a list of texts"),
     (lambda e, c: e.embed(["a"], normalize="no"), "Encoder.embed: argument normalize='no': takes True or False"),
     (lambda e, c: e.embed(["a"], batch_size=2.5), "Encoder.embed: argument batch_size=2.5: takes a whole number"),

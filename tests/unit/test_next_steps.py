@@ -2,6 +2,7 @@
 data (the README's path), or, after a shard, the join."""
 from __future__ import annotations
 
+import json
 import shlex
 
 from encoderlab.cli.data import _after_prepare
@@ -83,3 +84,32 @@ def test_the_import_is_named_after_the_model_folder_given_as_the_current_one(tmp
     monkeypatch.chdir(_model_folder(tmp_path / "smollm2", "llama"))
     assert _after_prepare("c.jsonl", None, {"packed": "p"}, "tokenizer.json").startswith(
         "encoderlab import-hf . --out ckpts/smollm2 (")
+
+
+def test_an_encoderlab_checkpoints_tokenizer_continues_it_with_its_shapes(tmp_path, monkeypatch):
+    """It suggested cpt-encoder.yaml with init.from_weights alone, whose model (the default preset) the
+    checkpoint's weights do not fit: `checkpoint ckpts/smollm2 does not fit the configured model: unexpected
+    model.layers.10...`. The next command sets the checkpoint's shapes, and it validates as a config."""
+    from encoderlab.core.config import load_config
+    from encoderlab.pretraining.config import PretrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    shapes = {"vocab_size": 49153, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+              "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
+              "rope_theta": 100000.0, "rms_norm_eps": 1e-05, "tie_word_embeddings": True, "initializer_range": 0.02,
+              "pad_token_id": 2, "bos_token_id": 1, "eos_token_id": 2, "mask_token_id": 49152}
+    (tmp_path / "ckpts" / "smol" / "tokenizer").mkdir(parents=True)
+    (tmp_path / "ckpts" / "smol" / "state.json").write_text("{}")
+    (tmp_path / "ckpts" / "smol" / "model_config.json").write_text(json.dumps(shapes))
+    cpt = CONFIGS / "pretrain" / "cpt-encoder.yaml"
+    for given in ("ckpts/smol", "ckpts/smol/tokenizer"):
+        line = _after_prepare("c.jsonl", None, {"packed": "p"}, given)
+        assert line == (
+            f"encoderlab pretrain {shlex.quote(str(cpt))} --set data.path=p --set init.from_weights=ckpts/smol "
+            "--set model.hidden_size=576 --set model.intermediate_size=1536 --set model.num_hidden_layers=30 "
+            "--set model.num_attention_heads=9 --set model.num_key_value_heads=3 "
+            "--set model.max_position_embeddings=8192 --set model.rope_theta=100000.0 --set model.rms_norm_eps=1.0e-05 "
+            "--set model.tie_word_embeddings=true"), given
+        sets = [part for part in shlex.split(line)[3:] if part != "--set"]
+        cfg = load_config(PretrainConfig, cpt, sets, str(cpt))
+        assert cfg.model.model_extra["rms_norm_eps"] == 1e-05 and cfg.model.model_extra["num_hidden_layers"] == 30

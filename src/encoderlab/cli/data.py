@@ -88,15 +88,13 @@ def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | 
     """The command to run next, as it can be pasted here: pretrain on the data (the README's path), continue the
     model whose tokenizer packed it (a transformers model, an encoderlab checkpoint or run), or, after a shard, the
     join that packs the shards' parts once all have run (with `shard_flags`, the shard's own options)."""
-    from encoderlab.runs.encoders import is_encoderlab_checkpoint
-
     if "shard" in s:
         n = s["shard"].partition("/")[2]
         join = ["encoderlab", "data", "prepare", source, "--out", s["root"], "--tokenizer", str(tokenizer), "--join", n,
                 *shard_flags]
         return f"once all {n} shards have run, {shlex.join(join)}"
-    if tokenizer and is_encoderlab_checkpoint(tokenizer):  # its architecture and weights come from the checkpoint
-        return _continue(tokenizer, None, s["packed"])
+    if tokenizer and (checkpoint := _checkpoint_of(str(tokenizer))) is not None:
+        return _continue_checkpoint(checkpoint, s["packed"])
     if (model := tokenizer_model(tokenizer)) is not None:
         return _continue(model.name, model.kind, s["packed"])
     if source != "offline":
@@ -106,6 +104,43 @@ def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | 
     if out_dir is not None:  # elsewhere than where `data.path: offline` (the demo configs') reads it
         return shlex.join([*pretrain, "--set", f"data.path={s['packed']}"])
     return f"{shlex.join(pretrain)} (data.path: offline is this data), or encoderlab demo (the demo study)"
+
+
+# What a run's model takes from its data, not from the checkpoint it continues: the vocabulary and special ids.
+FROM_DATA = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "mask_token_id", "initializer_range")
+
+
+def _checkpoint_of(tokenizer: str) -> str | None:
+    """The encoderlab checkpoint or run whose tokenizer this is: the folder given, or the one holding its
+    tokenizer/ (what the import's next step names)."""
+    from encoderlab.runs.encoders import is_encoderlab_checkpoint
+
+    path = Path(tokenizer)
+    for folder in (path, path.parent if path.name == "tokenizer" else None):
+        if folder is not None and is_encoderlab_checkpoint(folder):
+            return str(folder)
+    return None
+
+
+def _continue_checkpoint(checkpoint: str, packed: str) -> str:
+    """Continued pretraining of an encoderlab checkpoint (an import, a run): cpt-encoder.yaml has no `model:`
+    section, and a model of the default preset does not fit the checkpoint's weights, so its shapes are set too."""
+    import json
+
+    from encoderlab.runs import checkpoint as ckpt
+
+    shapes = json.loads((ckpt.resolve(checkpoint) / "model_config.json").read_text())
+    sets = [f"model.{key}={_yaml_value(value)}" for key, value in shapes.items() if key not in FROM_DATA]
+    return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/cpt-encoder.yaml"), "--set", f"data.path={packed}",
+                       "--set", f"init.from_weights={checkpoint}", *(part for one in sets for part in ("--set", one))])
+
+
+def _yaml_value(value: object) -> str:
+    """A value as `--set` reads it back: JSON, with a float's exponent after a dot (YAML reads `1e-05` as text)."""
+    import json
+
+    text = json.dumps(value)
+    return text.replace("e", ".0e", 1) if isinstance(value, float) and "e" in text and "." not in text else text
 
 
 def _continue(model: str, kind: str | None, packed: str) -> str:

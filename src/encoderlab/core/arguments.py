@@ -7,6 +7,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from encoderlab.core.errors import CALLER, PATH_ARGUMENTS, EncoderlabError
 Log = Callable[[str], None]
 Overrides = Sequence[str] | Mapping[str, object]
 PathLike = str | Path
+TaskNames = Sequence[str] | str  # mteb's tasks: named so that a refusal says task names, not texts
 Positive = Annotated[int, Field(ge=1)]
 
 
@@ -140,17 +142,28 @@ def whole_numbers(fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def _python_scalar(value: object) -> object:
     """A numpy number or boolean as the Python one it holds (a notebook's `np.arange` gives them; strict checking
-    would refuse `batch_size=np.int64(32)`), any other os.PathLike of a text path (`zipfile.Path`, a library's
-    path class) as a Path; anything else as it is."""
+    would refuse `batch_size=np.int64(32)`), a 1-d numpy array or pandas Series of texts as their list, any other
+    os.PathLike of a text path (`zipfile.Path`, a library's path class) as a Path; anything else as it is."""
     if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         return value.item()
+    if _texts_array(value):
+        return [str(text) for text in value.tolist()]  # type: ignore[attr-defined]
     if isinstance(value, os.PathLike) and not isinstance(value, Path) and isinstance(os.fspath(value), str):
         return Path(os.fspath(value))
     return value
 
 
+
+def _texts_array(value: object) -> bool:
+    """Whether `value` is a 1-d numpy array or pandas Series of texts only (`embed(df["text"])`): the list of texts
+    it holds, as a numpy number is the Python one. An array of numbers or of more dimensions stays refused."""
+    if type(value).__module__.partition(".")[0] not in ("numpy", "pandas") or getattr(value, "ndim", None) != 1:
+        return False
+    items = value.tolist() if callable(getattr(value, "tolist", None)) else None  # type: ignore[attr-defined]
+    return isinstance(items, list) and all(isinstance(item, str) for item in items)
+
 # How a type alias of this module reads in an error message (longest first: each replaces its text in turn)
-READABLE = {"Sequence[str] | str": "a text or a list of texts",
+READABLE = {"TaskNames": "a task name or a list of task names", "Sequence[str] | str": "a text or a list of texts",
             "Sequence[PathLike] | PathLike": "a task or a list of tasks (names or paths)",
             "PathLike | Mapping": "a path (str or Path) or a mapping", "PathLike": "a path (str or Path)",
             "Overrides": "a mapping or a list of 'key=value' strings",
@@ -167,7 +180,7 @@ def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: t
     unknown = [e["loc"][0] for e in errors if e["type"] == "unexpected_keyword_argument"]
     if unknown:
         takes = ", ".join(p.name for p in params if p.name != "self")
-        given = ", ".join(f"{name}={kwargs.get(name)!r:.40}" for name in unknown)
+        given = ", ".join(f"{name}={_shown(kwargs.get(name), 40)}" for name in unknown)
         return f"{fn.__qualname__}: unexpected argument{'s' * (len(unknown) > 1)} {given}: it takes {takes}"
     if errors[0]["type"] == "unexpected_positional_argument":
         shown = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
@@ -179,7 +192,12 @@ def _argument_problem(fn, params: list[inspect.Parameter], errors: list, args: t
         wants = wants.replace(alias, text)
     one = errors[0]
     wants = (STRICT.get(one["type"]) or one["msg"].lower()) if len(errors) == 1 else f"takes {wants}"
-    return f"{fn.__qualname__}: argument {param.name}={given!r:.80}: {wants}"
+    return f"{fn.__qualname__}: argument {param.name}={_shown(given, 80)}: {wants}"
+
+
+def _shown(value: object, width: int) -> str:
+    """A value's repr on one line, cut to `width`: a pandas Series or a 2-d array spans lines, a refusal does not."""
+    return re.sub(r"\s*\n\s*", " ", repr(value))[:width]
 
 
 def plain(value: object, where: str) -> object:

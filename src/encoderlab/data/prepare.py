@@ -216,6 +216,7 @@ def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:
                                   on_invalid_utf8=opts.on_invalid_utf8, hf_config=opts.hf_config,  # type: ignore[arg-type]
                                   hf_split=opts.hf_split, max_documents=opts.max_documents)
     counts: Counter[str] = Counter()
+    lines: dict[str, int] = {}  # each .txt file's first paragraph, in lines
     words = chars = 0
 
     def rows() -> Iterator[dict]:
@@ -224,6 +225,8 @@ def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:
             if not counts:  # said once the first record is read, so a source refused at once is one line
                 log(f"reading {sources.describe_spec(source)}")
             counts[d.source] += 1
+            if counts[d.source] == 1 and d.source.removesuffix(".gz").endswith(".txt"):
+                lines[d.source] = d.text.count("\n") + 1
             words += len(d.text.split())
             chars += len(d.text)
             yield corpus_row(d)
@@ -237,6 +240,8 @@ def _local_text(source: str, out: Path, opts: PrepareOptions, log) -> None:
         write_json(tmp / "manifest.json", {"source": source, "documents": n, "words": words, "characters": chars,
                                            "documents_by_source": dict(sorted(counts.items())),
                                            "sha256": digest.hexdigest()})
+    if opts.txt_unit == "paragraph":
+        _warn_one_paragraph({name: n for name, n in lines.items() if counts[name] == 1}, log)
 
 
 def corpus_row(d: Document) -> dict:
@@ -246,6 +251,24 @@ def corpus_row(d: Document) -> dict:
     for key, value in d.own:
         row[f"encoderlab_{key}"], row[key] = row[key], value
     return row
+
+
+
+# A file of this many lines without a blank line is one document a line far more often than one long paragraph.
+ONE_PARAGRAPH_LINES = 100
+
+
+def _warn_one_paragraph(single: dict[str, int], log: Callable[[str], None]) -> None:
+    """Warn of the .txt files read as one paragraph of many lines (`single`: source -> its lines): a corpus of one
+    document a line, read so, is one document, with no validation window and every line attending to the others."""
+    long = sorted(name.removeprefix("local:") for name, n in single.items() if n >= ONE_PARAGRAPH_LINES)
+    if not long:
+        return
+    names = f"{', '.join(long[:3])}{', ...' if len(long) > 3 else ''}"
+    shown = (f"{long[0]}: its {single['local:' + long[0]]} lines hold" if len(long) == 1
+             else f"{len(long)} .txt files ({names}) hold {ONE_PARAGRAPH_LINES}+ lines and")
+    warn(f"{shown} no blank line, so they were read as one document{'' if len(long) == 1 else ' each'} "
+         f"({option('txt-unit', 'paragraph')}); if each line is a document, give {option('txt-unit', 'line')}", log)
 
 
 def _documents(corpus_file: Path) -> Iterator[Document]:

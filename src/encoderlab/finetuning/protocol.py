@@ -3,6 +3,7 @@ record."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -277,7 +278,26 @@ def load_protocol(path, overrides: list[str]) -> Protocol:
     run under, from the command line or the API."""
     from encoderlab.core.config import load_config
 
+    if path:
+        _check_not_empty(Path(path))
     return load_config(Protocol, path or DEFAULT_PROTOCOL, overrides, "the default protocol", shipped="eval")
+
+
+def _check_not_empty(path: Path) -> None:
+    """Every protocol key has a default, so an empty file (saved before it was written, or cut short) would run
+    the grid of all of them, 6 LRs x 5 seeds of 1000 steps, which no one chose."""
+    import yaml
+
+    from encoderlab.core.config import ConfigError, read_yaml
+
+    try:
+        empty = path.is_file() and read_yaml(path.read_text(encoding="utf-8")) is None
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        return  # load_config says what is wrong with it
+    if empty:
+        raise ConfigError(f"protocol file {path} is empty: it holds no setting; write its settings (base: "
+                          f"{DEFAULT_PROTOCOL} and the keys to change) or give no protocol for the default one "
+                          f"({DEFAULT_PROTOCOL.name})")
 
 
 def one_run(lr: float, seed: int, named: str) -> list[str]:

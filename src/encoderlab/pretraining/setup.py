@@ -128,6 +128,21 @@ def resolve_device(name: str) -> torch.device:
 ARCHITECTURE_ONLY = ("rope_theta", "rope_scaling", "rms_norm_eps", "sliding_window")
 
 
+# The fields that give the weights their shapes: another value here is a model the checkpoint's weights do not fit.
+SHAPES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+          "head_dim", "tie_word_embeddings")
+
+
+def _same_shapes(saved: dict, ours: dict, source: Path, given: str) -> None:
+    """Refuse a configured model of other shapes than the checkpoint's, naming them: the weights' names alone
+    (`unexpected model.layers.10...`, an imported SmolLM2 under the default preset) say nothing to set."""
+    differ = [f"model.{key} is {ours.get(key)!r} here, {saved[key]!r} in its model_config.json" for key in SHAPES
+              if key in saved and saved[key] != ours.get(key)]
+    if differ:
+        raise EncoderlabError(f"init.from_weights {source}: the configured model is not this checkpoint's "
+                              f"({'; '.join(differ)}): set the model section to its shapes (`data prepare "
+                              f"--tokenizer {given}` prints them as --set options)")
+
 def check_source(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, data_root: Path) -> list[str]:
     """Before any work, for `init.from_weights`: refuse data packed with another tokenizer than the checkpoint's (a
     token is another embedding row), and return a note per architecture field set otherwise than the checkpoint's."""
@@ -152,6 +167,7 @@ def check_source(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, da
         _same_vocabulary(ours, theirs, source, source / "tokenizer", "checkpoint's")
     saved = json.loads((source / "model_config.json").read_text())
     ours_cfg = mcfg.model_dump()
+    _same_shapes(saved, ours_cfg, source, cfg.init.from_weights)
     return [f"model.{k} is {ours_cfg[k]!r} here but {saved[k]!r} in {source} (init.from_weights): this run continues "
             "another model than the one it starts from" for k in ARCHITECTURE_ONLY if k in saved and saved[k] !=
             ours_cfg.get(k)]

@@ -174,7 +174,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
         raise EncoderlabError(f"{where} names no model_type: not a transformers model config")
     if model_type in OWN_BACKBONE and not own_backbone:
         raise EncoderlabError(f"{folder}: a {model_type} model is computed by encoderlab's own backbone; import it "
-                              f"first ({import_command(folder)}), then fine-tune CKPT")
+                              f"first ({import_command(folder)}), then give CKPT in its place")
     check_known_type(model_type, where)
     if model_type not in OWN_BACKBONE:
         check_encoder_kind(raw, folder)

@@ -190,6 +190,11 @@ def _resolve(spec: str, root: Path | None, holdout: str = "encoderlab"
                 lambda fp: record.load_offline(root, name, fingerprint=fp))  # type: ignore[misc]
     if unprepared := unprepared_offline(name, root):
         raise DataError(unprepared)
+    if not source and Path(name).exists():  # a task's data where its task file goes
+        what = "a folder" if Path(name).is_dir() else "a file"
+        raise DataError(f"task {spec!r}: {Path(name).resolve()} is {what} of data, not a task: give a task YAML file "
+                        "that names it (family, train, validation, ...: docs/evaluation.md#tasks), an offline task or "
+                        "a paper dataset")
     available = offline_task_names(root)
     hint = ("offline: " + ", ".join(available)) if available else f"none offline (`{prepare_command('offline')}`)"
     close = difflib.get_close_matches(name, [*available, *SUITE_TASKS, *paper_tasks()], n=1)
