@@ -29,9 +29,11 @@ def test_a_checkpoints_tokenizer_packs_the_data(tmp_path, monkeypatch, capsys, r
     code, out, err = run_command(monkeypatch, capsys, "data", "prepare", tmp_path / "c.txt", "--out", tmp_path / "d",
                                  "--tokenizer", folder, "--seq-len", "16", "--val-fraction", "0")
     assert code == 0, err
-    if given != "tokenizer":  # the data is for continuing that model, as for a transformers model's tokenizer
-        assert out.rstrip().endswith(f"cpt-encoder.yaml --set data.path={tmp_path / 'd' / 'packed'} --set "
-                                     f"init.from_weights={folder}"), out
+    # the data is for continuing that model, as for a transformers model's tokenizer (its own folder for a tokenizer/
+    # given), with the model's shapes, which cpt-encoder.yaml does not set
+    continued = checkpoint if given == "tokenizer" else folder
+    assert f"cpt-encoder.yaml --set data.path={tmp_path / 'd' / 'packed'} --set init.from_weights={continued} --set " \
+           "model.hidden_size=" in out, out
     assert f"tokenizer {checkpoint / 'tokenizer'}: " in err  # says which tokenizer it used
     packed = tmp_path / "d" / "packed" / "tokenizer" / "tokenizer.json"
     assert packed.read_bytes() == (checkpoint / "tokenizer" / "tokenizer.json").read_bytes()
