@@ -143,6 +143,7 @@ def _same_shapes(saved: dict, ours: dict, source: Path, given: str) -> None:
                               f"({'; '.join(differ)}): set the model section to its shapes (`data prepare "
                               f"--tokenizer {given}` prints them as --set options)")
 
+
 def check_source(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, data_root: Path) -> list[str]:
     """Before any work, for `init.from_weights`: refuse data packed with another tokenizer than the checkpoint's (a
     token is another embedding row), and return a note per architecture field set otherwise than the checkpoint's."""
