@@ -153,7 +153,6 @@ def _python_scalar(value: object) -> object:
     return value
 
 
-
 def _texts_array(value: object) -> bool:
     """Whether `value` is a 1-d numpy array or pandas Series of texts only (`embed(df["text"])`): the list of texts
     it holds, as a numpy number is the Python one. An array of numbers or of more dimensions stays refused."""
@@ -161,6 +160,7 @@ def _texts_array(value: object) -> bool:
         return False
     items = value.tolist() if callable(getattr(value, "tolist", None)) else None  # type: ignore[attr-defined]
     return isinstance(items, list) and all(isinstance(item, str) for item in items)
+
 
 # How a type alias of this module reads in an error message (longest first: each replaces its text in turn)
 READABLE = {"TaskNames": "a task name or a list of task names", "Sequence[str] | str": "a text or a list of texts",

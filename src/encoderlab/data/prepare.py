@@ -253,7 +253,6 @@ def corpus_row(d: Document) -> dict:
     return row
 
 
-
 # A file of this many lines without a blank line is one document a line far more often than one long paragraph.
 ONE_PARAGRAPH_LINES = 100
 
