@@ -24,7 +24,6 @@ from encoderlab.tasks import task_family, task_identity
 MODES = ("none", "chosen", "all")
 
 
-
 class ModelSaver(Interface):
     """What the sweep asks of whatever saves its models (hub/finetuned.py `SavedModels`)."""
     mode: str  # "chosen" or "all"

@@ -24,7 +24,6 @@ from encoderlab.study.intervals import CategoryScore, category_score
 from encoderlab.tasks import registry
 
 
-
 METRICS = ("score", "standard")
 
 

@@ -40,7 +40,6 @@ MASKED = -1e9  # logit of positions that cannot be a start or end (finite: no in
 # Validation = 5% of train where the test set is hidden (docs/paper.md#evaluation).
 
 
-
 class SpanHead(nn.Module):
     def __init__(self, hidden_size: int, generator: torch.Generator) -> None:
         super().__init__()
