@@ -36,7 +36,7 @@ from encoderlab.tasks.common import cached, content_hash
 from encoderlab.tasks.metrics import squad_scores
 from encoderlab.tasks.registry import families, family
 
-VERSION = "baselines-v4"  # bump when a baseline changes, so that cached ones are computed again
+VERSION = "baselines-v5"  # bump when a baseline changes, so that cached ones are computed again
 SPLITS = ("validation", "test")
 MAX_FEATURES = 50_000  # per text field: the most frequent words of train
 BM25_DEPTH = 100  # documents kept per query, as the model's own search keeps (retrieval.TOP_K)
@@ -195,7 +195,9 @@ def tfidf_logreg(task: EvalTask, segments) -> dict[str, list[int]]:
     gold = task.gold
     if len(set(gold["train"])) < 2:  # one class in train: nothing to fit, the majority class is the model
         return {s: [gold["train"][0]] * len(gold[s]) for s in SPLITS}
-    model = LogisticRegression(max_iter=1000).fit(x["train"], gold["train"])
+    # scikit-learn's default tol (1e-4) stops short of the optimum, where the predictions still depend on the order
+    # of the train rows and of the class ids (wiki-topic: 76.6 to 77.6 by ordering); at 1e-6 it converges
+    model = LogisticRegression(max_iter=1000, tol=1e-6).fit(x["train"], gold["train"])
     return {s: model.predict(x[s]).tolist() for s in SPLITS}
 
 
