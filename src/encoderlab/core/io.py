@@ -19,7 +19,7 @@ from pathlib import Path
 
 from encoderlab.core import unique_names
 from encoderlab.core.errors import DataError, EncoderlabError, WriteFailed, short
-from encoderlab.core.leftovers import aside_name, remove_dead_leftovers
+from encoderlab.core.leftovers import aside_name, remove_dead_leftovers, remove_path
 
 
 def encoderlab_home() -> Path:
@@ -214,7 +214,7 @@ def atomic_dir(dest: Path) -> Iterator[Path]:
                 os.replace(dest, old)
                 os.replace(tmp, dest)
                 with suppress(OSError):  # the write succeeded: an old folder it cannot remove stays, a leftover
-                    old.unlink() if old.is_symlink() or not old.is_dir() else shutil.rmtree(old)
+                    remove_path(old)
             else:
                 os.replace(tmp, dest)
         except BaseException:

@@ -29,7 +29,7 @@ def aside_name(dest: Path) -> Path:
     old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
     if os.path.lexists(old):
         with suppress(OSError):
-            _remove(old)
+            remove_path(old)
     if os.path.lexists(old):
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
     return old
@@ -54,7 +54,7 @@ def remove_dead_leftovers(dest: Path) -> list[str]:
         if path == newest:
             os.replace(path, dest)
         else:
-            _remove(path, missing_ok=True)
+            remove_path(path, best_effort=True)
     return [path.name for path, _ in dead]
 
 
@@ -63,13 +63,14 @@ def remove_leftovers(folder: Path) -> list[str]:
     folders); call it holding the folder's lock, when no other writer can be using them. Returns the names."""
     found = sorted(p for pattern in (".*.tmp-*", ".*.old-*") for p in Path(folder).glob(pattern))
     for path in found:
-        _remove(path, missing_ok=True)
+        remove_path(path, best_effort=True)
     return [p.name for p in found]
 
 
-def _remove(path: Path, missing_ok: bool = False) -> None:
-    """A folder with what it holds (ignoring what cannot be removed, when `missing_ok`), or a file or link."""
+def remove_path(path: Path, best_effort: bool = False) -> None:
+    """A folder with what it holds, or a file or link; with `best_effort`, what cannot be removed (or is gone) is left
+    without an error."""
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=missing_ok)
+        shutil.rmtree(path, ignore_errors=best_effort)
     else:
-        path.unlink(missing_ok=missing_ok)
+        path.unlink(missing_ok=best_effort)

@@ -25,6 +25,7 @@ from encoderlab.runs.encoders import (
     check_tokenizer,
     import_command,
     is_continued,
+    is_encoderlab_checkpoint,
     is_transformers_folder,
     model_type,
     read_folder,
@@ -50,7 +51,7 @@ def transformers_source(cfg) -> Path | None:
         raise EncoderlabError(f"init.from_weights={source}: {exc}") from None
     if is_transformers_folder(path) or module or (not path.exists() and source in NAMED):
         return resolve_encoder(path)
-    if path.exists() and ((path / "state.json").exists() or (path / ckpt.LATEST).exists()):
+    if is_encoderlab_checkpoint(path):
         found = ckpt.resolve(path)
         return found if is_continued(found) else None  # a run of a transformers model, continued again
     if not path.exists() and (repo := hub_repo(source)):  # config, safetensors, tokenizer; one line offline

@@ -47,7 +47,7 @@ def import_command(source, out: Path | None = None) -> str:
 
 
 def is_transformers_folder(path: Path) -> bool:
-    return (path / "config.json").is_file() and not (path / "state.json").exists() and not (path / ckpt.LATEST).exists()
+    return (path / "config.json").is_file() and not is_encoderlab_checkpoint(path)
 
 
 def transformer_module(path: Path) -> Path | None:
@@ -147,7 +147,7 @@ def resolve_encoder(path: str | Path, *, unpack: bool = True) -> Path:
         return path
     if (module := transformer_module(path)) is not None:  # sentence-transformers' older layout
         return module
-    if (path / "state.json").exists() or (path / ckpt.LATEST).exists():
+    if is_encoderlab_checkpoint(path):
         return ckpt.resolve(path)
     if not path.exists() and (repo := hub_repo(str(path))):
         return download(repo)  # config, safetensors and tokenizer files only; offline, one line

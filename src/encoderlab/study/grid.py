@@ -60,19 +60,19 @@ class Grid:
 
     def __init__(self, spec: StudySpec, base: dict, shapes: dict[str, dict]) -> None:
         self.spec, self.base, self.shapes = spec, base, shapes
-        unknown = sorted(s for s in study_sizes(spec) - set(shapes) if s.lower() not in preset_names())
+        unknown = sorted(s for s in spec.trained_sizes() - set(shapes) if s.lower() not in preset_names())
         if unknown:
             raise ConfigError(f"study {spec.name}: unknown model size {unknown[0]!r}: the sizes are the presets "
                               f"({', '.join(preset_names())}) and the imported models ({', '.join(shapes) or 'none'})")
         self.vocab, self.seq_len, self.data = 0, 0, {"from": "imported models' own data"}
-        if study_sizes(spec) - set(shapes):  # imported sizes bring their own vocabulary and windows
+        if spec.trained_sizes() - set(shapes):  # imported sizes bring their own vocabulary and windows
             data = deep_merge(base, {"train": {"steps": spec.budget}})
             cfg = validate(PretrainConfig, data, where=spec.pretrain,
                            overrides=study_overrides(spec, None, False, data))
             self.data = _data_shape(spec, cfg)
             self.vocab, self.seq_len = self.data["vocab_size"], self.data["seq_len"]
         self.model_cfgs = {size: model_config(shapes[size]) if size in shapes else preset(size, vocab_size=self.vocab)
-                           for size in study_sizes(spec)}
+                           for size in spec.trained_sizes()}
         self.wanted: dict[str, PretrainRun] = {}
         self.full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
 
@@ -260,9 +260,3 @@ def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
                               f"({how}) or add data_shape") from None
         return {"from": "data_shape", "path": cfg.data.path, "vocab_size": spec.data_shape.vocab_size,
                 "seq_len": spec.data_shape.seq_len}
-
-
-def study_sizes(spec: StudySpec) -> set[str]:
-    sizes = {s for g in spec.models for s in g.sizes} | set(spec.random_init)
-    sizes |= {s for sp in spec.splits for s in sp.sizes} | set(spec.cpt.sizes if spec.cpt else [])
-    return sizes

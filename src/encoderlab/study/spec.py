@@ -195,6 +195,11 @@ class StudySpec(_Section):
     # (study/grid.py `study_overrides`), not on the pretraining config file
     _given: Given = PrivateAttr(default_factory=Given)
 
+    def trained_sizes(self) -> set[str]:
+        """Every model size the study trains or initialises: its models, splits, random inits and CPT arms."""
+        return {s for g in (*self.models, *self.splits) for s in g.sizes} | set(self.random_init) | set(
+            self.cpt.sizes if self.cpt else [])
+
     @field_validator("splits", mode="before")
     @classmethod
     def _groups(cls, value):
@@ -228,8 +233,7 @@ class StudySpec(_Section):
             if name.lower() in preset_names() or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
                 raise ValueError(f"{section} name {name!r} must be a folder name (letters, digits, _ . -) that is "
                                  f"not a model preset ({', '.join(preset_names())})")
-        trained = {s for g in (*self.models, *self.splits) for s in g.sizes} | set(self.random_init) | set(
-            self.cpt.sizes if self.cpt else [])  # grid.py study_sizes, which imports this module
+        trained = self.trained_sizes()
         for size in self.size_overrides.keys() - trained:  # a misspelt size would run with the base recipe
             raise ValueError(f"size_overrides.{size}: the study trains no model of size {size!r} (its sizes: "
                              f"{', '.join(sorted(trained)) or 'none'}), so these overrides would be ignored")
