@@ -312,6 +312,33 @@ def test_user_labels_mixing_numbers_and_names_are_refused(tmp_path):
     assert "row 3: '1'" in said and "row 1: 'pos'" in said and "\n" not in said
 
 
+@pytest.mark.parametrize("label, kind", [(["pos"], "a list"), ({"a": 1}, "an object")])
+def test_a_json_label_that_is_a_list_or_object_is_refused(tmp_path, label, kind):
+    """A JSON list or object as a label became a class of its own, named by its Python repr, silently."""
+    rows = [{"t": f"text {i}", "y": "pos" if i % 2 else "neg"} for i in range(6)]
+    rows[3]["y"] = label
+    write_jsonl(tmp_path / "train.jsonl", rows)
+    with pytest.raises(DataError) as caught:
+        load_user_classification(*[str(tmp_path / "train.jsonl")] * 3, "t", "y")
+    said = str(caught.value)
+    assert said.startswith(f"{tmp_path / 'train.jsonl'}: row 4: label (column 'y') is {kind}") and "\n" not in said
+    assert "a string, a number or a boolean" in said
+
+
+@pytest.mark.parametrize("text", ["", "  \t", None, 12, ["a"]])
+def test_an_empty_or_non_text_field_is_refused_naming_the_file_and_row(tmp_path, text):
+    """It was refused as 'train example 2 (id 'train-2')': no file, a 0-based row and an id the file never had."""
+    rows = [{"id": f"r{i}", "t": f"text {i}", "y": "pos" if i % 2 else "neg"} for i in range(6)]
+    rows[2]["t"] = text
+    write_jsonl(tmp_path / "dev.jsonl", rows)
+    write_jsonl(tmp_path / "train.jsonl", [{**r, "t": f"text {i}"} for i, r in enumerate(rows)])
+    with pytest.raises(DataError) as caught:
+        load_user_classification(str(tmp_path / "train.jsonl"), str(tmp_path / "dev.jsonl"), None, "t", "y")
+    said = str(caught.value)
+    assert said.startswith(f"{tmp_path / 'dev.jsonl'}: row 3: text (column 't') must be a non-empty string, got ")
+    assert "\n" not in said
+
+
 def test_train_classes_never_evaluated_are_noted(tmp_path):
     """A train class that neither validation nor test has is legal (learned, never scored) but suspicious: said."""
     (tmp_path / "train.csv").write_text("t,y\n" + "".join(f"x{i},{c}\n" for i, c in enumerate("abcdabcd")))

@@ -295,12 +295,7 @@ def load_user_classification(train: str, validation: str, test: str | None, text
     raw = {s: read_table(f) for s, f in files.items() if f is not None}
     for split, rows in raw.items():
         for i, row in enumerate(rows):
-            for c in (*fields, label_column):
-                if c not in row:
-                    raise DataError(f"{files[split]}: row {i + 1} has no column {c!r}; columns: {sorted(row)}")
-            if label_name(row[label_column]) == "":  # would otherwise become one more class
-                raise DataError(f"{files[split]}: row {i + 1} has an empty label (column {label_column!r}); every "
-                                "row needs one")
+            _check_row(files[split], i, row, fields, label_column)
 
     names = _class_names(raw["train"], label_column, train)
     index = {v: i for i, v in enumerate(names)}
@@ -325,6 +320,24 @@ def load_user_classification(train: str, validation: str, test: str | None, text
                       f"({', '.join(f for f in (validation, test) if f)}): {listed(unscored)}; they are trained on "
                       "but never tested (a split cut short, or another task's file?)",)
     return task
+
+
+def _check_row(file: str, i: int, row: dict, fields: tuple[str, ...], label_column: str) -> None:
+    """Refuse a row of a user's file whose texts or label cannot be what they claim, naming the file and the row
+    (1-based): the task would otherwise name a made-up id, or make a class of a JSON list's repr."""
+    for c in (*fields, label_column):
+        if c not in row:
+            raise DataError(f"{file}: row {i + 1} has no column {c!r}; columns: {sorted(row)}")
+    for f in fields:
+        if not isinstance(row[f], str) or not row[f].strip():
+            raise DataError(f"{file}: row {i + 1}: text (column {f!r}) must be a non-empty string, got {row[f]!r}")
+    label = row[label_column]
+    if isinstance(label, (list, dict)):  # JSON only: str() would make "['pos']" a class of its own
+        raise DataError(f"{file}: row {i + 1}: label (column {label_column!r}) is "
+                        f"{'a list' if isinstance(label, list) else 'an object'} ({label!r}); a label is a string, "
+                        "a number or a boolean")
+    if label_name(label) == "":  # would otherwise become one more class
+        raise DataError(f"{file}: row {i + 1} has an empty label (column {label_column!r}); every row needs one")
 
 
 def _class_names(rows: list[dict], label_column: str, file: str) -> list[str]:
