@@ -283,6 +283,26 @@ def test_squad_files_out_of_schema_say_where_and_what_is_expected(tmp_path):
             load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"))
 
 
+@pytest.mark.parametrize("field, value", [("question", ""), ("question", "  \n"), ("context", " ")])
+def test_an_empty_question_or_context_in_a_squad_file_is_refused(tmp_path, field, value):
+    """An empty question was trained and scored as a question (the context alone to read), where every other family
+    refuses an empty text."""
+    context = "Ada wrote in Oslo."
+    qas = [{"id": f"q{i}", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 13}]} for i in range(3)]
+    good = {"data": [{"title": "t", "paragraphs": [{"context": context, "qas": qas}]}]}
+    (tmp_path / "dev.json").write_text(json.dumps(good))
+    bad = json.loads(json.dumps(good))
+    target = bad["data"][0]["paragraphs"][0]
+    (target if field == "context" else target["qas"][2])[field] = value
+    (tmp_path / "train.json").write_text(json.dumps(bad))
+    at = "data[0].paragraphs[0]" + ("" if field == "context" else ".qas[2]")
+    with pytest.raises(DataError) as caught:
+        load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"), str(tmp_path / "dev.json"))
+    said = str(caught.value)
+    assert said.startswith(f"{tmp_path / 'train.json'}: not in the SQuAD schema: {at}.{field} is empty")
+    assert "\n" not in said
+
+
 def test_a_squad_key_given_twice_is_refused_naming_the_line(tmp_path):
     """json kept the last `answers` of a question that gave two, silently."""
     qa = {"id": "a", "question": "Where?", "answers": [{"text": "x", "answer_start": 0}]}

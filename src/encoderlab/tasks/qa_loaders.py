@@ -138,15 +138,24 @@ def _field(obj, key: str, where: str, kind: type | None = list):
     return obj[key]
 
 
+def _text(obj, key: str, where: str) -> str:
+    """`obj[key]`, a string with more than white space in it (an empty question or context would be trained and
+    scored as if it said something), or _NotSquad."""
+    value = _field(obj, key, where, str)
+    if not value.strip():
+        raise _NotSquad(f"{where}.{key} is empty ({value!r}); a {key} must hold text")
+    return value
+
+
 def _squad_rows(doc) -> list[dict]:
     rows = []
     for i, article in enumerate(_field(doc, "data", "the top level")):
         for j, para in enumerate(_field(article, "paragraphs", f"data[{i}]")):
             where = f"data[{i}].paragraphs[{j}]"
-            context = _field(para, "context", where, str)
+            context = _text(para, "context", where)
             for k, qa in enumerate(_field(para, "qas", where)):
                 at = f"{where}.qas[{k}]"
-                qid, question = _field(qa, "id", at, None), _field(qa, "question", at, str)
+                qid, question = _field(qa, "id", at, None), _text(qa, "question", at)
                 answers = [] if qa.get("is_impossible") else _field(qa, "answers", at)
                 spans = [(_field(a, "text", f"{at}.answers[{m}]", str), _field(a, "answer_start", f"{at}.answers[{m}]",
                                                                             None)) for m, a in enumerate(answers)]
