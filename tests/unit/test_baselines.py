@@ -200,6 +200,20 @@ def test_a_score_below_the_strongest_baseline_is_flagged_and_one_above_is_measur
     assert high["warning"] is None and baselines.versus(high) == "+8.00 vs always abstain"
 
 
+def test_a_task_whose_kept_runs_mostly_predict_a_constant_is_flagged_by_the_sweep():
+    """A token task where 2 of 3 kept runs tagged every word "O" (entity F1 0) and one scored 6.35 read "+2.12 vs
+    all O" with no warning in the sweep's table and the model card: only the study report flagged it."""
+    base = {"baselines": {"test": {"first_span": {"score": 0.0}}}}
+    runs = [record(0, 0.0, **base, constant_predictions={"test": "'O' for every word"}),
+            record(1, 6.35, **base, constant_predictions={}),
+            record(2, 0.0, **base, constant_predictions={"test": "'O' for every word"})]
+    [entry] = summarize(runs)["tasks"].values()
+    assert entry["constant"] is None
+    assert entry["warning"] == "predicts a constant in 2 of 3 kept runs ('O' for every word)"
+    [half] = summarize(runs[:2])["tasks"].values()  # 1 of 2: not more than half, as the study report reads it
+    assert half["warning"] is None
+
+
 def test_records_from_before_the_baselines_read_with_dashes():
     [entry] = summarize([record(0, 32.0), record(1, 30.0)])["tasks"].values()  # no baselines, no constant field
     assert entry["baselines"] == {"first_span": 4.03} and entry["constant"] is None

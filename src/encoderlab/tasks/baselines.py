@@ -259,10 +259,14 @@ def warning(entry: dict) -> str | None:
     constant, or that it does not beat the strongest baseline."""
     if entry.get("constant"):
         return f"predicts a constant ({entry['constant']})"
+    said = []
+    runs = entry.get("constant_runs") or {}
+    if runs.get("of") and runs["runs"] * 2 > runs["of"]:  # as the study report marks it: a lucky seed is no task learnt
+        said.append(f"predicts a constant in {runs['runs']} of {runs['of']} kept runs ({runs['predicts']})")
     best, test = entry.get("strongest_baseline"), entry.get("test")
     if best and test is not None and test <= best["value"]:
-        return f"not above the {LABELS.get(best['name'], best['name'])} baseline ({best['value']:.2f})"
-    return None
+        said.append(f"not above the {LABELS.get(best['name'], best['name'])} baseline ({best['value']:.2f})")
+    return "; ".join(said) or None
 
 
 # ------------------------------------------------------------------------------------------- in tables
