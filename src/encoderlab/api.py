@@ -17,7 +17,7 @@ from pydantic import Field
 from torch import Tensor
 
 from encoderlab.core.arguments import Log, Overrides, PathLike, Positive, TaskNames, checked, set_strings
-from encoderlab.core.config import load_config, validate
+from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError, EncoderlabWarning
 from encoderlab.core.io import CONFIGS, check_writable, task_cache
 from encoderlab.data.tokenizer import TextTokenizer
@@ -59,7 +59,7 @@ def pretrain(config: PathLike | Mapping, overrides: Overrides = (), *, resume: b
     """Train one pretraining run, as `encoderlab pretrain` (`config`: a YAML file such as
     configs/pretrain/demo-tiny.yaml, or the same settings as a mapping; `overrides` as `--set`). `resume`: continue
     the run from its last checkpoint. Returns the summary: `checkpoint` is the final checkpoint's folder."""
-    from encoderlab.pretraining.config import PretrainConfig
+    from encoderlab.pretraining.config import PretrainConfig, load_pretrain_config
     from encoderlab.pretraining.loop import Trainer
     from encoderlab.pretraining.resume import has_run
 
@@ -69,7 +69,7 @@ def pretrain(config: PathLike | Mapping, overrides: Overrides = (), *, resume: b
 
         cfg = validate(PretrainConfig, apply_overrides(dict(config), sets), "config", sets)
     else:
-        cfg = load_config(PretrainConfig, config, sets, str(config), shipped="pretrain")
+        cfg = load_pretrain_config(config, sets)
     if resume and not has_run(cfg.run_dir):
         raise EncoderlabError(f"nothing to resume in {cfg.run_dir}: no run was started there; start it without "
                               "resume=True")

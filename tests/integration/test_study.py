@@ -192,7 +192,8 @@ def test_a_file_that_is_not_a_study_is_named_so(tmp_path):
                        r"categories$"):
         load_study(tmp_path / "published.yaml")
     (tmp_path / "empty.yaml").write_text("")
-    with pytest.raises(ConfigError, match="empty.yaml is not a study file: .*this file holds nothing$"):
+    with pytest.raises(ConfigError, match=r"study file \S+/empty\.yaml is empty: it holds no setting; write its "
+                       r"settings: a study names `name`, `evaluation` and .*\(docs/studies\.md\)$"):
         load_study(tmp_path / "empty.yaml")
 
 

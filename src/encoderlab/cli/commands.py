@@ -25,10 +25,9 @@ app.command("mteb")(mteb_cmd)
 
 
 def _load_pretrain_config(config: Path, overrides: list[str]):
-    from encoderlab.core.config import load_config
-    from encoderlab.pretraining.config import PretrainConfig
+    from encoderlab.pretraining.config import load_pretrain_config
 
-    return load_config(PretrainConfig, config, overrides, str(config), shipped="pretrain")
+    return load_pretrain_config(config, overrides)
 
 
 @app.command("pretrain")

@@ -54,16 +54,21 @@ def render_plan(s: dict) -> None:
         out.print(f"[bold]estimate[/bold]    {g['gpu_hours']:,.0f} GPU-hours on {g['name']} at {100 * g['mfu']:.0f}% "
                   f"MFU ({g['peak_tflops']:g} TFLOP/s bf16 peak), vs {g['naive_gpu_hours']:,.0f} trained "
                   "independently; fine-tuning not included")
-    d = s["data"]
+    _render_data(out, s["data"], "data       ")
+    for size, d in s.get("size_data", {}).items():  # a size of its own data (size_overrides' data.path)
+        _render_data(out, d, f"data {size}", runs=f"{size}'s longest run")
+    out.print(f"[bold]folder[/bold]      {s['folder']}")
+
+
+def _render_data(out, d: dict, label: str, runs: str = "the longest run") -> None:
     if d["from"] == "prepared":
         budget = f" (budget {d['max_tokens']:,})" if d.get("max_tokens") else ""
-        out.print(f"[bold]data[/bold]        prepared {d['path']}: {d['train_tokens']:,} train tokens{budget}, "
-                  f"vocabulary {d['vocab_size']:,}, windows of {d['seq_len']}; the longest run reads "
+        out.print(f"[bold]{label}[/bold] prepared {d['path']}: {d['train_tokens']:,} train tokens{budget}, "
+                  f"vocabulary {d['vocab_size']:,}, windows of {d['seq_len']}; {runs} reads "
                   f"{d['longest_run_tokens']:,} tokens = {d['epochs']:g} epochs")
     elif d["from"] == "data_shape":
-        out.print(f"[bold]data[/bold]        {d['path']} is not prepared: planned with the study's data_shape "
+        out.print(f"[bold]{label}[/bold] {d['path']} is not prepared: planned with the study's data_shape "
                   f"(vocabulary {d['vocab_size']:,}, windows of {d['seq_len']})")
-    out.print(f"[bold]folder[/bold]      {s['folder']}")
 
 
 @study_app.command("plan")

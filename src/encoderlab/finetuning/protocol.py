@@ -3,7 +3,6 @@ record."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -275,29 +274,15 @@ def _holds(mine: dict, settings: dict) -> bool:
 
 def load_protocol(path, overrides: list[str]) -> Protocol:
     """A protocol YAML (default: `DEFAULT_PROTOCOL`) with `--set` overrides, validated: what `sweep` and `finetune`
-    run under, from the command line or the API."""
+    run under, from the command line or the API. Every protocol key has a default, so an empty file would run the
+    grid of all of them, 6 LRs x 5 seeds of 1000 steps, which no one chose: it is refused."""
     from encoderlab.core.config import load_config
+    from encoderlab.core.empty_config import refuse_empty
 
     if path:
-        _check_not_empty(Path(path))
+        refuse_empty(path, "protocol file", f"write its settings (base: {DEFAULT_PROTOCOL} and the keys to change) "
+                                            f"or give no protocol for the default one ({DEFAULT_PROTOCOL.name})")
     return load_config(Protocol, path or DEFAULT_PROTOCOL, overrides, "the default protocol", shipped="eval")
-
-
-def _check_not_empty(path: Path) -> None:
-    """Every protocol key has a default, so an empty file (saved before it was written, or cut short) would run
-    the grid of all of them, 6 LRs x 5 seeds of 1000 steps, which no one chose."""
-    import yaml
-
-    from encoderlab.core.config import ConfigError, read_yaml
-
-    try:
-        empty = path.is_file() and read_yaml(path.read_text(encoding="utf-8")) is None
-    except (yaml.YAMLError, UnicodeDecodeError, OSError):
-        return  # load_config says what is wrong with it
-    if empty:
-        raise ConfigError(f"protocol file {path} is empty: it holds no setting; write its settings (base: "
-                          f"{DEFAULT_PROTOCOL} and the keys to change) or give no protocol for the default one "
-                          f"({DEFAULT_PROTOCOL.name})")
 
 
 def one_run(lr: float, seed: int, named: str) -> list[str]:

@@ -100,12 +100,10 @@ def check_folder(path: Path) -> None:
     safetensors only and inside the folder, every weight of the body with its shape, a tokenizer of its own whose ids
     fit the embeddings. sentence-transformers would load a pickle, a shard from anywhere, or a body with weights
     missing (starting them random) without a word."""
-    from encoderlab.data.tokenizer import load_tokenizer
-    from encoderlab.runs.encoders import check_tokenizer, load_body, transformers_config
+    from encoderlab.runs.encoders import load_body, transformers_config
 
-    cfg = transformers_config(path, own_backbone=True)
+    cfg = transformers_config(path, own_backbone=True)  # its tokenizer's ids too
     load_body(path, cfg)  # loaded to be checked, then dropped
-    check_tokenizer(load_tokenizer(path, as_transformers=True), cfg.vocab_size, path)
 
 
 def allowed_families() -> list[str]:

@@ -263,3 +263,15 @@ class PretrainConfig(_Section):
     @property
     def run_dir(self) -> Path:
         return Path(self.out_dir) / self.name
+
+
+def load_pretrain_config(path: str | Path, overrides: list[str]) -> PretrainConfig:
+    """A pretraining YAML with `--set` overrides, validated: what `pretrain` runs, from the command line or the API.
+    An empty file is refused as such, not as missing its `train` section."""
+    from encoderlab.core.config import load_config
+    from encoderlab.core.empty_config import refuse_empty
+    from encoderlab.core.io import CONFIGS
+
+    refuse_empty(path, "pretraining config", f"write its settings (base: {CONFIGS / 'pretrain' / 'cpu-study.yaml'} "
+                                             "and the keys to change)")
+    return load_config(PretrainConfig, path, overrides, str(path), shipped="pretrain")

@@ -15,14 +15,13 @@ from pathlib import Path
 import torch
 
 from encoderlab.core.errors import EncoderlabError
-from encoderlab.data.tokenizer import code_not_run, load_tokenizer
+from encoderlab.data.tokenizer import code_not_run
 from encoderlab.model.transformers_body import TransformersConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
     NAMED,
     OWN_BACKBONE,
     UNUSED_MISSING,
-    check_tokenizer,
     import_command,
     is_continued,
     is_encoderlab_checkpoint,
@@ -76,9 +75,7 @@ def continued_config(cfg, folder: Path) -> TransformersConfig:
         ckpt.verify(folder, (ckpt.WEIGHTS, "tokenizer"))
         tcfg = continued_config_of(folder)
     else:
-        tcfg = transformers_config(folder)
-        # as fine-tuning says it: a tokenizer with more ids than the embeddings is another model's
-        check_tokenizer(load_tokenizer(folder, as_transformers=True), tcfg.vocab_size, folder)
+        tcfg = transformers_config(folder)  # a tokenizer with more ids than the embeddings refused there
     if type(tcfg.hf_config()) not in MODEL_FOR_MASKED_LM_MAPPING:
         raise EncoderlabError(f"{folder}: transformers has no masked-LM class for model_type {tcfg.model_type!r}; "
                               "continued pretraining trains AutoModelForMaskedLM (bert, roberta, deberta-v2, "

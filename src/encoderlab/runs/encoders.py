@@ -160,7 +160,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
     """The `TransformersConfig` of a transformers encoder folder, or the one line saying why it is not one.
     `own_backbone`: a family encoderlab's backbone computes is taken too (MTEB scores any body as transformers
     computes it; fine-tuning imports those families first)."""
-    from encoderlab.data.tokenizer import refuse_code_from
+    from encoderlab.data.tokenizer import load_tokenizer, refuse_code_from
     from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 
     refuse_code_from(folder)
@@ -185,7 +185,11 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
     except Exception as exc:  # transformers' message names the type, not the folder
         raise EncoderlabError(f"{where}: transformers has no encoder for model_type {model_type!r} here "
                               f"({' '.join(str(exc).split())[:200]})") from None
-    return TransformersConfig(config=raw, parameters=parameters)
+    cfg = TransformersConfig(config=raw, parameters=parameters)
+    # here, where every reader of a folder starts (fine-tuning, mteb, the API, continued pretraining, a study's
+    # plan): ids past the embeddings would fail deep inside a run, or index another token's row on a GPU
+    check_tokenizer(load_tokenizer(folder, as_transformers=True), cfg.vocab_size, folder)
+    return cfg
 
 
 def require_tokenizer(folder: Path) -> None:
@@ -299,9 +303,7 @@ def load_transformers_encoder(folder: Path):
     cfg = transformers_config(folder)
     model = load_body(folder, cfg)
     weights = {f"model.{k}": v for k, v in model.state_dict().items()}
-    tokenizer = load_tokenizer(folder, as_transformers=True)
-    check_tokenizer(tokenizer, cfg.vocab_size, folder)
-    return cfg, weights, tokenizer
+    return cfg, weights, load_tokenizer(folder, as_transformers=True)  # its ids checked by transformers_config
 
 
 def check_tokenizer(tokenizer, vocab_size: int, folder: Path) -> None:

@@ -65,19 +65,29 @@ class Grid:
             raise ConfigError(f"study {spec.name}: unknown model size {unknown[0]!r}: the sizes are the presets "
                               f"({', '.join(preset_names())}) and the imported models ({', '.join(shapes) or 'none'})")
         self.vocab, self.seq_len, self.data = 0, 0, {"from": "imported models' own data"}
-        if spec.trained_sizes() - set(shapes):  # imported sizes bring their own vocabulary and windows
+        self.size_data: dict[str, dict] = {}  # a size given its own data.path (size_overrides) -> that data's shape
+        if scratch := spec.trained_sizes() - set(shapes):  # imported sizes bring their own vocabulary and windows
             data = deep_merge(base, {"train": {"steps": spec.budget}})
             cfg = validate(PretrainConfig, data, where=spec.pretrain,
                            overrides=study_overrides(spec, None, False, data))
             self.data = _data_shape(spec, cfg)
             self.vocab, self.seq_len = self.data["vocab_size"], self.data["seq_len"]
-        self.model_cfgs = {size: model_config(shapes[size]) if size in shapes else preset(size, vocab_size=self.vocab)
-                           for size in spec.trained_sizes()}
+            for size in sorted(scratch):
+                own = self.run_config(size, spec.budget)
+                # not prepared yet: planned as the study's data (its run, and the plan of prepared data, refuse it)
+                if own.data.path != cfg.data.path and (shape := _prepared_shape(own)) is not None:
+                    self.size_data[size] = shape
+        self.model_cfgs = {size: model_config(shapes[size]) if size in shapes else
+                           preset(size, vocab_size=self.data_of(size)["vocab_size"]) for size in spec.trained_sizes()}
         self.wanted: dict[str, PretrainRun] = {}
         self.full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
 
+    def data_of(self, size: str) -> dict:
+        """The shape of the data a size trains on: its own (`size_overrides`' data.path) or the study's."""
+        return self.size_data.get(size, self.data)
+
     def window(self, size: str) -> int:
-        return self.spec.imported[size].seq_len if size in self.shapes else self.seq_len
+        return self.spec.imported[size].seq_len if size in self.shapes else self.data_of(size)["seq_len"]
 
     def run_config(self, size: str, steps: int, cpt: bool = False) -> PretrainConfig:
         """A run's validated schedule and batch (for its decay start and tokens per step)."""
@@ -239,9 +249,20 @@ def stable_end(cfg: PretrainConfig, steps: int) -> int:
     return steps if sched.kind == "constant" else 0  # cosine: the LR depends on the budget from the first step
 
 
-def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
-    """Vocabulary size, window length and, when the data is prepared, its training tokens (and token budget): from
-    the prepared data's meta.json when it exists, else the study's `data_shape`; `from` says which."""
+def data_use(data: dict, runs: list[PretrainRun]) -> dict:
+    """`data` (a `_data_shape`) and, when prepared, the epochs of it that the longest of `runs` (those reading it)
+    reads."""
+    out = dict(data)
+    longest = max((r.steps * r.tokens_per_step for r in runs), default=0)
+    if out.get("train_tokens"):
+        out["longest_run_tokens"] = longest
+        out["epochs"] = float(f"{longest / out['train_tokens']:.3g}")  # a short run's share is not 0
+    return out
+
+
+def _prepared_shape(cfg: PretrainConfig) -> dict | None:
+    """Vocabulary size, window length, training tokens (and token budget) of `cfg`'s data, from its meta.json;
+    None when it is not prepared."""
     from encoderlab.data.loader import resolve_data
 
     try:
@@ -251,12 +272,20 @@ def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
                 "seq_len": meta["seq_len"], "train_tokens": meta["splits"]["train"]["tokens"],
                 "max_tokens": meta.get("max_tokens")}
     except Exception:
-        if spec.data_shape is None:
-            given = Path(cfg.data.path)  # `data prepare` writes OUT/packed
-            how = (f"`{prepare_command('offline')}`" if cfg.data.path == "offline" else
-                   f"`{prepare_command('SRC', given.parent if given.name == 'packed' else given)}`")
-            raise ConfigError(f"{blamed_field(cfg, 'data.path')}the data {cfg.data.path!r} is not prepared and the "
-                              "study gives no data_shape (vocab_size, seq_len) to plan with: prepare it "
-                              f"({how}) or add data_shape") from None
-        return {"from": "data_shape", "path": cfg.data.path, "vocab_size": spec.data_shape.vocab_size,
-                "seq_len": spec.data_shape.seq_len}
+        return None
+
+
+def _data_shape(spec: StudySpec, cfg: PretrainConfig) -> dict:
+    """The prepared data's shape (`_prepared_shape`) when it exists, else the study's `data_shape`; `from` says
+    which."""
+    if (shape := _prepared_shape(cfg)) is not None:
+        return shape
+    if spec.data_shape is None:
+        given = Path(cfg.data.path)  # `data prepare` writes OUT/packed
+        how = (f"`{prepare_command('offline')}`" if cfg.data.path == "offline" else
+               f"`{prepare_command('SRC', given.parent if given.name == 'packed' else given)}`")
+        raise ConfigError(f"{blamed_field(cfg, 'data.path')}the data {cfg.data.path!r} is not prepared and the "
+                          "study gives no data_shape (vocab_size, seq_len) to plan with: prepare it "
+                          f"({how}) or add data_shape")
+    return {"from": "data_shape", "path": cfg.data.path, "vocab_size": spec.data_shape.vocab_size,
+            "seq_len": spec.data_shape.seq_len}

@@ -22,7 +22,7 @@ from encoderlab.study import imported as imp
 from encoderlab.study import migrate_plan
 from encoderlab.study.comparisons import check_comparisons
 from encoderlab.study.existing import locate
-from encoderlab.study.grid import Grid, PretrainRun, is_encoder, shared_config, study_overrides
+from encoderlab.study.grid import Grid, PretrainRun, data_use, is_encoder, shared_config, study_overrides
 from encoderlab.study.spec import StudySpec, resolve_path
 
 # Dense bf16 matrix-product peaks (vendor datasheets, TFLOP/s, without sparsity) for --gpu estimates.
@@ -56,6 +56,7 @@ class Plan:
     shapes: dict[str, dict] = field(default_factory=dict)  # imported name -> its ModelConfig fields
     baseline_runs: int = 0  # of eval_runs, those on random-init baselines (an extra to a paper's grid)
     data: dict = field(default_factory=dict)  # what the shapes were planned from (grid._data_shape)
+    size_data: dict[str, dict] = field(default_factory=dict)  # a size's own data, when it has one (Grid.size_data)
     configs: dict[str, PretrainConfig] = field(default_factory=dict)  # each run's, validated when planned
     protocol: Any = None  # the evaluation protocol (finetuning/protocol.py Protocol), validated when planned
 
@@ -153,7 +154,10 @@ class Plan:
             "naive_tokens": sum(r.steps * r.tokens_per_step for r in self.runs.values()),
             "flops": flops, "naive_flops": naive_flops,
             "saving": round(1 - flops / naive_flops, 4) if naive_flops else 0.0,
-            "data": self._data_use(),
+            "data": data_use(self.data, [r for r in self.runs.values()
+                                         if not r.imported and r.size not in self.size_data]),
+            "size_data": {size: data_use(d, [r for r in self.runs.values() if r.size == size])
+                          for size, d in self.size_data.items()},
             "runs": [{"name": r.name, "size": r.size, "objective": r.objective, "steps": r.steps,
                       "from": (f"{r.parent}@{r.branch_step}" if r.parent else
                                f"{r.init} (weights)" if r.init else
@@ -179,14 +183,8 @@ class Plan:
                           "naive_gpu_hours": naive_flops / (peak * 1e12 * mfu) / 3600}
         return out
 
-    def _data_use(self) -> dict:
-        """The data planned with; when prepared, the epochs of it that the longest run reads."""
-        out = dict(self.data)
-        longest = max((r.steps * r.tokens_per_step for r in self.runs.values() if not r.imported), default=0)
-        if out.get("train_tokens"):
-            out["longest_run_tokens"] = longest
-            out["epochs"] = float(f"{longest / out['train_tokens']:.3g}")  # a short run's share is not 0
-        return out
+    def data_of(self, size: str) -> dict:
+        return self.size_data.get(size, self.data)
 
 
 def _shared(a: PretrainRun, b: PretrainRun) -> int:
@@ -233,7 +231,8 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
         Evaluation(name, name, 0, "checkpoint", None, name, spec.evaluation.tasks, path)
         for name, path in existing.items()]
     _check_labels(spec, evaluations)
-    plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes, data=grid.data)
+    plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes, data=grid.data,
+                size_data=grid.size_data)
     check_comparisons(plan)  # a model name the study does not evaluate is refused before anything runs
     plan.configs = {name: _run_config(plan, run) for name, run in runs.items()}  # valid before anything runs
     _check_published(spec, base_dir, evaluations)
@@ -248,14 +247,15 @@ def _run_config(plan: Plan, run: PretrainRun) -> PretrainConfig:
     data = plan.config(run)
     cfg = validate(PretrainConfig, data, where=f"study {plan.spec.name}, run {run.name}",
                    overrides=study_overrides(plan.spec, run.size, run.kind == "cpt", data))
-    vocab = plan.data.get("vocab_size")
+    data_shape = plan.data_of(run.size)  # a size's own data (size_overrides' data.path), or the study's
+    vocab = data_shape.get("vocab_size")
     own = getattr(cfg.model, "vocab_size", None)  # an imported size brings its own data
     if vocab and own is not None and own < vocab and run.size not in plan.shapes:
         # the run would fail once it reads the data, and a random-init evaluation index past its embeddings
         raise ConfigError(f"{blamed_field(cfg, 'model.vocab_size')}{own} is fewer than the data's {vocab} tokens "
-                          f"({plan.data.get('path')}): drop model.vocab_size (the preset takes the data's) or use at "
-                          f"least {vocab}")
-    if plan.data.get("from") == "prepared" and run.size not in plan.shapes:
+                          f"({data_shape.get('path')}): drop model.vocab_size (the preset takes the data's) or use "
+                          f"at least {vocab}")
+    if data_shape.get("from") == "prepared" and run.size not in plan.shapes:
         from encoderlab.pretraining.setup import run_data
         run_data(cfg)  # a size's own data.path (size_overrides): refused now, not when its run starts
     return cfg

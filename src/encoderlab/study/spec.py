@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from encoderlab.core.arguments import ConfigPath
 from encoderlab.core.config import ConfigError, Given, load_yaml, validate
+from encoderlab.core.empty_config import refuse_empty
 from encoderlab.core.io import folder_name
 from encoderlab.tasks import is_local_source
 
@@ -251,10 +252,12 @@ def load_study(path: str | Path) -> tuple[StudySpec, Path]:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path} is a folder: give a study file such as configs/studies/demo.yaml")
+    names = "a study names `name`, `evaluation` and the models it trains or evaluates (docs/studies.md)"
+    refuse_empty(path, "study file", f"write its settings: {names}")
     data = load_yaml(path, shipped="studies")
     if not {"name", "evaluation"} & set(data):  # e.g. the released-model list beside the studies
-        raise ConfigError(f"{path} is not a study file: a study names `name`, `evaluation` and the models it trains "
-                          f"or evaluates (docs/studies.md); this file holds {', '.join(map(str, data)) or 'nothing'}")
+        held = ', '.join(map(str, data)) or 'nothing'
+        raise ConfigError(f"{path} is not a study file: {names}; this file holds {held}")
     spec = validate(StudySpec, data, where=str(path))
     base = path.resolve().parent
     ev = spec.evaluation

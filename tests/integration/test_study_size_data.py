@@ -1,0 +1,74 @@
+"""A size given its own data by `size_overrides` (`data.path`, a folder of another vocabulary and window) is planned
+from that data: its model's vocabulary, its windows (so its tokens a step and FLOPs), its epochs and the refusal of a
+model vocabulary below the data's. The plan showed the study's base data for that size's runs."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from test_study import plan_of, write_study
+
+from conftest import run_command
+from encoderlab.core.config import ConfigError
+from encoderlab.data.prepare import PrepareOptions, prepare
+
+WORDS = "the cat sat on a mat while dogs ran across green fields near an old river and people said it".split()
+
+
+def packed(root: Path, vocab_size: int, seq_len: int) -> Path:
+    """A tiny prepared corpus of this vocabulary and window: OUT/packed."""
+    rng = random.Random(0)
+    root.mkdir(parents=True, exist_ok=True)
+    docs = [{"text": " ".join(rng.choice(WORDS) for _ in range(200))} for _ in range(60)]
+    (root / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    prepare(str(root / "docs.jsonl"), root / "d", PrepareOptions(vocab_size=vocab_size, seq_len=seq_len,
+                                                                 val_fraction=0.1), log=lambda _: None)
+    return root / "d" / "packed"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("size-data")
+    return packed(root / "base", 320, 64), packed(root / "own", 300, 16)
+
+
+def meta(folder: Path) -> dict:
+    return json.loads((folder / "meta.json").read_text())
+
+
+def test_a_size_of_its_own_data_is_planned_from_it(tmp_path, data, monkeypatch, capsys):
+    base, own = data
+    study = write_study(tmp_path, str(base), models=[{"sizes": ["micro", "tiny"], "objectives": ["mlm40"]}],
+                        size_overrides={"tiny": {"data": {"path": str(own)}}})
+    plan, _ = plan_of(study)
+    tiny, micro = plan.runs["tiny-mlm40-20"], plan.runs["micro-mlm40-20"]
+    assert tiny.tokens_per_step == 4 * 16 and micro.tokens_per_step == 4 * 64  # global_batch 4, each its windows
+    summary = plan.summary()
+    assert summary["data"]["path"] == str(base) and summary["data"]["longest_run_tokens"] == 20 * 4 * 64
+    shown = summary["size_data"]["tiny"]
+    train_tokens = meta(own)["splits"]["train"]["tokens"]
+    assert (shown["path"], shown["vocab_size"], shown["seq_len"], shown["train_tokens"]) == \
+        (str(own), meta(own)["tokenizer"]["vocab_size"], 16, train_tokens)
+    assert shown["epochs"] == float(f"{20 * 4 * 16 / train_tokens:.3g}")
+    from encoderlab.model.presets import preset
+    from encoderlab.study.plan import _flops
+    assert tiny.flops == _flops(tiny, 0, preset("tiny", vocab_size=shown["vocab_size"]), 16)
+    code, out, _ = run_command(monkeypatch, capsys, "study", "plan", study)
+    assert code == 0 and f"data tiny prepared {own}: {train_tokens:,} train tokens, vocabulary " \
+                         f"{shown['vocab_size']:,}, windows of 16" in " ".join(out.split())
+
+
+def test_a_model_vocabulary_below_its_own_datas_is_refused_and_above_it_taken(tmp_path, data):
+    base, own = data
+    vocab, base_vocab = meta(own)["tokenizer"]["vocab_size"], meta(base)["tokenizer"]["vocab_size"]
+    assert vocab < base_vocab
+    study = write_study(tmp_path, str(base), size_overrides={
+        "micro": {"data": {"path": str(own)}, "model": {"vocab_size": vocab - 1}}})
+    with pytest.raises(ConfigError, match=rf"study.yaml: size_overrides\.micro: model\.vocab_size: {vocab - 1} is "
+                                          rf"fewer than the data's {vocab} tokens \({own}\)"):
+        plan_of(study)
+    study = write_study(tmp_path, str(base), size_overrides={  # under the base data's, but its own data's suffice
+        "micro": {"data": {"path": str(own)}, "model": {"vocab_size": vocab}}})
+    assert plan_of(study)[0].configs["micro-mlm40-20"].data.path == str(own)
