@@ -199,4 +199,6 @@ def load_squad_json(train: str, validation: str, test: str | None = None, *, nam
                             "validation is held out of train as whole articles (5%, at least one), which left "
                             f"none to train on: add a test file (`test:`) or more articles to {train}")
     unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)
-    return QATask(name, rows, allow_unanswerable=unanswerable, fingerprint=fingerprint)
+    # without a test file, validation is held out of train and the validation file is the test set
+    files = {"train": train, "validation": validation if test is not None else train, "test": test or validation}
+    return QATask(name, rows, allow_unanswerable=unanswerable, fingerprint=fingerprint, files=files)
