@@ -79,7 +79,7 @@ def retrieval_task() -> RetrievalTask:
     corpus = {"d0": {"title": "", "text": "the red fox jumps"}, "d1": {"title": "Harbor", "text": "boats and nets"},
               "d2": {"title": "", "text": "a quiet library of old maps"}, "d3": {"title": "", "text": "red maps"}}
     queries = {"q0": "red fox", "q1": "old library maps", "q2": "boats harbor"}
-    qrels = {"train": {"q0": {"d0": 1}}, "validation": {"q2": {"d1": 1}}, "test": {"q0": {"d0": 1}, "q1": {"d2": 1}}}
+    qrels = {"train": {"q1": {"d3": 1}}, "validation": {"q2": {"d1": 1}}, "test": {"q0": {"d0": 1}, "q1": {"d2": 1}}}
     return RetrievalTask("ir", corpus, queries, qrels)
 
 
@@ -170,7 +170,8 @@ def test_lexical_baselines_read_what_the_model_reads_with_the_full_text_beside()
 
     corpus = {f"d{i}": {"title": "", "text": f"{filler} {word}"} for i, word in enumerate([*GOOD, *BAD])}
     queries = {f"q{i}": word for i, word in enumerate([*GOOD, *BAD])}
-    qrels = {split: {f"q{i}": {f"d{i}": 1} for i in range(8)} for split in ("train", "validation", "test")}
+    qrels = {split: {f"q{i}": {f"d{i}": 1} for i in range(8)} for split in ("validation", "test")}
+    qrels["train"] = {f"q{i}": {f"d{(i + 1) % 8}": 1} for i in range(8)}  # no test answer trained on
     ir = RetrievalTask("late-ir", corpus, queries, qrels)
     ir.prepare(tok, 16)
     test = baselines.every(ir, tok)["test"]

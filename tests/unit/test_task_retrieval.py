@@ -116,7 +116,7 @@ def test_info_nce_equals_hand_computation():
 def test_shared_relevant_document_is_masked_as_false_negative(tok):
     corpus = {"a": {"title": "", "text": "river castle"}, "b": {"title": "", "text": "ocean tower"}}
     queries = {"q1": "river", "q2": "castle", "q3": "ocean"}
-    qrels = {"train": {"q1": {"a": 1}, "q2": {"a": 1}, "q3": {"b": 1}}, "test": {"q1": {"a": 1}}}
+    qrels = {"train": {"q1": {"a": 1}, "q2": {"a": 1}, "q3": {"b": 1}}, "test": {"q3": {"a": 1}}}
     task = R.RetrievalTask("shared", corpus, queries, qrels)
     task.prepare(tok, 32)
     (batch,) = list(task.train_batches(batch_size=3, seed=0))
@@ -235,6 +235,22 @@ def test_invalid_data_is_refused_before_training(change, message):
     change(corpus, queries, qrels)
     with pytest.raises(DataError, match=message):
         R.RetrievalTask("broken", corpus, queries, qrels)
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_an_evaluated_pair_that_train_judges_relevant_too_is_refused(split):
+    """A test (query, document) pair in the train qrels too (its answer trained on) was accepted silently."""
+    corpus, queries, qrels = make_data()
+    qrels["train"]["q10" if split == "test" else "q9"] = {"d10": 1}
+    qrels["train"]["q11"] = {"d12": 1}  # the query, with another document: no answer of the test split
+    if split == "validation":
+        qrels["train"]["q10"] = {"d10": 0}  # judged not relevant in train: nothing trained on
+    with pytest.raises(DataError) as caught:
+        R.RetrievalTask("leaky", corpus, queries, qrels, files={"train": "train.tsv", split: f"{split}.tsv"})
+    query = "q10" if split == "test" else "q9"
+    assert str(caught.value) == (f"{split}.tsv: 1 relevant (query, document) pairs of the {split} split are relevant "
+                                 f"in the train qrels too (train.tsv): ('{query}', 'd10'); a model trained on them is "
+                                 "scored on its own training answers: remove them from one file")
 
 
 def test_beir_folder_dev_split_and_file_named_in_errors(tmp_path):
