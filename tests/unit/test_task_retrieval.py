@@ -209,14 +209,32 @@ def test_limit_corpus_caps_the_searched_documents_but_keeps_training_positives(t
     assert base == again.trivial_baseline("validation") and base["recall@100"] == 100.0  # 6 documents: all found
 
 
-def test_random_ranking_baseline_is_tiny_and_seeded():
-    corpus = {f"d{i}": {"title": "", "text": f"doc {i}"} for i in range(2000)}
-    queries = {f"q{i}": f"query {i}" for i in range(300)}
-    task = R.RetrievalTask("random", corpus, queries, {"test": {f"q{i}": {f"d{i}": 1} for i in range(300)}})
+@pytest.mark.parametrize("corpus, relevance, n_docs", [("all", "graded", 40), ("judged", "binary", 40),
+                                                       ("all", "graded", 7), ("all", "binary", 150)])
+def test_random_ranking_baseline_is_the_expectation_over_random_rankings(corpus, relevance, n_docs):
+    """The baseline was one seeded draw of 100 documents a query: 20.41 NDCG@10 on a 30-query task where a random
+    ranking is expected to score 15.15. It is the mean of every metric over uniformly random rankings."""
+    rng = random.Random(n_docs + len(corpus))
+    corpus_docs = {f"d{i}": {"title": "", "text": f"doc {i}"} for i in range(n_docs)}
+    queries = {f"q{i}": f"query {i}" for i in range(8)}
+    test = {q: {f"d{i}": rng.choice([0, 1, 2, 3]) for i in rng.sample(range(n_docs), rng.randint(1, 5))}
+            for q in queries}
+    test["q0"] = {f"d{i}": 1 for i in range(min(12, n_docs))}  # more relevant than NDCG@10's ideal holds
+    test["q1"]["d0"] = 2  # a query with at least one relevant document each
+    task = R.RetrievalTask("random", corpus_docs, queries, {"validation": test, "test": test})
+    task.configure(corpus, relevance, "infonce")
+    searched = sorted({d for rel in test.values() for d in rel}) if corpus == "judged" else list(corpus_docs)
+    draws = []
+    for _ in range(3000):
+        run = {q: {d: -float(r) for r, d in enumerate(rng.sample(searched, len(searched)))} for q in queries}
+        draws.append(task.score_run(run, "test"))
     base = task.trivial_baseline("test")
-    assert base == task.trivial_baseline("test")
-    assert 1.0 < base["recall@100"] < 10.0  # expected 100 * 100 / 2000 = 5
-    assert base["ndcg@10"] < 2.0 and base["score"] == base["ndcg@10"]
+    for metric in ("ndcg@10", "ndcg@10_top10_only", "recall@100"):
+        mean = sum(d[metric] for d in draws) / len(draws)
+        spread = (sum((d[metric] - mean) ** 2 for d in draws) / len(draws)) ** 0.5
+        assert abs(base[metric] - mean) < 4 * spread / len(draws) ** 0.5 + 1e-9, metric
+    assert base["score"] == base["standard"] == base["ndcg@10"]
+    assert (base["recall@100"] == 100.0) == (len(searched) <= 100)  # all of them in the top 100, or not
 
 
 # ----------------------------------------------------------------------------------------------- validation

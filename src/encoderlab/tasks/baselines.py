@@ -12,8 +12,9 @@ metric; "standard", the field's; and the rest by name):
 - tokens: every word "O" (`all_o`; the most frequent train tag for tags without chunks, `majority_tag`);
 - QA: the first span (`first_span`) and, on a split with unanswerable questions, always answering "no answer"
   (`always_abstain`): a model that learned only to abstain scores exactly this;
-- retrieval: a random ranking (`random`) and BM25 (`bm25`, the `bm25s` library, its defaults, no stop words, no
-  stemming, so that no language is favoured) over the same searched corpus.
+- retrieval: a random ranking (`random`: each metric's exact expectation over uniformly random rankings) and BM25
+  (`bm25`, the `bm25s` library, its defaults, no stop words, no stemming, so that no language is favoured) over the
+  same searched corpus.
 
 The lexical baselines (TF-IDF + LR, BM25) read what the model reads: each text as the prepared token ids cover it,
 cut to the protocol's max_length and decoded back to text, so that a score and the baseline it is read against saw
@@ -38,7 +39,7 @@ from encoderlab.tasks.common import cached, content_hash
 from encoderlab.tasks.metrics import squad_scores
 from encoderlab.tasks.registry import families, family
 
-VERSION = "baselines-v5"  # bump when a baseline changes, so that cached ones are computed again
+VERSION = "baselines-v6"  # bump when a baseline changes, so that cached ones are computed again
 SPLITS = ("validation", "test")
 MAX_FEATURES = 50_000  # per text field: the most frequent words of train
 BM25_DEPTH = 100  # documents kept per query, as the model's own search keeps (retrieval.TOP_K)
