@@ -275,7 +275,8 @@ def no_variance(a: CategoryScore, b: CategoryScore) -> str:
 
 
 REPRODUCED, OPPOSITE, INCONCLUSIVE = "reproduced", "opposite", "inconclusive at this scale"
-NOT_MEASURABLE = "not measurable (both at the trivial baseline)"
+# the words of `at_baseline`'s rule: a score 8.8 above the baseline may be within its interval of it
+NOT_MEASURABLE = "not measurable (each within its interval, or 5% of the headroom, of the trivial baseline)"
 
 
 def outcome(c: Comparison, expect_positive: bool = True) -> str:
