@@ -215,6 +215,29 @@ def test_a_task_whose_kept_runs_mostly_predict_a_constant_is_flagged_by_the_swee
     assert half["warning"] is None
 
 
+def test_the_sweep_table_marks_a_mostly_constant_task_as_the_category_table_does(capsys, monkeypatch):
+    """The sweep's per-dataset table read "+2.12 vs first span" beside a warning below; the study's category table
+    marks such a score with a dagger, and so do the dataset tables now."""
+    from encoderlab.cli.console import out
+    from encoderlab.cli.sweep_table import render_sweep
+
+    monkeypatch.setattr(out, "width", 300)  # no cell wrapped
+    base = {"baselines": {"test": {"first_span": {"score": 0.0}}}}
+    runs = [record(0, 0.0, **base, constant_predictions={"test": "'O' for every word"}),
+            record(1, 6.36, **base, constant_predictions={}),
+            record(2, 0.0, **base, constant_predictions={"test": "'O' for every word"})]
+    summary = summarize(runs)
+    [entry] = summary["tasks"].values()
+    assert baselines.versus(entry) == "+2.12 vs first span †"
+    assert baselines.versus(summarize(runs[:2])["tasks"]["qa"]) == "+3.18 vs first span"  # 1 of 2: no mark
+    render_sweep({**summary, "tag": "t", "protocol_key": "k", "summary_file": "s.json", "runs_done_this_time": 3,
+                  "seconds_this_time": 1.0, "protocol": {"name": "p", "max_steps": 1, "batch_size": 1,
+                                                          "lrs": [1e-3], "seeds": [0, 1, 2], "selection_split": "v"}})
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "+2.12 vs first span †" in printed
+    assert "† qa: predicts a constant in 2 of 3 kept runs ('O' for every word)" in printed
+
+
 def test_records_from_before_the_baselines_read_with_dashes():
     [entry] = summarize([record(0, 32.0), record(1, 30.0)])["tasks"].values()  # no baselines, no constant field
     assert entry["baselines"] == {"first_span": 4.03} and entry["constant"] is None

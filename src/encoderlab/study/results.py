@@ -21,7 +21,7 @@ from encoderlab.runs.encoders import encoder_digest
 from encoderlab.runs.logging import read_metrics
 from encoderlab.study import migrate_plan
 from encoderlab.study.intervals import CategoryScore, category_score
-from encoderlab.tasks import registry
+from encoderlab.tasks import baselines, registry
 
 
 METRICS = ("score", "standard")
@@ -55,10 +55,7 @@ class TaskScore:
     @property
     def mostly_constant(self) -> str | None:
         """'no answer in 2 of 3 kept runs' where more than half of the kept runs predicted one thing on test."""
-        runs = (self.summary or {}).get("constant_runs") or {}
-        if not runs.get("of") or runs["runs"] * 2 <= runs["of"]:
-            return None
-        return f"{runs['predicts']} in {runs['runs']} of {runs['of']} kept runs"
+        return baselines.mostly_constant(self.summary or {})
 
 
 def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "score") -> TaskScore:

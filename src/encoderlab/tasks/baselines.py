@@ -255,6 +255,18 @@ def constant_of(kept: list[dict]) -> str | None:
     return kinds[0] if len(kinds) == 1 else "differing by run: " + "; ".join(kinds)
 
 
+CONSTANT_MARK = "†"  # beside a score most of whose kept runs predict one thing on test (tables and category cells)
+
+
+def mostly_constant(entry: dict) -> str | None:
+    """'no answer in 2 of 3 kept runs' where more than half of a summary entry's kept runs predicted one thing on
+    test: a lucky seed is no task learnt."""
+    runs = entry.get("constant_runs") or {}
+    if not runs.get("of") or runs["runs"] * 2 <= runs["of"]:
+        return None
+    return f"{runs['predicts']} in {runs['runs']} of {runs['of']} kept runs"
+
+
 def warning(entry: dict) -> str | None:
     """What a summary's reader must be told before reading its test score as learned: that the model predicts a
     constant, or that it does not beat the strongest baseline."""
@@ -262,7 +274,7 @@ def warning(entry: dict) -> str | None:
         return f"predicts a constant ({entry['constant']})"
     said = []
     runs = entry.get("constant_runs") or {}
-    if runs.get("of") and runs["runs"] * 2 > runs["of"]:  # as the study report marks it: a lucky seed is no task learnt
+    if mostly_constant(entry):
         said.append(f"predicts a constant in {runs['runs']} of {runs['of']} kept runs ({runs['predicts']})")
     best, test = entry.get("strongest_baseline"), entry.get("test")
     if best and test is not None and test <= best["value"]:
@@ -302,4 +314,5 @@ def versus(entry: dict) -> str:
     best = entry.get("strongest_baseline")
     if entry.get("test") is None or not best:
         return "-"
-    return f"{entry['test'] - best['value']:+.2f} vs {LABELS.get(best['name'], best['name'])}"
+    mark = f" {CONSTANT_MARK}" if mostly_constant(entry) else ""  # as the category cells mark it
+    return f"{entry['test'] - best['value']:+.2f} vs {LABELS.get(best['name'], best['name'])}{mark}"
