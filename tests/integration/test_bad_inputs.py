@@ -280,14 +280,14 @@ SQUAD = json.dumps({"data": [{"title": "t", "paragraphs": [{"context": "Anna rea
 
 
 def beir_files(tmp: Path, ctx: dict) -> None:
-    """A retrieval task file `t.yaml` over a BEIR folder of four documents, one query each."""
+    """A retrieval task file `t.yaml` over a BEIR folder of six documents, one query each, two a split."""
     write("t.yaml", "family: retrieval\nfolder: beir\n")(tmp, ctx)
-    write("beir/corpus.jsonl", "".join(f'{{{{"_id": "d{i}", "text": "the film {i} in Oslo"}}}}\n' for i in range(4)))(
+    write("beir/corpus.jsonl", "".join(f'{{{{"_id": "d{i}", "text": "the film {i} in Oslo"}}}}\n' for i in range(6)))(
         tmp, ctx)
-    write("beir/queries.jsonl", "".join(f'{{{{"_id": "q{i}", "text": "film {i}"}}}}\n' for i in range(4)))(tmp, ctx)
-    for split in ("train", "dev", "test"):
+    write("beir/queries.jsonl", "".join(f'{{{{"_id": "q{i}", "text": "film {i}"}}}}\n' for i in range(6)))(tmp, ctx)
+    for split, ids in (("train", range(2)), ("dev", range(2, 4)), ("test", range(4, 6))):  # no test answer trained on
         write(f"beir/qrels/{split}.tsv", "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
-                                                                               for i in range(4)))(tmp, ctx)
+                                                                               for i in ids))(tmp, ctx)
 
 
 FINETUNE_SAVE = ("finetune", "{ckpt}", "{tmp}/t.yaml", "--lr", "1e-3", "--out", "{tmp}/o", "--save")
@@ -350,6 +350,9 @@ TASK_CASES: list[Case] = [
          "{tmp}/beir/qrels/test.tsv:4: query 'q1' and document 'd1' are judged 0 here and 1 on line 2: give each pair "
          "one score", two(beir_files, write("beir/qrels/test.tsv",
                                            "query-id\tcorpus-id\tscore\nq1\td1\t1\nq0\td0\t1\nq1\td1\t0\n"))),
+    Case("task-beir-test-answer-in-train", SWEEP, "{tmp}/beir/qrels/test.tsv: 1 relevant (query, document) pairs of "
+         "the test split are relevant in the train qrels too ({tmp}/beir/qrels/train.tsv): ('q4', 'd4')",
+         two(beir_files, write("beir/qrels/train.tsv", "q0\td0\t1\nq4\td4\t1\n"))),
     Case("task-beir-train-qrels-only", (*SWEEP, "--set", "retrieval.train_on=null"), "{tmp}/beir: train qrels only; "
          "a retrieval task is scored on validation (dev.tsv) and test (test.tsv) qrels",
          two(beir_files, lambda tmp, ctx: [(tmp / f"beir/qrels/{s}.tsv").unlink() for s in ("dev", "test")])),

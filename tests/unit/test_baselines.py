@@ -79,7 +79,7 @@ def retrieval_task() -> RetrievalTask:
     corpus = {"d0": {"title": "", "text": "the red fox jumps"}, "d1": {"title": "Harbor", "text": "boats and nets"},
               "d2": {"title": "", "text": "a quiet library of old maps"}, "d3": {"title": "", "text": "red maps"}}
     queries = {"q0": "red fox", "q1": "old library maps", "q2": "boats harbor"}
-    qrels = {"train": {"q0": {"d0": 1}}, "validation": {"q2": {"d1": 1}}, "test": {"q0": {"d0": 1}, "q1": {"d2": 1}}}
+    qrels = {"train": {"q1": {"d3": 1}}, "validation": {"q2": {"d1": 1}}, "test": {"q0": {"d0": 1}, "q1": {"d2": 1}}}
     return RetrievalTask("ir", corpus, queries, qrels)
 
 
@@ -170,7 +170,8 @@ def test_lexical_baselines_read_what_the_model_reads_with_the_full_text_beside()
 
     corpus = {f"d{i}": {"title": "", "text": f"{filler} {word}"} for i, word in enumerate([*GOOD, *BAD])}
     queries = {f"q{i}": word for i, word in enumerate([*GOOD, *BAD])}
-    qrels = {split: {f"q{i}": {f"d{i}": 1} for i in range(8)} for split in ("train", "validation", "test")}
+    qrels = {split: {f"q{i}": {f"d{i}": 1} for i in range(8)} for split in ("validation", "test")}
+    qrels["train"] = {f"q{i}": {f"d{(i + 1) % 8}": 1} for i in range(8)}  # no test answer trained on
     ir = RetrievalTask("late-ir", corpus, queries, qrels)
     ir.prepare(tok, 16)
     test = baselines.every(ir, tok)["test"]
@@ -212,6 +213,29 @@ def test_a_task_whose_kept_runs_mostly_predict_a_constant_is_flagged_by_the_swee
     assert entry["warning"] == "predicts a constant in 2 of 3 kept runs ('O' for every word)"
     [half] = summarize(runs[:2])["tasks"].values()  # 1 of 2: not more than half, as the study report reads it
     assert half["warning"] is None
+
+
+def test_the_sweep_table_marks_a_mostly_constant_task_as_the_category_table_does(capsys, monkeypatch):
+    """The sweep's per-dataset table read "+2.12 vs first span" beside a warning below; the study's category table
+    marks such a score with a dagger, and so do the dataset tables now."""
+    from encoderlab.cli.console import out
+    from encoderlab.cli.sweep_table import render_sweep
+
+    monkeypatch.setattr(out, "width", 300)  # no cell wrapped
+    base = {"baselines": {"test": {"first_span": {"score": 0.0}}}}
+    runs = [record(0, 0.0, **base, constant_predictions={"test": "'O' for every word"}),
+            record(1, 6.36, **base, constant_predictions={}),
+            record(2, 0.0, **base, constant_predictions={"test": "'O' for every word"})]
+    summary = summarize(runs)
+    [entry] = summary["tasks"].values()
+    assert baselines.versus(entry) == "+2.12 vs first span †"
+    assert baselines.versus(summarize(runs[:2])["tasks"]["qa"]) == "+3.18 vs first span"  # 1 of 2: no mark
+    render_sweep({**summary, "tag": "t", "protocol_key": "k", "summary_file": "s.json", "runs_done_this_time": 3,
+                  "seconds_this_time": 1.0, "protocol": {"name": "p", "max_steps": 1, "batch_size": 1,
+                                                          "lrs": [1e-3], "seeds": [0, 1, 2], "selection_split": "v"}})
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "+2.12 vs first span †" in printed
+    assert "† qa: predicts a constant in 2 of 3 kept runs ('O' for every word)" in printed
 
 
 def test_records_from_before_the_baselines_read_with_dashes():

@@ -11,7 +11,7 @@ from encoderlab.core.io import write_json
 from encoderlab.study.report import Report
 from encoderlab.study.paper_findings import findings
 from encoderlab.study.report_text import compose
-from encoderlab.study.results import StudyResults
+from encoderlab.study.results import NOT_MEASURABLE, StudyResults
 
 THREE = [t for t in TASKS if TASKS[t][0] != "QA"]  # SC, TC and IR: three categories run
 
@@ -32,14 +32,26 @@ def test_two_models_at_the_trivial_baseline_are_not_measurable_not_opposite(tmp_
     levels = {CLM: {**flat(60.0), "IR": 3.3}, MLM: {**flat(70.0), "IR": 0.8}}
     root = write_study(tmp_path, levels, spread={CLM: 0.1, MLM: 0.1}, baseline={"IR": 0.44, "SC": 50.0})
     line = finding(findings(SimpleNamespace(res=StudyResults(root))), 1)
-    assert "**reproduced** (reproduced in 3, not measurable (both at the trivial baseline) in 1 of 4" in line, line
+    assert f"**reproduced** (reproduced in 3, {NOT_MEASURABLE} in 1 of 4" in line, line
     assert "opposite" not in line
     # the IR row says so; with every category at the baseline the finding itself is not measurable
     assert "| IR | 0.80 | 3.30 | -2.50 |" in findings(SimpleNamespace(res=StudyResults(root))).split("**2.")[0]
     both = write_study(tmp_path / "all", {CLM: flat(3.3), MLM: flat(0.8)}, spread={CLM: 0.1, MLM: 0.1},
                        baseline=flat(0.44))
     line = finding(findings(SimpleNamespace(res=StudyResults(both))), 1)
-    assert line.split(": ", 1)[1].startswith("**not measurable (both at the trivial baseline)** ("), line
+    assert line.split(": ", 1)[1].startswith(f"**{NOT_MEASURABLE}** ("), line
+
+
+def test_not_measurable_says_the_rule_for_a_score_well_above_the_baseline_within_its_interval(tmp_path):
+    """IR 8.80 and 8.60 above the trivial baseline, each within its wide interval of it, read "both at the trivial
+    baseline": the words now say the rule (within the interval, or 5% of the headroom)."""
+    root = write_study(tmp_path, {CLM: {**flat(60.0), "IR": 9.24}, MLM: {**flat(70.0), "IR": 9.04}},
+                       spread={CLM: 6.0, MLM: 6.0}, baseline={"IR": 0.44, "SC": 50.0})
+    text = findings(SimpleNamespace(res=StudyResults(root)))
+    ir_row = next(row for row in text.split("**2.")[0].split("\n") if row.startswith("| IR | 9.04 | 9.24 |"))
+    assert ir_row.split(" | ")[7] == "not measurable (each within its interval, or 5% of the headroom, of the trivial "\
+                                     "baseline)", ir_row
+    assert "(both at the trivial baseline)" not in text
 
 
 def test_a_study_without_cpt_or_paper_findings_is_reported_as_asked(tmp_path):

@@ -129,7 +129,13 @@ def test_a_mostly_constant_task_is_flagged_and_no_model_beats_bm25(tmp_path):
     line = text.split("**1. ")[1].split("\n")[0]
     assert "against the strongest baseline (BM25) in IR: no model beats it" in line, line
     assert "no model beats it" not in line.split("in IR")[0].split("QA")[-1]  # QA's learned task is above its own
-    assert "vs BM25" in text.split("## Per-dataset scores")[1]  # the dataset table names the gap too
+    datasets = text.split("## Per-dataset scores")[1]
+    assert "vs BM25" in datasets  # the dataset table names the gap too
+    # and marks the mostly-constant task's cell as the category table does, saying why under the table
+    row = next(line for line in datasets.splitlines() if line.startswith(f"| {CLM} | "))
+    assert "(lr 0.001; +5.85 vs always abstain †) | " in row and row.count("†") == 1, row  # qa-learned unmarked
+    assert f"†: more than half of the model's kept runs predict one thing on test, so its score there is no evidence " \
+           f"of learning: {CLM} / qa-abstain: no answer in 5 of 8 kept runs" in datasets
 
 
 def test_the_report_says_what_truncation_cut_and_which_answers_it_lost(tmp_path):

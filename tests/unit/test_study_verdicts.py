@@ -175,7 +175,8 @@ def test_a_cpt_arms_win_at_the_trivial_baseline_is_not_counted():
     win = Comparison("SC", 70.0, 60.0, 10.0, 4.0, 0.001)
     loss = Comparison("IR", 20.0, 30.0, -10.0, 4.0, 0.002)
     assert _higher([noise, win, loss]) == ("higher in 1/2 categories, significantly in 1, significantly lower in 1 "
-                                           "(1 not measurable: both at the trivial baseline)")
+                                           "(1 not measurable: each within its interval, or 5% of the headroom, of "
+                                           "the trivial baseline)")
 
 
 def test_the_reports_token_count_is_a_range_where_full_budget_windows_differ():

@@ -61,7 +61,8 @@ def test_a_task_made_by_hand_takes_every_step_again(tmp_path, classification_tas
 def test_a_sealed_retrieval_task_refuses_its_own_subsample_limit_and_prepare():
     corpus = {f"d{i}": {"title": "", "text": f"document {i}"} for i in range(4)}
     queries = {f"q{i}": f"query {i}" for i in range(4)}
-    qrels = {s: {f"q{i}": {f"d{i}": 1} for i in range(4)} for s in ("train", "validation", "test")}
+    qrels = {s: {f"q{i}": {f"d{i}": 1} for i in range(4)} for s in ("validation", "test")}
+    qrels["train"] = {f"q{i}": {f"d{(i + 1) % 4}": 1} for i in range(4)}  # no test answer trained on
     task = RetrievalTask("r", corpus, queries, qrels)
     task.seal()
     for name, step in {"subsample": lambda: task.subsample("test", 2, seed=0),

@@ -312,6 +312,20 @@ def test_user_labels_mixing_numbers_and_names_are_refused(tmp_path):
     assert "row 3: '1'" in said and "row 1: 'pos'" in said and "\n" not in said
 
 
+@pytest.mark.parametrize("labels, said_mix", [
+    (["pos", "neg", True, "pos"], "booleans and names as labels (row 3: 'true'; row 1: 'pos')"),
+    ([1, 0, False, 1], "numbers and booleans as labels (row 1: '1'; row 3: 'false')")])
+def test_user_labels_mixing_booleans_with_names_or_numbers_are_refused(tmp_path, labels, said_mix):
+    """A JSON true among "pos" and "neg" became a third class 'true', silently."""
+    write_jsonl(tmp_path / "train.jsonl", [{"t": f"text {i}", "y": y} for i, y in enumerate(labels)])
+    with pytest.raises(DataError) as caught:
+        load_user_classification(*[str(tmp_path / "train.jsonl")] * 3, "t", "y")
+    said = str(caught.value)
+    assert said.startswith(f"{tmp_path / 'train.jsonl'}: column 'y' mixes {said_mix}") and "\n" not in said
+    write_jsonl(tmp_path / "train.jsonl", [{"t": f"text {i}", "y": i % 2 == 0} for i in range(4)])
+    assert load_user_classification(*[str(tmp_path / "train.jsonl")] * 3, "t", "y").labels == ["false", "true"]
+
+
 @pytest.mark.parametrize("label, kind", [(["pos"], "a list"), ({"a": 1}, "an object")])
 def test_a_json_label_that_is_a_list_or_object_is_refused(tmp_path, label, kind):
     """A JSON list or object as a label became a class of its own, named by its Python repr, silently."""

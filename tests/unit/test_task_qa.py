@@ -283,6 +283,42 @@ def test_squad_files_out_of_schema_say_where_and_what_is_expected(tmp_path):
             load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"))
 
 
+@pytest.mark.parametrize("flag, said", [("false", "a string"), (0, "a number"), (None, "null")])
+def test_is_impossible_in_a_squad_file_must_be_a_json_boolean(tmp_path, flag, said):
+    """is_impossible was tested for truthiness: the string "false" made an answered question unanswerable."""
+    qas = [{"id": f"q{i}", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 13}]} for i in range(3)]
+    doc = {"data": [{"title": "t", "paragraphs": [{"context": "Ada wrote in Oslo.", "qas": qas}]}]}
+    (tmp_path / "dev.json").write_text(json.dumps(doc))
+    qas[1]["is_impossible"] = False
+    qas[2]["is_impossible"] = flag
+    (tmp_path / "train.json").write_text(json.dumps(doc))
+    with pytest.raises(DataError) as caught:
+        load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"), str(tmp_path / "dev.json"))
+    assert str(caught.value).startswith(f"{tmp_path / 'train.json'}: not in the SQuAD schema: "
+                                        f"data[0].paragraphs[0].qas[2].is_impossible is {said}, not true or false")
+    qas[2]["is_impossible"] = True
+    (tmp_path / "train.json").write_text(json.dumps(doc))
+    task = load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"), str(tmp_path / "dev.json"))
+    assert [r["answers"]["text"] for r in task.splits["train"]] == [["Oslo"], ["Oslo"], []]
+
+
+@pytest.mark.parametrize("given_test", [True, False])
+def test_an_answer_that_is_not_a_span_names_the_squad_file_and_the_example(tmp_path, given_test):
+    """It said "QA task 't', train example 'q2': answer ..." without the file the example is in."""
+    qas = [{"id": f"q{i}", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 13}]} for i in range(3)]
+    doc = {"data": [{"title": f"t{i}", "paragraphs": [{"context": "Ada wrote in Oslo.", "qas": [qa]}]}
+                    for i, qa in enumerate(qas)]}  # articles enough to hold one out of train
+    (tmp_path / "train.json").write_text(json.dumps(doc))
+    qas[2]["answers"][0]["answer_start"] = 16
+    (tmp_path / "dev.json").write_text(json.dumps(doc))
+    files = [str(tmp_path / "train.json"), str(tmp_path / "dev.json")] + [str(tmp_path / "train.json")] * given_test
+    with pytest.raises(DataError) as caught:
+        load_squad_json(*files)
+    split = "validation" if given_test else "test"
+    assert str(caught.value).startswith(f"{tmp_path / 'dev.json'}: QA task '{tmp_path.name}', {split} example 'q2': "
+                                        "answer 'Oslo' at 16 is not a span of the context")
+
+
 @pytest.mark.parametrize("field, value", [("question", ""), ("question", "  \n"), ("context", " ")])
 def test_an_empty_question_or_context_in_a_squad_file_is_refused(tmp_path, field, value):
     """An empty question was trained and scored as a question (the context alone to read), where every other family

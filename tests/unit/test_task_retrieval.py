@@ -116,7 +116,7 @@ def test_info_nce_equals_hand_computation():
 def test_shared_relevant_document_is_masked_as_false_negative(tok):
     corpus = {"a": {"title": "", "text": "river castle"}, "b": {"title": "", "text": "ocean tower"}}
     queries = {"q1": "river", "q2": "castle", "q3": "ocean"}
-    qrels = {"train": {"q1": {"a": 1}, "q2": {"a": 1}, "q3": {"b": 1}}, "test": {"q1": {"a": 1}}}
+    qrels = {"train": {"q1": {"a": 1}, "q2": {"a": 1}, "q3": {"b": 1}}, "test": {"q3": {"a": 1}}}
     task = R.RetrievalTask("shared", corpus, queries, qrels)
     task.prepare(tok, 32)
     (batch,) = list(task.train_batches(batch_size=3, seed=0))
@@ -209,14 +209,32 @@ def test_limit_corpus_caps_the_searched_documents_but_keeps_training_positives(t
     assert base == again.trivial_baseline("validation") and base["recall@100"] == 100.0  # 6 documents: all found
 
 
-def test_random_ranking_baseline_is_tiny_and_seeded():
-    corpus = {f"d{i}": {"title": "", "text": f"doc {i}"} for i in range(2000)}
-    queries = {f"q{i}": f"query {i}" for i in range(300)}
-    task = R.RetrievalTask("random", corpus, queries, {"test": {f"q{i}": {f"d{i}": 1} for i in range(300)}})
+@pytest.mark.parametrize("corpus, relevance, n_docs", [("all", "graded", 40), ("judged", "binary", 40),
+                                                       ("all", "graded", 7), ("all", "binary", 150)])
+def test_random_ranking_baseline_is_the_expectation_over_random_rankings(corpus, relevance, n_docs):
+    """The baseline was one seeded draw of 100 documents a query: 20.41 NDCG@10 on a 30-query task where a random
+    ranking is expected to score 15.15. It is the mean of every metric over uniformly random rankings."""
+    rng = random.Random(n_docs + len(corpus))
+    corpus_docs = {f"d{i}": {"title": "", "text": f"doc {i}"} for i in range(n_docs)}
+    queries = {f"q{i}": f"query {i}" for i in range(8)}
+    test = {q: {f"d{i}": rng.choice([0, 1, 2, 3]) for i in rng.sample(range(n_docs), rng.randint(1, 5))}
+            for q in queries}
+    test["q0"] = {f"d{i}": 1 for i in range(min(12, n_docs))}  # more relevant than NDCG@10's ideal holds
+    test["q1"]["d0"] = 2  # a query with at least one relevant document each
+    task = R.RetrievalTask("random", corpus_docs, queries, {"validation": test, "test": test})
+    task.configure(corpus, relevance, "infonce")
+    searched = sorted({d for rel in test.values() for d in rel}) if corpus == "judged" else list(corpus_docs)
+    draws = []
+    for _ in range(3000):
+        run = {q: {d: -float(r) for r, d in enumerate(rng.sample(searched, len(searched)))} for q in queries}
+        draws.append(task.score_run(run, "test"))
     base = task.trivial_baseline("test")
-    assert base == task.trivial_baseline("test")
-    assert 1.0 < base["recall@100"] < 10.0  # expected 100 * 100 / 2000 = 5
-    assert base["ndcg@10"] < 2.0 and base["score"] == base["ndcg@10"]
+    for metric in ("ndcg@10", "ndcg@10_top10_only", "recall@100"):
+        mean = sum(d[metric] for d in draws) / len(draws)
+        spread = (sum((d[metric] - mean) ** 2 for d in draws) / len(draws)) ** 0.5
+        assert abs(base[metric] - mean) < 4 * spread / len(draws) ** 0.5 + 1e-9, metric
+    assert base["score"] == base["standard"] == base["ndcg@10"]
+    assert (base["recall@100"] == 100.0) == (len(searched) <= 100)  # all of them in the top 100, or not
 
 
 # ----------------------------------------------------------------------------------------------- validation
@@ -235,6 +253,22 @@ def test_invalid_data_is_refused_before_training(change, message):
     change(corpus, queries, qrels)
     with pytest.raises(DataError, match=message):
         R.RetrievalTask("broken", corpus, queries, qrels)
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_an_evaluated_pair_that_train_judges_relevant_too_is_refused(split):
+    """A test (query, document) pair in the train qrels too (its answer trained on) was accepted silently."""
+    corpus, queries, qrels = make_data()
+    qrels["train"]["q10" if split == "test" else "q9"] = {"d10": 1}
+    qrels["train"]["q11"] = {"d12": 1}  # the query, with another document: no answer of the test split
+    if split == "validation":
+        qrels["train"]["q10"] = {"d10": 0}  # judged not relevant in train: nothing trained on
+    with pytest.raises(DataError) as caught:
+        R.RetrievalTask("leaky", corpus, queries, qrels, files={"train": "train.tsv", split: f"{split}.tsv"})
+    query = "q10" if split == "test" else "q9"
+    assert str(caught.value) == (f"{split}.tsv: 1 relevant (query, document) pairs of the {split} split are relevant "
+                                 f"in the train qrels too (train.tsv): ('{query}', 'd10'); a model trained on them is "
+                                 "scored on its own training answers: remove them from one file")
 
 
 def test_beir_folder_dev_split_and_file_named_in_errors(tmp_path):

@@ -14,7 +14,7 @@ from encoderlab.study.results import (
 )
 from encoderlab.study.sanity import sanity_section
 from encoderlab.study.standing import category_cell as _category_cell
-from encoderlab.study.standing import standing_notes
+from encoderlab.study.standing import dataset_constant_note, standing_notes
 from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.tasks import baselines, registry
 
@@ -71,7 +71,7 @@ class Report:
 
     def dataset_tables(self, labels: list[str]) -> str:
         tasks = self.res.task_names()
-        parts, csv_rows, missing, per_model = [], [], False, False
+        parts, csv_rows, missing, per_model, flagged = [], [], False, False, []
         for cat in registry.categories():
             names = [t for t in tasks if any(t in self.res.tasks[lb] and self.res.tasks[lb][t].category == cat
                                              for lb in labels)]
@@ -84,6 +84,8 @@ class Report:
                     continue
                 rows.append([lb] + [_score_cell(ts[t]) if t in ts and ts[t].test is not None else "-" for t in names])
                 csv_rows += [_csv_row(lb, ts[t]) for t in names if t in ts]
+                flagged += [f"{lb} / {t}: {ts[t].mostly_constant}" for t in names
+                            if t in ts and ts[t].mostly_constant and not ts[t].constant]  # marked by `versus`
             first = {t: next(self.res.tasks[lb][t] for lb in labels if t in self.res.tasks[lb]) for t in names}
             entries = [s.summary or {} for s in first.values()]
             for b in baselines.columns(entries[0].get("family", ""), entries):
@@ -98,6 +100,7 @@ class Report:
                                          "vs_strongest_baseline", "constant_predictions"], csv_rows)
         note = f" Baselines on test: {baselines.MISSING}." if missing or per_model else ""
         note += f" {PER_MODEL_DASH}" if per_model else ""
+        note += dataset_constant_note(flagged)
         return "\n\n".join(parts) + f"\n\nTest score ± 95% CI over seeds, the LR kept and the difference from " \
             "the task's strongest baseline in brackets (which one is named; the family's baselines are the rows in " \
             "italics); a model whose every kept run predicts one thing on test is said to predict a constant, its " \

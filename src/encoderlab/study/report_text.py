@@ -29,7 +29,8 @@ def _higher(comps: list[Comparison]) -> str:
     unmeasured = len(comps) - len(measured)
     return (f"higher in {len(up)}/{len(measured)} categories, significantly in {sig}"
             + (f", significantly lower in {len(down)}" if down else "")
-            + (f" ({unmeasured} not measurable: both at the trivial baseline)" if unmeasured else ""))
+            + (f" ({unmeasured} not measurable: each within its interval, or 5% of the headroom, of the trivial "
+               "baseline)" if unmeasured else ""))
 
 
 def imported_section(report) -> str:

@@ -21,7 +21,7 @@ from encoderlab.runs.encoders import encoder_digest
 from encoderlab.runs.logging import read_metrics
 from encoderlab.study import migrate_plan
 from encoderlab.study.intervals import CategoryScore, category_score
-from encoderlab.tasks import registry
+from encoderlab.tasks import baselines, registry
 
 
 METRICS = ("score", "standard")
@@ -55,10 +55,7 @@ class TaskScore:
     @property
     def mostly_constant(self) -> str | None:
         """'no answer in 2 of 3 kept runs' where more than half of the kept runs predicted one thing on test."""
-        runs = (self.summary or {}).get("constant_runs") or {}
-        if not runs.get("of") or runs["runs"] * 2 <= runs["of"]:
-            return None
-        return f"{runs['predicts']} in {runs['runs']} of {runs['of']} kept runs"
+        return baselines.mostly_constant(self.summary or {})
 
 
 def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "score") -> TaskScore:
@@ -76,7 +73,7 @@ def task_scores(recs: list[dict], lr_choice: str | None = None, metric: str = "s
 
 
 # A score within this share of the headroom above the trivial baseline (100 - baseline), or within its own 95%
-# interval of the baseline, is "at the baseline level": 3.3 NDCG@10 against a random ranking's 0.44 is no more a
+# interval of the baseline, is "at the baseline level": 3.3 NDCG@10 against a random ranking's 0.45 is no more a
 # learned retrieval model than 0.8 is, so a comparison of two such scores measures noise, not a model.
 NEAR_BASELINE = 0.05
 
@@ -275,7 +272,8 @@ def no_variance(a: CategoryScore, b: CategoryScore) -> str:
 
 
 REPRODUCED, OPPOSITE, INCONCLUSIVE = "reproduced", "opposite", "inconclusive at this scale"
-NOT_MEASURABLE = "not measurable (both at the trivial baseline)"
+# the words of `at_baseline`'s rule: a score 8.8 above the baseline may be within its interval of it
+NOT_MEASURABLE = "not measurable (each within its interval, or 5% of the headroom, of the trivial baseline)"
 
 
 def outcome(c: Comparison, expect_positive: bool = True) -> str:

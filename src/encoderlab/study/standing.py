@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from encoderlab.study.intervals import CategoryScore
 from encoderlab.study.tables import _fmt
-
-CONSTANT_MARK = "†"
+from encoderlab.tasks.baselines import CONSTANT_MARK
 CONSTANT_RULE = (f"{CONSTANT_MARK}: the category has a task where more than half of the model's kept runs predict "
                  "one thing on test (one class, one tag, \"no answer\", the same ranking): its score there is no "
                  "evidence of learning, so the cell also gives the category's mean without such tasks.")
@@ -22,6 +21,15 @@ def category_cell(c: CategoryScore) -> str:
         return text
     rest = c.without_constant
     return f"{text} {CONSTANT_MARK}; without them: " + (_fmt(rest.mean, rest.ci95) if rest else "no task left")
+
+
+def dataset_constant_note(flagged: list[str]) -> str:
+    """The note under the per-dataset tables for their marked cells ('CLM / conll-ner: 'O' for every word in 2 of 3
+    kept runs'), as CONSTANT_RULE is for the category tables; "" when none is."""
+    if not flagged:
+        return ""
+    return (f" {CONSTANT_MARK}: more than half of the model's kept runs predict one thing on test, so its score there "
+            f"is no evidence of learning: {'; '.join(flagged)}.")
 
 
 def constant_lines(scores: dict[str, dict[str, CategoryScore]], cats: list[str]) -> list[str]:

@@ -12,8 +12,9 @@ metric; "standard", the field's; and the rest by name):
 - tokens: every word "O" (`all_o`; the most frequent train tag for tags without chunks, `majority_tag`);
 - QA: the first span (`first_span`) and, on a split with unanswerable questions, always answering "no answer"
   (`always_abstain`): a model that learned only to abstain scores exactly this;
-- retrieval: a random ranking (`random`) and BM25 (`bm25`, the `bm25s` library, its defaults, no stop words, no
-  stemming, so that no language is favoured) over the same searched corpus.
+- retrieval: a random ranking (`random`: each metric's exact expectation over uniformly random rankings) and BM25
+  (`bm25`, the `bm25s` library, its defaults, no stop words, no stemming, so that no language is favoured) over the
+  same searched corpus.
 
 The lexical baselines (TF-IDF + LR, BM25) read what the model reads: each text as the prepared token ids cover it,
 cut to the protocol's max_length and decoded back to text, so that a score and the baseline it is read against saw
@@ -38,7 +39,7 @@ from encoderlab.tasks.common import cached, content_hash
 from encoderlab.tasks.metrics import squad_scores
 from encoderlab.tasks.registry import families, family
 
-VERSION = "baselines-v5"  # bump when a baseline changes, so that cached ones are computed again
+VERSION = "baselines-v6"  # bump when a baseline changes, so that cached ones are computed again
 SPLITS = ("validation", "test")
 MAX_FEATURES = 50_000  # per text field: the most frequent words of train
 BM25_DEPTH = 100  # documents kept per query, as the model's own search keeps (retrieval.TOP_K)
@@ -254,6 +255,18 @@ def constant_of(kept: list[dict]) -> str | None:
     return kinds[0] if len(kinds) == 1 else "differing by run: " + "; ".join(kinds)
 
 
+CONSTANT_MARK = "†"  # beside a score most of whose kept runs predict one thing on test (tables and category cells)
+
+
+def mostly_constant(entry: dict) -> str | None:
+    """'no answer in 2 of 3 kept runs' where more than half of a summary entry's kept runs predicted one thing on
+    test: a lucky seed is no task learnt."""
+    runs = entry.get("constant_runs") or {}
+    if not runs.get("of") or runs["runs"] * 2 <= runs["of"]:
+        return None
+    return f"{runs['predicts']} in {runs['runs']} of {runs['of']} kept runs"
+
+
 def warning(entry: dict) -> str | None:
     """What a summary's reader must be told before reading its test score as learned: that the model predicts a
     constant, or that it does not beat the strongest baseline."""
@@ -261,7 +274,7 @@ def warning(entry: dict) -> str | None:
         return f"predicts a constant ({entry['constant']})"
     said = []
     runs = entry.get("constant_runs") or {}
-    if runs.get("of") and runs["runs"] * 2 > runs["of"]:  # as the study report marks it: a lucky seed is no task learnt
+    if mostly_constant(entry):
         said.append(f"predicts a constant in {runs['runs']} of {runs['of']} kept runs ({runs['predicts']})")
     best, test = entry.get("strongest_baseline"), entry.get("test")
     if best and test is not None and test <= best["value"]:
@@ -301,4 +314,5 @@ def versus(entry: dict) -> str:
     best = entry.get("strongest_baseline")
     if entry.get("test") is None or not best:
         return "-"
-    return f"{entry['test'] - best['value']:+.2f} vs {LABELS.get(best['name'], best['name'])}"
+    mark = f" {CONSTANT_MARK}" if mostly_constant(entry) else ""  # as the category cells mark it
+    return f"{entry['test'] - best['value']:+.2f} vs {LABELS.get(best['name'], best['name'])}{mark}"

@@ -341,16 +341,28 @@ def _check_row(file: str, i: int, row: dict, fields: tuple[str, ...], label_colu
 
 
 def _class_names(rows: list[dict], label_column: str, file: str) -> list[str]:
-    """The distinct labels of train, sorted (numerically when all are integers). A column of numbers and names
-    both is refused: it is almost always the wrong column, or a row whose fields shifted."""
+    """The distinct labels of train, sorted (numerically when all are integers). A column mixing numbers, booleans
+    and names is refused: it is almost always the wrong column, or a row whose fields shifted."""
     labels = [label_name(row[label_column]) for row in rows]
-    first: dict[bool, str] = {}  # is a number -> where the first such label is
+    first: dict[str, str] = {}  # kind of label -> where the first such label is
     for i, label in enumerate(labels):
-        first.setdefault(bool(NUMBER.fullmatch(label)), f"row {i + 1}: {label!r}")
+        first.setdefault(_label_kind(label), f"row {i + 1}: {label!r}")
         if len(first) == 2:
-            raise DataError(f"{file}: column {label_column!r} mixes numbers and names as labels ({first[True]}; "
-                            f"{first[False]}): is it the label column, or is a row corrupt? Labels are all numbers "
-                            "or all names")
+            kinds = sorted(first, key=LABEL_KINDS.index)
+            raise DataError(f"{file}: column {label_column!r} mixes {kinds[0]}s and {kinds[1]}s as labels "
+                            f"({first[kinds[0]]}; {first[kinds[1]]}):"
+                            " is it the label column, or is a row corrupt? Labels are all numbers, all booleans or "
+                            "all names")
     values = set(labels)
     numeric = all(re.fullmatch(r"-?\d+", v) for v in values)
     return sorted(values, key=(lambda v: (int(v), v)) if numeric else None)
+
+
+LABEL_KINDS = ("number", "boolean", "name")
+
+
+def _label_kind(name: str) -> str:
+    """A class name's kind: a boolean among names (JSON's true beside "pos", "neg") would silently be a class."""
+    if NUMBER.fullmatch(name):
+        return "number"
+    return "boolean" if name in ("true", "false") else "name"

@@ -55,14 +55,17 @@ class SpanHead(nn.Module):
 # ----------------------------------------------------------------------------------------------- pure helpers
 
 
-def validate_examples(name: str, splits: dict[str, list[dict]], allow_unanswerable: bool) -> None:
-    """Raise DataError naming the first bad example: missing fields, duplicate ids, answers that are not spans."""
+def validate_examples(name: str, splits: dict[str, list[dict]], allow_unanswerable: bool,
+                      files: dict[str, str] | None = None) -> None:
+    """Raise DataError naming the first bad example: missing fields, duplicate ids, answers that are not spans.
+    `files`: the user's file each split was read from, named first so that the example can be found."""
     for split in SPLITS:
+        task = f"{files[split]}: QA task {name!r}" if files else f"QA task {name!r}"
         if not splits.get(split):
-            raise DataError(f"QA task {name!r}: the {split} split is missing or empty")
+            raise DataError(f"{task}: the {split} split is missing or empty")
         seen: set[str] = set()
         for i, ex in enumerate(splits[split]):
-            where = f"QA task {name!r}, {split} example {ex.get('id', f'#{i}')!r}"
+            where = f"{task}, {split} example {ex.get('id', f'#{i}')!r}"
             missing = [k for k in ("id", "context", "question", "answers") if k not in ex]
             if missing:
                 raise DataError(f"{where}: missing field(s) {', '.join(missing)}")
@@ -80,7 +83,7 @@ def validate_examples(name: str, splits: dict[str, list[dict]], allow_unanswerab
                     raise DataError(f"{where}: answer {text!r} at {start} is not a span of the context "
                                     f"(context[{start}:{start}+{len(text)}] is {span!r})")
         if not any(ex["answers"]["text"] for ex in splits[split]):  # a model that always abstains would score 100
-            raise DataError(f"QA task {name!r}: no question of the {split} split has an answer; a QA split needs "
+            raise DataError(f"{task}: no question of the {split} split has an answer; a QA split needs "
                             "answerable questions (unanswerable ones may be among them)")
 
 
@@ -158,8 +161,8 @@ class QATask(EvalTask):
     truncation_unit = "questions"  # longer than max_length // 2 tokens; contexts are read in windows, never cut
 
     def __init__(self, name: str, splits: dict[str, list[dict]], *, max_answer_tokens: int = 30, stride: int = 128,
-                 allow_unanswerable: bool = False, fingerprint: str = "") -> None:
-        validate_examples(name, splits, allow_unanswerable)
+                 allow_unanswerable: bool = False, fingerprint: str = "", files: dict[str, str] | None = None) -> None:
+        validate_examples(name, splits, allow_unanswerable, files)
         self.name, self.fingerprint = name, fingerprint
         self.splits = {s: list(splits[s]) for s in SPLITS}
         self.max_answer_tokens, self.stride, self.allow_unanswerable = max_answer_tokens, stride, allow_unanswerable

@@ -156,7 +156,9 @@ def _squad_rows(doc) -> list[dict]:
             for k, qa in enumerate(_field(para, "qas", where)):
                 at = f"{where}.qas[{k}]"
                 qid, question = _field(qa, "id", at, None), _text(qa, "question", at)
-                answers = [] if qa.get("is_impossible") else _field(qa, "answers", at)
+                # only JSON's true: a string "false" is truthy, and made an answered question unanswerable
+                impossible = "is_impossible" in qa and _field(qa, "is_impossible", at, bool)
+                answers = [] if impossible else _field(qa, "answers", at)
                 spans = [(_field(a, "text", f"{at}.answers[{m}]", str), _field(a, "answer_start", f"{at}.answers[{m}]",
                                                                             None)) for m, a in enumerate(answers)]
                 rows.append(_row(qid, context, question, [t for t, _ in spans], [s for _, s in spans],
@@ -197,4 +199,6 @@ def load_squad_json(train: str, validation: str, test: str | None = None, *, nam
                             "validation is held out of train as whole articles (5%, at least one), which left "
                             f"none to train on: add a test file (`test:`) or more articles to {train}")
     unanswerable = any(not r["answers"]["text"] for split in rows.values() for r in split)
-    return QATask(name, rows, allow_unanswerable=unanswerable, fingerprint=fingerprint)
+    # without a test file, validation is held out of train and the validation file is the test set
+    files = {"train": train, "validation": validation if test is not None else train, "test": test or validation}
+    return QATask(name, rows, allow_unanswerable=unanswerable, fingerprint=fingerprint, files=files)

@@ -35,6 +35,7 @@ from encoderlab.tasks.bi_encoder import (
 )
 from encoderlab.tasks.common import cached
 from encoderlab.tasks.metrics import ndcg_at_k, ndcg_top_k_only, recall_at_k
+from encoderlab.tasks.random_ranking import expected_ndcg_at_k, expected_ndcg_top_k_only, expected_recall_at_k
 from encoderlab.tasks.retrieval_data import Split, Tokens, tokenise, validate
 
 TOP_K = 100  # the run kept per query: enough for NDCG@10 and recall@100
@@ -321,14 +322,15 @@ class RetrievalTask(EvalTask):
                 **constant(rankings, lambda top: f"the same top 10 for every query, {top[0]!r} first")}
 
     def trivial_baseline(self, split: str) -> dict[str, float]:
-        """A random ranking (seed 0): NDCG@10 about 10 * relevant / corpus size, recall@100 about 100 * 100 / size."""
-        rng = np.random.default_rng(0)
-        searched = self._searched_in(split)
-        searched = np.arange(len(self.doc_ids)) if searched is None else searched
-        k = min(TOP_K, len(searched))
-        picks = {q: rng.choice(searched, size=k, replace=False) for q in sorted(self._check_split(split))}
-        run = {q: {self.doc_ids[int(d)]: float(k - r) for r, d in enumerate(picked)} for q, picked in picks.items()}
-        return self.score_run(run, split)
+        """A random ranking: each metric's exact expectation over uniformly random rankings of the documents searched
+        for `split` (tasks/random_ranking.py), not one draw of them."""
+        self._check_split(split)
+        indices = self._searched_in(split)
+        searched = self._doc_index if indices is None else {self.doc_ids[i] for i in indices.tolist()}
+        qrels = _gains(self.qrels[split], self._binary)
+        n = len(searched)
+        return _named(self._ndcg, expected_ndcg_at_k(qrels, searched, n, k=10), expected_ndcg_top_k_only(
+            qrels, searched, n, k=10), expected_recall_at_k(qrels, searched, n, k=100))
 
     def score_run(self, run: dict[str, dict[str, float]], split: str) -> dict[str, float]:
         """A ranking of `split`'s queries ({query: {document: score}}) scored as `evaluate` scores the model's."""
@@ -354,8 +356,16 @@ def _scores(run: dict[str, dict[str, float]], qrels: Split, binary: bool = False
             ) -> dict[str, float]:
     """Standard NDCG@10, the authors' top-10-only NDCG and recall@100, "score" the one `ndcg` names and "standard"
     the standard NDCG@10; `binary`: every grade >= 1 is a gain of 1 (the authors' relevance)."""
-    if binary:
-        qrels = {q: {d: int(g >= 1) for d, g in rel.items()} for q, rel in qrels.items()}
-    named = {METRICS["standard"]: ndcg_at_k(run, qrels, k=10), METRICS["top10_only"]: ndcg_top_k_only(run, qrels, k=10)}
-    return {"score": named[METRICS[ndcg]], "standard": named[METRICS["standard"]], **named,
-            "recall@100": recall_at_k(run, qrels, k=100)}
+    qrels = _gains(qrels, binary)
+    return _named(ndcg, ndcg_at_k(run, qrels, k=10), ndcg_top_k_only(run, qrels, k=10), recall_at_k(run, qrels, k=100))
+
+
+def _gains(qrels: Split, binary: bool) -> Split:
+    """The judgements as the metrics' gains; `binary`: every grade >= 1 is a gain of 1 (the authors' relevance)."""
+    return {q: {d: int(g >= 1) for d, g in rel.items()} for q, rel in qrels.items()} if binary else qrels
+
+
+def _named(ndcg: str, standard: float, top10_only: float, recall: float) -> dict[str, float]:
+    """The scores by name, "score" the NDCG the protocol's `retrieval.ndcg` names."""
+    named = {METRICS["standard"]: standard, METRICS["top10_only"]: top10_only}
+    return {"score": named[METRICS[ndcg]], "standard": standard, **named, "recall@100": recall}

@@ -46,11 +46,12 @@ def tokenise(texts: list[str], tokenizer: TextTokenizer, max_length: int, framed
             torch.tensor(cut)]
 
 
+def listed(ids: list) -> str:
+    return ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
 def validate(corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, Split], where: dict[str, str],
               name: str) -> None:
-    def listed(ids: list[str]) -> str:
-        return ", ".join(repr(i) for i in ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-
     if not corpus:
         raise DataError(f"{where['corpus']}: the corpus is empty")
     empty = [d for d, doc in corpus.items() if not (f"{doc.get('title') or ''}{doc.get('text') or ''}").strip()]
@@ -72,3 +73,17 @@ def validate(corpus: dict[str, dict], queries: dict[str, str], qrels: dict[str, 
         blank = sorted(q for q in judged if not str(queries[q] or "").strip())
         if blank:
             raise DataError(f"{where['queries']}: {len(blank)} queries of split {split!r} are empty: {listed(blank)}")
+    refuse_leaks(qrels, where)
+
+
+def refuse_leaks(qrels: dict[str, Split], where: dict[str, str]) -> None:
+    """Refuse a relevant (query, document) pair of validation or test that train judges relevant too: the model
+    would be trained on the answers it is scored on, and its score would say nothing of retrieval."""
+    trained = {(q, d) for q, rel in qrels.get("train", {}).items() for d, g in rel.items() if g > 0}
+    for split in ("validation", "test"):
+        leaked = sorted((q, d) for q, rel in qrels.get(split, {}).items() for d, g in rel.items()
+                        if g > 0 and (q, d) in trained)
+        if leaked:
+            raise DataError(f"{where[split]}: {len(leaked)} relevant (query, document) pairs of the {split} split "
+                            f"are relevant in the train qrels too ({where['train']}): {listed(leaked)}; a model "
+                            f"trained on them is scored on its own training answers: remove them from one file")
