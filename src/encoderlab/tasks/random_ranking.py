@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from functools import lru_cache
 from collections.abc import Container, Iterator
 
 Qrels = dict[str, dict[str, int]]
@@ -61,12 +62,13 @@ def expected_ndcg_top_k_only(qrels: Qrels, searched: Container[str], n_searched:
     taken = min(k, n_searched)
     for judged in qrels.values():
         if any(g > 0 for g in judged.values()):
-            levels = sorted(Counter(_searched_gains(judged, searched)).items())  # (gain, documents of that gain)
+            levels = tuple(sorted(Counter(_searched_gains(judged, searched)).items()))  # (gain, documents of it)
             values.append(_top_only_expectation(levels, n_searched, taken))
     return _mean(values, "expected_ndcg_top_k_only")
 
 
-def _top_only_expectation(levels: list[tuple[int, int]], n: int, taken: int) -> float:
+@lru_cache(maxsize=4096)  # queries of a task share few (gain, count) profiles; many grade levels make one costly
+def _top_only_expectation(levels: tuple[tuple[int, int], ...], n: int, taken: int) -> float:
     """E[DCG / ideal DCG of the `taken` retrieved documents] when they are a uniformly random ordered draw from `n`
     documents holding `levels` (gain, count) of positive gains; a draw without any gain scores 0. Given which
     documents are drawn, their order is random: E[DCG] is their total gain times the mean of the `taken` discounts."""
