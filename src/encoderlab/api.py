@@ -24,6 +24,7 @@ from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.finetuning.protocol import DEFAULT_PROTOCOL, load_protocol, one_run
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformer import TransformerLM
+from encoderlab.core.counts import parameters_text
 
 @checked
 def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: Positive = 8192, seq_len: Positive = 512,
@@ -200,11 +201,10 @@ class Encoder:
         tokenizer. `encoderlab` is the model type of encoderlab's own backbone; the parameters are the body's."""
         weights = list(self.model.model.parameters())
         count = sum(w.numel() for w in weights)
-        scale, unit = (1e9, "B") if count >= 1e9 else (1e6, "M") if count >= 1e6 else (1e3, "K")
         kind = getattr(self.config, "model_type", "encoderlab")
         device = str(weights[0].device) if weights else "cpu"
         return (f"Encoder(path={str(self.path)!r}, model_type={kind!r}, layers={self.config.num_hidden_layers}, "
-                f"hidden_size={self.config.hidden_size}, parameters={count / scale:.1f}{unit}, device={device!r})")
+                f"hidden_size={self.config.hidden_size}, parameters={parameters_text(count)}, device={device!r})")
 
     @checked
     def tokenize(self, texts: Sequence[str] | str, max_length: Positive | None = None) -> dict[str, Tensor]:

@@ -375,3 +375,20 @@ def test_zero_variance_up_to_rounding_is_still_zero_variance():
     b = CategoryScore(13.7, 0.0, spread_of([[13.7] * 3, [13.7] * 3]), 2, constant=["qa: no answer"])
     assert compare(a, b, "QA").undefined.startswith("undefined: no variance over seeds")
     assert _category_cell(a) == "13.70 ± undefined (zero variance: qa: no answer)"
+
+
+def test_a_tokenizer_that_gives_no_token_for_the_text_is_refused_in_one_line():
+    """A BPE without byte fallback or unknown token drops every character it has no token for: the model would
+    read `<s> </s>` for every text, and the lexical baseline on that view had nothing to fit (a traceback)."""
+    from tokenizers import Tokenizer, models
+
+    from encoderlab.core.errors import EncoderlabError
+    from encoderlab.data.tokenizer import TextTokenizer
+
+    specials = {"<s>": 0, "</s>": 1, "<pad>": 2, "<mask>": 3}
+    tok = TextTokenizer(Tokenizer(models.BPE(vocab=specials, merges=[])), 0, 1, 2, 3, origin="toy-bpe")
+    task = ClassificationTask("toy", {"train": sentiment(20, 0.5), "validation": sentiment(4, 0.5),
+                                      "test": sentiment(4, 0.5)}, ["neg", "pos"])
+    task.prepare(tok, 16)
+    with pytest.raises(EncoderlabError, match=r"^toy: the tokenizer toy-bpe gives no token for any train text"):
+        baselines.every(task, tok)

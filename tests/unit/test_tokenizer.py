@@ -122,6 +122,16 @@ def test_missing_mask_is_added_and_recorded(tmp_path):
     assert again.added_tokens == ["<mask>"] and again.mask_id == tok.mask_id and again.vocab_size == before + 1
 
 
+def test_missing_mask_is_refused_where_its_id_is_another_tokens(tmp_path):
+    # A vocabulary with a gap (id 1 unused): tokenizers gives a new token the id that counts the vocabulary, 4
+    # here, which "b" already holds; the mask would read b's embedding and text's "b" would read as the mask.
+    raw = Tokenizer(models.WordLevel({"<s>": 0, "</s>": 2, "a": 3, "b": 4}, unk_token="a"))
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    raw.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(DataError, match=r"no mask token.*would get, 4, is already the token 'b'"):
+        load_tokenizer(tmp_path / "tokenizer.json")
+
+
 def test_gpt2_style_single_special_token(tmp_path):
     path, raw = _bpe_file(tmp_path, ["<|endoftext|>"])
     eot = raw.token_to_id("<|endoftext|>")

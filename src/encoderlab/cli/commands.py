@@ -16,6 +16,7 @@ from encoderlab.cli.sweep_table import render_sweep as _render_sweep
 from encoderlab.core.config import SET_MERGES
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS, task_cache
+from encoderlab.core.counts import parameters_text
 
 PROTOCOL_HELP = "Evaluation protocol YAML (default: configs/eval/demo.yaml, shipped with encoderlab)."
 app = typer.Typer(help="Pretrain text encoders with MLM, CLM or any schedule of the two.", no_args_is_help=True,
@@ -84,8 +85,8 @@ def _render_run(p: dict) -> None:
     kind = f"{m['model_type']} (transformers), " if "model_type" in m else ""
     out.print(f"[bold]model[/bold]   {kind}{m['num_hidden_layers']} layers, hidden {m['hidden_size']}, FFN "
               f"{m['intermediate_size']}, heads {m['num_attention_heads']}/{m['num_key_value_heads']} (q/kv), "
-              f"vocab {m['vocab_size']:,}: {p['parameters'] / 1e6:.1f}M parameters "
-              f"({p['non_embedding_parameters'] / 1e6:.1f}M without embeddings)")
+              f"vocab {m['vocab_size']:,}: {parameters_text(p['parameters'])} parameters "
+              f"({parameters_text(p['non_embedding_parameters'])} without embeddings)")
     phases = ", ".join(f"{ph['objective']} steps {ph['start']}-{ph['end']}" for ph in p["phases"])
     out.print(f"[bold]schedule[/bold] {phases}; stable checkpoint at step {p['stable_checkpoint_step']}")
     out.print(f"[bold]data[/bold]    {p['data']}: {p['train_windows']:,} windows of {p['seq_len']}; "
@@ -170,7 +171,7 @@ def import_hf_cmd(
 
     def render(s: dict) -> None:
         m = s["model"]
-        out.print(f"[bold]imported[/bold] {s['model_type']} from {s['source']}: {s['parameters'] / 1e6:.1f}M "
+        out.print(f"[bold]imported[/bold] {s['model_type']} from {s['source']}: {parameters_text(s['parameters'])} "
                   f"parameters, {m['num_hidden_layers']} layers, hidden {m['hidden_size']}, heads "
                   f"{m['num_attention_heads']}/{m['num_key_value_heads']}, vocab {s['vocab_size']:,}")
         for note in s["notes"]:
@@ -202,8 +203,8 @@ def export_cmd(
     def render(s: dict) -> None:
         t = s["training"]
         tokens = f"{t['tokens_seen']:,} tokens" if t.get("tokens_seen") is not None else "tokens seen unknown"
-        out.print(f"[bold]exported[/bold] {s['checkpoint']} as {s['class']} ({s['parameters'] / 1e6:.1f}M parameters, "
-                  f"step {t.get('step')}, {tokens}) -> {s['export']}")
+        out.print(f"[bold]exported[/bold] {s['checkpoint']} as {s['class']} ({parameters_text(s['parameters'])} "
+                  f"parameters, step {t.get('step')}, {tokens}) -> {s['export']}")
         evaluated = f"{len(s['evaluations'])} evaluation summaries" if s["evaluations"] else "not evaluated"
         out.print(f"[bold]model card[/bold] {Path(s['export']) / 'README.md'} ({evaluated}); tokenizer frames input "
                   f"as {s['tokenizer_framing']}")

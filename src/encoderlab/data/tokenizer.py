@@ -300,13 +300,22 @@ def _with_roles(tok: Tokenizer, config: dict[str, str], *, origin: str, added: l
     bos = bos if bos is not None else eos  # GPT-2 style tokenizers separate documents with one token
     eos = eos if eos is not None else bos
     if mask is None:
-        mask = _add_special(tok, "<|mask|>" if str(tok.id_to_token(bos)).startswith("<|") else "<mask>", added)
+        mask = _add_special(tok, "<|mask|>" if str(tok.id_to_token(bos)).startswith("<|") else "<mask>", added,
+                            origin)
     if pad is None:
         pad = eos  # padding is always masked out of attention and loss, so EOS can serve
     return TextTokenizer(tok, bos, eos, pad, mask, origin=origin, added_tokens=added)  # type: ignore[arg-type]
 
 
-def _add_special(tok: Tokenizer, content: str, added: list[str]) -> int:
+def _add_special(tok: Tokenizer, content: str, added: list[str], origin: str) -> int:
+    """Add `content` as a special token. tokenizers numbers it by counting the vocabulary, so where the ids leave a
+    gap that number is already another token's, which would then read as the mask (and the mask as it): refused."""
+    taken = {i: token for token, i in tok.get_vocab(with_added_tokens=True).items()}
     tok.add_special_tokens([AddedToken(content, special=True, normalized=False)])
+    new_id = tok.token_to_id(content)
+    if new_id in taken:
+        raise DataError(f"tokenizer {origin} has no mask token, and the id {content!r} would get, {new_id}, is "
+                        f"already the token {taken[new_id]!r} (its ids leave gaps): give a tokenizer that has a "
+                        "mask token (or no gaps in its ids)")
     added.append(content)
-    return tok.token_to_id(content)
+    return new_id

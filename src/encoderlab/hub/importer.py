@@ -43,6 +43,7 @@ from encoderlab.hub.slmodel import SL_MODEL, remote_code_note, tokenizer_folder
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs.checkpoint import refuse_non_finite, save_weights_only, weight_mismatches
 from encoderlab.runs.encoders import require_tokenizer
+from encoderlab.core.counts import parameters_text
 
 # ---- the architecture (hub/families.py maps the config and the weights) ------------------------------------
 
@@ -195,7 +196,7 @@ def import_hf(src: str, out: Path, *, force: bool = False, home: Path | None = N
                   "schedule": None, "source": str(where.resolve())}
     save_weights_only(out, weights, cfg, tok, state_json, {"import.json": record})
     parameters = cfg.num_parameters()
-    log(f"imported {config.model_type} ({parameters / 1e6:.1f}M parameters) -> {out}")
+    log(f"imported {config.model_type} ({parameters_text(parameters)} parameters) -> {out}")
     return {"checkpoint": str(out), "source": str(where), "model_type": config.model_type, "parameters": parameters,
             "vocab_size": cfg.vocab_size, "added_tokens": added, "notes": notes, "model": cfg.model_dump(),
             "seconds": round(time.perf_counter() - began, 1)}

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.tasks.base import EvalTask
 from encoderlab.tasks.common import cached, content_hash
@@ -103,6 +104,12 @@ def of_split(task: EvalTask, split: str) -> dict[str, dict[str, float]]:
 def tfidf_baselines(task: EvalTask, view: TextTokenizer | None) -> dict[str, dict[str, dict[str, float]]]:
     """Classification's lexical baseline, fitted once for both splits, on the model's view or (None) full texts."""
     segments = partial(full_segments, task) if view is None else partial(model_segments, task, view)
+    if view is not None and not any(text.strip() for field in segments("train") for text in field):
+        # a tokenizer without byte fallback or unknown token drops what it has no token for: the model would read
+        # only its framing tokens, and the lexical model on that view would have no word to fit
+        raise EncoderlabError(f"{task.name}: the tokenizer {view.origin} gives no token for any train text (every "
+                              "example would read as its framing tokens alone): its vocabulary does not cover this "
+                              "task's text")
     return {split: {"tfidf_logreg": task.score_predictions(predictions, split)}  # type: ignore[attr-defined]
             for split, predictions in tfidf_logreg(task, segments).items()}
 
