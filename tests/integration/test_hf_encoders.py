@@ -7,6 +7,7 @@ evaluation does. The causal export stays available by asking for it."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -139,6 +140,7 @@ def test_encoder_card_names_the_version_that_honours_is_causal(route):
     assert "pipeline_tag: feature-extraction" in card and "`transformers` 5.2 or later" in card
     assert "ignore `is_causal: false`" in card and 'Version("5.2")' in card and "AutoModel.from_pretrained" in card
     assert "It frames every input as `<s> text </s>`" in card
+    assert re.search(r"^\d+\.\dK parameters, ", card, re.M)  # under a million: in thousands (it read 0.2M)
 
 
 @torch.no_grad()

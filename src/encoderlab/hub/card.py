@@ -3,8 +3,8 @@
 What a checkpoint knows about its training is spread over its own state.json (step, schedule, objective), its run
 folder (metrics.jsonl gives tokens per step, config.yaml the initialisation) and, for an import, import.json.
 Evaluation scores come from the summary.json that `encoderlab sweep` writes; without one the card says 'not
-evaluated' rather than leave a reader guessing. The card is meant to be published: its YAML front matter carries
-the Hub's metadata (license, base_model, datasets, model-index) and no local path of the machine that wrote it.
+evaluated'. The card is meant to be published: its YAML front matter carries the Hub's metadata (license,
+base_model, datasets, model-index) and no local path of the machine that wrote it.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from encoderlab.core.config import load_yaml
+from encoderlab.core.counts import parameters_text
 from encoderlab.core.errors import EncoderlabError, command, option, option_name
 from encoderlab.core.io import read_json
 from encoderlab.data.tokenizer import TextTokenizer
@@ -376,11 +377,10 @@ def model_card(target: Target, cfg: ModelConfig, tok: TextTokenizer, info: dict,
                     "publishing.")
     lines = [
         *_front_matter(target, info, evaluations, name), "", f"# {title}", "",
-        f"{cfg.num_parameters() / 1e6:.1f}M parameters, {what}, exported by encoderlab from checkpoint "
+        f"{parameters_text(cfg.num_parameters())} parameters, {what}, exported by encoderlab from checkpoint "
         f"`{info.get('checkpoint')}`. It loads with {versions}.", "", license_line, "",
     ]
-    if note:
-        lines += [f"**Note:** {note}.", ""]
+    lines += [f"**Note:** {note}.", ""] if note else []
     lines += [
         "## Architecture", "",
         "| layers | hidden | FFN | heads (query/KV) | vocabulary | positions | RoPE theta | tied embeddings |",
