@@ -44,3 +44,19 @@ def test_a_run_with_the_collector_paused_records_the_same_bits(tok, monkeypatch)
     running = [without_seconds(finetune(task, cfg, weights, lr=3e-3, seed=s, protocol=protocol, device=CPU))
                for s in (0, 1)]
     assert paused == running and paused[0] != paused[1]
+
+
+def test_what_a_pause_left_in_cycles_is_freed_as_it_ends_even_inside_another_pause():
+    import weakref
+
+    class Node:
+        pass
+
+    with training.collector_paused():  # a sweep's
+        with training.collector_paused():  # a run's
+            node = Node()
+            node.me = node  # a cycle: reference counting never frees it
+            alive = weakref.ref(node)
+            del node
+        assert alive() is None and not gc.isenabled()
+    assert gc.isenabled()

@@ -141,18 +141,20 @@ class FinetuneRun:
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while the block runs, back on after (unless it was off before).
+    """Python's cyclic garbage collector off while the block runs, back as it was after; the block's own cyclic
+    garbage is freed as it ends, so a pause never holds it past its block (nested in a sweep's pause, past a run).
 
     Why: its full passes traverse every object the process tracks (the prepared tasks' token lists, the imported
-    modules), and a run's allocations start them: 0.8-0.9 s of a conll-ner job's 3 runs (micro, small-study protocol,
-    one core, about 6% of it), each pass finding nothing to free. A run makes no cyclic garbage (none on each of the
-    demo's four tasks, once a process has run one: the first run's imports leave about a thousand objects, freed by
-    the next pass after it); tensors are freed by reference counting. Results are the same bits."""
+    modules), and a run's allocations start them: 0.7-0.9 s of a conll-ner job's 3 runs (micro, small-study protocol,
+    one core, 5-6% of it), each pass finding nothing to free. A run makes no cyclic garbage (none on each of the
+    demo's four tasks, once a process has run one: the first run's imports leave about a thousand objects);
+    tensors are freed by reference counting. Results are the same bits."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.collect(0)  # the youngest generation: what the block made and still holds, not the whole process
         if enabled:
             gc.enable()
 
