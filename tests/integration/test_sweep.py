@@ -612,3 +612,21 @@ def test_the_card_names_each_tasks_grid_where_they_differ(tmp_path, tiny_checkpo
     text = "\n".join(evaluation_lines([card]))
     assert f"Protocol `{done['protocol_key']}`, each task's own grid (" in text
     assert "Runs counted per task: `other` LRs 0.001 x seeds 0, 1, 2; `task` LRs 0.001 x seeds 0, 1." in text
+
+
+def test_a_sweep_writes_its_records_with_the_collector_paused_and_restores_it(tmp_path, tiny_checkpoint, task_yaml,
+                                                                              monkeypatch):
+    """Python's cyclic collector is off from a sweep's first run to its last record (finetuning/training.py
+    `collector_paused`: a run's end would start a full pass), on again after, an interrupted sweep included."""
+    import gc
+
+    states, real = [], sweep_module.Sweep.write
+    monkeypatch.setattr(sweep_module.Sweep, "write", lambda self, *a: states.append(gc.isenabled()) or real(self, *a))
+    run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path / "evals", show_progress=False,
+              log=lambda m: None)
+    assert states == [False] * 4 and gc.isenabled()
+    monkeypatch.setattr(sweep_module, "finetune", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tiny_checkpoint, [str(task_yaml)], protocol(), tmp_path / "other", show_progress=False,
+                  log=lambda m: None)
+    assert gc.isenabled()

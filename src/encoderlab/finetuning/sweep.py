@@ -40,7 +40,7 @@ from encoderlab.finetuning.shared_training import (
     trained_by,
     training_units,
 )
-from encoderlab.finetuning.training import backbone_state, finetune
+from encoderlab.finetuning.training import backbone_state, collector_paused, finetune
 from encoderlab.model.config import ModelConfig
 from encoderlab.runs import checkpoint as ckpt
 from encoderlab.runs.encoders import (
@@ -221,11 +221,12 @@ class Sweep:
         progress = Progress("run", len(todo), enabled=show_progress)
         started, done = time.perf_counter(), 0
         try:  # the executor is bound to no name: an exception closes it (and its worker pool) before `finally` runs
-            for outcome in self.execute(todo, workers):
-                if outcome.body is not None:
-                    self.write(outcome.task, outcome.body)
-                done += outcome.runs
-                progress.update(done, outcome.note)
+            with collector_paused():  # between runs too: each one's end would otherwise start a full pass
+                for outcome in self.execute(todo, workers):
+                    if outcome.body is not None:
+                        self.write(outcome.task, outcome.body)
+                    done += outcome.runs
+                    progress.update(done, outcome.note)
         finally:
             progress.close()
         summary = self.summarize(runs_done=len(todo), seconds=time.perf_counter() - started)
