@@ -326,6 +326,19 @@ def test_user_labels_mixing_booleans_with_names_or_numbers_are_refused(tmp_path,
     assert load_user_classification(*[str(tmp_path / "train.jsonl")] * 3, "t", "y").labels == ["false", "true"]
 
 
+def test_names_that_are_true_and_false_among_other_names_load(tmp_path):
+    """LIAR's six labels (true, false, half-true, ...) in a TSV were refused as mixing booleans and names: in a
+    text file "true" is a name as much as a boolean. A number beside them is still refused."""
+    labels = ["true", "false", "half-true", "mostly-true", "barely-true", "pants-fire"]
+    rows = "".join(f"claim {i}\t{y}\n" for i, y in enumerate(labels))
+    (tmp_path / "train.tsv").write_text("statement\tlabel\n" + rows)
+    task = load_user_classification(*[str(tmp_path / "train.tsv")] * 3, "statement", "label")
+    assert task.labels == sorted(labels)
+    (tmp_path / "train.tsv").write_text("statement\tlabel\nclaim\ttrue\nother\t1\n")
+    with pytest.raises(DataError, match="mixes numbers and names as labels .row 2: '1'; row 1: 'true'."):
+        load_user_classification(*[str(tmp_path / "train.tsv")] * 3, "statement", "label")
+
+
 @pytest.mark.parametrize("label, kind", [(["pos"], "a list"), ({"a": 1}, "an object")])
 def test_a_json_label_that_is_a_list_or_object_is_refused(tmp_path, label, kind):
     """A JSON list or object as a label became a class of its own, named by its Python repr, silently."""

@@ -344,15 +344,19 @@ def _class_names(rows: list[dict], label_column: str, file: str) -> list[str]:
     """The distinct labels of train, sorted (numerically when all are integers). A column mixing numbers, booleans
     and names is refused: it is almost always the wrong column, or a row whose fields shifted."""
     labels = [label_name(row[label_column]) for row in rows]
-    first: dict[str, str] = {}  # kind of label -> where the first such label is
-    for i, label in enumerate(labels):
-        first.setdefault(_label_kind(label), f"row {i + 1}: {label!r}")
-        if len(first) == 2:
-            kinds = sorted(first, key=LABEL_KINDS.index)
+    possible, first = set(LABEL_KINDS), {}  # kinds every label so far can be; kind -> where its first label is
+    for i, (row, label) in enumerate(zip(rows, labels)):
+        kinds = _label_kinds(row[label_column], label)
+        for kind in kinds:
+            first.setdefault(kind, f"row {i + 1}: {label!r}")
+        if not possible & kinds:
+            kinds = sorted((max(possible, key=LABEL_KINDS.index), max(kinds, key=LABEL_KINDS.index)),
+                           key=LABEL_KINDS.index)
             raise DataError(f"{file}: column {label_column!r} mixes {kinds[0]}s and {kinds[1]}s as labels "
                             f"({first[kinds[0]]}; {first[kinds[1]]}):"
                             " is it the label column, or is a row corrupt? Labels are all numbers, all booleans or "
                             "all names")
+        possible &= kinds
     values = set(labels)
     numeric = all(re.fullmatch(r"-?\d+", v) for v in values)
     return sorted(values, key=(lambda v: (int(v), v)) if numeric else None)
@@ -361,8 +365,11 @@ def _class_names(rows: list[dict], label_column: str, file: str) -> list[str]:
 LABEL_KINDS = ("number", "boolean", "name")
 
 
-def _label_kind(name: str) -> str:
-    """A class name's kind: a boolean among names (JSON's true beside "pos", "neg") would silently be a class."""
+def _label_kinds(value, name: str) -> set[str]:
+    """What a label can be: a JSON boolean among names (true beside "pos", "neg") would silently be a class, but a
+    text file's "true" may be a name (LIAR's true, half-true, pants-fire) as well as a boolean."""
     if NUMBER.fullmatch(name):
-        return "number"
-    return "boolean" if name in ("true", "false") else "name"
+        return {"number"}
+    if isinstance(value, bool):
+        return {"boolean"}
+    return {"boolean", "name"} if name in ("true", "false") else {"name"}
