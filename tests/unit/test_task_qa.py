@@ -283,7 +283,7 @@ def test_squad_files_out_of_schema_say_where_and_what_is_expected(tmp_path):
             load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"))
 
 
-@pytest.mark.parametrize("flag, said", [("false", "a string"), (0, "a number"), (None, "null")])
+@pytest.mark.parametrize("flag, said", [("false", "a string"), (2, "a number"), (0.0, "a number"), (None, "null")])
 def test_is_impossible_in_a_squad_file_must_be_a_json_boolean(tmp_path, flag, said):
     """is_impossible was tested for truthiness: the string "false" made an answered question unanswerable."""
     qas = [{"id": f"q{i}", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 13}]} for i in range(3)]
@@ -300,6 +300,19 @@ def test_is_impossible_in_a_squad_file_must_be_a_json_boolean(tmp_path, flag, sa
     (tmp_path / "train.json").write_text(json.dumps(doc))
     task = load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"), str(tmp_path / "dev.json"))
     assert [r["answers"]["text"] for r in task.splits["train"]] == [["Oslo"], ["Oslo"], []]
+
+
+@pytest.mark.parametrize("flag, answered", [(0, True), (1, False)])
+def test_is_impossible_written_as_the_integer_0_or_1_is_read_as_false_or_true(tmp_path, flag, answered):
+    """A file whose writer gives booleans as 0 and 1 loaded before is_impossible had to be JSON's true or false,
+    and read them right; it was refused as 'a number'."""
+    qas = [{"id": f"q{i}", "question": "Where?", "answers": [{"text": "Oslo", "answer_start": 13}]} for i in range(3)]
+    doc = {"data": [{"title": "t", "paragraphs": [{"context": "Ada wrote in Oslo.", "qas": qas}]}]}
+    (tmp_path / "dev.json").write_text(json.dumps(doc))
+    qas[2]["is_impossible"] = flag
+    (tmp_path / "train.json").write_text(json.dumps(doc))
+    task = load_squad_json(str(tmp_path / "train.json"), str(tmp_path / "dev.json"), str(tmp_path / "dev.json"))
+    assert task.splits["train"][2]["answers"]["text"] == (["Oslo"] if answered else [])
 
 
 @pytest.mark.parametrize("given_test", [True, False])

@@ -147,6 +147,15 @@ def _text(obj, key: str, where: str) -> str:
     return value
 
 
+def _flag(obj: dict, key: str, where: str) -> bool:
+    """`obj[key]` as a boolean, False when absent: JSON's true or false, or the integer 1 or 0 of a writer without
+    booleans. Nothing else: a string "false" is truthy, and made an answered question unanswerable."""
+    value = obj.get(key, False)
+    if value is False or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    return _field(obj, key, where, bool)
+
+
 def _squad_rows(doc) -> list[dict]:
     rows = []
     for i, article in enumerate(_field(doc, "data", "the top level")):
@@ -156,8 +165,7 @@ def _squad_rows(doc) -> list[dict]:
             for k, qa in enumerate(_field(para, "qas", where)):
                 at = f"{where}.qas[{k}]"
                 qid, question = _field(qa, "id", at, None), _text(qa, "question", at)
-                # only JSON's true: a string "false" is truthy, and made an answered question unanswerable
-                impossible = "is_impossible" in qa and _field(qa, "is_impossible", at, bool)
+                impossible = _flag(qa, "is_impossible", at)
                 answers = [] if impossible else _field(qa, "answers", at)
                 spans = [(_field(a, "text", f"{at}.answers[{m}]", str), _field(a, "answer_start", f"{at}.answers[{m}]",
                                                                             None)) for m, a in enumerate(answers)]
