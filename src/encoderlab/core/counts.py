@@ -4,6 +4,9 @@ from __future__ import annotations
 
 
 def parameters_text(count: int) -> str:
-    """`41.6K`, `134.5M`, `1.2B`: one decimal of the largest unit the count reaches (K below a million)."""
-    scale, unit = (1e9, "B") if count >= 1e9 else (1e6, "M") if count >= 1e6 else (1e3, "K")
-    return f"{count / scale:.1f}{unit}"
+    """`41.6K`, `134.5M`, `1.2B`: one decimal of the largest unit the count reaches once rounded (K below a
+    million): 999,960 is `1.0M`, not `1000.0K`."""
+    for scale, unit in ((1e9, "B"), (1e6, "M")):
+        if round(count / scale * 1000, 1) >= 1000:  # the unit below would write 1000.0 or more
+            return f"{count / scale:.1f}{unit}"
+    return f"{count / 1e3:.1f}K"
