@@ -7,8 +7,8 @@ from encoderlab.cli.commands import _render_run
 from encoderlab.core.counts import parameters_text
 
 
-@pytest.mark.parametrize(("count", "text"), [(999, "1.0K"), (41_600, "41.6K"), (1_000_000, "1.0M"),
-                                             (134_515_008, "134.5M"), (1_234_000_000, "1.2B"),
+@pytest.mark.parametrize(("count", "text"), [(12, "12"), (999, "999"), (1_000, "1.0K"), (41_600, "41.6K"),
+                                             (1_000_000, "1.0M"), (134_515_008, "134.5M"), (1_234_000_000, "1.2B"),
                                              (999_960, "1.0M"), (999_960_000, "1.0B"),  # not 1000.0K, 1000.0M
                                              (950_001, "950.0K")])
 def test_a_count_keeps_its_digits_at_every_size(count, text):

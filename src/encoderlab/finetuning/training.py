@@ -154,9 +154,9 @@ def collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.collect(0)  # the youngest generation: what the block made and still holds, not the whole process
-        if enabled:
+        if enabled:  # first: a second Ctrl-C during the collection below must not leave it off
             gc.enable()
+        gc.collect(0)  # the youngest generation: what the block made and still holds, not the whole process
 
 
 def finetune(task: EvalTask, model_cfg: ModelConfig, weights: dict[str, torch.Tensor], *, lr: float, seed: int,
