@@ -15,7 +15,7 @@ SAYS = (f"is empty: it holds no setting; write its settings (base: {CONFIGS / 'p
         "the keys to change)")
 
 
-@pytest.mark.parametrize("text", ["", "\n\n", "# train: {steps: 8}\n", "---\n"])
+@pytest.mark.parametrize("text", ["", "\n\n", "# train: {steps: 8}\n", "---\n", "{}\n"])
 def test_an_empty_pretraining_config_is_refused_as_empty(tmp_path, monkeypatch, capsys, text):
     (tmp_path / "run.yaml").write_text(text)
     code, out, err = run_command(monkeypatch, capsys, "pretrain", tmp_path / "run.yaml", home=tmp_path / "home")

@@ -12,10 +12,10 @@ from encoderlab.core.config import ConfigError, read_yaml
 
 def refuse_empty(path: str | Path, kind: str, instead: str) -> None:
     """Refuse `path` when it holds no setting (saved before it was written, or cut short: nothing, blank lines,
-    comments or a bare `---`), as `{kind} {path} is empty: it holds no setting; {instead}`."""
+    comments, a bare `---` or `{}`), as `{kind} {path} is empty: it holds no setting; {instead}`."""
     path = Path(path)
     try:
-        empty = path.is_file() and read_yaml(path.read_text(encoding="utf-8")) is None
+        empty = path.is_file() and read_yaml(path.read_text(encoding="utf-8")) in (None, {})  # `{}`: no setting either
     except (yaml.YAMLError, UnicodeDecodeError, OSError):
         return  # load_yaml says what is wrong with it
     if empty:
