@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from test_study import plan_of, write_study
+from test_study import MICRO, plan_of, write_study
 
 from conftest import run_command
 from encoderlab.core.config import ConfigError
@@ -54,7 +54,8 @@ def test_a_size_of_its_own_data_is_planned_from_it(tmp_path, data, monkeypatch, 
     assert shown["epochs"] == float(f"{20 * 4 * 16 / train_tokens:.3g}")
     from encoderlab.model.presets import preset
     from encoderlab.study.plan import _flops
-    assert tiny.flops == _flops(tiny, 0, preset("tiny", vocab_size=shown["vocab_size"]), 16)
+    # the model the run trains: the tiny preset with the pretraining config's model fields (MICRO) over it
+    assert tiny.flops == _flops(tiny, 0, preset("tiny", vocab_size=shown["vocab_size"], **MICRO), 16)
     code, out, _ = run_command(monkeypatch, capsys, "study", "plan", study)
     assert code == 0 and f"data tiny prepared {own}: {train_tokens:,} train tokens, vocabulary " \
                          f"{shown['vocab_size']:,}, windows of 16" in " ".join(out.split())
@@ -72,3 +73,17 @@ def test_a_model_vocabulary_below_its_own_datas_is_refused_and_above_it_taken(tm
     study = write_study(tmp_path, str(base), size_overrides={  # under the base data's, but its own data's suffice
         "micro": {"data": {"path": str(own)}, "model": {"vocab_size": vocab}}})
     assert plan_of(study)[0].configs["micro-mlm40-20"].data.path == str(own)
+
+
+def test_a_sizes_model_overrides_are_planned_with_it(tmp_path, data):
+    """A size's model settings (size_overrides' `model`, here twice micro's layers and a vocabulary above the
+    data's) are the model its runs train: the plan's FLOPs count that model, not the bare preset."""
+    from encoderlab.model.presets import preset
+    from encoderlab.study.plan import _flops
+    base, _ = data
+    layers = 2 * MICRO["num_hidden_layers"]
+    study = write_study(tmp_path, str(base), models=[{"sizes": ["micro"], "objectives": ["mlm40"]}],
+                        size_overrides={"micro": {"model": {"num_hidden_layers": layers, "vocab_size": 512}}})
+    plan, _ = plan_of(study)
+    run = plan.runs["micro-mlm40-20"]
+    assert run.flops == _flops(run, 0, preset("micro", **{**MICRO, "vocab_size": 512, "num_hidden_layers": layers}), 64)

@@ -77,10 +77,16 @@ class Grid:
                 # not prepared yet: planned as the study's data (its run, and the plan of prepared data, refuse it)
                 if own.data.path != cfg.data.path and (shape := _prepared_shape(own)) is not None:
                     self.size_data[size] = shape
-        self.model_cfgs = {size: model_config(shapes[size]) if size in shapes else
-                           preset(size, vocab_size=self.data_of(size)["vocab_size"]) for size in spec.trained_sizes()}
+        self.model_cfgs = {size: model_config(shapes[size]) if size in shapes else self._scratch_model(size)
+                           for size in spec.trained_sizes()}
         self.wanted: dict[str, PretrainRun] = {}
         self.full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
+
+    def _scratch_model(self, size: str):
+        """The model a size's runs train from scratch: its preset with its data's vocabulary and the model settings
+        the study gives it (the pretraining config's, size_overrides'), as the trainer builds it."""
+        settings = dict(self.run_config(size, self.spec.budget).model.model_extra or {})
+        return preset(size, **{"vocab_size": self.data_of(size)["vocab_size"], **settings})
 
     def data_of(self, size: str) -> dict:
         """The shape of the data a size trains on: its own (`size_overrides`' data.path) or the study's."""
