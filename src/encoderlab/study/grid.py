@@ -85,7 +85,8 @@ class Grid:
     def _scratch_model(self, size: str):
         """The model a size's runs train from scratch: its preset with its data's vocabulary and the model settings
         the study gives it (the pretraining config's, size_overrides'), as the trainer builds it."""
-        settings = dict(self.run_config(size, self.spec.budget).model.model_extra or {})
+        settings = {k: v for k, v in (self.run_config(size, self.spec.budget).model.model_extra or {}).items()
+                    if not k.endswith("_token_id")}  # ids count no FLOP; checked against the data when it is read
         return preset(size, **{"vocab_size": self.data_of(size)["vocab_size"], **settings})
 
     def data_of(self, size: str) -> dict:
