@@ -188,7 +188,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
     cfg = TransformersConfig(config=raw, parameters=parameters)
     # here, where every reader of a folder starts (fine-tuning, mteb, the API, continued pretraining, a study's
     # plan): ids past the embeddings would fail deep inside a run, or index another token's row on a GPU
-    check_tokenizer(load_tokenizer(folder, as_transformers=True), cfg.vocab_size, folder)
+    check_tokenizer(load_tokenizer(folder, as_transformers=True, needs_mask=False), cfg.vocab_size, folder)
     return cfg
 
 
@@ -303,7 +303,7 @@ def load_transformers_encoder(folder: Path):
     cfg = transformers_config(folder)
     model = load_body(folder, cfg)
     weights = {f"model.{k}": v for k, v in model.state_dict().items()}
-    return cfg, weights, load_tokenizer(folder, as_transformers=True)  # its ids checked by transformers_config
+    return cfg, weights, load_tokenizer(folder, as_transformers=True, needs_mask=False)  # ids checked above
 
 
 def check_tokenizer(tokenizer, vocab_size: int, folder: Path) -> None:
