@@ -1,6 +1,7 @@
 """A transformers encoder whose tokenizer has no mask token and whose ids leave a gap (the id a new mask would get is
 another token's): fine-tuning and embedding, which never mask, read it without a mask; only what masks (data
-prepare for MLM) refuses it, and no reader is given a mask id that is another token's."""
+prepare for MLM) refuses it, and no reader is given a mask id that is another token's. The folder's tokenizer is
+built once for the check of its ids and the reader."""
 from __future__ import annotations
 
 import pytest
@@ -66,3 +67,17 @@ def test_data_prepare_for_mlm_still_refuses_it(gap_bert, tmp_path, monkeypatch, 
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "no mask token, and the id '<mask>' would get, 258" in err
     assert not (tmp_path / "packed").exists()
+
+
+def test_a_folder_is_read_with_its_tokenizer_built_once_and_checked(gap_bert, monkeypatch):
+    """`transformers_config` builds the tokenizer to check its ids against the embeddings; the reader that needs
+    both (fine-tuning, the API) is given that one, not a second built after it."""
+    import encoderlab.data.tokenizer as tokenizer_module
+    from encoderlab.runs import encoders
+
+    built, checked = [], []
+    real_load, real_check = tokenizer_module.load_tokenizer, encoders.check_tokenizer
+    monkeypatch.setattr(tokenizer_module, "load_tokenizer", lambda *a, **k: built.append(a) or real_load(*a, **k))
+    monkeypatch.setattr(encoders, "check_tokenizer", lambda *a: checked.append(a[0]) or real_check(*a))
+    cfg, weights, tok = encoders.load_transformers_encoder(gap_bert)
+    assert len(built) == 1 and checked == [tok]
