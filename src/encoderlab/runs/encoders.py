@@ -165,7 +165,7 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
 
 def config_and_tokenizer(folder: Path, *, own_backbone: bool = False):
     """(`transformers_config`, the folder's tokenizer it checked): for a reader that needs both, which would
-    otherwise build the tokenizer twice (a large one takes seconds)."""
+    otherwise build the tokenizer a second time."""
     from encoderlab.data.tokenizer import load_tokenizer, refuse_code_from
     from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 
