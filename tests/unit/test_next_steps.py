@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 import shlex
 
+from pathlib import Path
+
+import pytest
+
 from encoderlab.cli.data import _after_prepare
+from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
+from encoderlab.runs.folder_checks import check_encoder_kind
 
 
 def test_the_next_command_names_a_config_that_exists_from_here(tmp_path, monkeypatch):
@@ -57,16 +63,27 @@ def test_after_a_models_tokenizer_continued_pretraining_of_that_model_is_next(tm
 
 
 def test_a_tokenizer_of_nothing_to_continue_still_leads_to_a_model_from_scratch(tmp_path, monkeypatch):
-    """A tokenizer alone, or that of a model pretraining cannot continue (a GPT-2 decoder, a T5 encoder-decoder)."""
+    """A tokenizer alone, or that of a model pretraining cannot continue (a GPT-2 decoder, a T5 encoder-decoder),
+    whose own model the line says is not continued, and why: the data is for a model of its own."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tok").mkdir()
     (tmp_path / "tok" / "tokenizer.json").write_text("{}")
     _model_folder(tmp_path / "gpt2", "gpt2")
     _model_folder(tmp_path / "t5", "t5")
     mini = shlex.quote(str(CONFIGS / "pretrain" / "mini-mlm40.yaml"))
-    for given in ("tok", "tok/tokenizer.json", "gpt2", "t5/tokenizer.json"):
+    for given in ("tok", "tok/tokenizer.json"):
         assert _after_prepare("c.jsonl", None, {"packed": "p"}, given) == (
             f"encoderlab pretrain {mini} --set data.path=p")
+    # the folder's own model: said why it is not continued, in the words continued pretraining refuses it with
+    for given, folder in (("gpt2", "gpt2"), ("t5/tokenizer.json", "t5")):
+        with pytest.raises(EncoderlabError) as refused:
+            check_encoder_kind(json.loads((tmp_path / folder / "config.json").read_text()), Path(folder))
+        why = str(refused.value).removeprefix(f"{folder}: ")
+        assert _after_prepare("c.jsonl", None, {"packed": "p"}, given) == (
+            f"encoderlab pretrain {mini} --set data.path=p (a new model of this vocabulary: {folder}'s own model "
+            f"cannot be continued: {why})")
+    assert "is a decoder" in _after_prepare("c.jsonl", None, {"packed": "p"}, "gpt2")
+    assert "is an encoder-decoder" in _after_prepare("c.jsonl", None, {"packed": "p"}, "t5")
 
 
 def test_a_decoder_continues_from_its_import(tmp_path, monkeypatch):

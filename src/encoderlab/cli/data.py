@@ -11,7 +11,7 @@ from encoderlab.cli.console import emit, interrupt_said, log, out
 from encoderlab.cli.paths import PathText
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import CONFIGS
-from encoderlab.runs.tokenizer_model import tokenizer_model
+from encoderlab.runs.tokenizer_model import not_continued, tokenizer_model
 
 data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no_args_is_help=True)
 
@@ -97,6 +97,13 @@ def _after_prepare(source: str, out_dir: Path | None, s: dict, tokenizer: str | 
         return _continue_checkpoint(checkpoint, s["packed"])
     if (model := tokenizer_model(tokenizer)) is not None:
         return _continue(model.name, model.kind, s["packed"])
+    line = _from_scratch(source, out_dir, s)
+    why = not_continued(tokenizer)  # a decoder's or an encoder-decoder's: a new model, and the user is told why
+    return f"{line} (a new model of this vocabulary: {why})" if why else line
+
+
+def _from_scratch(source: str, out_dir: Path | None, s: dict) -> str:
+    """Pretraining a new model on the data (the README's path; the demo's config for the offline suite)."""
     if source != "offline":
         return shlex.join(["encoderlab", "pretrain", _shipped("pretrain/mini-mlm40.yaml"), "--set",
                            f"data.path={s['packed']}"])

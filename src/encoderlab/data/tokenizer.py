@@ -2,9 +2,11 @@
 
 Whatever the origin, the result is a `TextTokenizer` that knows its BOS, EOS, PAD and MASK ids. MLM needs a mask
 token; when a loaded tokenizer has none, one is added (and recorded in `added_tokens`) so the model's embedding
-matrix can grow by one row. Text that happens to contain a special token's string (e.g. "<mask>") is encoded as
-plain text, never as the special id. What `transformers` needs beyond `tokenizer.json` (chat template, unk token...,
-`HF_SETTINGS`) is carried along from a Hugging Face folder, so a saved folder behaves as the one loaded.
+matrix can grow by one row. Where the id it would get is already another token's, only a reader that needs the mask
+refuses the tokenizer; for the others (fine-tuning, embedding) it has no mask (`mask_id` None). Text that happens
+to contain a special token's string (e.g. "<mask>") is encoded as plain text, never as the special id. What
+`transformers` needs beyond `tokenizer.json` (chat template, unk token..., `HF_SETTINGS`) is carried along from a
+Hugging Face folder, so a saved folder behaves as the one loaded.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ class TextTokenizer:
     bos_id: int
     eos_id: int
     pad_id: int
-    mask_id: int
+    mask_id: int | None  # None: no mask token (only a tokenizer loaded with needs_mask=False)
     origin: str
     added_tokens: list[str] = field(default_factory=list)
     hf_settings: dict = field(default_factory=dict)  # HF_SETTINGS of the folder it was loaded from
@@ -72,7 +74,7 @@ class TextTokenizer:
 
     @property
     def special_ids(self) -> list[int]:
-        return sorted({self.bos_id, self.eos_id, self.pad_id, self.mask_id})
+        return sorted({self.bos_id, self.eos_id, self.pad_id, self.mask_id} - {None})
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Token ids without BOS/EOS (the packer adds those). Runs on all cores (Rust threads). The `_fast` variant
@@ -82,8 +84,8 @@ class TextTokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def token(self, token_id: int) -> str:
-        return self.tokenizer.id_to_token(token_id)
+    def token(self, token_id: int | None) -> str | None:
+        return None if token_id is None else self.tokenizer.id_to_token(token_id)
 
     def info(self) -> dict:
         return {"origin": self.origin, "vocab_size": self.vocab_size, "bos_id": self.bos_id, "eos_id": self.eos_id,
@@ -101,7 +103,8 @@ class TextTokenizer:
             self.tokenizer.save(str(folder / "tokenizer.json"))
         finally:
             self.tokenizer.encode_special_tokens = True
-        roles = {f"{r}_token": self.token(getattr(self, f"{r}_id")) for r in ("bos", "eos", "pad", "mask")}
+        roles = {f"{r}_token": self.token(getattr(self, f"{r}_id")) for r in ("bos", "eos", "pad", "mask")
+                 if getattr(self, f"{r}_id") is not None}
         limit = {"model_max_length": model_max_length} if model_max_length else {}
         config = {"tokenizer_class": "PreTrainedTokenizerFast", **self.hf_settings, **roles, **limit}
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
@@ -131,8 +134,10 @@ def train_bpe(texts: Iterable[str], vocab_size: int, *, min_frequency: int = 2) 
     return TextTokenizer(tok, *ids, origin=f"trained byte-level BPE, vocab {reached}{asked}")
 
 
-def load_tokenizer(path: str | Path, *, as_transformers: bool = False) -> TextTokenizer:
+def load_tokenizer(path: str | Path, *, as_transformers: bool = False, needs_mask: bool = True) -> TextTokenizer:
     """Load `tokenizer.json`, a folder holding one, or any Hugging Face tokenizer folder; add a mask if missing.
+    `needs_mask` False (readers that never mask: fine-tuning, embedding): a mask that cannot be added without taking
+    another token's id is left out (`mask_id` None) instead of refusing the tokenizer.
     `as_transformers` takes a folder's tokenizer as `AutoTokenizer` builds it, even from a tokenizer.json: a
     model-specific class may change what tokenizer.json says (e.g. LlamaTokenizerFast sets whether BOS and EOS are
     added from `add_bos_token`), and an import must encode as the source model's users do."""
@@ -151,7 +156,8 @@ def load_tokenizer(path: str | Path, *, as_transformers: bool = False) -> TextTo
     else:
         tok = _from_transformers(folder)
     manifest = json.loads((folder / MANIFEST).read_text()) if (folder / MANIFEST).exists() else {}
-    text = _with_roles(tok, config, origin=manifest.get("origin", str(path)), added=manifest.get("added_tokens", []))
+    text = _with_roles(tok, config, origin=manifest.get("origin", str(path)), added=manifest.get("added_tokens", []),
+                       needs_mask=needs_mask)
     text.hf_settings = hf_settings(folder)
     return text
 
@@ -285,7 +291,8 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _with_roles(tok: Tokenizer, config: dict[str, str], *, origin: str, added: list[str]) -> TextTokenizer:
+def _with_roles(tok: Tokenizer, config: dict[str, str], *, origin: str, added: list[str],
+                needs_mask: bool = True) -> TextTokenizer:
     vocab = tok.get_vocab(with_added_tokens=True)
 
     def find(role: str) -> int | None:
@@ -301,16 +308,19 @@ def _with_roles(tok: Tokenizer, config: dict[str, str], *, origin: str, added: l
     eos = eos if eos is not None else bos
     if mask is None:
         mask = _add_special(tok, "<|mask|>" if str(tok.id_to_token(bos)).startswith("<|") else "<mask>", added,
-                            origin)
+                            origin, needs_mask)
     if pad is None:
         pad = eos  # padding is always masked out of attention and loss, so EOS can serve
     return TextTokenizer(tok, bos, eos, pad, mask, origin=origin, added_tokens=added)  # type: ignore[arg-type]
 
 
-def _add_special(tok: Tokenizer, content: str, added: list[str], origin: str) -> int:
+def _add_special(tok: Tokenizer, content: str, added: list[str], origin: str, needs_mask: bool = True) -> int | None:
     """Add `content` as a special token. tokenizers numbers it by counting the vocabulary, so where the ids leave a
-    gap that number is already another token's, which would then read as the mask (and the mask as it): refused."""
+    gap that number is already another token's, which would then read as the mask (and the mask as it): refused
+    where the mask is needed, else not added (None), so that no reader is given a mask id that is another token's."""
     taken = {i: token for token, i in tok.get_vocab(with_added_tokens=True).items()}
+    if not needs_mask and tok.get_vocab_size(with_added_tokens=True) in taken:  # the id it would get, not added yet
+        return None
     tok.add_special_tokens([AddedToken(content, special=True, normalized=False)])
     new_id = tok.token_to_id(content)
     if new_id in taken:

@@ -142,8 +142,8 @@ class SavedModels:
     def model_and_tokenizer(self, stock: Export, cfg, backbone: nn.Module, head: nn.Module, inputs: str):
         """The stock model holding the run, and the checkpoint's tokenizer framing text as the task did."""
         if isinstance(cfg, TransformersConfig):  # a transformers encoder: its own classes and tokenizer
-            hf, tok = encoders.hf_finetuned(stock, cfg, backbone, head), load_tokenizer(self.checkpoint,
-                                                                                        as_transformers=True)
+            hf = encoders.hf_finetuned(stock, cfg, backbone, head)
+            tok = load_tokenizer(self.checkpoint, as_transformers=True, needs_mask=False)  # fine-tuning masks nothing
             frame(tok, inputs, second=0)
             return hf, tok
         hf, tok = hf_finetuned(stock, cfg, backbone.state_dict(), head.state_dict()), load_tokenizer(

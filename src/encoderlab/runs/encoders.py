@@ -160,6 +160,12 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
     """The `TransformersConfig` of a transformers encoder folder, or the one line saying why it is not one.
     `own_backbone`: a family encoderlab's backbone computes is taken too (MTEB scores any body as transformers
     computes it; fine-tuning imports those families first)."""
+    return config_and_tokenizer(folder, own_backbone=own_backbone)[0]
+
+
+def config_and_tokenizer(folder: Path, *, own_backbone: bool = False):
+    """(`transformers_config`, the folder's tokenizer it checked): for a reader that needs both, which would
+    otherwise build the tokenizer a second time."""
     from encoderlab.data.tokenizer import load_tokenizer, refuse_code_from
     from encoderlab.model.transformers_body import TransformersConfig, count_parameters
 
@@ -188,8 +194,9 @@ def transformers_config(folder: Path, *, own_backbone: bool = False):
     cfg = TransformersConfig(config=raw, parameters=parameters)
     # here, where every reader of a folder starts (fine-tuning, mteb, the API, continued pretraining, a study's
     # plan): ids past the embeddings would fail deep inside a run, or index another token's row on a GPU
-    check_tokenizer(load_tokenizer(folder, as_transformers=True), cfg.vocab_size, folder)
-    return cfg
+    tokenizer = load_tokenizer(folder, as_transformers=True, needs_mask=False)
+    check_tokenizer(tokenizer, cfg.vocab_size, folder)
+    return cfg, tokenizer
 
 
 def require_tokenizer(folder: Path) -> None:
@@ -298,12 +305,10 @@ def unused_body_weights(body, unexpected) -> list[str]:
 
 def load_transformers_encoder(folder: Path):
     """(TransformersConfig, the body's weights as `TransformersBody` names them, TextTokenizer) of a folder."""
-    from encoderlab.data.tokenizer import load_tokenizer
-
-    cfg = transformers_config(folder)
+    cfg, tokenizer = config_and_tokenizer(folder)  # the tokenizer whose ids were checked against the embeddings
     model = load_body(folder, cfg)
     weights = {f"model.{k}": v for k, v in model.state_dict().items()}
-    return cfg, weights, load_tokenizer(folder, as_transformers=True)  # its ids checked by transformers_config
+    return cfg, weights, tokenizer
 
 
 def check_tokenizer(tokenizer, vocab_size: int, folder: Path) -> None:

@@ -29,9 +29,17 @@ def check_encoder_kind(raw: dict, folder: Path) -> None:
     (T5, BART) or a model of images has no body that reads a text alone. Decided from the config: its class's
     defaults under the folder's values (is_encoder_decoder, is_decoder, is_causal), transformers' masked-LM mapping
     (the bidirectional text encoders) and whether the body's forward reads `input_ids`."""
+    if why := not_an_encoder(raw):
+        raise EncoderlabError(f"{folder}: {why}")
+
+
+def not_an_encoder(raw: dict) -> str | None:
+    """Why a config.json of a model_type transformers knows is not of an encoder-only text model, and what encoderlab
+    takes instead (None: it is one); the words of `check_encoder_kind`'s refusal, which `data prepare` repeats for
+    the model of a --tokenizer folder it cannot continue."""
     kind = raw["model_type"]
-    if why := _not_an_encoder(kind, raw):
-        raise EncoderlabError(f"{folder}: model_type {kind!r} is {why}; encoderlab takes {ACCEPTED}")
+    why = _not_an_encoder(kind, raw)
+    return f"model_type {kind!r} is {why}; encoderlab takes {ACCEPTED}" if why else None
 
 
 def is_text_encoder(raw: dict) -> bool:

@@ -43,6 +43,31 @@ def tokenizer_model(tokenizer: str | None) -> TokenizerModel | None:
     return TokenizerModel(tokenizer if folder == path else str(folder), kind, body, config)
 
 
+def not_continued(tokenizer: str | None) -> str | None:
+    """Why the model of `--tokenizer`, a transformers folder of a decoder or an encoder-decoder, cannot be continued
+    (the refusal continued pretraining gives it), else None: the data is for a model of its own."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from encoderlab.runs.encoders import OWN_BACKBONE, is_transformers_folder, transformer_module
+    from encoderlab.runs.folder_checks import not_an_encoder
+
+    if not tokenizer or not Path(tokenizer).exists():
+        return None
+    given = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
+    folder = transformer_module(given) or given  # sentence-transformers' older layout: the model in 0_Transformer/
+    if not is_transformers_folder(folder):
+        return None
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    kind = config.get("model_type") if isinstance(config, dict) else None
+    if kind in OWN_BACKBONE or kind not in CONFIG_MAPPING_NAMES:  # continued from its import / unknown: said there
+        return None
+    why = not_an_encoder(config)
+    return f"{folder}'s own model cannot be continued: {why}" if why else None
+
+
 def check_windows_fit(tokenizer: str | None, seq_len: int, given: str | None) -> None:
     """Before any work: refuse windows longer than the transformers encoder whose tokenizer packs them reads (its
     learned positions), which its continued pretraining would refuse once the corpus is packed. `tokenizer`: the
