@@ -97,8 +97,10 @@ class Grid:
         return self.spec.imported[size].seq_len if size in self.shapes else self.data_of(size)["seq_len"]
 
     def run_config(self, size: str, steps: int, cpt: bool = False) -> PretrainConfig:
-        """A run's validated schedule and batch (for its decay start and tokens per step)."""
-        data = deep_merge(shared_config(self.spec, self.base, size, cpt), {"train": {"steps": steps}})
+        """A run's validated schedule, batch (for its decay start and tokens per step) and model settings, these
+        checked on the size's own preset as its runs take it (`Plan.config`), not on the pretraining config's."""
+        own = {} if size in self.shapes else {"model": {"preset": size}}
+        data = deep_merge(shared_config(self.spec, self.base, size, cpt), {"train": {"steps": steps}, **own})
         return validate(PretrainConfig, data, overrides=study_overrides(self.spec, size, cpt, data),
                         where=f"study {self.spec.name}: pretraining config of {size}{' CPT' if cpt else ''}")
 
