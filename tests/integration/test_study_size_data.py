@@ -118,3 +118,12 @@ def test_a_sizes_model_override_its_preset_refuses_is_blamed_on_the_study_file(t
     with pytest.raises(ConfigError, match=r"/study\.yaml: size_overrides\.micro: model\.num_key_value_heads: with "
                                           r"preset 'micro', num_attention_heads=2 must be divisible"):
         plan_of(study)
+
+
+def test_the_study_model_settings_are_checked_on_the_sizes_it_trains(tmp_path):
+    """4 KV heads for every size (pretrain_overrides) of a study that trains tiny alone: the pretraining config's
+    preset (micro, 2 heads) trains no run, and the plan refused it as 'with preset micro'."""
+    study = write_study(tmp_path, "nowhere", models=[{"sizes": ["tiny"], "objectives": ["mlm40"]}],
+                        pretrain_overrides={"model": {"num_key_value_heads": 4}})
+    _preset_only(tmp_path, "micro")
+    assert plan_of(study)[0].configs["tiny-mlm40-20"].model.model_extra["num_key_value_heads"] == 4

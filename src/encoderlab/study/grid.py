@@ -67,7 +67,8 @@ class Grid:
         self.vocab, self.seq_len, self.data = 0, 0, {"from": "imported models' own data"}
         self.size_data: dict[str, dict] = {}  # a size given its own data.path (size_overrides) -> that data's shape
         if scratch := spec.trained_sizes() - set(shapes):  # imported sizes bring their own vocabulary and windows
-            data = deep_merge(base, {"train": {"steps": spec.budget}})
+            # on a preset a run trains (each run's config sets its size's): the config's own may train none
+            data = deep_merge(base, {"train": {"steps": spec.budget}, "model": {"preset": min(scratch)}})
             cfg = validate(PretrainConfig, data, where=spec.pretrain,
                            overrides=study_overrides(spec, None, False, data))
             self.data = _data_shape(spec, cfg)
