@@ -87,3 +87,43 @@ def test_a_sizes_model_overrides_are_planned_with_it(tmp_path, data):
     plan, _ = plan_of(study)
     run = plan.runs["micro-mlm40-20"]
     assert run.flops == _flops(run, 0, preset("micro", **{**MICRO, "vocab_size": 512, "num_hidden_layers": layers}), 64)
+
+
+def _preset_only(tmp_path: Path, name: str) -> None:
+    """The study's pretraining config with only a preset (no shape field), so that each size's preset shows."""
+    import yaml
+    config = tmp_path / "pretrain.yaml"
+    config.write_text(yaml.safe_dump({**yaml.safe_load(config.read_text()), "model": {"preset": name}}))
+
+
+def test_a_sizes_model_overrides_are_checked_on_its_own_preset(tmp_path):
+    """tiny's 4 heads take 4 KV heads: the study's base preset (micro, 2 heads) is not the model tiny's runs train,
+    and the plan refused it as 'with preset micro'."""
+    from encoderlab.model.presets import preset
+    from encoderlab.study.plan import _flops
+    study = write_study(tmp_path, "nowhere", models=[{"sizes": ["tiny"], "objectives": ["mlm40"]}],
+                        size_overrides={"tiny": {"model": {"num_key_value_heads": 4}}})
+    _preset_only(tmp_path, "micro")
+    plan, _ = plan_of(study)
+    run = plan.runs["tiny-mlm40-20"]
+    assert run.flops == _flops(run, 0, preset("tiny", vocab_size=320, num_key_value_heads=4), 64)
+
+
+def test_a_sizes_model_override_its_preset_refuses_is_blamed_on_the_study_file(tmp_path):
+    """Valid on the base preset (tiny: 4 heads), not on the size's own (micro: 2): blamed on the study file's
+    section, not on `model (preset 'micro')` with no file."""
+    study = write_study(tmp_path, "nowhere", models=[{"sizes": ["micro"], "objectives": ["mlm40"]}],
+                        size_overrides={"micro": {"model": {"num_key_value_heads": 4}}})
+    _preset_only(tmp_path, "tiny")
+    with pytest.raises(ConfigError, match=r"/study\.yaml: size_overrides\.micro: model\.num_key_value_heads: with "
+                                          r"preset 'micro', num_attention_heads=2 must be divisible"):
+        plan_of(study)
+
+
+def test_the_study_model_settings_are_checked_on_the_sizes_it_trains(tmp_path):
+    """4 KV heads for every size (pretrain_overrides) of a study that trains tiny alone: the pretraining config's
+    preset (micro, 2 heads) trains no run, and the plan refused it as 'with preset micro'."""
+    study = write_study(tmp_path, "nowhere", models=[{"sizes": ["tiny"], "objectives": ["mlm40"]}],
+                        pretrain_overrides={"model": {"num_key_value_heads": 4}})
+    _preset_only(tmp_path, "micro")
+    assert plan_of(study)[0].configs["tiny-mlm40-20"].model.model_extra["num_key_value_heads"] == 4

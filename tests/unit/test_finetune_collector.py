@@ -60,3 +60,21 @@ def test_what_a_pause_left_in_cycles_is_freed_as_it_ends_even_inside_another_pau
             del node
         assert alive() is None and not gc.isenabled()
     assert gc.isenabled()
+
+
+def test_an_interrupt_as_the_pause_begins_leaves_the_collector_as_it_was(monkeypatch):
+    """Ctrl-C landing just after the collector is turned off, before the block is entered: it was left off for the
+    rest of the process."""
+    turn_off = gc.disable
+
+    def turned_off_then_interrupted():
+        turn_off()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gc, "disable", turned_off_then_interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt), training.collector_paused():
+            pass
+        assert gc.isenabled()
+    finally:
+        gc.enable()

@@ -24,3 +24,20 @@ def test_an_empty_pretraining_config_is_refused_as_empty(tmp_path, monkeypatch, 
                                           rf"{re.escape(SAYS)}$"):
         encoderlab.pretrain(tmp_path / "run.yaml")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("text, held", [("[]\n", "list"), ('""\n', "str"), ("false\n", "bool"), ("0\n", "int")])
+def test_a_config_of_a_false_value_is_refused_as_no_mapping(tmp_path, monkeypatch, capsys, text, held):
+    """`[]` (or `""`, `false`, `0`) was read as `{}`: a protocol ran every default (6 LRs x 5 seeds of 1000 steps)
+    no one chose, a pretraining config was refused as `train: Field required`. It holds no mapping: said so."""
+    from encoderlab.finetuning.protocol import load_protocol
+    from encoderlab.study.spec import load_study
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    says = f"{path} must hold a mapping of sections at the top level, not {held}"
+    code, out, err = run_command(monkeypatch, capsys, "pretrain", path, home=tmp_path / "home")
+    assert code == 2 and out == "" and err == f"error: {says}\n", err
+    for load in (lambda p: load_protocol(p, []), load_study):
+        with pytest.raises(ConfigError, match=rf"^{re.escape(says)}$"):
+            load(path)
+    assert not (tmp_path / "runs").exists()

@@ -62,7 +62,7 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = (), *, shipped: str | 
     if path.resolve() in _seen:
         raise ConfigError(f"config {path} includes itself through 'base'")
     try:
-        data = read_yaml(path.read_text(encoding="utf-8")) or {}
+        data = {} if (data := read_yaml(path.read_text(encoding="utf-8"))) is None else data  # `[]` is no mapping
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -150,8 +150,8 @@ def collector_paused() -> Iterator[None]:
     demo's four tasks, once a process has run one: the first run's imports leave about a thousand objects);
     tensors are freed by reference counting. Results are the same bits."""
     enabled = gc.isenabled()
-    gc.disable()
     try:
+        gc.disable()  # inside: a Ctrl-C just after it still restores the collector
         yield
     finally:
         if enabled:  # first: a second Ctrl-C during the collection below must not leave it off

@@ -67,7 +67,8 @@ class Grid:
         self.vocab, self.seq_len, self.data = 0, 0, {"from": "imported models' own data"}
         self.size_data: dict[str, dict] = {}  # a size given its own data.path (size_overrides) -> that data's shape
         if scratch := spec.trained_sizes() - set(shapes):  # imported sizes bring their own vocabulary and windows
-            data = deep_merge(base, {"train": {"steps": spec.budget}})
+            # on a preset a run trains (each run's config sets its size's): the config's own may train none
+            data = deep_merge(base, {"train": {"steps": spec.budget}, "model": {"preset": min(scratch)}})
             cfg = validate(PretrainConfig, data, where=spec.pretrain,
                            overrides=study_overrides(spec, None, False, data))
             self.data = _data_shape(spec, cfg)
@@ -97,8 +98,10 @@ class Grid:
         return self.spec.imported[size].seq_len if size in self.shapes else self.data_of(size)["seq_len"]
 
     def run_config(self, size: str, steps: int, cpt: bool = False) -> PretrainConfig:
-        """A run's validated schedule and batch (for its decay start and tokens per step)."""
-        data = deep_merge(shared_config(self.spec, self.base, size, cpt), {"train": {"steps": steps}})
+        """A run's validated schedule, batch (for its decay start and tokens per step) and model settings, these
+        checked on the size's own preset as its runs take it (`Plan.config`), not on the pretraining config's."""
+        own = {} if size in self.shapes else {"model": {"preset": size}}
+        data = deep_merge(shared_config(self.spec, self.base, size, cpt), {"train": {"steps": steps}, **own})
         return validate(PretrainConfig, data, overrides=study_overrides(self.spec, size, cpt, data),
                         where=f"study {self.spec.name}: pretraining config of {size}{' CPT' if cpt else ''}")
 
