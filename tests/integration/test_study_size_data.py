@@ -127,3 +127,16 @@ def test_the_study_model_settings_are_checked_on_the_sizes_it_trains(tmp_path):
                         pretrain_overrides={"model": {"num_key_value_heads": 4}})
     _preset_only(tmp_path, "micro")
     assert plan_of(study)[0].configs["tiny-mlm40-20"].model.model_extra["num_key_value_heads"] == 4
+
+
+def test_a_size_whose_positions_stop_before_its_windows_is_refused_at_plan(tmp_path, data):
+    """`max_position_embeddings` below the data's windows (here 16 against 64) was planned; its run then refused
+    it at its start, after the study had begun."""
+    base, _ = data
+    study = write_study(tmp_path, str(base), models=[{"sizes": ["micro"], "objectives": ["mlm40"]}],
+                        size_overrides={"micro": {"model": {"max_position_embeddings": 16}}})
+    with pytest.raises(ConfigError) as info:
+        plan_of(study)
+    assert str(info.value) == (f"{study}: size_overrides.micro: model.max_position_embeddings: the data's windows "
+                               f"have 64 tokens but the model's positions stop at 16: raise "
+                               "model.max_position_embeddings or repack"), str(info.value)

@@ -202,6 +202,12 @@ def _same_vocabulary(data_tokenizer: Path, theirs, source: Path, tokenizer_dir: 
                                   f"{repack}")
 
 
+def positions_short(window: int, positions: int, fix: str | None = None) -> str:
+    """Why a model cannot train on windows longer than its positions, and what to do (a study's plan says it too)."""
+    return (f"the data's windows have {window} tokens but the model's positions stop at {positions}: "
+            f"{fix or 'raise model.max_position_embeddings or repack'}")
+
+
 def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig, meta: dict, phases,
                      world_size: int = 1) -> None:
     """Fail before any work when the data, the model and the objectives cannot go together (or W&B is missing). A
@@ -209,10 +215,9 @@ def check_compatible(cfg: PretrainConfig, mcfg: ModelConfig | TransformersConfig
     require_wandb(cfg.train.wandb, blamed_field(cfg, "train.wandb").removesuffix(": ") or "train.wandb")
     positions = usable_positions(mcfg)
     if meta["seq_len"] > positions:
-        fix = (f"repack with {option('seq-len', positions)}" if isinstance(mcfg, TransformersConfig) else
-               "raise model.max_position_embeddings or repack")
-        raise EncoderlabError(f"{blamed_field(cfg, 'model.max_position_embeddings')}the data's windows have "
-                              f"{meta['seq_len']} tokens but the model's positions stop at {positions}: {fix}")
+        fix = f"repack with {option('seq-len', positions)}" if isinstance(mcfg, TransformersConfig) else None
+        raise EncoderlabError(f"{blamed_field(cfg, 'model.max_position_embeddings')}"
+                              f"{positions_short(meta['seq_len'], positions, fix)}")
     if isinstance(mcfg, TransformersConfig) and (causal := [o.name for p in phases for o in p.members if o.causal]):
         raise EncoderlabError(f"{blamed_field(cfg, 'objective')}objective {causal[0]}: the {mcfg.model_type} model of "
                               "init.from_weights is a masked-LM model, which attends both ways; continue it with MLM "

@@ -90,6 +90,17 @@ class Grid:
                     if not k.endswith("_token_id")}  # ids count no FLOP; checked against the data when it is read
         return preset(size, **{"vocab_size": self.data_of(size)["vocab_size"], **settings})
 
+    def check_positions(self, runs: dict[str, PretrainRun], configs: dict[str, PretrainConfig]) -> None:
+        """A size trained from scratch whose positions stop before its data's windows, refused as its run would be
+        at its start (pretraining/setup.py `check_compatible`), blamed where `max_position_embeddings` was set."""
+        from encoderlab.pretraining.setup import positions_short
+
+        for name, run in runs.items():
+            positions, window = self.model_cfgs[run.size].max_position_embeddings, self.window(run.size)
+            if run.size not in self.shapes and window > positions:
+                raise ConfigError(f"{blamed_field(configs[name], 'model.max_position_embeddings')}"
+                                  f"{positions_short(window, positions)}")
+
     def data_of(self, size: str) -> dict:
         """The shape of the data a size trains on: its own (`size_overrides`' data.path) or the study's."""
         return self.size_data.get(size, self.data)

@@ -235,6 +235,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
                 size_data=grid.size_data)
     check_comparisons(plan)  # a model name the study does not evaluate is refused before anything runs
     plan.configs = {name: _run_config(plan, run) for name, run in runs.items()}  # valid before anything runs
+    grid.check_positions(runs, plan.configs)
     _check_published(spec, base_dir, evaluations)
     plan.protocol = protocol = load_protocol(spec, base_dir)
     plan.eval_runs = finetuning_runs(evaluations, protocol)
