@@ -78,11 +78,12 @@ def test_a_tokenizer_of_nothing_to_continue_still_leads_to_a_model_from_scratch(
     for given, folder in (("gpt2", "gpt2"), ("t5/tokenizer.json", "t5")):
         with pytest.raises(EncoderlabError) as refused:
             check_encoder_kind(json.loads((tmp_path / folder / "config.json").read_text()), Path(folder))
-        why = str(refused.value).removeprefix(f"{folder}: ")
+        why = str(refused.value).removeprefix(f"{folder}: ").split("; encoderlab takes ")[0]  # the reason alone
         assert _after_prepare("c.jsonl", None, {"packed": "p"}, given) == (
             f"encoderlab pretrain {mini} --set data.path=p (a new model of this vocabulary: {folder}'s own model "
             f"cannot be continued: {why})")
     assert "is a decoder" in _after_prepare("c.jsonl", None, {"packed": "p"}, "gpt2")
+    assert "encoderlab takes" not in _after_prepare("c.jsonl", None, {"packed": "p"}, "gpt2")  # a line, not a list
     assert "is an encoder-decoder" in _after_prepare("c.jsonl", None, {"packed": "p"}, "t5")
 
 

@@ -30,16 +30,16 @@ def check_encoder_kind(raw: dict, folder: Path) -> None:
     defaults under the folder's values (is_encoder_decoder, is_decoder, is_causal), transformers' masked-LM mapping
     (the bidirectional text encoders) and whether the body's forward reads `input_ids`."""
     if why := not_an_encoder(raw):
-        raise EncoderlabError(f"{folder}: {why}")
+        raise EncoderlabError(f"{folder}: {why}; encoderlab takes {ACCEPTED}")
 
 
 def not_an_encoder(raw: dict) -> str | None:
-    """Why a config.json of a model_type transformers knows is not of an encoder-only text model, and what encoderlab
-    takes instead (None: it is one); the words of `check_encoder_kind`'s refusal, which `data prepare` repeats for
-    the model of a --tokenizer folder it cannot continue."""
+    """Why a config.json of a model_type transformers knows is not of an encoder-only text model (None: it is one);
+    the words of `check_encoder_kind`'s refusal, which `data prepare` repeats for the model of a --tokenizer folder
+    it cannot continue."""
     kind = raw["model_type"]
     why = _not_an_encoder(kind, raw)
-    return f"model_type {kind!r} is {why}; encoderlab takes {ACCEPTED}" if why else None
+    return f"model_type {kind!r} is {why}" if why else None
 
 
 def is_text_encoder(raw: dict) -> bool:
