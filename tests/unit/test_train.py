@@ -200,6 +200,10 @@ def test_a_boolean_where_a_number_goes_is_refused_not_read_as_one_or_zero():
     assert str(caught.value) == ("--set train.global_batch=yes: train.global_batch: takes a number, not true; --set "
                                  "optim.betas=[0.9, true]: optim.betas.1: takes a number, not true (YAML reads "
                                  "yes/no/true/false/on/off as booleans)")
+    # a model field beside the preset (the section's extra keys): `hidden_size: true` was read as 1
+    with pytest.raises(ConfigError, match=r"^x\.yaml: model\.hidden_size: takes a number, not true"):
+        validate(PretrainConfig, {"train": {"steps": 4}, "model": {"hidden_size": True, "tie_word_embeddings": False}},
+                 "x.yaml")
     with pytest.raises(ConfigError, match=r"^p\.yaml: max_eval_examples: takes a number, not false"):  # int | None
         validate(Protocol, {"max_eval_examples": False}, "p.yaml")
     with pytest.raises(ConfigError, match=r"^s\.yaml: budget: takes a number, not true"):

@@ -248,13 +248,13 @@ def unknown_extras(model: type[BaseModel], data, loc: tuple[str, ...] = ()) -> l
 
 
 def booleans_for_numbers(model: type[BaseModel], data, loc: tuple[str, ...] = ()) -> list[tuple[list[str], bool]]:
-    """(key path, value) of every boolean given where `model` takes a number: pydantic would read true as 1 and false
-    as 0, so `train.global_batch: yes` would train on one sequence a step without a word. Sections, lists and
-    mappings of them are looked into."""
+    """(key path, value) of every boolean given where `model` (or its `extra_keys`) takes a number: pydantic reads true
+    as 1, so `train.global_batch: yes` would train on one sequence a step; sections, lists, mappings looked into."""
     if not isinstance(data, dict):
         return []
-    return [found for key, value in data.items() if isinstance(key, str) and key in model.model_fields
-            for found in booleans_in(model.model_fields[key].annotation, value, [*loc, key])]
+    fields = {**getattr(model, "extra_keys", dict)(), **model.model_fields}  # `model.hidden_size: true` too
+    return [found for key, value in data.items() if isinstance(key, str) and key in fields
+            for found in booleans_in(fields[key].annotation, value, [*loc, key])]
 
 
 def booleans_in(annotation, value, loc: list[str]) -> list[tuple[list[str], bool]]:

@@ -58,11 +58,12 @@ class ModelSection(BaseModel):
         return name
 
     @classmethod
-    def extra_keys(cls) -> list[str]:
-        """The keys beside `preset` (core/config.py `unknown_extras`): the fields of the model config it replaces."""
+    def extra_keys(cls) -> dict:
+        """The keys beside `preset` and their fields (core/config.py `unknown_extras`, `booleans_for_numbers`): those
+        of the model config it replaces."""
         from encoderlab.model.config import ModelConfig
 
-        return sorted(ModelConfig.model_fields)
+        return dict(ModelConfig.model_fields)
 
     @model_validator(mode="after")
     def _fits_its_preset(self) -> ModelSection:
