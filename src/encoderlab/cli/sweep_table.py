@@ -39,8 +39,7 @@ def render_sweep(s: dict) -> None:
         out.print(f"Baselines on test: {baselines.MISSING}.")
     for name, t in s["tasks"].items():
         if t.get("warning"):
-            marked = baselines.mostly_constant(t) and not t.get("constant")  # as `versus` marks its table cell
-            mark = f"{baselines.CONSTANT_MARK} " if marked else ""
+            mark = f"{baselines.CONSTANT_MARK} " if baselines.marked(t) else ""  # as `versus` marks its table cell
             out.print(f"[yellow]{mark}{name}: {t['warning']}: its test score is not evidence that it learned the "
                       "task[/]")
     out.print(f"{s['runs_done_this_time']} runs this time in {s['seconds_this_time']}s; summary in "

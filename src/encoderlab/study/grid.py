@@ -73,20 +73,20 @@ class Grid:
                            overrides=study_overrides(spec, None, False, data))
             self.data = _data_shape(spec, cfg)
             self.vocab, self.seq_len = self.data["vocab_size"], self.data["seq_len"]
-            for size in sorted(scratch):
-                own = self.run_config(size, spec.budget)
-                # not prepared yet: planned as the study's data (its run, and the plan of prepared data, refuse it)
-                if own.data.path != cfg.data.path and (shape := _prepared_shape(own)) is not None:
-                    self.size_data[size] = shape
-        self.model_cfgs = {size: model_config(shapes[size]) if size in shapes else self._scratch_model(size)
+        own = {size: self.run_config(size, spec.budget) for size in sorted(scratch)}  # each size's, validated once
+        for size, size_cfg in own.items():
+            # not prepared yet: planned as the study's data (its run, and the plan of prepared data, refuse it)
+            if size_cfg.data.path != cfg.data.path and (shape := _prepared_shape(size_cfg)) is not None:
+                self.size_data[size] = shape
+        self.model_cfgs = {size: self._scratch_model(size, own[size]) if size in own else model_config(shapes[size])
                            for size in spec.trained_sizes()}
         self.wanted: dict[str, PretrainRun] = {}
         self.full: dict[tuple[str, str], str] = {}  # (size, objective) -> the full-budget model
 
-    def _scratch_model(self, size: str):
+    def _scratch_model(self, size: str, cfg: PretrainConfig):
         """The model a size's runs train from scratch: its preset with its data's vocabulary and the model settings
-        the study gives it (the pretraining config's, size_overrides'), as the trainer builds it."""
-        settings = {k: v for k, v in (self.run_config(size, self.spec.budget).model.model_extra or {}).items()
+        the study gives it (`cfg`: the pretraining config's, size_overrides'), as the trainer builds it."""
+        settings = {k: v for k, v in (cfg.model.model_extra or {}).items()
                     if not k.endswith("_token_id")}  # ids count no FLOP; checked against the data when it is read
         return preset(size, **{"vocab_size": self.data_of(size)["vocab_size"], **settings})
 

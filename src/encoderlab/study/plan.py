@@ -183,9 +183,6 @@ class Plan:
                           "naive_gpu_hours": naive_flops / (peak * 1e12 * mfu) / 3600}
         return out
 
-    def data_of(self, size: str) -> dict:
-        return self.size_data.get(size, self.data)
-
 
 def _shared(a: PretrainRun, b: PretrainRun) -> int:
     """Steps at the start that two runs train identically (same objective, stable LR)."""
@@ -234,7 +231,7 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     plan = Plan(spec, root, runs, evaluations, base, grid.seq_len, 0, grid.shapes, data=grid.data,
                 size_data=grid.size_data)
     check_comparisons(plan)  # a model name the study does not evaluate is refused before anything runs
-    plan.configs = {name: _run_config(plan, run) for name, run in runs.items()}  # valid before anything runs
+    plan.configs = {name: _run_config(plan, grid, run) for name, run in runs.items()}  # valid before anything runs
     grid.check_positions(runs, plan.configs)
     _check_published(spec, base_dir, evaluations)
     plan.protocol = protocol = load_protocol(spec, base_dir)
@@ -243,12 +240,12 @@ def build_plan(spec: StudySpec, base_dir: Path) -> Plan:
     return plan
 
 
-def _run_config(plan: Plan, run: PretrainRun) -> PretrainConfig:
+def _run_config(plan: Plan, grid: Grid, run: PretrainRun) -> PretrainConfig:
     """A run's pretraining config, validated; a key the study file set is blamed there (`study_overrides`)."""
     data = plan.config(run)
     cfg = validate(PretrainConfig, data, where=f"study {plan.spec.name}, run {run.name}",
                    overrides=study_overrides(plan.spec, run.size, run.kind == "cpt", data))
-    data_shape = plan.data_of(run.size)  # a size's own data (size_overrides' data.path), or the study's
+    data_shape = grid.data_of(run.size)  # a size's own data (size_overrides' data.path), or the study's
     vocab = data_shape.get("vocab_size")
     own = getattr(cfg.model, "vocab_size", None)  # an imported size brings its own data
     if vocab and own is not None and own < vocab and run.size not in plan.shapes:

@@ -85,7 +85,7 @@ class Report:
                 rows.append([lb] + [_score_cell(ts[t]) if t in ts and ts[t].test is not None else "-" for t in names])
                 csv_rows += [_csv_row(lb, ts[t]) for t in names if t in ts]
                 flagged += [f"{lb} / {t}: {ts[t].mostly_constant}" for t in names
-                            if t in ts and ts[t].mostly_constant and not ts[t].constant]  # marked by `versus`
+                            if t in ts and baselines.marked(ts[t].summary or {})]  # the cells `versus` marks
             first = {t: next(self.res.tasks[lb][t] for lb in labels if t in self.res.tasks[lb]) for t in names}
             entries = [s.summary or {} for s in first.values()]
             for b in baselines.columns(entries[0].get("family", ""), entries):

@@ -274,14 +274,20 @@ def mostly_constant(entry: dict) -> str | None:
     return f"{runs['predicts']} in {runs['runs']} of {runs['of']} kept runs"
 
 
+def marked(entry: dict) -> bool:
+    """Whether an entry's score carries CONSTANT_MARK: most of its kept runs predict one thing, not all of them (that
+    one is said in words, `predicts a constant`)."""
+    return bool(mostly_constant(entry)) and not entry.get("constant")
+
+
 def warning(entry: dict) -> str | None:
     """What a summary's reader must be told before reading its test score as learned: that the model predicts a
     constant, or that it does not beat the strongest baseline."""
     if entry.get("constant"):
         return f"predicts a constant ({entry['constant']})"
     said = []
-    runs = entry.get("constant_runs") or {}
     if mostly_constant(entry):
+        runs = entry["constant_runs"]
         said.append(f"predicts a constant in {runs['runs']} of {runs['of']} kept runs ({runs['predicts']})")
     best, test = entry.get("strongest_baseline"), entry.get("test")
     if best and test is not None and test <= best["value"]:
@@ -321,5 +327,5 @@ def versus(entry: dict) -> str:
     best = entry.get("strongest_baseline")
     if entry.get("test") is None or not best:
         return "-"
-    mark = f" {CONSTANT_MARK}" if mostly_constant(entry) else ""  # as the category cells mark it
+    mark = f" {CONSTANT_MARK}" if marked(entry) else ""  # as the category cells mark it
     return f"{entry['test'] - best['value']:+.2f} vs {LABELS.get(best['name'], best['name'])}{mark}"

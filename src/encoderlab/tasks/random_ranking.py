@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from functools import lru_cache
 from collections.abc import Container, Iterator
+from functools import lru_cache
 
 Qrels = dict[str, dict[str, int]]
 
