@@ -140,3 +140,18 @@ def test_a_size_whose_positions_stop_before_its_windows_is_refused_at_plan(tmp_p
     assert str(info.value) == (f"{study}: size_overrides.micro: model.max_position_embeddings: the data's windows "
                                f"have 64 tokens but the model's positions stop at 16: raise "
                                "model.max_position_embeddings or repack"), str(info.value)
+
+
+@pytest.mark.parametrize("field", ["mask_token_id", "pad_token_id"])
+def test_a_sizes_token_id_past_its_datas_vocabulary_is_refused_at_plan(tmp_path, data, field):
+    """A special token id past the data's vocabulary set for one size was planned (ids count no FLOP); its run
+    then refused it at its start, after the study had begun. The other sizes' own data is checked alike."""
+    base, own = data
+    study = write_study(tmp_path, str(base), models=[{"sizes": ["micro", "tiny"], "objectives": ["mlm40"]}],
+                        size_overrides={"tiny": {"data": {"path": str(own)}, "model": {field: 310}}})
+    with pytest.raises(ConfigError) as info:
+        plan_of(study)
+    vocab = meta(own)["tokenizer"]["vocab_size"]
+    assert str(info.value) == (f"{study}: size_overrides.tiny: model.{field}: with preset 'tiny' and the data's "
+                               f"tokenizer ({vocab} tokens), {field}=310 is outside the vocabulary "
+                               f"(vocab_size={vocab})"), str(info.value)

@@ -87,7 +87,7 @@ class Grid:
         """The model a size's runs train from scratch: its preset with its data's vocabulary and the model settings
         the study gives it (`cfg`: the pretraining config's, size_overrides'), as the trainer builds it."""
         settings = {k: v for k, v in (cfg.model.model_extra or {}).items()
-                    if not k.endswith("_token_id")}  # ids count no FLOP; checked against the data when it is read
+                    if not k.endswith("_token_id")}  # ids count no FLOP; the plan checks them on the data
         return preset(size, **{"vocab_size": self.data_of(size)["vocab_size"], **settings})
 
     def check_positions(self, runs: dict[str, PretrainRun], configs: dict[str, PretrainConfig]) -> None:

@@ -9,6 +9,7 @@ of all schedules' prefixes (a trie), the least any plan can train.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,8 +255,10 @@ def _run_config(plan: Plan, grid: Grid, run: PretrainRun) -> PretrainConfig:
                           f"({data_shape.get('path')}): drop model.vocab_size (the preset takes the data's) or use "
                           f"at least {vocab}")
     if data_shape.get("from") == "prepared" and run.size not in plan.shapes:
-        from encoderlab.pretraining.setup import run_data
-        run_data(cfg)  # a size's own data.path (size_overrides): refused now, not when its run starts
+        from encoderlab.pretraining.setup import model_config, run_data
+        packed = run_data(cfg)  # a size's own data.path (size_overrides): refused now, not when its run starts
+        # the run's own check of its model settings against the data's tokenizer (a token id past the vocabulary)
+        model_config(cfg, json.loads((packed / "meta.json").read_text())["tokenizer"])
     return cfg
 
 
