@@ -108,3 +108,43 @@ def test_a_name_no_file_defines_is_found(tmp_path):
                                    "`pkg/n.py` `run`\n")
     assert missing_names([tmp_path / "d.md"], [tmp_path]) == ["d.md: `pkg/m.py` `GONE`",
                                                              "d.md: `pkg/n.py` `run` (no such file)"]
+
+
+LINK = re.compile(r"\]\(([^)\s#]*)(?:#([^)\s]+))?\)")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but '-' and '_' dropped, spaces as '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_links(docs: list[Path]) -> list[str]:
+    """Each relative link of the docs to a file that is not there, or to a heading its file does not have."""
+    found = []
+    for doc in docs:
+        for path, fragment in LINK.findall(doc.read_text(encoding="utf-8")):
+            if re.match(r"\w+:", path):  # https:, mailto:
+                continue
+            target = (doc.parent / path).resolve() if path else doc
+            if not target.exists():
+                found.append(f"{doc.name}: {path} (no such file)")
+            elif fragment and target.suffix == ".md":
+                text = FENCE.sub("", target.read_text(encoding="utf-8"))
+                if fragment not in {anchor(h) for h in re.findall(r"^#+\s+(.*)$", text, re.M)}:
+                    found.append(f"{doc.name}: {path}#{fragment} (no such heading)")
+    return found
+
+
+def test_the_docs_links_reach_their_files_and_headings():
+    """docs/evaluation.md linked benchmarks.md#worker-processes-..., a heading benchmarks.md no longer has."""
+    docs = [*DOCS, *sorted((SRC.parents[1] / "docs").rglob("*/*.md")), SRC.parents[1] / "CHANGELOG.md"]
+    assert broken_links(docs) == []
+
+
+def test_a_link_to_a_missing_file_or_heading_is_found(tmp_path):
+    (tmp_path / "b.md").write_text("# Sweep throughput (`sweep.py`)\n```\n# not a heading\n```\n")
+    (tmp_path / "a.md").write_text("[x](b.md#sweep-throughput-sweeppy) [y](b.md#gone) [z](c.md) [w](b.md#not-a-heading)"
+                                   " [u](https://x.org/a#b) [s](#top)\n# Top\n")
+    assert broken_links([tmp_path / "a.md"]) == ["a.md: b.md#gone (no such heading)", "a.md: c.md (no such file)",
+                                                 "a.md: b.md#not-a-heading (no such heading)"]
