@@ -233,3 +233,17 @@ def test_every_table_says_its_metric_and_lr_rule(tmp_path):
     assert f"| {CLM} | 71.00 ± 2.48 (lr 0.0001; +21.00 vs majority class) |" in table and "sst2 (accuracy)" in table
     assert "the field's standard metric (`standard`" in table and "`lr_choice: mean_over_seeds`" in table
     assert "the protocol's metric (`score`" in Report(root).category_table([CLM], "c", "title")
+
+
+def test_a_percent_score_or_a_run_given_twice_is_refused_naming_the_file(tmp_path):
+    # the authors' files hold fractions: 91.0 read as a fraction would be 9,100 points, averaged in without a word
+    root = copy_runs(tmp_path, "SC/sst2")
+    run = root / CLM / "SC" / "sst2" / "lr1e-04_sd0"
+    write_json(run / "results.json", {"validation": {"score": 99.0}, "test": {"score": 91.0}})
+    with pytest.raises(EncoderlabError, match=r"lr1e-04_sd0/results.json: .*fractions in \[0, 1\]"):
+        load_reference(root, CLM)
+    # one (lr, seed) under two folder names: one of the two would be dropped silently
+    write_json(run / "results.json", {"validation": {"score": 0.9}, "test": {"score": 0.9}})
+    shutil.copytree(run, run.parent / "lr0.0001_sd0")
+    with pytest.raises(EncoderlabError, match=r"lr1e-04_sd0: the run of lr 0.0001 seed 0, as lr0.0001_sd0 is"):
+        load_reference(root, CLM)

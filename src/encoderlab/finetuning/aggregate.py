@@ -3,6 +3,8 @@ its 95% interval, the spreads and the baselines; one place for sweep summaries, 
 results (study/reference.py)."""
 from __future__ import annotations
 
+import math
+
 from encoderlab.core.errors import EncoderlabError, Failed
 from encoderlab.tasks import baselines
 from encoderlab.tasks.metrics import mean_ci95, std
@@ -57,14 +59,14 @@ def lr_choice_of(recs: list[dict]) -> str:
 def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "score") -> dict:
     """Per task: its runs aggregated by `choose_runs` under `lr_choice` (None: as its newest record says), on
     `metric`: "score" (the protocol's metric) or "standard" (the field's; records from before it lack it and are
-    counted in `without_metric`)."""
+    counted in `without_metric`; those whose value of it is not a finite number, in `not_finite`)."""
     by_task: dict[str, list[dict]] = {}
     for r in recs:
         by_task.setdefault(r["task"], []).append(r)
     tasks = {}
     for name, rs in sorted(by_task.items()):
         ok = [r for r in rs if r["status"] == "ok"]
-        scored = [r for r in ok if all(metric in r["scores"][split] for split in ("validation", "test"))]
+        scored, uncounted = _with_metric(ok, metric)
         choice = lr_choice or lr_choice_of(rs)
         entry = {"family": rs[0]["family"], "metric": rs[0]["metric"], "shown": metric, "lr_choice": choice,
                  "runs": len(rs), "failed": len(rs) - len(ok),
@@ -75,8 +77,7 @@ def summarize(recs: list[dict], lr_choice: str | None = None, metric: str = "sco
                  "trained_on": (rs[-1].get("trained_on") or {}).get("task", name),  # another task: shared
                  "coverage": {k: rs[-1].get(k) for k in COVERAGE},  # None: recorded before the sweep kept it
                  "failures": [{"lr": r["lr"], "seed": r["seed"], "reason": r["reason"]} for r in rs if r not in ok]}
-        if len(scored) < len(ok):
-            entry["without_metric"] = len(ok) - len(scored)
+        entry.update({k: n for k, n in uncounted.items() if n})
         if scored:
             score = {(r["lr"], r["seed"]): (r["scores"]["validation"][metric], r["scores"]["test"][metric])
                      for r in scored}
@@ -153,3 +154,16 @@ def spread_text(t: dict, over: str) -> str:
     scores ("lrs") as tables print it; undefined where there is one of them, as its interval is (`ci_text`)."""
     n = t.get("seeds", 0) if over == "seeds" else len(t.get("validation_by_lr") or {})
     return ONE[over] if n < 2 else f"{t[f'std_over_{over}']:.2f}"
+
+
+def _with_metric(ok: list[dict], metric: str) -> tuple[list[dict], dict[str, int]]:
+    """The ok runs scored in `metric` on both splits, and how many are not: `without_metric` (records older than
+    the metric) and `not_finite` (its value NaN or infinite, which would make the mean, its interval and every
+    verdict on it NaN; the sweep fails a run on its protocol score alone)."""
+    has = [r for r in ok if all(metric in r["scores"][split] for split in ("validation", "test"))]
+    scored = [r for r in has if all(_finite(r["scores"][split][metric]) for split in ("validation", "test"))]
+    return scored, {"without_metric": len(ok) - len(has), "not_finite": len(has) - len(scored)}
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -87,13 +87,16 @@ def read_runs(folder: Path) -> tuple[list[dict], list[str]]:
             if name is None:
                 notes.append(f"{where}: skipped (not a dataset of the paper's category means)")
                 continue
-            runs, untested = set(), []  # every run present; those of them without a test score
+            runs, untested = {}, []  # every run present, (lr, seed) -> its folder; those without a test score
             for run_dir in sorted(p for p in data_dir.iterdir() if p.is_dir()):
                 if not (run_dir / "results.json").exists():
                     continue  # a run that never finished: missing, counted below
                 lr, seed = _run_name(run_dir)
                 val, test = _scores(run_dir / "results.json")
-                runs.add((lr, seed))
+                if (lr, seed) in runs:  # lr1e-04_sd0 and lr0.0001_sd0: aggregating would keep one of them
+                    raise EncoderlabError(f"{run_dir}: the run of lr {lr:g} seed {seed}, as {runs[lr, seed]} is "
+                                          "(one folder per run)")
+                runs[lr, seed] = run_dir.name
                 if test is None:
                     untested.append(run_dir.name)
                 recs.append({"task": name, "family": registry.by_category(task_dir.name).name,
@@ -133,6 +136,9 @@ def _scores(path: Path) -> tuple[float, float | None]:
                               'holds {"validation": {"score": x}, "test": {"score": y}})') from None
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scores):
         raise EncoderlabError(f"{path}: validation.score and test.score must be numbers, not {scores}")
+    if not all(0 <= x <= 1 for x in scores):  # read x100: a percent would stand as thousands of points
+        raise EncoderlabError(f"{path}: validation.score and test.score are fractions in [0, 1] in the authors' "
+                              f"results.json, not {scores}")
     return scores[0], (scores[1] if len(scores) > 1 else None)
 
 

@@ -160,8 +160,11 @@ def _failed_and_missing(res, proto: dict) -> str:
     lines = ([f"- {lb} / {t.task}: {t.failed} failed runs (excluded from the means)" for lb, t in tasks if t.failed]
              + [f"- {lb} / {t.task}: {t.without_metric} runs without a `{res.metric}` score (recorded before it "
                 "existed; excluded)" for lb, t in tasks if t.without_metric]
+             + [f"- {lb} / {t.task}: {n} runs whose `{res.metric}` score is not a finite number (excluded)"
+                for lb, t in tasks if (n := (t.summary or {}).get("not_finite"))]
              + [_incomplete_lrs(lb, t) for lb, t in tasks if (t.summary or {}).get("incomplete_lrs")]
              + [f"- {lb}: no evaluation records yet" for lb in res.evaluations if not res.tasks.get(lb)]
+             + [f"- {what}: no records (planned; `study run` does them)" for what in res.no_records]
              + [f"- {lb} / {t.task}: {t.runs} of {grid} runs recorded, the others missing (`study run` does them)"
                 for lb, t in tasks if t.runs < grid]
              + [f"- not used (`study run` does the run again): `{why}`" for why in res.unused]

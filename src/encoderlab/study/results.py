@@ -114,6 +114,7 @@ class StudyResults:
         self.unused: list[str] = []  # record files not counted, and why (listed by the report, never averaged in)
         self.not_planned: list[str] = []  # LABEL / TASK of records of a task the evaluation no longer has
         self.other_data: list[str] = []  # LABEL / TASK of records of other data than the task's files hold now
+        self.no_records: list[str] = []  # LABEL / TASK of planned tasks without a record (a model with some)
         self._known: dict[tuple, dict | None] = {}
         planned_in = (self.plan.get("summary") or {}).get("folder")  # where the study was when plan.json was written
         for label, e in self.evaluations.items():
@@ -132,6 +133,9 @@ class StudyResults:
             for r in recs:
                 by_task.setdefault(r["task"], []).append(r)
             self.tasks[label] = {t: task_scores(rs, self.lr_choice, metric) for t, rs in sorted(by_task.items())}
+            if planned is not None and by_task:  # its category means stand on fewer datasets than planned: say so
+                self.no_records += [f"{label} / {t}" for t in planned if t not in by_task and
+                                    f"{label} / {t}" not in self.other_data]
         self.categories = {label: category_scores(ts) for label, ts in self.tasks.items()}
         self.unfinished = unfinished_jobs(self.root / "status")
 
