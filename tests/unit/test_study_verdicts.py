@@ -234,3 +234,25 @@ def test_every_figure_title_fits_its_figure(tmp_path, monkeypatch):
             box = title.get_window_extent(renderer)
             assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (title.get_text(), box, fig.bbox.width)
         close(fig)
+
+
+def test_the_pooled_spread_counts_one_degree_of_freedom_less_per_dataset():
+    """Runs centred on their own dataset's mean have N - k degrees of freedom for k datasets: the spread was
+    divided by N - 1 (0.87 of its value for 3 datasets of 3 runs) and the detectable ratio read N - 1 too. Three
+    datasets of one run each have none: no test."""
+    import numpy as np
+    from scipy import stats
+
+    from encoderlab.study.compare import spread_tests
+
+    rng = np.random.default_rng(0)
+    raw = {m: [rng.normal(50, s, 3) for _ in range(3)] for m, s in (("clm", 2.0), ("mlm", 5.0))}
+    centred = {m: [list(g - g.mean()) for g in gs] for m, gs in raw.items()}
+    res = SimpleNamespace(tasks={m: {f"t{i}": SimpleNamespace(category="SC", centred_runs=g) for i, g in
+                                     enumerate(gs)} for m, gs in centred.items()})
+    (test,) = spread_tests(res, "clm", "mlm")
+    within = {m: np.sqrt(sum(((g - g.mean()) ** 2).sum() for g in gs) / (9 - 3)) for m, gs in raw.items()}
+    assert np.allclose((test.sd_a, test.sd_b), (within["clm"], within["mlm"]), rtol=1e-12)
+    assert np.isclose(test.detectable_ratio, np.sqrt(stats.f.ppf(0.975, 6, 6) / stats.f.ppf(0.2, 6, 6)))
+    one_run = {m: {f"t{i}": SimpleNamespace(category="SC", centred_runs=[0.0]) for i in range(3)} for m in raw}
+    assert spread_tests(SimpleNamespace(tasks=one_run), "clm", "mlm") == []

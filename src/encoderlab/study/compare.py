@@ -4,6 +4,7 @@ declares none, the comparison of every pair of its models share. Counted over th
 so three categories run say "of 3 categories", never "of 4"."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -101,20 +102,36 @@ class SpreadTest:
 
 
 def spread_tests(res, a: str | None, b: str | None) -> list[SpreadTest]:
-    """Levene's test per category where both models have at least 3 runs (`res` needs only `tasks`)."""
+    """Levene's test per category where both models have at least 2 degrees of freedom of within-dataset spread
+    (`res` needs only `tasks`)."""
     out = []
     for cat in registry.categories():
-        runs = {name: [x for t in res.tasks.get(name, {}).values() if t.category == cat for x in t.centred_runs]
-                for name in (a, b)}
-        if not a or not b or len(runs[a]) < 3 or len(runs[b]) < 3:
+        groups = {name: dataset_runs(res, name, cat) for name in (a, b)}
+        if not a or not b or min(_dof(groups[a]), _dof(groups[b])) < 2:
             continue
-        sd = {k: (sum(x * x for x in v) / (len(v) - 1)) ** 0.5 for k, v in runs.items()}
+        runs = {k: [x for g in v for x in g] for k, v in groups.items()}
         flat = max(runs[a]) == min(runs[a]) and max(runs[b]) == min(runs[b])
         p = 1.0 if flat else float(stats.levene(runs[a], runs[b]).pvalue)  # Levene is undefined on constants
-        d1, d2 = len(runs[b]) - 1, len(runs[a]) - 1
+        d1, d2 = _dof(groups[b]), _dof(groups[a])
         ratio = (stats.f.ppf(0.975, d1, d2) / stats.f.ppf(0.2, d1, d2)) ** 0.5
-        out.append(SpreadTest(cat, sd[a], sd[b], p, ratio))
+        out.append(SpreadTest(cat, pooled_sd(groups[a]), pooled_sd(groups[b]), p, ratio))
     return out
+
+
+def dataset_runs(res, name: str, cat: str) -> list[list[float]]:
+    """A model's runs in a category, one list per dataset, each centred on that dataset's mean."""
+    return [t.centred_runs for t in res.tasks.get(name, {}).values() if t.category == cat and t.centred_runs]
+
+
+def pooled_sd(groups: list[list[float]]) -> float | None:
+    """The within-dataset std of runs centred per dataset: N runs of k datasets have N - k degrees of freedom (each
+    dataset's mean was estimated from its own runs); None where there are none."""
+    dof = _dof(groups)
+    return math.sqrt(sum(x * x for g in groups for x in g) / dof) if dof > 0 else None
+
+
+def _dof(groups: list[list[float]]) -> int:
+    return sum(len(g) for g in groups) - len(groups)
 
 
 def arms(res) -> dict[str, dict]:

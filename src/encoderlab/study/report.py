@@ -1,12 +1,12 @@
 """`report.md` with CSV tables and PNG figures from a study folder: the paper's tables and figures for our runs."""
 from __future__ import annotations
 
-import math
 import textwrap
 from pathlib import Path
 
 from encoderlab.core.io import atomic_dir
 from encoderlab.finetuning.aggregate import ONE
+from encoderlab.study.compare import dataset_runs, pooled_sd
 from encoderlab.study.results import (
     CategoryScore,
     StudyResults,
@@ -231,7 +231,8 @@ class Report:
         for ax, cat in zip(axes[0], cats):
             data, names = [], []
             for lb in labels:
-                runs = [x for t in self.res.tasks.get(lb, {}).values() if t.category == cat for x in t.centred_runs]
+                groups = dataset_runs(self.res, lb, cat)
+                runs = [x for g in groups for x in g]
                 if runs:
                     data.append(runs)
                     names.append(lb)
@@ -239,7 +240,7 @@ class Report:
                              is not None]
                     lrs = [t.std_lrs for t in self.res.tasks[lb].values() if t.category == cat and t.std_lrs
                            is not None]
-                    rows.append([lb, cat, _mean(seeds), _mean(lrs), _sd(runs)])
+                    rows.append([lb, cat, _mean(seeds), _mean(lrs), pooled_sd(groups)])
             if data:
                 ax.boxplot(data, orientation="horizontal")
                 ax.set_yticks(range(1, len(names) + 1), names, fontsize=7)
@@ -354,13 +355,6 @@ def _dwarfed(scores: list[CategoryScore]) -> str | None:
 
 def _mean(xs: list[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
-
-
-def _sd(xs: list[float]) -> float | None:
-    if len(xs) < 2:
-        return None
-    m = sum(xs) / len(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
 def write_report(root: Path, metric: str = "score", reference: Path | None = None,
