@@ -80,3 +80,24 @@ def test_datasets_scored_by_one_shared_model_are_one_estimate(tmp_path):
         put(root, CLM, task, xs, family="retrieval", trained_on={"task": "ir-train", "fingerprint": "1" * 16})
     cat = StudyResults(root).categories[CLM]["IR"]
     assert cat.mean == pytest.approx(20.0) and cat.ci95 == 0.0  # every seed's model averages 20 on the two
+
+
+def test_a_cell_without_an_interval_says_why_not_a_bare_mean(tmp_path):
+    """A dataset with one seed showed '21.43' in the per-dataset and category tables, read as exact; every seed
+    alike showed it too in the per-dataset table. Each now says why no interval stands beside it."""
+    from encoderlab.study.report import _score_cell
+    from encoderlab.study.standing import category_cell
+
+    root = write_study(tmp_path, {}, tasks={})
+    put(root, CLM, "sc-a", [21.43])
+    put(root, MLM, "sc-a", [40.0, 40.0, 40.0])
+    put(root, MLM, "sc-b", [50.0, 52.0])
+    put(root, MLM, "tc-a", [10.0], family="tokens")
+    put(root, MLM, "tc-b", [20.0, 21.0, 23.0], family="tokens")
+    res = StudyResults(root)
+    assert category_cell(res.categories[MLM]["TC"]) == "15.67 ± undefined (a dataset with one seed)"
+    assert category_cell(res.categories[CLM]["SC"]) == "21.43 ± undefined (one seed)"
+    assert _score_cell(res.tasks[CLM]["sc-a"]).startswith("21.43 ± undefined (one seed) (lr 0.001; ")
+    assert _score_cell(res.tasks[MLM]["sc-a"]).startswith("40.00 ± undefined (zero variance) (lr 0.001; ")
+    assert _score_cell(res.tasks[MLM]["sc-b"]).startswith(f"51.00 ± {res.tasks[MLM]['sc-b'].ci95:.2f} (")
+    assert category_cell(res.categories[MLM]["SC"]) == f"45.50 ± {res.categories[MLM]['SC'].ci95:.2f}"

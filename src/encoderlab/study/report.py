@@ -326,9 +326,13 @@ def _per_model_dash(cell: str) -> bool:
 
 
 def _score_cell(ts) -> str:
-    """'61.20 ± 1.30 (lr 5e-05; +3.10 vs TF-IDF + LR)'; with no variance over seeds, no interval is claimed."""
-    ci = None if ts.std_seeds == 0 else ts.ci95
-    return f"{_fmt(ts.test, ci)} ({_lrs(ts.lr_by_seed)}; {baselines.versus(ts.summary or {})})"
+    """'61.20 ± 1.30 (lr 5e-05; +3.10 vs TF-IDF + LR)'; with one seed or no variance over seeds, no interval is
+    claimed and the cell says why (`aggregate.ci_text`'s words), never a bare mean read as exact."""
+    if ts.test is None or ts.ci95 is not None and ts.std_seeds != 0:
+        text = _fmt(ts.test, ts.ci95)
+    else:
+        text = f"{ts.test:.2f} ± " + (ONE["seeds"] if len(ts.by_seed) < 2 else "undefined (zero variance)")
+    return f"{text} ({_lrs(ts.lr_by_seed)}; {baselines.versus(ts.summary or {})})"
 
 
 def _csv_row(label: str, ts) -> list:

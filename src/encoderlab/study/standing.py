@@ -2,6 +2,7 @@
 whose model mostly predicts a constant (study/intervals.py computes both; this module words them)."""
 from __future__ import annotations
 
+from encoderlab.finetuning.aggregate import ONE
 from encoderlab.study.intervals import CategoryScore
 from encoderlab.study.tables import _fmt
 from encoderlab.tasks.baselines import CONSTANT_MARK
@@ -10,11 +11,17 @@ CONSTANT_RULE = (f"{CONSTANT_MARK}: the category has a task where more than half
                  "evidence of learning, so the cell also gives the category's mean without such tasks.")
 
 
+ONE_SEED_IN_A_DATASET = "undefined (a dataset with one seed)"
+
+
 def category_cell(c: CategoryScore) -> str:
-    """'61.20 ± 1.30'; where every seed scored the same, no interval is claimed (not '± 0.00'); a category with a
-    mostly-constant task is marked and shown without it too."""
+    """'61.20 ± 1.30'; where every seed scored the same or a dataset has one seed, no interval is claimed and the
+    cell says why (not '± 0.00', not a bare mean); a category with a mostly-constant task is marked and shown without
+    it too."""
     if c.ci95 is not None and c.ci95 <= 1e-9 * max(1.0, abs(c.mean)) and c.seeds > 1:  # 0 up to rounding
         text = f"{c.mean:.2f} ± undefined (zero variance" + (f": {'; '.join(c.constant)})" if c.constant else ")")
+    elif c.ci95 is None:  # a dataset with one seed: no interval, said as the per-dataset cell says it
+        text = f"{c.mean:.2f} ± {ONE_SEED_IN_A_DATASET if c.datasets > 1 else ONE['seeds']}"
     else:
         text = _fmt(c.mean, c.ci95)
     if not c.mostly_constant:
