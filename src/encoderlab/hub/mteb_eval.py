@@ -273,4 +273,23 @@ def summary_row(task: Task, result) -> dict:
         row["baselines"] = {task_baselines.LABELS[name]: round(scores["standard"], 4)
                             for name, scores in on_test.items()}
         row["baseline_metric"] = standard
+        trivial = task_baselines.trivial_name(task.offline)
+        said = at_chance(row["score"], task_baselines.LABELS[trivial], on_test[trivial]["standard"],
+                         len(task.offline.gold["test"]) if metadata.type == "Classification" else None)
+        if said:
+            row["warning"] = said
     return row
+
+
+def at_chance(score: float, trivial: str, value: float, n_test: int | None) -> str | None:
+    """What the summary says of a score its trivial baseline explains: an accuracy within the majority rate's
+    one-sided 95% sampling margin over the test examples (a frozen model is scored once, so the test draw is the
+    noise), or a retrieval score not above a random ranking's."""
+    if n_test is None:
+        return f"learned nothing: not above the {trivial} ({value:.2f})" if score <= value else None
+    rate = value / 100
+    bound = value + 100 * 1.645 * math.sqrt(rate * (1 - rate) / max(n_test, 1))
+    if score > bound:
+        return None
+    return (f"learned nothing: within chance of the {trivial} ({value:.2f}; its 95% bound over {n_test} test "
+            f"examples is {bound:.2f})")
