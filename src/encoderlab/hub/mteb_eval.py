@@ -130,9 +130,7 @@ def check_task(name: str, root: Path) -> Any:
     except KeyError:
         found = []
     if not found:
-        offline = ", ".join(sorted(n for n in _offline_names(root))) or "none prepared"
-        raise EncoderlabError(f"unknown task {name!r}: neither an offline task ({offline}) nor an MTEB task name "
-                              "(mteb.get_tasks knows it, e.g. SciFact, Banking77Classification)")
+        raise EncoderlabError(unknown_task(name, root))
     check_hub_for(name)
     return found[0]
 
@@ -153,10 +151,19 @@ def resolve_task(name: str, root: Path) -> Task:
     return Task(name, found)
 
 
-def _offline_names(root: Path) -> list[str]:
+def unknown_task(name: str, root: Path) -> str:
+    """The refusal of a name that is no task: the offline tasks MTEB scores (a tokens or QA task would be refused
+    next), and the MTEB task of that name in other letter case (mteb's names are case-sensitive)."""
+    import mteb
+
     from encoderlab.tasks import offline_task_names
 
-    return offline_task_names(root)
+    scored = set(allowed_families())
+    offline = ", ".join(sorted(n for n in offline_task_names(root) if task_family(n, root=root) in scored))
+    said = (f"unknown task {name!r}: neither an offline task MTEB scores ({offline or 'none prepared'}) nor an MTEB "
+            "task name (mteb.get_tasks knows it, e.g. SciFact, Banking77Classification)")
+    cased = [t.metadata.name for t in mteb.get_tasks() if t.metadata.name.lower() == name.lower()]
+    return f"{said}; did you mean {cased[0]!r}?" if cased else said
 
 
 def check_hub_for(name: str) -> None:
