@@ -239,15 +239,17 @@ class Encoder:
         """(len(texts), hidden_size) float32: the mean of the final hidden states over each text's tokens, with
         bidirectional attention, as the retrieval evaluation and the sentence-transformers export embed; unit
         length when `normalize`. A text is cut to `max_length` tokens (default: the model's context). Prefix
-        queries with "Query: " and documents with "Document: " to match them as the retrieval evaluation does."""
+        queries with "Query: " and documents with "Document: " to match them as the retrieval evaluation does. Runs on
+        the device of the model's weights (`enc.model.model.to("cuda")`), the vectors left there."""
         from encoderlab.tasks.bi_encoder import encode
 
         texts = [texts] if isinstance(texts, str) else list(texts)
+        device = next(self.model.model.parameters()).device  # where `.to(device)` moved it: token ids go there
         parts = []
         for start in range(0, len(texts), batch_size):
             batch = self.tokenize(texts[start : start + batch_size], max_length)
-            parts.append(encode(self.model.model, batch["input_ids"], batch["attention_mask"]))
-        out = torch.cat(parts) if parts else torch.zeros(0, self.config.hidden_size)
+            parts.append(encode(self.model.model, batch["input_ids"].to(device), batch["attention_mask"].to(device)))
+        out = torch.cat(parts) if parts else torch.zeros(0, self.config.hidden_size, device=device)
         return torch.nn.functional.normalize(out, dim=-1) if normalize else out
 
     @checked

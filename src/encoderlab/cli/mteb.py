@@ -40,4 +40,8 @@ def _render_mteb(s: dict) -> None:
         beside = ", ".join(f"{name} {value:.2f}" for name, value in row["baselines"].items()) or "-"
         table.add_row(row["task"], row["metric"], f"{row['score']:.2f}", beside)
     out.print(table)
+    for row in s["tasks"]:
+        if row.get("warning"):  # as the sweep warns of a model that learned nothing
+            out.print(f"[yellow]{row['task']}: {row['warning']}: this score is not evidence that "
+                      "its embeddings carry the task[/]")
     out.print(f"[bold]results[/bold] {s['results']} (mteb's files), summary {Path(s['out']) / 'summary.json'}")

@@ -130,9 +130,7 @@ def check_task(name: str, root: Path) -> Any:
     except KeyError:
         found = []
     if not found:
-        offline = ", ".join(sorted(n for n in _offline_names(root))) or "none prepared"
-        raise EncoderlabError(f"unknown task {name!r}: neither an offline task ({offline}) nor an MTEB task name "
-                              "(mteb.get_tasks knows it, e.g. SciFact, Banking77Classification)")
+        raise EncoderlabError(unknown_task(name, root))
     check_hub_for(name)
     return found[0]
 
@@ -153,10 +151,19 @@ def resolve_task(name: str, root: Path) -> Task:
     return Task(name, found)
 
 
-def _offline_names(root: Path) -> list[str]:
+def unknown_task(name: str, root: Path) -> str:
+    """The refusal of a name that is no task: the offline tasks MTEB scores (a tokens or QA task would be refused
+    next), and the MTEB task of that name in other letter case (mteb's names are case-sensitive)."""
+    import mteb
+
     from encoderlab.tasks import offline_task_names
 
-    return offline_task_names(root)
+    scored = set(allowed_families())
+    offline = ", ".join(sorted(n for n in offline_task_names(root) if task_family(n, root=root) in scored))
+    said = (f"unknown task {name!r}: neither an offline task MTEB scores ({offline or 'none prepared'}) nor an MTEB "
+            "task name (mteb.get_tasks knows it, e.g. SciFact, Banking77Classification)")
+    cased = [t.metadata.name for t in mteb.get_tasks() if t.metadata.name.lower() == name.lower()]
+    return f"{said}; did you mean {cased[0]!r}?" if cased else said
 
 
 def check_hub_for(name: str) -> None:
@@ -273,4 +280,23 @@ def summary_row(task: Task, result) -> dict:
         row["baselines"] = {task_baselines.LABELS[name]: round(scores["standard"], 4)
                             for name, scores in on_test.items()}
         row["baseline_metric"] = standard
+        trivial = task_baselines.trivial_name(task.offline)
+        said = at_chance(row["score"], task_baselines.LABELS[trivial], on_test[trivial]["standard"],
+                         len(task.offline.gold["test"]) if metadata.type == "Classification" else None)
+        if said:
+            row["warning"] = said
     return row
+
+
+def at_chance(score: float, trivial: str, value: float, n_test: int | None) -> str | None:
+    """What the summary says of a score its trivial baseline explains: an accuracy within the majority rate's
+    one-sided 95% sampling margin over the test examples (a frozen model is scored once, so the test draw is the
+    noise), or a retrieval score not above a random ranking's."""
+    if n_test is None:
+        return f"learned nothing: not above the {trivial} ({value:.2f})" if score <= value else None
+    rate = value / 100
+    bound = value + 100 * 1.645 * math.sqrt(rate * (1 - rate) / max(n_test, 1))
+    if score > bound:
+        return None
+    return (f"learned nothing: within chance of the {trivial} ({value:.2f}; its 95% bound over {n_test} test "
+            f"examples is {bound:.2f})")
