@@ -240,7 +240,7 @@ class Encoder:
         bidirectional attention, as the retrieval evaluation and the sentence-transformers export embed; unit
         length when `normalize`. A text is cut to `max_length` tokens (default: the model's context). Prefix
         queries with "Query: " and documents with "Document: " to match them as the retrieval evaluation does. Runs on
-        the device of the model's weights (`enc.model.model.to("cuda")`), the vectors left there."""
+        the device of the model's weights (`enc.model.to("cuda")`), the vectors left there."""
         from encoderlab.tasks.bi_encoder import encode
 
         texts = [texts] if isinstance(texts, str) else list(texts)
@@ -300,17 +300,24 @@ def load(checkpoint: PathLike) -> Encoder:
 
     path = resolve_encoder(checkpoint)
     if is_transformers_folder(path) or is_continued(path):  # a transformers body, with the folder's or run's tokenizer
-        from types import SimpleNamespace
-
         from encoderlab.model.transformers_body import TransformersBody
 
         read = load_transformers_encoder if is_transformers_folder(path) else load_continued_encoder
         cfg, weights, tok = read(path)
         body = TransformersBody(cfg)
         body.load_state_dict(weights)
-        return Encoder(path, SimpleNamespace(model=body.eval()), cfg, tok)
+        return Encoder(path, _BodyOnly(body).eval(), cfg, tok)
     model, cfg, tok = ckpt.load_model(path)
     return Encoder(path, model.eval(), cfg, tok)
+
+
+class _BodyOnly(torch.nn.Module):
+    """A transformers encoder's body as `Encoder.model`, a torch module like an encoderlab checkpoint's model, the
+    body that embeds at `.model` in both: `enc.model.to("cuda")` moves either."""
+
+    def __init__(self, body: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = body
 
 
 __all__ = ["CONFIGS", "DEFAULT_PROTOCOL", "Encoder", "EncoderlabError", "EncoderlabWarning", "export", "finetune",

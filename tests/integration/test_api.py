@@ -473,3 +473,17 @@ def test_a_path_like_object_is_a_path(checkpoint):
     assert encoderlab.load(Located(str(checkpoint))).config == encoderlab.load(checkpoint).config
     with pytest.raises(EncoderlabError, match="argument"):
         encoderlab.load(Located(str(checkpoint).encode()))
+
+
+def test_a_transformers_encoders_model_is_a_torch_module_that_moves(tmp_path):
+    """`Encoder.model` of a transformers folder was a SimpleNamespace: `enc.model.to(...)`, `.eval()` and
+    `.parameters()` raised AttributeError where the docs call it a torch module, as a checkpoint's is."""
+    import torch
+    from test_transformers_encoders import write_encoder
+
+    bert = encoderlab.load(write_encoder(tmp_path / "bert", "bert"))
+    assert isinstance(bert.model, torch.nn.Module) and not bert.model.training
+    before = bert.embed(["a river village"])
+    bert.model.to(torch.float64)
+    assert next(bert.model.model.parameters()).dtype == torch.float64
+    assert torch.allclose(bert.embed(["a river village"]), before, atol=1e-5)  # float32 whatever the body's dtype
