@@ -43,8 +43,13 @@ def mteb_section(root: Path, labels: list[str], asked: list[str] | None = None) 
     rows = [[label, *cells(scores[label])] for label in done]
     rows += [[f"*{name}*", *cells(by_task)] for name, by_task in baselines.items()]
     version = next(iter(done.values()))["mteb_version"]
+    chance = [f"- {label} / {row['task']}: {row['warning']}" for label, s in done.items() for row in s["tasks"]
+              if row.get("warning")]  # the command's own verdict (hub/mteb_eval.py `at_chance`)
+    said = "".join(f"{line}\n" for line in chance)
+    said = f"\nNo evidence of learning (the score is within chance of its trivial baseline):\n{said}"
     return (f"## MTEB (frozen embeddings)\n\n{_table(['model', *(f'{t} ({m})' for t, m in tasks.items())], rows)}\n\n"
             f"Test scores of the mteb library ({version}) on each model as it is, nothing fine-tuned: offline tasks as "
             "MTEB custom tasks (retrieval: NDCG@10 of a cosine search over the corpus; classification: a logistic "
             "regression on the embeddings of 8 train examples per label, 10 draws); the baselines in italics are "
-            "encoderlab's, on the full texts (docs/mteb.md). mteb's own result files are under mteb/LABEL/results/.\n")
+            "encoderlab's, on the full texts (docs/mteb.md). mteb's own result files are under mteb/LABEL/results/.\n"
+            + (said if chance else ""))
