@@ -127,3 +127,25 @@ def test_a_damaged_metrics_record_before_the_last_is_refused_and_a_torn_last_one
     (run / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
     with pytest.raises(EncoderlabError, match=r"metrics\.jsonl: record 2 is not JSON .*restore it or move it away"):
         MetricsLog(run, resume_from=3, tensorboard=False)
+
+
+POSITIONS = [("samples_seen", 1, "data position"), ("samples_seen", -4, "data position"),
+             ("samples_seen", "x", "data position"), ("step", "4", "is not a count of steps")]
+
+
+@pytest.mark.parametrize(("field", "value", "says"), POSITIONS)
+def test_a_data_position_that_is_not_its_steps_is_refused_naming_the_state(run, written, monkeypatch, capsys, field,
+                                                                           value, says):
+    import json
+
+    folder = run / "checkpoints" / LATEST_STEP
+    state = json.loads((folder / "state.json").read_text())
+    (state["data"] if field == "samples_seen" else state)[field] = value
+    (folder / "state.json").write_text(json.dumps(state))
+    checkpoint.write_manifest(folder)  # as anyone editing it can: its numbers, not its bytes, are wrong
+    before = files(run.parent)
+    code, _, stderr = run_command(monkeypatch, capsys, "pretrain", run.parent / "run.yaml", "--resume")
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in stderr, stderr
+    assert f"{folder / 'state.json'}" in errors[0] and says in errors[0], errors[0]
+    assert files(run.parent) == before

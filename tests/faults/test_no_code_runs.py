@@ -93,6 +93,22 @@ def test_optimizer_data_files_outside_the_checkpoint_are_refused(run, tmp_path, 
     resume_and_branch(monkeypatch, capsys, tmp_path, run, "names '../../../elsewhere.distcp' as a data file")
 
 
+@pytest.mark.parametrize("planted", ["pickle", "torch-save", "cut"])
+def test_optimizer_data_files_that_are_not_what_their_index_says_are_one_line(run, tmp_path, monkeypatch, capsys,
+                                                                              one_thread, planted):
+    mark = tmp_path / "MARK"
+    data = next((run / "dcp").glob("*.distcp"))
+    if planted == "pickle":
+        data.write_bytes(pickle.dumps(Payload(mark)))
+    elif planted == "torch-save":
+        torch.save({"x": torch.zeros(3)}, data)
+    else:
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    checkpoint.write_manifest(run)
+    resume_and_branch(monkeypatch, capsys, tmp_path, run, f"{run / 'dcp'} is damaged")
+    assert not mark.exists()
+
+
 # ---- model folders -----------------------------------------------------------------------------------------
 
 

@@ -241,7 +241,9 @@ def newest_complete(run_dir: Path) -> Path | None:
 def load_state(path: Path) -> dict:
     """The checkpoint's state.json, verified, in the current format (runs/migrate_checkpoint.py)."""
     verify(path, ("state.json",))
-    return migrate_checkpoint.upgrade_state(json.loads((path / "state.json").read_text()), path / "state.json")
+    state = migrate_checkpoint.upgrade_state(json.loads((path / "state.json").read_text()), path / "state.json")
+    migrate_checkpoint.check_position(state, path / "state.json")
+    return state
 
 
 def resolve(path: str | Path) -> Path:

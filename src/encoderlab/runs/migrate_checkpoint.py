@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from encoderlab.core import formats
+from encoderlab.core.errors import EncoderlabError
 
 FORMAT = 1
 TRAINING = ("schedule", "total_steps", "lr_factor", "data_fingerprint", "config")
@@ -33,6 +34,23 @@ def upgrade_state(state: dict, where: str | Path) -> dict:
     if isinstance(out["config"], dict):
         out["config"] = run_config(out["config"])
     return out
+
+
+def check_position(state: dict, where: str | Path) -> None:
+    """Refuse a step or data position no writer writes: the loader resumes at `samples_seen`, so one edited off
+    `step` x global batch (checksums redone) would train other windows than the run's, or fail mid-read."""
+    def count(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    step, data = state.get("step"), state.get("data")
+    if not count(step):
+        raise EncoderlabError(f"checkpoint file {where} is damaged: its step {step!r} is not a count of steps")
+    if data is None:
+        return  # weights only (an import, a random initialisation): no data position
+    seen, batch = (data.get(k) if isinstance(data, dict) else None for k in ("samples_seen", "global_batch_size"))
+    if not (count(seen) and count(batch) and batch > 0 and seen == step * batch):
+        raise EncoderlabError(f"checkpoint file {where} is damaged: its data position (samples_seen {seen!r}) is not "
+                              f"its step {step} x its global batch {batch!r}, as every writer saves it")
 
 
 def _from_unversioned(state: dict) -> dict:

@@ -122,6 +122,8 @@ def load(state: dict, folder: Path) -> None:
         dcp.load(state, storage_reader=reader, planner=_SafePlanner(reader))
     except CheckpointException as exc:
         refusal = next((e for e, _ in exc.failures.values() if isinstance(e, EncoderlabError)), None)
-        if refusal is None:
-            raise
+        if refusal is None:  # data files cut short, or not what `.metadata` describes (their checksums redone)
+            cause = ", ".join(sorted({type(e).__name__ for e, _ in exc.failures.values()}))
+            refusal = EncoderlabError(f"checkpoint's optimizer state {folder} is damaged: its data files do not hold "
+                                      f"what {folder / '.metadata'} describes ({cause}); {REFUSAL}")
         raise refusal from None
