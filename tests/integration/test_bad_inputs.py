@@ -323,6 +323,12 @@ TASK_CASES: list[Case] = [
     Case("task-file-is-a-folder", SWEEP, "task file {tmp}/t.yaml: test: {tmp}/o2 ('o2' read from the task file's "
          "folder, {tmp}) is a folder; give a file",
          two(task_files(CLS + "test: o2\n", train_csv=CSV), lambda tmp, ctx: (tmp / "o2").mkdir())),
+    Case("task-file-is-a-pipe", SWEEP, "task file {tmp}/t.yaml: train: /dev/null is neither a file nor a folder (a "
+         "device, a pipe or a socket); give a file", task_files("family: classification\ntrain: /dev/null\n"
+                                                                 "validation: /dev/null\n")),
+    Case("task-beir-corpus-a-device", SWEEP, "{tmp}/beir is not a BEIR-layout folder: corpus.jsonl is not a file (it "
+         "leads to /dev/zero)", two(beir_files, lambda tmp, ctx: (
+             (tmp / "beir/corpus.jsonl").unlink(), (tmp / "beir/corpus.jsonl").symlink_to("/dev/zero")))),
     Case("task-named-like-the-summary", SWEEP, "summary.json is the name of the sweep's summary",
          task_files(CLS + "name: summary.json\n", train_csv="text,label\na,x\nb,y\n")),
     Case("task-file-name-unsafe", ("sweep", "{ckpt}", "{tmp}/my bbc.yaml", "--out", "{tmp}/o"),

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import write_classification_task
 
 from encoderlab.core.config import validate
 from encoderlab.core.errors import EncoderlabError
@@ -110,3 +111,51 @@ def test_a_sweep_holds_its_task_records(tmp_path, packed_dir, holder, classifica
     summary = run_sweep(checkpoint, [spec], protocol, out, log=lambda m: None, show_progress=False,
                         engine="sequential")
     assert summary["tasks"][load_task(spec).name]["runs"] == 1 and len(records.load_all(out)) == 1
+
+
+def test_two_sweeps_of_other_tasks_into_one_out_both_stay_in_its_summary(tmp_path, packed_dir, monkeypatch):
+    """A study fine-tunes one checkpoint on two tasks side by side: each sweep rewrites the protocol folder's
+    summary.json from the records it reads. The second one, ending while the first has read the records but not yet
+    written, must not be overwritten by the first's older view (its task dropped from summary.json)."""
+    import threading
+
+    from encoderlab.finetuning.sweep import Sweep
+
+    Trainer(run_config(tmp_path, packed_dir, name="tiny", steps=1), show_progress=False, log=lambda m: None).run()
+    checkpoint = tmp_path / "tiny"
+    protocol = Protocol(name="t", max_steps=1, batch_size=4, lrs=[1e-3], seeds=[0], max_length=16, dtype="fp32")
+    out = tmp_path / "evals"
+    specs = {}
+    for name in ("first", "second"):
+        task = write_classification_task(tmp_path / name)
+        task.write_text(f"name: {name}\n" + task.read_text())
+        specs[name] = str(task)
+    second_summarizing, second_done = threading.Event(), threading.Event()
+    real_summarize, real_write = Sweep.summarize, Sweep.write_summary
+
+    def summarize(self, **kw):
+        if threading.current_thread() is not threading.main_thread():
+            second_summarizing.set()
+        return real_summarize(self, **kw)
+
+    def second_sweep():
+        try:
+            run_sweep(checkpoint, [specs["second"]], protocol, out, log=lambda m: None, show_progress=False,
+                      engine="sequential")
+        finally:
+            second_done.set()
+
+    def write_summary(self, every):
+        if threading.current_thread() is threading.main_thread() and not second_summarizing.is_set():
+            threading.Thread(target=second_sweep).start()  # the first has read the records, not yet written
+            assert second_summarizing.wait(120)
+            second_done.wait(5)  # it ends here unless it waits for the first to write
+        return real_write(self, every)
+
+    monkeypatch.setattr(Sweep, "summarize", summarize)
+    monkeypatch.setattr(Sweep, "write_summary", write_summary)
+    run_sweep(checkpoint, [specs["first"]], protocol, out, log=lambda m: None, show_progress=False,
+              engine="sequential")
+    assert second_done.wait(120)
+    (file,) = out.glob("*/*/summary.json")
+    assert sorted(json.loads(file.read_text())["tasks"]) == ["first", "second"]

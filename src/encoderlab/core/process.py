@@ -69,6 +69,20 @@ def run_lock(folder: Path, what: str, shared: bool = False) -> Iterator[None]:
         os.close(fd)
 
 
+@contextmanager
+def waiting_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` while the block runs, waiting for another holder to end: for a
+    short read-and-rewrite of a file that writers of other folders share (a sweep's summary.json, which sweeps of
+    other tasks rewrite side by side), where a second writer waits rather than being refused."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # never deleted, as run_lock's
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _holder(path: Path) -> str:
     """Who holds the lock: the exclusive holder the file names, else the shared holders' own files (a killed one's
     file may outlive it: its process is then gone, which is said)."""

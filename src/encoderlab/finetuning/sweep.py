@@ -20,7 +20,7 @@ import torch
 
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.core.io import write_json
-from encoderlab.core.process import run_lock
+from encoderlab.core.process import run_lock, waiting_lock
 from encoderlab.data.tokenizer import code_not_run
 from encoderlab.finetuning import migrate_records, records
 from encoderlab.finetuning.aggregate import summarize
@@ -56,6 +56,8 @@ from encoderlab.runs.logging import Progress, Wandb, require_wandb
 from encoderlab.runs.optim import default_device
 from encoderlab.tasks import baselines
 from encoderlab.tasks.base import EvalTask
+
+SUMMARY_LOCK = ".summary.lock"  # beside summary.json; hidden, so no reader takes it for a task or a record
 
 
 def _forget_changed(prepared: dict[str, EvalTask]) -> None:
@@ -343,12 +345,15 @@ class Sweep:
         recorded for this checkpoint and protocol (the newest version of each), each under its own grid
         (`write_summary`), so that a sweep of some tasks does not drop the others from it."""
         grid = (self.protocol.lrs, self.protocol.seeds)
-        every = records.load_all(self.out, self.tag, self.key, self.digest)  # of every grid: read once for both
+        # read and rewritten under one lock: a sweep of other tasks into this folder, ending meanwhile, would
+        # otherwise have its tasks dropped from summary.json by this sweep's older view of the records
+        with waiting_lock(self.out / self.tag / self.key / SUMMARY_LOCK):
+            every = records.load_all(self.out, self.tag, self.key, self.digest)  # of every grid: read once for both
+            file = self.write_summary(every)
         found = records.in_grid(every, grid)
         ours = {(t.name, t.fingerprint) for t in self.tasks}
         about = self.about()
         choice = self.protocol.lr_choice
-        file = self.write_summary(every)
         summary = summarize([r for r in found if (r["task"], r.get("fingerprint")) in ours], choice)
         if self.tracker is not None:
             self.tracker.summarize({f"{name}/{key}": t[key] for name, t in summary["tasks"].items()

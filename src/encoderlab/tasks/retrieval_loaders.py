@@ -198,6 +198,9 @@ def _read_beir(folder: Path) -> tuple[dict, dict, dict, dict]:
     """(corpus, queries, qrels, the files read) of a BEIR-layout folder."""
     files = {"corpus": folder / "corpus.jsonl", "queries": folder / "queries.jsonl"}
     for path in files.values():
+        if path.exists() and not path.is_file():  # a folder, or a link to a device that would never end
+            raise DataError(f"{folder} is not a BEIR-layout folder: {path.name} is not a file (it leads to "
+                            f"{path.resolve()})")
         if not path.is_file():
             raise DataError(f"{folder} is not a BEIR-layout folder: {path.name} is missing (expected corpus.jsonl, "
                             "queries.jsonl, qrels/{train,dev,test}.tsv)")

@@ -123,7 +123,8 @@ def read_task_file(path: Path, builtin: Callable[[str], str] = lambda name: "") 
         if not (file.is_dir() if key == "folder" else file.is_file()):
             shown = resolved(file, getattr(settings, key), f"the task file's folder, {path.parent.absolute()}")
             wanted = "a folder" if key == "folder" else "a file"
-            what = "does not exist" if not file.exists() else f"is a {'file' if file.is_file() else 'folder'}"
+            what = ("does not exist" if not file.exists() else "is a file" if file.is_file() else "is a folder"
+                    if file.is_dir() else "is neither a file nor a folder (a device, a pipe or a socket)")
             raise DataError(f"{where}: {key}: {shown} {what}; give {wanted}")
     if settings.name is None and (problem := name_problem(path.stem)):
         raise DataError(f"{where}: the task is named after its file, {path.stem!r}, but {problem}; give it a name:")
