@@ -173,6 +173,29 @@ def test_fewer_tokens_than_a_window(tok, tmp_path):
     assert not (tmp_path / "p").exists()
 
 
+def test_a_train_split_short_of_a_window_is_refused_counting_its_tokens_not_the_corpus(tok, tmp_path):
+    # The corpus makes whole windows; what was held out for validation leaves train short of one.
+    ids = [f"doc-{i}" for i in range(200)]
+    kept = next(i for i in ids if not is_heldout(i, 0.5))
+    held = [Document(i, "unit", sentence(random.Random(i), 30)) for i in ids if is_heldout(i, 0.5)][:4]
+    with pytest.raises(DataError) as err:
+        pack([Document(kept, "unit", "Hi."), *held], tok, tmp_path / "p", seq_len=SEQ, val_fraction=0.5)
+    train = len(tok.encode_batch(["Hi."])[0]) + 2
+    assert str(err.value).startswith(f"the train split has {train} tokens, fewer than one window of --seq-len {SEQ} "
+                                     "(--val-fraction 0.5 held out ")
+    assert "--val-fraction" in str(err.value).split("add text")[1] and not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"seq_len": 7}, "--seq-len 7 is too small; use at least 8"),
+    ({"seq_len": SEQ, "val_fraction": 1.0}, "--val-fraction 1.0 must be in [0, 1)"),
+])
+def test_a_shape_out_of_range_names_the_option(tok, tmp_path, kwargs, message):
+    with pytest.raises(DataError) as err:
+        pack(varied_docs(), tok, tmp_path / "p", **kwargs)
+    assert str(err.value).startswith(message)
+
+
 def test_bad_arguments(tok, tmp_path):
     with pytest.raises(DataError):
         pack(varied_docs(), tok, tmp_path / "p", seq_len=4)

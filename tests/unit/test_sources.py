@@ -495,3 +495,33 @@ def test_a_jsonl_records_own_id_and_source_are_kept_in_the_corpus(tmp_path):
                                                 ("reviews.jsonl:2", "local:reviews.jsonl"),
                                                 ("reviews.jsonl:3", "local:reviews.jsonl")]
     assert [corpus_row(d) for d in back] == rows  # the round trip keeps both
+
+
+@pytest.mark.parametrize("name", ["b.jsonl.zst", "b.txt.bz2", "b.csv.xz", "b.parquet.gz", "b.jsonl.zip"])
+def test_a_folder_with_data_compressed_in_a_way_not_read_is_refused_naming_the_file(
+    tmp_path: Path, name: str
+) -> None:
+    # Skipping it as we skip a README would silently leave part of the corpus out.
+    write_jsonl(tmp_path / "a.jsonl", [{"text": "a"}])
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / name).write_bytes(b"\x28\xb5\x2f\xfd compressed")
+    with pytest.raises(DataError) as err:
+        iter_documents(str(tmp_path))
+    message = str(err.value)
+    assert f"sub/{name}" in message and "gzip" in message and "\n" not in message
+    with pytest.raises(DataError, match=name.replace(".", r"\.")):
+        iter_documents(str(tmp_path / "**" / "*"))
+
+
+def test_a_folder_saved_by_datasets_save_to_disk_is_refused_with_the_way_to_parquet(tmp_path: Path) -> None:
+    # Its state.json and dataset_info.json are .json files, which would otherwise be read as the corpus.
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "data-00000-of-00001.arrow").write_bytes(b"ARROW1")
+    (saved / "dataset_info.json").write_text('{\n  "citation": ""\n}\n', encoding="utf-8")
+    (saved / "state.json").write_text('{\n  "_data_files": []\n}\n', encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        iter_documents(str(saved))
+    message = str(err.value)
+    assert "data-00000-of-00001.arrow" in message and "save_to_disk" in message and "to_parquet" in message
+    assert "not valid JSON" not in message and "\n" not in message

@@ -178,9 +178,9 @@ def check_shape(seq_len: int, val_fraction: float, max_tokens: int | None = None
         raise DataError(f"--max-tokens {max_tokens:,} must be a positive multiple of --seq-len {seq_len} (whole "
                         f"windows), e.g. {max(1, max_tokens // seq_len) * seq_len:,}")
     if seq_len < 8:
-        raise DataError(f"seq_len={seq_len} is too small; use at least 8 (the paper uses 2,048)")
+        raise DataError(f"{option_name('seq-len')} {seq_len} is too small; use at least 8 (the paper uses 2,048)")
     if not 0 <= val_fraction < 1:
-        raise DataError(f"val_fraction={val_fraction} must be in [0, 1)")
+        raise DataError(f"{option_name('val-fraction')} {val_fraction} must be in [0, 1)")
 
 
 def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, seq_len: int,
@@ -248,8 +248,11 @@ def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int,
         raise DataError("the corpus is empty: no document with text was found, nothing to pack")
     splits = packer.close()
     if splits["train"]["windows"] == 0:
-        raise DataError(f"the corpus has {packer.tokens} tokens, fewer than one window of seq_len={seq_len}: "
-                        "add text or lower seq_len")
+        seq, fraction = option_name("seq-len"), option_name("val-fraction")
+        train = splits["train"]["dropped_tail_tokens"]
+        held = f" ({fraction} {val_fraction} held out {packer.tokens - train:,} more)" if val_fraction else ""
+        raise DataError(f"the train split has {train:,} tokens, fewer than one window of {seq} {seq_len}{held}: "
+                        f"add text or lower {seq}" + (f" or {fraction}" if val_fraction else ""))
     if max_tokens is not None and not packer.full:
         raise DataError(f"the source has {splits['train']['tokens']:,} training tokens, fewer than --max-tokens "
                         f"{max_tokens:,}: add text or lower the budget")

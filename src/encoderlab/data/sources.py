@@ -26,6 +26,7 @@ from encoderlab.core.io import lone_surrogate
 from encoderlab.core import unique_names
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
+from encoderlab.data.unread_files import unread_data
 
 TxtUnit = Literal["file", "paragraph", "line"]
 OnInvalidUtf8 = Literal["error", "replace", "skip"]
@@ -34,9 +35,7 @@ SUPPORTED_SUFFIXES: tuple[str, ...] = (
     ".txt", ".jsonl", ".json", ".parquet", ".csv", ".tsv",
     ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz", ".tsv.gz",
 )  # fmt: skip
-_FORMATS = {
-    ".txt": "txt", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv", ".tsv": "tsv"
-}  # fmt: skip
+_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv", ".tsv": "tsv"}
 # "owner/name" or "name"; a second "/" or a data-file suffix means the user meant a path.
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _FILE_LIKE = re.compile(r"\.(txt|jsonl|json|parquet|csv|tsv|gz|bz2|xz|zst|zip|tar|arrow|md)$", re.IGNORECASE)
@@ -164,6 +163,8 @@ def _files_below(root: Path, paths: Iterable[Path], where: str) -> list[_LocalFi
         else:
             name = p.relative_to(root).as_posix() if p.is_relative_to(root) else p.as_posix()
             files[name] = _LocalFile(p, name, suffix)
+    if problem := unread_data(ignored, SUPPORTED_SUFFIXES):
+        raise DataError(problem)
     if not files:
         example = f"; ignored {len(ignored)} other files such as {ignored[0].name}" if ignored else ""
         raise DataError(
