@@ -61,8 +61,17 @@ def test_mask_string_in_text_is_not_the_mask_id(tok):
 
 
 def test_too_small_vocab():
-    with pytest.raises(DataError, match="vocab_size=100"):
+    """Named as its caller wrote it: `--vocab-size 100` on the command line, `vocab_size=100` from the Python API."""
+    from encoderlab.core.errors import CALLER
+
+    with pytest.raises(DataError, match="^--vocab-size 100 is too small"):
         train_bpe(CORPUS, vocab_size=100)
+    token = CALLER.set("api")
+    try:
+        with pytest.raises(DataError, match="^vocab_size=100 is too small"):
+            train_bpe(CORPUS, vocab_size=100)
+    finally:
+        CALLER.reset(token)
 
 
 def test_save_load_round_trip(tok, tmp_path):

@@ -45,6 +45,12 @@ def option_name(name: str) -> str:
     return f"--{name}" if CALLER.get() == "cli" else API_NAMES.get(name, name.replace("-", "_"))
 
 
+def option_value(name: str, value: object) -> str:
+    """An option with its value, as the caller wrote it: `--seq-len 4` on the command line, `seq_len=4` from the
+    Python API."""
+    return f"--{name} {value}" if CALLER.get() == "cli" else f"{option_name(name)}={value!r}"
+
+
 def argument(name: str, value: object) -> str:
     """A positional argument in a message, as the caller gives it: `MODEL path` on the command line (its usage line's
     name), `model='path'` from the Python API."""

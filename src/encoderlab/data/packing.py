@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoderlab.core.errors import DataError, option_name, prepare_command
+from encoderlab.core.errors import DataError, option_name, option_value, prepare_command
 from encoderlab.core.io import atomic_dir, read_json, sha256_of, write_json
 from encoderlab.data import migrate_packed
 from encoderlab.data.documents import Document
@@ -178,9 +178,9 @@ def check_shape(seq_len: int, val_fraction: float, max_tokens: int | None = None
         raise DataError(f"--max-tokens {max_tokens:,} must be a positive multiple of --seq-len {seq_len} (whole "
                         f"windows), e.g. {max(1, max_tokens // seq_len) * seq_len:,}")
     if seq_len < 8:
-        raise DataError(f"{option_name('seq-len')} {seq_len} is too small; use at least 8 (the paper uses 2,048)")
+        raise DataError(f"{option_value('seq-len', seq_len)} is too small; use at least 8 (the paper uses 2,048)")
     if not 0 <= val_fraction < 1:
-        raise DataError(f"{option_name('val-fraction')} {val_fraction} must be in [0, 1)")
+        raise DataError(f"{option_value('val-fraction', val_fraction)} must be in [0, 1)")
 
 
 def pack(documents: Iterable[Document], tokenizer: TextTokenizer, out: Path, *, seq_len: int,
@@ -250,8 +250,10 @@ def finish(folder: Path, packer: Packer, tokenizer: TextTokenizer, seq_len: int,
     if splits["train"]["windows"] == 0:
         seq, fraction = option_name("seq-len"), option_name("val-fraction")
         train = splits["train"]["dropped_tail_tokens"]
-        held = f" ({fraction} {val_fraction} held out {packer.tokens - train:,} more)" if val_fraction else ""
-        raise DataError(f"the train split has {train:,} tokens, fewer than one window of {seq} {seq_len}{held}: "
+        held = f" ({option_value('val-fraction', val_fraction)} held out {packer.tokens - train:,} more)" \
+            if val_fraction else ""
+        raise DataError(f"the train split has {train:,} tokens, fewer than one window of "
+                        f"{option_value('seq-len', seq_len)}{held}: "
                         f"add text or lower {seq}" + (f" or {fraction}" if val_fraction else ""))
     if max_tokens is not None and not packer.full:
         raise DataError(f"the source has {splits['train']['tokens']:,} training tokens, fewer than --max-tokens "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from encoderlab.core.errors import DataError, given_as, option_name, resolved
+from encoderlab.core.errors import DataError, given_as, option_value, resolved
 
 SPECIAL_TOKENS = ("<bos>", "<eos>", "<pad>", "<mask>")
 MANIFEST = "encoderlab_tokenizer.json"
@@ -113,7 +113,7 @@ class TextTokenizer:
 
 def check_bpe_size(vocab_size: int) -> None:
     if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
-        raise DataError(f"{option_name('vocab-size')} {vocab_size} is too small: a byte-level BPE needs at least "
+        raise DataError(f"{option_value('vocab-size', vocab_size)} is too small: a byte-level BPE needs at least "
                         f"{256 + len(SPECIAL_TOKENS) + 1} (256 bytes, {len(SPECIAL_TOKENS)} special tokens, 1 merge)")
 
 
