@@ -34,7 +34,7 @@ from encoderlab.core.io import atomic_dir
 from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.hub import sentence
-from encoderlab.hub.card import evaluation_summaries, model_card, training_info
+from encoderlab.hub.card import evaluation_summaries, model_card, public, training_info
 from encoderlab.hub.folders import prepare_out
 from encoderlab.hub.hf import CLASSES, ENCODERS, Target, family, hf_config, refusal
 from encoderlab.hub.slmodel import SL_MODEL
@@ -177,7 +177,7 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, at
         with quiet_transformers():  # safetensors: the only format transformers 5 writes (and 4.x's default)
             hf.save_pretrained(str(tmp))
         compatible_config(tmp)
-        tok.save(tmp, model_max_length=cfg.max_position_embeddings)
+        tok.save(tmp, model_max_length=cfg.max_position_embeddings, origin=public(tok.origin))  # no local path
         (tmp / "README.md").write_text(card, encoding="utf-8")
         if kind == sentence.KIND:
             sentence.write_modules(tmp, cfg)
