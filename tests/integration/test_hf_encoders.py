@@ -15,6 +15,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModel, AutoModelForSequenceClassification, PreTrainedTokenizerFast
 
+from encoderlab.core.counts import parameters_text
 from encoderlab.core.errors import EncoderlabError
 from encoderlab.hub.exporter import export_checkpoint
 from encoderlab.hub.hf import CLASSES
@@ -135,8 +136,13 @@ def test_encoder_export_equals_encoderlab_bidirectional(route, implementation):
 def test_encoder_card_names_the_version_that_honours_is_causal(route):
     family, ckpt, _, _, root = route
     out = root / "card"
-    export_checkpoint(ckpt, out, family)
+    summary = export_checkpoint(ckpt, out, family)
     card = (out / "README.md").read_text()
+    # the count is the exported class's: a bare encoder holds no LM head (an untied one read as the checkpoint's)
+    held = sum(p.numel() for p in AutoModel.from_pretrained(str(out)).parameters())
+    assert summary["parameters"] == held and f"\n{parameters_text(held)} parameters, " in card
+    for file in out.iterdir():  # published as it is: no path of the machine that wrote it (the import's source)
+        assert file.suffix == ".safetensors" or str(root) not in file.read_text(), file.name
     assert "pipeline_tag: feature-extraction" in card and "`transformers` 5.2 or later" in card
     assert "ignore `is_causal: false`" in card and 'Version("5.2")' in card and "AutoModel.from_pretrained" in card
     assert "It frames every input as `<s> text </s>`" in card

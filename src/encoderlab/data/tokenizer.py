@@ -93,10 +93,11 @@ class TextTokenizer:
                 "special_tokens": {r: self.token(getattr(self, f"{r}_id")) for r in ("bos", "eos", "pad", "mask")},
                 "added_tokens": self.added_tokens}
 
-    def save(self, folder: Path, model_max_length: int | None = None) -> None:
+    def save(self, folder: Path, model_max_length: int | None = None, origin: str | None = None) -> None:
         """A folder that `load_tokenizer` and `transformers.AutoTokenizer` read, 4.x and 5.x alike: tokenizer.json
         and a tokenizer_config.json naming `PreTrainedTokenizerFast`, the class both versions build straight from
-        tokenizer.json (model-specific classes such as LlamaTokenizerFast rewrite the post-processor)."""
+        tokenizer.json (model-specific classes such as LlamaTokenizerFast rewrite the post-processor). `origin`:
+        what the manifest says in place of `self.origin` (an export's, without the local paths it holds)."""
         folder.mkdir(parents=True, exist_ok=True)
         self.tokenizer.encode_special_tokens = False  # not a property HF should inherit in the saved file
         try:
@@ -108,7 +109,7 @@ class TextTokenizer:
         limit = {"model_max_length": model_max_length} if model_max_length else {}
         config = {"tokenizer_class": "PreTrainedTokenizerFast", **self.hf_settings, **roles, **limit}
         (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
-        (folder / MANIFEST).write_text(json.dumps(self.info(), indent=2) + "\n")
+        (folder / MANIFEST).write_text(json.dumps({**self.info(), "origin": origin or self.origin}, indent=2) + "\n")
 
 
 def check_bpe_size(vocab_size: int) -> None:

@@ -365,7 +365,7 @@ def _versions(target: Target) -> str:
 
 
 def model_card(target: Target, cfg: ModelConfig, tok: TextTokenizer, info: dict, evaluations: list[dict],
-               framing: str, note: str | None, name: str) -> str:
+               framing: str, note: str | None, name: str, parameters: int) -> str:
     """The README.md of the export folder `name` (the name its users load it by, beside it or on the Hub)."""
     what, versions = _what(target), _versions(target)
     title = "-".join(p for p in (info.get("run"), info.get("checkpoint")) if p)
@@ -377,7 +377,7 @@ def model_card(target: Target, cfg: ModelConfig, tok: TextTokenizer, info: dict,
                     "publishing.")
     lines = [
         *_front_matter(target, info, evaluations, name), "", f"# {title}", "",
-        f"{parameters_text(cfg.num_parameters())} parameters, {what}, exported by encoderlab from checkpoint "
+        f"{parameters_text(parameters)} parameters, {what}, exported by encoderlab from checkpoint "
         f"`{info.get('checkpoint')}`. It loads with {versions}.", "", license_line, "",
     ]
     lines += [f"**Note:** {note}.", ""] if note else []

@@ -43,7 +43,8 @@ def export_continued(path: Path, out: Path, kind: str | None, *, evaluation: Pat
     with atomic_dir(out) as tmp:
         with quiet_transformers():
             out_model.save_pretrained(str(tmp))
-        tok.save(tmp, model_max_length=usable_positions(cfg))  # RoBERTa's first positions are its padding's
+        # RoBERTa's first positions are its padding's; the tokenizer's origin is published without local paths
+        tok.save(tmp, model_max_length=usable_positions(cfg), origin=public(tok.origin))
         card = _card(kind, type(out_model).__name__, cfg, info, out.name, evaluations)
         (tmp / "README.md").write_text(card, encoding="utf-8")
         if kind == sentence.KIND:

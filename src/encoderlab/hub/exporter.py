@@ -34,10 +34,11 @@ from encoderlab.core.io import atomic_dir
 from encoderlab.core.quiet import quiet_transformers
 from encoderlab.data.tokenizer import TextTokenizer
 from encoderlab.hub import sentence
-from encoderlab.hub.card import evaluation_summaries, model_card, training_info
+from encoderlab.hub.card import evaluation_summaries, model_card, public, training_info
 from encoderlab.hub.folders import prepare_out
 from encoderlab.hub.hf import CLASSES, ENCODERS, Target, family, hf_config, refusal
 from encoderlab.hub.slmodel import SL_MODEL
+from encoderlab.model.transformer import count_parameters
 
 KINDS = (*CLASSES, sentence.KIND)
 ATTENTIONS = ("bidirectional", "causal")
@@ -170,18 +171,19 @@ def export_checkpoint(checkpoint: str | Path, out: Path, kind: str | None, *, at
     # a sentence encoder embeds text framed as the retrieval evaluation frames it, whatever the source did
     framing = frame_tokenizer(tok, target.causal, as_source=info.get("reason") == "imported" and kind != sentence.KIND)
     hf = hf_model(model, cfg, target)
-    card = model_card(target, cfg, tok, info, evaluations, framing, note, out.name)
+    parameters = count_parameters(hf)  # what the folder holds: a bare encoder has no LM head
+    card = model_card(target, cfg, tok, info, evaluations, framing, note, out.name, parameters)
     with atomic_dir(out) as tmp:
         with quiet_transformers():  # safetensors: the only format transformers 5 writes (and 4.x's default)
             hf.save_pretrained(str(tmp))
         compatible_config(tmp)
-        tok.save(tmp, model_max_length=cfg.max_position_embeddings)
+        tok.save(tmp, model_max_length=cfg.max_position_embeddings, origin=public(tok.origin))  # no local path
         (tmp / "README.md").write_text(card, encoding="utf-8")
         if kind == sentence.KIND:
             sentence.write_modules(tmp, cfg)
     log(f"exported {path} as {type(hf).__name__} -> {out}")
     return {"export": str(out), "checkpoint": str(path), "as": kind, "class": type(hf).__name__,
             "attention": "causal" if target.causal else "bidirectional",
-            "parameters": cfg.num_parameters(), "tokenizer_framing": framing, "note": note,
+            "parameters": parameters, "tokenizer_framing": framing, "note": note,
             "training": info, "evaluations": [e["path"] for e in evaluations],
             "seconds": round(time.perf_counter() - started, 1)}

@@ -40,7 +40,7 @@ from encoderlab.finetuning.protocol import Protocol
 from encoderlab.finetuning.records import checkpoint_tag
 from encoderlab.hub import finetuned_transformers as encoders
 from encoderlab.hub import sentence
-from encoderlab.hub.card import training_info
+from encoderlab.hub.card import public, training_info
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
 from encoderlab.hub.hf import family, hf_config, refusal
@@ -166,7 +166,7 @@ class SavedModels:
             with quiet_transformers():  # the line below says what was saved where
                 hf.save_pretrained(str(tmp))
             compatible_config(tmp)
-            tok.save(tmp, model_max_length=first["max_length"])
+            tok.save(tmp, model_max_length=first["max_length"], origin=public(tok.origin))
             (tmp / "README.md").write_text(card, encoding="utf-8")
             if stock.library == SENTENCE_TRANSFORMERS:
                 sentence.write_modules(tmp, cfg)

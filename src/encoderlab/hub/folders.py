@@ -51,22 +51,29 @@ def _sharded_parts(folder: Path) -> bool:
                                                                   p.name.endswith(".json")) for p in folder.iterdir())
 
 
+def enclosing(out: Path) -> Path | None:
+    """The run folder (it holds LATEST) or checkpoint that `out` lies inside, if any."""
+    for above in Path(os.path.abspath(out)).parents:
+        if (above / LATEST).is_file() or ((above / WEIGHTS).is_file() and (above / "state.json").is_file()):
+            return above
+    return None
+
+
 def check_data_out(out: Path, what: str) -> None:
     """Refuse a `data prepare` output that is a run folder or checkpoint, or lies inside one (a folder above it holds
     LATEST, or is a checkpoint): its corpus/ and packed/ would go among the run's files."""
     if out.is_dir() and (kind := never_written_into(out)):
         raise EncoderlabError(f"{what} {out} is {kind}: prepared data goes in a folder of its own")
-    for above in Path(os.path.abspath(out)).parents:
-        if (above / LATEST).is_file() or ((above / WEIGHTS).is_file() and (above / "state.json").is_file()):
-            raise EncoderlabError(f"{what} {out} lies inside {above}, {never_written_into(above)}: prepared data "
-                                  "goes in a folder of its own")
+    if above := enclosing(out):
+        raise EncoderlabError(f"{what} {out} lies inside {above}, {never_written_into(above)}: prepared data "
+                              "goes in a folder of its own")
 
 
 def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) -> None:
     """Refuse, before any work, a folder that cannot be written or would replace what it should not: a non-empty
     one unless asked (the output is written whole beside it, then renamed over it), never one holding `keep`, the
-    input, nor a run folder or checkpoint (`never_written_into`), nor a symbolic link (the rename would replace the
-    link, not fill the folder it leads to)."""
+    input, nor a run folder or checkpoint (`never_written_into`) or a folder inside one, nor a symbolic link (the
+    rename would replace the link, not fill the folder it leads to)."""
     named = option("out", out)
     check_writable(out, option_name("out"), replaced=True)
     if out.is_symlink() and out.exists():
@@ -74,6 +81,8 @@ def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) ->
                               "or a new folder")
     if keep.resolve().is_relative_to(out.resolve()):
         raise EncoderlabError(f"{named} holds the input {keep}: writing there would replace it")
+    if above := enclosing(out):  # a folder among a run's or checkpoint's files, which its readers do not expect
+        raise EncoderlabError(f"{named} lies inside {above}, {never_written_into(above)}: give a folder of its own")
     if out.is_dir() and (what := never_written_into(out, imports)):
         raise EncoderlabError(f"{named} is {what}: it is never replaced, even with {option('force')}; give another "
                               "folder")
