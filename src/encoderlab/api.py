@@ -34,11 +34,11 @@ def prepare_data(source: PathLike, out: PathLike | None = None, *, vocab_size: P
     """Tokenise and pack a corpus for pretraining, as `encoderlab data prepare`.
 
     `source`: "offline" (the bundled suite: its tasks, corpus, tokenizer and packed windows), a local .txt, .jsonl,
-    .parquet or .csv file, folder or glob, or a Hugging Face dataset id. A byte-level BPE of `vocab_size` is trained
-    unless `tokenizer` (a tokenizer.json or tokenizer folder, an encoderlab checkpoint or run, or `minilm-l6`) is
-    given. `txt_unit`: what a document is in a .txt file, "paragraph" (lines up to a blank line), "line" or "file".
-    Returns the summary; its `packed` entry is the folder a pretraining config's `data.path` names. Done steps are
-    reused unless `force`."""
+    .parquet, .arrow or .csv file, folder or glob (a `datasets` save_to_disk folder too), or a Hugging Face dataset
+    id. A byte-level BPE of `vocab_size` is trained unless `tokenizer` (a tokenizer.json or tokenizer folder, an
+    encoderlab checkpoint or run, or `minilm-l6`) is given. `txt_unit`: what a document is in a .txt file,
+    "paragraph" (lines up to a blank line), "line" or "file". Returns the summary; its `packed` entry is the folder a
+    pretraining config's `data.path` names. Done steps are reused unless `force`."""
     from encoderlab.data.prepare import PrepareOptions, default_out, prepare
     from encoderlab.hub.folders import check_data_out
     from encoderlab.runs.encoders import named_tokenizer

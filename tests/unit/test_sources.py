@@ -513,15 +513,36 @@ def test_a_folder_with_data_compressed_in_a_way_not_read_is_refused_naming_the_f
         iter_documents(str(tmp_path / "**" / "*"))
 
 
-def test_a_folder_saved_by_datasets_save_to_disk_is_refused_with_the_way_to_parquet(tmp_path: Path) -> None:
-    # Its state.json and dataset_info.json are .json files, which would otherwise be read as the corpus.
+def test_a_folder_saved_by_datasets_save_to_disk_reads_its_rows_alone(tmp_path: Path) -> None:
+    """A `Dataset.save_to_disk` folder was refused (its Arrow files unread, its state.json and dataset_info.json
+    read as JSON Lines): its rows are read from its Arrow shards, in order, and its own JSON files are not corpus.
+    The same rows as JSON Lines give the same texts; a single Arrow file of the random-access format reads too."""
+    import datasets
+    import pyarrow as pa
+
+    texts = [f"row {i} of the saved set" for i in range(7)] + ["", "  last  "]
     saved = tmp_path / "saved"
-    saved.mkdir()
-    (saved / "data-00000-of-00001.arrow").write_bytes(b"ARROW1")
-    (saved / "dataset_info.json").write_text('{\n  "citation": ""\n}\n', encoding="utf-8")
-    (saved / "state.json").write_text('{\n  "_data_files": []\n}\n', encoding="utf-8")
+    datasets.Dataset.from_dict({"body": texts, "n": list(range(9))}).save_to_disk(str(saved), num_shards=2)
+    docs = list(iter_documents(str(saved), text_column="body"))
+    assert [d.text for d in docs] == [t.strip() for t in texts if t.strip()]
+    assert docs[0].id == "data-00000-of-00002.arrow:0" and docs[-1].id == "data-00001-of-00002.arrow:3"
+    table = pa.table({"text": ["one", "two"]})
+    with pa.OSFile(str(tmp_path / "f.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    assert [d.text for d in iter_documents(str(tmp_path / "f.arrow"))] == ["one", "two"]
+    with pytest.raises(DataError, match=r"f\.arrow has no column 'body' \(it has: text\)"):
+        list(iter_documents(str(tmp_path / "f.arrow"), text_column="body"))
+
+
+def test_a_saved_dataset_dict_is_refused_naming_its_splits_folders(tmp_path: Path) -> None:
+    """Read whole, a DatasetDict's folder would put its test split into the pretraining corpus."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"text": ["a b", "c d"]})
+    datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(tmp_path / "dd"))
     with pytest.raises(DataError) as err:
-        iter_documents(str(saved))
-    message = str(err.value)
-    assert "data-00000-of-00001.arrow" in message and "save_to_disk" in message and "to_parquet" in message
-    assert "not valid JSON" not in message and "\n" not in message
+        iter_documents(str(tmp_path / "dd"))
+    assert str(err.value) == (f"{tmp_path / 'dd'} is a `datasets` DatasetDict saved with save_to_disk (splits train, "
+                              "test); reading it whole would mix its splits into one corpus: give the folder of the "
+                              f"split to pretrain on ({tmp_path / 'dd' / 'train'}, {tmp_path / 'dd' / 'test'})")
+    assert [d.text for d in iter_documents(str(tmp_path / "dd" / "train"))] == ["a b", "c d"]

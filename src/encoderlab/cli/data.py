@@ -19,7 +19,8 @@ data_app = typer.Typer(help="Prepare corpora, tokenizers and packed shards.", no
 @data_app.command("prepare")
 def data_prepare(
     source: PathText = typer.Argument(..., help="'offline' (the bundled suite), a local file/folder/glob "
-                                            "(.txt .jsonl .parquet .csv), or a Hugging Face dataset id."),
+                                            "(.txt .jsonl .parquet .arrow .csv; a datasets save_to_disk folder), "
+                                            "or a Hugging Face dataset id."),
     out_dir: Path | None = typer.Option(None, "--out", help="Output folder (default: $ENCODERLAB_HOME/data/NAME)."),
     vocab_size: int = typer.Option(8192, help="Vocabulary of the byte-level BPE to train."),
     seq_len: int = typer.Option(512, help="Tokens per packed window."),
@@ -28,7 +29,7 @@ def data_prepare(
                                                             "minilm-l6's, or an encoderlab checkpoint's or run's) "
                                                             "instead of training one (a mask token is added if "
                                                             "missing)."),
-    text_column: str = typer.Option("text", help="Column holding the text (jsonl, csv, parquet, HF datasets)."),
+    text_column: str = typer.Option("text", help="Column holding the text (jsonl, csv, parquet, arrow, HF datasets)."),
     txt_unit: str = typer.Option("paragraph", help="What a document is in .txt files: file, paragraph or line."),
     on_invalid_utf8: str = typer.Option("error", help="Invalid UTF-8 bytes: error, replace or skip."),
     hf_config: str | None = typer.Option(None, help="Hugging Face dataset configuration name."),

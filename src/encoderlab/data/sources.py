@@ -24,6 +24,7 @@ from typing import Any, Literal, get_args
 from encoderlab.core.errors import DataError, given_as, option_name
 from encoderlab.core.io import lone_surrogate
 from encoderlab.core import unique_names
+from encoderlab.data.columnar import arrow_rows, parquet_rows, saved_dataset_metadata
 from encoderlab.data.documents import Document
 from encoderlab.data.hub_access import _hub_unreachable, is_network_error, offline_variable, probe_hub
 from encoderlab.data.unread_files import unread_data
@@ -32,10 +33,12 @@ TxtUnit = Literal["file", "paragraph", "line"]
 OnInvalidUtf8 = Literal["error", "replace", "skip"]
 
 SUPPORTED_SUFFIXES: tuple[str, ...] = (
-    ".txt", ".jsonl", ".json", ".parquet", ".csv", ".tsv",
+    ".txt", ".jsonl", ".json", ".parquet", ".arrow", ".csv", ".tsv",
     ".txt.gz", ".jsonl.gz", ".json.gz", ".csv.gz", ".tsv.gz",
 )  # fmt: skip
-_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".csv": "csv", ".tsv": "tsv"}
+_FORMATS = {".txt": "txt", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".arrow": "arrow", ".csv": "csv",
+            ".tsv": "tsv"}
+COLUMNAR = {"parquet": parquet_rows, "arrow": arrow_rows}
 # "owner/name" or "name"; a second "/" or a data-file suffix means the user meant a path.
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 _FILE_LIKE = re.compile(r"\.(txt|jsonl|json|parquet|csv|tsv|gz|bz2|xz|zst|zip|tar|arrow|md)$", re.IGNORECASE)
@@ -157,7 +160,11 @@ def _walk(root: Path) -> Iterator[Path]:
 def _files_below(root: Path, paths: Iterable[Path], where: str) -> list[_LocalFile]:
     files: dict[str, _LocalFile] = {}
     ignored: list[Path] = []
+    paths = list(paths)
+    metadata = saved_dataset_metadata(paths)  # a `datasets` folder's own JSON files beside its Arrow rows
     for p in paths:
+        if p in metadata:
+            continue
         if (suffix := _supported_suffix(p)) is None:
             ignored.append(p)
         else:
@@ -187,8 +194,8 @@ def _iter_local(
 def _records(f: _LocalFile, column: str, unit: TxtUnit, dec: Decoder) -> Iterator[tuple[int, str, tuple]]:
     """(index, text, the record's own `id` and `source` fields: JSON Lines only)."""
     fmt = _FORMATS[f.suffix.removesuffix(".gz")]
-    if fmt == "parquet":
-        yield from _plain(_read_parquet(f.path, column, dec))
+    if fmt in COLUMNAR:
+        yield from _plain(_read_columnar(f.path, column, dec, COLUMNAR[fmt]))
         return
     try:
         with gzip.open(f.path, "rb") if f.suffix.endswith(".gz") else open(f.path, "rb") as fh:
@@ -336,24 +343,12 @@ def _read_csv(
         index, bad = index + 1, False
 
 
-def _read_parquet(path: Path, column: str, dec: Decoder) -> Iterator[tuple[int, str]]:
-    import pyarrow as pa  # deferred: a large import that only parquet files need
-    import pyarrow.parquet as pq
-
-    try:
-        pf = pq.ParquetFile(path)
-        if column not in pf.schema_arrow.names:
-            raise _no_column(str(path), column, pf.schema_arrow.names)
-        unique_names.check_header(str(path), pf.schema_arrow.names, among=[column])
-        row = 0
-        for batch in pf.iter_batches(batch_size=1024, columns=[column]):  # streaming: never the whole file
-            for value in batch.column(0).to_pylist():
-                if isinstance(value, bytes):  # a binary column holds text that was never decoded
-                    value = dec(value, f"row {row}")
-                yield row, _as_text(value, f"{path}: row {row}", column)
-                row += 1
-    except (pa.ArrowException, OSError) as e:
-        raise DataError(f"{path}: not a readable Parquet file ({e})") from e
+def _read_columnar(path: Path, column: str, dec: Decoder, rows: Callable[..., Iterator[tuple[int, Any]]]
+                   ) -> Iterator[tuple[int, str]]:
+    for row, value in rows(path, column, _no_column):
+        if isinstance(value, bytes):  # a binary column holds text that was never decoded
+            value = dec(value, f"row {row}")
+        yield row, _as_text(value, f"{path}: row {row}", column)
 
 
 def _open_hub(spec: str, config: str | None, split: str, column: str) -> Any:

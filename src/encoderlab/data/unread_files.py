@@ -1,7 +1,7 @@
 """Files in a source folder or glob that hold data encoderlab cannot read, as opposed to files beside the corpus.
 
-A README or a licence is skipped without a word; skipping `part-3.jsonl.zst` or a `datasets` Arrow file the same
-way would silently leave part of the corpus out, so such a file is refused instead, naming it and the way out.
+A README or a licence is skipped without a word; skipping `part-3.jsonl.zst` the same way would silently leave part
+of the corpus out, so such a file is refused instead, naming it and the way out.
 """
 from __future__ import annotations
 
@@ -9,17 +9,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 # What a name ends with, below the compression: a text or table format, so the file is corpus.
-_DATA_FORMATS = (".txt", ".jsonl", ".json", ".parquet", ".csv", ".tsv")
+_DATA_FORMATS = (".txt", ".jsonl", ".json", ".parquet", ".arrow", ".csv", ".tsv")
 
 
 def unread_data(paths: Iterable[Path], read: tuple[str, ...]) -> str | None:
     """Why one of `paths` (files left out because their suffix is not in `read`) must not be skipped, or None."""
     for path in paths:
         name = path.name.lower()
-        if name.endswith(".arrow"):
-            return (f"{path}: an Arrow file, as `datasets` save_to_disk writes them (whose state.json and "
-                    "dataset_info.json are not text either); encoderlab reads Parquet: write one with "
-                    "`datasets.load_from_disk(FOLDER).to_parquet('corpus.parquet')` and pass that file")
         stem, dot, compression = name.rpartition(".")
         if dot and stem.endswith(_DATA_FORMATS):
             formats = ", ".join(s for s in read if s.endswith(".gz"))

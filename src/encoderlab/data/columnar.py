@@ -1,0 +1,94 @@
+"""Columnar sources: Parquet files, and the Arrow files of a `datasets` folder written by `save_to_disk`.
+
+Both are read a record batch at a time, one column only, so a corpus larger than memory streams. A folder that
+`Dataset.save_to_disk` wrote holds its rows in `data-*.arrow` files (Arrow's streaming format) beside two JSON files
+of its own (`state.json`, `dataset_info.json`) that are not corpus; `saved_dataset_metadata` names those so that a
+folder read as a whole reads the rows alone. A `DatasetDict`'s folder holds one such folder per split: reading all of
+them would put its test split into the pretraining corpus, so it is refused, naming the splits' folders.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from encoderlab.core import unique_names
+from encoderlab.core.errors import DataError
+
+Decoder = Callable[[bytes, str], "str | None"]
+Rows = Iterator[tuple[int, Any]]  # (row index, the column's value)
+
+
+def parquet_rows(path: Path, column: str, no_column: Callable[[str, str, list], DataError]) -> Rows:
+    import pyarrow as pa  # deferred: a large import that only columnar files need
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        if column not in names:
+            raise no_column(str(path), column, names)
+        unique_names.check_header(str(path), names, among=[column])
+        yield from _numbered(batch.column(0) for batch in pf.iter_batches(batch_size=1024, columns=[column]))
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: not a readable Parquet file ({e})") from e
+
+
+def arrow_rows(path: Path, column: str, no_column: Callable[[str, str, list], DataError]) -> Rows:
+    """The rows of an Arrow IPC file, streaming format (what `datasets` writes) or random-access format."""
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(str(path)) as source:
+            schema, batches = _arrow_batches(source)
+            if column not in schema.names:
+                raise no_column(str(path), column, schema.names)
+            unique_names.check_header(str(path), schema.names, among=[column])
+            index = schema.get_field_index(column)
+            yield from _numbered(batch.column(index) for batch in batches)
+    except (pa.ArrowException, OSError) as e:
+        raise DataError(f"{path}: not a readable Arrow file ({e})") from e
+
+
+def _arrow_batches(source) -> tuple[Any, Iterator[Any]]:
+    import pyarrow as pa
+
+    try:
+        stream = pa.ipc.open_stream(source)
+        return stream.schema, iter(stream)
+    except pa.ArrowInvalid:  # not the streaming format: the random-access one has a footer to seek from
+        source.seek(0)
+        file = pa.ipc.open_file(source)
+        return file.schema, (file.get_batch(i) for i in range(file.num_record_batches))
+
+
+def _numbered(columns: Iterable[Any]) -> Rows:
+    row = 0
+    for values in columns:
+        for value in values.to_pylist():
+            yield row, value
+            row += 1
+
+
+def saved_dataset_metadata(paths: Iterable[Path]) -> set[Path]:
+    """The `state.json` and `dataset_info.json` of each folder among `paths` that `save_to_disk` wrote (its state
+    lists the folder's Arrow files): not corpus. Refuses a `DatasetDict` folder (its `dataset_dict.json`)."""
+    skipped = set()
+    for path in paths:
+        if path.name == "dataset_dict.json" and (splits := _json(path).get("splits")):
+            folders = ", ".join(str(path.parent / s) for s in splits)
+            raise DataError(f"{path.parent} is a `datasets` DatasetDict saved with save_to_disk (splits "
+                            f"{', '.join(map(str, splits))}); reading it whole would mix its splits into one "
+                            f"corpus: give the folder of the split to pretrain on ({folders})")
+        if path.name == "state.json" and "_data_files" in _json(path):
+            skipped |= {path, path.parent / "dataset_info.json"}
+    return skipped
+
+
+def _json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # not `datasets`' file: the reader of .json files says what is wrong with it
+    return data if isinstance(data, dict) else {}
