@@ -20,7 +20,9 @@ cores with bf16, the small study (6 models, 261 runs) in about 30 (docs/benchmar
 `tiny` is the 2-core CPU single-run demo: head_dim 64 like the paper sizes and GQA (2 KV heads) so that the demo runs
 the same code path as 610m/1b. `mini` is a laptop/GPU smoke size, GQA 2:1. Both have a small vocabulary because
 the demo trains its own BPE tokenizer; pass `vocab_size=` (and the special token ids) from the tokenizer
-actually used. The paper sizes use the Llama-3 tokenizer (128,256 tokens) with EuroBERT's special token ids.
+actually used. The paper sizes hold the authors' Llama-3 ids (128,256 tokens, mask 128002, padding EOS); a
+pretraining run replaces them with its data's tokenizer's, which for Llama-3's own tokenizer adds a mask token
+(docs/evaluation.md, "Paper protocol vs the authors' code").
 """
 from __future__ import annotations
 
