@@ -256,3 +256,18 @@ def test_the_pooled_spread_counts_one_degree_of_freedom_less_per_dataset():
     assert np.isclose(test.detectable_ratio, np.sqrt(stats.f.ppf(0.975, 6, 6) / stats.f.ppf(0.2, 6, 6)))
     one_run = {m: {f"t{i}": SimpleNamespace(category="SC", centred_runs=[0.0]) for i in range(3)} for m in raw}
     assert spread_tests(SimpleNamespace(tasks=one_run), "clm", "mlm") == []
+
+
+def test_a_plan_without_its_totals_reports_without_them(tmp_path):
+    """A plan.json that encoderlab did not write (by hand, or a test's) lacked `summary`: the report ended in a
+    KeyError traceback at its last line. It now leaves the plan's totals out; one that has them shows them."""
+    from encoderlab.study.report import write_report
+
+    root = write_study(tmp_path, {CLM: flat(60.0), MLM: flat(55.0)})
+    text = write_report(root).read_text()
+    assert "## Protocol" in text and "Plan (steps and FLOPs)" not in text
+    plan = json.loads((root / "plan.json").read_text())
+    write_json(root / "plan.json", {**plan, "summary": {"steps": 40, "naive_steps": 60, "flops": 1e12,
+                                                       "naive_flops": 2e12}})
+    assert "Plan (steps and FLOPs): 40 steps trained (60 if every model were trained alone), 1e+12 FLOPs vs 2e+12." \
+        in write_report(root).read_text()

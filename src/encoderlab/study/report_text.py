@@ -103,8 +103,8 @@ def compose(report) -> str:
              mteb_section(res.root, finals, plan.get("spec", {}).get("evaluation", {}).get("mteb"))]
     parts += _figures_and_arms(report, finals, cites)
     parts += [text for text in [_failed_and_missing(res, proto)] if text]
-    parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n\n"
-                 "Plan (steps and FLOPs): " + _plan_line(plan) + "\n")
+    parts.append("## Protocol\n\n```yaml\n" + yaml.safe_dump(proto, sort_keys=False) + "```\n"
+                 + (f"\nPlan (steps and FLOPs): {_plan_line(plan['summary'])}\n" if "summary" in plan else ""))
     return "\n".join(parts)
 
 
@@ -199,7 +199,7 @@ def _share_name(label: str, shares: dict, first: str) -> str:
     return f"{label} ({share:g}% {first.upper()})" if share is not None else label
 
 
-def _plan_line(plan: dict) -> str:
-    s = plan["summary"]
+def _plan_line(s: dict) -> str:
+    """The plan's totals; a plan.json that encoderlab did not write may lack them (no line then, not a KeyError)."""
     return (f"{s['steps']:,} steps trained ({s['naive_steps']:,} if every model were trained alone), "
             f"{s['flops']:.3g} FLOPs vs {s['naive_flops']:.3g}.")
