@@ -23,6 +23,7 @@ from safetensors.torch import load_file
 
 from encoderlab.core.config import ConfigError, validate
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.core.process import run_lock
 from encoderlab.pretraining.config import PretrainConfig
 from encoderlab.pretraining.distributed import DistributedError
 from encoderlab.pretraining.loop import Trainer
@@ -238,3 +239,33 @@ def test_compiled_blocks_give_the_same_losses(runs, packed_dir, tmp_path):
             log=lambda m: None).run()
     assert_same_records(records(tmp_path / "compiled"), records(runs / "single"))
     assert_same_weights(tmp_path / "compiled", runs / "single")
+
+
+def _ranks_over_a_refused_run_dir(rank: int, world: int, port: int, packed_dir, out_dir) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    said = []
+    for resume, batch in ((True, 8), (False, 4)):  # a resume with another global batch; a folder being written
+        try:
+            Trainer(make_config(out_dir, packed_dir, "held", parallel="ddp", global_batch=batch), resume=resume,
+                    show_progress=False, log=lambda m: None)
+            said.append("started")
+        except EncoderlabError as exc:
+            said.append(str(exc))
+    (out_dir / f"rank{rank}.txt").write_text("\n".join(said))
+    torch.distributed.barrier()  # both ranks leave together: gloo aborts a process whose peer closed first
+
+
+def test_a_run_folder_refused_by_rank_0_stops_every_rank_with_its_line(tmp_path, packed_dir):
+    """Rank 0 alone checks the run folder: the other ranks must stop with its line, not crash in a collective."""
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "config.yaml").write_text(yaml.safe_dump(make_config(tmp_path, packed_dir, "held").model_dump(mode="json")))
+    with run_lock(held, "a pretraining run"):  # this process writes there
+        before = {p.name: p.read_bytes() for p in held.iterdir() if p.name != ".lock"}
+        mp.spawn(_ranks_over_a_refused_run_dir, args=(2, _free_port(), packed_dir, tmp_path), nprocs=2, join=True)
+    said = [(tmp_path / f"rank{r}.txt").read_text().splitlines() for r in range(2)]
+    assert said[0] == said[1], said
+    assert "train.global_batch: 4 -> 8" in said[0][0] and f"process {os.getpid()} " in said[0][1], said
+    assert {p.name: p.read_bytes() for p in held.iterdir() if p.name != ".lock"} == before

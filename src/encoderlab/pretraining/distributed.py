@@ -4,18 +4,18 @@ The only module of encoderlab that imports `torch.distributed` (docs/architectur
 
     init(parallel, device)               -> World, device   join torchrun's group (NCCL on CUDA, gloo on CPU)
     check_same_config(world, device, resolved)              every rank runs the same config, or all stop
+    follow_main(world)                                       rank 0's refusal of the run folder stops every rank
     prepare_model(model, train, world)   -> model           activation checkpointing, compile, then DDP or FSDP2
     sum_over_ranks, grad_sync, clip_grad_norm, barrier       the collectives of one step
     save_checkpoint / load_checkpoint / load_weights         one format, whatever wraps the model
 
-Checkpoints (the format is described in runs/checkpoint.py) are the same for every world size, 1 included: every
-process writes its part of the AdamW state, keyed by parameter name, through `torch.distributed.checkpoint` (DCP)
-into `dcp/` (its shards under FSDP2; DDP replicas are written once), and rank 0 writes the weights, gathered once per
-checkpoint, into the consolidated `model.safetensors`, with `model_config.json`, the tokenizer and `state.json`.
-Resuming reads the weights from that same file (each process keeps its shard), the optimizer state from `dcp/` (DCP
-reshards), so every checkpoint resumes under any number of processes and any `parallel` setting, and fine-tuning,
-export and `init.from_weights` read any checkpoint unchanged. The folder is written under a temporary name renamed
-by rank 0 once every rank has finished, so an interrupted write never becomes LATEST.
+Checkpoints (format: runs/checkpoint.py) are the same for every world size, 1 included: every process writes its
+part of the AdamW state, keyed by parameter name, through `torch.distributed.checkpoint` (DCP) into `dcp/` (shards
+under FSDP2; DDP replicas once), and rank 0 writes the weights, gathered once, into the consolidated
+`model.safetensors`, with `model_config.json`, the tokenizer and `state.json`. Resuming reads the weights from that
+file (each process keeps its shard) and the optimizer state from `dcp/` (DCP reshards): every checkpoint resumes
+under any world size and `parallel`, and fine-tuning, export and `init.from_weights` read any checkpoint unchanged.
+The folder is renamed by rank 0 from a temporary name once every rank has written, so a cut write is never LATEST.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.checkpoint import checkpoint as recompute
 
-from encoderlab.core.errors import EncoderlabError, option
+from encoderlab.core.errors import EncoderlabError, Failed, option
 from encoderlab.core.io import atomic_dir
 from encoderlab.runs import checkpoint
 from encoderlab.runs import optim_state as optim_state_files
@@ -90,12 +90,9 @@ def is_main_process() -> bool:
 
 
 def init(parallel: str, device: torch.device) -> tuple[World, torch.device]:
-    """Join torchrun's process group when `parallel` asks for it; the device each process trains on.
-
-    Under torchrun with more than one process, `parallel` must be 'ddp' or 'fsdp2' (with 'none' every process would
-    train the whole batch alone and write the same run folder). Without torchrun the world is this one process;
-    'ddp' and 'fsdp2' then form a group of one, so that the same code and checkpoint format run on a laptop.
-    """
+    """Join torchrun's process group when `parallel` asks for it; the device each process trains on. Under a
+    multi-process torchrun `parallel` must be 'ddp' or 'fsdp2' ('none' would train the whole batch in every process
+    into one run folder); without torchrun they form a group of one: the same code and checkpoints on a laptop."""
     if parallel not in PARALLEL:
         raise DistributedError(f"train.parallel={parallel!r} is not allowed: use one of {', '.join(PARALLEL)}")
     launched = torchrun_world()
@@ -153,6 +150,22 @@ def check_same_config(world: World, device: torch.device, resolved: dict) -> Non
                       for k in keys[:4]) + (f"; and {len(keys) - 4} more" if len(keys) > 4 else "")
     raise DistributedError(f"the {world.size} torchrun processes resolved different configs, so none started: "
                            f"{shown}; launch every rank with the same config file, --set options and data")
+
+
+@contextmanager
+def follow_main(world: World) -> Iterator[None]:
+    """A barrier after what rank 0 alone checks (the run folder): its refusal stops every rank with its line, where
+    the others would go on into a collective that fails with a traceback once rank 0 has left."""
+    refusal = None
+    try:
+        yield
+    except EncoderlabError as exc:
+        refusal = exc
+        if world.size == 1 or not world.is_main:
+            raise
+    said = _broadcast(world, (str(refusal), getattr(refusal, "exit_code", 2)) if refusal else None)
+    if said is not None:
+        raise refusal or (Failed if said[1] == Failed.exit_code else EncoderlabError)(said[0])  # its exit code
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -297,9 +310,8 @@ def save_checkpoint(run_dir: Path, step: int, model: nn.Module, optimizer: torch
     """Write the checkpoint of `step` (see the module docstring); every rank must call this, and it returns once
     the checkpoint is complete and LATEST names it."""
     dest = run_dir / "checkpoints" / checkpoint.checkpoint_name(step)
-    # Every rank takes part in gathering the full weights; with cpu_offload only rank 0 receives them. First: the
-    # model's state-dict hook reshards FSDP2's root parameters, left unsharded by a forward without backward (an
-    # evaluation), so that they are again the tensors the optimizer holds.
+    # Every rank gathers the full weights, only rank 0 receives them (cpu_offload). The state-dict hook first reshards
+    # FSDP2's root parameters, left unsharded by an evaluation's forward: again the tensors the optimizer holds.
     full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     optim_state = get_optimizer_state_dict(model, optimizer)  # what this rank holds, by parameter name
     with _shared_atomic_dir(dest, world) as tmp:
@@ -338,27 +350,25 @@ def _one_process_is_intended() -> Iterator[None]:
 
 @contextmanager
 def _shared_atomic_dir(dest: Path, world: World) -> Iterator[Path]:
-    """`atomic_dir` of rank 0, whose temporary folder every rank writes into; renamed after all have written and
-    rank 0 has added the manifest of checksums."""
+    """`atomic_dir` of rank 0 that every rank writes into, renamed once all wrote and the checksums are in."""
     if world.is_main:
         with atomic_dir(dest) as tmp:
-            _broadcast_path(world, tmp)
+            _broadcast(world, str(tmp))
             yield tmp
             barrier(world)  # every rank has written its files: the manifest, last, covers them all
             checkpoint.write_manifest(tmp)
     else:
-        tmp = _broadcast_path(world, None)
+        tmp = Path(_broadcast(world, None))
         yield tmp
         barrier(world)
 
 
-def _broadcast_path(world: World, path: Path | None) -> Path:
-    if world.size == 1:
-        assert path is not None
-        return path
-    box = [str(path) if path is not None else None]
-    dist.broadcast_object_list(box, src=0)  # a string between live processes, nothing read from disk
-    return Path(box[0])
+def _broadcast(world: World, value):
+    """Rank 0's `value` (strings, numbers) on every rank: between live processes, nothing read from disk."""
+    box = [value]
+    if world.size > 1:
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

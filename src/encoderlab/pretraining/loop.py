@@ -58,8 +58,8 @@ class Trainer:
         source_notes = check_source(cfg, self.model_cfg, data_root)  # first: another tokenizer explains the rest
         source_notes += [note] if (note := cfg.schedule_note()) else []
         check_compatible(cfg, self.model_cfg, self.train_data.meta, self.phases, self.world.size)
-        if resume or extend:  # a resume that is not this run is refused before the model is built (read-only)
-            self._check_run_dir(True, extend)
+        with distributed.follow_main(self.world):  # a resume that is not this run: refused before the model is built
+            self._check_run_dir(True, extend) if resume or extend else None
         self.global_batch = cfg.train.sequences_per_step(self.train_data.seq_len)
         self.module = initial_model(cfg, self.model_cfg, attention.for_pretraining(  # one backend for the whole run
             cfg.train.attention, self.device, self.train_data.seq_len, distributed.compile_kernel),
@@ -77,14 +77,14 @@ class Trainer:
         self._said: set[str] = set()  # the notes said once per run
         self._lock = ExitStack()  # the run folder's lock (rank 0's): held from here to the end of run()
         created = not self.run_dir.exists()
-        try:
-            self._prepare_run_dir(resume or extend, extend)
-        except BaseException:
-            self._lock.close()
-            if created and self.world.is_main:
-                drop_if_only_lock(self.run_dir)  # a refused run leaves no folder behind
-            raise
-        distributed.barrier(self.world)  # no rank writes into the run folder before every rank has checked it
+        with distributed.follow_main(self.world):  # no rank writes into the run folder before rank 0 checked it
+            try:
+                self._prepare_run_dir(resume or extend, extend)
+            except BaseException:
+                self._lock.close()
+                if created and self.world.is_main:
+                    drop_if_only_lock(self.run_dir)  # a refused run leaves no folder behind
+                raise
         if note := cfg.train.dtype_note(self.device):  # a run, not a refusal
             self.log(note)
         if note := packing.no_validation_note(self.val_data.meta):
