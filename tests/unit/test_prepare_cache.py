@@ -66,3 +66,26 @@ def test_a_changed_tokenizer_folder_without_tokenizer_json_is_packed_again(tmp_p
     assert not said[-1].startswith("packed shards up to date")
     packed = load_tokenizer(str(out / "packed" / "tokenizer")).tokenizer
     assert packed.token_to_id("the") == load_tokenizer(str(tok)).tokenizer.token_to_id("the")
+
+
+def test_a_repack_for_another_window_reuses_the_bpe_trained_from_the_same(tmp_path):
+    """Another --seq-len trained the byte-level BPE again from the same corpus and settings, which gives the same
+    tokenizer: it is now taken from the packed folder, and the data equals a prepare from scratch. Another
+    vocabulary trains it again."""
+    src, out, fresh, said = tmp_path / "corpus.txt", tmp_path / "d", tmp_path / "fresh", []
+    _corpus(src, "green grass grows here")
+    prepare(str(src), out, PrepareOptions(vocab_size=300, seq_len=16, val_fraction=0.0), log=said.append)
+    assert "training a byte-level BPE with 300 tokens" in said
+    said.clear()
+    opts = PrepareOptions(vocab_size=300, seq_len=32, val_fraction=0.0)
+    prepare(str(src), out, opts, log=said.append)
+    assert any(line.startswith("tokenizer: the byte-level BPE of") for line in said)
+    assert not any(line.startswith("training a byte-level BPE") for line in said)
+    prepare(str(src), fresh, opts, log=lambda _: None)
+    for name in ("train-00000.tokens.bin", "tokenizer/tokenizer.json"):
+        assert (out / "packed" / name).read_bytes() == (fresh / "packed" / name).read_bytes()
+    meta = [json.loads((f / "packed" / "meta.json").read_text()) for f in (out, fresh)]
+    assert meta[0]["splits"] == meta[1]["splits"] and meta[0]["bpe_inputs"] == meta[1]["bpe_inputs"]
+    said.clear()
+    prepare(str(src), out, PrepareOptions(vocab_size=310, seq_len=16, val_fraction=0.0), log=said.append)
+    assert "training a byte-level BPE with 310 tokens" in said

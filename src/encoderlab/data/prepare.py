@@ -132,16 +132,19 @@ def _prepare(source: str, out: Path, opts: PrepareOptions, log: Callable[[str], 
     fingerprint = _fingerprint(out / "corpus" / "manifest.json", opts, given)
     t0 = time.perf_counter()
     meta = packed if packed is not None and packed.get("inputs") == fingerprint else None
+    bpe = None if given is not None else _bpe_inputs(out / "corpus" / "manifest.json", opts)
     if meta is not None:
         log(f"packed shards up to date in {out / 'packed'}")
     else:
-        tok = _tokenizer(corpus_file, opts, log, given)
+        tok = _trained_before(packed, bpe, out, log) or _tokenizer(corpus_file, opts, log, given)
         timings["tokenizer"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         log(f"packing into windows of {opts.seq_len} tokens (held out for validation: {opts.val_fraction:.1%})")
         meta = packing.pack(_documents(corpus_file), tok, out / "packed", seq_len=opts.seq_len,
                             val_fraction=opts.val_fraction, max_tokens=opts.max_tokens)
         meta["inputs"] = fingerprint
+        if bpe is not None:
+            meta["bpe_inputs"] = bpe
         write_json(out / "packed" / packing.META, meta)
         timings["pack"] = time.perf_counter() - t0
         if note := packing.no_validation_note(meta):
@@ -298,6 +301,24 @@ def _tokenizer(corpus_file: Path, opts: PrepareOptions, log, given: TextTokenize
              f"({option('vocab-size', opts.vocab_size)}): its text has no more pairs seen twice to merge; the "
              f"tokenizer and a model pretrained on this data have {tok.vocab_size} (add text for more)", log)
     return tok
+
+
+def _bpe_inputs(manifest: Path, opts: PrepareOptions) -> str:
+    """What a trained BPE is made from: the corpus and the two options its training reads. BPE training is
+    deterministic, so a BPE made from the same is the same: a repack for another window length reuses it."""
+    import tokenizers
+
+    parts = [manifest.read_text(), str(opts.vocab_size), str(opts.tokenizer_max_documents), tokenizers.__version__]
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()
+
+
+def _trained_before(packed: dict | None, bpe: str | None, out: Path, log) -> TextTokenizer | None:
+    """The BPE the shards in `out` were packed with, when it was trained from what this one would be (`bpe`)."""
+    if bpe is None or packed is None or packed.get("bpe_inputs") != bpe:  # (its files checked with the shards')
+        return None
+    log(f"tokenizer: the byte-level BPE of {out / 'packed' / packing.TOKENIZER}, trained from the same corpus and "
+        "settings (repacking only)")
+    return load_tokenizer(out / "packed" / packing.TOKENIZER)
 
 
 def _fingerprint(manifest: Path, opts: PrepareOptions, given: TextTokenizer | None) -> str:
