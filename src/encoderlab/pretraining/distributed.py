@@ -154,30 +154,18 @@ def check_same_config(world: World, device: torch.device, resolved: dict) -> Non
 
 @contextmanager
 def follow_main(world: World) -> Iterator[None]:
-    """A collective after what the ranks check apart (rank 0 alone, the run folder; each, what it reads itself): a
-    refusal on any rank stops every rank with its line, where the others would go on into a collective that waits
-    for the rank that has left, until a timeout's traceback. Every rank takes part even when it refused."""
+    """A collective after what the ranks check apart (rank 0 alone the run folder): a refusal on any rank stops every
+    rank with its line, where the others would wait in their next collective for the rank that left, until a timeout."""
     refusal = None
     try:
         yield
     except EncoderlabError as exc:
-        if world.size == 1:
-            raise
         refusal = exc
-    said = _gathered(_said(refusal)) if world.size > 1 else []  # one process: it has raised its refusal
-    first = next((s for s in said if s is not None), None)  # the lowest rank's: rank 0's when it refused
-    if first is not None:
-        raise refusal or (Failed if first[1] == Failed.exit_code else EncoderlabError)(first[0])  # its exit code
-
-
-def _said(refusal: EncoderlabError | None) -> tuple[str, int] | None:
-    return (str(refusal), getattr(refusal, "exit_code", 2)) if refusal else None
-
-
-def _gathered(value) -> list:
-    box = [None] * dist.get_world_size()
-    dist.all_gather_object(box, value)  # small objects between live processes, nothing read from disk
-    return box
+    box = [(str(refusal), getattr(refusal, "exit_code", 2)) if refusal else None] * world.size  # this rank's
+    if world.size > 1:  # every rank takes part, the one that refused too
+        dist.all_gather_object(box, box[0])
+    if said := next((s for s in box if s is not None), None):  # the lowest rank's: rank 0's when it refused
+        raise refusal or (Failed if said[1] == Failed.exit_code else EncoderlabError)(said[0])  # its exit code
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
