@@ -6,7 +6,7 @@ from pathlib import Path
 
 from encoderlab.core.io import atomic_dir
 from encoderlab.finetuning.aggregate import ONE
-from encoderlab.study.compare import dataset_runs, pooled_sd
+from encoderlab.study.compare import dataset_runs, deviations, pooled_sd
 from encoderlab.study.results import (
     CategoryScore,
     StudyResults,
@@ -231,16 +231,16 @@ class Report:
         for ax, cat in zip(axes[0], cats):
             data, names = [], []
             for lb in labels:
-                groups = dataset_runs(self.res, lb, cat)
-                runs = [x for g in groups for x in g]
-                if runs:
+                if not (groups := dataset_runs(self.res, lb, cat)):
+                    continue
+                if runs := deviations(groups):
                     data.append(runs)
                     names.append(lb)
-                    seeds = [t.std_seeds for t in self.res.tasks[lb].values() if t.category == cat and t.std_seeds
-                             is not None]
-                    lrs = [t.std_lrs for t in self.res.tasks[lb].values() if t.category == cat and t.std_lrs
-                           is not None]
-                    rows.append([lb, cat, _mean(seeds), _mean(lrs), pooled_sd(groups)])
+                seeds = [t.std_seeds for t in self.res.tasks[lb].values() if t.category == cat and t.std_seeds
+                         is not None]
+                lrs = [t.std_lrs for t in self.res.tasks[lb].values() if t.category == cat and t.std_lrs
+                       is not None]
+                rows.append([lb, cat, _mean(seeds), _mean(lrs), pooled_sd(groups)])
             if data:
                 ax.boxplot(data, orientation="horizontal")
                 ax.set_yticks(range(1, len(names) + 1), names, fontsize=7)
