@@ -256,7 +256,7 @@ class Report:
              rows)
         grid = self.res.plan["protocol"]
         one = {over: ONE[over] if len(grid[over]) < 2 else None for over in ("seeds", "lrs")}  # no spread, not "-"
-        table = _table(["model", "category", "std over seeds", "std over LRs", "std of all runs"],
+        table = _table(["model", "category", "std over seeds", "std over LRs", "std within datasets"],
                        [[r[0], r[1], one["seeds"] or _fmt(r[2]), one["lrs"] or _fmt(r[3]), _fmt(r[4])] for r in rows])
         runs = len(grid["lrs"]) * len(grid["seeds"])
         caption = (f"Each box pools a model's runs over a category's datasets ({runs} LR x seed runs per dataset), "
