@@ -269,3 +269,30 @@ def test_a_run_folder_refused_by_rank_0_stops_every_rank_with_its_line(tmp_path,
     assert said[0] == said[1], said
     assert "train.global_batch: 4 -> 8" in said[0][0] and f"process {os.getpid()} " in said[0][1], said
     assert {p.name: p.read_bytes() for p in held.iterdir() if p.name != ".lock"} == before
+
+
+def _ranks_where_one_refuses(rank: int, world: int, port: int, refuser: int, out_dir) -> None:
+    import datetime
+
+    from encoderlab.pretraining import distributed
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=30))
+    said = "went on"
+    try:
+        with distributed.follow_main(distributed.World(rank=rank, size=world)):
+            if rank == refuser:
+                raise EncoderlabError(f"rank {rank} refuses")
+    except EncoderlabError as exc:
+        said = str(exc)
+    (out_dir / f"rank{rank}.txt").write_text(said)
+    torch.distributed.barrier()  # both ranks leave together: gloo aborts a process whose peer closed first
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.parametrize("refuser", [0, 1])
+def test_a_refusal_on_any_one_rank_stops_every_rank_with_its_line(tmp_path, refuser):
+    """A rank other than 0 that refused left at once, while rank 0 waited in the broadcast for it: a hang until
+    gloo's timeout, then a traceback, instead of its line on every rank."""
+    mp.spawn(_ranks_where_one_refuses, args=(2, _free_port(), refuser, tmp_path), nprocs=2, join=True)
+    assert [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)] == [f"rank {refuser} refuses"] * 2

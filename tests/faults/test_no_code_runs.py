@@ -109,6 +109,17 @@ def test_optimizer_data_files_that_are_not_what_their_index_says_are_one_line(ru
     assert not mark.exists()
 
 
+def test_a_damaged_optimizer_data_file_is_refused_as_damage_not_as_code(run, tmp_path, monkeypatch, capsys,
+                                                                        one_thread):
+    """A data file cut short is damage: its refusal said that encoderlab loads no code from a checkpoint and to use
+    encoderlab's own checkpoints, which this one is; it names the way out of damage instead."""
+    data = next((run / "dcp").glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    checkpoint.write_manifest(run)
+    line = refused(monkeypatch, capsys, "pretrain", tmp_path / "run.yaml", "--resume", says=f"{run / 'dcp'} is damaged")
+    assert "loads no code" not in line and f"restore {run / 'dcp'} from a copy" in line, line
+
+
 # ---- model folders -----------------------------------------------------------------------------------------
 
 

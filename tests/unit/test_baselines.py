@@ -311,6 +311,7 @@ def test_one_seed_or_one_lr_has_no_interval_and_no_spread(capsys, monkeypatch, t
         plan={"protocol": {"seeds": [0], "lrs": [1e-3]}}), out=tmp_path, _plt=Report._plt.__get__(object()))
     _, table = Report.stability_figure(report, ["m"])
     assert "| m | QA | undefined (one seed) | undefined (one LR) | - |" in table
+    assert "| std over seeds | std over LRs | std within datasets |" in table  # each run centred on its dataset
 
 
 def test_a_comparison_without_variance_says_so_instead_of_zero_statistics():

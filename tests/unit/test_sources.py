@@ -546,3 +546,25 @@ def test_a_saved_dataset_dict_is_refused_naming_its_splits_folders(tmp_path: Pat
                               "test); reading it whole would mix its splits into one corpus: give the folder of the "
                               f"split to pretrain on ({tmp_path / 'dd' / 'train'}, {tmp_path / 'dd' / 'test'})")
     assert [d.text for d in iter_documents(str(tmp_path / "dd" / "train"))] == ["a b", "c d"]
+
+
+def test_a_saved_dataset_folder_with_shards_its_state_does_not_list_is_refused(tmp_path: Path) -> None:
+    """save_to_disk into a folder keeps the shards of an earlier save there; load_from_disk reads only those its
+    state.json lists, so reading every .arrow file gave the rows of both saves (a corpus doubled silently)."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"text": [f"row {i}" for i in range(6)]})
+    ds.save_to_disk(str(tmp_path / "saved"), num_shards=3)
+    ds.save_to_disk(str(tmp_path / "saved"), num_shards=2)
+    with pytest.raises(DataError) as err:
+        list(iter_documents(str(tmp_path / "saved")))
+    stale = tmp_path / "saved" / "data-00000-of-00003.arrow"
+    assert str(err.value).startswith(f"{stale}: not one of the files {tmp_path / 'saved' / 'state.json'} lists "
+                                     "(data-00000-of-00002.arrow, data-00001-of-00002.arrow)"), err.value
+    assert "\n" not in str(err.value)
+    for name in ("data-00000-of-00003.arrow", "data-00001-of-00003.arrow", "data-00002-of-00003.arrow"):
+        (tmp_path / "saved" / name).unlink()
+    assert [d.text for d in iter_documents(str(tmp_path / "saved"))] == [f"row {i}" for i in range(6)]
+    (tmp_path / "saved" / "data-00001-of-00002.arrow").unlink()  # a listed shard lost: its rows would be missing
+    with pytest.raises(DataError, match=r"data-00001-of-00002\.arrow, which its state\.json lists, is missing"):
+        list(iter_documents(str(tmp_path / "saved")))

@@ -271,3 +271,24 @@ def test_a_plan_without_its_totals_reports_without_them(tmp_path):
                                                        "naive_flops": 2e12}})
     assert "Plan (steps and FLOPs): 40 steps trained (60 if every model were trained alone), 1e+12 FLOPs vs 2e+12." \
         in write_report(root).read_text()
+
+
+def test_a_dataset_of_one_run_leaves_the_spread_test_unchanged():
+    """A dataset of one run, centred on its own mean, is a 0 that says nothing about spread: it added nothing to the
+    pooled spread but entered Levene's test (and the stability figure) as a run with no deviation at all."""
+    import numpy as np
+
+    from encoderlab.study.compare import dataset_runs, deviations, spread_tests
+
+    rng = np.random.default_rng(1)
+    centred = {m: [list(g - g.mean()) for g in (rng.normal(50, s, 4) for _ in range(2))] for m, s in
+               (("clm", 2.0), ("mlm", 3.0))}
+
+    def res(extra):
+        return SimpleNamespace(tasks={m: {**{f"t{i}": SimpleNamespace(category="SC", centred_runs=g)
+                                             for i, g in enumerate(gs)},
+                                          **{f"one{i}": SimpleNamespace(category="SC", centred_runs=[0.0])
+                                             for i in range(extra)}} for m, gs in centred.items()})
+
+    assert spread_tests(res(5), "clm", "mlm") == spread_tests(res(0), "clm", "mlm")
+    assert deviations(dataset_runs(res(5), "clm", "SC")) == [x for g in centred["clm"] for x in g]

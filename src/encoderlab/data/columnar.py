@@ -74,6 +74,7 @@ def _numbered(columns: Iterable[Any]) -> Rows:
 def saved_dataset_metadata(paths: Iterable[Path]) -> set[Path]:
     """The `state.json` and `dataset_info.json` of each folder among `paths` that `save_to_disk` wrote (its state
     lists the folder's Arrow files): not corpus. Refuses a `DatasetDict` folder (its `dataset_dict.json`)."""
+    paths = list(paths)
     skipped = set()
     for path in paths:
         if path.name == "dataset_dict.json" and (splits := _json(path).get("splits")):
@@ -81,9 +82,25 @@ def saved_dataset_metadata(paths: Iterable[Path]) -> set[Path]:
             raise DataError(f"{path.parent} is a `datasets` DatasetDict saved with save_to_disk (splits "
                             f"{', '.join(map(str, splits))}); reading it whole would mix its splits into one "
                             f"corpus: give the folder of the split to pretrain on ({folders})")
-        if path.name == "state.json" and "_data_files" in _json(path):
+        if path.name == "state.json" and isinstance(listed := _json(path).get("_data_files"), list):
+            _check_listed(path, [str(f.get("filename")) for f in listed if isinstance(f, dict)], paths)
             skipped |= {path, path.parent / "dataset_info.json"}
     return skipped
+
+
+def _check_listed(state: Path, listed: list[str], paths: list[Path]) -> None:
+    """The Arrow files beside `state` are the ones it lists: save_to_disk into a used folder leaves the earlier
+    save's shards there (load_from_disk reads the listed ones alone), and a lost shard would drop its rows."""
+    folder = state.parent
+    for path in paths:
+        if path.parent == folder and path.suffix == ".arrow" and path.name not in listed:
+            raise DataError(f"{path}: not one of the files {state} lists ({', '.join(listed)}), so not part of the "
+                            "saved dataset (an earlier save_to_disk into this folder leaves its shards behind, and "
+                            "load_from_disk does not read them): delete it, or save the dataset to an empty folder")
+    for name in listed:
+        if not (folder / name).is_file():
+            raise DataError(f"{folder / name}, which its state.json lists, is missing: the saved dataset is "
+                            "incomplete; save it again with save_to_disk")
 
 
 def _json(path: Path) -> dict:

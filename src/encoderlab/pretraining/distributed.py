@@ -4,7 +4,7 @@ The only module of encoderlab that imports `torch.distributed` (docs/architectur
 
     init(parallel, device)               -> World, device   join torchrun's group (NCCL on CUDA, gloo on CPU)
     check_same_config(world, device, resolved)              every rank runs the same config, or all stop
-    follow_main(world)                                       rank 0's refusal of the run folder stops every rank
+    follow_main(world)                                       a rank's refusal (rank 0's of the run folder) stops all
     prepare_model(model, train, world)   -> model           activation checkpointing, compile, then DDP or FSDP2
     sum_over_ranks, grad_sync, clip_grad_norm, barrier       the collectives of one step
     save_checkpoint / load_checkpoint / load_weights         one format, whatever wraps the model
@@ -154,17 +154,17 @@ def check_same_config(world: World, device: torch.device, resolved: dict) -> Non
 
 @contextmanager
 def follow_main(world: World) -> Iterator[None]:
-    """A barrier after what rank 0 alone checks (the run folder): its refusal stops every rank with its line, where
-    the others would go on into a collective that fails with a traceback once rank 0 has left."""
+    """A collective after what the ranks check apart (rank 0 alone the run folder): a refusal on any rank stops every
+    rank with its line, where the others would wait in their next collective for the rank that left, until a timeout."""
     refusal = None
     try:
         yield
     except EncoderlabError as exc:
         refusal = exc
-        if world.size == 1 or not world.is_main:
-            raise
-    said = _broadcast(world, (str(refusal), getattr(refusal, "exit_code", 2)) if refusal else None)
-    if said is not None:
+    box = [(str(refusal), getattr(refusal, "exit_code", 2)) if refusal else None] * world.size  # this rank's
+    if world.size > 1:  # every rank takes part, the one that refused too
+        dist.all_gather_object(box, box[0])
+    if said := next((s for s in box if s is not None), None):  # the lowest rank's: rank 0's when it refused
         raise refusal or (Failed if said[1] == Failed.exit_code else EncoderlabError)(said[0])  # its exit code
 
 

@@ -117,14 +117,14 @@ def verify(path: Path, names: tuple[str, ...] | None = None, skip: tuple[str, ..
 
     if unlisted := [rel for rel in ALWAYS_WRITTEN if wanted(rel) and rel not in files and (path / rel).is_file()]:
         raise EncoderlabError(f"checkpoint file {path / unlisted[0]} is not in {MANIFEST}, which lists every file "
-                              f"its writer wrote: the manifest is damaged{_older_hint(path)}")
+                              f"its writer wrote: the manifest is damaged{older_hint(path)}")
     for rel, entry in files.items():
         if not wanted(rel):
             continue
         problem = _problem(path / rel, entry) or ("" if not hashes or sha256_of(path / rel) == entry["sha256"] else
                                                   f"does not match its SHA-256 in {MANIFEST}: its bytes are damaged")
         if problem:
-            raise EncoderlabError(f"checkpoint file {path / rel} {problem}{_older_hint(path)}")
+            raise EncoderlabError(f"checkpoint file {path / rel} {problem}{older_hint(path)}")
 
 
 def weights_digest(path: Path) -> str:
@@ -143,12 +143,12 @@ def _manifest(path: Path) -> dict[str, dict] | None:
     if not (path / MANIFEST).exists():
         if _written_before_manifests(path):
             return None
-        raise EncoderlabError(f"checkpoint file {path / MANIFEST} is missing (its writer wrote one){_older_hint(path)}")
+        raise EncoderlabError(f"checkpoint file {path / MANIFEST} is missing (its writer wrote one){older_hint(path)}")
     try:
         return _listed(path)
     except ValueError:
         raise EncoderlabError(f"checkpoint file {path / MANIFEST} is damaged: not the list of checksums its writer "
-                              f"wrote{_older_hint(path)}") from None
+                              f"wrote{older_hint(path)}") from None
 
 
 def _written_before_manifests(path: Path) -> bool:
@@ -185,7 +185,7 @@ def _problem(file: Path, entry: dict) -> str:
     return f"has {size} bytes, {MANIFEST} records {entry['size']}" if size != entry["size"] else ""
 
 
-def _older_hint(path: Path) -> str:
+def older_hint(path: Path) -> str:
     """'; <the newest older complete checkpoint of the run> ...' or '' when there is none."""
     if path.parent.name != "checkpoints":
         return ""
@@ -220,15 +220,15 @@ def latest(run_dir: Path) -> Path | None:
     newest = run_dir / "checkpoints" / "step-~"  # every step-N sorts before it: the hint names the newest complete
     if not pointer.is_file():
         raise EncoderlabError(f"{pointer} is not a file: it should name this run's latest checkpoint"
-                              f"{_older_hint(newest)}")
+                              f"{older_hint(newest)}")
     name = pointer.read_text(errors="replace").strip()
     if not STEP_NAME.fullmatch(name):
         raise EncoderlabError(f"{pointer} names {ascii(name[:80])}, which is not a checkpoint of this run (a "
-                              f"step-NNNNNNN folder in {run_dir / 'checkpoints'}){_older_hint(newest)}")
+                              f"step-NNNNNNN folder in {run_dir / 'checkpoints'}){older_hint(newest)}")
     path = run_dir / "checkpoints" / name
     if not (path / "state.json").exists():
         raise EncoderlabError(f"{pointer} names {path.name}, which is missing or incomplete (no state.json)"
-                              f"{_older_hint(path)}")
+                              f"{older_hint(path)}")
     return path
 
 

@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
 from encoderlab.core.errors import EncoderlabError
+from encoderlab.runs.checkpoint import older_hint
 
 METADATA_MODULE = "torch.distributed.checkpoint.metadata"
 # Besides METADATA_MODULE's dataclasses and enums and torch's dtypes, layouts and memory formats: what DCP pickles.
@@ -125,5 +126,6 @@ def load(state: dict, folder: Path) -> None:
         if refusal is None:  # data files cut short, or not what `.metadata` describes (their checksums redone)
             cause = ", ".join(sorted({type(e).__name__ for e, _ in exc.failures.values()}))
             refusal = EncoderlabError(f"checkpoint's optimizer state {folder} is damaged: its data files do not hold "
-                                      f"what {folder / '.metadata'} describes ({cause}); {REFUSAL}")
+                                      f"what {folder / '.metadata'} describes ({cause}); restore {folder} from a copy "
+                                      f"of the checkpoint{older_hint(folder.parent)}")
         raise refusal from None

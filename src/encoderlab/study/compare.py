@@ -109,7 +109,7 @@ def spread_tests(res, a: str | None, b: str | None) -> list[SpreadTest]:
         groups = {name: dataset_runs(res, name, cat) for name in (a, b)}
         if not a or not b or min(_dof(groups[a]), _dof(groups[b])) < 2:
             continue
-        runs = {k: [x for g in v for x in g] for k, v in groups.items()}
+        runs = {k: deviations(v) for k, v in groups.items()}
         flat = max(runs[a]) == min(runs[a]) and max(runs[b]) == min(runs[b])
         p = 1.0 if flat else float(stats.levene(runs[a], runs[b]).pvalue)  # Levene is undefined on constants
         d1, d2 = _dof(groups[b]), _dof(groups[a])
@@ -121,6 +121,12 @@ def spread_tests(res, a: str | None, b: str | None) -> list[SpreadTest]:
 def dataset_runs(res, name: str, cat: str) -> list[list[float]]:
     """A model's runs in a category, one list per dataset, each centred on that dataset's mean."""
     return [t.centred_runs for t in res.tasks.get(name, {}).values() if t.category == cat and t.centred_runs]
+
+
+def deviations(groups: list[list[float]]) -> list[float]:
+    """The centred runs of the datasets with more than one: a dataset of one run, centred on itself, is a 0 that
+    says nothing of spread, yet would count as a run deviating by nothing in Levene's test and the figure's boxes."""
+    return [x for g in groups if len(g) > 1 for x in g]
 
 
 def pooled_sd(groups: list[list[float]]) -> float | None:

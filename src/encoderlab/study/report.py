@@ -6,7 +6,7 @@ from pathlib import Path
 
 from encoderlab.core.io import atomic_dir
 from encoderlab.finetuning.aggregate import ONE
-from encoderlab.study.compare import dataset_runs, pooled_sd
+from encoderlab.study.compare import dataset_runs, deviations, pooled_sd
 from encoderlab.study.results import (
     CategoryScore,
     StudyResults,
@@ -231,16 +231,16 @@ class Report:
         for ax, cat in zip(axes[0], cats):
             data, names = [], []
             for lb in labels:
-                groups = dataset_runs(self.res, lb, cat)
-                runs = [x for g in groups for x in g]
-                if runs:
+                if not (groups := dataset_runs(self.res, lb, cat)):
+                    continue
+                if runs := deviations(groups):
                     data.append(runs)
                     names.append(lb)
-                    seeds = [t.std_seeds for t in self.res.tasks[lb].values() if t.category == cat and t.std_seeds
-                             is not None]
-                    lrs = [t.std_lrs for t in self.res.tasks[lb].values() if t.category == cat and t.std_lrs
-                           is not None]
-                    rows.append([lb, cat, _mean(seeds), _mean(lrs), pooled_sd(groups)])
+                seeds = [t.std_seeds for t in self.res.tasks[lb].values() if t.category == cat and t.std_seeds
+                         is not None]
+                lrs = [t.std_lrs for t in self.res.tasks[lb].values() if t.category == cat and t.std_lrs
+                       is not None]
+                rows.append([lb, cat, _mean(seeds), _mean(lrs), pooled_sd(groups)])
             if data:
                 ax.boxplot(data, orientation="horizontal")
                 ax.set_yticks(range(1, len(names) + 1), names, fontsize=7)
@@ -256,7 +256,7 @@ class Report:
              rows)
         grid = self.res.plan["protocol"]
         one = {over: ONE[over] if len(grid[over]) < 2 else None for over in ("seeds", "lrs")}  # no spread, not "-"
-        table = _table(["model", "category", "std over seeds", "std over LRs", "std of all runs"],
+        table = _table(["model", "category", "std over seeds", "std over LRs", "std within datasets"],
                        [[r[0], r[1], one["seeds"] or _fmt(r[2]), one["lrs"] or _fmt(r[3]), _fmt(r[4])] for r in rows])
         runs = len(grid["lrs"]) * len(grid["seeds"])
         caption = (f"Each box pools a model's runs over a category's datasets ({runs} LR x seed runs per dataset), "
