@@ -146,7 +146,7 @@ def test_a_loss_spike_stops_the_run_only_when_asked_and_a_resumed_run_where_it_f
 # ------------------------------------------------------------------------------------------------ studies
 
 
-def write_study(tmp_path, packed_dir, task, lr) -> None:
+def write_study(tmp_path, packed_dir, task, lr, budget=4, **spec) -> None:
     (tmp_path / "pretrain.yaml").write_text(yaml.safe_dump({
         "data": {"path": str(packed_dir)}, "model": TINY, "lr_schedule": {"kind": "wsd", "warmup_steps": 1,
                                                                           "decay_steps": 2},
@@ -155,9 +155,9 @@ def write_study(tmp_path, packed_dir, task, lr) -> None:
         "name": "t", "max_steps": 1, "batch_size": 8, "eval_batch_size": 16, "lrs": [1e-3], "seeds": [0],
         "max_length": 32, "dtype": "fp32"}))
     (tmp_path / "study.yaml").write_text(yaml.safe_dump({
-        "name": "s", "out_dir": str(tmp_path / "studies"), "pretrain": "pretrain.yaml", "budget": 4,
+        "name": "s", "out_dir": str(tmp_path / "studies"), "pretrain": "pretrain.yaml", "budget": budget,
         "pretrain_overrides": {"optim": {"lr": lr}}, "models": [{"sizes": ["tiny"], "objectives": ["clm", "mlm40"]}],
-        "evaluation": {"protocol": "protocol.yaml", "tasks": [str(task)]}}))
+        "evaluation": {"protocol": "protocol.yaml", "tasks": [str(task)]}, **spec}))
 
 
 def test_a_failed_job_fails_the_study_with_or_without_job(tmp_path, packed_dir, classification_task, monkeypatch,
@@ -207,6 +207,25 @@ def test_an_edited_study_file_is_refused_naming_what_changed(tmp_path, packed_di
     write_study(tmp_path, packed_dir, task, 3e-3)  # restored: what was done stays done
     code, _, out = command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain", "--json")
     assert code == 0 and json.loads(out)["done_now"] == 0
+
+
+def test_a_new_budget_keeps_the_random_init_baseline_whose_weights_it_does_not_change(
+        tmp_path, packed_dir, classification_task, monkeypatch, capsys, one_thread):
+    """The baseline's weights are the seed's initialisation of its model: another budget (its config's train.steps),
+    LR or objective makes the same weights, so they are no change to refuse; another model shape is one."""
+    task = classification_task(tmp_path / "task")
+    write_study(tmp_path, packed_dir, task, 3e-3, random_init=["tiny"])
+    study, baseline = tmp_path / "study.yaml", tmp_path / "studies" / "s" / "random-init" / "tiny"
+    assert command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain")[0] == 0
+    before = snapshot(baseline)
+    write_study(tmp_path, packed_dir, task, 1e-3, budget=6, random_init=["tiny"])  # new runs: tiny-clm-6, ...
+    code, errors, out = command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain", "--json")
+    assert code == 0, errors
+    assert json.loads(out)["done_now"] == 2 and snapshot(baseline) == before  # the two new runs, not the baseline
+    write_study(tmp_path, packed_dir, task, 1e-3, budget=6, random_init=["tiny"],
+                size_overrides={"tiny": {"model": {"intermediate_size": 96}}})
+    code, errors, _ = command(monkeypatch, capsys, "study", "run", study, "--only", "pretrain")
+    assert code == 2 and "model.intermediate_size: 64 -> 96 in " in errors[0] and "random:tiny" in errors[0], errors
 
 
 def test_one_process_runs_a_study_at_a_time_and_jobs_share_it(tmp_path, packed_dir, classification_task,

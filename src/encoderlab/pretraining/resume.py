@@ -122,14 +122,21 @@ def _check_adopted(run_dir: Path, where: Path | None, adopt: bool) -> None:
                               "or pass --adopt-config to continue it with this config as its own")
 
 
-def changes_from_saved(cfg: PretrainConfig) -> str:
-    """How `cfg` differs from the config saved in its run folder, `key: old -> new, ...` (the FREE keys left out);
-    '' when it does not, or when the folder holds no config."""
+# What an untrained model's weights are made from (setup.initial_model): its shape and the seed. The data's tokenizer
+# fills the vocabulary, and a data.path that moved is FREE for runs too.
+INITIAL_WEIGHTS = ("model.", "train.seed", "init.")
+
+
+def changes_from_saved(cfg: PretrainConfig, only: tuple[str, ...] | None = None) -> str:
+    """How `cfg` differs from the config saved in its run folder, `key: old -> new, ...` (the FREE keys left out, and
+    with `only`, every key that starts with none of its prefixes); '' when it does not, or when the folder holds no
+    config."""
     found = saved_config(cfg.run_dir)
     if found is None:
         return ""
     old, new = _flat(found[1].model_dump(mode="json")), _flat(cfg.model_dump(mode="json"))
-    return _describe_changes(old, new, _changed(old, new, old.keys() | new.keys()))
+    keys = {k for k in old.keys() | new.keys() if only is None or k.startswith(only)}
+    return _describe_changes(old, new, _changed(old, new, keys))
 
 
 def _changed(old: dict, new: dict, keys) -> list[str]:

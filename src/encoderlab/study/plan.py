@@ -204,9 +204,11 @@ def _flops(run: PretrainRun, start: int, cfg: ModelConfig, seq_len: int) -> floa
         if hi <= lo:
             continue
         o = objectives.parse_phase_objective(obj)
-        members = [m for m, _ in o.parts] if isinstance(o, objectives.Mix) else [o]  # mixes: unweighted mean
-        per_token = sum(cfg.flops_per_token(seq_len, causal=isinstance(m, objectives.CLM),
-                                            head_fraction=getattr(m, "mask_rate", 1.0)) for m in members) / len(members)
+        # a mix draws each member with probability proportional to its weight (objectives.Mix.pick): its expected cost
+        members = list(o.parts) if isinstance(o, objectives.Mix) else [(o, 1.0)]
+        per_token = sum(w * cfg.flops_per_token(seq_len, causal=isinstance(m, objectives.CLM),
+                                                head_fraction=getattr(m, "mask_rate", 1.0))
+                        for m, w in members) / sum(w for _, w in members)
         total += (hi - lo) * run.tokens_per_step * per_token
     return total
 

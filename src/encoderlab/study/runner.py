@@ -232,14 +232,17 @@ def refuse_changed(plan: Plan, jobs: list[Job]) -> None:
     now gives is refused, naming the keys, before anything is written: resuming or skipping it would report the old
     settings as the new ones, and running it again into its folder would replace the checkpoints that the study's
     records were made from."""
-    from encoderlab.pretraining.resume import changes_from_saved
+    from encoderlab.pretraining.resume import INITIAL_WEIGHTS, changes_from_saved
 
     changed: dict[str, list[str]] = {}
-    # An unfinished random-init baseline is started again from scratch anyway (RandomInitJob): nothing to mix.
+    # An unfinished random-init baseline is started again from scratch anyway (RandomInitJob): nothing to mix. A
+    # finished one is the seed's initialisation: another budget, LR or objective of the run it copies makes the same
+    # weights, so only what makes them is compared.
     for job in jobs:
         config = job.config if isinstance(job, (PretrainJob, RandomInitJob)) else None
+        only = INITIAL_WEIGHTS if isinstance(job, RandomInitJob) else None
         if config is not None and (isinstance(job, PretrainJob) or job.is_done()) \
-                and (diff := changes_from_saved(config)):
+                and (diff := changes_from_saved(config, only)):
             changed.setdefault(diff, []).append(job.id)
     if changed:
         what = "; ".join(f"{diff} in {', '.join(ids)}" for diff, ids in changed.items())
