@@ -246,6 +246,9 @@ CLI_CASES = [
          "--workers '0'"),
     Case("study-plan-mfu-over-one", ("study", "plan", str(ROOT / "configs" / "studies" / "demo.yaml"), "--gpu", "h100",
                                      "--mfu", "1.5"), "--mfu 1.5: give a fraction of the GPU's peak"),
+    Case("study-plan-mfu-without-gpu", ("study", "plan", str(ROOT / "configs" / "studies" / "demo.yaml"),
+                                        "--mfu", "0.3"),
+         "--mfu 0.3 is the GPU-hours estimate's utilisation: give --gpu too (--gpu h100)"),
     Case("demo-negative-workers", ("demo", "--workers", "-1"), "--workers -1: give 0"),
     Case("sweep-unknown-engine", ("sweep", "{ckpt}", "rt-polarity", "--engine", "warp", "--out", "{tmp}/e"),
          "engine 'warp'"),
@@ -890,3 +893,15 @@ def test_bad_input_is_refused_in_one_line(case: Case, tmp_path, context, monkeyp
     assert snapshot(tmp_path) == before, "a refused command left or changed files"
     assert snapshot(context["run"]) == shared_before, "a refused command changed the shared run"
     assert os.access(tmp_path, os.W_OK)
+
+
+def test_the_reliability_page_counts_these_cases():
+    """docs/reliability.md said 192 cases (64, 52, 48, 30 by area) where this file held 234."""
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text(encoding="utf-8")
+    assert f"`tests/integration/test_bad_inputs.py` ({len(CASES)} cases)" in text
+    areas = {"command line and configs": CLI_CASES, "task files and sweeps": TASK_CASES,
+             "resume, data and checkpoints": RESUME_CASES, "files, folders and paths": IO_CASES}
+    for area, cases in areas.items():
+        assert re.search(rf"^\| {re.escape(area)} \| {len(cases)} \|$", text, re.M), area

@@ -75,7 +75,8 @@ def _render_data(out, d: dict, label: str, runs: str = "the longest run") -> Non
 def plan_cmd(
     study: Path = typer.Argument(..., help="A study file (configs/studies/*.yaml)."),
     gpu: str | None = typer.Option(None, help="Estimate GPU-hours on this GPU (h100, h200, a100, mi250x, ...)."),
-    mfu: float = typer.Option(0.4, help="Model FLOPs utilisation assumed for the GPU-hours estimate."),
+    mfu: float | None = typer.Option(None, help="Model FLOPs utilisation assumed for the GPU-hours estimate "
+                                                "(with --gpu; default 0.4)."),
     write_configs: bool = typer.Option(False, help="Also write STUDY/configs/ (each run's YAML and jobs.tsv) for a "
                                                    "cluster scheduler."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON on stdout."),
@@ -88,6 +89,9 @@ def plan_cmd(
     from encoderlab.study.runner import write_configs as write
     from encoderlab.study.spec import load_study
 
+    if mfu is not None and gpu is None:  # it would be read by nothing: no estimate is made without a GPU
+        raise EncoderlabError(f"--mfu {mfu:g} is the GPU-hours estimate's utilisation: give --gpu too (--gpu h100)")
+    mfu = 0.4 if mfu is None else mfu
     if not 0 < mfu <= 1:
         raise EncoderlabError(f"--mfu {mfu:g}: give a fraction of the GPU's peak, above 0 and at most 1 (0.4 is 40%)")
     spec, base = load_study(study)
