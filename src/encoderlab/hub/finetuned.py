@@ -43,6 +43,7 @@ from encoderlab.hub import sentence
 from encoderlab.hub.card import public, training_info
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
+from encoderlab.hub.folders import enclosing, never_written_into
 from encoderlab.hub.hf import family, hf_config, refusal
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformers_body import TransformersConfig
@@ -101,6 +102,20 @@ def frame(tok: TextTokenizer, inputs: str, second: int = 1) -> None:
         single=f"{first}$A {eos}", pair=f"{first}$A {eos} $B:{second} {eos}:{second}", special_tokens=specials)
 
 
+def check_apart(root: Path, named: str, checkpoint: Path) -> None:
+    """Refuse a save folder among a run's or checkpoint's files, as `export --out` is refused (their readers expect
+    none, and `--save` would replace a checkpoint given as the folder), or inside the model folder fine-tuned (a
+    transformers folder's files are its records' identity)."""
+    if root.is_dir() and (kind := never_written_into(root)):
+        raise EncoderlabError(f"{named} is {kind}: fine-tuned models go in a folder of their own")
+    if above := enclosing(root):
+        raise EncoderlabError(f"{named} lies inside {above}, {never_written_into(above)}: fine-tuned models go in a "
+                              "folder of their own")
+    if checkpoint.is_dir() and root.resolve().is_relative_to(checkpoint.resolve()):
+        raise EncoderlabError(f"{named} lies inside {checkpoint}, the model folder being fine-tuned: fine-tuned "
+                              "models go in a folder of their own")
+
+
 @dataclass
 class SavedModels:
     """A `ModelSaver` (finetuning/model_saving.py): saves runs as folders under `root` (`exact`: `root` is the one
@@ -112,7 +127,9 @@ class SavedModels:
     log: Callable[[str], None] = lambda message: None
 
     def __post_init__(self) -> None:
-        check_writable(self.root, option_name("save" if self.exact else "models"), replaced=self.exact)
+        given = "save" if self.exact else "models"
+        check_writable(self.root, option_name(given), replaced=self.exact)
+        check_apart(self.root, option(given, self.root), self.checkpoint)
         if self.exact and self.root.is_dir() and any(self.root.iterdir()) and not (self.root / MANIFEST).exists():
             raise EncoderlabError(f"{option('save', self.root)} exists and holds something other than a saved "
                                   "fine-tuned model: give a new folder")
