@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -135,6 +137,11 @@ def check_card(folder, record: dict) -> None:
                  f"cut at {record['max_length']} tokens"):
         assert text in card, text
     assert str(folder.parent) not in card  # no local path
+    # nor in the records published beside it (the checkpoint's and the records' folders: their last names only)
+    manifest = (folder / MANIFEST).read_text()
+    assert not re.search(r'"/', manifest), re.findall(r'"/[^"]*"', manifest)
+    (kept,) = json.loads(manifest)["records"].values()
+    assert kept["checkpoint"] == Path(record["checkpoint"]).name and kept["scores"] == record["scores"]
     # encoderlab's own pretraining: no Hub id to name and no license made up ("unknown" is not a license)
     assert "license" not in meta and "base_model" not in meta and "License: none given" in card
 

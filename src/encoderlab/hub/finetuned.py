@@ -189,8 +189,9 @@ class SavedModels:
                 sentence.write_modules(tmp, cfg)
                 (tmp / "sentence_bert_config.json").write_text(json.dumps(  # the length it was fine-tuned at
                     {"max_seq_length": first["max_length"], "do_lower_case": False}, indent=2) + "\n")
-            (tmp / MANIFEST).write_text(json.dumps({"identity": identity, "class": stock.cls, "records": records},
-                                                   indent=2, default=str) + "\n")
+            # published with the weights: the checkpoint's and the records' folders by their last names only
+            (tmp / MANIFEST).write_text(public(json.dumps({"identity": identity, "class": stock.cls,
+                                                           "records": records}, indent=2, default=str)) + "\n")
         self.log(f"saved {unit.name} lr={identity['lr']:g} seed={identity['seed']} as {stock.cls} -> {out}")
 
 
