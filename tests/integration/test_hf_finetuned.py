@@ -104,8 +104,8 @@ class Body(nn.Module):
         return self.hf_body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-def sweep_and_save(setup, spec: str, mode: str = "all", ckpt: str = "ckpt", **over):
-    keep = Capturing(mode, setup / f"models-{ckpt}-{spec}-{mode}", setup / ckpt, log=lambda m: None)
+def sweep_and_save(setup, spec: str, mode: str = "all", ckpt: str = "ckpt", tag: str = "", **over):
+    keep = Capturing(mode, setup / f"models-{ckpt}-{spec}-{mode}{tag}", setup / ckpt, log=lambda m: None)
     summary = run_sweep(setup / ckpt, [str(setup / spec)], protocol(**over), setup / "evals", keep=keep,
                         show_progress=False, log=lambda m: None)
     unit, backbone, head, records, identity = keep.kept
@@ -266,3 +266,33 @@ def test_the_card_of_a_fine_tuned_import_names_its_base_model_and_license():
     assert _license_line({"license": license, "base_model": hub_id}) == (
         "License: `apache-2.0`, that of `HuggingFaceTB/SmolLM2-135M-Instruct`, which it was fine-tuned from; the "
         "task data's terms apply too.")
+
+
+@pytest.mark.parametrize("pairs", ["segments", "labelled"])
+def test_a_pair_task_card_says_how_to_give_a_pair(setup, pairs):
+    """A pair fine-tuned as two segments is `tok(a, b)`; one fine-tuned as one labelled text (`sentence_pairs:
+    labelled`) must be given as that text: the card says which, and so framed the saved model scores the record."""
+    rng = random.Random(1)
+    for split, n in (("train", 24), ("dev", 8), ("test", 8)):
+        rows = [{"premise": " ".join(rng.choices(WORDS[:9], k=4)), "hypothesis": w, "label": w}
+                for w in rng.choices(["good", "bad"], k=n)]
+        (setup / f"pair-{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (setup / "pair.yaml").write_text("family: classification\ntext_column: [premise, hypothesis]\n"
+                                     "train: pair-train.jsonl\nvalidation: pair-dev.jsonl\ntest: pair-test.jsonl\n")
+    _, unit, _, _, record, folder = sweep_and_save(setup, "pair.yaml", tag=pairs, sentence_pairs=pairs)
+    card = (folder / "README.md").read_text()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    rows = unit.splits["test"]
+    if pairs == "labelled":
+        assert 'one text, `f"Premise: {premise}\\nHypothesis: {hypothesis}"`' in card
+        batch = tok([f"Premise: {r['premise']}\nHypothesis: {r['hypothesis']}" for r in rows], padding=True,
+                    return_tensors="pt")
+    else:
+        assert "two texts, `tok(premise, hypothesis)`: `<bos> premise <eos> hypothesis <eos>`" in card
+        batch = tok([r["premise"] for r in rows], [r["hypothesis"] for r in rows], padding=True, return_tensors="pt")
+    assert batch["input_ids"][0][batch["attention_mask"][0].bool()].tolist() == unit._prepared("test")[0]
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        predicted = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
+    assert 100 * sum(int(p == g) for p, g in zip(predicted.tolist(), unit.gold["test"])) / len(rows) == (
+        record["scores"]["test"]["score"])
