@@ -296,3 +296,21 @@ def test_a_pair_task_card_says_how_to_give_a_pair(setup, pairs):
         predicted = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
     assert 100 * sum(int(p == g) for p, g in zip(predicted.tolist(), unit.gold["test"])) / len(rows) == (
         record["scores"]["test"]["score"])
+
+
+def test_finetune_save_over_another_runs_model_is_refused_before_training(setup, tmp_path, monkeypatch, capsys):
+    """A `--save` folder holding the model of another run (here another LR) is not replaced unasked: one line,
+    before anything trains; the model there is kept."""
+    args = lambda lr: ["finetune", setup / "ckpt", setup / "cls.yaml", "--lr", lr, "--out", tmp_path / "evals",  # noqa: E731
+                       "--save", tmp_path / "kept", *(x for over in ("max_steps=4", "batch_size=4", "max_length=48",
+                                                                     "dtype=fp32", "classification_head=dense_gelu")
+                                                      for x in ("--set", over))]
+    code, _, err = run_command(monkeypatch, capsys, *args("3e-3"), home=tmp_path / "home")
+    assert code == 0, err
+    records = sorted(p.name for p in (tmp_path / "evals").rglob("*.json"))
+    code, _, err = run_command(monkeypatch, capsys, *args("1e-3"), home=tmp_path / "home")
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith(f"error: --save {tmp_path / 'kept'} holds the fine-tuned model of another "
+                                         "run (cls, lr 0.003, seed 0)") and "Traceback" not in err, err
+    assert json.loads((tmp_path / "kept" / MANIFEST).read_text())["identity"]["lr"] == 3e-3
+    assert sorted(p.name for p in (tmp_path / "evals").rglob("*.json")) == records  # nothing trained

@@ -140,6 +140,21 @@ class SavedModels:
         run = f"{name}-lr{identity['lr']:g}-seed{identity['seed']}"
         return self.root / checkpoint_tag(self.checkpoint) / folder_name(run)
 
+    def check_replaces(self, name: str, identity: dict) -> None:
+        """Refuse, before any training, a `--save` folder holding another run's model: replacing it unasked would
+        lose a model its user kept (a run's own folder is not trained again; `sweep --models` names each run's)."""
+        file = self.folder(name, identity) / MANIFEST
+        if not self.exact or not file.exists() or self.saved(name, identity):
+            return
+        try:
+            held = json.loads(file.read_text())
+            task, kept = next(iter(held["records"])), held["identity"]
+            what = f"{task}, lr {kept['lr']:g}, seed {kept['seed']}"
+        except (OSError, ValueError, KeyError, TypeError, StopIteration):
+            what = f"its {MANIFEST} unreadable"
+        raise EncoderlabError(f"{option('save', self.root)} holds the fine-tuned model of another run ({what}): give "
+                              "a new folder, or remove that one to save this run there")
+
     def check(self, task_family: str, protocol: Protocol, model_cfg: ModelConfig, name: str) -> None:
         try:
             stock_for(task_family, protocol, model_cfg)
