@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import random
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,8 +104,8 @@ class Body(nn.Module):
         return self.hf_body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
-def sweep_and_save(setup, spec: str, mode: str = "all", ckpt: str = "ckpt", **over):
-    keep = Capturing(mode, setup / f"models-{ckpt}-{spec}-{mode}", setup / ckpt, log=lambda m: None)
+def sweep_and_save(setup, spec: str, mode: str = "all", ckpt: str = "ckpt", tag: str = "", **over):
+    keep = Capturing(mode, setup / f"models-{ckpt}-{spec}-{mode}{tag}", setup / ckpt, log=lambda m: None)
     summary = run_sweep(setup / ckpt, [str(setup / spec)], protocol(**over), setup / "evals", keep=keep,
                         show_progress=False, log=lambda m: None)
     unit, backbone, head, records, identity = keep.kept
@@ -135,6 +137,11 @@ def check_card(folder, record: dict) -> None:
                  f"cut at {record['max_length']} tokens"):
         assert text in card, text
     assert str(folder.parent) not in card  # no local path
+    # nor in the records published beside it (the checkpoint's and the records' folders: their last names only)
+    manifest = (folder / MANIFEST).read_text()
+    assert not re.search(r'"/', manifest), re.findall(r'"/[^"]*"', manifest)
+    (kept,) = json.loads(manifest)["records"].values()
+    assert kept["checkpoint"] == Path(record["checkpoint"]).name and kept["scores"] == record["scores"]
     # encoderlab's own pretraining: no Hub id to name and no license made up ("unknown" is not a license)
     assert "license" not in meta and "base_model" not in meta and "License: none given" in card
 
@@ -259,3 +266,51 @@ def test_the_card_of_a_fine_tuned_import_names_its_base_model_and_license():
     assert _license_line({"license": license, "base_model": hub_id}) == (
         "License: `apache-2.0`, that of `HuggingFaceTB/SmolLM2-135M-Instruct`, which it was fine-tuned from; the "
         "task data's terms apply too.")
+
+
+@pytest.mark.parametrize("pairs", ["segments", "labelled"])
+def test_a_pair_task_card_says_how_to_give_a_pair(setup, pairs):
+    """A pair fine-tuned as two segments is `tok(a, b)`; one fine-tuned as one labelled text (`sentence_pairs:
+    labelled`) must be given as that text: the card says which, and so framed the saved model scores the record."""
+    rng = random.Random(1)
+    for split, n in (("train", 24), ("dev", 8), ("test", 8)):
+        rows = [{"premise": " ".join(rng.choices(WORDS[:9], k=4)), "hypothesis": w, "label": w}
+                for w in rng.choices(["good", "bad"], k=n)]
+        (setup / f"pair-{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (setup / "pair.yaml").write_text("family: classification\ntext_column: [premise, hypothesis]\n"
+                                     "train: pair-train.jsonl\nvalidation: pair-dev.jsonl\ntest: pair-test.jsonl\n")
+    _, unit, _, _, record, folder = sweep_and_save(setup, "pair.yaml", tag=pairs, sentence_pairs=pairs)
+    card = (folder / "README.md").read_text()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    rows = unit.splits["test"]
+    if pairs == "labelled":
+        assert 'one text, `f"Premise: {premise}\\nHypothesis: {hypothesis}"`' in card
+        batch = tok([f"Premise: {r['premise']}\nHypothesis: {r['hypothesis']}" for r in rows], padding=True,
+                    return_tensors="pt")
+    else:
+        assert "two texts, `tok(premise, hypothesis)`: `<bos> premise <eos> hypothesis <eos>`" in card
+        batch = tok([r["premise"] for r in rows], [r["hypothesis"] for r in rows], padding=True, return_tensors="pt")
+    assert batch["input_ids"][0][batch["attention_mask"][0].bool()].tolist() == unit._prepared("test")[0]
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        predicted = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.argmax(-1)
+    assert 100 * sum(int(p == g) for p, g in zip(predicted.tolist(), unit.gold["test"])) / len(rows) == (
+        record["scores"]["test"]["score"])
+
+
+def test_finetune_save_over_another_runs_model_is_refused_before_training(setup, tmp_path, monkeypatch, capsys):
+    """A `--save` folder holding the model of another run (here another LR) is not replaced unasked: one line,
+    before anything trains; the model there is kept."""
+    args = lambda lr: ["finetune", setup / "ckpt", setup / "cls.yaml", "--lr", lr, "--out", tmp_path / "evals",  # noqa: E731
+                       "--save", tmp_path / "kept", *(x for over in ("max_steps=4", "batch_size=4", "max_length=48",
+                                                                     "dtype=fp32", "classification_head=dense_gelu")
+                                                      for x in ("--set", over))]
+    code, _, err = run_command(monkeypatch, capsys, *args("3e-3"), home=tmp_path / "home")
+    assert code == 0, err
+    records = sorted(p.name for p in (tmp_path / "evals").rglob("*.json"))
+    code, _, err = run_command(monkeypatch, capsys, *args("1e-3"), home=tmp_path / "home")
+    last = err.strip().splitlines()[-1]
+    assert code == 2 and last.startswith(f"error: --save {tmp_path / 'kept'} holds the fine-tuned model of another "
+                                         "run (cls, lr 0.003, seed 0)") and "Traceback" not in err, err
+    assert json.loads((tmp_path / "kept" / MANIFEST).read_text())["identity"]["lr"] == 3e-3
+    assert sorted(p.name for p in (tmp_path / "evals").rglob("*.json")) == records  # nothing trained

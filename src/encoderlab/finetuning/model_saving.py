@@ -34,6 +34,9 @@ class ModelSaver(Interface):
     def saved(self, name: str, identity: dict) -> bool:
         """Whether the run of `identity` (weights, protocol key, training data, LR, seed) is saved for `name`."""
 
+    def check_replaces(self, name: str, identity: dict) -> None:
+        """Refuse, before any training, a run whose folder holds another run's model."""
+
     def save(self, unit, backbone: nn.Module, head: nn.Module, records: dict[str, dict], identity: dict) -> None:
         """Save a trained run: `records` are the records it scored, one per task (a TrainedOnce scores several)."""
 

@@ -212,6 +212,9 @@ class Sweep:
 
     def run(self, workers: int | str, show_progress: bool) -> dict:
         """Train and record the runs not yet recorded, then summarise (and save the chosen runs' models)."""
+        if self.keep is not None:
+            for unit, lr, seed in self.runs:  # before anything trains
+                self.keep.check_replaces(unit.name, self.identity(unit, lr, seed))
         todo = [run for run in self.runs if not self.recorded(*run)]
         follows = self.protocol.follows()
         variant = f"variant {', '.join(follows)}" if follows else "choices of several variants"

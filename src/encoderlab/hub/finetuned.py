@@ -43,6 +43,7 @@ from encoderlab.hub import sentence
 from encoderlab.hub.card import public, training_info
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
+from encoderlab.hub.folders import enclosing, never_written_into
 from encoderlab.hub.hf import family, hf_config, refusal
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformers_body import TransformersConfig
@@ -101,6 +102,20 @@ def frame(tok: TextTokenizer, inputs: str, second: int = 1) -> None:
         single=f"{first}$A {eos}", pair=f"{first}$A {eos} $B:{second} {eos}:{second}", special_tokens=specials)
 
 
+def check_apart(root: Path, named: str, checkpoint: Path) -> None:
+    """Refuse a save folder among a run's or checkpoint's files, as `export --out` is refused (their readers expect
+    none, and `--save` would replace a checkpoint given as the folder), or inside the model folder fine-tuned (a
+    transformers folder's files are its records' identity)."""
+    if root.is_dir() and (kind := never_written_into(root)):
+        raise EncoderlabError(f"{named} is {kind}: fine-tuned models go in a folder of their own")
+    if above := enclosing(root):
+        raise EncoderlabError(f"{named} lies inside {above}, {never_written_into(above)}: fine-tuned models go in a "
+                              "folder of their own")
+    if checkpoint.is_dir() and root.resolve().is_relative_to(checkpoint.resolve()):
+        raise EncoderlabError(f"{named} lies inside {checkpoint}, the model folder being fine-tuned: fine-tuned "
+                              "models go in a folder of their own")
+
+
 @dataclass
 class SavedModels:
     """A `ModelSaver` (finetuning/model_saving.py): saves runs as folders under `root` (`exact`: `root` is the one
@@ -112,7 +127,9 @@ class SavedModels:
     log: Callable[[str], None] = lambda message: None
 
     def __post_init__(self) -> None:
-        check_writable(self.root, option_name("save" if self.exact else "models"), replaced=self.exact)
+        given = "save" if self.exact else "models"
+        check_writable(self.root, option_name(given), replaced=self.exact)
+        check_apart(self.root, option(given, self.root), self.checkpoint)
         if self.exact and self.root.is_dir() and any(self.root.iterdir()) and not (self.root / MANIFEST).exists():
             raise EncoderlabError(f"{option('save', self.root)} exists and holds something other than a saved "
                                   "fine-tuned model: give a new folder")
@@ -122,6 +139,21 @@ class SavedModels:
             return self.root
         run = f"{name}-lr{identity['lr']:g}-seed{identity['seed']}"
         return self.root / checkpoint_tag(self.checkpoint) / folder_name(run)
+
+    def check_replaces(self, name: str, identity: dict) -> None:
+        """Refuse, before any training, a `--save` folder holding another run's model: replacing it unasked would
+        lose a model its user kept (a run's own folder is not trained again; `sweep --models` names each run's)."""
+        file = self.folder(name, identity) / MANIFEST
+        if not self.exact or not file.exists() or self.saved(name, identity):
+            return
+        try:
+            held = json.loads(file.read_text())
+            task, kept = next(iter(held["records"])), held["identity"]
+            what = f"{task}, lr {kept['lr']:g}, seed {kept['seed']}"
+        except (OSError, ValueError, KeyError, TypeError, StopIteration):
+            what = f"its {MANIFEST} unreadable"
+        raise EncoderlabError(f"{option('save', self.root)} holds the fine-tuned model of another run ({what}): give "
+                              "a new folder, or remove that one to save this run there")
 
     def check(self, task_family: str, protocol: Protocol, model_cfg: ModelConfig, name: str) -> None:
         try:
@@ -161,7 +193,8 @@ class SavedModels:
         path = self.checkpoint if is_transformers_folder(self.checkpoint) else ckpt.resolve(self.checkpoint)
         source = training_info(path, {})  # its Hub id and license, when it has them
         card = finetuned_card(stock, unit.family, cfg, records, identity, out.name, tok,
-                              {k: source.get(k) for k in ("base_model", "license", "transformers_folder")})
+                              {k: source.get(k) for k in ("base_model", "license", "transformers_folder")},
+                              pair=getattr(unit, "text_fields", None) if unit.family == "classification" else None)
         with atomic_dir(out) as tmp:
             with quiet_transformers():  # the line below says what was saved where
                 hf.save_pretrained(str(tmp))
@@ -172,8 +205,9 @@ class SavedModels:
                 sentence.write_modules(tmp, cfg)
                 (tmp / "sentence_bert_config.json").write_text(json.dumps(  # the length it was fine-tuned at
                     {"max_seq_length": first["max_length"], "do_lower_case": False}, indent=2) + "\n")
-            (tmp / MANIFEST).write_text(json.dumps({"identity": identity, "class": stock.cls, "records": records},
-                                                   indent=2, default=str) + "\n")
+            # published with the weights: the checkpoint's and the records' folders by their last names only
+            (tmp / MANIFEST).write_text(public(json.dumps({"identity": identity, "class": stock.cls,
+                                                           "records": records}, indent=2, default=str)) + "\n")
         self.log(f"saved {unit.name} lr={identity['lr']:g} seed={identity['seed']} as {stock.cls} -> {out}")
 
 

@@ -20,6 +20,7 @@ from encoderlab.hub.card import (
 from encoderlab.hub.finetuned_transformers import MEASURED
 from encoderlab.model.config import ModelConfig
 from encoderlab.tasks import baselines, registry
+from encoderlab.tasks.classification import field_label
 from encoderlab.tasks.registry import Card, Export
 
 COMMON = ("name", "max_steps", "epochs", "batch_size", "warmup_fraction", "decay", "dtype", "weights", "inputs",
@@ -56,6 +57,21 @@ def _loads_with(cls: str, config: dict, cfg) -> str:
     return f"`transformers` {TRANSFORMERS['eurobert']} or later (EuroBERT is built in from {TRANSFORMERS['eurobert']})"
 
 
+def _framing(protocol: dict, pair: tuple[str, ...] | None) -> str:
+    """How to give the model its input: a text, and a pair as fine-tuning gave it (two segments, or the authors'
+    one labelled text, which two texts given to the tokenizer would not reproduce)."""
+    bos = "<bos> " if protocol.get("inputs", "bos_eos") == "bos_eos" else ""
+    line = f"The tokenizer frames a text as `{bos}text <eos>`"
+    if not pair or len(pair) != 2:
+        return f"{line} (a pair: the second text and `<eos>` follow)"
+    a, b = pair
+    if protocol.get("sentence_pairs") == "labelled":
+        one = f'f"{field_label(a)}: {{{a}}}\\n{field_label(b)}: {{{b}}}"'
+        return (f"{line}; a pair ({a}, {b}) was fine-tuned as one text, `{one}` (`sentence_pairs: labelled`): give "
+                "it so, not as two texts")
+    return f"{line}; a pair ({a}, {b}) as two texts, `tok({a}, {b})`: `{bos}{a} <eos> {b} <eos>`"
+
+
 def _license_line(source: dict) -> str:
     if source.get("license"):
         return (f"License: `{source['license']}`, that of `{source.get('base_model') or 'the source model'}`, which "
@@ -68,10 +84,11 @@ def _license_line(source: dict) -> str:
 
 
 def finetuned_card(stock: Export, family: str, cfg: ModelConfig, records: dict[str, dict], identity: dict, name: str,
-                   tok: TextTokenizer, source: dict | None = None) -> str:
+                   tok: TextTokenizer, source: dict | None = None, pair: tuple[str, ...] | None = None) -> str:
     """README.md of the saved run `identity`, with the `records` of the tasks it was scored on. `source`: what is
     known of the checkpoint it was fine-tuned from (hub/card.py `training_info`): its Hub id (`base_model`) and
-    license when it came from a named model, neither for encoderlab's own pretraining (a license is not made up)."""
+    license when it came from a named model, neither for encoderlab's own pretraining (a license is not made up).
+    `pair`: the two text fields of a pair task (classification), whose card says how to give a pair."""
     source, card, cls = source or {}, registry.family(family).card, stock.cls
     first, read_as = next(iter(records.values())), read(records)
     trained = first["trained_on"]["task"]
@@ -83,7 +100,6 @@ def finetuned_card(stock: Export, family: str, cfg: ModelConfig, records: dict[s
                               "name": f"test {r['metric']} (one run: lr {identity['lr']:g}, seed "
                                       f"{identity['seed']}{caveat(read_as[task])})"}]}
                 for task, r in records.items()]}]}
-    framing = f"{'<bos> ' if first['protocol'].get('inputs', 'bos_eos') == 'bos_eos' else ''}text <eos>"
     lines = ["---", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True).rstrip(), "---", "",
              f"# {name}", "",
              f"`{cls}` (a body of {cfg.num_parameters():,} parameters), fine-tuned by encoderlab on "
@@ -104,8 +120,8 @@ def finetuned_card(stock: Export, family: str, cfg: ModelConfig, records: dict[s
     lines += [_scores(task, r, read_as[task]) for task, r in records.items()]
     lines += ["", *definition_lines(r["metric"] for r in records.values())]
     lines += ["", "## Protocol", "", *_protocol_lines(card, first, identity["protocol_key"]), "",
-              "## Inputs", "", f"The tokenizer frames a text as `{framing}` (a pair: the second text and `<eos>` "
-              f"follow), as in fine-tuning; `model_max_length` is {first['max_length']}, the length it was "
+              "## Inputs", "", f"{_framing(first['protocol'], pair)}, as in fine-tuning; `model_max_length` is "
+              f"{first['max_length']}, the length it was "
               f"fine-tuned at. Special tokens: bos `{tok.token(tok.bos_id)}`, eos `{tok.token(tok.eos_id)}`, pad "
               f"`{tok.token(tok.pad_id)}`. {card.decoding}", "", "## Use", "", *card.usage(cls, name), ""]
     return public("\n".join(lines))
