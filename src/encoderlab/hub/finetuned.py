@@ -194,7 +194,7 @@ class SavedModels:
         source = training_info(path, {})  # its Hub id and license, when it has them
         card = finetuned_card(stock, unit.family, cfg, records, identity, out.name, tok,
                               {k: source.get(k) for k in ("base_model", "license", "transformers_folder")},
-                              pair=getattr(unit, "text_fields", None) if unit.family == "classification" else None)
+                              pair=getattr(unit, "text_fields", None))  # a pair task's two fields, else None
         with atomic_dir(out) as tmp:
             with quiet_transformers():  # the line below says what was saved where
                 hf.save_pretrained(str(tmp))
