@@ -186,6 +186,8 @@ def test_tokens_and_qa_load_as_stock_token_and_qa_classes(setup, ckpt, classes):
         again = unit.evaluate(Body(hf.base_model), getattr(hf, head_name), "test", 8)  # the task's own scoring
         assert again["score"] == record["scores"]["test"]["score"], spec
         check_card(folder, record)
+        if spec == "qa.yaml":  # a plain tok(question, context) would truncate what the scoring windowed
+            assert "split into windows overlapping by the task's `stride`" in (folder / "README.md").read_text()
 
 
 @pytest.mark.parametrize("ckpt", ["ckpt", "qwen3"])

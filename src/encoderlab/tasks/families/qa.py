@@ -42,7 +42,11 @@ QA = register(Family(
     name="qa", category="QA", settings=QAFile, load_user=load_user, export=export,
     card=Card("question-answering", ("qa",),
               "encoderlab's answer is the best span over these start/end logits: positions outside the context "
-              "masked, start <= end, at most the task's `max_answer_tokens` (30), the top 20 starts x top 20 ends.",
+              "masked, start <= end, at most the task's `max_answer_tokens` (30), the top 20 starts x top 20 ends. "
+              "A context longer than `model_max_length` allows was split into windows overlapping by the task's "
+              "`stride` (128 tokens, at most half a window: transformers' `stride` with "
+              "`return_overflowing_tokens=True`), and the best span over all windows kept: one truncated input "
+              "would lose the answers past its end.",
               usage),
     standard_metric="SQuAD f1",
     baselines={"first_span": "first span", "always_abstain": "always abstain"}, split_baselines=abstain_baseline,
