@@ -45,4 +45,6 @@ def test_a_save_folder_inside_the_model_folder_fine_tuned_is_refused(tmp_path):
 
 
 def test_a_new_folder_beside_the_run_is_taken(tmp_path, run):
-    SavedModels("all", tmp_path / "kept", run / "checkpoints" / "step-0000003", exact=True)
+    """The refusals above do not over-reach: a folder of its own, beside the run, is accepted."""
+    saver = SavedModels("all", tmp_path / "kept", run / "checkpoints" / "step-0000003", exact=True)
+    assert saver.root == tmp_path / "kept"

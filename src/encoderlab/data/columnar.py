@@ -16,7 +16,6 @@ from typing import Any
 from encoderlab.core import unique_names
 from encoderlab.core.errors import DataError
 
-Decoder = Callable[[bytes, str], "str | None"]
 Rows = Iterator[tuple[int, Any]]  # (row index, the column's value)
 
 
@@ -26,10 +25,7 @@ def parquet_rows(path: Path, column: str, no_column: Callable[[str, str, list], 
 
     try:
         pf = pq.ParquetFile(path)
-        names = pf.schema_arrow.names
-        if column not in names:
-            raise no_column(str(path), column, names)
-        unique_names.check_header(str(path), names, among=[column])
+        _check_column(path, pf.schema_arrow.names, column, no_column)
         yield from _numbered(batch.column(0) for batch in pf.iter_batches(batch_size=1024, columns=[column]))
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path}: not a readable Parquet file ({e})") from e
@@ -42,13 +38,18 @@ def arrow_rows(path: Path, column: str, no_column: Callable[[str, str, list], Da
     try:
         with pa.memory_map(str(path)) as source:
             schema, batches = _arrow_batches(source)
-            if column not in schema.names:
-                raise no_column(str(path), column, schema.names)
-            unique_names.check_header(str(path), schema.names, among=[column])
+            _check_column(path, schema.names, column, no_column)
             index = schema.get_field_index(column)
             yield from _numbered(batch.column(index) for batch in batches)
     except (pa.ArrowException, OSError) as e:
         raise DataError(f"{path}: not a readable Arrow file ({e})") from e
+
+
+def _check_column(path: Path, names: list[str], column: str, no_column: Callable[[str, str, list], DataError]) -> None:
+    """The text column is there, and named once (which of two would be the text is a writer's accident)."""
+    if column not in names:
+        raise no_column(str(path), column, names)
+    unique_names.check_header(str(path), names, among=[column])
 
 
 def _arrow_batches(source) -> tuple[Any, Iterator[Any]]:

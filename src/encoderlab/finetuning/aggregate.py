@@ -142,11 +142,12 @@ def ci_text(t: dict) -> str:
     if t.get("seeds") == 1:
         return ONE["seeds"]
     if t.get("seeds", 0) > 1 and t.get("std_over_seeds") == 0:
-        return "undefined (zero variance)"
+        return ZERO_VARIANCE
     return "n/a" if t.get("ci95") is None else f"± {t['ci95']:.2f}"
 
 
 ONE = {"seeds": "undefined (one seed)", "lrs": "undefined (one LR)"}  # one value has no spread, not a spread of 0
+ZERO_VARIANCE = "undefined (zero variance)"  # every seed scored the same: no interval, not "± 0.00"
 
 
 def spread_text(t: dict, over: str) -> str:
@@ -161,9 +162,10 @@ def _with_metric(ok: list[dict], metric: str) -> tuple[list[dict], dict[str, int
     the metric) and `not_finite` (its value NaN or infinite, which would make the mean, its interval and every
     verdict on it NaN; the sweep fails a run on its protocol score alone)."""
     has = [r for r in ok if all(metric in r["scores"][split] for split in ("validation", "test"))]
-    scored = [r for r in has if all(_finite(r["scores"][split][metric]) for split in ("validation", "test"))]
+    scored = [r for r in has if all(finite_number(r["scores"][split][metric]) for split in ("validation", "test"))]
     return scored, {"without_metric": len(ok) - len(has), "not_finite": len(has) - len(scored)}
 
 
-def _finite(x) -> bool:
+def finite_number(x) -> bool:
+    """A JSON number that is finite: not NaN or infinite, not a boolean (JSON's true is no score of 1)."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

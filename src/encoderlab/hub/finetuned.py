@@ -43,7 +43,7 @@ from encoderlab.hub import sentence
 from encoderlab.hub.card import public, training_info
 from encoderlab.hub.exporter import compatible_config
 from encoderlab.hub.finetuned_card import finetuned_card
-from encoderlab.hub.folders import enclosing, never_written_into
+from encoderlab.hub.folders import refuse_run_files
 from encoderlab.hub.hf import family, hf_config, refusal
 from encoderlab.model.config import ModelConfig
 from encoderlab.model.transformers_body import TransformersConfig
@@ -106,11 +106,7 @@ def check_apart(root: Path, named: str, checkpoint: Path) -> None:
     """Refuse a save folder among a run's or checkpoint's files, as `export --out` is refused (their readers expect
     none, and `--save` would replace a checkpoint given as the folder), or inside the model folder fine-tuned (a
     transformers folder's files are its records' identity)."""
-    if root.is_dir() and (kind := never_written_into(root)):
-        raise EncoderlabError(f"{named} is {kind}: fine-tuned models go in a folder of their own")
-    if above := enclosing(root):
-        raise EncoderlabError(f"{named} lies inside {above}, {never_written_into(above)}: fine-tuned models go in a "
-                              "folder of their own")
+    refuse_run_files(root, named, "fine-tuned models go in a folder of their own")
     if checkpoint.is_dir() and root.resolve().is_relative_to(checkpoint.resolve()):
         raise EncoderlabError(f"{named} lies inside {checkpoint}, the model folder being fine-tuned: fine-tuned "
                               "models go in a folder of their own")

@@ -59,14 +59,18 @@ def enclosing(out: Path) -> Path | None:
     return None
 
 
-def check_data_out(out: Path, what: str) -> None:
-    """Refuse a `data prepare` output that is a run folder or checkpoint, or lies inside one (a folder above it holds
-    LATEST, or is a checkpoint): its corpus/ and packed/ would go among the run's files."""
+def refuse_run_files(out: Path, named: str, instead: str) -> None:
+    """Refuse an output folder that is a run folder or checkpoint, or lies inside one (a folder above it holds
+    LATEST, or is a checkpoint): what it writes would go among the run's files, which their readers do not expect."""
     if out.is_dir() and (kind := never_written_into(out)):
-        raise EncoderlabError(f"{what} {out} is {kind}: prepared data goes in a folder of its own")
+        raise EncoderlabError(f"{named} is {kind}: {instead}")
     if above := enclosing(out):
-        raise EncoderlabError(f"{what} {out} lies inside {above}, {never_written_into(above)}: prepared data "
-                              "goes in a folder of its own")
+        raise EncoderlabError(f"{named} lies inside {above}, {never_written_into(above)}: {instead}")
+
+
+def check_data_out(out: Path, what: str) -> None:
+    """Refuse a `data prepare` output among a run's files: its corpus/ and packed/ would go there."""
+    refuse_run_files(out, f"{what} {out}", "prepared data goes in a folder of its own")
 
 
 def prepare_out(out: Path, force: bool, keep: Path, *, imports: bool = False) -> None:

@@ -10,12 +10,12 @@ Their score is their protocol's metric (configs/eval/paper.yaml's); they kept no
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from encoderlab.core.errors import EncoderlabError, option
+from encoderlab.finetuning.aggregate import finite_number
 from encoderlab.study.results import CategoryScore, TaskScore, category_scores, task_scores
 from encoderlab.study.tables import _csv, _fmt, _table
 from encoderlab.tasks import registry
@@ -134,7 +134,7 @@ def _scores(path: Path) -> tuple[float, float | None]:
     except (KeyError, TypeError):
         raise EncoderlabError(f"{path}: no validation.score, or a test without its score (the authors' results.json "
                               'holds {"validation": {"score": x}, "test": {"score": y}})') from None
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in scores):
+    if not all(finite_number(x) for x in scores):
         raise EncoderlabError(f"{path}: validation.score and test.score must be numbers, not {scores}")
     if not all(0 <= x <= 1 for x in scores):  # read x100: a percent would stand as thousands of points
         raise EncoderlabError(f"{path}: validation.score and test.score are fractions in [0, 1] in the authors' "

@@ -5,7 +5,7 @@ import textwrap
 from pathlib import Path
 
 from encoderlab.core.io import atomic_dir
-from encoderlab.finetuning.aggregate import ONE
+from encoderlab.finetuning.aggregate import ONE, ZERO_VARIANCE
 from encoderlab.study.compare import dataset_runs, deviations, pooled_sd
 from encoderlab.study.results import (
     CategoryScore,
@@ -331,7 +331,7 @@ def _score_cell(ts) -> str:
     if ts.test is None or ts.ci95 is not None and ts.std_seeds != 0:
         text = _fmt(ts.test, ts.ci95)
     else:
-        text = f"{ts.test:.2f} ± " + (ONE["seeds"] if len(ts.by_seed) < 2 else "undefined (zero variance)")
+        text = f"{ts.test:.2f} ± " + (ONE["seeds"] if len(ts.by_seed) < 2 else ZERO_VARIANCE)
     return f"{text} ({_lrs(ts.lr_by_seed)}; {baselines.versus(ts.summary or {})})"
 
 
